@@ -1,0 +1,3 @@
+from aipc_env.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""One error type for everything a user can cause; the CLI prints it without a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+__all__ = ["AipcError", "InputError", "validation_message", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE"]
+
+EXIT_OK = 0
+"""Nothing failed."""
+EXIT_PROBLEMS = 1
+"""The command ran and found problems (a failed check, drift, a failed verification or training)."""
+EXIT_USAGE = 2
+"""Bad usage or bad input (a malformed file, a missing path)."""
+
+
+class AipcError(Exception):
+    """A problem the user can fix: says what, where (file and key) and how."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, path: str | Path | None = None, key: str | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.key = key
+        self.fix = fix
+
+    def render(self) -> str:
+        where = ""
+        if self.path:
+            where = self.path + (f": {self.key}" if self.key else "") + ": "
+        elif self.key:
+            where = f"{self.key}: "
+        text = f"error: {where}{self.message}"
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        return text
+
+
+class InputError(AipcError):
+    """A file or argument given by the user is missing or malformed."""
+
+
+def _loc_to_key(loc: tuple[object, ...], prefix: str = "") -> str:
+    key = prefix
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += ("." if key else "") + str(part)
+    return key or "(top level)"
+
+
+def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = "",
+                       fix: str | None = None) -> InputError:
+    """Turn a pydantic error into an InputError naming the file and every bad key."""
+    lines = []
+    first_key = None
+    for err in exc.errors():
+        key = _loc_to_key(tuple(err["loc"]), prefix)
+        first_key = first_key or key
+        got = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
+        msg = "unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{key}: {msg}{shown}")
+    detail = lines[0] if len(lines) == 1 else "\n    " + "\n    ".join(lines)
+    return InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)

@@ -1,0 +1,516 @@
+"""Probes that read the machine into a Facts model. Each probe is isolated: a failure becomes a
+ProbeError in the facts, never an exception. Slow probes (subprocesses) run concurrently."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aipc_env import __version__
+from aipc_env.facts import parse
+from aipc_env.facts.model import (
+    CondaTool, CpuInfo, DeviceProbe, DiskInfo, Facts, GpuInfo, KernelCache, LevelZeroInfo, MemoryInfo,
+    ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
+)
+from aipc_env.procs import ProbeFailed, run_capture, which
+
+__all__ = ["GatherOptions", "gather_facts", "ENV_VARS", "env_python", "DEVICE_PROBE_SCRIPT"]
+
+ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
+            "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",
+            "VSCMD_VER", "PYTORCH_ENABLE_XPU_FALLBACK")
+
+_REG_FS = r"SYSTEM\CurrentControlSet\Control\FileSystem"
+_REG_GFX = r"SYSTEM\CurrentControlSet\Control\GraphicsDrivers"
+_REG_MM = _REG_GFX + r"\MemoryManager"
+
+
+@dataclass
+class GatherOptions:
+    work_dir: Path = field(default_factory=Path.cwd)
+    env_prefix: Path | None = None
+    model_dir: Path | None = None
+    probe_device: bool = False
+    probe_timeout: float = 120.0
+    command_timeout: float = 15.0
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- system
+
+def _os_info() -> OsInfo:
+    info = OsInfo(system=platform.system(), release=platform.release(), version=platform.version(),
+                  machine=platform.machine())
+    if info.system == "Linux":
+        try:
+            info.pretty_name = parse.parse_os_release(Path("/etc/os-release").read_text())
+        except OSError:
+            pass
+    elif info.system == "Windows":
+        info.pretty_name = f"Windows {platform.release()} (build {platform.version()})"
+    return info
+
+
+def _cpu_info() -> CpuInfo:
+    brand = None
+    if sys.platform == "win32":
+        brand = _read_reg(r"HARDWARE\DESCRIPTION\System\CentralProcessor\0", "ProcessorNameString")
+    elif Path("/proc/cpuinfo").is_file():
+        brand = parse.parse_cpuinfo_brand(Path("/proc/cpuinfo").read_text(errors="replace"))
+    return CpuInfo(brand=(str(brand).strip() if brand else platform.processor() or None),
+                   logical_cores=os.cpu_count())
+
+
+def _memory_info() -> MemoryInfo:
+    if sys.platform == "win32":
+        import ctypes
+
+        class _MemStatus(ctypes.Structure):
+            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
+
+        status = _MemStatus()
+        status.dwLength = ctypes.sizeof(_MemStatus)
+        ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]
+        return MemoryInfo(total_bytes=int(status.ullTotalPhys))
+    if Path("/proc/meminfo").is_file():
+        return MemoryInfo(total_bytes=parse.parse_meminfo(Path("/proc/meminfo").read_text()))
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return MemoryInfo(total_bytes=total)
+
+
+def _disk_info(work_dir: Path) -> DiskInfo:
+    probe = work_dir
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    return DiskInfo(path=str(work_dir), free_bytes=usage.free, total_bytes=usage.total)
+
+
+def _linux_gpus() -> list[GpuInfo]:
+    gpus = []
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*")):
+        if "-" in card.name:
+            continue
+        dev = card / "device"
+        try:
+            vendor = (dev / "vendor").read_text().strip().lower().removeprefix("0x")
+            device = (dev / "device").read_text().strip().lower().removeprefix("0x")
+        except OSError:
+            continue
+        driver = os.path.basename(os.readlink(dev / "driver")) if (dev / "driver").is_symlink() else None
+        name = f"{'Intel' if vendor == '8086' else 'PCI ' + vendor} GPU {device}"
+        gpus.append(GpuInfo(name=name, vendor_id=vendor, device_id=device, driver=driver, source=str(card)))
+    return gpus
+
+
+def _windows_gpus(timeout: float) -> list[GpuInfo]:
+    ps = which("powershell") or which("pwsh")
+    if not ps:
+        raise ProbeFailed("powershell not found")
+    query = ("Get-CimInstance Win32_VideoController | "
+             "Select-Object Name,DriverVersion,PNPDeviceID,Status | ConvertTo-Json -Compress")
+    out = run_capture([ps, "-NoProfile", "-NonInteractive", "-Command", query], timeout=timeout)
+    return parse.parse_cim_gpus(out.stdout)
+
+
+def _read_reg(subkey: str, value: str) -> Any:
+    import winreg  # Windows only
+
+    try:
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, subkey) as key:
+            return winreg.QueryValueEx(key, value)[0]
+    except FileNotFoundError:
+        return None
+
+
+def _registry() -> RegistryInfo:
+    info = RegistryInfo()
+    for attr, subkey, name in (("long_paths_enabled", _REG_FS, "LongPathsEnabled"),
+                               ("commit_limit_percentage", _REG_MM, "SystemPartitionCommitLimitPercentage"),
+                               ("tdr_delay", _REG_GFX, "TdrDelay")):
+        try:
+            raw = _read_reg(subkey, name)
+            setattr(info, attr, int(raw) if raw is not None else None)
+        except (OSError, ValueError, TypeError) as exc:
+            info.errors[name] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+# --------------------------------------------------------------------------- toolchain
+
+def _oneapi_roots() -> list[Path]:
+    roots: list[Path] = []
+    if os.environ.get("ONEAPI_ROOT"):
+        roots.append(Path(os.environ["ONEAPI_ROOT"]))
+    if sys.platform == "win32":
+        for var in ("ProgramFiles(x86)", "ProgramFiles"):
+            base = os.environ.get(var)
+            if base:
+                roots.append(Path(base) / "Intel" / "oneAPI")
+    else:
+        roots += [Path("/opt/intel/oneapi"), Path.home() / "intel" / "oneapi"]
+    seen, unique = set(), []
+    for root in roots:
+        key = os.path.normcase(str(root)).rstrip("\\/")
+        if key not in seen:
+            seen.add(key)
+            unique.append(root)
+    return unique
+
+
+def _compiler_in(release_dir: Path) -> Path | None:
+    exe = "icx.exe" if sys.platform == "win32" else "icpx"
+    for candidate in (release_dir / "bin" / exe, release_dir / "bin" / "compiler" / exe):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _oneapi_install(root: Path, timeout: float) -> OneApiInstall | None:
+    if not root.is_dir():
+        return None
+    ext = "bat" if sys.platform == "win32" else "sh"
+    setvars = root / f"setvars.{ext}"
+    unified = sorted(p.name for p in root.iterdir()
+                     if p.is_dir() and parse._RELEASE.match(p.name) and (p / f"oneapi-vars.{ext}").is_file())
+    compiler_dir = root / "compiler"
+    component = sorted(p.name for p in compiler_dir.iterdir()
+                       if p.is_dir() and parse._RELEASE.match(p.name)) if compiler_dir.is_dir() else []
+    if not (setvars.is_file() or unified or component):
+        return None
+    layout = "unified" if unified else ("component" if component else "unknown")
+    releases = sorted(set(unified) | set(component), key=lambda v: tuple(int(x) for x in v.split(".")))
+    install = OneApiInstall(root=str(root), layout=layout, releases=releases,
+                            setvars=str(setvars) if setvars.is_file() else None)
+    if releases:
+        newest = releases[-1]
+        install.version, install.version_source = newest, "folder"
+        compiler = _compiler_in(root / newest) or _compiler_in(compiler_dir / newest)
+        if compiler:
+            try:
+                out = run_capture([str(compiler), "--version"], timeout=timeout)
+                release, build = parse.parse_compiler_version(out.stdout)
+                if release:
+                    install.version, install.version_source = release, "icpx"
+                install.compiler_build = build
+            except ProbeFailed:
+                pass
+    return install
+
+
+def _oneapi(timeout: float) -> OneApiInfo:
+    info = OneApiInfo()
+    for root in _oneapi_roots():
+        install = _oneapi_install(root, timeout)
+        if install:
+            info.installs.append(install)
+    if os.environ.get("SETVARS_COMPLETED") or os.environ.get("CMPLR_ROOT"):
+        compiler = which("icx" if sys.platform == "win32" else "icpx")
+        if compiler:
+            info.active_compiler = compiler
+            try:
+                release, _ = parse.parse_compiler_version(run_capture([compiler, "--version"],
+                                                                      timeout=timeout).stdout)
+                info.active_version = release
+            except ProbeFailed:
+                pass
+        if not info.active_version and os.environ.get("CMPLR_ROOT"):
+            info.active_version = parse.oneapi_version_from_path(os.environ["CMPLR_ROOT"])
+    return info
+
+
+def _msvc(timeout: float) -> MsvcInfo:
+    info = MsvcInfo(cl_on_path=which("cl"))
+    base = os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")
+    vswhere = Path(base) / "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
+    if not vswhere.is_file():
+        return info
+    info.vswhere = str(vswhere)
+    every = run_capture([str(vswhere), "-products", "*", "-format", "json", "-utf8"], timeout=timeout)
+    tools = run_capture([str(vswhere), "-products", "*", "-requires", parse.VC_TOOLS, "-format", "json",
+                         "-utf8"], timeout=timeout)
+    with_tools = {i.path for i in parse.parse_vswhere(tools.stdout)}
+    info.installs = parse.parse_vswhere(every.stdout, with_vc_tools=with_tools)
+    return info
+
+
+def _conda(timeout: float) -> list[CondaTool]:
+    tools = []
+    candidates = {"conda": os.environ.get("CONDA_EXE"), "mamba": os.environ.get("MAMBA_EXE"),
+                  "micromamba": os.environ.get("MAMBA_EXE")}
+    for name in ("conda", "mamba", "micromamba", "conda-lock"):
+        path = which(name) or candidates.get(name)
+        if not path or not Path(path).exists() or (name == "micromamba" and "micromamba" not in path.lower()):
+            continue
+        version = None
+        try:
+            out = run_capture([path, "--version"], timeout=timeout)
+            version = (out.stdout.strip().splitlines() or [""])[0].split()[-1] or None
+        except ProbeFailed:
+            pass
+        tools.append(CondaTool(name=name, path=path, version=version))
+    return tools
+
+
+def _level_zero() -> LevelZeroInfo:
+    searched = []
+    for var in ("LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH"):
+        if os.environ.get(var):
+            searched.append(str(Path(os.environ[var]) / "include"))
+    if sys.platform != "win32":
+        searched += ["/usr/include", "/usr/local/include"]
+    for inc in searched:
+        header = Path(inc) / "level_zero" / "ze_api.h"
+        if header.is_file():
+            return LevelZeroInfo(header=str(header), searched=searched)
+    return LevelZeroInfo(searched=searched)
+
+
+def _sycl_ls(timeout: float):
+    exe = which("sycl-ls")
+    if not exe:
+        return None
+    return parse.parse_sycl_ls(run_capture([exe], timeout=timeout).stdout)
+
+
+# --------------------------------------------------------------------------- training env
+
+_ENV_INFO_SCRIPT = (
+    "import json, sys, sysconfig, site;"
+    "paths = [sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']];"
+    "print(json.dumps({'version': '.'.join(map(str, sys.version_info[:3])), 'paths': paths}))"
+)
+
+
+def env_python(prefix: Path) -> Path:
+    """The interpreter of an env prefix (conda env or venv, Windows or POSIX)."""
+    for rel in ("python.exe", "Scripts/python.exe", "bin/python3", "bin/python"):
+        candidate = prefix / rel
+        if candidate.is_file():
+            return candidate
+    return prefix / ("python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def _distributions(paths: list[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    for dist in metadata.distributions(path=[p for p in dict.fromkeys(paths) if Path(p).is_dir()]):
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(canonicalize_name(name), dist.version)
+    return dict(sorted(found.items()))
+
+
+def _training_env(opts: GatherOptions, timeout: float) -> TrainingEnv:
+    from aipc_env.state import read_env_record
+
+    record = read_env_record()
+    if opts.env_prefix is not None:
+        prefix, source = opts.env_prefix, "flag"
+    elif record is not None:
+        prefix, source = Path(record.prefix), "state"
+    elif os.environ.get("CONDA_PREFIX") and Path(os.environ["CONDA_PREFIX"]).resolve() != Path(sys.prefix).resolve():
+        prefix, source = Path(os.environ["CONDA_PREFIX"]), "conda"
+    else:
+        prefix, source = Path(sys.prefix), "current"
+    env = TrainingEnv(prefix=str(prefix), source=source)
+    if record is not None and Path(record.prefix) == prefix:
+        env.pair, env.built_at = record.pair, record.built_at
+    python = Path(sys.executable) if source == "current" else env_python(prefix)
+    env.python = str(python)
+    if not python.is_file():
+        env.error = f"no Python interpreter in {prefix}"
+        return env
+    if source == "current":
+        info = {"version": platform.python_version(),
+                "paths": [p for p in sys.path if p.endswith("site-packages")]}
+    else:
+        try:
+            info = json.loads(run_capture([str(python), "-I", "-c", _ENV_INFO_SCRIPT], timeout=timeout).stdout)
+        except (ProbeFailed, ValueError) as exc:
+            env.error = str(exc)
+            return env
+    env.python_version = info["version"]
+    env.distributions = _distributions(info["paths"])
+    return env
+
+
+DEVICE_PROBE_SCRIPT = r"""
+import json, time
+t0 = time.time()
+out = {}
+try:
+    import torch
+    out["torch_version"] = torch.__version__
+    out["torch_version_xpu"] = getattr(torch.version, "xpu", None)
+    xpu = getattr(torch, "xpu", None)
+    out["xpu_available"] = bool(xpu and xpu.is_available())
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    devices = []
+    if out["xpu_available"]:
+        for i in range(xpu.device_count()):
+            p = xpu.get_device_properties(i)
+            devices.append({"index": i, "type": "xpu", "name": p.name,
+                            "total_memory": int(getattr(p, "total_memory", 0))})
+    elif out["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            devices.append({"index": i, "type": "cuda", "name": p.name, "total_memory": int(p.total_memory)})
+    out["devices"] = devices
+except Exception as exc:
+    out["error"] = f"torch: {type(exc).__name__}: {exc}"
+try:
+    import bitsandbytes as bnb
+    out["bnb_version"] = bnb.__version__
+    lib = getattr(getattr(bnb, "cextension", None), "lib", None)
+    name = type(lib).__name__ if lib is not None else None
+    out["bnb_backend"] = {"XpuBNBNativeLibrary": "xpu-native", "CudaBNBNativeLibrary": "cuda-native",
+                          "BNBNativeLibrary": "native", "ErrorHandlerMockBNBNativeLibrary": "triton-or-pytorch"
+                          }.get(name, name)
+except Exception as exc:
+    out["bnb_error"] = f"{type(exc).__name__}: {exc}"
+out["seconds"] = round(time.time() - t0, 2)
+print("AIPC_PROBE " + json.dumps(out))
+"""
+
+
+def _device_probe(env: TrainingEnv | None, timeout: float) -> DeviceProbe:
+    if env is None or not env.python or env.error:
+        return DeviceProbe(ran=False, error="no usable training env to probe")
+    try:
+        out = run_capture([env.python, "-c", DEVICE_PROBE_SCRIPT], timeout=timeout)
+    except ProbeFailed as exc:
+        return DeviceProbe(ran=False, error=str(exc))
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("AIPC_PROBE ")), None)
+    if line is None:
+        return DeviceProbe(ran=False, error="the probe printed no result")
+    data = json.loads(line.removeprefix("AIPC_PROBE "))
+    error = data.pop("error", None) or data.pop("bnb_error", None)
+    return DeviceProbe(ran=True, error=error, **data)
+
+
+# --------------------------------------------------------------------------- model, caches
+
+def _dir_size(path: Path, limit: int = 20000) -> int:
+    total = 0
+    for i, entry in enumerate(path.rglob("*")):
+        if i > limit:
+            break
+        try:
+            if entry.is_file():
+                total += entry.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def _model_dir(path: Path) -> ModelDirInfo:
+    info = ModelDirInfo(path=str(path), exists=path.is_dir())
+    if not info.exists:
+        return info
+    info.present = [p for p in parse.MODEL_PARTS if (path / p).exists()]
+    info.missing = [p for p in parse.MODEL_PARTS if p not in info.present]
+    if (path / "model_index.json").is_file():
+        index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
+        tcfg_path = path / "transformer" / "config.json"
+        tcfg = json.loads(tcfg_path.read_text(encoding="utf-8")) if tcfg_path.is_file() else None
+        info.pipeline_class, info.variant = parse.model_variant(index, tcfg)
+    info.size_bytes = _dir_size(path)
+    return info
+
+
+def _kernel_caches() -> list[KernelCache]:
+    triton = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in some service contexts
+        user = "unknown"
+    inductor = Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    caches = []
+    for kind, path in (("triton", triton), ("torchinductor", inductor)):
+        cache = KernelCache(kind=kind, path=str(path), exists=path.is_dir())
+        if cache.exists:
+            try:
+                cache.newest_mtime = max((p.stat().st_mtime for p in path.iterdir()), default=None)
+            except OSError:
+                pass
+        caches.append(cache)
+    return caches
+
+
+# --------------------------------------------------------------------------- assembly
+
+def gather_facts(opts: GatherOptions | None = None) -> Facts:
+    """Read the machine. Never raises for a failed probe: it is recorded in facts.probe_errors."""
+    from aipc_env.state import read_verify_record
+
+    opts = opts or GatherOptions()
+    errors: list[ProbeError] = []
+    is_windows = sys.platform == "win32"
+    t = opts.command_timeout
+
+    def guard(name: str, fn: Callable[[], Any], default: Any = None) -> Any:
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - every probe failure becomes a recorded fact
+            errors.append(ProbeError(probe=name, error=f"{type(exc).__name__}: {exc}"
+                                     if not isinstance(exc, ProbeFailed) else str(exc)))
+            return default
+
+    slow: dict[str, Callable[[], Any]] = {
+        "oneapi": lambda: _oneapi(t),
+        "conda": lambda: _conda(t),
+        "training_env": lambda: _training_env(opts, t),
+        "sycl_ls": lambda: _sycl_ls(t),
+    }
+    if is_windows:
+        slow["gpus"] = lambda: _windows_gpus(t)
+        slow["msvc"] = lambda: _msvc(t)
+    with ThreadPoolExecutor(max_workers=len(slow)) as pool:
+        futures = {name: pool.submit(guard, name, fn) for name, fn in slow.items()}
+        os_info = guard("os", _os_info) or OsInfo(system=platform.system())
+        facts = Facts(
+            collected_at=_now(), aipc_env_version=__version__, os=os_info,
+            cpu=guard("cpu", _cpu_info, CpuInfo()), memory=guard("memory", _memory_info, MemoryInfo()),
+            disk=guard("disk", lambda: _disk_info(opts.work_dir)),
+            gpus=[] if is_windows else guard("gpus", _linux_gpus, []),
+            registry=guard("registry", _registry) if is_windows else None,
+            env_vars={name: os.environ.get(name) for name in ENV_VARS},
+            level_zero=guard("level_zero", _level_zero, LevelZeroInfo()),
+            kernel_caches=guard("kernel_caches", _kernel_caches, []),
+            model=guard("model", lambda: _model_dir(opts.model_dir)) if opts.model_dir else None,
+            last_verify=guard("last_verify", read_verify_record),
+        )
+        results = {name: f.result() for name, f in futures.items()}
+    facts.oneapi = results["oneapi"] or OneApiInfo()
+    facts.conda = results["conda"] or []
+    facts.training_env = results["training_env"]
+    facts.sycl_devices = results["sycl_ls"]
+    if is_windows:
+        facts.gpus = results.get("gpus") or []
+        facts.msvc = results.get("msvc") or MsvcInfo(cl_on_path=which("cl"))
+    if opts.probe_device:
+        facts.device_probe = guard("device_probe", lambda: _device_probe(facts.training_env, opts.probe_timeout))
+    facts.probe_errors = errors
+    return facts

@@ -1,0 +1,227 @@
+"""The facts model: JSON-serialisable, versioned, and the only input of the checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from aipc_env.errors import InputError, validation_message
+from aipc_env.fileio import read_json
+from aipc_env.models import StrictModel
+
+__all__ = [
+    "FACTS_SCHEMA_VERSION", "OsInfo", "CpuInfo", "MemoryInfo", "DiskInfo", "GpuInfo", "SyclDevice",
+    "RegistryInfo", "OneApiInstall", "OneApiInfo", "MsvcInstall", "MsvcInfo", "CondaTool", "TrainingEnv",
+    "DeviceProbe", "ModelDirInfo", "KernelCache", "LevelZeroInfo", "VerifyRecord", "ProbeError", "Facts",
+    "load_facts",
+]
+
+FACTS_SCHEMA_VERSION = 1
+
+
+class OsInfo(StrictModel):
+    system: str
+    """platform.system(): Windows, Linux, Darwin."""
+    release: str = ""
+    version: str = ""
+    machine: str = ""
+    pretty_name: str | None = None
+
+
+class CpuInfo(StrictModel):
+    brand: str | None = None
+    logical_cores: int | None = None
+
+
+class MemoryInfo(StrictModel):
+    total_bytes: int | None = None
+
+
+class DiskInfo(StrictModel):
+    path: str
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+
+
+class GpuInfo(StrictModel):
+    name: str
+    vendor_id: str | None = None
+    """PCI vendor id, lower-case hex without 0x (Intel is 8086)."""
+    device_id: str | None = None
+    driver_version: str | None = None
+    driver: str | None = None
+    """Kernel driver on Linux (i915, xe)."""
+    status: str | None = None
+    """Windows device status ('OK' or the problem)."""
+    source: str = ""
+
+
+class SyclDevice(StrictModel):
+    backend: str
+    kind: str
+    index: int
+    name: str
+    version: str | None = None
+    driver: str | None = None
+
+
+class RegistryInfo(StrictModel):
+    long_paths_enabled: int | None = None
+    commit_limit_percentage: int | None = None
+    tdr_delay: int | None = None
+    errors: dict[str, str] = {}
+    """Value name -> why it could not be read (absent values are None without an error)."""
+
+
+class OneApiInstall(StrictModel):
+    root: str
+    version: str | None = None
+    """Two-part toolkit release (2025.3) from the compiler's InstalledDir, else from the folder name."""
+    version_source: Literal["icpx", "folder", "unknown"] = "unknown"
+    compiler_build: str | None = None
+    layout: Literal["unified", "component", "unknown"] = "unknown"
+    setvars: str | None = None
+    releases: list[str] = []
+    """Every toolkit release folder found under the root."""
+
+
+class OneApiInfo(StrictModel):
+    installs: list[OneApiInstall] = []
+    active_version: str | None = None
+    """Release of the toolkit activated in this shell (setvars ran), if any."""
+    active_compiler: str | None = None
+
+
+class MsvcInstall(StrictModel):
+    path: str
+    version: str | None = None
+    display_name: str | None = None
+    has_vc_tools: bool = False
+    vcvars64: str | None = None
+
+
+class MsvcInfo(StrictModel):
+    installs: list[MsvcInstall] = []
+    cl_on_path: str | None = None
+    vswhere: str | None = None
+
+
+class CondaTool(StrictModel):
+    name: str
+    path: str
+    version: str | None = None
+
+
+class TrainingEnv(StrictModel):
+    prefix: str
+    python: str | None = None
+    python_version: str | None = None
+    source: Literal["flag", "state", "conda", "current"] = "current"
+    pair: str | None = None
+    """Pair recorded when aipc-env built this env."""
+    built_at: str | None = None
+    distributions: dict[str, str] = {}
+    error: str | None = None
+
+
+class DeviceProbe(StrictModel):
+    ran: bool = False
+    error: str | None = None
+    torch_version: str | None = None
+    torch_version_xpu: str | None = None
+    xpu_available: bool | None = None
+    cuda_available: bool | None = None
+    devices: list[dict[str, object]] = []
+    bnb_version: str | None = None
+    bnb_backend: str | None = None
+    seconds: float | None = None
+
+
+class ModelDirInfo(StrictModel):
+    path: str
+    exists: bool = False
+    pipeline_class: str | None = None
+    variant: Literal["edit", "edit-2509", "edit-2511", "edit-plus", "unknown"] | None = None
+    present: list[str] = []
+    missing: list[str] = []
+    size_bytes: int | None = None
+
+
+class KernelCache(StrictModel):
+    kind: Literal["triton", "torchinductor"]
+    path: str
+    exists: bool = False
+    newest_mtime: float | None = None
+
+
+class LevelZeroInfo(StrictModel):
+    header: str | None = None
+    """Path of level_zero/ze_api.h if found."""
+    searched: list[str] = []
+
+
+class VerifyRecord(StrictModel):
+    when: str
+    passed: bool
+    device: str | None = None
+    env_prefix: str | None = None
+    summary: str = ""
+
+
+class ProbeError(StrictModel):
+    probe: str
+    error: str
+
+
+class Facts(StrictModel):
+    """Everything the checks look at. Serialised by `aipc-env doctor --save-facts` and read by `--facts`."""
+
+    schema_version: Literal[1] = FACTS_SCHEMA_VERSION
+    collected_at: str
+    aipc_env_version: str = ""
+    os: OsInfo
+    cpu: CpuInfo = CpuInfo()
+    memory: MemoryInfo = MemoryInfo()
+    disk: DiskInfo | None = None
+    gpus: list[GpuInfo] = []
+    sycl_devices: list[SyclDevice] | None = None
+    """None when sycl-ls is not available."""
+    registry: RegistryInfo | None = None
+    """None off Windows."""
+    oneapi: OneApiInfo = OneApiInfo()
+    env_vars: dict[str, str | None] = {}
+    msvc: MsvcInfo | None = None
+    """None off Windows."""
+    conda: list[CondaTool] = []
+    training_env: TrainingEnv | None = None
+    device_probe: DeviceProbe | None = None
+    model: ModelDirInfo | None = None
+    kernel_caches: list[KernelCache] = []
+    level_zero: LevelZeroInfo = LevelZeroInfo()
+    last_verify: VerifyRecord | None = None
+    probe_errors: list[ProbeError] = []
+
+    @property
+    def is_windows(self) -> bool:
+        return self.os.system == "Windows"
+
+
+def load_facts(path: str | Path) -> Facts:
+    raw = read_json(path, "facts file")
+    if not isinstance(raw, dict):
+        raise InputError("expected a JSON object of facts", path=path)
+    if "facts" in raw and "schema_version" not in raw:  # a whole doctor --json report
+        raw = raw["facts"]
+    version = raw.get("schema_version")
+    if version is None:
+        raise InputError("missing 'schema_version'", path=path,
+                         fix="write facts with `aipc-env doctor --save-facts FILE`")
+    if version != FACTS_SCHEMA_VERSION:
+        raise InputError(f"facts schema_version {version!r} is not supported (this aipc-env reads "
+                         f"{FACTS_SCHEMA_VERSION})", path=path, fix="collect the facts again with this aipc-env")
+    try:
+        return Facts.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_message(exc, path) from None

@@ -1,0 +1,145 @@
+"""Pure parsers of tool outputs and files, tested on recorded outputs (tests/fixtures/outputs)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import PurePosixPath, PureWindowsPath
+
+from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
+
+__all__ = [
+    "parse_compiler_version", "parse_sycl_ls", "parse_meminfo", "parse_cpuinfo_brand", "parse_cim_gpus",
+    "parse_vswhere", "oneapi_version_from_path", "parse_os_release", "model_variant",
+    "MODEL_PARTS",
+]
+
+_RELEASE = re.compile(r"^(20\d\d)\.(\d+)$")
+
+
+def oneapi_version_from_path(path: str) -> str | None:
+    """The two-part release in a oneAPI path: `.../compiler/2025.0/bin/compiler` or `.../oneAPI/2025.3/bin`."""
+    pure = PureWindowsPath(path) if ("\\" in path or re.match(r"^[A-Za-z]:", path)) else PurePosixPath(path)
+    for part in pure.parts:
+        match = _RELEASE.match(part)
+        if match:
+            return f"{match.group(1)}.{int(match.group(2))}"
+    return None
+
+
+def parse_compiler_version(text: str) -> tuple[str | None, str | None]:
+    """(toolkit release from InstalledDir, compiler build from the first line) of `icpx/icx --version`."""
+    build = None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    match = re.search(r"Compiler\s+(\d{4}\.\d+\.\d+)", first)
+    if match:
+        build = match.group(1)
+    release = None
+    for line in text.splitlines():
+        if line.strip().startswith("InstalledDir:"):
+            release = oneapi_version_from_path(line.split(":", 1)[1].strip())
+    return release, build
+
+
+_SYCL_NEW = re.compile(r"^\[(?P<backend>[a-z_]+):(?P<kind>[a-z]+)\]\[[a-z_]+:(?P<index>\d+)\]\s+(?P<rest>.+)$")
+_SYCL_OLD = re.compile(r"^\[(?:ext_oneapi_)?(?P<backend>[a-z_]+):(?P<kind>[a-z]+):(?P<index>\d+)\]\s+(?P<rest>.+)$")
+_TAIL = re.compile(r"^(?P<name>.*?)\s+(?P<version>\d+(?:\.\d+)+)(?:\s+\S+)*\s+\[(?P<driver>[^\]]+)\]\s*$")
+
+
+def parse_sycl_ls(text: str) -> list[SyclDevice]:
+    """Devices from `sycl-ls`, current (`[level_zero:gpu][level_zero:0]`) or old (`[ext_oneapi_level_zero:gpu:0]`)."""
+    devices = []
+    for line in text.splitlines():
+        line = line.strip()
+        match = _SYCL_NEW.match(line) or _SYCL_OLD.match(line)
+        if not match:
+            continue
+        rest = match.group("rest")
+        # "<platform>, <device name> <version> [<driver>]"
+        device_part = rest.split(", ", 1)[1] if ", " in rest else rest
+        name, version, driver = device_part, None, None
+        tail = _TAIL.match(device_part)
+        if tail:
+            name, version, driver = tail.group("name"), tail.group("version"), tail.group("driver").strip()
+        if "OpenCL" in name:
+            name = re.sub(r"\s+OpenCL\s+\d.*$", "", name)
+        devices.append(SyclDevice(backend=match.group("backend"), kind=match.group("kind"),
+                                  index=int(match.group("index")), name=name.strip(), version=version,
+                                  driver=driver))
+    return devices
+
+
+def parse_meminfo(text: str) -> int | None:
+    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def parse_cpuinfo_brand(text: str) -> str | None:
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
+def parse_os_release(text: str) -> str | None:
+    match = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _as_list(data: object) -> list[dict]:
+    if data is None:
+        return []
+    if isinstance(data, dict):
+        return [data]
+    if isinstance(data, list):
+        return [d for d in data if isinstance(d, dict)]
+    raise ValueError("expected a JSON object or list")
+
+
+def parse_cim_gpus(text: str) -> list[GpuInfo]:
+    """`Get-CimInstance Win32_VideoController | Select Name,DriverVersion,PNPDeviceID,Status | ConvertTo-Json`."""
+    if not text.strip():
+        return []
+    gpus = []
+    for row in _as_list(json.loads(text)):
+        pnp = str(row.get("PNPDeviceID") or "")
+        ven = re.search(r"VEN_([0-9A-Fa-f]{4})", pnp)
+        dev = re.search(r"DEV_([0-9A-Fa-f]{4})", pnp)
+        gpus.append(GpuInfo(name=str(row.get("Name") or "unknown"),
+                            vendor_id=ven.group(1).lower() if ven else None,
+                            device_id=dev.group(1).lower() if dev else None,
+                            driver_version=row.get("DriverVersion"), status=row.get("Status"),
+                            source="Win32_VideoController"))
+    return gpus
+
+
+VC_TOOLS = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+
+
+def parse_vswhere(text: str, with_vc_tools: set[str] | None = None) -> list[MsvcInstall]:
+    """`vswhere -products * -format json` (all installs); `with_vc_tools` = installPaths of the VC-filtered query."""
+    installs = []
+    for row in _as_list(json.loads(text) if text.strip() else []):
+        path = str(row.get("installationPath") or "")
+        if not path:
+            continue
+        has_tools = with_vc_tools is None or path in with_vc_tools
+        installs.append(MsvcInstall(path=path, version=row.get("installationVersion"),
+                                    display_name=row.get("displayName"), has_vc_tools=has_tools,
+                                    vcvars64=str(PureWindowsPath(path, "VC", "Auxiliary", "Build", "vcvars64.bat"))
+                                    if has_tools else None))
+    return installs
+
+
+MODEL_PARTS = ("model_index.json", "transformer", "text_encoder", "vae", "scheduler", "tokenizer", "processor")
+
+
+def model_variant(model_index: dict, transformer_config: dict | None) -> tuple[str | None, str]:
+    """(pipeline class, variant) of a diffusers Qwen-Image-Edit model dir."""
+    cls = model_index.get("_class_name")
+    if cls == "QwenImageEditPipeline":
+        return cls, "edit"
+    if cls == "QwenImageEditPlusPipeline":
+        if transformer_config is None:
+            return cls, "edit-plus"
+        # 2511 introduced the zero-timestep conditioning flag in the transformer config.
+        return cls, "edit-2511" if transformer_config.get("zero_cond_t") else "edit-2509"
+    return cls, "unknown"

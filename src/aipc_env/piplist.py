@@ -1,0 +1,72 @@
+"""Parse what users paste: `pip list`, `pip freeze`, `pip list --format=json`, `conda list`, `findstr` output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from aipc_env.errors import InputError
+
+__all__ = ["parse_pip_list", "read_pip_list"]
+
+_FREEZE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([^\s;#]+)")
+_TABLE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(?:\s+.*)?$")
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def parse_pip_list(text: str) -> dict[str, str]:
+    """Return {canonical name: version}. Unparseable lines (headers, comments, URLs) are skipped."""
+    stripped = text.lstrip("\ufeff").strip()
+    if stripped.startswith("["):
+        try:
+            rows = json.loads(stripped)
+            return {canonicalize_name(r["name"]): str(r["version"]) for r in rows}
+        except (ValueError, KeyError, TypeError):
+            pass
+    found: dict[str, str] = {}
+    for line in stripped.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-", "Package ", "WARNING", "DEPRECATION", "[notice]")):
+            continue
+        match = _FREEZE.match(line)
+        if not match:
+            match = _TABLE.match(line)
+            if match and not _is_version(match.group(2)):
+                match = None
+        if match:
+            found[canonicalize_name(match.group(1))] = match.group(2)
+    return found
+
+
+def read_pip_list(path: str | Path) -> dict[str, str]:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the package list: {exc.strerror}", path=path) from None
+    # PowerShell redirection writes UTF-16; cmd writes the ANSI code page.
+    for encoding in ("utf-8-sig", "utf-16", "cp1252"):
+        try:
+            text = raw.decode(encoding)
+            if "\x00" not in text:
+                break
+        except UnicodeDecodeError:
+            continue
+    else:  # pragma: no cover - cp1252 decodes almost anything
+        raise InputError("the package list is not text", path=path)
+    packages = parse_pip_list(text)
+    if not packages:
+        raise InputError("no packages found in the file", path=path,
+                         fix="save the output of `pip list` or `pip freeze` run in the training env")
+    return packages
