@@ -58,11 +58,12 @@ def parse_sycl_ls(text: str) -> list[SyclDevice]:
         # "<platform>, <device name> <version> [<driver>]"
         device_part = rest.split(", ", 1)[1] if ", " in rest else rest
         name, version, driver = device_part, None, None
+        opencl = re.match(r"^(?P<name>.*?)\s+OpenCL\s+\d.*?\[(?P<driver>[^\]]+)\]\s*$", device_part)
         tail = _TAIL.match(device_part)
-        if tail:
+        if opencl:
+            name, driver = opencl.group("name"), opencl.group("driver").strip()
+        elif tail:
             name, version, driver = tail.group("name"), tail.group("version"), tail.group("driver").strip()
-        if "OpenCL" in name:
-            name = re.sub(r"\s+OpenCL\s+\d.*$", "", name)
         devices.append(SyclDevice(backend=match.group("backend"), kind=match.group("kind"),
                                   index=int(match.group("index")), name=name.strip(), version=version,
                                   driver=driver))

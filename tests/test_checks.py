@@ -1,0 +1,117 @@
+"""Every check, run on whole-machine facts fixtures, with the verdicts a person would expect."""
+
+from __future__ import annotations
+
+import pytest
+
+from aipc_env.checks import REGISTRY, Status
+from aipc_env.checks.system import ram_tier_gb
+from aipc_env.doctor import run_checks
+from aipc_env.facts import load_facts
+from tests.conftest import MACHINES
+
+
+def verdicts(name: str, matrix) -> dict[str, Status]:
+    report = run_checks(load_facts(MACHINES / f"{name}.json"), matrix)
+    assert {f.id for f in report.findings} == set(REGISTRY)
+    for f in report.findings:
+        assert f.status != Status.CRASH, f.details
+        if f.status in (Status.WARN, Status.FAIL):
+            assert f.fix and f.why, f.id
+    return {f.id: f.status for f in report.findings}
+
+
+def problems(v: dict[str, Status]) -> dict[str, Status]:
+    return {k: s for k, s in v.items() if s in (Status.WARN, Status.FAIL)}
+
+
+def test_good_32gb_core_ultra_windows_passes_everything(matrix):
+    v = verdicts("win11_core_ultra_32gb", matrix)
+    assert problems(v) == {}
+    assert v["pair"] == Status.OK and v["msvc"] == Status.OK and v["long-paths"] == Status.OK
+
+
+def test_16gb_laptop_fails_only_on_ram(matrix):
+    assert problems(verdicts("win11_16gb", matrix)) == {"ram": Status.FAIL}
+
+
+def test_oneapi_2025_0_activated_over_torch_2_10(matrix):
+    v = verdicts("win11_oneapi_2025_0_over_torch_2_10", matrix)
+    assert v["oneapi-activated"] == Status.FAIL
+    assert v["oneapi-installed"] == Status.WARN
+    assert v["setvars-quirk"] == Status.WARN
+    assert v["pair"] == Status.OK  # the env itself is a clean 2.10
+
+
+def test_two_triton_packages(matrix):
+    report = run_checks(load_facts(MACHINES / "win11_two_tritons.json"), matrix, ["triton"])
+    (f,) = report.findings
+    assert f.status == Status.FAIL and "triton-xpu 3.7.0" in f.seen and "triton 3.5.0" in f.seen
+    assert f.fix.startswith("pip uninstall -y triton;")
+
+
+def test_no_msvc(matrix):
+    assert problems(verdicts("win11_no_msvc", matrix)) == {"msvc": Status.FAIL}
+
+
+def test_mixed_runtime_names_odd_packages(matrix):
+    report = run_checks(load_facts(MACHINES / "win11_mixed_runtime.json"), matrix, ["runtime-mix"])
+    (f,) = report.findings
+    assert f.status == Status.FAIL
+    assert any(d.startswith("intel-sycl-rt 2025.3.2") and "xpu-2.11" in d for d in f.details)
+    assert any(d.startswith("umf 1.0.3") for d in f.details)
+
+
+def test_linux_arc_box(matrix):
+    v = verdicts("linux_arc_a770", matrix)
+    assert problems(v) == {"cpu": Status.WARN, "multi-gpu": Status.WARN}
+    assert v["long-paths"] == Status.SKIP and v["msvc"] == Status.SKIP
+    report = run_checks(load_facts(MACHINES / "linux_arc_a770.json"), matrix, ["multi-gpu"])
+    assert "xpu:0" in report.findings[0].fix and "A770" in report.findings[0].details[0]
+
+
+def test_this_ci_machine_recorded(matrix):
+    v = verdicts("ci_machine", matrix)
+    assert v["intel-gpu"] == Status.FAIL and v["torch-xpu"] == Status.FAIL and v["ram"] == Status.FAIL
+
+
+@pytest.mark.parametrize("gib,tier", [(15.6, 16), (31.2, 32), (31.8, 32), (23.5, 24), (62.6, 64), (95.4, 96),
+                                      (29.0, 32), (27.0, 24)])
+def test_ram_tiers(gib, tier):
+    assert ram_tier_gb(int(gib * 2**30)) == tier
+
+
+def test_bitsandbytes_too_old_for_2_13(matrix):
+    facts = load_facts(MACHINES / "linux_arc_a770.json")
+    pkgs = dict(facts.training_env.distributions)
+    pkgs.update({"torch": "2.13.0+xpu", "bitsandbytes": "0.49.1"})
+    facts.training_env.distributions = pkgs
+    (f,) = run_checks(facts, matrix, ["bitsandbytes"]).findings
+    assert f.status == Status.FAIL and "0.50.0" in f.seen and "xpu-2.13" in f.seen
+
+
+def test_stale_kernel_cache_after_rebuild(matrix):
+    facts = load_facts(MACHINES / "win11_core_ultra_32gb.json")
+    facts.training_env.built_at = "2026-11-25T00:00:00+00:00"
+    (f,) = run_checks(facts, matrix, ["kernel-cache"]).findings
+    assert f.status == Status.WARN and ".triton" in f.fix
+
+
+def test_model_dir_missing_parts(matrix):
+    facts = load_facts(MACHINES / "win11_core_ultra_32gb.json")
+    facts.model.missing, facts.model.present = ["vae", "processor"], ["model_index.json"]
+    (f,) = run_checks(facts, matrix, ["model-dir"]).findings
+    assert f.status == Status.FAIL and "vae, processor" in f.seen
+
+
+def test_a_crashing_check_is_isolated(matrix, monkeypatch):
+    from aipc_env.checks.base import CheckSpec
+
+    def boom(ctx):
+        raise ZeroDivisionError("bad math")
+
+    monkeypatch.setitem(REGISTRY, "cpu", CheckSpec("cpu", "System", "CPU", boom))
+    report = run_checks(load_facts(MACHINES / "win11_core_ultra_32gb.json"), matrix)
+    by_id = {f.id: f for f in report.findings}
+    assert by_id["cpu"].status == Status.CRASH and "ZeroDivisionError" in by_id["cpu"].seen
+    assert by_id["ram"].status == Status.OK and report.exit_code == 1

@@ -1,0 +1,67 @@
+"""`aipc-env doctor` end to end, as a subprocess: this machine, saved facts, bad input."""
+
+from __future__ import annotations
+
+import json
+
+from aipc_env.doctor import REPORT_SCHEMA_VERSION
+from tests.conftest import MACHINES, run_cli
+
+
+def test_on_this_machine_says_no_intel_gpu_and_exits_1(tmp_path):
+    result = run_cli("doctor", "--work-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "no Intel GPU" in result.stdout
+    assert "Doctor found problems" in result.stdout
+
+
+def test_json_report_round_trips_through_facts(tmp_path):
+    result = run_cli("doctor", "--json", "--save-facts", str(tmp_path / "facts.json"))
+    report = json.loads(result.stdout)
+    assert report["report_schema_version"] == REPORT_SCHEMA_VERSION
+    assert {"facts", "findings", "summary", "resolution"} <= set(report)
+    again = run_cli("doctor", "--json", "--facts", str(tmp_path / "facts.json"))
+    assert [f["status"] for f in json.loads(again.stdout)["findings"]] == [f["status"] for f in report["findings"]]
+    # a whole report is accepted as facts too (fleet admins collect reports)
+    (tmp_path / "report.json").write_text(result.stdout)
+    assert run_cli("doctor", "--facts", str(tmp_path / "report.json")).returncode == 1
+
+
+def test_good_machine_exits_0_and_check_selection():
+    good = str(MACHINES / "win11_core_ultra_32gb.json")
+    result = run_cli("doctor", "--facts", good)
+    assert result.returncode == 0 and "No issues found" in result.stdout
+    only = run_cli("doctor", "--facts", str(MACHINES / "win11_16gb.json"), "--check", "ram", "--json")
+    findings = json.loads(only.stdout)["findings"]
+    assert [f["id"] for f in findings] == ["ram"] and only.returncode == 1
+    listing = run_cli("doctor", "--list-checks")
+    assert listing.returncode == 0 and "runtime-mix" in listing.stdout
+
+
+def test_bad_input_exits_2_without_traceback(tmp_path):
+    bad = tmp_path / "facts.json"
+    bad.write_text('{"schema_version": 1, "collected_at": "x", "os": {"system": "Windows"}, "memory": '
+                   '{"total_bytes": "lots"}}')
+    result = run_cli("doctor", "--facts", str(bad))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert str(bad) in result.stderr and "memory.total_bytes" in result.stderr
+    bad.write_text("{not json")
+    result = run_cli("doctor", "--facts", str(bad))
+    assert result.returncode == 2 and "not valid JSON at line 1" in result.stderr
+    bad.write_text('{"schema_version": 7}')
+    assert "not supported" in run_cli("doctor", "--facts", str(bad)).stderr
+    unknown = run_cli("doctor", "--check", "nope")
+    assert unknown.returncode == 2 and "unknown check" in unknown.stderr
+    usage = run_cli("doctor", "--bogus-flag")
+    assert usage.returncode == 2
+
+
+def test_doctor_never_imports_torch():
+    code = ("import sys; from aipc_env.cli import main; rc = main(['doctor', '--json']); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)")
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "NO-TORCH" in result.stderr
