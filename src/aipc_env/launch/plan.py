@@ -1,0 +1,121 @@
+"""The launch plan: what a generated launcher does, decided from facts without touching the machine."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PureWindowsPath, PurePosixPath
+from typing import Literal
+
+from pydantic import field_validator
+
+from aipc_env.facts.model import MsvcInfo, OneApiInfo
+from aipc_env.matrix import Pair
+from aipc_env.models import StrictModel
+from aipc_env.platforms import Platform
+
+__all__ = ["Phase", "LaunchPlan", "Activation", "choose_oneapi", "choose_vcvars", "base_env", "ENV_NAME"]
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLAN_VERSION = 1
+
+
+class Phase(StrictModel):
+    name: str
+    argv: list[str]
+    cwd: str | None = None
+
+
+class Activation(StrictModel):
+    """A batch/shell script to source before the run: its folder and its file name, kept apart so the
+    launcher can `pushd` into the folder and call the file by a fixed name (no user data in code)."""
+
+    folder: str
+    name: Literal["setvars.bat", "oneapi-vars.bat", "setvars.sh", "oneapi-vars.sh", "vcvars64.bat"]
+    release: str | None = None
+
+
+class LaunchPlan(StrictModel):
+    plan_version: Literal[1] = PLAN_VERSION
+    platform: Platform
+    run_dir: str
+    python: str
+    oneapi: Activation | None = None
+    vcvars: Activation | None = None
+    env: dict[str, str | None] = {}
+    """Set for the run (None: unset)."""
+    phases: list[Phase]
+    log_file: str
+    warnings: list[str] = []
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for key, val in value.items():
+            if not ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if val is not None and ("\n" in val or "\r" in val or "\x00" in val):
+                raise ValueError(f"the value of {key} contains a line break")
+            if val is not None and val.startswith("="):
+                raise ValueError(f"the value of {key} starts with '=' (cmd cannot carry that)")
+        return value
+
+
+def _split(path: str, platform: Platform) -> tuple[str, str]:
+    pure = PureWindowsPath(path) if platform == "win-64" else PurePosixPath(path)
+    return str(pure.parent), pure.name
+
+
+def choose_oneapi(pair: Pair | None, oneapi: OneApiInfo, platform: Platform) -> tuple[Activation | None, list[str]]:
+    """The activation script of the toolkit matching the pair, or None (with warnings). Never another release."""
+    warnings: list[str] = []
+    if pair is None or not pair.compiles_kernels_on(platform):
+        return None, warnings
+    ext = "bat" if platform == "win-64" else "sh"
+    for inst in oneapi.installs:
+        if pair.oneapi not in inst.releases and inst.version != pair.oneapi:
+            continue
+        root = PureWindowsPath(inst.root) if platform == "win-64" else PurePosixPath(inst.root)
+        if inst.layout == "unified" and pair.oneapi in inst.releases:
+            return Activation(folder=str(root / pair.oneapi), name=f"oneapi-vars.{ext}",  # type: ignore[arg-type]
+                              release=pair.oneapi), warnings
+        if inst.setvars and inst.version == pair.oneapi:
+            folder, name = _split(inst.setvars, platform)
+            return Activation(folder=folder, name=name, release=pair.oneapi), warnings  # type: ignore[arg-type]
+    others = sorted({inst.version for inst in oneapi.installs if inst.version})
+    if others:
+        warnings.append(f"oneAPI {', '.join(others)} is installed but {pair.id} needs {pair.oneapi}; it is NOT "
+                        "activated (mixing runtimes breaks bitsandbytes). Triton kernels (NF4 quantize, Adam8bit) "
+                        f"will fail to compile until oneAPI {pair.oneapi} is installed")
+    else:
+        warnings.append(f"no oneAPI toolkit found; {pair.id} compiles Triton kernels (NF4 quantize, Adam8bit) "
+                        f"with oneAPI {pair.oneapi}: install it or those steps will fail")
+    return None, warnings
+
+
+def choose_vcvars(pair: Pair | None, msvc: MsvcInfo | None, platform: Platform) -> tuple[Activation | None, list[str]]:
+    """vcvars64.bat of a Visual Studio with the C++ tools, when kernels are compiled on Windows."""
+    if platform != "win-64" or msvc is None or (pair is not None and not pair.compiles_kernels_on(platform)):
+        return None, []
+    tools = [i for i in msvc.installs if i.has_vc_tools and i.vcvars64]
+    if tools:
+        folder, _ = _split(tools[-1].vcvars64, platform)  # type: ignore[arg-type]
+        return Activation(folder=folder, name="vcvars64.bat"), []
+    if msvc.cl_on_path:
+        return None, []
+    return None, ["no Visual Studio C++ tools found: Triton cannot compile kernels (install 'Desktop development "
+                  "with C++')"]
+
+
+def base_env(platform: Platform, *, pythonpath: list[str], device: str | None, engine: str,
+             extra: dict[str, str] | None = None) -> dict[str, str | None]:
+    """The environment every run gets, then the config's own `env:` entries (which win)."""
+    sep = ";" if platform == "win-64" else ":"
+    env: dict[str, str | None] = {"PYTHONUTF8": "1", "PYTHONIOENCODING": "utf-8", "SYCL_CACHE_PERSISTENT": "1",
+                                  "PYTHONPATH": sep.join(pythonpath), "PYTHONHOME": None,
+                                  "PYTHONNOUSERSITE": "1"}
+    if engine == "qflux":
+        env["QFLUX_DOTENV_LOADED"] = "1"
+    if device and device.startswith("xpu:"):
+        env["ONEAPI_DEVICE_SELECTOR"] = f"level_zero:{device.split(':', 1)[1]}"
+    env.update(extra or {})
+    return env

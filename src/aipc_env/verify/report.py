@@ -1,0 +1,71 @@
+"""Verify results as models (parsed from the worker's JSON) and their table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["StepResult", "VerifyReport", "render_step", "render_verify"]
+
+
+class StepResult(BaseModel):
+    id: str
+    title: str
+    passed: bool
+    summary: str
+    seconds: float
+    metrics: dict[str, Any] = {}
+    hint: str | None = None
+    traceback: str | None = None
+
+
+class VerifyReport(BaseModel):
+    verify_schema_version: int = 1
+    device: str
+    pair: str | None = None
+    env_prefix: str
+    import_seconds: float
+    work_seconds: float
+    dtypes: list[str]
+    bf16_slowdown: float | None = None
+    inject: list[str] = []
+    steps: list[StepResult]
+    passed: bool
+
+    @property
+    def summary(self) -> str:
+        good = sum(s.passed for s in self.steps)
+        failed = [s.id for s in self.steps if not s.passed]
+        return f"{good}/{len(self.steps)} steps passed" + (f" (failed: {', '.join(failed)})" if failed else "")
+
+
+def render_step(console: Console, step: StepResult) -> None:
+    mark = Text("✓ " if step.passed else "✗ ", style="green" if step.passed else "bold red")
+    mark.append(f"{step.title}: ", style="bold")
+    mark.append(step.summary)
+    mark.append(f"  ({step.seconds:.2f} s)", style="dim")
+    console.print(mark)
+    if not step.passed and step.hint:
+        console.print(Text(f"    fix: {step.hint}", style="cyan"))
+
+
+def render_verify(console: Console, report: VerifyReport, verbose: bool = False) -> None:
+    table = Table("step", "result", "time", title=f"aipc-env verify on {report.device}"
+                  + (f" ({report.pair})" if report.pair else ""))
+    for s in report.steps:
+        table.add_row(s.title, Text(("PASS  " if s.passed else "FAIL  ") + s.summary,
+                                    style="" if s.passed else "red"), f"{s.seconds:.2f} s")
+    console.print(table)
+    if verbose:
+        for s in report.steps:
+            console.print(Text(f"{s.id}: {s.metrics}", style="dim"))
+            if s.traceback:
+                console.print(Text(s.traceback, style="dim"))
+    verdict = "All steps passed" if report.passed else "Verification FAILED"
+    console.print(Text(f"{verdict}: {report.summary}; work {report.work_seconds:.1f} s "
+                       f"(+{report.import_seconds:.1f} s imports). dtypes: {', '.join(report.dtypes)}",
+                       style="green" if report.passed else "bold red"))
