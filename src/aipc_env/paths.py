@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["project_root", "matrix_path", "state_dir", "cache_dir"]
+__all__ = ["project_root", "matrix_path", "state_dir", "cache_dir", "data_dir"]
 
 _MARKER = Path("environments") / "matrix.yaml"
 
@@ -43,3 +43,13 @@ def cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("aipc-env", appauthor=False))
+
+
+def data_dir() -> Path:
+    """Per-user data (runs of the built-in default). $AIPC_ENV_DATA_DIR overrides."""
+    override = os.environ.get("AIPC_ENV_DATA_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("aipc-env", appauthor=False))

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from aipc_env.launch.plan import LaunchPlan
 from aipc_env.launch.scripts import write_launcher
@@ -21,9 +22,9 @@ def launcher_argv(script: Path) -> list[str]:
     return ["/bin/sh", str(script)]
 
 
-def run_launcher(script: Path) -> int:
+def run_launcher(script: Path, stdout: TextIO | None = None) -> int:
     """Run the launcher in the foreground; SIGTERM to us is passed on; the launcher's exit code is returned."""
-    proc = subprocess.Popen(launcher_argv(script))
+    proc = subprocess.Popen(launcher_argv(script), stdout=stdout)
 
     def _pass_on(signum: int, _frame: object) -> None:
         try:
@@ -42,9 +43,9 @@ def run_launcher(script: Path) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def write_and_run(plan: LaunchPlan, *, dry_run: bool = False) -> tuple[Path, int]:
+def write_and_run(plan: LaunchPlan, *, dry_run: bool = False, stdout: TextIO | None = None) -> tuple[Path, int]:
     script = write_launcher(plan)
     if dry_run:
         return script, 0
     sys.stdout.flush()
-    return script, run_launcher(script)
+    return script, run_launcher(script, stdout=stdout)

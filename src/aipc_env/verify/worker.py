@@ -1,7 +1,7 @@
 """Runs inside the training env: every verification step, each timed, each isolated.
 
 Usage: python -m aipc_env.verify.worker [--device DEV] [--bnb-min V] [--steps N] [--out FILE]
-Prints one `AIPC_VERIFY_STEP <json>` line per step as it finishes and writes the whole result to --out.
+Prints one line per step as it finishes and writes the whole result (JSON) to --out.
 Uses only the standard library and the training stack (no pydantic), so any training env can run it.
 Test hook: AIPC_VERIFY_INJECT=drop-lora-metadata,frozen-optimizer injects those faults.
 """
@@ -427,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                          traceback=traceback.format_exc())
         entry["seconds"] = round(time.perf_counter() - t, 3)
         result["steps"].append(entry)
-        print("AIPC_VERIFY_STEP " + json.dumps(entry), flush=True)
+        mark = "PASS" if entry["passed"] else "FAIL"
+        print(f"[{mark}] {title}: {entry['summary']} ({entry['seconds']:.2f} s)", flush=True)
     result["work_seconds"] = round(time.perf_counter() - work_start, 2)
     result["passed"] = all(s["passed"] for s in result["steps"])
     if args.out:
