@@ -81,7 +81,8 @@ class TinyBatch:
     img_shapes: list
     """[[(1, h, w), (1, h, w)]] * B: target then control."""
 
-    def to(self, device, dtype) -> "TinyBatch":
+    def to(self, device, dtype=None, **_kwargs) -> "TinyBatch":
+        """Move (and cast) the tensors; accepts accelerate's send_to_device call (device only)."""
         return TinyBatch(self.target.to(device, dtype), self.control.to(device, dtype),
                          self.prompt_embeds.to(device, dtype),
                          None if self.prompt_mask is None else self.prompt_mask.to(device), self.img_shapes)

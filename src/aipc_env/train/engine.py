@@ -224,10 +224,33 @@ def run_fit(cfg: TrainConfig) -> int:
     QwenImageEditPipeline.save_lora_weights(
         lora_dir, transformer_lora_layers=get_peft_model_state_dict(unwrapped),
         transformer_lora_adapter_metadata=unwrapped.peft_config["default"].to_dict())
+    _check_reload(lora_dir, unwrapped)
     _plot(rows, out / "loss.png")
     print(f"fit: {step} steps done; LoRA saved to {lora_dir / 'pytorch_lora_weights.safetensors'}; "
           f"log {log_path}; plot {out / 'loss.png'}", flush=True)
     return 0
+
+
+def _check_reload(lora_dir: Path, trained) -> None:
+    """Load the saved LoRA back through diffusers' Qwen-Image loader into a fresh model: same tensors, same alpha."""
+    import torch
+    from diffusers import QwenImageEditPipeline
+    from peft.utils import get_peft_model_state_dict
+
+    from aipc_env.tiny import build_tiny_transformer
+
+    state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
+    fresh = build_tiny_transformer()
+    QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
+    (config,) = fresh.peft_config.values()
+    want = {k: v.float().cpu() for k, v in get_peft_model_state_dict(trained).items()}
+    got = {k: v.float().cpu() for k, v in get_peft_model_state_dict(fresh, adapter_name=next(iter(fresh.peft_config))).items()}
+    same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    expected_alpha = trained.peft_config["default"].lora_alpha
+    if not same or config.lora_alpha != expected_alpha:
+        raise AipcError(f"the saved LoRA does not load back identically (alpha {config.lora_alpha}, expected "
+                        f"{expected_alpha})", path=lora_dir)
+    print(f"fit: LoRA reloaded through diffusers: {len(got)} tensors identical, alpha {config.lora_alpha}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
