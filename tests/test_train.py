@@ -1,0 +1,100 @@
+"""`aipc-env train`: config validation before anything heavy, the built-in default end to end under bash and
+dash, a LoRA that loads back through diffusers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aipc_env.train.run import default_config
+from tests.conftest import run_cli
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def test_todo_placeholder_is_refused_naming_the_key(tmp_path):
+    cfg = default_config(tmp_path / "out")
+    cfg["model"]["path"] = "TODO: path to Qwen-Image-Edit-2511"
+    result = run_cli("train", str(_write(tmp_path / "c.yaml", cfg)), "--dry-run")
+    assert result.returncode == 2 and "model.path" in result.stderr and "TODO" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_key_wrong_type_and_missing_path(tmp_path):
+    cfg = default_config(tmp_path / "out")
+    cfg["train"]["max_train_stpes"] = 5
+    result = run_cli("train", str(_write(tmp_path / "c.yaml", cfg)), "--dry-run")
+    assert result.returncode == 2 and "train.max_train_stpes: unknown key" in result.stderr
+    cfg = default_config(tmp_path / "out")
+    cfg["lora"]["rank"] = "sixteen"
+    result = run_cli("train", str(_write(tmp_path / "c.yaml", cfg)), "--dry-run")
+    assert result.returncode == 2 and "lora.rank" in result.stderr
+    cfg = default_config(tmp_path / "out")
+    cfg["data"]["datasets"] = [str(tmp_path / "no such dataset")]
+    result = run_cli("train", str(_write(tmp_path / "c.yaml", cfg)), "--dry-run")
+    assert result.returncode == 2 and "data.datasets[0]" in result.stderr and "does not exist" in result.stderr
+    result = run_cli("train", str(tmp_path / "missing.yaml"))
+    assert result.returncode == 2 and "not found" in result.stderr
+
+
+def test_dry_run_writes_launcher_and_accelerate_config(tmp_path):
+    out = tmp_path / "runs & (x86) ü"
+    cfg = _write(tmp_path / "c.yaml", default_config(out))
+    result = run_cli("train", str(cfg), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert (out / "launch.sh").is_file() and (out / "launch.json").is_file()
+    acc = yaml.safe_load((out / "accelerate_config.yaml").read_text())
+    assert acc["distributed_type"] == "NO" and acc["num_processes"] == 1
+    plan = json.loads((out / "launch.json").read_text())
+    assert [p["name"] for p in plan["phases"]] == ["cache", "fit"]
+    assert "accelerate.commands.launch" in plan["phases"][1]["argv"]
+    assert not (out / "lora").exists()
+
+
+def _load_back(lora_dir: Path) -> float:
+    import torch
+    from diffusers import QwenImageEditPipeline
+
+    from aipc_env.tiny import build_tiny_transformer
+
+    state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
+    model = build_tiny_transformer()
+    QwenImageEditPipeline.load_lora_into_transformer(state, transformer=model, metadata=meta)
+    (config,) = model.peft_config.values()
+    assert any("lora_B" in k and v.abs().sum() > 0 for k, v in state.items()), "LoRA B was never trained"
+    assert torch.isfinite(next(iter(state.values()))).all()
+    return config.lora_alpha
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_builtin_default_end_to_end_under_shell(shell, tmp_path):
+    out = tmp_path / "default run ü & co"
+    cfg = _write(tmp_path / "c.yaml", default_config(out))
+    assert run_cli("train", str(cfg), "--dry-run").returncode == 0
+    result = subprocess.run([shell, str(out / "launch.sh")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 41))  # exactly max_train_steps
+    assert (out / "loss.png").stat().st_size > 1000
+    assert _load_back(out / "lora") == 8
+    log = (out / "train.log").read_text()
+    assert "phase cache exited with 0" in log and "phase fit exited with 0" in log
+    # a second cache phase does no work
+    again = subprocess.run([shell, str(out / "launch.sh")], capture_output=True, text=True, timeout=300)
+    assert "0 written, 8 already cached" in again.stdout
+
+
+@pytest.mark.slow
+def test_train_without_config_runs_the_default(tmp_path):
+    result = run_cli("train", env={"AIPC_ENV_DATA_DIR": str(tmp_path)}, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "built-in default" in result.stdout
+    assert (tmp_path / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors").is_file()

@@ -1,0 +1,73 @@
+"""`aipc-env verify` for real on this CPU, and failing for the right reasons."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _verify(*args: str, env: dict | None = None) -> tuple[int, dict]:
+    result = run_cli("verify", "--json", "--steps", "40", *args, env=env, timeout=300)
+    assert "Traceback" not in result.stdout
+    return result.returncode, json.loads(result.stdout)
+
+
+def _steps(report: dict) -> dict[str, dict]:
+    return {s["id"]: s for s in report["steps"]}
+
+
+def test_passes_on_this_cpu_and_is_recorded_for_the_doctor():
+    rc, report = _verify()
+    assert rc == 0, [s["summary"] for s in report["steps"] if not s["passed"]]
+    steps = _steps(report)
+    assert list(steps) == ["device", "bitsandbytes", "nf4-roundtrip", "linear4bit", "adam8bit", "lora-roundtrip",
+                           "tiny-qlora"]
+    assert steps["adam8bit"]["metrics"]["state_dtypes"]["state1"] == "uint8"
+    assert steps["tiny-qlora"]["metrics"]["loss_ratio"] <= 0.9
+    assert steps["lora-roundtrip"]["metrics"]["without_metadata"]["alpha"] == 4
+    doctor = run_cli("doctor", "--json", "--check", "last-verify")
+    (finding,) = json.loads(doctor.stdout)["findings"]
+    assert finding["status"] == "ok" and "7/7" in finding["seen"]
+
+
+def test_fails_when_bitsandbytes_is_too_old_for_the_pair(tmp_path):
+    raw = yaml.safe_load((ROOT / "environments" / "matrix.yaml").read_text())
+    for row in raw["pairs"]:
+        if row["id"] == "xpu-2.13":
+            row["bitsandbytes_min"] = "0.51.0"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(raw))
+    rc, report = _verify("--pair", "xpu-2.13", "--matrix", str(matrix))
+    assert rc == 1
+    step = _steps(report)["bitsandbytes"]
+    assert not step["passed"] and "older than 0.51.0" in step["summary"]
+
+
+def test_fails_when_lora_metadata_is_dropped():
+    rc, report = _verify(env={"AIPC_VERIFY_INJECT": "drop-lora-metadata"})
+    assert rc == 1
+    failed = [s["id"] for s in report["steps"] if not s["passed"]]
+    assert failed == ["lora-roundtrip"]
+    assert "metadata did not survive" in _steps(report)["lora-roundtrip"]["summary"]
+
+
+def test_fails_when_the_optimizer_leaves_parameters_unchanged():
+    rc, report = _verify(env={"AIPC_VERIFY_INJECT": "frozen-optimizer"})
+    assert rc == 1
+    steps = _steps(report)
+    assert "left the parameters unchanged" in steps["adam8bit"]["summary"]
+    assert not steps["tiny-qlora"]["passed"] and "did not drop" in steps["tiny-qlora"]["summary"]
+    doctor = run_cli("doctor", "--json", "--check", "last-verify")
+    assert json.loads(doctor.stdout)["findings"][0]["status"] == "fail"
+
+
+def test_missing_env_is_a_clear_error(tmp_path):
+    result = run_cli("verify", "--env", str(tmp_path / "nope"))
+    assert result.returncode == 2 and "no Python interpreter" in result.stderr
