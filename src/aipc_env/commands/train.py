@@ -21,6 +21,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _refuse_invalid_datasets(cfg, config_path: Path) -> None:
+    """Validate every real dataset before any launcher or model: an invalid one names its samples."""
+    from aipc_env.dataset import validate_dataset
+    from aipc_env.errors import InputError
+
+    if cfg.data is None:
+        return
+    for i, ds in enumerate(cfg.data.datasets):
+        if ds.startswith("builtin:"):
+            continue
+        verdict = validate_dataset(ds, cfg.data.target_size)
+        if not verdict.valid:
+            shown = "; ".join(verdict.issues[:3]) + (f" (+{len(verdict.issues) - 3} more)" if len(verdict.issues) > 3 else "")
+            raise InputError(f"dataset {ds} is invalid: {shown}", path=config_path, key=f"data.datasets[{i}]",
+                             fix=f"aipc-env dataset validate \"{ds}\" lists every problem")
+
+
 def run(args: argparse.Namespace) -> int:
     from aipc_env.facts.gather import _msvc, _oneapi
     from aipc_env.facts.model import MsvcInfo
@@ -39,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         config_path = write_default_config(data_dir() / "runs" / "builtin-default")
         print(f"aipc-env: no config given; running the built-in default ({config_path})")
     cfg = load_config(config_path)
+    _refuse_invalid_datasets(cfg, config_path)
     matrix = load_matrix(args.matrix)
     choice = choose_training_env(matrix, args.env, args.pair)
     platform = current_platform()

@@ -1,0 +1,151 @@
+"""Read a dataset's layout into samples, following qwen-image-finetune's naming rules (runbook §3).
+
+Scanning never decodes images; it records where each sample's parts are and what is odd about the layout.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from aipc_env.errors import InputError
+
+__all__ = ["IMAGE_EXTS", "TARGET_DIRS", "CONTROL_DIRS", "Sample", "Scan", "scan_dataset"]
+
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+TARGET_DIRS = ("training_images", "images", "target_images", "target", "targets")
+CONTROL_DIRS = ("control_images", "control", "condition_images", "controls")
+_EXTRA = re.compile(r"^(?P<stem>.+)_control_(?P<n>\d+)$")
+
+
+@dataclass
+class Sample:
+    id: str
+    target: Path | bytes | None
+    controls: list[Path | bytes] = field(default_factory=list)
+    """Main control first, then _control_1, _control_2 ..."""
+    mask: Path | bytes | None = None
+    prompt: str | None = None
+    where: str = ""
+    """Where the sample comes from (a file, or parquet file and row) for messages."""
+
+
+@dataclass
+class Scan:
+    format: Literal["local", "parquet", "csv"]
+    root: Path
+    samples: list[Sample]
+    issues: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _images(folder: Path) -> dict[str, Path]:
+    return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in IMAGE_EXTS}
+
+
+def _first_dir(root: Path, names: tuple[str, ...]) -> Path | None:
+    return next((root / n for n in names if (root / n).is_dir()), None)
+
+
+def _read_prompt(path: Path) -> str:
+    return path.read_text(encoding="utf-8-sig", errors="replace").strip()
+
+
+def _scan_local(root: Path) -> Scan:
+    scan = Scan("local", root, [])
+    tdir, cdir = _first_dir(root, TARGET_DIRS), _first_dir(root, CONTROL_DIRS)
+    if tdir is None or cdir is None:
+        missing = [f"a target folder ({' / '.join(TARGET_DIRS)})" for _ in [0] if tdir is None] + \
+                  [f"a control folder ({' / '.join(CONTROL_DIRS)})" for _ in [0] if cdir is None]
+        scan.issues.append(f"{root}: missing {' and '.join(missing)}")
+        return scan
+    timgs, cimgs = _images(tdir), _images(cdir)
+    targets = {s: p for s, p in timgs.items() if not s.endswith("_mask") and not _EXTRA.match(s)}
+    if not targets:
+        scan.issues.append(f"{tdir}: no target images ({', '.join(IMAGE_EXTS)}); the upstream loader crashes "
+                           "on an empty folder (IndexError)")
+        return scan
+    for stem, target in sorted(targets.items()):
+        sample = Sample(id=stem, target=target, where=str(target))
+        for folder in (tdir, cdir):  # training_images/ wins
+            txt = folder / f"{stem}.txt"
+            if txt.is_file():
+                sample.prompt = _read_prompt(txt)
+                break
+        if stem in cimgs:
+            sample.controls.append(cimgs[stem])
+        extras = sorted(((int(m.group("n")), p) for s, p in cimgs.items()
+                         if (m := _EXTRA.match(s)) and m.group("stem") == stem))
+        sample.controls += [p for _, p in extras]
+        sample.mask = cimgs.get(f"{stem}_mask") or timgs.get(f"{stem}_mask")
+        scan.samples.append(sample)
+    orphans = sorted(set(s for s in cimgs if not s.endswith("_mask") and not _EXTRA.match(s)) - set(targets))
+    if orphans:
+        scan.warnings.append(f"{len(orphans)} control image(s) without a target are ignored: {', '.join(orphans[:5])}")
+    return scan
+
+
+def _scan_parquet(root: Path) -> Scan:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError("reading parquet datasets needs pyarrow", path=root, fix="pip install pyarrow") from None
+    scan = Scan("parquet", root, [])
+    files = sorted((root / "data").glob("train-*.parquet"))
+    for f in files:
+        table = pq.read_table(f)
+        cols = set(table.column_names)
+        missing = {"target_image", "control_images", "prompt"} - cols
+        if missing:
+            scan.issues.append(f"{f.name}: missing column(s) {', '.join(sorted(missing))}")
+            continue
+        for i, row in enumerate(table.to_pylist()):
+            def data(v):
+                return v.get("bytes") if isinstance(v, dict) else v
+            controls = [data(c) for c in (row["control_images"] or [])]
+            scan.samples.append(Sample(id=f"{f.stem}#{i}", target=data(row["target_image"]),
+                                       controls=[c for c in controls if c is not None],
+                                       mask=data(row.get("control_mask")) if "control_mask" in cols else None,
+                                       prompt=(row["prompt"] or "").strip() or None, where=f"{f.name} row {i}"))
+    if not files:
+        scan.issues.append(f"{root / 'data'}: no train-*.parquet files")
+    return scan
+
+
+def _scan_csv(path: Path) -> Scan:
+    scan = Scan("csv", path, [])
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = reader.fieldnames or []
+        if "path_target" not in cols or "prompt" not in cols:
+            scan.issues.append(f"{path.name}: needs columns path_target and prompt (got {', '.join(cols)})")
+            return scan
+        extra_cols = sorted((c for c in cols if re.fullmatch(r"path_control_\d+", c)),
+                            key=lambda c: int(c.rsplit("_", 1)[1]))
+        base = path.parent  # relative paths are relative to the CSV (upstream: the current folder)
+        for i, row in enumerate(reader, start=2):
+            def p(col: str) -> Path | None:
+                v = (row.get(col) or "").strip()
+                return (base / v) if v else None
+            controls = [c for c in [p("path_control"), *[p(c) for c in extra_cols]] if c is not None]
+            scan.samples.append(Sample(id=f"line {i}", target=p("path_target"), controls=controls,  # type: ignore[arg-type]
+                                       mask=p("path_mask"), prompt=(row.get("prompt") or "").strip() or None,
+                                       where=f"{path.name} line {i}"))
+    return scan
+
+
+def scan_dataset(path: str | Path) -> Scan:
+    path = Path(path)
+    if not path.exists():
+        raise InputError("dataset not found", path=path, fix="check the path")
+    if path.is_file():
+        if path.suffix.lower() != ".csv":
+            raise InputError("a dataset file must be a .csv", path=path,
+                             fix="pass a dataset folder, a parquet folder (with data/train-*.parquet) or a CSV")
+        return _scan_csv(path)
+    if (path / "data").is_dir() and any((path / "data").glob("*.parquet")):
+        return _scan_parquet(path)
+    return _scan_local(path)

@@ -1,0 +1,112 @@
+"""Validate a scanned dataset: blocking issues and advice, as the runbook's verdict JSON."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aipc_env.dataset.scan import Sample, Scan, scan_dataset
+
+__all__ = ["Verdict", "validate_dataset", "MIN_SAMPLES", "WARN_SAMPLES"]
+
+MIN_SAMPLES = 5
+WARN_SAMPLES = 30
+SMOKE_ONLY = 20
+PROMPT_WORDS = (10, 200)
+VAGUE = {"edit the image", "edit image", "edit", "change the image", "make it better"}
+CAPTION_START = ("a ", "an ", "the ", "photo of", "image of", "picture of")
+
+
+@dataclass
+class Verdict:
+    valid: bool
+    format: str
+    sample_count: int
+    issues: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"valid": self.valid, "format": self.format, "sample_count": self.sample_count,
+                "issues": self.issues, "warnings": self.warnings}
+
+
+def _open(part: Path | bytes):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part)
+
+
+def _image_problems(sample: Sample, part: Path | bytes | None, role: str, target_size: tuple[int, int] | None,
+                    issues: list[str], small: list[str]) -> None:
+    if part is None:
+        return
+    if isinstance(part, Path) and not part.is_file():
+        issues.append(f"{sample.where}: {role} {part} does not exist")
+        return
+    try:
+        with _open(part) as im:
+            mode, (w, h) = im.mode, im.size
+    except Exception as exc:  # noqa: BLE001 - any decoder error is a broken image
+        issues.append(f"{sample.where}: {role} cannot be read as an image ({type(exc).__name__})")
+        return
+    if role != "mask" and mode != "RGB":
+        issues.append(f"{sample.where}: {role} is {mode}, not RGB (convert it: RGBA, greyscale and palette "
+                      "images are not handled like RGB)")
+    if target_size and role == "target" and (h < target_size[0] or w < target_size[1]):
+        small.append(f"{sample.id} ({w}x{h})")
+
+
+def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
+    issues, warnings = list(scan.issues), list(scan.warnings)
+    small: list[str] = []
+    usable = 0
+    counts: dict[int, list[str]] = {}
+    for s in scan.samples:
+        ok = True
+        if not s.prompt:
+            issues.append(f"{s.where}: no prompt (upstream silently drops such a sample); add {s.id}.txt with the "
+                          "edit instruction" if scan.format == "local" else f"{s.where}: empty prompt")
+            ok = False
+        if not s.controls:
+            issues.append(f"{s.where}: no control image (the input of the edit)")
+            ok = False
+        counts.setdefault(len(s.controls), []).append(s.id)
+        for role, part in [("target", s.target), *[(f"control {i}", c) for i, c in enumerate(s.controls)],
+                           ("mask", s.mask)]:
+            before = len(issues)
+            _image_problems(s, part, role, target_size, issues, small)
+            ok = ok and len(issues) == before
+        if s.prompt:
+            words = len(s.prompt.split())
+            if s.prompt.strip().lower().rstrip(".") in VAGUE:
+                warnings.append(f"{s.where}: prompt {s.prompt!r} is too vague to teach an edit")
+            elif words < PROMPT_WORDS[0] or words > PROMPT_WORDS[1]:
+                warnings.append(f"{s.where}: prompt has {words} words (10–200 recommended)")
+            if s.prompt.lower().startswith(CAPTION_START):
+                warnings.append(f"{s.where}: prompt reads like a caption of the result; write the edit instruction "
+                                "(\"Add the character to the image\")")
+        usable += ok
+    if len(counts) > 1:
+        first = scan.samples[0]
+        detail = "; ".join(f"{n} control(s): {', '.join(ids[:3])}{'…' if len(ids) > 3 else ''}"
+                           for n, ids in sorted(counts.items()))
+        issues.append(f"samples have different numbers of control images ({detail}); upstream takes the count "
+                      f"from the first sample ({first.id}) and fails or ignores controls on the others")
+    if small:
+        warnings.append(f"{len(small)} target image(s) smaller than target_size {list(target_size or [])} will be "
+                        f"upscaled: {', '.join(small[:5])}")
+    n = len(scan.samples)
+    if n < MIN_SAMPLES:
+        issues.append(f"{n} sample(s): at least {MIN_SAMPLES} are needed")
+    elif n < SMOKE_ONLY:
+        warnings.append(f"{n} samples: enough for a smoke test only (20–50 for a narrow task)")
+    elif n < WARN_SAMPLES:
+        warnings.append(f"{n} samples: fewer than {WARN_SAMPLES}; 50–100 generalise better")
+    if n >= MIN_SAMPLES:
+        warnings.append("hold out at least 3 samples as a test set that training never sees")
+    return Verdict(valid=not issues, format=scan.format, sample_count=n, issues=issues, warnings=warnings)
+
+
+def validate_dataset(path: str | Path, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
+    return validate_scan(scan_dataset(path), target_size)
