@@ -1,0 +1,89 @@
+"""Locking inputs, derived from the matrix row and environments/ (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+from aipc_env.errors import InputError
+from aipc_env.matrix import Pair
+from aipc_env.paths import project_root
+
+__all__ = ["DEFAULT_PYTHON", "PYPI_URL", "XPU_INDEX_URL", "EXPLICIT_XPU_NAMES", "pair_python", "pip_layer",
+           "conda_environment", "uv_project", "row_hash", "common_requirements"]
+
+DEFAULT_PYTHON = "3.12"
+PYPI_URL = "https://pypi.org/simple"
+XPU_INDEX_URL = "https://download.pytorch.org/whl/xpu"
+EXPLICIT_XPU_NAMES = ("torch", "torchvision", "pytorch-triton-xpu", "triton-xpu")
+"""Served only by the PyTorch XPU index; every other name comes only from PyPI."""
+
+
+def pair_python(pair: Pair, preferred: str = DEFAULT_PYTHON) -> str:
+    """The pair's Python: 3.12 when the pair supports it, else the newest minor version it allows."""
+    spec = pair.python_specifier
+    if f"{preferred}.0" in spec:
+        return preferred
+    for minor in range(14, 8, -1):
+        if f"3.{minor}.0" in spec:
+            return f"3.{minor}"
+    raise InputError(f"no Python 3.9-3.14 satisfies {pair.python}", key=f"{pair.id}.python")
+
+
+def common_requirements(path: Path | None = None) -> list[str]:
+    path = path or project_root() / "environments" / "pip-layer.txt"
+    reqs = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            Requirement(line)
+        except InvalidRequirement as exc:
+            raise InputError(f"line {n}: {exc}", path=path) from None
+        reqs.append(line)
+    return reqs
+
+
+def pip_layer(pair: Pair, common: list[str] | None = None, *, torchvision: str | None = None) -> list[str]:
+    """torch==<newest>+xpu, the pair's Triton (with its marker), bitsandbytes>=<pair min>, then the common layer."""
+    reqs = [f"torch=={pair.newest_torch}+xpu"]
+    if torchvision:
+        reqs.append(f"torchvision=={torchvision}+xpu")
+    triton = f"{pair.triton.name}=={pair.triton.version}"
+    reqs.append(triton + (f"; {pair.triton.marker}" if pair.triton.marker else ""))
+    reqs.append(f"bitsandbytes>={pair.bitsandbytes_min}")
+    reqs += [r for r in (common if common is not None else common_requirements())
+             if Requirement(r).name not in ("torch", "bitsandbytes")]
+    return reqs
+
+
+def conda_environment(pair: Pair, python: str | None = None) -> str:
+    text = (project_root() / "environments" / "conda-layer.yaml").read_text(encoding="utf-8")
+    return text.replace("{python}", python or pair_python(pair))
+
+
+def uv_project(requirements: list[str], *, pypi_url: str, xpu_index_url: str, python: str) -> str:
+    """A pyproject.toml that uv resolves: the XPU index is explicit and serves only EXPLICIT_XPU_NAMES."""
+    present = {Requirement(r).name for r in requirements}
+    sources = "\n".join(f'{n} = {{ index = "pytorch-xpu" }}' for n in EXPLICIT_XPU_NAMES if n in present)
+    deps = ",\n".join(f"    {json.dumps(r)}" for r in requirements)
+    return (f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = ">={python}"\n'
+            f"dependencies = [\n{deps},\n]\n\n"
+            f'[[tool.uv.index]]\nname = "pytorch-xpu"\nurl = {json.dumps(xpu_index_url)}\nexplicit = true\n\n'
+            f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
+            f"[tool.uv.sources]\n{sources}\n")
+
+
+def row_hash(pair: Pair) -> str:
+    """Hash of the matrix row a lock came from (staleness check)."""
+    data = json.dumps(pair.model_dump(mode="json"), sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def newest_first(versions: list[str]) -> list[str]:
+    return sorted(versions, key=Version, reverse=True)

@@ -1,0 +1,234 @@
+"""Locking and building against local package indexes made here: a `+xpu` torch on an explicit index, a
+same-name decoy on the default index, hash-checked installs, drift, the no-lock path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from aipc_env.errors import AipcError
+from aipc_env.lock.build import EnvRequest, Indexes, build_env, check_env, choose_pair, lock_pair
+from aipc_env.lock.lockfile import check_pair_lock, pylock_path, read_pylock
+from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
+from aipc_env.lock.wheels import make_wheel, write_simple_index
+from tests.conftest import run_cli
+
+PAIR = "xpu-2.13"
+COMMON = ["tinydep>=1.0"]
+PY = "%d.%d" % sys.version_info[:2]
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory, matrix):
+    base = tmp_path_factory.mktemp("indexes")
+    pair = matrix.get(PAIR)
+    pypi, xpu = [], []
+    requires = []
+    for pin in pair.runtime_pins:
+        requires.append(f"{pin.name}=={pin.version}" + (f"; {pin.marker}" if pin.marker else ""))
+        pypi.append(make_wheel(base / "w", pin.name, pin.version))
+    pypi += [make_wheel(base / "w", "torch", "2.13.0", payload="DECOY"),  # decoy on the default index
+             make_wheel(base / "w", "bitsandbytes", "0.50.2"),
+             make_wheel(base / "w", "tinydep", "1.0"), make_wheel(base / "w", "tinydep", "2.0")]
+    xpu += [make_wheel(base / "x", "torch", "2.13.0+xpu", requires=requires, payload="XPU"),
+            make_wheel(base / "x", "triton-xpu", "3.7.2"),
+            make_wheel(base / "x", "tinydep", "9.9", payload="WRONG-INDEX")]  # must never be taken
+    pypi_simple = write_simple_index(pypi, base / "pypi")
+    xpu_simple = write_simple_index(xpu, base / "xpu")
+    return Indexes(pypi_simple.as_uri(), xpu_simple.as_uri()), base
+
+
+@pytest.fixture(scope="module")
+def locked(indexes, matrix, tmp_path_factory):
+    idx, _ = indexes
+    root = tmp_path_factory.mktemp("lockfiles")
+    lock_pair(matrix.get(PAIR), root, indexes=idx, python=PY, conda_layer=False, log=root.parent / "lock.log",
+              common=COMMON)
+    return root
+
+
+def _request(matrix, root, prefix, idx, **kw) -> EnvRequest:
+    return EnvRequest(pair=matrix.get(PAIR), prefix=prefix, platform="linux-64", lock_root=root,
+                      log=prefix.parent / "env.log", indexes=idx, base_python=sys.executable, common=COMMON, **kw)
+
+
+def _stub(prefix: Path, module: str) -> str:
+    return subprocess.run([str(prefix / "bin" / "python"), "-c", f"import {module}; print({module}.VALUE)"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_lock_routes_torch_to_the_xpu_index_and_the_rest_to_pypi(locked, indexes):
+    idx, _ = indexes
+    for platform in ("linux-64", "win-64"):
+        pkgs = read_pylock(pylock_path(locked / PAIR, platform)).by_name()
+        assert pkgs["torch"].version == "2.13.0+xpu"
+        assert pkgs["torch"].wheels[0].url.startswith(idx.xpu_index_url.rsplit("/simple", 1)[0])
+        assert pkgs["tinydep"].version == "2.0" and "/pypi/" in pkgs["tinydep"].wheels[0].url
+        assert all(a.hashes.get("sha256") for p in pkgs.values() for a in p.artifacts)
+    win = read_pylock(pylock_path(locked / PAIR, "win-64")).by_name()
+    lin = read_pylock(pylock_path(locked / PAIR, "linux-64")).by_name()
+    assert "oneccl" in lin and "oneccl" not in win and "pyzes" in lin
+    meta = json.loads((locked / PAIR / "lock-meta.json").read_text())
+    assert meta["pair"] == PAIR and meta["matrix_row_hash"].startswith("sha256:") and "uv" in meta["tools"]
+    assert (locked / PAIR / "pylock.linux-64.toml").read_text().startswith("# DO NOT EDIT")
+
+
+def test_lock_check(locked, matrix, tmp_path):
+    problems = check_pair_lock(locked / PAIR, matrix)
+    assert problems == [f"{locked / PAIR / 'conda-lock.yml'}: missing (conda layer)"]
+    bad = tmp_path / PAIR
+    bad.mkdir()
+    for f in (locked / PAIR).iterdir():
+        (bad / f.name).write_text(f.read_text())
+    lock = bad / "pylock.win-64.toml"
+    text = lock.read_text()
+    lock.write_text(text.replace('name = "intel-sycl-rt"\nversion = "2026.0.0"', 'name = "intel-sycl-rt"\nversion = "2025.3.2"'))
+    result = run_cli("lock", "check", "--lock-root", str(tmp_path))
+    assert result.returncode == 1
+    assert f"{lock}: intel-sycl-rt is 2025.3.2, xpu-2.13 pins 2026.0.0" in result.stdout
+
+
+def test_build_from_lock_drift_repair_and_noop(locked, indexes, matrix, tmp_path):
+    idx, _ = indexes
+    prefix = tmp_path / "env (x86) ü"
+    result = build_env(_request(matrix, locked, prefix, idx))
+    assert result.changed and _stub(prefix, "torch_stub") == "XPU" and _stub(prefix, "tinydep_stub") == "2.0"
+    assert check_env(prefix, result.lockfile, "linux-64") == []
+    again = build_env(_request(matrix, locked, prefix, idx))
+    assert not again.changed and again.seconds < 5
+    # drift: somebody changes a package after the build
+    subprocess.run([find_uv(), "pip", "install", "--python", str(prefix / "bin" / "python"), "--index-url",
+                    idx.pypi_url, "tinydep==1.0", "bitsandbytes==0.50.2", "--reinstall-package", "tinydep"],
+                   check=True, capture_output=True)
+    drift = check_env(prefix, result.lockfile, "linux-64")
+    assert [(d.kind, d.name, d.locked, d.installed) for d in drift] == [("version", "tinydep", "2.0", "1.0")]
+    repaired = build_env(_request(matrix, locked, prefix, idx))
+    assert repaired.changed and [d.name for d in repaired.drift_before] == ["tinydep"]
+    assert check_env(prefix, result.lockfile, "linux-64") == []
+
+
+def test_env_check_cli_reports_extra_and_missing(locked, indexes, matrix, tmp_path):
+    idx, base = indexes
+    prefix = tmp_path / "env"
+    build_env(_request(matrix, locked, prefix, idx))
+    py = str(prefix / "bin" / "python")
+    subprocess.run([find_uv(), "pip", "uninstall", "--python", py, "triton-xpu"], check=True, capture_output=True)
+    make_wheel(base / "extra", "stray", "0.1")
+    subprocess.run([find_uv(), "pip", "install", "--python", py, str(base / "extra" / "stray-0.1-py3-none-any.whl")],
+                   check=True, capture_output=True)
+    out = run_cli("env", "--check", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked), "--json")
+    assert out.returncode == 1
+    kinds = {(d["kind"], d["name"]) for d in json.loads(out.stdout)["drift"]}
+    assert kinds == {("missing", "triton-xpu"), ("extra", "stray")}
+
+
+def test_tampered_wheel_fails_the_hash_check_and_leaves_the_env(locked, indexes, matrix, tmp_path):
+    idx, base = indexes
+    prefix = tmp_path / "env"
+    build_env(_request(matrix, locked, prefix, idx))
+    subprocess.run([find_uv(), "pip", "uninstall", "--python", str(prefix / "bin" / "python"), "torch"],
+                   check=True, capture_output=True)
+    before = sorted(p.name for p in (prefix / "lib").glob("python*/site-packages/*"))
+    wheel = base / "xpu" / "files" / "torch-2.13.0+xpu-py3-none-any.whl"
+    original = wheel.read_bytes()
+    try:
+        with zipfile.ZipFile(wheel, "a") as zf:
+            zf.writestr("evil.py", "print('pwned')")
+        with pytest.raises(AipcError) as exc:
+            build_env(_request(matrix, locked, prefix, idx))
+        assert "exited with" in exc.value.message
+        assert "Hash mismatch" in (prefix.parent / "env.log").read_text()
+    finally:
+        wheel.write_bytes(original)
+    assert sorted(p.name for p in (prefix / "lib").glob("python*/site-packages/*")) == before
+
+
+def test_no_lock_says_how_and_unlocked_records_one(indexes, matrix, tmp_path):
+    idx, _ = indexes
+    root = tmp_path / "lockfiles"
+    with pytest.raises(AipcError) as exc:
+        build_env(_request(matrix, root, tmp_path / "env", idx))
+    assert "nox -s lock -- --pair xpu-2.13" in exc.value.fix and "--unlocked" in exc.value.fix
+    result = build_env(_request(matrix, root, tmp_path / "env", idx, unlocked=True))
+    assert result.changed and _stub(tmp_path / "env", "torch_stub") == "XPU"
+    meta = json.loads((root / PAIR / "lock-meta.json").read_text())
+    assert meta["source"].startswith("env --unlocked")
+    assert check_env(tmp_path / "env", pylock_path(root / PAIR, "linux-64"), "linux-64") == []
+
+
+def test_choose_pair(matrix):
+    assert choose_pair(matrix, "win-64", None, [])[0].id == "xpu-2.13"
+    pair, why = choose_pair(matrix, "win-64", None, ["2025.0", "2025.3"])
+    assert pair.id == "xpu-2.12" and "2025.3" in why
+    assert choose_pair(matrix, "win-64", "xpu-2.9", ["2025.3"])[0].id == "xpu-2.9"
+
+
+def test_conda_layer_command_lines():
+    prefix, lock, explicit = Path("/envs/x y"), Path("/l/conda-lock.yml"), Path("/t/conda-linux-64.explicit.txt")
+    assert conda_create_argv(CondaTool("conda-lock", "/b/conda-lock"), prefix, lockfile=lock) == \
+        ["/b/conda-lock", "install", "--prefix", "/envs/x y", "/l/conda-lock.yml"]
+    for name in ("micromamba", "mamba", "conda"):
+        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, explicit=explicit) == \
+            [f"/b/{name}", "create", "--yes", "--prefix", "/envs/x y", "--file", str(explicit)]
+        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, python="3.12") == \
+            [f"/b/{name}", "create", "--yes", "--prefix", "/envs/x y", "--override-channels", "-c", "conda-forge",
+             "python=3.12", "pip"]
+
+
+CONDA_LOCK_FIXTURE = """\
+version: 1
+metadata:
+  content_hash:
+    linux-64: 0f1e2d
+    win-64: 0f1e2d
+  channels:
+  - url: conda-forge
+    used_env_vars: []
+  platforms:
+  - linux-64
+  - win-64
+  sources:
+  - environment.yml
+package:
+- name: python
+  version: 3.12.12
+  manager: conda
+  platform: linux-64
+  dependencies: {}
+  url: https://conda.anaconda.org/conda-forge/linux-64/python-3.12.12-hd63d673_1_cpython.conda
+  hash:
+    md5: 5c00c8cea14ee8d02941cab9121dce41
+    sha256: 6cca004806ceceea9585d4d655059e951152fc774a471593d4f5138e6a54c81d
+  category: main
+  optional: false
+- name: python
+  version: 3.12.12
+  manager: conda
+  platform: win-64
+  dependencies: {}
+  url: https://conda.anaconda.org/conda-forge/win-64/python-3.12.12-h0159041_1_cpython.conda
+  hash:
+    md5: 42ae551e4c15837a582bea63412dc0b4
+    sha256: 9ace1a5ec8e6c6d8e4e1d8ec7b4cb2c0b4a0c8e3e5c57f6e6eb3d5ae3e30a4a9
+  category: main
+  optional: false
+"""
+
+
+def test_conda_lock_render_works_offline(tmp_path):
+    import shutil
+
+    conda_lock = shutil.which("conda-lock") or str(Path(sys.executable).parent / "conda-lock")
+    if not Path(conda_lock).exists():
+        pytest.skip("conda-lock is not installed")
+    lock = tmp_path / "conda-lock.yml"
+    lock.write_text(CONDA_LOCK_FIXTURE)
+    subprocess.run(conda_render_argv(conda_lock, lock, "win-64", tmp_path), check=True, capture_output=True,
+                   timeout=120)
+    text = (tmp_path / "conda-win-64.explicit.txt").read_text()
+    assert "@EXPLICIT" in text and "win-64/python-3.12.12-h0159041_1_cpython.conda#" in text
