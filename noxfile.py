@@ -3,6 +3,7 @@
     nox -s doctor [-- --json ...]     check this machine (fast: no torch import)
     nox -s train [-- config.yaml]     train (no config: the built-in tiny default, no download)
     nox -s verify                      prove NF4, Adam8bit and LoRA round-trips work on this device
+    nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
 """
 
@@ -36,6 +37,27 @@ def resolve(session: nox.Session) -> None:
 
 
 @nox.session
+def lock(session: nox.Session) -> None:
+    """(Admin, connected machine) resolve pairs into lockfiles/: nox -s lock [-- --pair ID ...] [--pip-only]."""
+    session.install("-e", ".[lock]")
+    _aipc(session, "lock")
+
+
+@nox.session
+def env(session: nox.Session) -> None:
+    """Build or repair the training env from its lock: nox -s env [-- --pair ID --prefix PATH --check --unlocked]."""
+    session.install("-e", ".[lock]")
+    _aipc(session, "env")
+
+
+@nox.session(name="patch-requirements")
+def patch_requirements(session: nox.Session) -> None:
+    """Make a qwen-image-finetune requirements.txt installable on XPU: nox -s patch-requirements -- PATH."""
+    session.install("-e", ".")
+    _aipc(session, "patch-requirements")
+
+
+@nox.session
 def verify(session: nox.Session) -> None:
     """NF4 quantize/matmul, Adam8bit and LoRA round-trips on this device (the training env's stack)."""
     session.install("-e", ".[train]", *CONSTRAINTS)
@@ -52,5 +74,5 @@ def train(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (CPU; Wine tests run where wine is installed)."""
-    session.install("-e", ".[train,dev]", *CONSTRAINTS)
+    session.install("-e", ".[train,lock,dev]", *CONSTRAINTS)
     session.run("python", "-m", "pytest", *session.posargs)

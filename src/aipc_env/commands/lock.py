@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", nargs="?", choices=["check"], help="check: validate the lockfiles, change nothing")
     p.add_argument("--pair", action="append", metavar="ID", help="pair(s) to lock (default: every confirmed pair)")
     p.add_argument("--pip-only", action="store_true", help="skip the conda layer (conda-lock needs the channels)")
+    p.add_argument("--python", metavar="X.Y", help="Python of the env (default: 3.12, or the newest the pair allows)")
     _index_args(p)
     p.set_defaults(run=run)
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     log = cache_dir() / "logs" / "lock.log"
     for pair in pairs:
         print(f"locking {pair.id} (torch {pair.newest_torch}+xpu, oneAPI {pair.oneapi}) ...", flush=True)
-        out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log,
+        out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log, python=args.python,
                         common=common_requirements(args.pip_layer) if args.pip_layer else None)
         print(f"  wrote {out}")
     return 0

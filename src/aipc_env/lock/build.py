@@ -220,6 +220,15 @@ def build_env(req: EnvRequest) -> EnvResult:
                         fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
                         f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked")
     if not req.unlocked:
+        if meta_path(lock_dir).is_file():
+            from aipc_env.lock.lockfile import read_meta
+
+            locked_for = read_meta(lock_dir).python
+            if locked_for != python_version:
+                raise AipcError(f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is "
+                                f"{python_version}", path=lockfile,
+                                fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
+                                f"{req.pair.id} --python {python_version}")
         problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
         if problems:
             raise AipcError("the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),
