@@ -1,0 +1,30 @@
+"""Compatibility shims for the training stack, applied only where needed. Imports torch stack lazily."""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__ = ["processor_without_video"]
+
+_APPLIED = False
+
+
+def processor_without_video() -> bool:
+    """transformers >= 5 builds Qwen2VLProcessor with a video processor, which needs torchvision. Where
+    torchvision is missing (it is optional in the training env), limit the processor to image processor +
+    tokenizer, which is all the Qwen-Image-Edit pipelines use. Returns whether the shim is active."""
+    global _APPLIED
+    if _APPLIED:
+        return True
+    if importlib.util.find_spec("torchvision") is not None:
+        try:
+            import torchvision  # noqa: F401
+
+            return False
+        except Exception:  # noqa: BLE001 - a torchvision that does not import is as good as none
+            pass
+    from transformers import Qwen2VLProcessor
+
+    Qwen2VLProcessor.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
+    _APPLIED = True
+    return True
