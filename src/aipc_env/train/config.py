@@ -41,6 +41,8 @@ class DataSection(StrictModel):
     batch_size: int = Field(1, ge=1)
     num_workers: int = Field(1, ge=0)
     synthetic_samples: int = Field(8, ge=1, description="only for builtin:synthetic")
+    caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
+    mask_weight: float | None = Field(None, gt=0, description="loss weight of masked tokens (1 = unmasked weight)")
 
     @field_validator("target_size")
     @classmethod
@@ -61,6 +63,8 @@ class TrainSection(StrictModel):
     checkpointing_steps: int = Field(250, ge=1)
     checkpoints_total_limit: int | None = Field(3, ge=1)
     mixed_precision: Literal["no"] = "no"
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    resume: str | None = Field(None, description="'auto' (latest checkpoint in output_dir) or a checkpoint dir")
 
 
 class OptimizerSection(StrictModel):

@@ -1,0 +1,310 @@
+"""The fit phase: NF4 transformer + LoRA (peft) + Adam8bit under accelerate, from cached latents and embeddings.
+The text encoder and VAE are never loaded here. Stops exactly at max_train_steps; checkpoints keep at most K;
+resume restores LoRA weights, optimizer, scheduler and step, and the data order and noise are functions of the
+step, so a resumed run ends with the same weights as an uninterrupted one."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+from aipc_env.errors import AipcError
+from aipc_env.train.config import BUILTIN_TINY, TrainConfig
+
+__all__ = ["run_fit", "load_transformer", "collate", "batch_loss"]
+
+
+def _device_memory_mb(device) -> float | None:
+    import torch
+
+    if device.type == "xpu":
+        return round(torch.xpu.memory_allocated(device) / 2**20, 1)
+    if device.type == "cuda":
+        return round(torch.cuda.memory_allocated(device) / 2**20, 1)
+    return None
+
+
+def load_transformer(cfg: TrainConfig, device, dtype):
+    """The NF4 transformer: a pre-quantized dir, quantized on load on a GPU/XPU, or (CPU) loaded then quantized
+    layer by layer with bitsandbytes (diffusers' bitsandbytes loader refuses to run without a GPU)."""
+    import torch
+    from diffusers import QwenImageTransformer2DModel
+
+    from aipc_env.tiny import build_tiny_transformer, quantize_linear_layers_nf4
+
+    assert cfg.model
+    if cfg.model.path == BUILTIN_TINY:
+        model = build_tiny_transformer(seed=cfg.train.seed)
+        quantize_linear_layers_nf4(model, device, dtype)
+        return model
+    if cfg.model.transformer_path:
+        if device.type == "cpu":
+            raise AipcError("a pre-quantized NF4 transformer loads only on a GPU/XPU", key="model.transformer_path",
+                            fix="unset model.transformer_path to quantize on load, or train on the XPU")
+        return QwenImageTransformer2DModel.from_pretrained(cfg.model.transformer_path, torch_dtype=dtype).to(device)
+    if device.type != "cpu":
+        from diffusers import BitsAndBytesConfig
+
+        q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+        return QwenImageTransformer2DModel.from_pretrained(cfg.model.path, subfolder="transformer",
+                                                           quantization_config=q, torch_dtype=dtype,
+                                                           device_map={"": device})
+    model = QwenImageTransformer2DModel.from_pretrained(cfg.model.path, subfolder="transformer",
+                                                        torch_dtype=torch.float32)
+    quantize_linear_layers_nf4(model, device, dtype)
+    return model
+
+
+def collate(entries: list[dict], drop: list[bool], device, dtype):
+    """Stack cached entries into model inputs; prompts are padded with a mask; dropped captions use the
+    empty-prompt embeddings (the cache keys qflux gets wrong)."""
+    import torch
+
+    embeds, masks = [], []
+    for e, d in zip(entries, drop):
+        pe = e["empty_prompt_embeds"] if d else e["prompt_embeds"]
+        pm = e["empty_prompt_mask"] if d else e["prompt_mask"]
+        embeds.append(pe.float())
+        masks.append(pm.bool() if pm is not None else torch.ones(pe.shape[0], dtype=torch.bool))
+    length = max(x.shape[0] for x in embeds)
+    padded = torch.zeros(len(embeds), length, embeds[0].shape[-1])
+    mask = torch.zeros(len(embeds), length, dtype=torch.bool)
+    for i, (x, m) in enumerate(zip(embeds, masks)):
+        padded[i, : x.shape[0]] = x
+        mask[i, : x.shape[0]] = m
+    target = torch.stack([e["target"].float() for e in entries])
+    controls = torch.cat([torch.stack([e["controls"][k].float() for e in entries])
+                          for k in range(len(entries[0]["controls"]))], dim=1)
+    weights = None
+    if any(e.get("mask") is not None for e in entries):
+        weights = torch.stack([e["mask"].float() if e.get("mask") is not None else torch.zeros(target.shape[1])
+                               for e in entries])
+    return {"target": target.to(device, dtype), "controls": controls.to(device, dtype),
+            "prompt_embeds": padded.to(device, dtype), "prompt_mask": None if bool(mask.all()) else mask.to(device),
+            "img_shapes": [list(map(tuple, e["shapes"])) for e in entries],
+            "token_mask": None if weights is None else weights.to(device)}
+
+
+def batch_loss(model, batch: dict, generator, mask_weight: float | None):
+    """The Qwen-Image-Edit flow-matching objective: x_t = (1-s) x0 + s noise; predict noise - x0 for the target
+    tokens, with the control tokens appended along the sequence; optionally up-weight masked tokens."""
+    import torch
+
+    x0 = batch["target"]
+    noise = torch.randn(x0.shape, generator=generator).to(x0.device, x0.dtype)
+    sigma = torch.rand(x0.shape[0], generator=generator).to(x0.device, x0.dtype)
+    s = sigma.view(-1, 1, 1)
+    noisy = (1 - s) * x0 + s * noise
+    pred = model(hidden_states=torch.cat([noisy, batch["controls"]], dim=1),
+                 encoder_hidden_states=batch["prompt_embeds"], encoder_hidden_states_mask=batch["prompt_mask"],
+                 timestep=sigma, img_shapes=batch["img_shapes"], return_dict=False)[0][:, : x0.shape[1]]
+    err = (pred.float() - (noise - x0).float()) ** 2
+    if mask_weight and batch["token_mask"] is not None:
+        w = 1.0 + (mask_weight - 1.0) * batch["token_mask"]
+        return (err * w.unsqueeze(-1)).sum() / (w.sum() * err.shape[-1])
+    return err.mean()
+
+
+def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
+    """Sample indices of one micro-batch: a fixed permutation per epoch, a function of the micro-step only."""
+    import torch
+
+    out = []
+    for pos in range(step_micro * batch, (step_micro + 1) * batch):
+        epoch, i = divmod(pos, n)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
+        out.append(int(perm[i]))
+    return out
+
+
+def _checkpoint_dirs(out: Path) -> list[Path]:
+    root = out / "checkpoints"
+    return sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1])) \
+        if root.is_dir() else []
+
+
+def _save_checkpoint(out: Path, step: int, model, opt, sched, smoothed: float | None, limit: int | None) -> Path:
+    import torch
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    root = out / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:07d}"
+    tmp = root / f".tmp-step-{step:07d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
+              str(tmp / "lora.safetensors"))
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    torch.save(sched.state_dict(), tmp / "scheduler.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "smoothed_loss": smoothed}))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    if limit:
+        for old in _checkpoint_dirs(out)[:-limit]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _resume_dir(cfg: TrainConfig) -> Path | None:
+    resume = cfg.train.resume
+    if not resume:
+        return None
+    if resume == "auto":
+        dirs = _checkpoint_dirs(Path(cfg.output_dir))
+        return dirs[-1] if dirs else None
+    path = Path(resume)
+    if not (path / "state.json").is_file():
+        raise AipcError(f"{path} is not an aipc-env checkpoint (no state.json)", key="train.resume",
+                        fix="point it at <output_dir>/checkpoints/step-NNNNNNN, or use 'auto'")
+    return path
+
+
+def _loaded_models() -> list[str]:
+    """Classes of the model instances alive in this process (proves the fit phase holds no text encoder)."""
+    import torch
+
+    names = set()
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.nn.Module) and type(obj).__name__.endswith(
+                    ("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage")):
+                names.add(type(obj).__name__)
+        except ReferenceError:
+            continue
+    return sorted(names)
+
+
+def _plot(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], alpha=0.4, label="loss")
+    ax.plot([r["step"] for r in rows], [r["smoothed_loss"] for r in rows], label="smoothed")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("flow-matching loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def run_fit(cfg: TrainConfig, log=print) -> int:
+    import torch
+    from accelerate import Accelerator
+    from diffusers import QwenImageEditPipeline
+    from diffusers.optimization import get_scheduler
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from aipc_env.train.cache import load_index, read_entry
+
+    assert cfg.data
+    accelerator = Accelerator(mixed_precision="no", cpu=cfg.device == "cpu")
+    device = accelerator.device
+    dtype = {"auto": torch.float32 if device.type == "cpu" else torch.bfloat16, "bfloat16": torch.bfloat16,
+             "float16": torch.float16, "float32": torch.float32}[cfg.compute_dtype]
+    paths = load_index(cfg)
+    model = load_transformer(cfg, device, dtype)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=cfg.lora.target_modules,
+                                 init_lora_weights=cfg.lora.init if cfg.lora.init == "gaussian" else True))
+    if cfg.train.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.data = p.data.float()
+    if cfg.optimizer.type == "adam8bit":
+        import bitsandbytes as bnb
+
+        opt = bnb.optim.Adam8bit(params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas,
+                                 weight_decay=cfg.optimizer.weight_decay)
+    else:
+        opt = torch.optim.AdamW(params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas,
+                                weight_decay=cfg.optimizer.weight_decay)
+    sched = get_scheduler(cfg.train.lr_scheduler, opt, num_warmup_steps=cfg.train.warmup_steps,
+                          num_training_steps=cfg.train.max_train_steps)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "train_log.jsonl"
+    step, smoothed, rows = 0, None, []
+    resume = _resume_dir(cfg)
+    if resume is not None:
+        set_peft_model_state_dict(model, {k: v.to(device) for k, v in load_file(str(resume / "lora.safetensors")).items()})
+        for p in params:
+            p.data = p.data.float()
+        opt.load_state_dict(torch.load(resume / "optimizer.pt", weights_only=False))
+        sched.load_state_dict(torch.load(resume / "scheduler.pt", weights_only=False))
+        state = json.loads((resume / "state.json").read_text())
+        step, smoothed = state["step"], state["smoothed_loss"]
+        if log_path.is_file():
+            rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
+        log(f"fit: resumed from {resume} at step {step}")
+    models = _loaded_models()
+    log(f"fit: device {device}, compute dtype {str(dtype).replace('torch.', '')}, {len(paths)} cached samples, "
+        f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}")
+    accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
+    t_step = time.perf_counter()
+    with log_path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+        while step < cfg.train.max_train_steps:
+            total = 0.0
+            for k in range(accum):
+                micro = step * accum + k
+                idx = _positions(micro, bs, len(paths), cfg.train.seed)
+                entries = [read_entry(paths[i]) for i in idx]
+                if any(e is None for e in entries):
+                    raise AipcError("a cache entry became unreadable", path=cfg.resolved_cache_dir(),
+                                    fix="run the cache phase again")
+                g = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + micro)
+                drop = [bool(torch.rand(1, generator=g) < cfg.data.caption_dropout_rate) for _ in entries]
+                batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]
+                with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                    loss = batch_loss(model, batch, g, cfg.data.mask_weight)
+                accelerator.backward(loss / accum)
+                total += float(loss.detach()) / accum
+            if cfg.train.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if not math.isfinite(total):
+                log(f"fit: loss is {total} at step {step}; stopping")
+                return 1
+            smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
+            now = time.perf_counter()
+            row = {"step": step, "loss": round(total, 6), "smoothed_loss": round(smoothed, 6),
+                   "lr": sched.get_last_lr()[0], "step_seconds": round(now - t_step, 4),
+                   "device_memory_mb": _device_memory_mb(device)}
+            t_step = now
+            rows.append(row)
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            log(f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
+                f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms")
+            if step % cfg.train.checkpointing_steps == 0 and step < cfg.train.max_train_steps:
+                saved = _save_checkpoint(out, step, model, opt, sched, smoothed, cfg.train.checkpoints_total_limit)
+                log(f"fit: checkpoint {saved}")
+    lora_dir = out / "lora"
+    QwenImageEditPipeline.save_lora_weights(
+        lora_dir, transformer_lora_layers=get_peft_model_state_dict(model),
+        transformer_lora_adapter_metadata=model.peft_config["default"].to_dict())
+    _plot(rows, out / "loss.png")
+    summary = {"steps": step, "models_in_memory": models, "lora": str(lora_dir / "pytorch_lora_weights.safetensors"),
+               "final_smoothed_loss": smoothed, "resumed_from": str(resume) if resume else None}
+    (out / "fit_summary.json").write_text(json.dumps(summary, indent=2))
+    log(f"fit: {step} steps done; LoRA saved to {summary['lora']}; log {log_path}; plot {out / 'loss.png'}")
+    return 0
