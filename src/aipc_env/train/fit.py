@@ -168,12 +168,18 @@ def _resume_dir(cfg: TrainConfig) -> Path | None:
 
 def _loaded_models() -> list[str]:
     """Classes of the model instances alive in this process (proves the fit phase holds no text encoder)."""
+    import warnings
+
     import torch
 
     names = set()
-    for obj in gc.get_objects():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        objects = gc.get_objects()
+    for obj in objects:
         try:
-            if isinstance(obj, torch.nn.Module) and type(obj).__name__.endswith(
+            if type(obj).__name__.endswith(("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage")) \
+                    and isinstance(obj, torch.nn.Module) and type(obj).__name__.endswith(
                     ("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage")):
                 names.add(type(obj).__name__)
         except ReferenceError:
@@ -215,6 +221,9 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     dtype = {"auto": torch.float32 if device.type == "cpu" else torch.bfloat16, "bfloat16": torch.bfloat16,
              "float16": torch.float16, "float32": torch.float32}[cfg.compute_dtype]
     paths = load_index(cfg)
+    from accelerate.utils import set_seed
+
+    set_seed(cfg.train.seed)  # LoRA init and everything after it is a function of the seed
     model = load_transformer(cfg, device, dtype)
     model.requires_grad_(False)
     model.add_adapter(LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=cfg.lora.target_modules,
