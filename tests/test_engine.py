@@ -141,3 +141,15 @@ def test_bad_model_dir_fails_before_loading(dataset, tmp_path):
     config = _config(tmp_path, tmp_path / "not a model", dataset)
     result = _engine("cache", config)
     assert result.returncode == 2 and "model.path" in result.stderr and "model_index.json" in result.stderr
+
+
+def test_edit_plus_variant(dataset, tmp_path):
+    from aipc_env.tinypipe import build_tiny_pipeline
+
+    plus = build_tiny_pipeline(tmp_path / "tiny plus", plus=True)
+    config = _config(tmp_path, plus, dataset, max_train_steps=3)
+    cache = _engine("cache", config)
+    assert cache.returncode == 0, cache.stderr[-2000:]
+    fit = _engine("fit", config)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    assert json.loads((tmp_path / "out run" / "fit_summary.json").read_text())["steps"] == 3

@@ -31,6 +31,14 @@ def check_supported(cfg: TrainConfig) -> None:
     if cfg.model.path != BUILTIN_TINY and not (Path(cfg.model.path) / "model_index.json").is_file():
         raise InputError(f"{cfg.model.path} is not a diffusers model folder (no model_index.json)",
                          key="model.path", fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli")
+    from aipc_env.dataset import validate_dataset
+
+    for i, ds in enumerate(cfg.data.datasets):
+        if ds != BUILTIN_SYNTHETIC:
+            verdict = validate_dataset(ds, cfg.data.target_size)
+            if not verdict.valid:
+                raise InputError(f"dataset {ds} is invalid: {verdict.issues[0]}", key=f"data.datasets[{i}]",
+                                 fix=f'aipc-env dataset validate "{ds}" lists every problem')
 
 
 def _device_and_dtype(cfg: TrainConfig):
