@@ -44,6 +44,8 @@ class LaunchPlan(StrictModel):
     env: dict[str, str | None] = {}
     """Set for the run (None: unset)."""
     phases: list[Phase]
+    background: list[Phase] = []
+    """Started before the phases and stopped (SIGTERM / Ctrl-Break) after them, e.g. the memory monitor."""
     log_file: str
     warnings: list[str] = []
 

@@ -73,14 +73,9 @@ def run_phase(phase: dict, env: dict, log) -> int:
     sys.stdout.write(header)
     sys.stdout.flush()
     log.write(header.encode("utf-8"))
-    kwargs: dict = {}
-    if os.name == "nt":
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
-    else:
-        kwargs["start_new_session"] = True
     try:
         proc = subprocess.Popen(argv, cwd=phase.get("cwd") or None, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **_popen_kwargs())
     except OSError as exc:
         msg = f"[aipc-env] cannot start {argv[0]}: {exc}\n"
         sys.stderr.write(msg)
@@ -102,6 +97,43 @@ def run_phase(phase: dict, env: dict, log) -> int:
     return rc
 
 
+def _popen_kwargs() -> dict:
+    if os.name == "nt":
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
+    return {"start_new_session": True}
+
+
+def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
+    procs = []
+    for phase in plan.get("background", []):
+        line = f"[aipc-env {_stamp()}] background {phase['name']}: {subprocess.list2cmdline(phase['argv'])}\n"
+        log.write(line.encode("utf-8"))
+        try:
+            procs.append(subprocess.Popen(phase["argv"], cwd=phase.get("cwd") or None, env=env,
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, **_popen_kwargs()))
+        except OSError as exc:
+            log.write(f"[aipc-env] cannot start {phase['name']}: {exc}\n".encode("utf-8"))
+    return procs
+
+
+def stop_background(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                if os.name == "nt":
+                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                else:
+                    os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m aipc_env.launch.runner PLAN.json\n")
@@ -118,15 +150,19 @@ def main(argv: list[str]) -> int:
             line = f"[aipc-env] warning: {warning}\n"
             sys.stderr.write(line)
             log.write(line.encode("utf-8"))
-        for phase in plan["phases"]:
-            rc = run_phase(phase, env, log)
-            if _Current.stopping is not None:
-                return 128 + int(_Current.stopping)
-            if rc != 0:
-                msg = f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run\n"
-                sys.stderr.write(msg)
-                log.write(msg.encode("utf-8"))
-                return rc
+        background = start_background(plan, env, log)
+        try:
+            for phase in plan["phases"]:
+                rc = run_phase(phase, env, log)
+                if _Current.stopping is not None:
+                    return 128 + int(_Current.stopping)
+                if rc != 0:
+                    msg = f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run\n"
+                    sys.stderr.write(msg)
+                    log.write(msg.encode("utf-8"))
+                    return rc
+        finally:
+            stop_background(background)
     return 0
 
 

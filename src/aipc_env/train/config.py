@@ -91,6 +91,7 @@ class TrainConfig(StrictModel):
     device: str = Field("auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     env: dict[str, str] = {}
+    monitor: bool = Field(False, description="sample system and device memory beside the run (memory.csv/.png)")
     qflux: QfluxSection | None = None
 
     @model_validator(mode="after")

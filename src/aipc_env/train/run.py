@@ -54,9 +54,11 @@ def plan_training(cfg: TrainConfig, config_path: Path, *, python: str, pair: Pai
     vcvars, more = choose_vcvars(pair, msvc, platform)
     env = base_env(platform, pythonpath=[str(project_root() / "src")],
                    device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine, extra=cfg.env)
+    background = [Phase(name="monitor", argv=[python, "-m", "aipc_env.monitor", "--out",
+                                              str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
     return LaunchPlan(platform=platform, run_dir=str(run_dir), python=python, oneapi=activation, vcvars=vcvars,
                       env=env, phases=engine_phases(cfg, config_path, python, run_dir / "accelerate_config.yaml"),
-                      log_file=str(run_dir / "train.log"), warnings=warnings + more)
+                      background=background, log_file=str(run_dir / "train.log"), warnings=warnings + more)
 
 
 def default_config(run_dir: Path) -> dict:

@@ -1,0 +1,99 @@
+"""compare (base vs LoRA on held-out samples) on the tiny pipeline, and the memory monitor beside a run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aipc_env.launch.plan import LaunchPlan, Phase, base_env
+from aipc_env.launch.scripts import write_launcher
+from tests.conftest import ROOT, run_cli
+from tests.test_engine import _config, _engine, dataset, tiny_pipe  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_pipe, dataset, tmp_path_factory):  # noqa: F811 - pytest fixture injection
+    tmp = tmp_path_factory.mktemp("run")
+    config = _config(tmp, tiny_pipe, dataset, max_train_steps=6)
+    assert _engine("cache", config).returncode == 0
+    assert _engine("fit", config).returncode == 0
+    return config, tmp / "out run" / "lora"
+
+
+def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811
+    config, lora = trained
+    test_set = tmp_path / "held out"
+    for sub in ("training_images", "control_images"):
+        (test_set / sub).mkdir(parents=True)
+    for stem in ("s0", "s1", "s2"):
+        for f in (dataset / "training_images").glob(f"{stem}.*"):
+            shutil.copy(f, test_set / "training_images")
+        shutil.copy(dataset / "control_images" / f"{stem}.jpg", test_set / "control_images")
+    out = tmp_path / "compare ü"
+    result = run_cli("compare", "--config", str(config), "--lora", str(lora), "--test-set", str(test_set), "--out",
+                     str(out), "--num-inference-steps", "2", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["samples"]) == 3 and manifest["lora_alpha"] == 8 and not manifest["lora_changed_nothing"]
+    s0 = manifest["samples"][0]
+    assert s0["size"] == [64, 64] and s0["base_vs_lora"] > 0
+    assert set(s0["distance_to_target"]) == {"base", "lora"}
+    for name in s0["files"].values():
+        assert (out / name).is_file()
+    assert (out / "grid.png").stat().st_size > 1000
+
+
+def test_compare_bad_inputs(trained, tmp_path):
+    config, lora = trained
+    (tmp_path / "empty" / "training_images").mkdir(parents=True)
+    (tmp_path / "empty" / "control_images").mkdir()
+    result = run_cli("compare", "--config", str(config), "--lora", str(lora), "--test-set", str(tmp_path / "empty"),
+                     "--out", str(tmp_path / "o"))
+    assert result.returncode == 2 and "no usable sample" in result.stderr
+    # a LoRA for another model: shapes that do not fit
+    from safetensors.torch import load_file, save_file
+
+    state = {k: v.repeat(1, 2) if "lora_A" in k else v for k, v in load_file(str(lora / "pytorch_lora_weights.safetensors")).items()}
+    other = tmp_path / "other lora"
+    other.mkdir()
+    save_file(state, str(other / "pytorch_lora_weights.safetensors"))
+    cfg = yaml.safe_load(Path(config).read_text())
+    held = Path(cfg["data"]["datasets"][0])
+    result = run_cli("compare", "--config", str(config), "--lora", str(other), "--test-set", str(held), "--out",
+                     str(tmp_path / "o2"), "--num-inference-steps", "1", "--max-samples", "1", timeout=600)
+    assert result.returncode == 2 and "does not fit this model" in result.stderr, result.stderr[-2000:]
+    missing = run_cli("compare", "--config", str(config), "--lora", str(tmp_path / "nope"), "--test-set", str(held),
+                      "--out", str(tmp_path / "o3"))
+    assert missing.returncode == 2 and "LoRA not found" in missing.stderr
+
+
+def test_monitor_runs_beside_a_launch_and_stops_with_it(tmp_path):
+    run = tmp_path / "run"
+    plan = LaunchPlan(platform="linux-64", run_dir=str(run), python=sys.executable,
+                      env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
+                      phases=[Phase(name="fit", argv=[sys.executable, "-c", "import time; time.sleep(2.5)"])],
+                      background=[Phase(name="monitor", argv=[sys.executable, "-m", "aipc_env.monitor", "--out",
+                                                              str(run / "memory.csv"), "--interval", "0.2",
+                                                              "--device", "none"])],
+                      log_file=str(run / "train.log"))
+    result = subprocess.run(["sh", str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    with (run / "memory.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) >= 5 and float(rows[-1]["system_used_gb"]) > 0
+    assert (run / "memory.png").stat().st_size > 1000
+
+
+def test_monitor_cli(tmp_path):
+    result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), "--interval", "0.1", "--duration", "0.5",
+                     "--device", "none")
+    assert result.returncode == 0 and (tmp_path / "m.png").is_file()
