@@ -17,9 +17,9 @@ __all__ = ["TINY_TRANSFORMER_CONFIG", "LORA_TARGETS", "build_tiny_transformer", 
            "TinyBatch", "make_batch", "flow_matching_loss", "pack_latents"]
 
 TINY_TRANSFORMER_CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
-                               num_attention_heads=4, joint_attention_dim=16, axes_dims_rope=(4, 6, 6),
+                               num_attention_heads=4, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
                                guidance_embeds=False)
-"""Inner width 64 = one NF4 block (bitsandbytes' CPU kernels want in_features to be a multiple of 64)."""
+"""Inner and text widths 64 = one NF4 block (bitsandbytes' CPU kernels want in_features to be a multiple of 64)."""
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
 
@@ -93,7 +93,7 @@ def make_batch(batch_size: int = 2, latent_hw: int = 8, text_len: int = 12, seed
     g = torch.Generator().manual_seed(seed)
     control = torch.randn(batch_size, 16, latent_hw, latent_hw, generator=g)
     target = 0.5 * control.flip(-1) + 0.1 * torch.randn(batch_size, 16, latent_hw, latent_hw, generator=g)
-    prompt = torch.randn(batch_size, text_len, 16, generator=g)
+    prompt = torch.randn(batch_size, text_len, TINY_TRANSFORMER_CONFIG["joint_attention_dim"], generator=g)
     h = latent_hw // 2
     return TinyBatch(pack_latents(target), pack_latents(control), prompt, None,
                      [[(1, h, h), (1, h, h)]] * batch_size)

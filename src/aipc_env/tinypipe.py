@@ -90,12 +90,12 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
     hidden = TINY_TRANSFORMER_CONFIG["joint_attention_dim"]
     config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=32,
+        text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=2 * hidden,
                          bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                          pad_token_id=ids["<|endoftext|>"],
                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 1e6}),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=hidden,
+                         rope_parameters={"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}),
+        vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=hidden,
                            patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                            fullatt_block_indexes=[1]),
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],

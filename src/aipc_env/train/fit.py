@@ -43,10 +43,9 @@ def load_transformer(cfg: TrainConfig, device, dtype):
         quantize_linear_layers_nf4(model, device, dtype)
         return model
     if cfg.model.transformer_path:
-        if device.type == "cpu":
-            raise AipcError("a pre-quantized NF4 transformer loads only on a GPU/XPU", key="model.transformer_path",
-                            fix="unset model.transformer_path to quantize on load, or train on the XPU")
-        return QwenImageTransformer2DModel.from_pretrained(cfg.model.transformer_path, torch_dtype=dtype).to(device)
+        from aipc_env.quantize import load_nf4_transformer
+
+        return load_nf4_transformer(Path(cfg.model.transformer_path), device, dtype)
     if device.type != "cpu":
         from diffusers import BitsAndBytesConfig
 

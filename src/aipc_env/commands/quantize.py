@@ -1,0 +1,40 @@
+"""`aipc-env quantize transformer|text-encoder --src MODEL_DIR --dst DIR`: one-time NF4 pre-quantization."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="pre-quantize the transformer or the text encoder to NF4 (runbook §7.1/7.2)")
+    p.add_argument("part", choices=["transformer", "text-encoder"])
+    p.add_argument("--src", type=Path, required=True, help="the Qwen-Image-Edit model folder")
+    p.add_argument("--dst", type=Path, required=True, help="output folder (written atomically)")
+    p.add_argument("--device", default="auto", help="xpu:0, cuda:0 or cpu (default: XPU, then CUDA, then CPU)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from aipc_env.errors import InputError
+    from aipc_env.quantize import quantize_text_encoder, quantize_transformer
+
+    if not args.src.is_dir():
+        raise InputError("model folder not found", path=args.src, key="--src")
+    if args.device == "auto":
+        device = torch.device("xpu:0" if getattr(torch, "xpu", None) is not None and torch.xpu.is_available()
+                              else "cuda:0" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
+    result = fn(args.src, args.dst, device)
+    key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"
+    print(f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
+          f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB")
+    print(f"set {key}: {result.dst}" + ("  (rebuild the cache after switching the text encoder)"
+                                        if args.part == "text-encoder" else ""))
+    return 0
