@@ -107,3 +107,21 @@ def test_missing_env_file_is_a_clear_error(wine, tmp_path):
     (script.parent / "launch.env").unlink()
     result = wine.run_bat(script)
     assert result.returncode == 2 and b"launch.env is missing" in result.stderr
+
+
+def test_vcvars_is_called_when_cl_is_missing(wine, tmp_path):
+    script, record, _ = _setup(wine, tmp_path, with_oneapi=False)
+    vs = tmp_path / "Microsoft Visual Studio (x86)" / "VC" / "Auxiliary" / "Build"
+    vs.mkdir(parents=True)
+    (vs / "vcvars64.bat").write_text('@echo off\r\nset "FAKE_VCVARS=ran"\r\nset "VSCMD_VER=17.14"\r\nexit /b 0\r\n')
+    import json
+
+    plan = json.loads((script.parent / "launch.json").read_text())
+    plan["vcvars"] = {"folder": wine.winpath(vs), "name": "vcvars64.bat", "release": None}
+    from aipc_env.launch.plan import LaunchPlan
+
+    write_launcher(LaunchPlan.model_validate(plan))
+    result = wine.run_bat(script)
+    assert result.returncode == 0, result.stderr
+    _, env, _ = read_record(record)
+    assert env["FAKE_VCVARS"] == "ran" and env["VSCMD_VER"] == "17.14"
