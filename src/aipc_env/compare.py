@@ -92,12 +92,11 @@ def run_compare(req: CompareRequest, log=print) -> dict:
         raise InputError("the test set has no usable sample (each needs a control image and a prompt)",
                          path=req.test_set, fix="hold out at least 3 samples in the training layout")
     processor_without_video()
-    device = req.device
-    if device == "auto":
-        device = "xpu" if getattr(torch, "xpu", None) is not None and torch.xpu.is_available() else \
-            ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=dtype).to(device)
+    from aipc_env.devices import compute_dtype, pick_device
+
+    dev = pick_device(req.device)
+    device = str(dev)
+    pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=compute_dtype(dev)).to(dev)
     plus = type(pipe).__name__.endswith("PlusPipeline")
     req.out.mkdir(parents=True, exist_ok=True)
 

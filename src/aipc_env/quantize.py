@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.devices import device_memory_mb, peak_rss_mb
 from aipc_env.errors import AipcError, InputError
 
 __all__ = ["QuantizeResult", "quantize_transformer", "quantize_text_encoder", "load_nf4_transformer",
@@ -33,25 +34,6 @@ class QuantizeResult:
     peak_rss_mb: float | None
     peak_device_mb: float | None
     method: str
-
-
-def _peak_rss_mb() -> float | None:
-    try:
-        import resource
-
-        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    except ImportError:  # Windows
-        return None
-
-
-def _peak_device_mb(device) -> float | None:
-    import torch
-
-    if device.type == "xpu":
-        return round(torch.xpu.max_memory_allocated(device) / 2**20, 1)
-    if device.type == "cuda":
-        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    return None
 
 
 def _folder_size(path: Path) -> int:
@@ -111,7 +93,7 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return QuantizeResult(dst, time.perf_counter() - start, _folder_size(dst), _peak_rss_mb(), _peak_device_mb(device),
+    return QuantizeResult(dst, time.perf_counter() - start, _folder_size(dst), peak_rss_mb(), device_memory_mb(device, peak=True),
                           method)
 
 
@@ -134,7 +116,7 @@ def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return QuantizeResult(dst, time.perf_counter() - start, _folder_size(dst), _peak_rss_mb(), _peak_device_mb(device),
+    return QuantizeResult(dst, time.perf_counter() - start, _folder_size(dst), peak_rss_mb(), device_memory_mb(device, peak=True),
                           "transformers-bitsandbytes")
 
 

@@ -18,18 +18,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
+    from aipc_env.devices import pick_device
     from aipc_env.errors import InputError
     from aipc_env.quantize import quantize_text_encoder, quantize_transformer
 
     if not args.src.is_dir():
         raise InputError("model folder not found", path=args.src, key="--src")
-    if args.device == "auto":
-        device = torch.device("xpu:0" if getattr(torch, "xpu", None) is not None and torch.xpu.is_available()
-                              else "cuda:0" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
+    device = pick_device(args.device)
     fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
     result = fn(args.src, args.dst, device)
     key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"

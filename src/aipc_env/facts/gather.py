@@ -76,24 +76,9 @@ def _cpu_info() -> CpuInfo:
 
 
 def _memory_info() -> MemoryInfo:
-    if sys.platform == "win32":
-        import ctypes
+    from aipc_env.monitor import system_memory
 
-        class _MemStatus(ctypes.Structure):
-            _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                        ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                        ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                        ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                        ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-
-        status = _MemStatus()
-        status.dwLength = ctypes.sizeof(_MemStatus)
-        ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]
-        return MemoryInfo(total_bytes=int(status.ullTotalPhys))
-    if Path("/proc/meminfo").is_file():
-        return MemoryInfo(total_bytes=parse.parse_meminfo(Path("/proc/meminfo").read_text()))
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return MemoryInfo(total_bytes=total)
+    return MemoryInfo(total_bytes=system_memory()[0])
 
 
 def _disk_info(work_dir: Path) -> DiskInfo:

@@ -42,19 +42,10 @@ def check_supported(cfg: TrainConfig) -> None:
 
 
 def _device_and_dtype(cfg: TrainConfig):
-    import torch
+    from aipc_env.devices import compute_dtype, pick_device
 
-    if cfg.device != "auto":
-        device = torch.device(cfg.device)
-    elif getattr(torch, "xpu", None) is not None and torch.xpu.is_available():
-        device = torch.device("xpu:0")
-    elif torch.cuda.is_available():
-        device = torch.device("cuda:0")
-    else:
-        device = torch.device("cpu")
-    dtype = {"auto": torch.float32 if device.type == "cpu" else torch.bfloat16, "bfloat16": torch.bfloat16,
-             "float16": torch.float16, "float32": torch.float32}[cfg.compute_dtype]
-    return device, dtype
+    device = pick_device(cfg.device)
+    return device, compute_dtype(device, cfg.compute_dtype)
 
 
 def check_reload(cfg: TrainConfig) -> None:

@@ -13,20 +13,11 @@ import shutil
 import time
 from pathlib import Path
 
+from aipc_env.devices import compute_dtype, device_memory_mb
 from aipc_env.errors import AipcError
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 
 __all__ = ["run_fit", "load_transformer", "collate", "batch_loss"]
-
-
-def _device_memory_mb(device) -> float | None:
-    import torch
-
-    if device.type == "xpu":
-        return round(torch.xpu.memory_allocated(device) / 2**20, 1)
-    if device.type == "cuda":
-        return round(torch.cuda.memory_allocated(device) / 2**20, 1)
-    return None
 
 
 def load_transformer(cfg: TrainConfig, device, dtype):
@@ -217,8 +208,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     assert cfg.data
     accelerator = Accelerator(mixed_precision="no", cpu=cfg.device == "cpu")
     device = accelerator.device
-    dtype = {"auto": torch.float32 if device.type == "cpu" else torch.bfloat16, "bfloat16": torch.bfloat16,
-             "float16": torch.float16, "float32": torch.float32}[cfg.compute_dtype]
+    dtype = compute_dtype(device, cfg.compute_dtype)
     paths = load_index(cfg)
     from accelerate.utils import set_seed
 
@@ -296,7 +286,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             now = time.perf_counter()
             row = {"step": step, "loss": round(total, 6), "smoothed_loss": round(smoothed, 6),
                    "lr": sched.get_last_lr()[0], "step_seconds": round(now - t_step, 4),
-                   "device_memory_mb": _device_memory_mb(device)}
+                   "device_memory_mb": device_memory_mb(device)}
             t_step = now
             rows.append(row)
             fh.write(json.dumps(row) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 T_START = time.perf_counter()
 import torch  # noqa: E402
 
+from aipc_env.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
@@ -43,16 +44,6 @@ def sync(device: torch.device) -> None:
         torch.xpu.synchronize()
     elif device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def pick_device(requested: str | None) -> torch.device:
-    if requested:
-        return torch.device(requested)
-    if getattr(torch, "xpu", None) is not None and torch.xpu.is_available():
-        return torch.device("xpu:0")
-    if torch.cuda.is_available():
-        return torch.device("cuda:0")
-    return torch.device("cpu")
 
 
 # --------------------------------------------------------------------------- steps
@@ -278,29 +269,6 @@ def step_lora_roundtrip(ctx: dict) -> dict:
                        f"{bad['alpha']} (detected)", "metrics": metrics}
 
 
-def _peak_rss_mb() -> float | None:
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
-    except ImportError:
-        try:
-            import psutil
-
-            return round(psutil.Process().memory_info().peak_wset / 2**20, 1)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - peak RSS is informative only
-            return None
-
-
-def _peak_device_mb(device: torch.device) -> float | None:
-    if device.type == "xpu":
-        return round(torch.xpu.max_memory_allocated(device) / 2**20, 1)
-    if device.type == "cuda":
-        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    return None
-
-
 def step_tiny_qlora(ctx: dict) -> dict:
     import bitsandbytes as bnb
     from peft import LoraConfig
@@ -356,8 +324,8 @@ def step_tiny_qlora(ctx: dict) -> dict:
                "compute_dtype": str(dtype).replace("torch.", ""), "held_out_loss_before": round(before, 5),
                "held_out_loss_after": round(after, 5), "loss_ratio": round(ratio, 4),
                "bound_loss_ratio": tol.TINY_RUN_MAX_LOSS_RATIO, "first_step_s": round(times[0], 4),
-               "seconds_per_step": round(sum(steady) / len(steady), 5), "peak_device_mb": _peak_device_mb(device),
-               "peak_rss_mb": _peak_rss_mb(), "first_losses": [round(x, 4) for x in losses[:3]],
+               "seconds_per_step": round(sum(steady) / len(steady), 5), "peak_device_mb": device_memory_mb(device, peak=True),
+               "peak_rss_mb": peak_rss_mb(), "first_losses": [round(x, 4) for x in losses[:3]],
                "last_losses": [round(x, 4) for x in losses[-3:]]}
     if not ratio <= tol.TINY_RUN_MAX_LOSS_RATIO:
         raise StepFailed(f"held-out loss did not drop clearly: {before:.4f} → {after:.4f} (ratio {ratio:.3f} > "
