@@ -115,3 +115,14 @@ def test_a_crashing_check_is_isolated(matrix, monkeypatch):
     by_id = {f.id: f for f in report.findings}
     assert by_id["cpu"].status == Status.CRASH and "ZeroDivisionError" in by_id["cpu"].seen
     assert by_id["ram"].status == Status.OK and report.exit_code == 1
+
+
+def test_unreadable_registry_value_is_a_finding(matrix):
+    facts = load_facts(MACHINES / "win11_core_ultra_32gb.json")
+    facts.registry.tdr_delay = None
+    facts.registry.errors["TdrDelay"] = "PermissionError: [WinError 5] Access is denied"
+    facts.registry.commit_limit_percentage = 57
+    by_id = {f.id: f for f in run_checks(facts, matrix, ["tdr", "gpu-memory-ceiling"]).findings}
+    assert by_id["tdr"].status == Status.WARN and "Access is denied" in by_id["tdr"].seen
+    assert by_id["gpu-memory-ceiling"].status == Status.WARN and "= 57" in by_id["gpu-memory-ceiling"].seen
+    assert "/d 75" in by_id["gpu-memory-ceiling"].fix

@@ -23,9 +23,7 @@ EDIT_TEMPLATE_PREFIX_TOKENS = 64
 
 
 def _system_prefix() -> str:
-    from diffusers import QwenImageEditPipeline
-
-    template = QwenImageEditPipeline.__init__.__code__  # noqa: F841 - template lives on the instance
+    """The part of the pipelines' prompt template before the image and prompt (what they drop)."""
     return ("<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
             "objects, background), then explain how the user's text instruction should alter or modify the image. "
             "Generate a new image that meets the user's requirements while maintaining consistency with the "

@@ -108,33 +108,31 @@ def check_long_paths(ctx: CheckContext) -> Verdict:
                 "then reboot")
 
 
-@check("gpu-memory-ceiling", "Windows settings", "Shared GPU memory ceiling")
-def check_ceiling(ctx: CheckContext) -> Verdict:
-    early = _registry_unreadable(ctx, "SystemPartitionCommitLimitPercentage")
+def _at_least(ctx: CheckContext, name: str, attr: str, minimum: int, unset: str, why: str, fix: str) -> Verdict:
+    early = _registry_unreadable(ctx, name)
     if early:
         return early
-    value = ctx.facts.registry.commit_limit_percentage  # type: ignore[union-attr]
-    seen = f"SystemPartitionCommitLimitPercentage = {value if value is not None else 'not set (default ~57)'}"
-    if value is not None and value >= CEILING_MIN:
-        return ok(seen)
-    return warn(seen, "the iGPU shares system memory; at the default ceiling the cache phase fails with "
-                "UR_RESULT_ERROR_DEVICE_LOST / OUT_OF_RESOURCES (driver updates can reset it)",
-                f"in an admin terminal: reg add \"{REG_GFX}\\MemoryManager\" /v "
-                "SystemPartitionCommitLimitPercentage /t REG_DWORD /d 75 /f, then reboot")
+    value = getattr(ctx.facts.registry, attr)
+    seen = f"{name} = {value if value is not None else unset}"
+    return ok(seen) if value is not None and value >= minimum else warn(seen, why, fix)
+
+
+@check("gpu-memory-ceiling", "Windows settings", "Shared GPU memory ceiling")
+def check_ceiling(ctx: CheckContext) -> Verdict:
+    return _at_least(ctx, "SystemPartitionCommitLimitPercentage", "commit_limit_percentage", CEILING_MIN,
+                     "not set (default ~57)",
+                     "the iGPU shares system memory; at the default ceiling the cache phase fails with "
+                     "UR_RESULT_ERROR_DEVICE_LOST / OUT_OF_RESOURCES (driver updates can reset it)",
+                     f"in an admin terminal: reg add \"{REG_GFX}\\MemoryManager\" /v "
+                     "SystemPartitionCommitLimitPercentage /t REG_DWORD /d 75 /f, then reboot")
 
 
 @check("tdr", "Windows settings", "GPU timeout (TDR)")
 def check_tdr(ctx: CheckContext) -> Verdict:
-    early = _registry_unreadable(ctx, "TdrDelay")
-    if early:
-        return early
-    value = ctx.facts.registry.tdr_delay  # type: ignore[union-attr]
-    seen = f"TdrDelay = {value if value is not None else 'not set (default 2 s)'}"
-    if value is not None and value >= TDR_MIN_SECONDS:
-        return ok(seen)
-    return warn(seen, "Windows resets the GPU when one kernel runs longer than TdrDelay; long NF4 kernels on "
-                "an iGPU can trip the 2 s default",
-                f"in an admin terminal: reg add \"{REG_GFX}\" /v TdrDelay /t REG_DWORD /d 60 /f, then reboot")
+    return _at_least(ctx, "TdrDelay", "tdr_delay", TDR_MIN_SECONDS, "not set (default 2 s)",
+                     "Windows resets the GPU when one kernel runs longer than TdrDelay; long NF4 kernels on an "
+                     "iGPU can trip the 2 s default",
+                     f"in an admin terminal: reg add \"{REG_GFX}\" /v TdrDelay /t REG_DWORD /d 60 /f, then reboot")
 
 
 @check("probes", "System", "Fact collection")

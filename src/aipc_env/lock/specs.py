@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import Version
 
 from aipc_env.errors import InputError
 from aipc_env.matrix import Pair
@@ -84,6 +83,3 @@ def row_hash(pair: Pair) -> str:
     data = json.dumps(pair.model_dump(mode="json"), sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
-
-def newest_first(versions: list[str]) -> list[str]:
-    return sorted(versions, key=Version, reverse=True)
