@@ -65,3 +65,13 @@ def test_doctor_never_imports_torch():
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "NO-TORCH" in result.stderr
+
+
+def test_device_probe_runs_torch_in_a_subprocess():
+    result = run_cli("doctor", "--probe-device", "--json", "--check", "device-probe", "--check", "bnb-backend")
+    report = json.loads(result.stdout)
+    probe = report["facts"]["device_probe"]
+    assert probe["ran"] and probe["torch_version"].endswith("+cpu") and probe["xpu_available"] is False
+    by_id = {f["id"]: f for f in report["findings"]}
+    assert by_id["device-probe"]["status"] == "fail" and "not an XPU build" in by_id["device-probe"]["seen"]
+    assert by_id["bnb-backend"]["status"] == "ok" and "cpu-native" in by_id["bnb-backend"]["seen"]

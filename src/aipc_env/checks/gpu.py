@@ -117,7 +117,7 @@ def check_bnb_backend(ctx: CheckContext) -> Verdict:
     if not probe.bnb_version:
         return fail("bitsandbytes did not import", "NF4 needs bitsandbytes", "rebuild the env: nox -s env")
     seen = f"bitsandbytes {probe.bnb_version}, {probe.bnb_backend or 'unknown'} library"
-    if probe.xpu_available and probe.bnb_backend not in ("xpu-native", "native"):
+    if probe.xpu_available and probe.bnb_backend != "xpu-native":
         return warn(seen, "without the native XPU library every op goes through Triton (slower, and needs the "
                     "compiler toolchain)", "install bitsandbytes >= 0.48.2 built with the XPU library")
     return ok(seen)

@@ -368,11 +368,11 @@ except Exception as exc:
 try:
     import bitsandbytes as bnb
     out["bnb_version"] = bnb.__version__
-    lib = getattr(getattr(bnb, "cextension", None), "lib", None)
-    name = type(lib).__name__ if lib is not None else None
-    out["bnb_backend"] = {"XpuBNBNativeLibrary": "xpu-native", "CudaBNBNativeLibrary": "cuda-native",
-                          "BNBNativeLibrary": "native", "ErrorHandlerMockBNBNativeLibrary": "triton-or-pytorch"
-                          }.get(name, name)
+    cext = getattr(bnb, "cextension", None)
+    name = type(getattr(cext, "lib", None)).__name__
+    backend = str(getattr(cext, "BNB_BACKEND", "") or "").lower()
+    out["bnb_backend"] = ("triton-or-pytorch" if name == "ErrorHandlerMockBNBNativeLibrary"
+                          else f"{backend}-native" if backend else "native")
 except Exception as exc:
     out["bnb_error"] = f"{type(exc).__name__}: {exc}"
 out["seconds"] = round(time.time() - t0, 2)
