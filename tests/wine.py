@@ -36,8 +36,11 @@ class Wine:
         return out.stdout.strip()
 
     def run_bat(self, script: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-        """Run it as aipc-env does on Windows: `cmd /d /c launch.bat` from its own folder."""
-        return subprocess.run(["wine", "cmd", "/d", "/c", script.name], cwd=script.parent, capture_output=True,
+        """Run it exactly as aipc-env does on Windows (launcher_argv, from the script's folder), with Wine's cmd."""
+        from aipc_env.launch.launcher import launcher_argv
+
+        argv = launcher_argv(script)
+        return subprocess.run(["wine", "cmd", *argv[1:]], cwd=script.parent, capture_output=True,
                               env=self.env(**env), timeout=timeout)
 
 

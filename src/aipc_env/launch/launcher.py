@@ -16,15 +16,17 @@ __all__ = ["launcher_argv", "run_launcher", "write_and_run"]
 
 
 def launcher_argv(script: Path) -> list[str]:
+    """How to start a launcher, from its own folder (the cwd): for a .bat only its fixed name is on cmd's command
+    line, so a folder holding `&`, `%` or `^` is never parsed by cmd."""
     if script.suffix == ".bat":
         comspec = os.environ.get("COMSPEC", "cmd.exe")
-        return [comspec, "/d", "/c", str(script)]
+        return [comspec, "/d", "/c", script.name]
     return ["/bin/sh", str(script)]
 
 
 def run_launcher(script: Path, stdout: TextIO | None = None) -> int:
     """Run the launcher in the foreground; SIGTERM to us is passed on; the launcher's exit code is returned."""
-    proc = subprocess.Popen(launcher_argv(script), stdout=stdout)
+    proc = subprocess.Popen(launcher_argv(script), cwd=script.parent, stdout=stdout)
 
     def _pass_on(signum: int, _frame: object) -> None:
         try:
