@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from PIL import Image
 
 from aipc_env.dataset import scan_dataset, validate_dataset

@@ -3,7 +3,6 @@ a grid and a distance of each output to the target, so "the LoRA changed nothing
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform as _platform
 import sys
 from typing import Literal
 
@@ -27,9 +26,5 @@ def marker_environment(platform: Platform, python_version: str = "3.12") -> dict
 
 
 def current_platform() -> Platform:
-    """The platform of this machine, as a target; non-Windows systems count as linux-64."""
-    if sys.platform == "win32":
-        return "win-64"
-    if _platform.machine().lower() not in ("x86_64", "amd64"):
-        return "linux-64"
-    return "linux-64"
+    """The platform of this machine, as a target; every non-Windows system counts as linux-64."""
+    return "win-64" if sys.platform == "win32" else "linux-64"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from aipc_env.facts.model import VerifyRecord
 from aipc_env.fileio import read_json, write_json
 from aipc_env.models import StrictModel
@@ -48,7 +46,7 @@ def read_env_record() -> EnvRecord | None:
         return None
     try:
         return EnvRecord.model_validate(read_json(path))
-    except (ValidationError, Exception):  # noqa: BLE001 - a damaged state file must not stop the doctor
+    except Exception:  # noqa: BLE001 - a damaged state file must not stop the doctor
         return None
 
 

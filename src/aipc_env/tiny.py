@@ -3,7 +3,7 @@
 Used by `verify` (gate G0: the NF4 QLoRA plumbing on this device) and by the built-in default of `train`.
 Shapes follow the Qwen-Image-Edit pipelines: VAE latents (z_dim 16, 8x spatial) packed 2x2 into 64-channel
 tokens; the control image's tokens are appended to the noisy target's along the sequence; `img_shapes`
-lists both; the transformer predicts the flow-matching velocity (noise - x0) for the target tokens.
+lists both; the transformer predicts the flow-matching velocity (noise - x0) for the target tokens (aipc_env.objective).
 Imports torch: never import this module on the doctor's path.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["TINY_TRANSFORMER_CONFIG", "LORA_TARGETS", "build_tiny_transformer", "quantize_linear_layers_nf4",
-           "TinyBatch", "make_batch", "flow_matching_loss", "pack_latents"]
+           "TinyBatch", "make_batch", "pack_latents"]
 
 TINY_TRANSFORMER_CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
                                num_attention_heads=4, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
@@ -87,6 +87,11 @@ class TinyBatch:
                          self.prompt_embeds.to(device, dtype),
                          None if self.prompt_mask is None else self.prompt_mask.to(device), self.img_shapes)
 
+    def inputs(self) -> dict:
+        """The batch as inputs of aipc_env.objective.flow_matching_loss."""
+        return {"target": self.target, "controls": self.control, "prompt_embeds": self.prompt_embeds,
+                "prompt_mask": self.prompt_mask, "img_shapes": self.img_shapes, "token_mask": None}
+
 
 def make_batch(batch_size: int = 2, latent_hw: int = 8, text_len: int = 12, seed: int = 1) -> TinyBatch:
     """A fixed synthetic batch with learnable structure: the target is a fixed function of the control."""
@@ -97,22 +102,3 @@ def make_batch(batch_size: int = 2, latent_hw: int = 8, text_len: int = 12, seed
     h = latent_hw // 2
     return TinyBatch(pack_latents(target), pack_latents(control), prompt, None,
                      [[(1, h, h), (1, h, h)]] * batch_size)
-
-
-def flow_matching_loss(transformer, batch: TinyBatch, generator: torch.Generator,
-                       weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Rectified-flow objective of the Qwen-Image pipelines: x_t = (1-s) x0 + s noise, predict noise - x0."""
-    x0 = batch.target
-    noise = torch.randn(x0.shape, generator=generator, dtype=torch.float32).to(x0.device, x0.dtype)
-    sigma = torch.rand(x0.shape[0], generator=generator).to(x0.device, x0.dtype)
-    s = sigma.view(-1, 1, 1)
-    noisy = (1 - s) * x0 + s * noise
-    tokens = x0.shape[1]
-    model_in = torch.cat([noisy, batch.control], dim=1)
-    pred = transformer(hidden_states=model_in, encoder_hidden_states=batch.prompt_embeds,
-                       encoder_hidden_states_mask=batch.prompt_mask, timestep=sigma, img_shapes=batch.img_shapes,
-                       return_dict=False)[0][:, :tokens]
-    err = (pred.float() - (noise - x0).float()) ** 2
-    if weight is not None:
-        err = err * weight
-    return err.mean()

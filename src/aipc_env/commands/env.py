@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     import datetime as _dt
     import json
 
-    from aipc_env.facts.gather import _oneapi
+    from aipc_env.facts.gather import toolchain_facts
     from aipc_env.lock.build import EnvRequest, Indexes, build_env, check_env, choose_pair
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check and not args.pair and not args.prefix and record and record.pair:
         pair, why = matrix.get(record.pair), "recorded env"
     else:
-        toolkits = sorted({r for i in _oneapi(15.0).installs for r in i.releases})
+        toolkits = sorted({r for i in toolchain_facts()[0].installs for r in i.releases})
         pair, why = choose_pair(matrix, platform, args.pair, toolkits)
     prefix = args.prefix or (Path(record.prefix) if args.check and record and record.pair == pair.id
                              else data_dir() / "envs" / pair.id)

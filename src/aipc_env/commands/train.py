@@ -39,14 +39,12 @@ def _refuse_invalid_datasets(cfg, config_path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.facts.gather import _msvc, _oneapi
-    from aipc_env.facts.model import MsvcInfo
+    from aipc_env.facts.gather import toolchain_facts
     from aipc_env.fileio import atomic_write_text
     from aipc_env.launch.launcher import write_and_run
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import data_dir
     from aipc_env.platforms import current_platform
-    from aipc_env.procs import ProbeFailed
     from aipc_env.train.config import load_config
     from aipc_env.train.run import accelerate_config_text, plan_training, write_default_config
     from aipc_env.trainenv import choose_training_env
@@ -60,11 +58,8 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     choice = choose_training_env(matrix, args.env, args.pair)
     platform = current_platform()
-    try:
-        msvc = _msvc(15.0) if platform == "win-64" else None
-    except ProbeFailed:
-        msvc = MsvcInfo()
-    plan = plan_training(cfg, config_path, python=str(choice.python), pair=choice.pair, oneapi=_oneapi(15.0),
+    oneapi, msvc = toolchain_facts()
+    plan = plan_training(cfg, config_path, python=str(choice.python), pair=choice.pair, oneapi=oneapi,
                          msvc=msvc, platform=platform)
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

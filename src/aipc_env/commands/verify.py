@@ -27,11 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aipc_env.errors import AipcError
-    from aipc_env.facts.gather import _msvc, _oneapi
+    from aipc_env.facts.gather import toolchain_facts
     from aipc_env.facts.model import VerifyRecord
     from aipc_env.fileio import read_json
     from aipc_env.launch.launcher import write_and_run
-    from aipc_env.launch.plan import LaunchPlan, Phase, base_env, choose_oneapi, choose_vcvars
+    from aipc_env.launch.plan import Phase, plan_run
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import cache_dir, project_root
     from aipc_env.platforms import current_platform
@@ -39,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.state import write_verify_record
     from aipc_env.verify.report import VerifyReport, render_verify
 
-    matrix = load_matrix(args.matrix)
     from aipc_env.trainenv import choose_training_env
+
+    matrix = load_matrix(args.matrix)
 
     choice = choose_training_env(matrix, args.env, args.pair)
     platform = current_platform()
@@ -52,13 +53,11 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--bnb-min", choice.pair.bitsandbytes_min]
     if args.device:
         argv += ["--device", args.device]
-    oneapi, warnings = choose_oneapi(choice.pair, _oneapi(15.0), platform)
-    vcvars, more = choose_vcvars(choice.pair, _msvc(15.0) if platform == "win-64" else None, platform)
-    plan = LaunchPlan(platform=platform, run_dir=str(run_dir), python=str(choice.python), oneapi=oneapi,
-                      vcvars=vcvars, env=base_env(platform, pythonpath=[str(project_root() / "src")],
-                                                  device=args.device, engine="builtin"),
-                      phases=[Phase(name="verify", argv=argv)], log_file=str(run_dir / "verify.log"),
-                      warnings=warnings + more)
+    oneapi, msvc = toolchain_facts()
+    plan = plan_run(platform=platform, run_dir=str(run_dir), python=str(choice.python), pair=choice.pair,
+                    oneapi=oneapi, msvc=msvc, phases=[Phase(name="verify", argv=argv)],
+                    log_file=str(run_dir / "verify.log"), pythonpath=[str(project_root() / "src")],
+                    device=args.device, engine="builtin")
     _, rc = write_and_run(plan, stdout=sys.stderr if args.json else None)
     if not result.is_file():
         raise AipcError(f"the verification worker ended with exit code {rc} and wrote no result",

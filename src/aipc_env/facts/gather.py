@@ -25,7 +25,7 @@ from aipc_env.facts.model import (
 )
 from aipc_env.procs import ProbeFailed, run_capture, which
 
-__all__ = ["GatherOptions", "gather_facts", "ENV_VARS", "env_python", "DEVICE_PROBE_SCRIPT"]
+__all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "ENV_VARS", "env_python", "DEVICE_PROBE_SCRIPT"]
 
 ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
             "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",
@@ -253,6 +253,20 @@ def _conda(timeout: float) -> list[CondaTool]:
             pass
         tools.append(CondaTool(name=name, path=path, version=version))
     return tools
+
+
+def toolchain_facts(timeout: float = 15.0) -> tuple[OneApiInfo, MsvcInfo | None]:
+    """oneAPI installs and (on Windows) MSVC, for commands that write launchers; a failed probe means 'none found'."""
+    try:
+        oneapi = _oneapi(timeout)
+    except (ProbeFailed, OSError):
+        oneapi = OneApiInfo()
+    if sys.platform != "win32":
+        return oneapi, None
+    try:
+        return oneapi, _msvc(timeout)
+    except (ProbeFailed, OSError, ValueError):
+        return oneapi, MsvcInfo(cl_on_path=which("cl"))
 
 
 def _level_zero() -> LevelZeroInfo:

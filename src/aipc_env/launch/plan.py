@@ -13,7 +13,7 @@ from aipc_env.matrix import Pair
 from aipc_env.models import StrictModel
 from aipc_env.platforms import Platform
 
-__all__ = ["Phase", "LaunchPlan", "Activation", "choose_oneapi", "choose_vcvars", "base_env", "ENV_NAME"]
+__all__ = ["Phase", "LaunchPlan", "Activation", "choose_oneapi", "choose_vcvars", "base_env", "plan_run", "ENV_NAME"]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLAN_VERSION = 1
@@ -121,3 +121,14 @@ def base_env(platform: Platform, *, pythonpath: list[str], device: str | None, e
         env["ONEAPI_DEVICE_SELECTOR"] = f"level_zero:{device.split(':', 1)[1]}"
     env.update(extra or {})
     return env
+
+
+def plan_run(*, platform: Platform, run_dir: str, python: str, pair: Pair | None, oneapi: OneApiInfo,
+             msvc: MsvcInfo | None, phases: list[Phase], log_file: str, pythonpath: list[str], device: str | None,
+             engine: str, extra_env: dict[str, str] | None = None, background: list[Phase] | None = None) -> LaunchPlan:
+    """A launch plan for any run (training, verify): the matching oneAPI, MSVC where kernels compile, the env."""
+    activation, warnings = choose_oneapi(pair, oneapi, platform)
+    vcvars, more = choose_vcvars(pair, msvc, platform)
+    return LaunchPlan(platform=platform, run_dir=run_dir, python=python, oneapi=activation, vcvars=vcvars,
+                      env=base_env(platform, pythonpath=pythonpath, device=device, engine=engine, extra=extra_env),
+                      phases=phases, background=background or [], log_file=log_file, warnings=warnings + more)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from aipc_env.devices import compute_dtype, device_memory_mb
 from aipc_env.errors import AipcError
+from aipc_env.objective import flow_matching_loss
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 
-__all__ = ["run_fit", "load_transformer", "collate", "batch_loss"]
+__all__ = ["run_fit", "load_transformer", "collate"]
 
 
 def load_transformer(cfg: TrainConfig, device, dtype):
@@ -78,26 +79,6 @@ def collate(entries: list[dict], drop: list[bool], device, dtype):
             "prompt_embeds": padded.to(device, dtype), "prompt_mask": None if bool(mask.all()) else mask.to(device),
             "img_shapes": [list(map(tuple, e["shapes"])) for e in entries],
             "token_mask": None if weights is None else weights.to(device)}
-
-
-def batch_loss(model, batch: dict, generator, mask_weight: float | None):
-    """The Qwen-Image-Edit flow-matching objective: x_t = (1-s) x0 + s noise; predict noise - x0 for the target
-    tokens, with the control tokens appended along the sequence; optionally up-weight masked tokens."""
-    import torch
-
-    x0 = batch["target"]
-    noise = torch.randn(x0.shape, generator=generator).to(x0.device, x0.dtype)
-    sigma = torch.rand(x0.shape[0], generator=generator).to(x0.device, x0.dtype)
-    s = sigma.view(-1, 1, 1)
-    noisy = (1 - s) * x0 + s * noise
-    pred = model(hidden_states=torch.cat([noisy, batch["controls"]], dim=1),
-                 encoder_hidden_states=batch["prompt_embeds"], encoder_hidden_states_mask=batch["prompt_mask"],
-                 timestep=sigma, img_shapes=batch["img_shapes"], return_dict=False)[0][:, : x0.shape[1]]
-    err = (pred.float() - (noise - x0).float()) ** 2
-    if mask_weight and batch["token_mask"] is not None:
-        w = 1.0 + (mask_weight - 1.0) * batch["token_mask"]
-        return (err * w.unsqueeze(-1)).sum() / (w.sum() * err.shape[-1])
-    return err.mean()
 
 
 def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
@@ -270,7 +251,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
                 drop = [bool(torch.rand(1, generator=g) < cfg.data.caption_dropout_rate) for _ in entries]
                 batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                    loss = batch_loss(model, batch, g, cfg.data.mask_weight)
+                    loss = flow_matching_loss(model, batch, g, cfg.data.mask_weight)
                 accelerator.backward(loss / accum)
                 total += float(loss.detach()) / accum
             if cfg.train.max_grad_norm:

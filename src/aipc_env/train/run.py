@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
-from aipc_env.launch.plan import LaunchPlan, Phase, base_env, choose_oneapi, choose_vcvars
+from aipc_env.launch.plan import LaunchPlan, Phase, plan_run
 from aipc_env.matrix import Pair
 from aipc_env.paths import project_root
 from aipc_env.platforms import Platform
@@ -50,15 +50,13 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
 def plan_training(cfg: TrainConfig, config_path: Path, *, python: str, pair: Pair | None, oneapi: OneApiInfo,
                   msvc: MsvcInfo | None, platform: Platform) -> LaunchPlan:
     run_dir = Path(cfg.output_dir).absolute()
-    activation, warnings = choose_oneapi(pair, oneapi, platform)
-    vcvars, more = choose_vcvars(pair, msvc, platform)
-    env = base_env(platform, pythonpath=[str(project_root() / "src")],
-                   device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine, extra=cfg.env)
     background = [Phase(name="monitor", argv=[python, "-m", "aipc_env.monitor", "--out",
                                               str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
-    return LaunchPlan(platform=platform, run_dir=str(run_dir), python=python, oneapi=activation, vcvars=vcvars,
-                      env=env, phases=engine_phases(cfg, config_path, python, run_dir / "accelerate_config.yaml"),
-                      background=background, log_file=str(run_dir / "train.log"), warnings=warnings + more)
+    return plan_run(platform=platform, run_dir=str(run_dir), python=python, pair=pair, oneapi=oneapi, msvc=msvc,
+                    phases=engine_phases(cfg, config_path, python, run_dir / "accelerate_config.yaml"),
+                    log_file=str(run_dir / "train.log"), pythonpath=[str(project_root() / "src")],
+                    device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine, extra_env=cfg.env,
+                    background=background)
 
 
 def default_config(run_dir: Path) -> dict:

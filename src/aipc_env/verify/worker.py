@@ -273,7 +273,8 @@ def step_tiny_qlora(ctx: dict) -> dict:
     import bitsandbytes as bnb
     from peft import LoraConfig
 
-    from aipc_env.tiny import LORA_TARGETS, build_tiny_transformer, flow_matching_loss, make_batch, \
+    from aipc_env.objective import flow_matching_loss
+    from aipc_env.tiny import LORA_TARGETS, build_tiny_transformer, make_batch, \
         quantize_linear_layers_nf4
 
     device = ctx["device"]
@@ -297,7 +298,7 @@ def step_tiny_qlora(ctx: dict) -> dict:
     def held_out() -> float:
         # stays in train mode: bitsandbytes repacks NF4 weights for its CPU inference kernel in eval mode
         with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            value = sum(flow_matching_loss(model, batch, torch.Generator().manual_seed(10_000 + i)).item()
+            value = sum(flow_matching_loss(model, batch.inputs(), torch.Generator().manual_seed(10_000 + i)).item()
                         for i in range(4)) / 4
         return value
 
@@ -308,7 +309,7 @@ def step_tiny_qlora(ctx: dict) -> dict:
         g.manual_seed(step)
         t = time.perf_counter()
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = flow_matching_loss(model, batch, g)
+            loss = flow_matching_loss(model, batch.inputs(), g)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
