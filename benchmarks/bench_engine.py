@@ -41,7 +41,7 @@ HAND_LOOP = r"""
 import json, sys, time, torch, bitsandbytes as bnb
 from peft import LoraConfig
 from diffusers import QwenImageTransformer2DModel
-from aipc_env.tiny import quantize_linear_layers_nf4
+from aipc_env.train.tiny import quantize_linear_layers_nf4
 cfg = json.loads(sys.argv[1])
 torch.manual_seed(0)
 model = QwenImageTransformer2DModel.from_pretrained(cfg["model"], subfolder="transformer")
@@ -74,7 +74,7 @@ print(json.dumps({"seconds_per_step": sorted(times[2:])[len(times[2:]) // 2]}))
 
 
 def main() -> int:
-    from aipc_env.tinypipe import build_tiny_pipeline
+    from aipc_env.train.tinypipe import build_tiny_pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)

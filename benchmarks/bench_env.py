@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from aipc_env.lock.wheels import make_wheel, write_simple_index  # noqa: E402
+from tests.support.wheels import make_wheel, write_simple_index  # noqa: E402
 from aipc_env.matrix import load_matrix  # noqa: E402
 
 PAIR = "xpu-2.13"

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env  # noqa: E402
-from aipc_env.launch.scripts import write_launcher  # noqa: E402
+from aipc_env.launch.render import write_launcher  # noqa: E402
 
 
 def main() -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aipc_env.checks import REGISTRY, Status
-from aipc_env.checks.system import ram_tier_gb
+from aipc_env.doctor.checks import REGISTRY, Status
+from aipc_env.doctor.checks.system import ram_tier_gb
 from aipc_env.doctor import run_checks
 from aipc_env.facts import load_facts
 from tests.conftest import MACHINES
@@ -72,7 +72,18 @@ def test_linux_arc_box(matrix):
 
 def test_this_ci_machine_recorded(matrix):
     v = verdicts("ci_machine", matrix)
-    assert v["intel-gpu"] == Status.FAIL and v["torch-xpu"] == Status.FAIL and v["ram"] == Status.FAIL
+    assert v["intel-gpu"] == Status.FAIL and v["ram"] == Status.FAIL
+    # a CPU torch is right where there is no Intel GPU (the built-in default trains on the CPU) ...
+    (f,) = run_checks(load_facts(MACHINES / "ci_machine.json"), matrix, ["torch-xpu"]).findings
+    assert f.status == Status.OK and "no Intel GPU" in f.seen
+
+
+def test_cpu_torch_on_an_intel_gpu_machine_fails(matrix):
+    # ... and wrong where there is one
+    facts = load_facts(MACHINES / "linux_arc_a770.json")
+    facts.training_env.distributions = {**facts.training_env.distributions, "torch": "2.13.0+cpu"}
+    (f,) = run_checks(facts, matrix, ["torch-xpu"]).findings
+    assert f.status == Status.FAIL and "XPU index" in f.why
 
 
 @pytest.mark.parametrize("gib,tier", [(15.6, 16), (31.2, 32), (31.8, 32), (23.5, 24), (62.6, 64), (95.4, 96),
@@ -105,7 +116,7 @@ def test_model_dir_missing_parts(matrix):
 
 
 def test_a_crashing_check_is_isolated(matrix, monkeypatch):
-    from aipc_env.checks.base import CheckSpec
+    from aipc_env.doctor.checks.base import CheckSpec
 
     def boom(ctx):
         raise ZeroDivisionError("bad math")
@@ -126,3 +137,27 @@ def test_unreadable_registry_value_is_a_finding(matrix):
     assert by_id["tdr"].status == Status.WARN and "Access is denied" in by_id["tdr"].seen
     assert by_id["gpu-memory-ceiling"].status == Status.WARN and "= 57" in by_id["gpu-memory-ceiling"].seen
     assert "/d 75" in by_id["gpu-memory-ceiling"].fix
+
+
+def test_last_verification_failed_or_injected(matrix):
+    from aipc_env.facts.model import VerifyRecord
+
+    facts = load_facts(MACHINES / "win11_core_ultra_32gb.json")
+    facts.last_verify = VerifyRecord(when="2026-11-20T10:00:00+00:00", passed=False, device="xpu:0",
+                                     env_prefix=facts.training_env.prefix, summary="6/7 steps passed")
+    (f,) = run_checks(facts, matrix, ["last-verify"]).findings
+    assert f.status == Status.FAIL and "6/7" in f.seen
+    facts.last_verify.injected = ["frozen-optimizer"]
+    (f,) = run_checks(facts, matrix, ["last-verify"]).findings
+    assert f.status == Status.WARN and "injected" in f.seen
+
+
+def test_machine_fixtures_are_what_the_builder_writes():
+    """The fixtures are built from recorded tool outputs by the real parsers; regenerating must change nothing."""
+    import json
+
+    from tests.fixtures.build_machines import machines
+
+    for name, facts in machines().items():
+        committed = json.loads((MACHINES / f"{name}.json").read_text(encoding="utf-8"))
+        assert committed == facts.model_dump(mode="json"), f"{name}: run python tests/fixtures/build_machines.py"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env
-from aipc_env.launch.scripts import write_launcher
+from aipc_env.launch.render import write_launcher
 from tests.conftest import ROOT, run_cli
 from tests.test_engine import _config, _engine, dataset, tiny_pipe  # noqa: F401 - fixtures
 
@@ -81,7 +81,7 @@ def test_monitor_runs_beside_a_launch_and_stops_with_it(tmp_path):
     plan = LaunchPlan(platform="linux-64", run_dir=str(run), python=sys.executable,
                       env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
                       phases=[Phase(name="fit", argv=[sys.executable, "-c", "import time; time.sleep(2.5)"])],
-                      background=[Phase(name="monitor", argv=[sys.executable, "-m", "aipc_env.monitor", "--out",
+                      background=[Phase(name="monitor", argv=[sys.executable, "-m", "aipc_env.tools.monitor", "--out",
                                                               str(run / "memory.csv"), "--interval", "0.2",
                                                               "--device", "none"])],
                       log_file=str(run / "train.log"))

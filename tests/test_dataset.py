@@ -123,8 +123,8 @@ def test_cli_verdict_json(tmp_path):
     bad = run_cli("dataset", "validate", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "dataset not found" in bad.stderr
     few = run_cli("dataset", "validate", str(local(tmp_path / "few", n=2)))
-    assert few.returncode == 1 and set(json.loads(few.stdout)) == {"valid", "format", "sample_count", "issues",
-                                                                    "warnings"}
+    assert few.returncode == 1 and set(json.loads(few.stdout)) == {"schema_version", "valid", "format", "sample_count",
+                                                                    "issues", "warnings"}
 
 
 def test_training_refuses_an_invalid_dataset_before_any_model(tmp_path):

@@ -19,7 +19,7 @@ def test_on_this_machine_says_no_intel_gpu_and_exits_1(tmp_path):
 def test_json_report_round_trips_through_facts(tmp_path):
     result = run_cli("doctor", "--json", "--save-facts", str(tmp_path / "facts.json"))
     report = json.loads(result.stdout)
-    assert report["report_schema_version"] == REPORT_SCHEMA_VERSION
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
     assert {"facts", "findings", "summary", "resolution"} <= set(report)
     again = run_cli("doctor", "--json", "--facts", str(tmp_path / "facts.json"))
     assert [f["status"] for f in json.loads(again.stdout)["findings"]] == [f["status"] for f in report["findings"]]

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_pipe(tmp_path_factory):
-    from aipc_env.tinypipe import build_tiny_pipeline
+    from aipc_env.train.tinypipe import build_tiny_pipeline
 
     return build_tiny_pipeline(tmp_path_factory.mktemp("models") / "tiny qwen edit ü")
 
@@ -61,7 +61,7 @@ def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, tmp_p
     import torch
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.compat import processor_without_video
+    from aipc_env.train.compat import processor_without_video
 
     config = _config(tmp_path, tiny_pipe, dataset)
     result = run_cli("train", str(config), timeout=600)
@@ -144,7 +144,7 @@ def test_bad_model_dir_fails_before_loading(dataset, tmp_path):
 
 
 def test_edit_plus_variant(dataset, tmp_path):
-    from aipc_env.tinypipe import build_tiny_pipeline
+    from aipc_env.train.tinypipe import build_tiny_pipeline
 
     plus = build_tiny_pipeline(tmp_path / "tiny plus", plus=True)
     config = _config(tmp_path, plus, dataset, max_train_steps=3)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from aipc_env import __version__
 from aipc_env.facts import load_facts
 from aipc_env.facts.model import MsvcInfo, OneApiInfo, OneApiInstall
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env, choose_oneapi, choose_vcvars
-from aipc_env.launch.scripts import render_bat, render_env_bat, render_env_sh, render_sh
+from aipc_env.launch.render import render_env_bat, render_env_sh, render_launcher, template_text
 from aipc_env.train.run import accelerate_config_text
 from tests.conftest import MACHINES
 
@@ -25,8 +26,12 @@ def plan(**kw) -> LaunchPlan:
 
 def test_scripts_hold_no_user_data():
     p = plan()
-    for text in (render_bat(p), render_sh(p.model_copy(update={"platform": "linux-64"}))):
+    for plan_ in (p, p.model_copy(update={"platform": "linux-64"})):
+        name, text = render_launcher(plan_)
         assert "Zoë" not in text and "INJECTED" not in text and "100%" not in text
+        # the launcher is the template in launchers/, with only the version filled in
+        assert text.replace("\r\n", "\n").splitlines() == \
+            template_text(name).replace("@AIPC_ENV_VERSION@", __version__).splitlines()
     env = render_env_bat(p)
     assert f"AIPC_PYTHON={NASTY}\\env\\python.exe" in env.splitlines()
     assert "\r\n" in env

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from aipc_env.launch.plan import Activation, LaunchPlan, Phase, base_env
-from aipc_env.launch.scripts import write_launcher
+from aipc_env.launch.render import write_launcher
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX launchers")

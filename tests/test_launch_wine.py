@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from aipc_env.launch.plan import Activation, LaunchPlan, Phase
-from aipc_env.launch.scripts import write_launcher
-from tests.wine import make_wine, read_record, stop_wine, wine_reason
+from aipc_env.launch.render import write_launcher
+from tests.support.wine import make_wine, read_record, stop_wine, wine_reason
 
 pytestmark = [pytest.mark.wine, pytest.mark.skipif(wine_reason() is not None, reason=wine_reason() or "")]
 

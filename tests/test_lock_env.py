@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import AipcError
-from aipc_env.lock.build import EnvRequest, Indexes, build_env, check_env, choose_pair, lock_pair
+from aipc_env.lock.lock import Indexes, lock_pair
+from aipc_env.trainenv.build import EnvRequest, build_env, check_env
+from aipc_env.trainenv.select import choose_pair
 from aipc_env.lock.lockfile import check_pair_lock, pylock_path, read_pylock
 from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
-from aipc_env.lock.wheels import make_wheel, write_simple_index
+from tests.support.wheels import make_wheel, write_simple_index
 from tests.conftest import run_cli
 
 PAIR = "xpu-2.13"
@@ -162,10 +164,12 @@ def test_no_lock_says_how_and_unlocked_records_one(indexes, matrix, tmp_path):
 
 
 def test_choose_pair(matrix):
-    assert choose_pair(matrix, "win-64", None, [])[0].id == "xpu-2.13"
-    pair, why = choose_pair(matrix, "win-64", None, ["2025.0", "2025.3"])
-    assert pair.id == "xpu-2.12" and "2025.3" in why
-    assert choose_pair(matrix, "win-64", "xpu-2.9", ["2025.3"])[0].id == "xpu-2.9"
+    assert choose_pair(matrix, "win-64", toolkits=[], fallback=True).pair.id == "xpu-2.13"
+    choice = choose_pair(matrix, "win-64", toolkits=["2025.0", "2025.3"], fallback=True)
+    assert choice.pair.id == "xpu-2.12" and "2025.3" in choice.why
+    assert choose_pair(matrix, "win-64", flag="xpu-2.9", toolkits=["2025.3"], fallback=True).pair.id == "xpu-2.9"
+    # without a fallback (doctor, train, verify) a non-XPU env has no pair
+    assert choose_pair(matrix, "linux-64", distributions={"torch": "2.13.0+cpu"}).pair is None
 
 
 def test_conda_layer_command_lines():

@@ -3,9 +3,10 @@
 import json
 
 from aipc_env.facts.parse import (
-    model_variant, oneapi_version_from_path, parse_cim_gpus, parse_compiler_version, parse_meminfo,
+    model_variant, oneapi_version_from_path, parse_cim_gpus, parse_compiler_version,
     parse_sycl_ls, parse_vswhere,
 )
+from aipc_env.facts.memory import parse_meminfo
 from tests.conftest import OUTPUTS
 
 
@@ -56,7 +57,7 @@ def test_vswhere_marks_installs_without_cpp_tools():
 
 
 def test_meminfo_and_model_variant():
-    assert parse_meminfo("MemTotal:       32768000 kB\n") == 32768000 * 1024
+    assert parse_meminfo("MemTotal:       32768000 kB\nMemAvailable:  1024 kB\n") == (32768000 * 1024, 1024 * 1024)
     assert model_variant({"_class_name": "QwenImageEditPipeline"}, {})[1] == "edit"
     assert model_variant({"_class_name": "QwenImageEditPlusPipeline"}, {"zero_cond_t": True})[1] == "edit-2511"
     assert model_variant({"_class_name": "QwenImageEditPlusPipeline"}, {"zero_cond_t": False})[1] == "edit-2509"

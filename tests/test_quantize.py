@@ -17,8 +17,8 @@ def test_transformer_nf4_folder_matches_quantize_on_load(tiny_pipe, tmp_path):  
     import torch
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.quantize import load_nf4_transformer
-    from aipc_env.tiny import make_batch, quantize_linear_layers_nf4
+    from aipc_env.tools.quantize import load_nf4_transformer
+    from aipc_env.train.tiny import make_batch, quantize_linear_layers_nf4
 
     dst = tmp_path / "nf4 transformer ü"
     result = run_cli("quantize", "transformer", "--src", str(tiny_pipe), "--dst", str(dst), "--device", "cpu")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from aipc_env.lock.requirements import apply_edits, edit_requirements
+from aipc_env.trainenv.requirements import apply_edits, edit_requirements
 from tests.conftest import FIXTURES, run_cli
 
 UPSTREAM = FIXTURES / "qflux" / "requirements.txt"

@@ -1,8 +1,8 @@
 import pytest
 
 from aipc_env.errors import InputError
-from aipc_env.piplist import parse_pip_list, read_pip_list
-from aipc_env.resolve import resolve_pair
+from aipc_env.matrix.piplist import parse_pip_list, read_pip_list
+from aipc_env.matrix.resolve import resolve_pair
 from tests.conftest import OUTPUTS, run_cli
 
 

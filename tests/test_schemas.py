@@ -13,3 +13,44 @@ def test_committed_schemas_match_the_models():
     for name, schema in current.items():
         committed = json.loads((folder / f"{name}.schema.json").read_text())
         assert committed == json.loads(json.dumps(schema)), f"{name}: run `python -m aipc_env.schemas`"
+
+
+def test_every_versioned_format_has_a_schema():
+    import importlib
+    import pkgutil
+
+    import aipc_env
+    from aipc_env.formats import VersionedModel
+    from aipc_env.schemas import models
+
+    for info in pkgutil.walk_packages(aipc_env.__path__, "aipc_env."):
+        if info.name.endswith(("verify.worker", "__main__", "launch.runner")):
+            continue  # the worker imports torch at module level; the runner is standard library only
+        importlib.import_module(info.name)
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    listed = set(models().values())
+    missing = [c.__qualname__ for c in subclasses(VersionedModel) if c.__module__.startswith("aipc_env") and
+               c not in listed]
+    assert not missing, f"add to aipc_env.schemas.models(): {missing}"
+
+
+def test_an_unknown_version_is_a_named_error(tmp_path):
+    import pytest
+
+    from aipc_env.errors import InputError
+    from aipc_env.formats import load_versioned
+    from aipc_env.schemas import models
+
+    for name, model in models().items():
+        path = tmp_path / f"{name}.json"
+        path.write_text('{"schema_version": 99}')
+        with pytest.raises(InputError, match="schema_version 99 is not supported.*newer aipc-env"):
+            load_versioned(model, path)
+        path.write_text('{"no_version": 1}')
+        with pytest.raises(InputError, match="missing 'schema_version'"):
+            load_versioned(model, path)

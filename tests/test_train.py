@@ -62,7 +62,7 @@ def _load_back(lora_dir: Path) -> float:
     import torch
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.tiny import build_tiny_transformer
+    from aipc_env.train.tiny import build_tiny_transformer
 
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     model = build_tiny_transformer()

@@ -63,8 +63,10 @@ def test_fails_when_the_optimizer_leaves_parameters_unchanged():
     steps = _steps(report)
     assert "left the parameters unchanged" in steps["adam8bit"]["summary"]
     assert not steps["tiny-qlora"]["passed"] and "did not drop" in steps["tiny-qlora"]["summary"]
+    # the saved record says faults were injected, and the doctor shows it as such, not as a real failure
     doctor = run_cli("doctor", "--json", "--check", "last-verify")
-    assert json.loads(doctor.stdout)["findings"][0]["status"] == "fail"
+    finding = json.loads(doctor.stdout)["findings"][0]
+    assert finding["status"] == "warn" and "injected faults (frozen-optimizer)" in finding["seen"]
 
 
 def test_missing_env_is_a_clear_error(tmp_path):

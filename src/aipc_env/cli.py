@@ -1,34 +1,47 @@
-"""The `aipc-env` command line: registers subcommands, maps errors to exit codes, never shows a bare traceback.
-
-Exit codes: 0 ok · 1 problems found (failed check, drift, failed verify/training) · 2 usage or input error ·
-3 internal error (a bug; traceback with --debug) · 130 interrupted.
-"""
+"""The `aipc-env` command line: registers the subcommands (one thin module each in commands/), maps errors to the
+exit codes of errors.ExitCode, and never shows a bare traceback (--debug shows it for internal errors)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
 from aipc_env import __version__
-from aipc_env.commands import COMMANDS
-from aipc_env.errors import EXIT_USAGE, AipcError
+from aipc_env.errors import AipcError, ExitCode
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "COMMANDS"]
 
-EXIT_INTERNAL = 3
+COMMANDS = ("doctor", "train", "verify", "env", "lock", "matrix", "resolve", "recommend", "dataset",
+            "patch-requirements", "quantize", "compare", "monitor")
+
+DESCRIPTION = """\
+Reproducible NF4 QLoRA fine-tuning of Qwen-Image-Edit on Intel AI PCs (Core Ultra iGPU, Arc).
+
+Start here:
+  aipc-env doctor            check this machine; every problem comes with a fix
+  aipc-env train             train the built-in tiny default (no download, no GPU needed)
+  aipc-env recommend > c.yaml   a config for this machine, then: aipc-env train c.yaml
+"""
+
+EPILOG = """\
+exit codes: 0 ok · 1 problems found · 2 usage or input error · 3 internal error (a bug) · 130 interrupted
+`aipc-env COMMAND --help` explains each command; nox sessions (`nox -s doctor`, `nox -s train`) run the same
+commands. Docs: README.md, docs/architecture.md."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 too; keep its message short and ours
         self.print_usage(sys.stderr)
         print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(ExitCode.USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="aipc-env", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="aipc-env", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"aipc-env {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -38,25 +51,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_stdout() -> None:
+    """After stdout broke (a closed pipe, a full disk), point it at devnull so the interpreter's final flush
+    cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()
+        return code
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+        return int(exc.exit_code)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print("aipc-env: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return 0
+        _quiet_stdout()
+        return ExitCode.OK
+    except OSError as exc:
+        if getattr(exc, "filename", None) is None and _is_stdout_error(exc):
+            _quiet_stdout()
+            print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        return _internal(args, exc)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, not a traceback
-        if args.debug:
-            traceback.print_exc()
-        print(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n"
-              "  this is a bug; re-run with --debug for the traceback and report it", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal(args, exc)
+
+
+def _is_stdout_error(exc: OSError) -> bool:
+    return exc.errno in (28, 5)  # ENOSPC, EIO: stdout went to a full or broken device
+
+
+def _internal(args: argparse.Namespace, exc: BaseException) -> int:
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    print(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n"
+          "  this is a bug; re-run with --debug for the traceback and report it", file=sys.stderr)
+    return ExitCode.INTERNAL

@@ -1,33 +1,47 @@
-"""One error type for everything a user can cause; the CLI prints it without a traceback."""
+"""The exit-code table and the one error type for everything a user can cause. Standard library only (the
+launch runner imports it inside any training env); pydantic errors are translated lazily."""
 
 from __future__ import annotations
 
+from enum import IntEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # pragma: no cover
+    from pydantic import ValidationError
 
-__all__ = ["AipcError", "InputError", "validation_message", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE"]
+__all__ = ["ExitCode", "AipcError", "InputError", "validation_message"]
 
-EXIT_OK = 0
-"""Nothing failed."""
-EXIT_PROBLEMS = 1
-"""The command ran and found problems (a failed check, drift, a failed verification or training)."""
-EXIT_USAGE = 2
-"""Bad usage or bad input (a malformed file, a missing path)."""
+
+class ExitCode(IntEnum):
+    """Every `aipc-env` command exits with one of these."""
+
+    OK = 0
+    """Nothing failed."""
+    PROBLEMS = 1
+    """The command ran and found problems: a failed check, drift, a failed verification, step or training."""
+    USAGE = 2
+    """Bad usage or bad input: a malformed file, a missing path, a refused edit."""
+    INTERNAL = 3
+    """A bug in aipc-env (the traceback is shown with --debug)."""
+    INTERRUPTED = 130
+    """Stopped with Ctrl-C."""
 
 
 class AipcError(Exception):
     """A problem the user can fix: says what, where (file and key) and how."""
 
-    exit_code = EXIT_USAGE
+    exit_code: int = ExitCode.USAGE
 
     def __init__(self, message: str, *, path: str | Path | None = None, key: str | None = None,
-                 fix: str | None = None) -> None:
+                 fix: str | None = None, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.path = str(path) if path is not None else None
         self.key = key
         self.fix = fix
+        if exit_code is not None:
+            self.exit_code = exit_code
 
     def render(self) -> str:
         where = ""
@@ -55,7 +69,7 @@ def _loc_to_key(loc: tuple[object, ...], prefix: str = "") -> str:
     return key or "(top level)"
 
 
-def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = "",
+def validation_message(exc: "ValidationError", path: str | Path, *, prefix: str = "",
                        fix: str | None = None) -> InputError:
     """Turn a pydantic error into an InputError naming the file and every bad key."""
     lines = []
@@ -64,8 +78,15 @@ def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = 
         key = _loc_to_key(tuple(err["loc"]), prefix)
         first_key = first_key or key
         got = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
+        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {_short(got)})"
         msg = "unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden" else err["msg"]
         lines.append(f"{key}: {msg}{shown}")
     detail = lines[0] if len(lines) == 1 else "\n    " + "\n    ".join(lines)
-    return InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)
+    error = InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)
+    error.first_key = first_key  # type: ignore[attr-defined]
+    return error
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["project_root", "matrix_path", "state_dir", "cache_dir", "data_dir"]
+__all__ = ["project_root", "package_root", "matrix_path", "state_dir", "cache_dir", "data_dir"]
 
 _MARKER = Path("environments") / "matrix.yaml"
 
@@ -53,3 +53,9 @@ def data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("aipc-env", appauthor=False))
+
+
+def package_root() -> Path:
+    """The folder that holds the aipc_env package (put on PYTHONPATH of runs, so the training env imports this
+    very aipc-env without installing it)."""
+    return Path(__file__).resolve().parent.parent

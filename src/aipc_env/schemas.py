@@ -1,6 +1,7 @@
-"""JSON Schemas of every file format aipc-env reads or writes, generated from the pydantic models.
+"""JSON Schemas of every file format aipc-env reads, writes or prints, generated from the pydantic models.
 
-`python -m aipc_env.schemas` rewrites docs/schemas/; tests fail when a committed schema drifts from its model.
+`python -m aipc_env.schemas` rewrites docs/schemas/; tests fail when a committed schema drifts from its model, and
+when a VersionedModel of the package is missing here. This module imports every format; formats.py imports none.
 """
 
 from __future__ import annotations
@@ -9,24 +10,45 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["schemas", "write_schemas"]
+__all__ = ["models", "schemas", "write_schemas"]
+
+
+def models() -> dict[str, type]:
+    from aipc_env.doctor import CheckCatalog, DoctorReport
+    from aipc_env.dataset.validate import Verdict
+    from aipc_env.facts.model import Facts
+    from aipc_env.launch.plan import LaunchPlan
+    from aipc_env.lock.lock import LockReport
+    from aipc_env.lock.lockfile import LockCheckReport, LockMeta
+    from aipc_env.matrix import Matrix
+    from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
+    from aipc_env.tools.compare import CompareManifest
+    from aipc_env.tools.monitor import MonitorReport
+    from aipc_env.tools.quantize import QuantizeResult
+    from aipc_env.train.cache import CacheIndex
+    from aipc_env.train.checkpoint import CheckpointState
+    from aipc_env.train.config import TrainConfig
+    from aipc_env.train.fit import FitSummary
+    from aipc_env.train.recommend import RecommendReport
+    from aipc_env.trainenv.build import EnvBuildReport
+    from aipc_env.trainenv.drift import EnvCheckReport, Manifest
+    from aipc_env.trainenv.record import EnvRecord, UsedEnvRecord, VerifyState
+    from aipc_env.trainenv.requirements import RequirementsReport
+    from aipc_env.verify.report import VerifyReport
+
+    return {"facts": Facts, "doctor-report": DoctorReport, "check-catalog": CheckCatalog, "matrix": Matrix,
+            "resolve-report": ResolveReport, "toolkit-report": ToolkitReport, "train-config": TrainConfig,
+            "launch-plan": LaunchPlan, "lock-meta": LockMeta, "lock-report": LockReport,
+            "lock-check-report": LockCheckReport, "env-manifest": Manifest, "env-check-report": EnvCheckReport,
+            "env-build-report": EnvBuildReport, "env-record": EnvRecord, "used-env-record": UsedEnvRecord,
+            "verify-record": VerifyState, "verify-report": VerifyReport, "requirements-report": RequirementsReport,
+            "recommendation": RecommendReport, "dataset-verdict": Verdict, "cache-index": CacheIndex,
+            "checkpoint-state": CheckpointState, "fit-summary": FitSummary, "compare-manifest": CompareManifest,
+            "monitor-report": MonitorReport, "quantize-result": QuantizeResult}
 
 
 def schemas() -> dict[str, dict]:
-    from aipc_env.doctor import DoctorReport
-    from aipc_env.facts.model import Facts
-    from aipc_env.launch.plan import LaunchPlan
-    from aipc_env.lock.drift import Manifest
-    from aipc_env.lock.lockfile import LockMeta
-    from aipc_env.matrix import Matrix
-    from aipc_env.state import EnvRecord
-    from aipc_env.train.config import TrainConfig
-    from aipc_env.verify.report import VerifyReport
-
-    models = {"facts": Facts, "doctor-report": DoctorReport, "matrix": Matrix, "train-config": TrainConfig,
-              "launch-plan": LaunchPlan, "lock-meta": LockMeta, "env-manifest": Manifest, "env-record": EnvRecord,
-              "verify-report": VerifyReport}
-    return {name: model.model_json_schema() for name, model in models.items()}
+    return {name: model.model_json_schema() for name, model in models().items()}  # type: ignore[attr-defined]
 
 
 def write_schemas(folder: Path) -> list[Path]:

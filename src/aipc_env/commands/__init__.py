@@ -1,3 +1,2 @@
-"""One module per subcommand: `add_parser(subparsers)` declares it, `run(args) -> exit code` adapts it."""
-
-COMMANDS = ("doctor", "resolve", "matrix", "env", "lock", "patch-requirements", "recommend", "train", "verify", "dataset", "compare", "monitor", "quantize")
+"""One thin adapter per subcommand: `add_parser(subparsers)` declares it, `run(args) -> exit code` converts the
+arguments and calls typed functions. Shared options live in options.py; the command list in aipc_env.cli."""

@@ -5,24 +5,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aipc_env.commands.options import JSON, print_json
+
 __all__ = ["add_parser", "run"]
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="generate with the base model and with the LoRA on held-out samples")
+    p = sub.add_parser("compare", parents=[JSON], help="generate with the base model and with the LoRA on held-out "
+                       "samples", description="Base model vs base + LoRA with the same seeds (runbook §9): images, "
+                       "grid.png and manifest.json with distances to the target. Exit 1 when the LoRA changed "
+                       "nothing.")
     p.add_argument("--config", type=Path, required=True, help="the training config (model, device)")
     p.add_argument("--lora", type=Path, required=True, help="the LoRA file or the run's lora/ folder")
     p.add_argument("--test-set", type=Path, required=True, help="held-out samples (any dataset format)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--num-inference-steps", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-samples", type=int)
+    p.add_argument("--out", type=Path, required=True, help="output folder for images, grid.png and manifest.json")
+    p.add_argument("--num-inference-steps", type=_positive, default=20, help="sampling steps (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed for base and LoRA (default 0)")
+    p.add_argument("--max-samples", type=_positive, help="compare at most this many samples")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.compare import CompareRequest, run_compare
     from aipc_env.errors import InputError
+    from aipc_env.tools.compare import CompareRequest, run_compare
     from aipc_env.train.config import load_config
 
     cfg = load_config(args.config)
@@ -33,5 +48,8 @@ def run(args: argparse.Namespace) -> int:
     manifest = run_compare(CompareRequest(model_path=Path(cfg.model.path), lora=args.lora, test_set=args.test_set,
                                           out=args.out, num_inference_steps=args.num_inference_steps, seed=args.seed,
                                           device=cfg.device, max_samples=args.max_samples))
-    print(f"wrote {len(manifest['samples'])} comparisons, grid.png and manifest.json to {args.out}")
-    return 1 if manifest["lora_changed_nothing"] else 0
+    if args.json:
+        print_json(manifest)
+    else:
+        print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to {args.out}")
+    return 1 if manifest.lora_changed_nothing else 0

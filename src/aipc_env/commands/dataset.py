@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from aipc_env.commands.options import JSON, print_json
 
 __all__ = ["add_parser", "run"]
 
 
+def _side(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of pixels") from None
+    if value < 16 or value % 16:
+        raise argparse.ArgumentTypeError(f"{value}: each side must be a multiple of 16, at least 16")
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dataset", help="validate a training dataset (local dir, parquet dir, CSV)")
+    p = sub.add_parser("dataset", help="validate a training dataset (local dir, parquet dir, CSV)",
+                       description="Dataset tools. `validate` prints the runbook's verdict JSON.")
     inner = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
-    v = inner.add_parser("validate", help="print the verdict JSON; exit 0 valid, 1 invalid")
-    v.add_argument("path", type=Path)
-    v.add_argument("--target-size", type=int, nargs=2, metavar=("H", "W"), default=[384, 672],
-                   help="training size; smaller images are reported (default 384 672)")
+    v = inner.add_parser("validate", parents=[JSON], help="print the verdict JSON; exit 0 valid, 1 invalid",
+                         description="Check a dataset against the runbook's rules (§3). The verdict JSON is printed "
+                         "in every case (--json is accepted for symmetry). Exit 0 valid, 1 invalid, 2 bad input.")
+    v.add_argument("path", type=Path, help="a dataset folder, a parquet folder (data/train-*.parquet) or a CSV")
+    v.add_argument("--target-size", type=_side, nargs=2, metavar=("H", "W"), default=[384, 672],
+                   help="training size; smaller images are reported (default 384 672; multiples of 16)")
     v.set_defaults(run=run)
 
 
@@ -23,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.dataset import validate_dataset
 
     verdict = validate_dataset(args.path, tuple(args.target_size))
-    print(json.dumps(verdict.as_dict(), indent=2, ensure_ascii=False))
+    print_json(verdict)
     return 0 if verdict.valid else 1

@@ -5,76 +5,94 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, print_json
+
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from aipc_env.commands.lock import _index_args
-
-    p = sub.add_parser("env", help="build or repair the training env from the pair's lock; --check for drift",
-                       description="Exit 0: built or up to date (--check: no drift); 1: drift or failure; 2: input.")
-    p.add_argument("--pair", metavar="ID", help="default: the pair of an installed oneAPI toolkit, else the newest")
-    p.add_argument("--prefix", type=Path, help="where the env lives (default: per-user data folder/envs/<pair>)")
-    p.add_argument("--check", action="store_true", help="compare the env with its lock; change nothing")
+    p = sub.add_parser("env", parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
+                       help="build or repair the training env from the pair's lock; --check for drift",
+                       description="Build the training env of a pair from its lockfile (hash-checked), or repair "
+                       "it; a re-run with no drift changes nothing. Pair: --pair, else the recorded env's, else the "
+                       "one matching an installed oneAPI toolkit, else the newest. "
+                       "Exit 0: built or up to date (--check: no drift); 1: drift or failure; 2: input.")
+    p.add_argument("--prefix", type=Path, help="where the env lives (default: the recorded env, else the per-user "
+                   "data folder/envs/<pair>)")
+    p.add_argument("--check", action="store_true", help="compare the env with its lock (versions, hashes, "
+                   "installed files); change nothing")
     p.add_argument("--unlocked", action="store_true",
                    help="no lock yet: install from the specs and record what was installed as this pair's lock")
     p.add_argument("--base-python", metavar="PYTHON",
                    help="make the interpreter layer a venv of this Python instead of a conda env")
     p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
                    help="which conda flavour creates the interpreter layer (default: the first found)")
-    p.add_argument("--json", action="store_true")
-    _index_args(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import datetime as _dt
-    import json
 
-    from aipc_env.facts.gather import toolchain_facts
-    from aipc_env.lock.build import EnvRequest, Indexes, build_env, check_env, choose_pair
+    from aipc_env.facts.gather import installed_toolkits, toolchain_facts
+    from aipc_env.lock.lock import Indexes
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.lock.tools import find_conda_tool
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import cache_dir, data_dir, project_root
     from aipc_env.platforms import current_platform
-    from aipc_env.state import read_env_record
+    from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
+    from aipc_env.trainenv.drift import EnvCheckReport
+    from aipc_env.trainenv.record import read_env_record
+    from aipc_env.trainenv.select import EnvChoice, choose_pair, env_python
 
     matrix = load_matrix(args.matrix)
     platform = current_platform()
     root = args.lock_root or project_root() / "lockfiles"
     record = read_env_record()
-    if args.check and not args.pair and not args.prefix and record and record.pair:
-        pair, why = matrix.get(record.pair), "recorded env"
+    recorded = None
+    if record is not None and (args.prefix is None or Path(args.prefix).absolute() == Path(record.prefix)):
+        recorded = EnvChoice(Path(record.prefix), env_python(Path(record.prefix)), "state", record)
+    choice = choose_pair(matrix, platform, flag=args.pair, env=recorded,
+                         toolkits=installed_toolkits(toolchain_facts()[0]), fallback=True)
+    pair = choice.pair
+    assert pair is not None
+    if args.prefix:
+        prefix = Path(args.prefix).absolute()
+    elif recorded is not None and record is not None and record.pair == pair.id:
+        prefix = recorded.prefix
     else:
-        toolkits = sorted({r for i in toolchain_facts()[0].installs for r in i.releases})
-        pair, why = choose_pair(matrix, platform, args.pair, toolkits)
-    prefix = args.prefix or (Path(record.prefix) if args.check and record and record.pair == pair.id
-                             else data_dir() / "envs" / pair.id)
+        prefix = data_dir() / "envs" / pair.id
     if args.check:
-        drift = check_env(prefix, pylock_path(root / pair.id, platform), platform)
+        lockfile = pylock_path(root / pair.id, platform)
+        report = EnvCheckReport(pair=pair.id, prefix=str(prefix), lockfile=str(lockfile),
+                                drift=check_env(prefix, lockfile, platform))
         if args.json:
-            print(json.dumps({"pair": pair.id, "prefix": str(prefix), "drift": [d.model_dump() for d in drift]},
-                             indent=2))
-        elif drift:
-            print(f"{len(drift)} difference(s) between {prefix} and the {pair.id} lock:")
-            for d in drift:
+            print_json(report)
+        elif report.drift:
+            print(f"{len(report.drift)} difference(s) between {prefix} and the {pair.id} lock:")
+            for d in report.drift:
                 print(f"  {d.kind:8} {d.describe()}")
             print(f"repair: nox -s env -- --pair {pair.id}" + (f" --prefix \"{prefix}\"" if args.prefix else ""))
         else:
             print(f"{prefix} matches the {pair.id} lock")
-        return 1 if drift else 0
+        return 0 if report.clean else 1
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log = cache_dir() / "logs" / f"env-{pair.id}-{stamp}.log"
-    print(f"pair {pair.id} ({why}); env {prefix}; log {log}", flush=True)
+    if not args.json:
+        print(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}", flush=True)
     req = EnvRequest(pair=pair, prefix=prefix, platform=platform, lock_root=root, log=log,
                      indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
-                     base_python=args.base_python, conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
+                     base_python=args.base_python,
+                     conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
                      unlocked=args.unlocked,
                      common=common_requirements(args.pip_layer) if args.pip_layer else None)
     result = build_env(req)
-    if result.changed:
+    if args.json:
+        print_json(EnvBuildReport(pair=pair.id, why=choice.why, prefix=str(prefix), lockfile=str(result.lockfile),
+                                  changed=result.changed, repaired=result.drift_before,
+                                  seconds=round(result.seconds, 3), log=str(log)))
+    elif result.changed:
         repaired = f" (repaired {len(result.drift_before)} difference(s))" if result.drift_before else ""
         print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
     else:

@@ -3,36 +3,49 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
+
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, print_json
 
 __all__ = ["add_parser", "run"]
 
 
-def _index_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pypi-url", default=os.environ.get("AIPC_ENV_PYPI_URL"),
-                   help="PyPI (or a mirror) simple index URL [env AIPC_ENV_PYPI_URL]")
-    p.add_argument("--xpu-index-url", default=os.environ.get("AIPC_ENV_XPU_INDEX_URL"),
-                   help="PyTorch XPU index URL, used only for torch/torchvision/Triton [env AIPC_ENV_XPU_INDEX_URL]")
-    p.add_argument("--lock-root", type=Path, default=None, help="lockfiles folder (default: lockfiles/)")
-    p.add_argument("--pip-layer", type=Path, metavar="FILE",
-                   help="common pip requirements (default: environments/pip-layer.txt)")
-    p.add_argument("--matrix", type=Path, metavar="FILE")
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lock", help="resolve pairs into hash-pinned lockfiles; `lock check` validates them")
+    p = sub.add_parser("lock", parents=[JSON, LOCK_ROOT, INDEXES, MATRIX],
+                       help="resolve pairs into hash-pinned lockfiles; `lock check` validates them",
+                       description="(Admin, connected machine) resolve each pair's pip layer with uv into "
+                       "lockfiles/<pair>/pylock.<platform>.toml (torch and Triton only from the PyTorch XPU index) "
+                       "and its conda layer with conda-lock. `lock check` validates the lockfiles offline.")
     p.add_argument("action", nargs="?", choices=["check"], help="check: validate the lockfiles, change nothing")
-    p.add_argument("--pair", action="append", metavar="ID", help="pair(s) to lock (default: every confirmed pair)")
+    p.add_argument("--pair", action="append", metavar="ID", help="pair(s) to lock or check (default: every "
+                   "confirmed pair; for check: every lock folder)")
     p.add_argument("--pip-only", action="store_true", help="skip the conda layer (conda-lock needs the channels)")
     p.add_argument("--python", metavar="X.Y", help="Python of the env (default: 3.12, or the newest the pair allows)")
-    _index_args(p)
     p.set_defaults(run=run)
 
 
+def _check(args: argparse.Namespace, matrix, root) -> int:
+    from aipc_env.errors import InputError
+    from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, check_pair_lock
+
+    if not root.is_dir():
+        raise InputError("the lockfiles folder does not exist" if not root.exists() else "is a file, not a folder",
+                         path=root, key="--lock-root", fix="pass the lockfiles/ folder of an aipc-env checkout")
+    dirs = [root / p for p in args.pair] if args.pair else sorted(d for d in root.iterdir()
+                                                                  if d.is_dir() and not d.name.startswith("."))
+    report = LockCheckReport(lock_root=str(root),
+                             pairs=[PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix)) for d in dirs])
+    if args.json:
+        print_json(report)
+    elif not dirs:
+        print(f"no lockfiles in {root}: produce them on a connected machine with `nox -s lock`")
+    else:
+        for status in report.pairs:
+            print(f"{'✗' if status.problems else '✓'} {status.pair}" + "".join(f"\n    {p}" for p in status.problems))
+    return 0 if report.clean else 1
+
+
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.lock.build import Indexes, lock_pair
-    from aipc_env.lock.lockfile import check_pair_lock
+    from aipc_env.lock.lock import Indexes, LockReport, lock_pair
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import cache_dir, project_root
@@ -40,23 +53,19 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     root = args.lock_root or project_root() / "lockfiles"
     if args.action == "check":
-        dirs = [root / p for p in args.pair] if args.pair else sorted(d for d in root.iterdir()
-                                                                      if d.is_dir() and not d.name.startswith("."))
-        if not dirs:
-            print(f"no lockfiles in {root}: produce them on a connected machine with `nox -s lock`")
-            return 1
-        bad = 0
-        for d in dirs:
-            problems = check_pair_lock(d, matrix)
-            print(f"{'✗' if problems else '✓'} {d.name}" + "".join(f"\n    {p}" for p in problems))
-            bad += bool(problems)
-        return 1 if bad else 0
+        return _check(args, matrix, root)
     indexes = Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL)
     pairs = [matrix.get(p) for p in args.pair] if args.pair else [p for p in matrix.pairs if p.certainty == "confirmed"]
     log = cache_dir() / "logs" / "lock.log"
+    written = []
     for pair in pairs:
-        print(f"locking {pair.id} (torch {pair.newest_torch}+xpu, oneAPI {pair.oneapi}) ...", flush=True)
+        if not args.json:
+            print(f"locking {pair.id} (torch {pair.newest_torch}+xpu, oneAPI {pair.oneapi}) ...", flush=True)
         out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log, python=args.python,
                         common=common_requirements(args.pip_layer) if args.pip_layer else None)
-        print(f"  wrote {out}")
+        written.append(str(out))
+        if not args.json:
+            print(f"  wrote {out}")
+    if args.json:
+        print_json(LockReport(written=written, log=str(log)))
     return 0

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+
+from aipc_env.commands.options import JSON, MATRIX, console_for, print_json
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("matrix", help="show the torch+xpu / oneAPI compatibility matrix")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--matrix", type=Path, metavar="FILE")
+    p = sub.add_parser("matrix", parents=[JSON, MATRIX], help="show the torch+xpu / oneAPI compatibility matrix",
+                       description="Validate and show environments/matrix.yaml: one row per supported pair.")
+    p.add_argument("-v", "--verbose", action="store_true", help="also show each row's source and notes")
     p.set_defaults(run=run)
 
 
@@ -20,15 +20,23 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from aipc_env.matrix import load_matrix
-    from aipc_env.render import console_for
 
     matrix = load_matrix(args.matrix)
     if args.json:
-        print(json.dumps(matrix.model_dump(mode="json"), indent=2))
+        print_json(matrix)
         return 0
-    table = Table("pair", "torch", "oneAPI", "Triton", "Python", "Windows", "bnb ≥", "certainty")
+    console = console_for()
+    table = Table("pair", "torch", "oneAPI", "Triton", "Py", "Win", "bnb≥", "sure", box=None, pad_edge=False,
+                  header_style="bold")
     for p in matrix.pairs:
-        table.add_row(p.id, ", ".join(p.torch), p.oneapi, f"{p.triton.name} {p.triton.version}", p.python,
-                      p.windows, p.bitsandbytes_min, p.certainty)
-    console_for().print(table)
+        table.add_row(p.id, ", ".join(p.torch), p.oneapi, f"{p.triton.name.replace('pytorch-', '')} "
+                      f"{p.triton.version}", p.python.replace(">=", "≥").replace(",<", " <"),
+                      {"full": "yes", "eager-only": "eager", "none": "no"}[p.windows], p.bitsandbytes_min,
+                      "yes" if p.certainty == "confirmed" else "prov.")
+    console.print(table)
+    if args.verbose:
+        for p in matrix.pairs:
+            console.print(f"{p.id}: {p.source}" + (f"\n  note: {p.notes}" if p.notes else ""))
+    else:
+        console.print("prov. = provisional row (one weak source); -v shows each row's source")
     return 0

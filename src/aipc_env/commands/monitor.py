@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import argparse
 
+from aipc_env.commands.options import JSON, print_json
+
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from aipc_env.monitor import add_arguments
+    from aipc_env.tools.monitor import add_arguments
 
-    p = sub.add_parser("monitor", help="sample system and device memory into a CSV (+ PNG plot)")
+    p = sub.add_parser("monitor", parents=[JSON], help="sample system and device memory into a CSV (+ PNG plot)",
+                       description="Sample system (and XPU/CUDA) memory until stopped (Ctrl-C), --duration or --pid "
+                       "exits; write a CSV and a PNG plot next to it.")
     add_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.monitor import run_monitor
+    from aipc_env.tools.monitor import MonitorReport, run_monitor
 
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
-    print(f"{n} samples in {args.out}; plot {args.out.with_suffix('.png')}")
+    png = args.out.with_suffix(".png")
+    report = MonitorReport(samples=n, csv=str(args.out), plot=str(png) if png.is_file() else None)
+    if args.json:
+        print_json(report)
+    else:
+        print(f"{n} samples in {args.out}; plot {report.plot}")
     return 0

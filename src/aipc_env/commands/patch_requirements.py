@@ -5,35 +5,48 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aipc_env.commands.options import ENV, JSON, LOCK_ROOT, MATRIX, PAIR, print_json
+
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("patch-requirements", help="comment out CUDA-only packages, pin bitsandbytes, report "
-                       "pins that contradict the lock (idempotent, with a backup)")
-    p.add_argument("path", type=Path)
-    p.add_argument("--pair", metavar="ID", help="pair whose minimum bitsandbytes and lock apply (default: recorded)")
+    p = sub.add_parser("patch-requirements", parents=[JSON, PAIR, ENV, LOCK_ROOT, MATRIX],
+                       help="make a qwen-image-finetune requirements.txt installable on XPU (idempotent, backup)",
+                       description="Comment out CUDA-only packages, raise bitsandbytes to the pair's minimum and "
+                       "report pins that contradict the pair's lock. The file keeps its mode and line endings; a "
+                       "backup of the original is kept as <file>.aipc-backup; a second run changes nothing.")
+    p.add_argument("path", type=Path, help="the requirements.txt of a qwen-image-finetune clone")
     p.add_argument("--dry-run", action="store_true", help="print the unified diff; change nothing")
-    p.add_argument("--lock-root", type=Path)
-    p.add_argument("--matrix", type=Path, metavar="FILE")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from aipc_env.facts.gather import inspect_env, installed_toolkits, toolchain_facts
     from aipc_env.lock.lockfile import pylock_path, read_pylock
-    from aipc_env.lock.requirements import apply_edits
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import project_root
     from aipc_env.platforms import current_platform
-    from aipc_env.state import read_env_record
+    from aipc_env.trainenv.requirements import RequirementsReport, apply_edits
+    from aipc_env.trainenv.select import choose_env, choose_pair
 
     matrix = load_matrix(args.matrix)
-    record = read_env_record()
-    pair = matrix.get(args.pair) if args.pair else (matrix.by_id.get(record.pair) if record and record.pair else None)
-    pair = pair or matrix.newest(current_platform())
-    lock = pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, current_platform())
+    platform = current_platform()
+    env = choose_env(args.env)
+    installed = inspect_env(env.prefix, env.python, source=env.source, current=env.is_current).distributions
+    choice = choose_pair(matrix, platform, flag=args.pair, env=env, distributions=installed,
+                         toolkits=installed_toolkits(toolchain_facts()[0]), fallback=True)
+    pair = choice.pair
+    assert pair is not None
+    lock = pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, platform)
     locked = {p.key: p.version or "" for p in read_pylock(lock).packages} if lock.is_file() else None
     result, diff = apply_edits(args.path, bnb_min=pair.bitsandbytes_min, locked=locked, dry_run=args.dry_run)
+    notes = [] if locked is not None else [f"no lock for {pair.id} here ({lock}); pins were not compared with a lock"]
+    if args.json:
+        print_json(RequirementsReport(path=str(args.path), pair=pair.id, pair_why=choice.why, dry_run=args.dry_run,
+                                      changed=result.changed, edits=result.edits, warnings=result.report,
+                                      notes=notes, diff=diff if args.dry_run else None))
+        return 0
     if args.dry_run and diff:
         print(diff, end="")
     for e in result.edits:
@@ -42,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.path}: nothing to change")
     elif not args.dry_run:
         print(f"{args.path}: written; original kept as {args.path.name}.aipc-backup")
-    if locked is None:
-        print(f"note: no lock for {pair.id} here ({lock}); pins were not compared with a lock")
+    for note in notes:
+        print(f"note: {note}")
     for r in result.report:
         print(f"warning: {r}")
     return 0

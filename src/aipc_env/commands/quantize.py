@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aipc_env.commands.options import JSON, print_json
+
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quantize", help="pre-quantize the transformer or the text encoder to NF4 (runbook §7.1/7.2)")
-    p.add_argument("part", choices=["transformer", "text-encoder"])
+    p = sub.add_parser("quantize", parents=[JSON], help="pre-quantize the transformer or the text encoder to NF4 "
+                       "(runbook §7.1/7.2)", description="One-time NF4 pre-quantization; the output folder is "
+                       "written beside its target and renamed at the end (an interrupted run leaves nothing).")
+    p.add_argument("part", choices=["transformer", "text-encoder"], help="which model part to quantize")
     p.add_argument("--src", type=Path, required=True, help="the Qwen-Image-Edit model folder")
     p.add_argument("--dst", type=Path, required=True, help="output folder (written atomically)")
     p.add_argument("--device", default="auto", help="xpu:0, cuda:0 or cpu (default: XPU, then CUDA, then CPU)")
@@ -18,15 +22,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.devices import pick_device
     from aipc_env.errors import InputError
-    from aipc_env.quantize import quantize_text_encoder, quantize_transformer
+    from aipc_env.tools.quantize import quantize_text_encoder, quantize_transformer
+    from aipc_env.train.devices import pick_device
 
     if not args.src.is_dir():
         raise InputError("model folder not found", path=args.src, key="--src")
+    if args.dst.exists() and not args.dst.is_dir():
+        raise InputError("exists and is a file; expected an output folder", path=args.dst, key="--dst")
     device = pick_device(args.device)
     fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
     result = fn(args.src, args.dst, device)
+    if args.json:
+        print_json(result)
+        return 0
     key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"
     print(f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
           f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB")

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from aipc_env.commands.options import JSON, print_json
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("recommend", help="write a training config matched to this machine (runbook §5)")
-    p.add_argument("--facts", type=Path, metavar="FILE", help="doctor facts (--save-facts) or the runbook's probe JSON "
-                   "(default: read this machine)")
-    p.add_argument("--dataset-path", help="fill data.datasets (a parquet folder becomes the dict form for qflux)")
-    p.add_argument("--model-path", help="fill model.path")
-    p.add_argument("--output-dir", help="fill output_dir")
-    p.add_argument("--engine", choices=["builtin", "qflux"], default="builtin")
+    p = sub.add_parser("recommend", parents=[JSON], help="write a training config matched to this machine (§5)",
+                       description="A complete training config for this machine's RAM tier (runbook §5), with TODOs "
+                       "for paths it cannot know; the §7 memory optimizations it selected go to stderr.")
+    p.add_argument("--facts", type=Path, metavar="FILE", help="doctor facts (--save-facts) or the runbook's probe "
+                   "JSON (default: read this machine)")
+    p.add_argument("--dataset-path", metavar="PATH", help="fill data.datasets (a parquet folder becomes the dict "
+                   "form for qflux)")
+    p.add_argument("--model-path", metavar="DIR", help="fill model.path")
+    p.add_argument("--output-dir", metavar="DIR", help="fill output_dir")
+    p.add_argument("--engine", choices=["builtin", "qflux"], default="builtin",
+                   help="builtin: aipc-env's trainer (default); qflux: a qwen-image-finetune clone's own schema")
     p.add_argument("--fast", action="store_true", help="target_size [256, 448] for quick iterations")
     p.add_argument("--force", action="store_true", help="write a config even below 32 GB RAM")
-    p.add_argument("--out", type=Path, help="write the YAML here (default: stdout)")
-    p.add_argument("--json", action="store_true", help="print {config, selected, notes} as JSON")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the YAML here (default: stdout)")
     p.set_defaults(run=run)
 
 
@@ -30,40 +34,43 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from aipc_env.errors import InputError, validation_message
-    from aipc_env.facts import load_facts
+    from aipc_env.facts.model import Facts, load_facts
     from aipc_env.fileio import atomic_write_text, read_json
-    from aipc_env.recommend import ProbeJson, machine_from_facts, machine_from_probe, qflux_config, recommend
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.qflux_schema import QfluxConfig
+    from aipc_env.train.recommend import (ProbeJson, RecommendReport, SelectedPattern, machine_from_facts,
+                                          machine_from_probe, qflux_config, recommend)
 
     if args.facts:
         raw = read_json(args.facts, "facts or probe file")
         if isinstance(raw, dict) and ("schema_version" in raw or "facts" in raw):
-            machine = machine_from_facts(load_facts(args.facts))
+            facts: Facts = load_facts(args.facts)
+            machine = machine_from_facts(facts)
         elif isinstance(raw, dict):
-            machine = machine_from_probe(ProbeJson.model_validate(raw))
+            try:
+                machine = machine_from_probe(ProbeJson.model_validate(raw))
+            except ValidationError as exc:
+                raise validation_message(exc, args.facts) from None
         else:
-            raise InputError("expected a JSON object", path=args.facts)
+            raise InputError("expected a JSON object (doctor facts or the runbook's probe output)", path=args.facts)
     else:
         from aipc_env.facts.gather import GatherOptions, gather_facts
 
         machine = machine_from_facts(gather_facts(GatherOptions()))
     rec = recommend(machine, dataset_path=args.dataset_path, force=args.force, fast=args.fast,
                     model_path=args.model_path, output_dir=args.output_dir)
-    try:
-        TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside)
-        config = rec.config
-        if args.engine == "qflux":
-            config = qflux_config(rec, dataset_path=args.dataset_path)
-            QfluxConfig.model_validate(config)
-    except ValidationError as exc:  # pragma: no cover - a bug in the recommender
-        raise validation_message(exc, "recommended config") from None
+    TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside); a failure here is a bug
+    config = rec.config
+    if args.engine == "qflux":
+        config = qflux_config(rec, dataset_path=args.dataset_path)
+        QfluxConfig.model_validate(config)
     header = ("# Written by `aipc-env recommend` for a "
               f"{rec.tier_gb} GB machine ({args.engine} engine). Replace every TODO before training.\n")
     text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     if args.json:
-        print(json.dumps({"config": config, "selected": [{"pattern": p, "why": w} for p, w in rec.selected],
-                          "notes": rec.notes, "tier_gb": rec.tier_gb}, indent=2))
+        print_json(RecommendReport(engine=args.engine, tier_gb=rec.tier_gb, config=config,
+                                   selected=[SelectedPattern(pattern=p, why=w) for p, w in rec.selected],
+                                   notes=rec.notes))
     elif args.out:
         atomic_write_text(args.out, text)
         print(f"wrote {args.out}")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Literal
 
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
+from aipc_env.formats import VersionedModel
 
 __all__ = ["Verdict", "validate_dataset", "MIN_SAMPLES", "WARN_SAMPLES"]
 
@@ -18,17 +19,19 @@ VAGUE = {"edit the image", "edit image", "edit", "change the image", "make it be
 CAPTION_START = ("a ", "an ", "the ", "photo of", "image of", "picture of")
 
 
-@dataclass
-class Verdict:
+class Verdict(VersionedModel):
+    """The runbook's dataset verdict (`aipc-env dataset validate`): issues block training, warnings advise."""
+
+    FORMAT: ClassVar[str] = "dataset verdict"
+    schema_version: Literal[1] = 1
     valid: bool
-    format: str
+    format: Literal["local", "parquet", "csv"]
     sample_count: int
-    issues: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    issues: list[str] = []
+    warnings: list[str] = []
 
     def as_dict(self) -> dict:
-        return {"valid": self.valid, "format": self.format, "sample_count": self.sample_count,
-                "issues": self.issues, "warnings": self.warnings}
+        return self.model_dump(mode="json")
 
 
 def _open(part: Path | bytes):

@@ -3,7 +3,6 @@ ProbeError in the facts, never an exception. Slow probes (subprocesses) run conc
 
 from __future__ import annotations
 
-import datetime as _dt
 import getpass
 import json
 import os
@@ -18,14 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from aipc_env import __version__
+from aipc_env.errors import AipcError
 from aipc_env.facts import parse
 from aipc_env.facts.model import (
     CondaTool, CpuInfo, DeviceProbe, DiskInfo, Facts, GpuInfo, KernelCache, LevelZeroInfo, MemoryInfo,
     ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
 )
+from aipc_env.facts.memory import system_memory
+from aipc_env.formats import timestamp
 from aipc_env.procs import ProbeFailed, run_capture, which
 
-__all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "ENV_VARS", "env_python", "DEVICE_PROBE_SCRIPT"]
+__all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "installed_toolkits", "inspect_env", "modified_files",
+           "ENV_VARS",
+           "DEVICE_PROBE_SCRIPT"]
 
 ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
             "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",
@@ -44,10 +48,6 @@ class GatherOptions:
     probe_device: bool = False
     probe_timeout: float = 120.0
     command_timeout: float = 15.0
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------- system
@@ -76,8 +76,6 @@ def _cpu_info() -> CpuInfo:
 
 
 def _memory_info() -> MemoryInfo:
-    from aipc_env.monitor import system_memory
-
     return MemoryInfo(total_bytes=system_memory()[0])
 
 
@@ -175,10 +173,10 @@ def _oneapi_install(root: Path, timeout: float) -> OneApiInstall | None:
     ext = "bat" if sys.platform == "win32" else "sh"
     setvars = root / f"setvars.{ext}"
     unified = sorted(p.name for p in root.iterdir()
-                     if p.is_dir() and parse._RELEASE.match(p.name) and (p / f"oneapi-vars.{ext}").is_file())
+                     if p.is_dir() and parse.is_release_dir(p.name) and (p / f"oneapi-vars.{ext}").is_file())
     compiler_dir = root / "compiler"
     component = sorted(p.name for p in compiler_dir.iterdir()
-                       if p.is_dir() and parse._RELEASE.match(p.name)) if compiler_dir.is_dir() else []
+                       if p.is_dir() and parse.is_release_dir(p.name)) if compiler_dir.is_dir() else []
     if not (setvars.is_file() or unified or component):
         return None
     layout = "unified" if unified else ("component" if component else "unknown")
@@ -255,6 +253,11 @@ def _conda(timeout: float) -> list[CondaTool]:
     return tools
 
 
+def installed_toolkits(oneapi: OneApiInfo) -> list[str]:
+    """Every oneAPI toolkit release installed (for the pair policy)."""
+    return sorted({r for i in oneapi.installs for r in (i.releases or [i.version]) if r})
+
+
 def toolchain_facts(timeout: float = 15.0) -> tuple[OneApiInfo, MsvcInfo | None]:
     """oneAPI installs and (on Windows) MSVC, for commands that write launchers; a failed probe means 'none found'."""
     try:
@@ -299,15 +302,6 @@ _ENV_INFO_SCRIPT = (
 )
 
 
-def env_python(prefix: Path) -> Path:
-    """The interpreter of an env prefix (conda env or venv, Windows or POSIX)."""
-    for rel in ("python.exe", "Scripts/python.exe", "bin/python3", "bin/python"):
-        candidate = prefix / rel
-        if candidate.is_file():
-            return candidate
-    return prefix / ("python.exe" if sys.platform == "win32" else "bin/python")
-
-
 def _distributions(paths: list[str]) -> dict[str, str]:
     from importlib import metadata
 
@@ -321,27 +315,14 @@ def _distributions(paths: list[str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _training_env(opts: GatherOptions, timeout: float) -> TrainingEnv:
-    from aipc_env.state import read_env_record
-
-    record = read_env_record()
-    if opts.env_prefix is not None:
-        prefix, source = opts.env_prefix, "flag"
-    elif record is not None:
-        prefix, source = Path(record.prefix), "state"
-    elif os.environ.get("CONDA_PREFIX") and Path(os.environ["CONDA_PREFIX"]).resolve() != Path(sys.prefix).resolve():
-        prefix, source = Path(os.environ["CONDA_PREFIX"]), "conda"
-    else:
-        prefix, source = Path(sys.prefix), "current"
-    env = TrainingEnv(prefix=str(prefix), source=source)
-    if record is not None and Path(record.prefix) == prefix:
-        env.pair, env.built_at = record.pair, record.built_at
-    python = Path(sys.executable) if source == "current" else env_python(prefix)
-    env.python = str(python)
+def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bool = False,
+                timeout: float = 30.0) -> TrainingEnv:
+    """Read an env's Python version and installed distributions (metadata only: nothing is imported)."""
+    env = TrainingEnv(prefix=str(prefix), source=source, python=str(python))  # type: ignore[arg-type]
     if not python.is_file():
         env.error = f"no Python interpreter in {prefix}"
         return env
-    if source == "current":
+    if current:
         info = {"version": platform.python_version(),
                 "paths": [p for p in sys.path if p.endswith("site-packages")]}
     else:
@@ -351,7 +332,51 @@ def _training_env(opts: GatherOptions, timeout: float) -> TrainingEnv:
             env.error = str(exc)
             return env
     env.python_version = info["version"]
-    env.distributions = _distributions(info["paths"])
+    env.site_packages = [p for p in dict.fromkeys(info["paths"]) if Path(p).is_dir()]
+    env.distributions = _distributions(env.site_packages)
+    return env
+
+
+def modified_files(site_packages: list[str], names: set[str] | None = None) -> dict[str, list[str]]:
+    """Installed files whose sha256 differs from their distribution's RECORD (or that are gone), by
+    distribution; only the named distributions when `names` is given. Reads files; imports nothing."""
+    import base64
+    import hashlib
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    changed: dict[str, list[str]] = {}
+    for dist in metadata.distributions(path=site_packages):
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if not name or (names is not None and name not in names):
+            continue
+        for f in dist.files or []:
+            if f.hash is None or f.hash.mode != "sha256":
+                continue
+            path = Path(dist.locate_file(f))
+            try:
+                digest = hashlib.sha256(path.read_bytes()).digest()
+            except OSError:
+                changed.setdefault(name, []).append(str(f))
+                continue
+            if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != f.hash.value:
+                changed.setdefault(name, []).append(str(f))
+    return changed
+
+
+def _training_env(opts: GatherOptions, timeout: float) -> TrainingEnv:
+    from aipc_env.trainenv.select import choose_env
+
+    try:
+        choice = choose_env(opts.env_prefix)
+    except AipcError as exc:  # a flag or a built env without an interpreter: a fact the checks report
+        prefix = opts.env_prefix or Path(exc.path or "")
+        return TrainingEnv(prefix=str(prefix), source="flag" if opts.env_prefix else "state", error=exc.message)
+    env = inspect_env(choice.prefix, choice.python, source=choice.source, current=choice.is_current,
+                      timeout=timeout)
+    if choice.record is not None:
+        env.pair, env.built_at = choice.record.pair, choice.record.built_at
     return env
 
 
@@ -462,7 +487,7 @@ def _kernel_caches() -> list[KernelCache]:
 
 def gather_facts(opts: GatherOptions | None = None) -> Facts:
     """Read the machine. Never raises for a failed probe: it is recorded in facts.probe_errors."""
-    from aipc_env.state import read_verify_record
+    from aipc_env.trainenv.record import read_verify_record
 
     opts = opts or GatherOptions()
     errors: list[ProbeError] = []
@@ -490,7 +515,7 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
         futures = {name: pool.submit(guard, name, fn) for name, fn in slow.items()}
         os_info = guard("os", _os_info) or OsInfo(system=platform.system())
         facts = Facts(
-            collected_at=_now(), aipc_env_version=__version__, os=os_info,
+            collected_at=timestamp(), aipc_env_version=__version__, os=os_info,
             cpu=guard("cpu", _cpu_info, CpuInfo()), memory=guard("memory", _memory_info, MemoryInfo()),
             disk=guard("disk", lambda: _disk_info(opts.work_dir)),
             gpus=[] if is_windows else guard("gpus", _linux_gpus, []),

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import ValidationError
-
-from aipc_env.errors import InputError, validation_message
 from aipc_env.fileio import read_json
-from aipc_env.models import StrictModel
+from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
 __all__ = [
     "FACTS_SCHEMA_VERSION", "OsInfo", "CpuInfo", "MemoryInfo", "DiskInfo", "GpuInfo", "SyclDevice",
@@ -118,11 +115,15 @@ class TrainingEnv(StrictModel):
     prefix: str
     python: str | None = None
     python_version: str | None = None
-    source: Literal["flag", "state", "conda", "current"] = "current"
+    source: Literal["flag", "state", "used", "conda", "current"] = "current"
+    """How the env was chosen (aipc_env.trainenv.select): --env, built by aipc-env, used by the last run,
+    the active conda env, or the doctor's own interpreter."""
     pair: str | None = None
     """Pair recorded when aipc-env built this env."""
     built_at: str | None = None
     distributions: dict[str, str] = {}
+    site_packages: list[str] = []
+    """Where the distributions were read from."""
     error: str | None = None
 
 
@@ -168,6 +169,8 @@ class VerifyRecord(StrictModel):
     device: str | None = None
     env_prefix: str | None = None
     summary: str = ""
+    injected: list[str] = []
+    """Faults injected on purpose (verify's test hooks): such a record proves nothing about the stack."""
 
 
 class ProbeError(StrictModel):
@@ -175,8 +178,11 @@ class ProbeError(StrictModel):
     error: str
 
 
-class Facts(StrictModel):
+class Facts(VersionedModel):
     """Everything the checks look at. Serialised by `aipc-env doctor --save-facts` and read by `--facts`."""
+
+    FORMAT: ClassVar[str] = "facts file"
+    FIX: ClassVar[str] = "write facts with `aipc-env doctor --save-facts FILE` (this aipc-env)"
 
     schema_version: Literal[1] = FACTS_SCHEMA_VERSION
     collected_at: str
@@ -209,19 +215,8 @@ class Facts(StrictModel):
 
 
 def load_facts(path: str | Path) -> Facts:
+    """Facts saved by `doctor --save-facts`, or the facts inside a whole `doctor --json` report."""
     raw = read_json(path, "facts file")
-    if not isinstance(raw, dict):
-        raise InputError("expected a JSON object of facts", path=path)
-    if "facts" in raw and "schema_version" not in raw:  # a whole doctor --json report
+    if isinstance(raw, dict) and "facts" in raw and "findings" in raw:  # a whole doctor --json report
         raw = raw["facts"]
-    version = raw.get("schema_version")
-    if version is None:
-        raise InputError("missing 'schema_version'", path=path,
-                         fix="write facts with `aipc-env doctor --save-facts FILE`")
-    if version != FACTS_SCHEMA_VERSION:
-        raise InputError(f"facts schema_version {version!r} is not supported (this aipc-env reads "
-                         f"{FACTS_SCHEMA_VERSION})", path=path, fix="collect the facts again with this aipc-env")
-    try:
-        return Facts.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_message(exc, path) from None
+    return validate_versioned(Facts, raw, path)

@@ -9,19 +9,24 @@ from pathlib import PurePosixPath, PureWindowsPath
 from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
 
 __all__ = [
-    "parse_compiler_version", "parse_sycl_ls", "parse_meminfo", "parse_cpuinfo_brand", "parse_cim_gpus",
+    "RELEASE_DIR", "is_release_dir", "parse_compiler_version", "parse_sycl_ls", "parse_cpuinfo_brand", "parse_cim_gpus",
     "parse_vswhere", "oneapi_version_from_path", "parse_os_release", "model_variant",
     "MODEL_PARTS",
 ]
 
-_RELEASE = re.compile(r"^(20\d\d)\.(\d+)$")
+RELEASE_DIR = re.compile(r"^(20\d\d)\.(\d+)$")
+"""A oneAPI toolkit release folder name: 2025.0, 2025.3, 2026.1."""
+
+
+def is_release_dir(name: str) -> bool:
+    return RELEASE_DIR.match(name) is not None
 
 
 def oneapi_version_from_path(path: str) -> str | None:
     """The two-part release in a oneAPI path: `.../compiler/2025.0/bin/compiler` or `.../oneAPI/2025.3/bin`."""
     pure = PureWindowsPath(path) if ("\\" in path or re.match(r"^[A-Za-z]:", path)) else PurePosixPath(path)
     for part in pure.parts:
-        match = _RELEASE.match(part)
+        match = RELEASE_DIR.match(part)
         if match:
             return f"{match.group(1)}.{int(match.group(2))}"
     return None
@@ -68,11 +73,6 @@ def parse_sycl_ls(text: str) -> list[SyclDevice]:
                                   index=int(match.group("index")), name=name.strip(), version=version,
                                   driver=driver))
     return devices
-
-
-def parse_meminfo(text: str) -> int | None:
-    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
 
 
 def parse_cpuinfo_brand(text: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Launch scripts: plan.py decides (pure), scripts.py renders .bat/.sh, runner.py runs phases inside the env.
+"""Launching runs: plan.py decides what a run does (pure), render.py writes it from the templates in launchers/,
+execute.py starts the launcher, runner.py runs the phases inside the training env.
 
 Keep this package's __init__ free of imports: runner.py runs in the training env with the standard library only.
 """

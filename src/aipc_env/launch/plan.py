@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import PureWindowsPath, PurePosixPath
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import field_validator
 
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.matrix import Pair
-from aipc_env.models import StrictModel
+from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.platforms import Platform
 
 __all__ = ["Phase", "LaunchPlan", "Activation", "choose_oneapi", "choose_vcvars", "base_env", "plan_run", "ENV_NAME"]
@@ -34,8 +34,13 @@ class Activation(StrictModel):
     release: str | None = None
 
 
-class LaunchPlan(StrictModel):
-    plan_version: Literal[1] = PLAN_VERSION
+class LaunchPlan(VersionedModel):
+    """<run dir>/launch.json: everything a run does, read by the runner inside the training env."""
+
+    FORMAT: ClassVar[str] = "launch plan"
+    LEGACY_KEYS: ClassVar[dict[str, str]] = {"plan_version": "schema_version"}
+    FIX: ClassVar[str] = "write the run again with the command that made it (aipc-env train / verify)"
+    schema_version: Literal[1] = PLAN_VERSION
     platform: Platform
     run_dir: str
     python: str
@@ -48,6 +53,8 @@ class LaunchPlan(StrictModel):
     """Started before the phases and stopped (SIGTERM / Ctrl-Break) after them, e.g. the memory monitor."""
     log_file: str
     warnings: list[str] = []
+    files: dict[str, str] = {}
+    """Extra files of the run folder (name -> text), e.g. accelerate_config.yaml."""
 
     @field_validator("env")
     @classmethod
@@ -59,6 +66,15 @@ class LaunchPlan(StrictModel):
                 raise ValueError(f"the value of {key} contains a line break")
             if val is not None and val.startswith("="):
                 raise ValueError(f"the value of {key} starts with '=' (cmd cannot carry that)")
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = {"launch.json", "launch.env", "launch.env.sh", "launch.bat", "launch.sh"}
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in reserved or name.startswith("."):
+                raise ValueError(f"{name!r} cannot be a run file name")
         return value
 
 
@@ -125,10 +141,12 @@ def base_env(platform: Platform, *, pythonpath: list[str], device: str | None, e
 
 def plan_run(*, platform: Platform, run_dir: str, python: str, pair: Pair | None, oneapi: OneApiInfo,
              msvc: MsvcInfo | None, phases: list[Phase], log_file: str, pythonpath: list[str], device: str | None,
-             engine: str, extra_env: dict[str, str] | None = None, background: list[Phase] | None = None) -> LaunchPlan:
+             engine: str, extra_env: dict[str, str] | None = None, background: list[Phase] | None = None,
+             files: dict[str, str] | None = None) -> LaunchPlan:
     """A launch plan for any run (training, verify): the matching oneAPI, MSVC where kernels compile, the env."""
     activation, warnings = choose_oneapi(pair, oneapi, platform)
     vcvars, more = choose_vcvars(pair, msvc, platform)
     return LaunchPlan(platform=platform, run_dir=run_dir, python=python, oneapi=activation, vcvars=vcvars,
                       env=base_env(platform, pythonpath=pythonpath, device=device, engine=engine, extra=extra_env),
-                      phases=phases, background=background or [], log_file=log_file, warnings=warnings + more)
+                      phases=phases, background=background or [], log_file=log_file, warnings=warnings + more,
+                      files=files or {})

@@ -1,10 +1,11 @@
-"""Runs the phases of a launch plan inside the training env: standard library only.
+"""Runs the phases of a launch plan inside the training env: standard library only (plus aipc_env.procs, which is
+standard library too).
 
 Started by the generated launcher (`python -m aipc_env.launch.runner <run dir>/launch.json`). Applies the plan's
 environment, runs each phase as an argv (never through a shell), tees its output to the console and the log,
 stops at the first failing phase and exits with that phase's exit code. SIGINT/SIGTERM (Ctrl-C / Ctrl-Break on
-Windows) are forwarded to the running phase's process group; if it has not ended after a grace period it is
-killed, so no training process outlives the launcher.
+Windows) stop the running phase's process group in three stages (aipc_env.procs.stop_tree), so no training
+process outlives the launcher; the runner then exits with 128 + the signal number (130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import sys
 import threading
 import time
 
-GRACE_SECONDS = 10.0
+from aipc_env import procs
+
+PLAN_SCHEMA_VERSION = 1
 
 
 class _Current:
@@ -29,32 +32,13 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _forward(signum: int, _frame: object) -> None:
+def _on_signal(signum: int, _frame: object) -> None:
+    first = _Current.stopping is None
     _Current.stopping = signum
     proc = _Current.proc
-    if proc is None or proc.poll() is not None:
+    if not first or proc is None or proc.poll() is not None:
         return
-    try:
-        if os.name == "nt":
-            proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
-        else:
-            os.killpg(proc.pid, signum)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-
-    def _kill_later() -> None:
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            try:
-                if os.name == "nt":
-                    subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True)
-                else:
-                    os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    threading.Thread(target=_kill_later, daemon=True).start()
+    threading.Thread(target=procs.stop_tree, args=(proc,), kwargs={"first": signum}, daemon=True).start()
 
 
 def _child_env(plan: dict) -> dict:
@@ -64,18 +48,20 @@ def _child_env(plan: dict) -> dict:
             env.pop(key, None)
         else:
             env[key] = value
+    env["AIPC_LOG_FILE"] = os.path.abspath(plan["log_file"])
     return env
 
 
 def run_phase(phase: dict, env: dict, log) -> int:
     argv = phase["argv"]
-    header = f"[aipc-env {_stamp()}] phase {phase['name']}: {subprocess.list2cmdline(argv)}\n"
+    header = f"[aipc-env {_stamp()}] phase {phase['name']}: {procs.command_line(argv)}\n"
     sys.stdout.write(header)
     sys.stdout.flush()
     log.write(header.encode("utf-8"))
+    log.flush()
     try:
-        proc = subprocess.Popen(argv, cwd=phase.get("cwd") or None, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **_popen_kwargs())
+        proc = procs.start(argv, cwd=phase.get("cwd") or None, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
     except OSError as exc:
         msg = f"[aipc-env] cannot start {argv[0]}: {exc}\n"
         sys.stderr.write(msg)
@@ -92,60 +78,58 @@ def run_phase(phase: dict, env: dict, log) -> int:
     rc = proc.wait()
     _Current.proc = None
     footer = f"[aipc-env {_stamp()}] phase {phase['name']} exited with {rc}\n"
-    sys.stdout.write(footer)
     log.write(footer.encode("utf-8"))
     return rc
 
 
-def _popen_kwargs() -> dict:
-    if os.name == "nt":
-        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
-    return {"start_new_session": True}
-
-
 def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
-    procs = []
+    started = []
     for phase in plan.get("background", []):
-        line = f"[aipc-env {_stamp()}] background {phase['name']}: {subprocess.list2cmdline(phase['argv'])}\n"
+        line = f"[aipc-env {_stamp()}] background {phase['name']}: {procs.command_line(phase['argv'])}\n"
         log.write(line.encode("utf-8"))
+        log.flush()
         try:
-            procs.append(subprocess.Popen(phase["argv"], cwd=phase.get("cwd") or None, env=env,
-                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, **_popen_kwargs()))
+            started.append(procs.start(phase["argv"], cwd=phase.get("cwd") or None, env=env, stdout=log,
+                                       stderr=log))
         except OSError as exc:
             log.write(f"[aipc-env] cannot start {phase['name']}: {exc}\n".encode("utf-8"))
-    return procs
+    return started
 
 
-def stop_background(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                if os.name == "nt":
-                    proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
-                else:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            except OSError:
-                pass
-    for proc in procs:
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def stop_background(started: list[subprocess.Popen]) -> None:
+    """Background phases are asked to stop with SIGTERM (Ctrl-Break on Windows) and then escalated."""
+    for proc in started:
+        procs.stop_tree(proc, first=signal.SIGTERM if os.name != "nt" else signal.SIGINT)
+
+
+def _read_plan(path: str) -> dict | str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError) as exc:
+        return f"cannot read the launch plan {path}: {exc}"
+    version = plan.get("schema_version", plan.get("plan_version")) if isinstance(plan, dict) else None
+    if version != PLAN_SCHEMA_VERSION:
+        return (f"{path}: launch plan schema_version {version!r} is not supported by this runner "
+                f"({PLAN_SCHEMA_VERSION}); write the run again with the matching aipc-env")
+    return plan
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m aipc_env.launch.runner PLAN.json\n")
         return 2
-    with open(argv[0], encoding="utf-8") as fh:
-        plan = json.load(fh)
+    plan = _read_plan(argv[0])
+    if isinstance(plan, str):
+        sys.stderr.write(f"aipc-env: error: {plan}\n")
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGBREAK", None)):
         if sig is not None:
-            signal.signal(sig, _forward)
+            signal.signal(sig, _on_signal)
     env = _child_env(plan)
-    os.makedirs(os.path.dirname(os.path.abspath(plan["log_file"])), exist_ok=True)
-    with open(plan["log_file"], "ab") as log:
+    log_path = plan["log_file"]
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    with open(log_path, "ab") as log:
         for warning in plan.get("warnings", []):
             line = f"[aipc-env] warning: {warning}\n"
             sys.stderr.write(line)
@@ -155,9 +139,14 @@ def main(argv: list[str]) -> int:
             for phase in plan["phases"]:
                 rc = run_phase(phase, env, log)
                 if _Current.stopping is not None:
-                    return 128 + int(_Current.stopping)
+                    code = 128 + int(_Current.stopping)
+                    msg = f"[aipc-env] stopped during phase {phase['name']}; log {log_path}\n"
+                    sys.stderr.write(msg)
+                    log.write(msg.encode("utf-8"))
+                    return code
                 if rc != 0:
-                    msg = f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run\n"
+                    msg = (f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run; "
+                           f"log {log_path}\n")
                     sys.stderr.write(msg)
                     log.write(msg.encode("utf-8"))
                     return rc

@@ -1,1 +1,2 @@
-"""Locking and building the training env: inputs (specs.py), uv and conda commands, lockfile checks, drift."""
+"""Locking (admin, connected machine): the inputs derived from the matrix (specs), the command lines of uv and the
+conda tools (tools), the lockfile formats and `lock check` (lockfile), and `nox -s lock` itself (lock)."""

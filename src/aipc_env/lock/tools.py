@@ -1,11 +1,9 @@
-"""The exact command lines aipc-env runs for uv and the conda flavours (pure builders), and one runner that
-logs them. Tests assert the command lines; the runner is the only place that executes them."""
+"""The exact command lines aipc-env runs for uv and the conda flavours (pure builders). Tests assert the command
+lines; aipc_env.procs.run_logged executes them."""
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,20 +11,10 @@ from pathlib import Path
 from aipc_env.errors import AipcError
 
 __all__ = ["CondaTool", "find_uv", "find_conda_tool", "uv_compile_argv", "uv_install_argv", "uv_venv_argv",
-           "conda_create_argv", "conda_render_argv", "conda_lock_argv", "run_logged", "CommandFailed",
-           "MINIFORGE_HINT"]
+           "conda_create_argv", "conda_render_argv", "conda_lock_argv", "MINIFORGE_HINT"]
 
 MINIFORGE_HINT = "install Miniforge (https://conda-forge.org/download/) and open a new terminal"
 CONDA_FLAVOURS = ("conda-lock", "micromamba", "mamba", "conda")
-
-
-class CommandFailed(AipcError):
-    exit_code = 1
-
-    def __init__(self, argv: list[str], returncode: int, log: Path | None):
-        super().__init__(f"`{shlex.join(argv)}` exited with {returncode}", path=log,
-                         fix="read the log above; nothing after this step was changed")
-        self.returncode = returncode
 
 
 @dataclass(frozen=True)
@@ -97,20 +85,3 @@ def conda_lock_argv(conda_lock: str, env_file: Path, out: Path, platforms: list[
     for p in platforms:
         argv += ["-p", p]
     return argv
-
-
-def run_logged(argv: list[str], log: Path, *, cwd: Path | None = None, env: dict | None = None,
-               echo: bool = True) -> str:
-    """Run a command, append its output to the log (and echo it), raise CommandFailed on a non-zero exit."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"$ {shlex.join(argv)}\n")
-        fh.flush()
-        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              encoding="utf-8", errors="replace")
-        fh.write(proc.stdout)
-    if echo and proc.stdout.strip():
-        sys.stderr.write(proc.stdout if proc.stdout.endswith("\n") else proc.stdout + "\n")
-    if proc.returncode != 0:
-        raise CommandFailed(argv, proc.returncode, log)
-    return proc.stdout

@@ -11,16 +11,30 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
+from aipc_env.fileio import atomic_write_bytes
+from aipc_env.formats import VersionedModel, load_versioned, write_model
+from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
 
-__all__ = ["CACHE_FORMAT", "entry_key", "entry_path", "read_entry", "write_entry", "run_cache", "list_entries"]
+__all__ = ["CACHE_SCHEMA_VERSION", "CacheIndex", "entry_key", "entry_path", "read_entry", "write_entry", "run_cache",
+           "list_entries", "load_index"]
 
-CACHE_FORMAT = "aipc-cache-v1"
+CACHE_SCHEMA_VERSION = 1
+ENTRY_KIND = "aipc-env cache entry"
+
+
+class CacheIndex(VersionedModel):
+    """<cache_dir>/index.json: the entries of one run's samples, in order."""
+
+    FORMAT: ClassVar[str] = "cache index"
+    FIX: ClassVar[str] = "run the cache phase again; it redoes only what is missing"
+    schema_version: Literal[1] = CACHE_SCHEMA_VERSION
+    keys: list[str]
 
 
 def _digest(part) -> str:
@@ -31,7 +45,7 @@ def _digest(part) -> str:
 
 
 def entry_key(*, model_id: str, target_size: tuple[int, int], prompt: str, target, controls: list, mask) -> str:
-    blob = json.dumps({"f": CACHE_FORMAT, "model": model_id, "size": list(target_size), "prompt": prompt,
+    blob = json.dumps({"schema_version": CACHE_SCHEMA_VERSION, "model": model_id, "size": list(target_size), "prompt": prompt,
                        "target": _digest(target), "controls": [_digest(c) for c in controls],
                        "mask": _digest(mask)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
@@ -51,28 +65,18 @@ def read_entry(path: Path) -> dict | None:
         entry = torch.load(path, weights_only=True)
     except Exception:  # noqa: BLE001 - any unreadable entry is redone
         return None
-    return entry if isinstance(entry, dict) and entry.get("format") == CACHE_FORMAT else None
+    ok = isinstance(entry, dict) and entry.get("kind") == ENTRY_KIND and \
+        entry.get("schema_version") == CACHE_SCHEMA_VERSION
+    return entry if ok else None
 
 
 def write_entry(path: Path, entry: dict) -> int:
     import torch
 
     buf = io.BytesIO()
-    torch.save({**entry, "format": CACHE_FORMAT}, buf)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    torch.save({**entry, "kind": ENTRY_KIND, "schema_version": CACHE_SCHEMA_VERSION}, buf)
+    atomic_write_bytes(path, buf.getvalue())
     return len(buf.getvalue())
-
-
-def model_identity(model_dir: str) -> str:
-    """Identify a model dir by its configs (not its path), so a moved model keeps its cache."""
-    h = hashlib.sha256()
-    root = Path(model_dir)
-    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json"):
-        p = root / rel
-        h.update(p.read_bytes() if p.is_file() else rel.encode())
-    return h.hexdigest()[:16]
 
 
 @dataclass
@@ -127,13 +131,13 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, object]]:
 
 
 def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[str]:
-    from aipc_env.tiny import make_batch
+    from aipc_env.train.tiny import make_batch
 
     assert cfg.data
     keys = []
     h = cfg.data.target_size[0] // 8
     for i in range(cfg.data.synthetic_samples):
-        key = hashlib.sha256(f"{CACHE_FORMAT}:synthetic:{i}:{list(cfg.data.target_size)}".encode()).hexdigest()[:32]
+        key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic:{i}:{list(cfg.data.target_size)}".encode()).hexdigest()[:32]
         keys.append(key)
         path = entry_path(cache, key)
         if read_entry(path) is not None:
@@ -154,7 +158,7 @@ def _load_encoders(cfg: TrainConfig, device, dtype):
     """Text encoder + VAE (+ tokenizer/processor) of the pipeline; the transformer is not loaded."""
     from diffusers import DiffusionPipeline
 
-    from aipc_env.compat import processor_without_video
+    from aipc_env.train.compat import processor_without_video
 
     assert cfg.model
     processor_without_video()
@@ -224,10 +228,7 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
                 elapsed = time.perf_counter() - start
                 eta = elapsed / i * (len(todo) - i)
                 log(f"cache: {i}/{len(todo)} {sample.id} ({time.perf_counter() - t:.2f} s, ETA {eta:.0f} s)")
-    index = {"format": CACHE_FORMAT, "keys": keys}
-    tmp = cache / ".index.json.tmp"
-    tmp.write_text(json.dumps(index))
-    os.replace(tmp, cache / "index.json")
+    write_model(cache / "index.json", CacheIndex(keys=keys))
     stats.seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in cache.glob("*.pt"))
     log(f"cache: {stats.written} written, {stats.skipped} already cached, {stats.redone} redone; "
@@ -243,7 +244,7 @@ def load_index(cfg: TrainConfig) -> list[Path]:
     index = cache / "index.json"
     if not index.is_file():
         raise AipcError("no cache index", path=cache, fix="run the cache phase first (the launcher does)")
-    keys = json.loads(index.read_text())["keys"]
+    keys = load_versioned(CacheIndex, index).keys
     paths = [entry_path(cache, k) for k in keys]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:

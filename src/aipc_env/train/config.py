@@ -4,17 +4,20 @@ naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from aipc_env.errors import InputError, validation_message
+from aipc_env.errors import InputError
 from aipc_env.fileio import read_yaml
-from aipc_env.models import StrictModel
+from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
-__all__ = ["TrainConfig", "load_config", "find_todos", "BUILTIN_TINY", "BUILTIN_SYNTHETIC", "CONFIG_VERSION"]
+__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "BUILTIN_TINY",
+           "BUILTIN_SYNTHETIC", "CONFIG_VERSION", "PATH_BASE_HELP"]
 
 CONFIG_VERSION = 1
+PATH_BASE_HELP = ("relative paths in a config (model, datasets, output_dir, cache_dir, resume, qflux) are resolved "
+                  "against the folder of the config file")
 BUILTIN_TINY = "builtin:tiny"
 """A tiny randomly initialised Qwen-Image-Edit transformer built from a config: no download."""
 BUILTIN_SYNTHETIC = "builtin:synthetic"
@@ -78,8 +81,14 @@ class QfluxSection(StrictModel):
     config: str = Field(description="the qflux training config (its own schema)")
 
 
-class TrainConfig(StrictModel):
-    config_version: Literal[1] = CONFIG_VERSION
+class TrainConfig(VersionedModel):
+    """A training config (YAML). Paths are absolute after `load_config` (relative ones are resolved against the
+    config file's folder)."""
+
+    FORMAT: ClassVar[str] = "training config"
+    LEGACY_KEYS: ClassVar[dict[str, str]] = {"config_version": "schema_version"}
+    FIX: ClassVar[str] = "`aipc-env recommend` writes a complete config for this machine"
+    schema_version: Literal[1] = CONFIG_VERSION
     engine: Literal["builtin", "qflux"] = "builtin"
     model: ModelSection | None = None
     lora: LoraSection = LoraSection()
@@ -93,6 +102,19 @@ class TrainConfig(StrictModel):
     env: dict[str, str] = {}
     monitor: bool = Field(False, description="sample system and device memory beside the run (memory.csv/.png)")
     qflux: QfluxSection | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for key, val in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _; not first a "
+                                 "digit)")
+            if any(c in val for c in "\r\n\x00") or val.startswith("="):
+                raise ValueError(f"the value of {key} cannot hold a line break or start with '='")
+        return value
 
     @model_validator(mode="after")
     def _engine_sections(self) -> "TrainConfig":
@@ -120,42 +142,120 @@ def find_todos(raw: Any, prefix: str = "") -> list[str]:
     return found
 
 
-def _check_paths(cfg: TrainConfig, path: Path) -> None:
-    def must_exist(value: str | None, key: str, what: str) -> None:
-        if value and not value.startswith("builtin:") and not Path(value).exists():
-            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix="fix the path")
+_PATH_KEYS = ("model.path", "model.transformer_path", "model.text_encoder_path", "cache_dir", "output_dir",
+              "train.resume", "qflux.clone", "qflux.config")
 
-    if cfg.model:
-        must_exist(cfg.model.path, "model.path", "model directory")
-        must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory")
-        must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory")
-    if cfg.data:
-        for i, ds in enumerate(cfg.data.datasets):
-            must_exist(ds, f"data.datasets[{i}]", "dataset")
-    if cfg.qflux:
-        must_exist(cfg.qflux.clone, "qflux.clone", "qwen-image-finetune clone")
-        must_exist(cfg.qflux.config, "qflux.config", "qflux config")
-        if not (Path(cfg.qflux.clone) / "src" / "qflux").is_dir():
-            raise InputError(f"{cfg.qflux.clone} has no src/qflux package", path=path, key="qflux.clone",
-                             fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune")
+
+def _absolute(value: str | None, base: Path) -> str | None:
+    if value is None or value.startswith("builtin:") or value == "auto":
+        return value
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (base / p).absolute())
+
+
+def _resolve_paths(cfg: TrainConfig, base: Path) -> TrainConfig:
+    """Every path of the config, made absolute against `base` (the config file's folder)."""
+    data = cfg.model_dump()
+    for key in _PATH_KEYS:
+        section, _, name = key.rpartition(".")
+        holder = data.get(section) if section else data
+        if isinstance(holder, dict) and name in holder:
+            holder[name] = _absolute(holder[name], base)
+    if data.get("data"):
+        data["data"]["datasets"] = [_absolute(d, base) for d in data["data"]["datasets"]]
+    return TrainConfig.model_validate(data)
 
 
 def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a config: UTF-8 (with or without BOM) or UTF-16 with BOM; unknown keys, wrong types and
+    TODO placeholders are errors naming the key; relative paths become absolute against the config's folder."""
     path = Path(path)
     raw = read_yaml(path, "training config")
     if not isinstance(raw, dict):
-        raise InputError("expected a mapping of sections (model, data, train, ...)", path=path)
+        raise InputError("expected a mapping of sections (model, data, train, ...)", path=path,
+                         fix=TrainConfig.FIX)
     todos = find_todos(raw)
     if todos:
         raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
                          fix="replace each TODO with a real value (a path on this machine)")
-    version = raw.get("config_version", CONFIG_VERSION)
-    if version != CONFIG_VERSION:
-        raise InputError(f"config_version {version!r} is not supported (this aipc-env reads {CONFIG_VERSION})",
-                         path=path, key="config_version")
-    try:
-        cfg = TrainConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_message(exc, path) from None
-    _check_paths(cfg, path)
+    if "schema_version" not in raw and "config_version" not in raw:
+        raw = {"schema_version": CONFIG_VERSION, **raw}
+    if isinstance(raw.get("output_dir"), str) and not raw["output_dir"].strip():
+        raise InputError("output_dir is empty", path=path, key="output_dir",
+                         fix="name a folder for the run (checkpoints, the LoRA and logs go there)")
+    cfg = validate_versioned(TrainConfig, raw, path)
+    return _resolve_paths(cfg, path.absolute().parent)
+
+
+def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> None:
+    """Everything a run needs that can be checked without the training stack: paths exist and have the right
+    kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
+    every dataset validates. One path for `aipc-env train` and the engine's phases."""
+    def must_exist(value: str | None, key: str, what: str, kind: str | None = None) -> None:
+        if not value or value.startswith("builtin:"):
+            return
+        p = Path(value)
+        if not p.exists():
+            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix="fix the path")
+        if kind == "dir" and not p.is_dir():
+            raise InputError(f"{what} {value!r} is a file, expected a folder", path=path, key=key)
+        if kind == "file" and not p.is_file():
+            raise InputError(f"{what} {value!r} is a folder, expected a file", path=path, key=key)
+
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output_dir {cfg.output_dir!r} is a file", path=path, key="output_dir",
+                         fix="name a folder for the run")
+    if cfg.model:
+        must_exist(cfg.model.path, "model.path", "model directory", "dir")
+        must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")
+        must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory", "dir")
+        if cfg.model.path != BUILTIN_TINY and not (Path(cfg.model.path) / "model_index.json").is_file():
+            raise InputError(f"{cfg.model.path} is not a diffusers model folder (no model_index.json)", path=path,
+                             key="model.path", fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli")
+    if cfg.train.resume and cfg.train.resume != "auto":
+        must_exist(cfg.train.resume, "train.resume", "checkpoint", "dir")
+    if cfg.engine == "builtin" and cfg.train.resume:
+        from aipc_env.train.checkpoint import check_resume
+
+        check_resume(cfg, path)
+    if cfg.qflux:
+        must_exist(cfg.qflux.clone, "qflux.clone", "qwen-image-finetune clone", "dir")
+        must_exist(cfg.qflux.config, "qflux.config", "qflux config", "file")
+        if not (Path(cfg.qflux.clone) / "src" / "qflux").is_dir():
+            raise InputError(f"{cfg.qflux.clone} has no src/qflux package", path=path, key="qflux.clone",
+                             fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune")
+    if cfg.data and cfg.model:
+        for i, ds in enumerate(cfg.data.datasets):
+            must_exist(ds, f"data.datasets[{i}]", "dataset")
+        if datasets:
+            _check_datasets(cfg, path)
+        synthetic = [d == BUILTIN_SYNTHETIC for d in cfg.data.datasets]
+        if cfg.model.path == BUILTIN_TINY and not all(synthetic):
+            raise InputError("model builtin:tiny trains only on builtin:synthetic", path=path, key="data.datasets",
+                             fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)")
+        if cfg.model.path != BUILTIN_TINY and any(synthetic):
+            raise InputError("builtin:synthetic goes with model builtin:tiny", path=path, key="data.datasets",
+                             fix="use your dataset folder, parquet folder or CSV")
+
+
+def _check_datasets(cfg: TrainConfig, path: Path) -> None:
+    from aipc_env.dataset import validate_dataset
+
+    assert cfg.data
+    for i, ds in enumerate(cfg.data.datasets):
+        if ds.startswith("builtin:"):
+            continue
+        verdict = validate_dataset(ds, cfg.data.target_size)
+        if not verdict.valid:
+            more = len(verdict.issues) - 3
+            shown = "; ".join(verdict.issues[:3]) + (f" (+{more} more)" if more > 0 else "")
+            raise InputError(f"dataset {ds} is invalid: {shown}", path=path, key=f"data.datasets[{i}]",
+                             fix=f'aipc-env dataset validate "{ds}" lists every problem')
+
+
+def load_run_config(path: str | Path, *, datasets: bool = True) -> TrainConfig:
+    """load_config + check_run_inputs: what `aipc-env train` and every engine phase run first."""
+    cfg = load_config(path)
+    check_run_inputs(cfg, Path(path), datasets=datasets)
     return cfg

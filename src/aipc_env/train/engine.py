@@ -11,38 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.errors import AipcError, InputError
-from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig, load_config
+from aipc_env.errors import AipcError
+from aipc_env.train.config import BUILTIN_TINY, TrainConfig, load_run_config
 
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def check_supported(cfg: TrainConfig) -> None:
-    assert cfg.model and cfg.data
-    synthetic = [d == BUILTIN_SYNTHETIC for d in cfg.data.datasets]
-    if cfg.model.path == BUILTIN_TINY and not all(synthetic):
-        raise InputError("model builtin:tiny trains only on builtin:synthetic", key="data.datasets",
-                         fix="for real images use a model directory (a tiny one: aipc_env.tinypipe)")
-    if cfg.model.path != BUILTIN_TINY and any(synthetic):
-        raise InputError("builtin:synthetic goes with model builtin:tiny", key="data.datasets",
-                         fix="use your dataset folder, parquet folder or CSV")
-    if cfg.model.path != BUILTIN_TINY and not (Path(cfg.model.path) / "model_index.json").is_file():
-        raise InputError(f"{cfg.model.path} is not a diffusers model folder (no model_index.json)",
-                         key="model.path", fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli")
-    from aipc_env.dataset import validate_dataset
-
-    for i, ds in enumerate(cfg.data.datasets):
-        if ds != BUILTIN_SYNTHETIC:
-            verdict = validate_dataset(ds, cfg.data.target_size)
-            if not verdict.valid:
-                raise InputError(f"dataset {ds} is invalid: {verdict.issues[0]}", key=f"data.datasets[{i}]",
-                                 fix=f'aipc-env dataset validate "{ds}" lists every problem')
-
-
 def _device_and_dtype(cfg: TrainConfig):
-    from aipc_env.devices import compute_dtype, pick_device
+    from aipc_env.train.devices import compute_dtype, pick_device
 
     device = pick_device(cfg.device)
     return device, compute_dtype(device, cfg.compute_dtype)
@@ -62,7 +40,7 @@ def check_reload(cfg: TrainConfig) -> None:
         raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})",
                         path=lora_dir)
     if cfg.model and cfg.model.path == BUILTIN_TINY:
-        from aipc_env.tiny import build_tiny_transformer
+        from aipc_env.train.tiny import build_tiny_transformer
 
         fresh = build_tiny_transformer()
         QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
@@ -76,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
     try:
-        cfg = load_config(args.config)
-        check_supported(cfg)
+        cfg = load_run_config(args.config, datasets=args.phase == "cache")
         if args.phase == "cache":
             from aipc_env.train.cache import run_cache
 

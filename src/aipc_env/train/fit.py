@@ -8,17 +8,33 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
+from typing import ClassVar, Literal
 
-from aipc_env.devices import compute_dtype, device_memory_mb
 from aipc_env.errors import AipcError
-from aipc_env.objective import flow_matching_loss
+from aipc_env.fileio import atomic_dir
+from aipc_env.formats import VersionedModel, load_versioned, write_model
+from aipc_env.train.checkpoint import (STATE_FILE, CheckpointState, checkpoint_dirs, model_identity, resume_dir,
+                                       training_fingerprint)
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
+from aipc_env.train.devices import compute_dtype, device_memory_mb
+from aipc_env.train.objective import flow_matching_loss
 
-__all__ = ["run_fit", "load_transformer", "collate"]
+__all__ = ["run_fit", "load_transformer", "collate", "FitSummary"]
+
+
+class FitSummary(VersionedModel):
+    """<output_dir>/fit_summary.json."""
+
+    FORMAT: ClassVar[str] = "fit summary"
+    schema_version: Literal[1] = 1
+    steps: int
+    models_in_memory: list[str]
+    lora: str
+    final_smoothed_loss: float | None
+    resumed_from: str | None
 
 
 def load_transformer(cfg: TrainConfig, device, dtype):
@@ -27,7 +43,7 @@ def load_transformer(cfg: TrainConfig, device, dtype):
     import torch
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.tiny import build_tiny_transformer, quantize_linear_layers_nf4
+    from aipc_env.train.tiny import build_tiny_transformer, quantize_linear_layers_nf4
 
     assert cfg.model
     if cfg.model.path == BUILTIN_TINY:
@@ -35,7 +51,7 @@ def load_transformer(cfg: TrainConfig, device, dtype):
         quantize_linear_layers_nf4(model, device, dtype)
         return model
     if cfg.model.transformer_path:
-        from aipc_env.quantize import load_nf4_transformer
+        from aipc_env.tools.quantize import load_nf4_transformer
 
         return load_nf4_transformer(Path(cfg.model.transformer_path), device, dtype)
     if device.type != "cpu":
@@ -93,48 +109,31 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
     return out
 
 
-def _checkpoint_dirs(out: Path) -> list[Path]:
-    root = out / "checkpoints"
-    return sorted((p for p in root.glob("step-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1])) \
-        if root.is_dir() else []
-
-
-def _save_checkpoint(out: Path, step: int, model, opt, sched, smoothed: float | None, limit: int | None) -> Path:
+def _save_checkpoint(cfg: TrainConfig, step: int, model, opt, sched, smoothed: float | None) -> Path:
+    """A checkpoint folder, written beside and renamed into place; at most checkpoints_total_limit are kept."""
     import torch
     from peft.utils import get_peft_model_state_dict
     from safetensors.torch import save_file
 
+    assert cfg.model
+    out = Path(cfg.output_dir)
     root = out / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:07d}"
-    tmp = root / f".tmp-step-{step:07d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
-              str(tmp / "lora.safetensors"))
-    torch.save(opt.state_dict(), tmp / "optimizer.pt")
-    torch.save(sched.state_dict(), tmp / "scheduler.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "smoothed_loss": smoothed}))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    with atomic_dir(final) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
+                  str(tmp / "lora.safetensors"))
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        torch.save(sched.state_dict(), tmp / "scheduler.pt")
+        write_model(tmp / STATE_FILE, CheckpointState(
+            step=step, smoothed_loss=smoothed, lora_rank=cfg.lora.rank, lora_alpha=cfg.lora.alpha,
+            target_modules=cfg.lora.target_modules, model=model_identity(cfg.model.path),
+            fingerprint=training_fingerprint(cfg)))
+    limit = cfg.train.checkpoints_total_limit
     if limit:
-        for old in _checkpoint_dirs(out)[:-limit]:
+        for old in checkpoint_dirs(out)[:-limit]:
             shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def _resume_dir(cfg: TrainConfig) -> Path | None:
-    resume = cfg.train.resume
-    if not resume:
-        return None
-    if resume == "auto":
-        dirs = _checkpoint_dirs(Path(cfg.output_dir))
-        return dirs[-1] if dirs else None
-    path = Path(resume)
-    if not (path / "state.json").is_file():
-        raise AipcError(f"{path} is not an aipc-env checkpoint (no state.json)", key="train.resume",
-                        fix="point it at <output_dir>/checkpoints/step-NNNNNNN, or use 'auto'")
-    return path
 
 
 def _loaded_models() -> list[str]:
@@ -218,15 +217,15 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
     step, smoothed, rows = 0, None, []
-    resume = _resume_dir(cfg)
+    resume = resume_dir(cfg)
     if resume is not None:
         set_peft_model_state_dict(model, {k: v.to(device) for k, v in load_file(str(resume / "lora.safetensors")).items()})
         for p in params:
             p.data = p.data.float()
         opt.load_state_dict(torch.load(resume / "optimizer.pt", weights_only=False))
         sched.load_state_dict(torch.load(resume / "scheduler.pt", weights_only=False))
-        state = json.loads((resume / "state.json").read_text())
-        step, smoothed = state["step"], state["smoothed_loss"]
+        state = load_versioned(CheckpointState, resume / STATE_FILE)
+        step, smoothed = state.step, state.smoothed_loss
         if log_path.is_file():
             rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
         log(f"fit: resumed from {resume} at step {step}")
@@ -275,15 +274,15 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             log(f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
                 f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms")
             if step % cfg.train.checkpointing_steps == 0 and step < cfg.train.max_train_steps:
-                saved = _save_checkpoint(out, step, model, opt, sched, smoothed, cfg.train.checkpoints_total_limit)
+                saved = _save_checkpoint(cfg, step, model, opt, sched, smoothed)
                 log(f"fit: checkpoint {saved}")
     lora_dir = out / "lora"
     QwenImageEditPipeline.save_lora_weights(
         lora_dir, transformer_lora_layers=get_peft_model_state_dict(model),
         transformer_lora_adapter_metadata=model.peft_config["default"].to_dict())
     _plot(rows, out / "loss.png")
-    summary = {"steps": step, "models_in_memory": models, "lora": str(lora_dir / "pytorch_lora_weights.safetensors"),
-               "final_smoothed_loss": smoothed, "resumed_from": str(resume) if resume else None}
-    (out / "fit_summary.json").write_text(json.dumps(summary, indent=2))
-    log(f"fit: {step} steps done; LoRA saved to {summary['lora']}; log {log_path}; plot {out / 'loss.png'}")
+    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / "pytorch_lora_weights.safetensors"),
+                         final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None)
+    write_model(out / "fit_summary.json", summary)
+    log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
     return 0

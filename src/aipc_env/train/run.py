@@ -7,13 +7,17 @@ from pathlib import Path
 import yaml
 
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
+from aipc_env.fileio import atomic_write_text
 from aipc_env.launch.plan import LaunchPlan, Phase, plan_run
 from aipc_env.matrix import Pair
-from aipc_env.paths import project_root
+from aipc_env.paths import package_root
 from aipc_env.platforms import Platform
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 
-__all__ = ["accelerate_config_text", "engine_phases", "plan_training", "default_config"]
+__all__ = ["accelerate_config_text", "engine_phases", "plan_training", "default_config", "write_default_config",
+           "ACCELERATE_CONFIG"]
+
+ACCELERATE_CONFIG = "accelerate_config.yaml"
 
 
 def accelerate_config_text(device: str) -> str:
@@ -39,30 +43,30 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
     if cfg.engine == "qflux":
         assert cfg.qflux
         src = str(Path(cfg.qflux.clone) / "src")
-        qcfg = str(Path(cfg.qflux.config).absolute())
+        qcfg = cfg.qflux.config
         return [Phase(name="cache", argv=[python, "-m", "qflux.main", "--config", qcfg, "--cache"], cwd=src),
                 Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src)]
-    cfg_arg = str(config_path.absolute())
+    cfg_arg = str(Path(config_path).absolute())
     return [Phase(name="cache", argv=[python, "-m", "aipc_env.train.engine", "--phase", "cache", "--config", cfg_arg]),
             Phase(name="fit", argv=[*accel, "aipc_env.train.engine", "--phase", "fit", "--config", cfg_arg])]
 
 
 def plan_training(cfg: TrainConfig, config_path: Path, *, python: str, pair: Pair | None, oneapi: OneApiInfo,
                   msvc: MsvcInfo | None, platform: Platform) -> LaunchPlan:
-    run_dir = Path(cfg.output_dir).absolute()
-    background = [Phase(name="monitor", argv=[python, "-m", "aipc_env.monitor", "--out",
+    run_dir = Path(cfg.output_dir)
+    background = [Phase(name="monitor", argv=[python, "-m", "aipc_env.tools.monitor", "--out",
                                               str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
     return plan_run(platform=platform, run_dir=str(run_dir), python=python, pair=pair, oneapi=oneapi, msvc=msvc,
-                    phases=engine_phases(cfg, config_path, python, run_dir / "accelerate_config.yaml"),
-                    log_file=str(run_dir / "train.log"), pythonpath=[str(project_root() / "src")],
+                    phases=engine_phases(cfg, config_path, python, run_dir / ACCELERATE_CONFIG),
+                    log_file=str(run_dir / "train.log"), pythonpath=[str(package_root())],
                     device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine, extra_env=cfg.env,
-                    background=background)
+                    background=background, files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)})
 
 
 def default_config(run_dir: Path) -> dict:
     """The built-in default: a tiny random model on a small synthetic dataset, no download, any device."""
     return {
-        "config_version": 1,
+        "schema_version": 1,
         "engine": "builtin",
         "model": {"path": BUILTIN_TINY, "quantize": "nf4"},
         "lora": {"rank": 8, "alpha": 8},
@@ -78,8 +82,6 @@ def default_config(run_dir: Path) -> dict:
 
 
 def write_default_config(run_dir: Path) -> Path:
-    from aipc_env.fileio import atomic_write_text
-
     path = run_dir / "config.yaml"
     atomic_write_text(path, "# aipc-env built-in default run (tiny random model, synthetic data)\n"
                       + yaml.safe_dump(default_config(run_dir), sort_keys=False, allow_unicode=True))

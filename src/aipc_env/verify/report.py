@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["StepResult", "VerifyReport", "render_step", "render_verify"]
+from aipc_env.formats import VersionedModel
+
+__all__ = ["StepResult", "VerifyReport", "render_verify"]
 
 
 class StepResult(BaseModel):
@@ -23,8 +25,11 @@ class StepResult(BaseModel):
     traceback: str | None = None
 
 
-class VerifyReport(BaseModel):
-    verify_schema_version: int = 1
+class VerifyReport(VersionedModel):
+    """`aipc-env verify --json`: every step of the verification, with its metrics."""
+
+    FORMAT: ClassVar[str] = "verify report"
+    schema_version: Literal[1] = 1
     device: str
     pair: str | None = None
     env_prefix: str
@@ -41,16 +46,6 @@ class VerifyReport(BaseModel):
         good = sum(s.passed for s in self.steps)
         failed = [s.id for s in self.steps if not s.passed]
         return f"{good}/{len(self.steps)} steps passed" + (f" (failed: {', '.join(failed)})" if failed else "")
-
-
-def render_step(console: Console, step: StepResult) -> None:
-    mark = Text("✓ " if step.passed else "✗ ", style="green" if step.passed else "bold red")
-    mark.append(f"{step.title}: ", style="bold")
-    mark.append(step.summary)
-    mark.append(f"  ({step.seconds:.2f} s)", style="dim")
-    console.print(mark)
-    if not step.passed and step.hint:
-        console.print(Text(f"    fix: {step.hint}", style="cyan"))
 
 
 def render_verify(console: Console, report: VerifyReport, verbose: bool = False) -> None:

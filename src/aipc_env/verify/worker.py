@@ -20,7 +20,7 @@ from pathlib import Path
 T_START = time.perf_counter()
 import torch  # noqa: E402
 
-from aipc_env.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
+from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
@@ -226,7 +226,7 @@ def step_lora_roundtrip(ctx: dict) -> dict:
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
-    from aipc_env.tiny import LORA_TARGETS, build_tiny_transformer, make_batch
+    from aipc_env.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch
 
     device = ctx["device"]
     batch = make_batch(batch_size=1).to(device, torch.float32)
@@ -273,8 +273,8 @@ def step_tiny_qlora(ctx: dict) -> dict:
     import bitsandbytes as bnb
     from peft import LoraConfig
 
-    from aipc_env.objective import flow_matching_loss
-    from aipc_env.tiny import LORA_TARGETS, build_tiny_transformer, make_batch, \
+    from aipc_env.train.objective import flow_matching_loss
+    from aipc_env.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch, \
         quantize_linear_layers_nf4
 
     device = ctx["device"]
@@ -401,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     result["work_seconds"] = round(time.perf_counter() - work_start, 2)
     result["passed"] = all(s["passed"] for s in result["steps"])
     if args.out:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        os.replace(tmp, args.out)
+        from aipc_env.fileio import atomic_write_text
+
+        atomic_write_text(args.out, json.dumps(result, indent=2))
     else:
         print(json.dumps(result, indent=2))
     return 0 if result["passed"] else 1

@@ -1,0 +1,1 @@
+"""The launch-script templates (launch.bat, launch.sh), shipped inside the package as aipc_env.launchers."""

@@ -1,0 +1,143 @@
+"""Check types: a finding per check, and the registry the doctor runs. Checks are pure functions of facts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+
+from pydantic import BaseModel
+
+from aipc_env.facts.model import Facts
+from aipc_env.matrix import Matrix, Pair
+from aipc_env.platforms import Platform
+from aipc_env.matrix.resolve import Resolution, resolve_pair
+
+__all__ = ["Status", "Finding", "Verdict", "ok", "warn", "fail", "skip", "CheckContext", "CheckSpec", "check",
+           "specs_of"]
+
+class Status(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    CRASH = "crash"
+    """The check itself raised: a bug in aipc-env, reported without stopping the other checks."""
+
+
+class Finding(BaseModel):
+    """What one check concluded. `ok` carries no fix; `warn`/`fail` always carry one."""
+
+    id: str
+    category: str
+    title: str
+    status: Status
+    seen: str
+    why: str = ""
+    fix: str = ""
+    details: list[str] = []
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check function returns; the runner adds the check's id, category and title."""
+
+    status: Status
+    seen: str
+    why: str = ""
+    fix: str = ""
+    details: tuple[str, ...] = ()
+
+
+def ok(seen: str, *details: str) -> Verdict:
+    return Verdict(Status.OK, seen, details=details)
+
+
+def warn(seen: str, why: str, fix: str, *details: str) -> Verdict:
+    return Verdict(Status.WARN, seen, why, fix, details)
+
+
+def fail(seen: str, why: str, fix: str, *details: str) -> Verdict:
+    return Verdict(Status.FAIL, seen, why, fix, details)
+
+
+def skip(seen: str, *details: str) -> Verdict:
+    return Verdict(Status.SKIP, seen, details=details)
+
+
+@dataclass
+class CheckContext:
+    """What every check may use besides the facts: the matrix, and derived values computed once."""
+
+    facts: Facts
+    matrix: Matrix
+    locks: frozenset[tuple[str, str]] = frozenset()
+    """(pair, platform) of every lockfile in the checkout: fixes point at `nox -s env` only where it works."""
+
+    @property
+    def platform(self) -> Platform:
+        return "win-64" if self.facts.is_windows else "linux-64"
+
+    @property
+    def installed(self) -> dict[str, str]:
+        env = self.facts.training_env
+        return env.distributions if env and not env.error else {}
+
+    @cached_property
+    def resolution(self) -> Resolution:
+        probe = self.facts.device_probe
+        return resolve_pair(self.installed, self.matrix, self.platform,
+                            torch_version_xpu=probe.torch_version_xpu if probe else None)
+
+    @cached_property
+    def pair(self) -> Pair | None:
+        """The env's pair: resolved from its packages, else the pair recorded when it was built."""
+        if self.resolution.pair:
+            return self.matrix.by_id.get(self.resolution.pair)
+        env = self.facts.training_env
+        if env and env.pair:
+            return self.matrix.by_id.get(env.pair)
+        return None
+
+    @property
+    def has_intel_gpu(self) -> bool:
+        sycl_gpus = [d for d in self.facts.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()]
+        return bool(sycl_gpus) or any(g.vendor_id == "8086" or "intel" in g.name.lower() for g in self.facts.gpus)
+
+    def env_fix(self, pair: Pair | None = None) -> str:
+        """The command that builds or repairs the training env for a pair, and works on a fresh clone: from the
+        lock where the checkout has one, else from the specs (recording this machine's lock)."""
+        pair = pair or self.pair or self.matrix.newest(self.platform)
+        if (pair.id, self.platform) in self.locks:
+            return f"nox -s env -- --pair {pair.id}"
+        return (f"nox -s env -- --pair {pair.id} --unlocked (no lock for {pair.id} in this checkout: it resolves "
+                "from the PyTorch XPU index and records this machine's lock)")
+
+
+CheckFn = Callable[[CheckContext], Verdict]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    category: str
+    title: str
+    fn: CheckFn
+
+
+def check(id: str, category: str, title: str) -> Callable[[CheckFn], CheckFn]:
+    """Declare a check: a pure function of the context returning a Verdict (`ok`, `warn`, `fail`, `skip`).
+    The spec is attached to the function; aipc_env.doctor.checks lists the modules whose checks run."""
+
+    def deco(fn: CheckFn) -> CheckFn:
+        fn.spec = CheckSpec(id=id, category=category, title=title, fn=fn)  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def specs_of(module: object) -> list[CheckSpec]:
+    """The checks a module declares, in source order."""
+    found = [v.spec for v in vars(module).values() if callable(v) and isinstance(getattr(v, "spec", None), CheckSpec)]
+    return sorted(found, key=lambda s: s.fn.__code__.co_firstlineno)

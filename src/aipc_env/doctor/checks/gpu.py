@@ -1,0 +1,125 @@
+"""GPU checks: an Intel GPU, its driver, several GPUs, and the live device probe."""
+
+from __future__ import annotations
+
+import re
+
+from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
+from aipc_env.facts.model import GpuInfo
+
+DRIVER_URL = "https://www.intel.com/content/www/us/en/download/785597/intel-arc-graphics-windows.html"
+MIN_WINDOWS_DRIVER_BUILD = 6000
+"""32.0.101.<build>: older drivers are reported to reboot machines under sustained load (provisional)."""
+
+
+def intel_gpus(ctx: CheckContext) -> list[str]:
+    """Names of Intel GPUs, from the OS listing and sycl-ls (level_zero devices, else OpenCL)."""
+    names = [g.name for g in ctx.facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+    sycl = ctx.facts.sycl_devices or []
+    l0 = [d for d in sycl if d.kind == "gpu" and d.backend == "level_zero"]
+    if l0 and (len(l0) >= len(names)):
+        names = [d.name for d in l0]
+    return names
+
+
+def _windows_intel(ctx: CheckContext) -> list[GpuInfo]:
+    return [g for g in ctx.facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+
+
+@check("intel-gpu", "GPU", "Intel GPU")
+def check_intel_gpu(ctx: CheckContext) -> Verdict:
+    names = intel_gpus(ctx)
+    if not names:
+        seen_any = ", ".join(g.name for g in ctx.facts.gpus) or "no GPU"
+        return fail(f"no Intel GPU ({seen_any})", "training runs on an Intel iGPU or Arc GPU (XPU); without one "
+                    "torch falls back to the CPU and a run takes days",
+                    "run on an Intel Core Ultra AI PC or a PC with an Arc card; on Linux install the GPU driver "
+                    "(intel-opencl-icd, libze1) so the device appears")
+    broken = [g for g in _windows_intel(ctx) if g.status and g.status.upper() != "OK"]
+    if broken:
+        return fail(", ".join(f"{g.name}: status {g.status}" for g in broken),
+                    "Device Manager reports a problem with the GPU", f"reinstall the driver from {DRIVER_URL}")
+    return ok(", ".join(names))
+
+
+@check("gpu-driver", "GPU", "GPU driver")
+def check_driver(ctx: CheckContext) -> Verdict:
+    if ctx.facts.is_windows:
+        gpus = _windows_intel(ctx)
+        if not gpus:
+            return skip("no Intel GPU")
+        old = []
+        for g in gpus:
+            match = re.match(r"^\d+\.\d+\.\d+\.(\d+)$", g.driver_version or "")
+            if not match or int(match.group(1)) < MIN_WINDOWS_DRIVER_BUILD:
+                old.append(g)
+        seen = ", ".join(f"{g.name} {g.driver_version or 'unknown'}" for g in gpus)
+        if old:
+            return warn(seen, "old Intel graphics drivers are reported to cause spontaneous reboots under "
+                        "sustained GPU load", f"install the latest driver: {DRIVER_URL}")
+        return ok(seen)
+    drivers = {g.driver for g in ctx.facts.gpus if g.vendor_id == "8086" and g.driver}
+    sycl_gpus = [d for d in ctx.facts.sycl_devices or [] if d.kind == "gpu"]
+    if not drivers and not sycl_gpus:
+        return skip("no Intel GPU")
+    if sycl_gpus:
+        return ok(", ".join(f"{d.backend}: {d.name} [{d.driver}]" for d in sycl_gpus))
+    if drivers & {"i915", "xe"}:
+        return warn(f"kernel driver {', '.join(sorted(drivers))}; no compute runtime seen (sycl-ls missing)",
+                    "torch+xpu needs the Level Zero compute runtime on top of the kernel driver",
+                    "install intel-opencl-icd and libze1 (or Intel's client GPU packages)")
+    return warn(f"kernel driver {', '.join(sorted(drivers))}", "Intel GPUs need the i915 or xe kernel driver",
+                "install a kernel with the xe/i915 driver for this GPU")
+
+
+@check("multi-gpu", "GPU", "Device selection")
+def check_multi_gpu(ctx: CheckContext) -> Verdict:
+    names = intel_gpus(ctx)
+    if not names:
+        return skip("no Intel GPU")
+    if len(names) == 1:
+        return ok("1 Intel GPU")
+    selector = ctx.facts.env_vars.get("ONEAPI_DEVICE_SELECTOR")
+    listing = [f"level_zero:{i} = {n}" for i, n in enumerate(names)]
+    if selector:
+        return ok(f"{len(names)} Intel GPUs, ONEAPI_DEVICE_SELECTOR={selector}", *listing)
+    discrete = next((i for i, n in enumerate(names) if re.search(r"Arc\(TM\) [AB]\d", n)), 0)
+    return warn(f"{len(names)} Intel GPUs and no device selected", "torch may pick the slower iGPU (or split "
+                "memory) when an Arc card is present",
+                f"pin one: set `device: xpu:{discrete}` in the training config, or "
+                f"ONEAPI_DEVICE_SELECTOR=level_zero:{discrete}", *listing)
+
+
+@check("device-probe", "GPU", "Live XPU probe")
+def check_device_probe(ctx: CheckContext) -> Verdict:
+    probe = ctx.facts.device_probe
+    if probe is None:
+        return skip("not run (add --probe-device)")
+    if not probe.ran:
+        return fail(f"probe failed: {probe.error}", "torch could not be imported in the training env",
+                    f"rebuild the env: {ctx.env_fix()}")
+    if probe.xpu_available:
+        devs = ", ".join(f"{d.get('name')} ({int(d.get('total_memory') or 0) / 1e9:.1f} GB)"  # type: ignore[call-overload]
+                         for d in probe.devices)
+        return ok(f"torch {probe.torch_version}: {devs}")
+    if probe.torch_version and probe.torch_version.endswith("+xpu"):
+        return fail(f"torch {probe.torch_version}: torch.xpu.is_available() is False",
+                    "an XPU build that sees no device runs everything on the CPU",
+                    "update the GPU driver; check ONEAPI_DEVICE_SELECTOR; make sure the iGPU is enabled in the "
+                    "BIOS; on Linux add your user to the 'render' group")
+    return fail(f"torch {probe.torch_version}: not an XPU build", "only torch+xpu wheels drive Intel GPUs",
+                f"rebuild the env: {ctx.env_fix()}")
+
+
+@check("bnb-backend", "GPU", "bitsandbytes backend")
+def check_bnb_backend(ctx: CheckContext) -> Verdict:
+    probe = ctx.facts.device_probe
+    if probe is None or not probe.ran:
+        return skip("needs --probe-device")
+    if not probe.bnb_version:
+        return fail("bitsandbytes did not import", "NF4 needs bitsandbytes", f"rebuild the env: {ctx.env_fix()}")
+    seen = f"bitsandbytes {probe.bnb_version}, {probe.bnb_backend or 'unknown'} library"
+    if probe.xpu_available and probe.bnb_backend != "xpu-native":
+        return warn(seen, "without the native XPU library every op goes through Triton (slower, and needs the "
+                    "compiler toolchain)", "install bitsandbytes >= 0.48.2 built with the XPU library")
+    return ok(seen)

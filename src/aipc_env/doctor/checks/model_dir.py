@@ -1,0 +1,28 @@
+"""Model checks: the local Qwen-Image-Edit directory."""
+
+from __future__ import annotations
+
+from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
+
+VARIANTS = {"edit": "Qwen-Image-Edit (original)", "edit-2509": "Qwen-Image-Edit-2509",
+            "edit-2511": "Qwen-Image-Edit-2511", "edit-plus": "Qwen-Image-Edit Plus (2509/2511)"}
+
+
+@check("model-dir", "Model", "Qwen-Image-Edit model directory")
+def check_model_dir(ctx: CheckContext) -> Verdict:
+    model = ctx.facts.model
+    if model is None:
+        return skip("no model dir given (--model-dir PATH)")
+    download = "huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir <dir>"
+    if not model.exists:
+        return fail(f"{model.path} does not exist", "training loads the model from a local directory",
+                    f"download it: {download}")
+    if model.missing:
+        return fail(f"missing {', '.join(model.missing)} in {model.path}", "a diffusers Qwen-Image-Edit "
+                    "repo has model_index.json, transformer/, text_encoder/, vae/, scheduler/, tokenizer/, "
+                    "processor/", f"complete the download (re-run it; it resumes): {download}")
+    if model.variant in (None, "unknown"):
+        return fail(f"pipeline class {model.pipeline_class!r}", "only QwenImageEditPipeline and "
+                    "QwenImageEditPlusPipeline repos are supported", f"download a Qwen-Image-Edit repo: {download}")
+    size = f", {model.size_bytes / 1e9:.0f} GB" if model.size_bytes else ""
+    return ok(f"{VARIANTS[model.variant]} ({model.pipeline_class}{size})")

@@ -1,0 +1,208 @@
+"""Training env checks: torch+xpu, the resolved pair, runtime pins, Python, bitsandbytes, Triton, caches."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from packaging.version import InvalidVersion, Version
+
+from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
+from aipc_env.matrix.resolve import triton_packages
+from aipc_env.trainenv.select import SOURCE_WORDS
+
+DEFAULT_BNB_MIN = "0.48.2"
+
+
+def _env_missing(ctx: CheckContext) -> Verdict | None:
+    env = ctx.facts.training_env
+    if env is None:
+        return skip("no training env")
+    if env.error:
+        return skip(f"training env unreadable: {env.error}")
+    return None
+
+
+@check("training-env", "Training env", "Training environment")
+def check_training_env(ctx: CheckContext) -> Verdict:
+    env = ctx.facts.training_env
+    if env is None:
+        return fail("not found", "verify and train run in a dedicated env", f"build it: {ctx.env_fix()}")
+    if env.error:
+        return fail(f"{env.prefix}: {env.error}", "the recorded env cannot be used",
+                    f"rebuild it: {ctx.env_fix()} (or point the doctor at another env: --env PREFIX)")
+    seen = f"{env.prefix} (Python {env.python_version}; {SOURCE_WORDS[env.source]})"
+    if env.source == "current" and "torch" not in env.distributions:
+        return warn(seen, "no training env is built or recorded, and this interpreter has no torch",
+                    "run `nox -s train` once (it records its env), or build one: " + ctx.env_fix()
+                    + "; or point the doctor at an env: --env PREFIX")
+    return ok(seen, "inspect another env with --env PREFIX")
+
+
+@check("torch-xpu", "Training env", "torch build")
+def check_torch_xpu(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    torch = ctx.installed.get("torch")
+    if torch is None:
+        return fail("torch not installed", "training needs torch (torch+xpu on an Intel GPU)",
+                    f"build the env: {ctx.env_fix()}")
+    try:
+        local = Version(torch).local
+    except InvalidVersion:
+        local = None
+    if local == "xpu":
+        return ok(f"torch {torch}")
+    if not ctx.has_intel_gpu:
+        return ok(f"torch {torch} ({'+' + local if local else 'default'} build); this machine has no Intel GPU, so "
+                  "the built-in default runs on the CPU")
+    newest = ctx.matrix.newest(ctx.platform)
+    return fail(f"torch {torch} ({'+' + local if local else 'default'} build)",
+                "only torch+xpu wheels from the PyTorch XPU index drive Intel GPUs",
+                f"{ctx.env_fix(ctx.pair or newest)} (or pip install torch=={newest.newest_torch} "
+                "--index-url https://download.pytorch.org/whl/xpu)")
+
+
+@check("pair", "Training env", "torch+xpu / oneAPI pair")
+def check_pair(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    res = ctx.resolution
+    if res.status in ("none", "not-xpu"):
+        return skip(res.summary)
+    evidence = tuple(res.evidence)
+    if res.status == "ambiguous":
+        return warn(res.summary, "the runtime alone cannot tell these pairs apart",
+                    "install torch from the lock of one pair", *evidence)
+    if res.status == "unknown":
+        return fail(res.summary, "a runtime no pair of the matrix knows cannot be matched to a toolkit",
+                    f"rebuild the env: {ctx.env_fix()}", *evidence)
+    pair = ctx.matrix.by_id[res.pair]  # type: ignore[index]
+    details = evidence + (f"source: {pair.source}",)
+    seen = f"{pair.id}: torch {', '.join(pair.torch)} + oneAPI {pair.oneapi} runtime"
+    if pair.certainty == "provisional":
+        return warn(seen + " (provisional matrix row)", "this row rests on a single source; its pins may be "
+                    "wrong", "report the env (`pip list`) so the row can be confirmed", *details)
+    if res.status == "partial":
+        return warn(seen + f"; {len(res.missing)} pinned package(s) missing", "a partial runtime fails at "
+                    "import or when a kernel loads", f"repair the env: {ctx.env_fix()}",
+                    *details, f"missing: {', '.join(res.missing)}")
+    return ok(seen, *details)
+
+
+@check("runtime-mix", "Training env", "Intel runtime from one release")
+def check_runtime_mix(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    res = ctx.resolution
+    if res.status in ("none", "not-xpu", "unknown", "ambiguous") or res.pair is None:
+        return skip(res.summary)
+    if not res.mismatches:
+        return ok(f"{len(res.matched)} runtime packages match {res.pair}")
+    odd = [f"{m.name} {m.installed} (expected {' or '.join(m.expected)}"
+           f"{'; belongs to ' + ', '.join(m.belongs_to) if m.belongs_to else ''})" for m in res.mismatches]
+    return fail(f"{len(res.mismatches)} package(s) from another release than {res.pair}",
+                "mixed oneAPI runtime libraries crash native extensions (bitsandbytes) or load the wrong SYCL "
+                "library", f"reinstall: {ctx.env_fix()}", *odd)
+
+
+@check("python", "Training env", "Python version")
+def check_python(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    env = ctx.facts.training_env
+    pair = ctx.pair
+    version = env.python_version if env else None
+    if not version:
+        return skip("unknown")
+    if pair is None:
+        return ok(f"Python {version}")
+    if version in pair.python_specifier:
+        return ok(f"Python {version} ({pair.id} supports {pair.python})")
+    return fail(f"Python {version}; {pair.id} supports {pair.python}", "no torch+xpu wheel exists for this "
+                "Python", f"rebuild the env with the pair's Python: {ctx.env_fix()}")
+
+
+@check("bitsandbytes", "Training env", "bitsandbytes version")
+def check_bitsandbytes(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    pair = ctx.pair
+    minimum = pair.bitsandbytes_min if pair else DEFAULT_BNB_MIN
+    got = ctx.installed.get("bitsandbytes")
+    if got is None:
+        return fail("not installed", "NF4 quantization and Adam8bit come from bitsandbytes",
+                    f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
+    if Version(got) < Version(minimum):
+        reason = ("the oneAPI 2026 library variant needed by torch >= 2.13 arrived in 0.50"
+                  if Version(minimum) >= Version("0.50") else "the Windows XPU build arrived in 0.48.2")
+        return fail(f"bitsandbytes {got} < {minimum}" + (f" (minimum for {pair.id})" if pair else ""),
+                    reason, f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
+    return ok(f"bitsandbytes {got} (≥ {minimum})")
+
+
+@check("triton", "Training env", "Exactly one Triton")
+def check_triton(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    found = triton_packages(ctx.installed)
+    pair = ctx.pair
+    listing = ", ".join(f"{k} {v}" for k, v in found.items())
+    if len(found) > 1:
+        keep = pair.triton.name if pair else "the one of your pair"
+        remove = [k for k in found if not pair or k != pair.triton.key]
+        return fail(listing, "every Triton distribution installs the same top-level `triton` package; with "
+                    "several, kernels break in confusing ways",
+                    f"pip uninstall -y {' '.join(remove)}; then reinstall {keep} from the lock ({ctx.env_fix()})")
+    if pair is None:
+        return ok(listing or "no Triton installed")
+    expected = pair.triton_pin()
+    if not expected.applies_to(ctx.platform):
+        return ok(f"{pair.id} ships no Triton on this platform" + (f" ({listing})" if listing else ""))
+    if not found:
+        return fail(f"{expected.name} not installed", "bitsandbytes quantize and the 8-bit optimizer run as "
+                    "Triton kernels on XPU", f"reinstall: {ctx.env_fix()}")
+    name, version = next(iter(found.items()))
+    if name != expected.key or not expected.accepts(version):
+        return fail(f"{listing}; {pair.id} needs {expected.name} {expected.version}", "a Triton built for "
+                    "another torch (or for CUDA) cannot compile XPU kernels for this one",
+                    f"pip uninstall -y {name}; reinstall from the lock ({ctx.env_fix()})")
+    return ok(listing)
+
+
+@check("kernel-cache", "Training env", "Triton / inductor kernel caches")
+def check_kernel_cache(ctx: CheckContext) -> Verdict:
+    caches = [c for c in ctx.facts.kernel_caches if c.exists]
+    if not caches:
+        return ok("no kernel cache yet")
+    env = ctx.facts.training_env
+    if not env or not env.built_at:
+        return ok(", ".join(c.path for c in caches), "staleness is checked for envs built by aipc-env")
+    built = _dt.datetime.fromisoformat(env.built_at).timestamp()
+    stale = [c for c in caches if c.newest_mtime is not None and c.newest_mtime < built]
+    if not stale:
+        return ok(", ".join(c.path for c in caches))
+    paths = " and ".join(f'"{c.path}"' for c in stale)
+    return warn(f"kernels compiled before the env was (re)built at {env.built_at}", "kernels compiled for "
+                "another torch/Triton/oneAPI cause errors after a version change",
+                f"delete {paths}" + (" (rmdir /s /q on Windows)" if ctx.facts.is_windows else " (rm -rf)"))
+
+
+@check("last-verify", "Training env", "Last verification")
+def check_last_verify(ctx: CheckContext) -> Verdict:
+    record = ctx.facts.last_verify
+    env = ctx.facts.training_env
+    if record is None:
+        return warn("never verified", "importing bitsandbytes proves nothing; only a quantize, matmul and "
+                    "optimizer step on the device does", "nox -s verify")
+    if record.injected:
+        return warn(f"the last verification ran with injected faults ({', '.join(record.injected)}) at "
+                    f"{record.when}", "a run with test faults injected says nothing about this stack",
+                    "nox -s verify (without AIPC_VERIFY_INJECT)")
+    if env and record.env_prefix and record.env_prefix != env.prefix:
+        return warn(f"last verified another env ({record.env_prefix}) at {record.when}",
+                    "this env has not been verified", "nox -s verify")
+    if record.passed:
+        return ok(f"passed on {record.device} at {record.when}: {record.summary}")
+    return fail(f"failed on {record.device} at {record.when}: {record.summary}",
+                "a stack that fails verification fails training later, after hours of caching",
+                "see `aipc-env verify` output for the failing step")

@@ -1,0 +1,232 @@
+"""The compatibility matrix (environments/matrix.yaml): pydantic models and loading."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from pydantic import ValidationError, field_validator, model_validator
+
+from aipc_env.errors import InputError
+from aipc_env.formats import validate_versioned
+from aipc_env.fileio import read_yaml
+from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.paths import matrix_path
+from aipc_env.platforms import Platform, marker_environment
+
+__all__ = ["Pin", "Pair", "Matrix", "load_matrix", "versions_equal", "MATRIX_SCHEMA_VERSION"]
+
+MATRIX_SCHEMA_VERSION = 1
+
+
+def versions_equal(a: str | None, b: str | None) -> bool:
+    """Whether two version strings are the same PEP 440 version (falling back to text equality)."""
+    try:
+        return Version(a or "") == Version(b or "")
+    except InvalidVersion:
+        return a == b
+
+
+def _check_version(value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a version (PEP 440)") from None
+    return value
+
+
+class Pin(StrictModel):
+    """One exact package pin of a pair, optionally limited to some platforms by a PEP 508 marker."""
+
+    name: str
+    version: str
+    marker: str | None = None
+    alternatives: list[str] = []
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return _check_version(value)
+
+    @field_validator("alternatives")
+    @classmethod
+    def _alts(cls, value: list[str]) -> list[str]:
+        return [_check_version(v) for v in value]
+
+    @field_validator("marker")
+    @classmethod
+    def _marker(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Marker(value)
+            except InvalidMarker as exc:
+                raise ValueError(f"invalid PEP 508 marker: {exc}") from None
+        return value
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+    def accepted_versions(self) -> list[str]:
+        return [self.version, *self.alternatives]
+
+    def accepts(self, version: str) -> bool:
+        try:
+            got = Version(version)
+        except InvalidVersion:
+            return False
+        return any(got == Version(v) for v in self.accepted_versions())
+
+    def applies_to(self, platform: Platform) -> bool:
+        return self.marker is None or Marker(self.marker).evaluate(marker_environment(platform))
+
+
+class Pair(StrictModel):
+    """One supported combination: a torch+xpu release and the oneAPI release whose runtime it pins."""
+
+    id: str
+    torch: list[str]
+    oneapi: str
+    python: str
+    windows: Literal["full", "eager-only", "none"]
+    triton: Pin
+    triton_alternatives: list[str] = []
+    bitsandbytes_min: str
+    torch_version_xpu: str | None = None
+    sycl_major: int
+    runtime_pins: list[Pin]
+    source: str
+    certainty: Literal["confirmed", "provisional"]
+    notes: str | None = None
+
+    @field_validator("torch")
+    @classmethod
+    def _torch(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one torch version is required")
+        return [_check_version(v) for v in value]
+
+    @field_validator("bitsandbytes_min")
+    @classmethod
+    def _bnb(cls, value: str) -> str:
+        return _check_version(value)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a version specifier such as '>=3.10,<3.14'") from None
+        return value
+
+    @field_validator("oneapi")
+    @classmethod
+    def _oneapi(cls, value: str) -> str:
+        parts = value.split(".")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"{value!r} is not a two-part oneAPI release such as '2025.3'")
+        return value
+
+    @property
+    def newest_torch(self) -> str:
+        return max(self.torch, key=Version)
+
+    @property
+    def python_specifier(self) -> SpecifierSet:
+        return SpecifierSet(self.python)
+
+    def triton_pin(self) -> Pin:
+        return self.triton.model_copy(update={"alternatives": self.triton_alternatives})
+
+    def pins_for(self, platform: Platform) -> list[Pin]:
+        """Runtime pins that apply on a platform."""
+        return [p for p in self.runtime_pins if p.applies_to(platform)]
+
+    def supports(self, platform: Platform) -> bool:
+        return platform != "win-64" or self.windows != "none"
+
+    def compiles_kernels_on(self, platform: Platform) -> bool:
+        """Whether Triton kernels (bitsandbytes quantize, 8-bit optimizer) can run on this platform."""
+        return self.triton.applies_to(platform) and not (platform == "win-64" and self.windows != "full")
+
+
+class Matrix(VersionedModel):
+    """environments/matrix.yaml: one row ("pair") per torch+xpu release."""
+
+    FORMAT: ClassVar[str] = "compatibility matrix"
+    FIX: ClassVar[str] = "see the comments at the top of environments/matrix.yaml"
+    schema_version: Literal[1]
+    markers: dict[str, str] = {}
+    pairs: list[Pair]
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "Matrix":
+        seen: set[str] = set()
+        for pair in self.pairs:
+            if pair.id in seen:
+                raise ValueError(f"pair id {pair.id!r} appears twice")
+            seen.add(pair.id)
+        return self
+
+    @cached_property
+    def by_id(self) -> dict[str, Pair]:
+        return {p.id: p for p in self.pairs}
+
+    def get(self, pair_id: str) -> Pair:
+        try:
+            return self.by_id[pair_id]
+        except KeyError:
+            known = ", ".join(self.by_id)
+            raise InputError(f"unknown pair {pair_id!r}", fix=f"use one of: {known}") from None
+
+    def newest(self, platform: Platform) -> Pair:
+        """The newest confirmed pair that fully supports a platform."""
+        usable = [p for p in self.pairs if p.certainty == "confirmed" and p.compiles_kernels_on(platform)]
+        return max(usable, key=lambda p: Version(p.newest_torch))
+
+    def for_toolkit(self, oneapi_version: str) -> list[Pair]:
+        """Pairs whose runtime matches an installed oneAPI toolkit release, newest first."""
+        rows = [p for p in self.pairs if p.oneapi == oneapi_version]
+        return sorted(rows, key=lambda p: Version(p.newest_torch), reverse=True)
+
+    def for_torch(self, torch_version: str) -> Pair | None:
+        public = Version(torch_version).public
+        for pair in self.pairs:
+            if any(Version(v).public == public for v in pair.torch):
+                return pair
+        return None
+
+
+def _row_prefix(raw: object, loc: tuple[object, ...]) -> str:
+    """Name a matrix row by its id in error messages ("pairs[3] (xpu-2.9)")."""
+    if len(loc) >= 2 and loc[0] == "pairs" and isinstance(loc[1], int) and isinstance(raw, dict):
+        rows = raw.get("pairs") or []
+        if loc[1] < len(rows) and isinstance(rows[loc[1]], dict) and "id" in rows[loc[1]]:
+            return f" (row id {rows[loc[1]]['id']})"
+    return ""
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """Load and validate the matrix; a malformed file raises InputError naming the file, row and key."""
+    path = Path(path) if path is not None else matrix_path()
+    raw = read_yaml(path, "compatibility matrix")
+    try:
+        return validate_versioned(Matrix, raw, path)
+    except InputError as err:
+        loc = getattr(err, "first_loc", None)
+        if loc is None and isinstance(raw, dict):
+            try:
+                Matrix.model_validate(raw)
+            except ValidationError as exc:
+                row = _row_prefix(raw, tuple(exc.errors()[0]["loc"]))
+                if row:
+                    err.message = err.message.replace("invalid file: ", f"invalid file{row}: ", 1)
+            except Exception:  # noqa: BLE001 - only naming the row; the error itself is already built
+                pass
+        raise

@@ -1,0 +1,187 @@
+"""Base vs LoRA on held-out samples (runbook §9): same seeds and steps, size from the control image, a manifest,
+a grid and a distance of each output to the target, so "the LoRA changed nothing" is visible at a glance."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from aipc_env.errors import AipcError, InputError
+from aipc_env.formats import StrictModel, VersionedModel, write_model
+
+__all__ = ["CompareRequest", "CompareManifest", "CompareSample", "run_compare"]
+
+
+class CompareSample(StrictModel):
+    id: str
+    prompt: str | None
+    seed: int
+    size: list[int]
+    files: dict[str, str]
+    """base, lora and (when the sample has one) target image file names."""
+    seconds: dict[str, float]
+    base_vs_lora: float
+    """Mean absolute pixel difference (0-255) between the base and LoRA images."""
+    distance_to_target: dict[str, float] | None = None
+
+
+class CompareManifest(VersionedModel):
+    """<out>/manifest.json of `aipc-env compare`."""
+
+    FORMAT: ClassVar[str] = "compare manifest"
+    LEGACY_KEYS: ClassVar[dict[str, str]] = {"manifest_version": "schema_version"}
+    schema_version: Literal[1] = 1
+    model: str
+    lora: str
+    lora_rank: int
+    lora_alpha: float
+    num_inference_steps: int
+    seed: int
+    device: str
+    samples: list[CompareSample]
+    lora_changed_nothing: bool
+
+
+@dataclass
+class CompareRequest:
+    model_path: Path
+    lora: Path
+    test_set: Path
+    out: Path
+    num_inference_steps: int = 20
+    seed: int = 0
+    device: str = "auto"
+    max_samples: int | None = None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:40] or "sample"
+
+
+def _lora_file(lora: Path) -> tuple[Path, str]:
+    """(folder, weight_name): an explicit weight name, since offline loading cannot discover it."""
+    if lora.is_file():
+        return lora.parent, lora.name
+    if (lora / "pytorch_lora_weights.safetensors").is_file():
+        return lora, "pytorch_lora_weights.safetensors"
+    files = sorted(lora.glob("*.safetensors"))
+    if len(files) != 1:
+        raise InputError("no single LoRA .safetensors file found", path=lora,
+                         fix="pass the LoRA file itself, or the run's lora/ folder")
+    return lora, files[0].name
+
+
+def _distance(a, b) -> float:
+    import numpy as np
+
+    b = b.resize(a.size)
+    return float(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).mean())
+
+
+def _grid(rows: list[list], out: Path, cell: int = 160) -> None:
+    from PIL import Image, ImageDraw
+
+    cols = max(len(r) for r in rows)
+    grid = Image.new("RGB", (cols * cell, len(rows) * (cell + 14)), "white")
+    draw = ImageDraw.Draw(grid)
+    for y, row in enumerate(rows):
+        for x, (label, img) in enumerate(row):
+            if img is None:
+                continue
+            scale = cell / max(img.size)
+            thumb = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))))
+            grid.paste(thumb, (x * cell, y * (cell + 14) + 14))
+            draw.text((x * cell + 2, y * (cell + 14)), label, fill="black")
+    grid.save(out)
+
+
+def run_compare(req: CompareRequest, log=print) -> CompareManifest:
+    import torch
+    from diffusers import DiffusionPipeline
+    from PIL import Image
+
+    from aipc_env.train.compat import processor_without_video
+    from aipc_env.dataset import scan_dataset
+
+    if not (req.model_path / "model_index.json").is_file():
+        raise InputError("not a diffusers model folder (no model_index.json)", path=req.model_path,
+                         fix="point --config's model.path at the Qwen-Image-Edit folder")
+    missing = [p for p in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer")
+               if not (req.model_path / p).is_dir()]
+    if missing:
+        raise InputError(f"model parts missing: {', '.join(missing)}", path=req.model_path,
+                         fix="complete the download (huggingface-cli download resumes)")
+    lora_dir, weight_name = _lora_file(req.lora)
+    samples = [s for s in scan_dataset(req.test_set).samples if s.controls and s.prompt]
+    if req.max_samples:
+        samples = samples[: req.max_samples]
+    if not samples:
+        raise InputError("the test set has no usable sample (each needs a control image and a prompt)",
+                         path=req.test_set, fix="hold out at least 3 samples in the training layout")
+    processor_without_video()
+    from aipc_env.train.devices import compute_dtype, pick_device
+
+    dev = pick_device(req.device)
+    device = str(dev)
+    pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=compute_dtype(dev)).to(dev)
+    plus = type(pipe).__name__.endswith("PlusPipeline")
+    req.out.mkdir(parents=True, exist_ok=True)
+
+    def load(part):
+        import io
+
+        return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part).convert("RGB")
+
+    def generate(sample) -> tuple[object, float]:
+        controls = [load(c) for c in sample.controls]
+        w, h = controls[0].size
+        h, w = max(16, h // 16 * 16), max(16, w // 16 * 16)  # the pipelines need multiples of 16
+        t = time.perf_counter()
+        image = pipe(image=controls if plus else controls[0], prompt=sample.prompt, height=h, width=w,
+                     num_inference_steps=req.num_inference_steps, true_cfg_scale=1.0,
+                     generator=torch.Generator().manual_seed(req.seed)).images[0]
+        return image, time.perf_counter() - t
+
+    base = []
+    for i, s in enumerate(samples):
+        base.append(generate(s))
+        log(f"compare: base {i + 1}/{len(samples)} ({base[-1][1]:.1f} s)")
+    try:
+        pipe.load_lora_weights(str(lora_dir), weight_name=weight_name)
+    except Exception as exc:  # noqa: BLE001 - diffusers raises several types for a mismatched LoRA
+        raise AipcError(f"the LoRA does not fit this model ({type(exc).__name__}: {str(exc)[:200]})",
+                        path=req.lora, fix="compare with the base model the LoRA was trained on") from None
+    (config,) = pipe.transformer.peft_config.values()
+    rows, entries = [], []
+    for i, (s, (b_img, b_t)) in enumerate(zip(samples, base)):
+        l_img, l_t = generate(s)
+        stem = f"sample_{i:02d}_{_slug(s.id)}"
+        b_img.save(req.out / f"{stem}__base.png")
+        l_img.save(req.out / f"{stem}__lora.png")
+        target = load(s.target) if s.target is not None else None
+        entry = {"id": s.id, "prompt": s.prompt, "seed": req.seed, "size": list(b_img.size),
+                 "files": {"base": f"{stem}__base.png", "lora": f"{stem}__lora.png"},
+                 "seconds": {"base": round(b_t, 3), "lora": round(l_t, 3)},
+                 "base_vs_lora": round(_distance(b_img, l_img), 3)}
+        if target is not None:
+            target.save(req.out / f"{stem}__target.png")
+            entry["files"]["target"] = f"{stem}__target.png"
+            entry["distance_to_target"] = {"base": round(_distance(b_img, target), 3),
+                                           "lora": round(_distance(l_img, target), 3)}
+        entries.append(entry)
+        rows.append([*[(f"control {k}", load(c)) for k, c in enumerate(s.controls)], ("target", target),
+                     ("base", b_img), ("LoRA", l_img)])
+        log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
+    _grid(rows, req.out / "grid.png")
+    unchanged = all(e["base_vs_lora"] == 0 for e in entries)
+    manifest = CompareManifest(model=str(req.model_path), lora=str(req.lora), lora_rank=config.r,
+                               lora_alpha=config.lora_alpha, num_inference_steps=req.num_inference_steps, seed=req.seed,
+                               device=device, samples=[CompareSample.model_validate(e) for e in entries],
+                               lora_changed_nothing=unchanged)
+    write_model(req.out / "manifest.json", manifest)
+    if unchanged:
+        log("compare: WARNING base and LoRA outputs are identical: the training had no effect")
+    return manifest

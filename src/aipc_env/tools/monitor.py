@@ -1,0 +1,182 @@
+"""Sample system and device memory during a run into a CSV and draw a plot at the end.
+
+`python -m aipc_env.tools.monitor --out memory.csv` runs until SIGTERM/SIGINT, --duration, or --pid exits; the
+launcher starts it beside training when the config says `monitor: true`. Device memory is read with torch's
+mem_get_info (whole device, all processes) when torch and an XPU/CUDA device are present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from aipc_env.facts.memory import system_memory
+from aipc_env.formats import VersionedModel
+
+__all__ = ["DeviceMemory", "run_monitor", "main", "FIELDS", "add_arguments", "MonitorReport"]
+
+FIELDS = ["time", "elapsed_s", "system_used_gb", "system_available_gb", "device_used_gb", "device_total_gb"]
+
+
+class DeviceMemory:
+    """Whole-device memory of the first XPU/CUDA device, or nothing."""
+
+    def __init__(self, kind: str = "auto") -> None:
+        self.backend = None
+        if kind == "none":
+            return
+        try:
+            import torch
+        except ImportError:
+            return
+        xpu = getattr(torch, "xpu", None)
+        if kind in ("auto", "xpu") and xpu is not None and xpu.is_available():
+            self.backend = xpu
+        elif kind in ("auto", "cuda") and torch.cuda.is_available():
+            self.backend = torch.cuda
+
+    def read(self) -> tuple[float | None, float | None]:
+        if self.backend is None:
+            return None, None
+        free, total = self.backend.mem_get_info(0)
+        return (total - free) / 1e9, total / 1e9
+
+
+def _plot(csv_path: Path, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with csv_path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return
+    t = [float(r["elapsed_s"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(t, [float(r["system_used_gb"]) for r in rows], label="system used (GB)")
+    if rows[0]["device_used_gb"]:
+        ax.plot(t, [float(r["device_used_gb"]) for r in rows], label="device used (GB)")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("GB (decimal)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+class MonitorReport(VersionedModel):
+    """`aipc-env monitor --json`: what was sampled."""
+
+    FORMAT: ClassVar[str] = "monitor report"
+    schema_version: Literal[1] = 1
+    samples: int
+    csv: str
+    plot: str | None
+
+
+class _Stop:
+    flag = False
+
+
+def run_monitor(out: Path, *, interval: float = 1.0, duration: float | None = None, pid: int | None = None,
+                device: str = "auto", plot: bool = True) -> int:
+    """Sample until stopped; returns the number of samples written."""
+    def stop(_signum, _frame):
+        _Stop.flag = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    dev = DeviceMemory(device)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    count = 0
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(FIELDS)
+        while not _Stop.flag:
+            total, available = system_memory()
+            used, dtotal = dev.read()
+            writer.writerow([time.strftime("%Y-%m-%dT%H:%M:%S"), f"{time.monotonic() - start:.2f}",
+                             f"{(total - available) / 1e9:.3f}", f"{available / 1e9:.3f}",
+                             "" if used is None else f"{used:.3f}", "" if dtotal is None else f"{dtotal:.3f}"])
+            fh.flush()
+            count += 1
+            if duration is not None and time.monotonic() - start >= duration:
+                break
+            if pid is not None and not _alive(pid):
+                break
+            deadline = time.monotonic() + interval
+            while not _Stop.flag and time.monotonic() < deadline:
+                time.sleep(min(0.05, interval))
+    if plot:
+        _plot(out, out.with_suffix(".png"))
+    return count
+
+
+def _alive(pid: int) -> bool:
+    if sys.platform == "win32":
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        if not handle:
+            return False
+        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _seconds(text: str) -> float:
+    """A finite, positive number of seconds (at least 0.05: a smaller interval would busy-loop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0.05:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds, at least 0.05")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id") from None
+    if value <= 0 or not _alive(value):
+        raise argparse.ArgumentTypeError(f"no running process has id {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="CSV to write (a PNG plot goes next to it)")
+    p.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples (default 1, min 0.05)")
+    p.add_argument("--duration", type=_seconds, help="stop after this many seconds (default: until stopped)")
+    p.add_argument("--pid", type=_pid, help="stop when this (running) process exits")
+    p.add_argument("--device", choices=["auto", "xpu", "cuda", "none"], default="auto",
+                   help="which device memory to read (default: XPU, then CUDA; none: system memory only)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="aipc_env.tools.monitor")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
+    print(f"monitor: {n} samples in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Recommend a training config from the machine (runbook §5), pure: facts in, config and reasons out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from aipc_env.facts.memory import ram_tier_gb
+from aipc_env.errors import AipcError, InputError
+from aipc_env.facts.model import Facts
+from aipc_env.formats import VersionedModel
+
+__all__ = ["Machine", "ProbeJson", "machine_from_facts", "machine_from_probe", "Recommendation", "recommend",
+           "qflux_config", "TODO_MODEL", "TODO_OUTPUT", "RecommendReport", "SelectedPattern"]
+
+TODO_MODEL = "TODO: local Qwen-Image-Edit-2511 folder (huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir ...)"
+TODO_OUTPUT = "TODO: output folder for checkpoints, the LoRA and logs"
+TODO_DATASET = "TODO: dataset folder, parquet folder or CSV (aipc-env dataset validate PATH)"
+TODO_TE = "TODO: NF4 text encoder folder (aipc-env quantize text-encoder --src MODEL --dst DIR)"
+
+
+@dataclass
+class Machine:
+    ram_bytes: int | None
+    gpu_names: list[str] = field(default_factory=list)
+    free_disk_bytes: int | None = None
+    xpu_available: bool | None = None
+    device: str = "auto"
+
+
+class ProbeJson(BaseModel):
+    """The runbook's probe_hw.py output; unknown keys are ignored (the probe evolves)."""
+
+    model_config = ConfigDict(extra="ignore")
+    xpu_available: bool | None = None
+    torch_version: str | None = None
+    bnb_version: str | None = None
+    ram_gb: float | None = None
+    total_ram_gb: float | None = None
+    gpu_name: str | None = None
+    free_disk_gb: float | None = None
+
+
+def machine_from_facts(facts: Facts) -> Machine:
+    gpus = [g.name for g in facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+    probe = facts.device_probe
+    return Machine(ram_bytes=facts.memory.total_bytes, gpu_names=gpus,
+                   free_disk_bytes=facts.disk.free_bytes if facts.disk else None,
+                   xpu_available=probe.xpu_available if probe and probe.ran else None)
+
+
+def machine_from_probe(probe: ProbeJson) -> Machine:
+    gb = probe.ram_gb if probe.ram_gb is not None else probe.total_ram_gb
+    return Machine(ram_bytes=int(gb * 2**30) if gb is not None else None,
+                   gpu_names=[probe.gpu_name] if probe.gpu_name else [],
+                   free_disk_bytes=int(probe.free_disk_gb * 2**30) if probe.free_disk_gb is not None else None,
+                   xpu_available=probe.xpu_available)
+
+
+@dataclass
+class Recommendation:
+    config: dict
+    selected: list[tuple[str, str]]
+    """(§7 pattern, why) pairs."""
+    notes: list[str]
+    tier_gb: int
+
+
+def _dataset_kind(path: str | None) -> str | None:
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_file() and p.suffix.lower() == ".csv":
+        return "csv"
+    if (p / "data").is_dir() and any((p / "data").glob("train-*.parquet")):
+        return "parquet"
+    return "local"
+
+
+def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool = False, fast: bool = False,
+              model_path: str | None = None, output_dir: str | None = None) -> Recommendation:
+    if machine.ram_bytes is None:
+        raise InputError("the machine's RAM is unknown", fix="pass facts from `aipc-env doctor --save-facts`")
+    tier = ram_tier_gb(machine.ram_bytes)
+    notes: list[str] = []
+    selected: list[tuple[str, str]] = []
+    if tier < 32:
+        if not force:
+            raise AipcError(f"{tier} GB machines are not supported: the NF4 transformer alone needs ~10 GB of GPU "
+                            "allocation, leaving no room for activations on unified memory",
+                            fix="use a 32 GB (or larger) machine, or pass --force to write a config anyway")
+        notes.append(f"{tier} GB is below the supported minimum (32 GB); forced")
+    if fast:
+        size = [256, 448]
+    elif tier >= 64:
+        size = [512, 768]
+    else:
+        size = [384, 672]
+    if size == [512, 768] and tier <= 32:
+        notes.append("[512, 768] is tight on 32 GB")
+    model: dict = {"path": model_path or TODO_MODEL, "quantize": "nf4"}
+    if tier <= 32:
+        model["text_encoder_path"] = TODO_TE
+        selected.append(("7.2 pre-quantize the text encoder (NF4)", f"{tier} GB RAM: cuts the cache phase's RAM by "
+                         "~8 GB (Qwen2.5-VL ~15 GB -> ~5.5 GB)"))
+    elif tier <= 64:
+        notes.append("7.2 (NF4 text encoder) is optional at 32-64 GB")
+    selected.append(("7.1 pre-quantize the transformer (NF4)", "optional: saves one quantization pass per run when "
+                     "you train more than once (set model.transformer_path)"))
+    selected.append(("7.3 mode-aware loading", "always: the cache phase never loads the transformer, the fit phase "
+                     "never loads the text encoder or VAE"))
+    selected.append(("7.4 cache first", "always: embeddings and latents are computed once per sample"))
+    kind = _dataset_kind(dataset_path)
+    config = {
+        "schema_version": 1, "engine": "builtin", "model": model,
+        "lora": {"rank": 16, "alpha": 16, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"], "init": "gaussian"},
+        "data": {"datasets": [dataset_path or TODO_DATASET], "target_size": size, "batch_size": 1, "num_workers": 1,
+                 "caption_dropout_rate": 0.05},
+        "train": {"max_train_steps": 1000, "gradient_accumulation_steps": 2, "gradient_checkpointing": True,
+                  "learning_rate": 1e-4, "lr_scheduler": "constant_with_warmup", "warmup_steps": 20, "seed": 42,
+                  "checkpointing_steps": 250, "checkpoints_total_limit": 3, "mixed_precision": "no"},
+        "optimizer": {"type": "adam8bit"},
+        "output_dir": output_dir or TODO_OUTPUT,
+        "device": machine.device,
+        "compute_dtype": "auto",
+    }
+    if kind:
+        notes.append(f"dataset format: {kind}")
+    if machine.xpu_available is False:
+        notes.append("the probe saw no XPU device: training would run on the CPU (fix the driver first)")
+    return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier)
+
+
+def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = True) -> dict:
+    """The same recommendation in qwen-image-finetune's own schema (which rejects unknown keys)."""
+    cfg = rec.config
+    kind = _dataset_kind(dataset_path)
+    ds = dataset_path or TODO_DATASET
+    dataset_value: object = [{"repo_id": ds, "split": "train"}] if kind == "parquet" else ds
+    cache_dir = "TODO: cache folder"
+    return {
+        "trainer": "QwenImageEditPlus" if plus else "QwenImageEdit",
+        "model": {"pretrained_model_name_or_path": cfg["model"]["path"], "quantize": False,
+                  "lora": {"r": cfg["lora"]["rank"], "lora_alpha": cfg["lora"]["alpha"], "init_lora_weights": "gaussian",
+                           "target_modules": cfg["lora"]["target_modules"]}},
+        "data": {"class_path": "qflux.data.dataset.ImageDataset", "batch_size": 1, "num_workers": 1, "shuffle": True,
+                 "init_args": {"dataset_path": dataset_value, "caption_dropout_rate": cfg["data"]["caption_dropout_rate"],
+                               "cache_dir": cache_dir, "use_cache": True,
+                               "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"],
+                               "processor": {"process_type": "center_crop", "target_size": cfg["data"]["target_size"]}}},
+        "cache": {"devices": {"vae": "xpu:0", "text_encoder": "xpu:0"}, "use_cache": True, "cache_dir": cache_dir,
+                  "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"]},
+        "train": {"gradient_accumulation_steps": 2, "max_train_steps": 1000, "num_epochs": 1000,
+                  "checkpointing_steps": 250, "checkpoints_total_limit": 3, "mixed_precision": "no",
+                  "gradient_checkpointing": True},
+        "optimizer": {"class_path": "bitsandbytes.optim.Adam8bit", "init_args": {"lr": 1e-4, "betas": [0.9, 0.999]}},
+        "lr_scheduler": {"scheduler_type": "constant_with_warmup", "warmup_steps": 20},
+        "validation": {"enabled": False},
+        "logging": {"output_dir": cfg["output_dir"], "report_to": "tensorboard", "tracker_project_name": "aipc-lora"},
+    }
+
+
+class SelectedPattern(BaseModel):
+    pattern: str
+    why: str
+
+
+class RecommendReport(VersionedModel):
+    """`aipc-env recommend --json`: the config, the §7 patterns selected and why, and notes."""
+
+    FORMAT: ClassVar[str] = "recommendation"
+    schema_version: Literal[1] = 1
+    engine: Literal["builtin", "qflux"]
+    tier_gb: int
+    config: dict
+    selected: list[SelectedPattern]
+    notes: list[str]

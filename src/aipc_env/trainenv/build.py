@@ -1,0 +1,253 @@
+"""Build, repair and check a training env from its pair's lock (`nox -s env`).
+
+Never a half-built prefix: a fresh build that fails is removed again; a repair of an existing env first takes a
+hard-link snapshot of its site-packages (cheap, no copy of the data) and puts it back when the repair fails.
+uv also verifies every artifact's sha256 before it changes anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from aipc_env.errors import AipcError, InputError
+from aipc_env.facts.gather import inspect_env, modified_files
+from aipc_env.fileio import atomic_write_text
+from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.lock import specs
+from aipc_env.lock.lock import Indexes, compile_pylock, tool_version
+from aipc_env.lock.lockfile import LockMeta, check_pylock, conda_lock_path, meta_path, pylock_path, read_meta, read_pylock
+from aipc_env.lock.tools import (MINIFORGE_HINT, CondaTool, conda_create_argv, conda_render_argv, find_uv,
+                                 uv_install_argv, uv_venv_argv)
+from aipc_env.matrix import Pair
+from aipc_env.platforms import Platform
+from aipc_env.procs import ProbeFailed, run_capture, run_logged
+from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
+from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
+from aipc_env.trainenv.select import env_python
+
+__all__ = ["EnvRequest", "EnvResult", "EnvBuildReport", "build_env", "check_env", "MANIFEST_NAME"]
+
+MANIFEST_NAME = "aipc-env-manifest.json"
+
+
+@dataclass
+class EnvRequest:
+    pair: Pair
+    prefix: Path
+    platform: Platform
+    lock_root: Path
+    log: Path
+    indexes: Indexes = field(default_factory=Indexes)
+    base_python: str | None = None
+    """Build the interpreter layer as a venv from this Python instead of conda (Linux boxes without conda)."""
+    conda_tool: CondaTool | None = None
+    unlocked: bool = False
+    common: list[str] | None = None
+    """The common pip layer (default: environments/pip-layer.txt)."""
+
+
+@dataclass
+class EnvResult:
+    prefix: Path
+    python: Path
+    changed: bool
+    drift_before: list[DriftItem]
+    seconds: float
+    lockfile: Path
+
+
+def _read_manifest(prefix: Path) -> Manifest | None:
+    path = prefix / MANIFEST_NAME
+    return load_versioned(Manifest, path) if path.is_file() else None
+
+
+def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = True) -> list[DriftItem]:
+    """Compare an env with its lock without changing anything. `deep` also hashes the installed files of every
+    locked distribution against their RECORD."""
+    python = env_python(prefix)
+    if not python.is_file():
+        raise InputError(f"no env at {prefix}", key="--prefix", fix="build it: nox -s env")
+    env = inspect_env(prefix, python, timeout=60.0)
+    if env.error:
+        raise AipcError(env.error, path=prefix)
+    lock = read_pylock(lockfile)
+    modified = None
+    if deep:
+        names = set(locked_packages(lock, platform, env.python_version or "3.12"))
+        modified = modified_files(env.site_packages, names)
+    return compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "",
+                         modified)
+
+
+def _interpreter_layer(req: EnvRequest, lockfile_conda: Path | None, python: str) -> None:
+    if req.base_python:
+        run_logged(uv_venv_argv(find_uv(), req.prefix, req.base_python), req.log)
+        return
+    tool = req.conda_tool
+    if tool is None:
+        raise AipcError("no conda, mamba or micromamba found to create the interpreter layer", fix=MINIFORGE_HINT)
+    if req.unlocked or lockfile_conda is None:
+        run_logged(conda_create_argv(tool, req.prefix, python=python), req.log)
+    elif tool.name == "conda-lock":
+        run_logged(conda_create_argv(tool, req.prefix, lockfile=lockfile_conda), req.log)
+    else:
+        conda_lock = shutil.which("conda-lock")
+        if not conda_lock:
+            raise AipcError("rendering the conda lock needs conda-lock", fix="pip install conda-lock")
+        with tempfile.TemporaryDirectory() as tmp:
+            run_logged(conda_render_argv(conda_lock, lockfile_conda, req.platform, Path(tmp)), req.log)
+            explicit = Path(tmp) / f"conda-{req.platform}.explicit.txt"
+            run_logged(conda_create_argv(tool, req.prefix, explicit=explicit), req.log)
+
+
+def _record_unlocked(req: EnvRequest, python: str) -> Path:
+    """--unlocked: resolve from the specs for this machine and keep the result as this pair's lock."""
+    uv = find_uv()
+    lock_dir = req.lock_root / req.pair.id
+    with tempfile.TemporaryDirectory() as tmp:
+        out = compile_pylock(uv, req.pair, specs.pip_layer(req.pair, req.common), req.platform, python, req.indexes,
+                             Path(tmp), req.log)
+        problems = check_pylock(read_pylock(out), out, req.pair, req.platform)
+        if problems:
+            raise AipcError("the resolved packages do not match the matrix row:\n  " + "\n  ".join(problems))
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        target = pylock_path(lock_dir, req.platform)
+        atomic_write_text(target, out.read_text(encoding="utf-8"))
+    meta = LockMeta(pair=req.pair.id, matrix_row_hash=specs.row_hash(req.pair), python=python,
+                    platforms=[req.platform], pypi_url=req.indexes.pypi_url, xpu_index_url=req.indexes.xpu_index_url,
+                    tools={"uv": tool_version([uv, "--version"])}, created_at=timestamp(),
+                    source="env --unlocked (recorded on a golden machine)")
+    write_model(meta_path(lock_dir), meta)
+    return target
+
+
+def _python_version(base_python: str) -> str:
+    try:
+        out = run_capture([base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60)
+    except ProbeFailed as exc:
+        raise InputError(f"cannot run the base Python: {exc}", key="--base-python") from None
+    return out.stdout.strip()
+
+
+def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None:
+    lock_dir = lockfile.parent
+    if not lockfile.is_file():
+        raise AipcError(f"no lockfile for {req.pair.id} on {req.platform} ({lockfile})",
+                        fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
+                        f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked")
+    if meta_path(lock_dir).is_file():
+        locked_for = read_meta(lock_dir).python
+        if locked_for != python_version:
+            raise AipcError(f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is "
+                            f"{python_version}", path=lockfile,
+                            fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
+                            f"{req.pair.id} --python {python_version}")
+    problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
+    if problems:
+        raise AipcError("the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),
+                        path=lockfile, fix="re-lock: nox -s lock -- --pair " + req.pair.id)
+
+
+@contextlib.contextmanager
+def _rollback(prefix: Path) -> Iterator[None]:
+    """Undo a failed build: remove a prefix that did not exist; restore a hard-link snapshot of an existing env's
+    site-packages (the pip layer is all a repair touches)."""
+    existed = prefix.exists()
+    snapshots: list[tuple[Path, Path]] = []
+    if existed and env_python(prefix).is_file():
+        env = inspect_env(prefix, env_python(prefix), timeout=60.0)
+        for site in env.site_packages:
+            site_path = Path(site)
+            if site_path.is_dir() and prefix.resolve() in site_path.resolve().parents:
+                snap = site_path.with_name(f".{site_path.name}.aipc-snapshot")
+                shutil.rmtree(snap, ignore_errors=True)
+                shutil.copytree(site_path, snap, symlinks=True, copy_function=_link_or_copy)
+                snapshots.append((site_path, snap))
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(prefix, ignore_errors=True)
+        for site_path, snap in snapshots:
+            shutil.rmtree(site_path, ignore_errors=True)
+            os.replace(snap, site_path)
+        raise
+    else:
+        for _, snap in snapshots:
+            shutil.rmtree(snap, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def build_env(req: EnvRequest) -> EnvResult:
+    start = time.perf_counter()
+    lock_dir = req.lock_root / req.pair.id
+    lockfile = pylock_path(lock_dir, req.platform)
+    python_version = _python_version(req.base_python) if req.base_python else specs.pair_python(req.pair)
+    drift: list[DriftItem] = []
+    if not req.unlocked:
+        _validate_lock(req, lockfile, python_version)
+        if env_python(req.prefix).is_file():
+            drift = check_env(req.prefix, lockfile, req.platform)
+            if not drift:
+                _record(req, lockfile, keep_existing=True)
+                return EnvResult(req.prefix, env_python(req.prefix), False, [], time.perf_counter() - start, lockfile)
+    elif req.prefix.exists() and any(req.prefix.iterdir()) and not env_python(req.prefix).is_file():
+        raise InputError("the prefix exists and is not an env", path=req.prefix, key="--prefix",
+                         fix="choose an empty or new folder")
+    with _rollback(req.prefix):
+        if not env_python(req.prefix).is_file():
+            conda_lock = conda_lock_path(lock_dir)
+            _interpreter_layer(req, conda_lock if conda_lock.is_file() else None, python_version)
+        if req.unlocked:
+            lockfile = _record_unlocked(req, python_version)
+        python = env_python(req.prefix)
+        argv = uv_install_argv(find_uv(), python, lockfile)
+        modified = [d.name for d in drift if d.kind == "modified"]
+        for name in modified:
+            argv += ["--reinstall-package", name]
+        run_logged(argv, req.log)
+        lock = read_pylock(lockfile)
+        manifest = Manifest(pair=req.pair.id, platform=req.platform, lockfile=str(lockfile), installed_at=timestamp(),
+                            packages={n: ManifestPackage(version=v, sha256=s)
+                                      for n, (v, s) in locked_packages(lock, req.platform, python_version).items()})
+        write_model(req.prefix / MANIFEST_NAME, manifest)
+    _record(req, lockfile)
+    return EnvResult(req.prefix, python, True, drift, time.perf_counter() - start, lockfile)
+
+
+def _record(req: EnvRequest, lockfile: Path, keep_existing: bool = False) -> None:
+    """Record the env for doctor/verify/train. A no-op re-run keeps the build time (kernel-cache staleness)."""
+    old = read_env_record()
+    if keep_existing and old and old.prefix == str(req.prefix) and old.pair == req.pair.id:
+        return
+    write_env_record(EnvRecord(prefix=str(req.prefix), python=str(env_python(req.prefix)), pair=req.pair.id,
+                               platform=req.platform, built_at=timestamp(), lockfile=str(lockfile)))
+
+
+class EnvBuildReport(VersionedModel):
+    """`aipc-env env --json` (a build or a repair)."""
+
+    FORMAT: ClassVar[str] = "env build report"
+    schema_version: Literal[1] = 1
+    pair: str
+    why: str
+    prefix: str
+    lockfile: str
+    changed: bool
+    repaired: list[DriftItem]
+    seconds: float
+    log: str

@@ -1,0 +1,77 @@
+"""Helpers to run generated batch files under Wine's cmd with a recorded stand-in interpreter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+RESOURCES = Path(__file__).parent / "resources"
+
+
+def wine_reason() -> str | None:
+    """Why Wine tests cannot run here, or None."""
+    if not shutil.which("wine"):
+        return "wine is not installed (apt-get install -y wine64; .ci/run installs it)"
+    if not shutil.which("x86_64-w64-mingw32-gcc"):
+        return "mingw-w64 is not installed (apt-get install -y gcc-mingw-w64-x86-64-posix) for the stand-in exe"
+    return None
+
+
+@dataclass
+class Wine:
+    prefix: Path
+    standin: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ, WINEPREFIX=str(self.prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
+        env.update(extra)
+        return env
+
+    def winpath(self, path: Path) -> str:
+        out = subprocess.run(["winepath", "-w", str(path)], capture_output=True, text=True, env=self.env(),
+                             check=True, timeout=60)
+        return out.stdout.strip()
+
+    def run_bat(self, script: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """Run it exactly as aipc-env does on Windows (launcher_argv, from the script's folder), with Wine's cmd."""
+        from aipc_env.launch.execute import launcher_argv
+
+        argv = launcher_argv(script)
+        return subprocess.run(["wine", "cmd", *argv[1:]], cwd=script.parent, capture_output=True,
+                              env=self.env(**env), timeout=timeout)
+
+
+def make_wine(base: Path) -> Wine:
+    standin = base / "standin.exe"
+    subprocess.run(["x86_64-w64-mingw32-gcc", "-municode", "-O1", "-o", str(standin),
+                    str(RESOURCES / "standin.c")], check=True, timeout=120)
+    wine = Wine(prefix=base / "prefix", standin=standin)
+    # One persistent wineserver for the module, started first and detached from our pipes (a server spawned by
+    # a captured `wine` call would hold its stdout open); each later cmd run then starts in about a second.
+    wine.prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["wineserver", "-p"], env=wine.env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60, check=False)
+    subprocess.run(["wine", "cmd", "/c", "exit 0"], env=wine.env(), stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+    return wine
+
+
+def stop_wine(wine: Wine) -> None:
+    subprocess.run(["wineserver", "-k"], env=wine.env(), capture_output=True, timeout=60, check=False)
+
+
+def read_record(path: Path) -> tuple[list[str], dict[str, str], str]:
+    args, env, cwd = [], {}, ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        tag, _, value = line.partition("\t")
+        if tag == "ARG":
+            args.append(value)
+        elif tag == "ENV" and "=" in value[1:]:
+            name, _, val = value.partition("=")
+            env[name] = val
+        elif tag == "CWD":
+            cwd = value
+    return args, env, cwd
