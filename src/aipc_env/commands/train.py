@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.facts.gather import inspect_env, toolchain_facts
+    from aipc_env.facts.gather import toolchain_facts
     from aipc_env.formats import timestamp
     from aipc_env.launch.execute import run_launcher
     from aipc_env.launch.render import write_launcher
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.train.config import load_run_config
     from aipc_env.train.run import plan_training, write_default_config
     from aipc_env.trainenv.record import UsedEnvRecord, write_used_env
-    from aipc_env.trainenv.select import choose_env, choose_pair
+    from aipc_env.trainenv.select import env_and_pair
 
     config_path = args.config
     if config_path is None:
@@ -44,10 +44,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(config_path)
     matrix = load_matrix(args.matrix)
     platform = current_platform()
-    env = choose_env(args.env)
-    installed = None if args.pair else inspect_env(env.prefix, env.python, source=env.source,
-                                                   current=env.is_current).distributions
-    pair = choose_pair(matrix, platform, flag=args.pair, env=env, distributions=installed).pair
+    env, pair_choice = env_and_pair(matrix, platform, env_flag=args.env, pair_flag=args.pair)
+    pair = pair_choice.pair
     oneapi, msvc = toolchain_facts()
     plan = plan_training(cfg, config_path, python=str(env.python), pair=pair, oneapi=oneapi, msvc=msvc,
                          platform=platform)

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import datetime as _dt
 
     from aipc_env.errors import AipcError, ExitCode
-    from aipc_env.facts.gather import inspect_env, toolchain_facts
+    from aipc_env.facts.gather import toolchain_facts
     from aipc_env.facts.model import VerifyRecord
     from aipc_env.fileio import read_json
     from aipc_env.formats import timestamp
@@ -46,15 +46,13 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.paths import cache_dir, package_root
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.record import UsedEnvRecord, write_used_env, write_verify_record
-    from aipc_env.trainenv.select import choose_env, choose_pair
+    from aipc_env.trainenv.select import env_and_pair
     from aipc_env.verify.report import VerifyReport, render_verify
 
     matrix = load_matrix(args.matrix)
     platform = current_platform()
-    env = choose_env(args.env)
-    installed = None if args.pair else inspect_env(env.prefix, env.python, source=env.source,
-                                                   current=env.is_current).distributions
-    pair = choose_pair(matrix, platform, flag=args.pair, env=env, distributions=installed).pair
+    env, pair_choice = env_and_pair(matrix, platform, env_flag=args.env, pair_flag=args.pair)
+    pair = pair_choice.pair
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = cache_dir() / "verify" / stamp
     result = run_dir / "result.json"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aipc_env.fileio import atomic_dir
+
 __all__ = ["build_tiny_pipeline", "SPECIAL_TOKENS", "EDIT_TEMPLATE_PREFIX_TOKENS"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -64,7 +66,6 @@ def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS):
 
 def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path:
     """Write a tiny Qwen-Image-Edit(-Plus) pipeline to `out` (atomically: a temp folder renamed at the end)."""
-    import shutil
     import tempfile
 
     import torch
@@ -110,15 +111,7 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
     pipe = cls(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor,
                transformer=transformer)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp_dir:
         pipe.save_pretrained(tmp_dir)
         (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"seed": seed, "plus": plus}))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp_dir.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
     return out

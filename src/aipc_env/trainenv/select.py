@@ -29,7 +29,8 @@ from aipc_env.matrix import Matrix, Pair
 from aipc_env.platforms import Platform
 from aipc_env.trainenv.record import EnvRecord, read_env_record, read_used_env
 
-__all__ = ["EnvSource", "EnvChoice", "PairChoice", "choose_env", "choose_pair", "env_python", "SOURCE_WORDS"]
+__all__ = ["EnvSource", "EnvChoice", "PairChoice", "choose_env", "choose_pair", "env_and_pair", "env_python",
+           "SOURCE_WORDS"]
 
 EnvSource = Literal["flag", "state", "used", "conda", "current"]
 SOURCE_WORDS: dict[str, str] = {
@@ -136,3 +137,14 @@ def choose_pair(matrix: Matrix, platform: Platform, *, flag: str | None = None, 
         if usable:
             return PairChoice(usable[0], f"matches the installed oneAPI {release}")
     return PairChoice(matrix.newest(platform), "newest supported pair")
+
+
+def env_and_pair(matrix: Matrix, platform: Platform, *, env_flag: Path | None,
+                 pair_flag: str | None) -> tuple[EnvChoice, PairChoice]:
+    """The env a run uses and its pair (no fallback: a CPU/CUDA env has no pair), for train and verify."""
+    from aipc_env.facts.gather import inspect_env
+
+    env = choose_env(env_flag)
+    installed = None if pair_flag else inspect_env(env.prefix, env.python, source=env.source,
+                                                   current=env.is_current).distributions
+    return env, choose_pair(matrix, platform, flag=pair_flag, env=env, distributions=installed)
