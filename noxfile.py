@@ -5,74 +5,105 @@
     nox -s verify                      prove NF4, Adam8bit and LoRA round-trips work on this device
     nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
+
+Sessions that need torch install the right build once: the pair's XPU build on a machine with an Intel GPU,
+else the CPU build from the PyTorch CPU index (never PyPI's multi-GB CUDA build). Offline or air-gapped:
+AIPC_ENV_TORCH_WHEELS=<folder of wheels> or AIPC_ENV_TORCH_INDEX=<mirror URL> (or `-- --torch-wheels DIR`,
+`-- --torch-index URL`, `-- --torch cpu|xpu`). A session whose inputs did not change since its last install
+installs nothing (a stamp in its venv), so warm runs start at once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
+from pathlib import Path
+
 import nox
 
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "src"))
+from aipc_env.trainenv.torch_source import detect, pinned_torch, take_options  # noqa: E402 - stdlib only
+
 nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["doctor"]
 
-CONSTRAINTS = ("-c", "environments/constraints-dev.txt")
-"""Exact dev pins; torch==2.13.0 keeps pip from pulling a multi-GB CUDA build."""
+CONSTRAINTS = ROOT / "environments" / "constraints-dev.txt"
+"""Exact dev pins of the training stack (torch's build is chosen by aipc_env.trainenv.torch_source)."""
+STAMP = ".aipc-install-stamp"
+
+
+def _install(session: nox.Session, extras: str | None = None, *, torch: bool = False) -> list[str]:
+    """Install aipc-env (editable) with extras, and torch from the right index first; skip it all when the
+    inputs are unchanged since the last install. Returns the posargs left for aipc-env."""
+    overrides, rest = take_options(list(session.posargs))
+    source = detect(pinned_torch(CONSTRAINTS), {**os.environ, **overrides}) if torch else None
+    digest = hashlib.sha256()
+    for part in ((ROOT / "pyproject.toml").read_bytes(), CONSTRAINTS.read_bytes(), str(extras).encode(),
+                 (source.describe() if source else "").encode()):
+        digest.update(part)
+    stamp = Path(session.virtualenv.location) / STAMP
+    if stamp.is_file() and stamp.read_text() == digest.hexdigest():
+        return rest
+    if source is not None:
+        session.log(f"installing torch: {source.describe()}")
+        session.install(source.requirement, *source.args, silent=False)
+    target = f".[{extras}]" if extras else "."
+    session.install("-e", target, "-c", str(CONSTRAINTS), silent=False)
+    stamp.write_text(digest.hexdigest())
+    return rest
 
 
 def _aipc(session: nox.Session, *args: str) -> None:
-    session.run("python", "-m", "aipc_env", *args, *session.posargs)
+    session.run("python", "-m", "aipc_env", *args)
 
 
 @nox.session
 def doctor(session: nox.Session) -> None:
     """Check this machine against every runbook item; a fix for every problem."""
-    session.install("-e", ".")
-    _aipc(session, "doctor")
+    _aipc(session, "doctor", *_install(session))
 
 
 @nox.session
 def resolve(session: nox.Session) -> None:
     """Which torch+xpu / oneAPI pair a `pip list` shows: nox -s resolve -- --pip-list FILE."""
-    session.install("-e", ".")
-    _aipc(session, "resolve")
+    _aipc(session, "resolve", *_install(session))
 
 
 @nox.session
 def lock(session: nox.Session) -> None:
     """(Admin, connected machine) resolve pairs into lockfiles/: nox -s lock [-- --pair ID ...] [--pip-only]."""
-    session.install("-e", ".[lock]")
-    _aipc(session, "lock")
+    _aipc(session, "lock", *_install(session, "lock"))
 
 
 @nox.session
 def env(session: nox.Session) -> None:
     """Build or repair the training env from its lock: nox -s env [-- --pair ID --prefix PATH --check --unlocked]."""
-    session.install("-e", ".[lock]")
-    _aipc(session, "env")
+    _aipc(session, "env", *_install(session, "lock"))
 
 
 @nox.session(name="patch-requirements")
 def patch_requirements(session: nox.Session) -> None:
     """Make a qwen-image-finetune requirements.txt installable on XPU: nox -s patch-requirements -- PATH."""
-    session.install("-e", ".")
-    _aipc(session, "patch-requirements")
+    _aipc(session, "patch-requirements", *_install(session))
 
 
 @nox.session
 def verify(session: nox.Session) -> None:
     """NF4 quantize/matmul, Adam8bit and LoRA round-trips on this device (the training env's stack)."""
-    session.install("-e", ".[train]", *CONSTRAINTS)
-    _aipc(session, "verify")
+    _aipc(session, "verify", *_install(session, "train", torch=True))
 
 
 @nox.session
 def train(session: nox.Session) -> None:
     """Validate a config, write its launcher, run cache then fit. No config: the built-in tiny default."""
-    session.install("-e", ".[train]", *CONSTRAINTS)
-    _aipc(session, "train")
+    _aipc(session, "train", *_install(session, "train", torch=True))
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (CPU; Wine tests run where wine is installed)."""
-    session.install("-e", ".[train,lock,dev]", *CONSTRAINTS)
-    session.run("python", "-m", "pytest", *session.posargs)
+    """The test suite (CPU; batch launchers under Wine, which CI installs)."""
+    rest = _install(session, "train,lock,dev", torch=True)
+    session.run("python", "-m", "pytest", *rest)

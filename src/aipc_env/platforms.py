@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-__all__ = ["Platform", "PLATFORMS", "marker_environment", "current_platform"]
+__all__ = ["Platform", "PLATFORMS", "marker_environment", "current_platform", "display_adapters", "has_intel_gpu"]
 
 Platform = Literal["win-64", "linux-64"]
 PLATFORMS: tuple[Platform, ...] = ("win-64", "linux-64")
@@ -28,3 +28,53 @@ def marker_environment(platform: Platform, python_version: str = "3.12") -> dict
 def current_platform() -> Platform:
     """The platform of this machine, as a target; every non-Windows system counts as linux-64."""
     return "win-64" if sys.platform == "win32" else "linux-64"
+
+
+def display_adapters() -> list[tuple[str, str, str, str]]:
+    """(PCI vendor id, device id, name, source) of the display adapters, read fast and without subprocesses:
+    /sys/class/drm on Linux, EnumDisplayDevicesW on Windows. Standard library only (the noxfile uses it before
+    any env exists). Vendor and device ids are lower-case hex without 0x (Intel is 8086)."""
+    found: list[tuple[str, str, str, str]] = []
+    if sys.platform == "win32":
+        import ctypes
+        import re
+        from ctypes import wintypes
+
+        class _Display(ctypes.Structure):
+            _fields_ = [("cb", wintypes.DWORD), ("DeviceName", wintypes.WCHAR * 32),
+                        ("DeviceString", wintypes.WCHAR * 128), ("StateFlags", wintypes.DWORD),
+                        ("DeviceID", wintypes.WCHAR * 128), ("DeviceKey", wintypes.WCHAR * 128)]
+
+        seen = set()
+        i = 0
+        while True:
+            dev = _Display()
+            dev.cb = ctypes.sizeof(dev)
+            if not ctypes.windll.user32.EnumDisplayDevicesW(None, i, ctypes.byref(dev), 0):  # type: ignore[attr-defined]
+                break
+            i += 1
+            ven = re.search(r"VEN_([0-9A-Fa-f]{4})", dev.DeviceID)
+            did = re.search(r"DEV_([0-9A-Fa-f]{4})", dev.DeviceID)
+            key = (dev.DeviceString, dev.DeviceID)
+            if ven and key not in seen:
+                seen.add(key)
+                found.append((ven.group(1).lower(), did.group(1).lower() if did else "", dev.DeviceString,
+                              "EnumDisplayDevices"))
+        return found
+    from pathlib import Path
+
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*")):
+        if "-" in card.name:
+            continue
+        try:
+            vendor = (card / "device" / "vendor").read_text().strip().lower().removeprefix("0x")
+            device = (card / "device" / "device").read_text().strip().lower().removeprefix("0x")
+        except OSError:
+            continue
+        name = f"{'Intel' if vendor == '8086' else 'PCI ' + vendor} GPU {device}"
+        found.append((vendor, device, name, str(card)))
+    return found
+
+
+def has_intel_gpu() -> bool:
+    return any(vendor == "8086" for vendor, *_ in display_adapters())

@@ -25,6 +25,7 @@ from aipc_env.facts.model import (
 )
 from aipc_env.facts.memory import system_memory
 from aipc_env.formats import timestamp
+from aipc_env.platforms import display_adapters
 from aipc_env.procs import ProbeFailed, run_capture, which
 
 __all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "installed_toolkits", "inspect_env", "modified_files",
@@ -89,18 +90,10 @@ def _disk_info(work_dir: Path) -> DiskInfo:
 
 def _linux_gpus() -> list[GpuInfo]:
     gpus = []
-    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*")):
-        if "-" in card.name:
-            continue
-        dev = card / "device"
-        try:
-            vendor = (dev / "vendor").read_text().strip().lower().removeprefix("0x")
-            device = (dev / "device").read_text().strip().lower().removeprefix("0x")
-        except OSError:
-            continue
-        driver = os.path.basename(os.readlink(dev / "driver")) if (dev / "driver").is_symlink() else None
-        name = f"{'Intel' if vendor == '8086' else 'PCI ' + vendor} GPU {device}"
-        gpus.append(GpuInfo(name=name, vendor_id=vendor, device_id=device, driver=driver, source=str(card)))
+    for vendor, device, name, source in display_adapters():
+        link = Path(source) / "device" / "driver"
+        driver = os.path.basename(os.readlink(link)) if link.is_symlink() else None
+        gpus.append(GpuInfo(name=name, vendor_id=vendor, device_id=device, driver=driver, source=source))
     return gpus
 
 

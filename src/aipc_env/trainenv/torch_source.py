@@ -1,0 +1,96 @@
+"""Where the nox sessions' own env gets torch: the pair's XPU build from the PyTorch XPU index on a machine with
+an Intel GPU, else the CPU build from the PyTorch CPU index — never PyPI's default torch, which is a CUDA build
+of several GB on Linux. A mirror (AIPC_ENV_TORCH_INDEX) or a local wheel folder (AIPC_ENV_TORCH_WHEELS) replaces
+the PyTorch index for offline and air-gapped machines.
+
+Standard library only: the noxfile imports it before any env exists. Pure but for `detect()`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["TorchSource", "plan_torch_install", "detect", "pinned_torch", "PYTORCH_INDEX", "ENV_VARS", "take_options"]
+
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+PYPI = "https://pypi.org/simple"
+ENV_VARS = {"build": "AIPC_ENV_TORCH", "index": "AIPC_ENV_TORCH_INDEX", "wheels": "AIPC_ENV_TORCH_WHEELS"}
+Build = Literal["xpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    build: Build
+    requirement: str
+    """torch==X+xpu or torch==X+cpu: the local version pins the build, so no other index can satisfy it."""
+    args: tuple[str, ...]
+    """Installer arguments that name where torch comes from (pip and uv take the same ones)."""
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.requirement} ({self.why}) {' '.join(self.args)}"
+
+
+def pinned_torch(constraints: Path) -> str:
+    """The torch version the dev constraints pin (environments/constraints-dev.txt)."""
+    for line in constraints.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^\s*torch\s*==\s*([0-9][^\s;#+]*)", line)
+        if match:
+            return match.group(1)
+    raise ValueError(f"{constraints}: no `torch==X` line")
+
+
+def plan_torch_install(version: str, *, intel_gpu: bool, build: str | None = None, index: str | None = None,
+                       wheels: str | None = None) -> TorchSource:
+    """How to install torch `version` (pure). build forces xpu/cpu; index replaces the PyTorch index (its /cpu or
+    /xpu subfolder is used when the URL names neither); wheels is a local folder searched first, with no index
+    for torch then needed."""
+    if build not in (None, "", "auto", "xpu", "cpu"):
+        raise ValueError(f"{ENV_VARS['build']}={build!r}: use xpu, cpu or auto")
+    chosen: Build = build if build in ("xpu", "cpu") else ("xpu" if intel_gpu else "cpu")  # type: ignore[assignment]
+    why = ("forced" if build in ("xpu", "cpu") else
+           "this machine has an Intel GPU" if intel_gpu else "no Intel GPU here: the CPU build, not PyPI's CUDA one")
+    requirement = f"torch=={version}+{chosen}"
+    if wheels:
+        return TorchSource(chosen, requirement, ("--find-links", str(wheels)), why + f"; from the wheels in {wheels}")
+    base = (index or PYTORCH_INDEX).rstrip("/")
+    url = base if base.endswith(("/cpu", "/xpu")) else f"{base}/{chosen}"
+    # PyPI as the index and the PyTorch index as the extra one: pip merges both, and uv looks at extra indexes
+    # first, so torch (and only what that index serves) comes from it either way
+    return TorchSource(chosen, requirement, ("--index-url", PYPI, "--extra-index-url", url), why)
+
+
+def detect(version: str, environ: dict[str, str] | None = None) -> TorchSource:
+    """plan_torch_install for this machine and its environment variables."""
+    from aipc_env.platforms import has_intel_gpu
+
+    env = os.environ if environ is None else environ
+    return plan_torch_install(version, intel_gpu=has_intel_gpu(), build=env.get(ENV_VARS["build"]),
+                              index=env.get(ENV_VARS["index"]) or None, wheels=env.get(ENV_VARS["wheels"]) or None)
+
+
+def take_options(posargs: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split `--torch xpu|cpu`, `--torch-index URL` and `--torch-wheels DIR` (also `--opt=value`) off a nox
+    session's posargs; they override the environment variables. Returns (overrides, the rest)."""
+    names = {"--torch": ENV_VARS["build"], "--torch-index": ENV_VARS["index"], "--torch-wheels": ENV_VARS["wheels"]}
+    overrides: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(posargs):
+        arg = posargs[i]
+        name, eq, value = arg.partition("=")
+        if name in names:
+            if not eq:
+                if i + 1 >= len(posargs):
+                    raise ValueError(f"{name} needs a value")
+                value = posargs[i + 1]
+                i += 1
+            overrides[names[name]] = value
+        else:
+            rest.append(arg)
+        i += 1
+    return overrides, rest
