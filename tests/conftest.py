@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,5 +40,10 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
                           env=full_env, cwd=cwd or ROOT, timeout=timeout, input=input)
 
 
-def wine_available() -> bool:
-    return shutil.which("wine") is not None or shutil.which("wine64") is not None
+def require_tool(reason: str | None) -> None:
+    """Skip a test whose tool is missing, with the reason; under CI=true a missing tool is a failure."""
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and a tool this test needs is missing: {reason}")
+    pytest.skip(reason)

@@ -10,15 +10,17 @@ import pytest
 
 from aipc_env.launch.plan import Activation, LaunchPlan, Phase
 from aipc_env.launch.render import write_launcher
+from tests.conftest import require_tool
 from tests.support.wine import make_wine, read_record, stop_wine, wine_reason
 
-pytestmark = [pytest.mark.wine, pytest.mark.skipif(wine_reason() is not None, reason=wine_reason() or "")]
+pytestmark = pytest.mark.wine
 
 USER_VALUE = 'a|b & echo INJECTED "q" %PATH% !x! ^caret (x86)'
 
 
 @pytest.fixture(scope="module")
 def wine(tmp_path_factory):
+    require_tool(wine_reason())
     w = make_wine(tmp_path_factory.mktemp("wine"))
     yield w
     stop_wine(w)
@@ -77,11 +79,11 @@ def test_exact_command_environment_and_exit_code(wine, tmp_path):
 
 def test_variable_absent_stays_absent(wine, tmp_path):
     script, record, _ = _setup(wine, tmp_path)
-    env = wine.env()
-    env.pop("NoDefaultCurrentDirectoryInExePath", None)
-    result = wine.run_bat(script)
+    result = wine.run_bat(script, unset=("NoDefaultCurrentDirectoryInExePath",),
+                          NOT_FOR_THE_RUN="x")  # a variable of ours is passed, so the env reaching cmd is this one
     assert result.returncode == 0, result.stderr
     _, recorded, _ = read_record(record)
+    assert recorded.get("NOT_FOR_THE_RUN") == "x"
     assert "NoDefaultCurrentDirectoryInExePath" not in recorded
 
 

@@ -5,7 +5,7 @@ import yaml
 
 from aipc_env.errors import InputError
 from aipc_env.matrix import load_matrix
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 
 def test_every_release_of_the_stack_is_a_row(matrix):
@@ -65,3 +65,10 @@ def test_unknown_key_and_missing_version(tmp_path):
     bad.write_text("pairs: [\n")
     with pytest.raises(InputError, match="not valid YAML at line"):
         load_matrix(bad)
+
+
+def test_matrix_table_fits_80_columns():
+    result = run_cli("matrix", env={"COLUMNS": "80"})
+    assert result.returncode == 0
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert "xpu-2.14*" in result.stdout and "pytorch-triton-xpu" in result.stdout

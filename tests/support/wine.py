@@ -25,9 +25,11 @@ class Wine:
     prefix: Path
     standin: Path
 
-    def env(self, **extra: str) -> dict[str, str]:
+    def env(self, unset: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
         env = dict(os.environ, WINEPREFIX=str(self.prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
         env.update(extra)
+        for name in unset:
+            env.pop(name, None)
         return env
 
     def winpath(self, path: Path) -> str:
@@ -35,13 +37,14 @@ class Wine:
                              check=True, timeout=60)
         return out.stdout.strip()
 
-    def run_bat(self, script: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    def run_bat(self, script: Path, timeout: float = 120, unset: tuple[str, ...] = (),
+                **env: str) -> subprocess.CompletedProcess:
         """Run it exactly as aipc-env does on Windows (launcher_argv, from the script's folder), with Wine's cmd."""
         from aipc_env.launch.execute import launcher_argv
 
         argv = launcher_argv(script)
         return subprocess.run(["wine", "cmd", *argv[1:]], cwd=script.parent, capture_output=True,
-                              env=self.env(**env), timeout=timeout)
+                              env=self.env(unset, **env), timeout=timeout)
 
 
 def make_wine(base: Path) -> Wine:

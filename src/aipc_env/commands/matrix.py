@@ -16,6 +16,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _python_range(spec: str) -> str:
+    """'>=3.10,<3.14' -> '3.10-3.13' (short enough for 80 columns)."""
+    import re
+
+    low = re.search(r">=\s*3\.(\d+)", spec)
+    high = re.search(r"<\s*3\.(\d+)", spec)
+    if low and high:
+        return f"3.{low.group(1)}-3.{int(high.group(1)) - 1}"
+    if low:
+        return f"3.{low.group(1)}+"
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -26,17 +39,16 @@ def run(args: argparse.Namespace) -> int:
         print_json(matrix)
         return 0
     console = console_for()
-    table = Table("pair", "torch", "oneAPI", "Triton", "Py", "Win", "bnb≥", "sure", box=None, pad_edge=False,
-                  header_style="bold")
+    table = Table("pair", "torch", "oneAPI", "Triton package", "ver.", "Python", "Win", "bnb≥", box=None,
+                  pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
     for p in matrix.pairs:
-        table.add_row(p.id, ", ".join(p.torch), p.oneapi, f"{p.triton.name.replace('pytorch-', '')} "
-                      f"{p.triton.version}", p.python.replace(">=", "≥").replace(",<", " <"),
-                      {"full": "yes", "eager-only": "eager", "none": "no"}[p.windows], p.bitsandbytes_min,
-                      "yes" if p.certainty == "confirmed" else "prov.")
+        table.add_row(p.id + ("*" if p.certainty != "confirmed" else ""), ",".join(p.torch), p.oneapi,
+                      p.triton.name, p.triton.version, _python_range(p.python),
+                      {"full": "yes", "eager-only": "eager", "none": "no"}[p.windows], p.bitsandbytes_min)
     console.print(table)
     if args.verbose:
         for p in matrix.pairs:
             console.print(f"{p.id}: {p.source}" + (f"\n  note: {p.notes}" if p.notes else ""))
     else:
-        console.print("prov. = provisional row (one weak source); -v shows each row's source")
+        console.print("* provisional row (one weak source); -v: sources, --json: everything")
     return 0

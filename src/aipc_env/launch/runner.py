@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,45 @@ def _child_env(plan: dict) -> dict:
         else:
             env[key] = value
     env["AIPC_LOG_FILE"] = os.path.abspath(plan["log_file"])
+    if _console():  # phases draw progress bars; the log gets only their final state (see _LogLines)
+        env["AIPC_CONSOLE"] = "1"
+    else:
+        env.pop("AIPC_CONSOLE", None)
     return env
+
+
+def _console() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _LogLines:
+    """What goes into the log when phases draw on a terminal: whole lines, without ANSI escapes, and of a line
+    redrawn with carriage returns only its last state."""
+
+    _ESC = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+    def __init__(self, log) -> None:
+        self.log = log
+        self.pending = b""
+
+    def write(self, chunk: bytes) -> None:
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            self.log.write(self._clean(line) + b"\n")
+
+    def close(self) -> None:
+        if self.pending:
+            self.log.write(self._clean(self.pending) + b"\n")
+            self.pending = b""
+        self.log.flush()
+
+    def _clean(self, line: bytes) -> bytes:
+        line = self._ESC.sub(b"", line)
+        return line.rsplit(b"\r", 1)[-1] if b"\r" in line.rstrip(b"\r") else line.rstrip(b"\r")
 
 
 def run_phase(phase: dict, env: dict, log) -> int:
@@ -69,12 +108,15 @@ def run_phase(phase: dict, env: dict, log) -> int:
         return 127
     _Current.proc = proc
     out = sys.stdout.buffer
+    sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
     assert proc.stdout is not None
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
         out.write(chunk)
         out.flush()
-        log.write(chunk)
+        sink.write(chunk)
         log.flush()
+    if isinstance(sink, _LogLines):
+        sink.close()
     rc = proc.wait()
     _Current.proc = None
     footer = f"[aipc-env {_stamp()}] phase {phase['name']} exited with {rc}\n"

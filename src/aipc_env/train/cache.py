@@ -20,6 +20,7 @@ from aipc_env.fileio import atomic_write_bytes
 from aipc_env.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
+from aipc_env.train.progress import PhaseProgress
 
 __all__ = ["CACHE_SCHEMA_VERSION", "CacheIndex", "entry_key", "entry_path", "read_entry", "write_entry", "run_cache",
            "list_entries", "load_index"]
@@ -136,21 +137,25 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
     assert cfg.data
     keys = []
     h = cfg.data.target_size[0] // 8
-    for i in range(cfg.data.synthetic_samples):
-        key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic:{i}:{list(cfg.data.target_size)}".encode()).hexdigest()[:32]
-        keys.append(key)
-        path = entry_path(cache, key)
-        if read_entry(path) is not None:
-            stats.skipped += 1
-            continue
-        b = make_batch(batch_size=1, latent_hw=h, seed=1000 + i)
-        entry = {"target": b.target[0].half(), "controls": [b.control[0].half()],
-                 "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)], "prompt_embeds": b.prompt_embeds[0].half(),
-                 "prompt_mask": None, "empty_prompt_embeds": b.prompt_embeds[0, :2].half() * 0,
-                 "empty_prompt_mask": None, "mask": None, "id": f"synthetic-{i}"}
-        stats.bytes += write_entry(path, entry)
-        stats.written += 1
-        log(f"cache: {i + 1}/{cfg.data.synthetic_samples} synthetic-{i} written")
+    with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
+        for i in range(cfg.data.synthetic_samples):
+            key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic:{i}:{list(cfg.data.target_size)}"
+                                 .encode()).hexdigest()[:32]
+            keys.append(key)
+            path = entry_path(cache, key)
+            if read_entry(path) is not None:
+                stats.skipped += 1
+                progress.advance(quiet=True)
+                continue
+            b = make_batch(batch_size=1, latent_hw=h, seed=1000 + i)
+            entry = {"target": b.target[0].half(), "controls": [b.control[0].half()],
+                     "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
+                     "prompt_embeds": b.prompt_embeds[0].half(), "prompt_mask": None,
+                     "empty_prompt_embeds": b.prompt_embeds[0, :2].half() * 0, "empty_prompt_mask": None,
+                     "mask": None, "id": f"synthetic-{i}"}
+            stats.bytes += write_entry(path, entry)
+            stats.written += 1
+            progress.advance(f"cache: synthetic-{i} written")
     return keys
 
 
@@ -220,14 +225,13 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
         if todo:
             plus = json.loads((Path(cfg.model.path) / "model_index.json").read_text())["_class_name"].endswith("PlusPipeline")
             pipe = _load_encoders(cfg, device, dtype)
-            for i, (key, sample) in enumerate(todo, start=1):
-                t = time.perf_counter()
-                entry = _encode_sample(pipe, sample, cfg.data.target_size, device, dtype, plus)
-                stats.bytes += write_entry(entry_path(cache, key), entry)
-                stats.written += 1
-                elapsed = time.perf_counter() - start
-                eta = elapsed / i * (len(todo) - i)
-                log(f"cache: {i}/{len(todo)} {sample.id} ({time.perf_counter() - t:.2f} s, ETA {eta:.0f} s)")
+            with PhaseProgress("cache", len(todo), unit="samples", log=log) as progress:
+                for key, sample in todo:
+                    t = time.perf_counter()
+                    entry = _encode_sample(pipe, sample, cfg.data.target_size, device, dtype, plus)
+                    stats.bytes += write_entry(entry_path(cache, key), entry)
+                    stats.written += 1
+                    progress.advance(f"cache: {sample.id} ({time.perf_counter() - t:.2f} s)")
     write_model(cache / "index.json", CacheIndex(keys=keys))
     stats.seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in cache.glob("*.pt"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["processor_without_video"]
+__all__ = ["processor_without_video", "quiet_bitsandbytes_notices"]
 
 _APPLIED = False
 
@@ -28,3 +28,19 @@ def processor_without_video() -> bool:
     Qwen2VLProcessor.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
     _APPLIED = True
     return True
+
+
+class _DropKernelsNotice:
+    """bitsandbytes >= 0.50 logs on every CPU import that the optional `kernels` package (a faster CPU NF4 matmul
+    from the Hugging Face hub) is missing. The pure PyTorch path it falls back to is the one tested here, so the
+    notice is dropped (README explains it once)."""
+
+    def filter(self, record) -> bool:  # logging.Filter protocol
+        return "gemm_4bit_forward" not in record.getMessage()
+
+
+def quiet_bitsandbytes_notices() -> None:
+    """Install the filter before bitsandbytes is imported (it logs at import time)."""
+    import logging
+
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropKernelsNotice())

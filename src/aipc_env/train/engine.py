@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", choices=["cache", "fit"], required=True)
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
+    from aipc_env.train.compat import quiet_bitsandbytes_notices
+
+    quiet_bitsandbytes_notices()
     try:
         cfg = load_run_config(args.config, datasets=args.phase == "cache")
         if args.phase == "cache":

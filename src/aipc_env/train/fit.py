@@ -21,6 +21,7 @@ from aipc_env.train.checkpoint import (STATE_FILE, CheckpointState, checkpoint_d
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import compute_dtype, device_memory_mb
 from aipc_env.train.objective import flow_matching_loss
+from aipc_env.train.progress import PhaseProgress
 
 __all__ = ["run_fit", "load_transformer", "collate", "FitSummary"]
 
@@ -234,7 +235,8 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
         f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}")
     accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
     t_step = time.perf_counter()
-    with log_path.open("w", encoding="utf-8") as fh:
+    progress = PhaseProgress("fit", cfg.train.max_train_steps, unit="steps", done=step, log=log)
+    with log_path.open("w", encoding="utf-8") as fh, progress:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
         while step < cfg.train.max_train_steps:
@@ -271,11 +273,11 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             rows.append(row)
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-            log(f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
-                f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms")
+            progress.advance(f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
+                             f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms")
             if step % cfg.train.checkpointing_steps == 0 and step < cfg.train.max_train_steps:
                 saved = _save_checkpoint(cfg, step, model, opt, sched, smoothed)
-                log(f"fit: checkpoint {saved}")
+                progress.note(f"fit: checkpoint {saved}")
     lora_dir = out / "lora"
     QwenImageEditPipeline.save_lora_weights(
         lora_dir, transformer_lora_layers=get_peft_model_state_dict(model),

@@ -18,6 +18,9 @@ import traceback
 from pathlib import Path
 
 T_START = time.perf_counter()
+from aipc_env.train.compat import quiet_bitsandbytes_notices  # noqa: E402
+
+quiet_bitsandbytes_notices()
 import torch  # noqa: E402
 
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
