@@ -47,3 +47,38 @@ def require_tool(reason: str | None) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and a tool this test needs is missing: {reason}")
     pytest.skip(reason)
+
+
+UPSTREAM_NAME = "qwen-image-finetune-460ba1a.tar.gz"
+
+
+def upstream_tarball() -> Path | None:
+    """The real qwen-image-finetune source at 460ba1a (MIT): $AIPC_QFLUX_UPSTREAM, else ../shared/upstream/."""
+    override = os.environ.get("AIPC_QFLUX_UPSTREAM")
+    candidates = [Path(override)] if override else []
+    candidates.append(ROOT.parent / "shared" / "upstream" / UPSTREAM_NAME)
+    return next((p for p in candidates if p.is_file()), None)
+
+
+@pytest.fixture(scope="session")
+def upstream_pristine(tmp_path_factory) -> Path:
+    """The upstream clone, extracted once per session (never edit it: copy it with `upstream_clone`)."""
+    import tarfile
+
+    tarball = upstream_tarball()
+    require_tool(None if tarball else f"the upstream source is missing: set AIPC_QFLUX_UPSTREAM to {UPSTREAM_NAME}")
+    dest = tmp_path_factory.mktemp("upstream")
+    with tarfile.open(tarball) as tf:
+        tf.extractall(dest, filter="data")
+    (root,) = [p for p in dest.iterdir() if p.is_dir()]
+    return root
+
+
+@pytest.fixture
+def upstream_clone(upstream_pristine, tmp_path) -> Path:
+    """A private copy of the upstream clone, in a folder with a space and non-ASCII characters."""
+    import shutil
+
+    dest = tmp_path / "qwen image finetune ü"
+    shutil.copytree(upstream_pristine, dest, symlinks=True)
+    return dest

@@ -97,6 +97,10 @@ class Pair(StrictModel):
     triton: Pin
     triton_alternatives: list[str] = []
     bitsandbytes_min: str
+    torchvision: str | None = None
+    """torchvision built with the newest torch of the pair (for qflux envs, which import it)."""
+    torch_requires: list[str] = []
+    """torch's own Requires-Dist besides the runtime pins, where read from a wheel's METADATA."""
     torch_version_xpu: str | None = None
     sycl_major: int
     runtime_pins: list[Pin]
@@ -115,6 +119,23 @@ class Pair(StrictModel):
     @classmethod
     def _bnb(cls, value: str) -> str:
         return _check_version(value)
+
+    @field_validator("torchvision")
+    @classmethod
+    def _tv(cls, value: str | None) -> str | None:
+        return _check_version(value) if value is not None else None
+
+    @field_validator("torch_requires")
+    @classmethod
+    def _requires(cls, value: list[str]) -> list[str]:
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for item in value:
+            try:
+                Requirement(item)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{item!r} is not a requirement: {exc}") from None
+        return value
 
     @field_validator("python")
     @classmethod
