@@ -97,3 +97,11 @@ def test_monitor_cli(tmp_path):
     result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), "--interval", "0.1", "--duration", "0.5",
                      "--device", "none")
     assert result.returncode == 0 and (tmp_path / "m.png").is_file()
+
+
+def test_monitor_validates_interval_and_pid(tmp_path):
+    for bad in (["--interval", "0"], ["--interval", "-1"], ["--interval", "nan"], ["--duration", "inf"],
+                ["--pid", "999999999"], ["--pid", "abc"]):
+        result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), *bad, timeout=30)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, bad
+    assert not (tmp_path / "m.csv").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from PIL import Image
@@ -138,3 +139,56 @@ def test_training_refuses_an_invalid_dataset_before_any_model(tmp_path):
     result = run_cli("train", str(tmp_path / "c.yaml"))
     assert result.returncode == 2 and "data.datasets[0]" in result.stderr and "at least 5" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _csv_dataset(tmp_path: Path, prompt: str = "Füge die kleine rote Figur links ein, bitte jetzt gleich") -> Path:
+    root = local(tmp_path / "c", n=5)
+    rows = ["path_target,path_control,prompt"] + [f"training_images/s{i}.png,control_images/s{i}.jpg,\"{prompt}\""
+                                                 for i in range(5)]
+    (root / "rows.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def test_csv_in_cp1252_and_utf16_is_read(tmp_path):
+    root = _csv_dataset(tmp_path)
+    text = (root / "rows.txt").read_text(encoding="utf-8")
+    for name, data in (("ansi.csv", text.encode("cp1252")), ("unicode.csv", text.encode("utf-16")),
+                       ("tabs.csv", text.replace(",", "\t").encode("utf-16"))):
+        (root / name).write_bytes(data)
+        scan = scan_dataset(root / name)
+        assert len(scan.samples) == 5 and scan.samples[0].prompt.startswith("Füge"), name
+    (root / "binary.csv").write_bytes(b"\x81\x8d\x8f\x90\x9d" * 10)
+    result = run_cli("dataset", "validate", str(root / "binary.csv"))
+    assert result.returncode == 2 and "neither UTF-8, UTF-16 nor cp1252" in result.stderr
+
+
+def test_a_corrupt_parquet_file_is_an_issue(tmp_path):
+    (tmp_path / "pq" / "data").mkdir(parents=True)
+    (tmp_path / "pq" / "data" / "train-00000-of-00001.parquet").write_bytes(b"PAR1 this is not parquet")
+    result = run_cli("dataset", "validate", str(tmp_path / "pq"))
+    assert result.returncode == 1 and "cannot be read as parquet" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_non_utf8_file_names_are_reported(tmp_path):
+    root = local(tmp_path / "names", n=5)
+    bad = os.fsdecode(b"caf\xe9.png")  # Latin-1 bytes: not a UTF-8 name
+    img(root / "training_images" / bad)
+    verdict = validate_dataset(root, (64, 64))
+    assert not verdict.valid and any("not valid UTF-8" in i and "caf\\xe9.png" in i for i in verdict.issues)
+    result = run_cli("dataset", "validate", str(root))
+    assert result.returncode == 1 and "not valid UTF-8" in result.stdout
+
+
+def test_an_empty_prompt_file_is_named_as_empty(tmp_path):
+    root = local(tmp_path / "empty prompts", n=5)
+    (root / "training_images" / "s0.txt").write_text("")
+    (root / "training_images" / "s1.txt").unlink()
+    issues = validate_dataset(root, (64, 64)).issues
+    assert any("its prompt file s0.txt is empty" in i for i in issues)
+    assert any("add s1.txt" in i for i in issues) and not any("add s0.txt" in i for i in issues)
+
+
+def test_target_size_is_validated():
+    for size in (["0", "0"], ["15", "16"], ["100", "64"], ["x", "64"]):
+        result = run_cli("dataset", "validate", ".", "--target-size", *size)
+        assert result.returncode == 2 and "--target-size" in result.stderr

@@ -75,3 +75,39 @@ def test_device_probe_runs_torch_in_a_subprocess():
     by_id = {f["id"]: f for f in report["findings"]}
     assert by_id["device-probe"]["status"] == "fail" and "not an XPU build" in by_id["device-probe"]["seen"]
     assert by_id["bnb-backend"]["status"] == "ok" and "cpu-native" in by_id["bnb-backend"]["seen"]
+
+
+def test_output_paths_of_the_wrong_kind_are_input_errors(tmp_path):
+    result = run_cli("doctor", "--save-facts", str(tmp_path))
+    assert result.returncode == 2 and "is a folder" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "afile").write_text("x")
+    result = run_cli("doctor", "--save-facts", str(tmp_path / "afile" / "facts.json"))
+    assert result.returncode == 2 and "is a file, not a folder" in result.stderr
+
+
+def test_facts_of_the_wrong_shape(tmp_path):
+    for text in ('{"facts": 5}', "[1, 2]", '"just a string"', '{"schema_version": 1}'):
+        (tmp_path / "f.json").write_text(text)
+        result = run_cli("doctor", "--facts", str(tmp_path / "f.json"))
+        assert result.returncode == 2 and str(tmp_path / "f.json") in result.stderr, text
+        assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stdout_to_a_full_device_is_a_clear_error():
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        return
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "aipc_env", "matrix", "--json"], stdout=full,
+                                stderr=subprocess.PIPE, text=True, timeout=60)
+    assert result.returncode == 2 and "cannot write the output" in result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_list_checks_json_has_a_model():
+    result = run_cli("doctor", "--list-checks", "--json")
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1 and {"id", "category", "title"} <= set(data["checks"][0])

@@ -25,6 +25,12 @@ COMMON = ["tinydep>=1.0"]
 PY = "%d.%d" % sys.version_info[:2]
 
 
+@pytest.fixture(autouse=True)
+def _own_uv_cache(tmp_path_factory, monkeypatch):
+    """A uv cache of this module's own: the stand-in wheels must never meet another run's cached copies."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "uv-cache"))
+
+
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory, matrix):
     base = tmp_path_factory.mktemp("indexes")
@@ -129,25 +135,104 @@ def test_env_check_cli_reports_extra_and_missing(locked, indexes, matrix, tmp_pa
     assert kinds == {("missing", "triton-xpu"), ("extra", "stray")}
 
 
-def test_tampered_wheel_fails_the_hash_check_and_leaves_the_env(locked, indexes, matrix, tmp_path):
+def _state(prefix: Path) -> dict:
+    """Everything a failed install must not change: versions, RECORD hashes of every installed file, the manifest."""
+    import hashlib
+
+    site = next((prefix / "lib").glob("python*/site-packages"))
+    files = {str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(site.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    from aipc_env.facts.gather import inspect_env
+    from aipc_env.trainenv.select import env_python
+
+    return {"versions": inspect_env(prefix, env_python(prefix)).distributions, "files": files,
+            "manifest": (prefix / "aipc-env-manifest.json").read_text()}
+
+
+def _tamper(wheel: Path) -> bytes:
+    original = wheel.read_bytes()
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("evil.py", "print('pwned')")
+    return original
+
+
+def test_a_tampered_wheel_fails_the_hash_check_and_a_healthy_env_stays_as_it_was(locked, indexes, matrix,
+                                                                                   tmp_path):
     idx, base = indexes
     prefix = tmp_path / "env"
     build_env(_request(matrix, locked, prefix, idx))
-    subprocess.run([find_uv(), "pip", "uninstall", "--python", str(prefix / "bin" / "python"), "torch"],
-                   check=True, capture_output=True)
-    before = sorted(p.name for p in (prefix / "lib").glob("python*/site-packages/*"))
+    assert check_env(prefix, pylock_path(locked / PAIR, "linux-64"), "linux-64") == []  # healthy to start with
+    # someone installs PyPI's torch over the XPU one: the repair must fetch torch again, and meets a tampered wheel
+    subprocess.run([find_uv(), "pip", "install", "--python", str(prefix / "bin" / "python"), "--index-url",
+                    idx.pypi_url, "--reinstall-package", "torch", "torch==2.13.0"], check=True, capture_output=True)
+    assert _stub(prefix, "torch_stub") == "DECOY"
+    subprocess.run([find_uv(), "cache", "clean"], capture_output=True)
+    before = _state(prefix)
     wheel = base / "xpu" / "files" / "torch-2.13.0+xpu-py3-none-any.whl"
-    original = wheel.read_bytes()
+    original = _tamper(wheel)
     try:
-        with zipfile.ZipFile(wheel, "a") as zf:
-            zf.writestr("evil.py", "print('pwned')")
         with pytest.raises(AipcError) as exc:
             build_env(_request(matrix, locked, prefix, idx))
         assert "exited with" in exc.value.message
         assert "Hash mismatch" in (prefix.parent / "env.log").read_text()
     finally:
         wheel.write_bytes(original)
-    assert sorted(p.name for p in (prefix / "lib").glob("python*/site-packages/*")) == before
+    assert _state(prefix) == before
+
+
+def test_a_fresh_build_that_fails_leaves_no_prefix(locked, indexes, matrix, tmp_path):
+    idx, base = indexes
+    prefix = tmp_path / "new env"
+    wheel = base / "xpu" / "files" / "torch-2.13.0+xpu-py3-none-any.whl"
+    original = _tamper(wheel)
+    try:
+        with pytest.raises(AipcError):
+            build_env(_request(matrix, locked, prefix, idx))
+    finally:
+        wheel.write_bytes(original)
+    assert not prefix.exists()
+
+
+def test_hash_drift_of_an_installed_file_is_found_and_repaired(locked, indexes, matrix, tmp_path):
+    idx, _ = indexes
+    prefix = tmp_path / "env"
+    build_env(_request(matrix, locked, prefix, idx))
+    stub = next((prefix / "lib").glob("python*/site-packages/tinydep_stub.py"))
+    stub.write_text("VALUE = 'tampered after install'\n")
+    lockfile = pylock_path(locked / PAIR, "linux-64")
+    drift = check_env(prefix, lockfile, "linux-64")
+    assert [(d.kind, d.name, d.files) for d in drift] == [("modified", "tinydep", ["tinydep_stub.py"])]
+    out = run_cli("env", "--check", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked))
+    assert out.returncode == 1 and "tinydep 2.0: 1 installed file(s) changed since the install" in out.stdout
+    repaired = build_env(_request(matrix, locked, prefix, idx))
+    assert repaired.changed and [d.kind for d in repaired.drift_before] == ["modified"]
+    assert _stub(prefix, "tinydep_stub") == "2.0" and check_env(prefix, lockfile, "linux-64") == []
+
+
+def test_lock_check_validates_hashes_encodings_and_the_root(locked, tmp_path):
+    bad = tmp_path / "lockfiles" / PAIR
+    bad.mkdir(parents=True)
+    for f in (locked / PAIR).iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    lock = bad / "pylock.linux-64.toml"
+    text = lock.read_text()
+    first = text.index('sha256 = "') + len('sha256 = "')
+    lock.write_text(text[:first] + "not-a-hash" + text[first + 64:])
+    win = bad / "pylock.win-64.toml"
+    wtext = win.read_text()
+    first = wtext.index('sha256 = "') + len('sha256 = "')
+    win.write_text(wtext[:first] + "0" * 64 + wtext[first + 64:])
+    result = run_cli("lock", "check", "--lock-root", str(tmp_path / "lockfiles"), "--json")
+    assert result.returncode == 1
+    problems = json.loads(result.stdout)["pairs"][0]["problems"]
+    assert any("'not-a-hash' is not a sha256 digest" in p for p in problems)
+    assert any("'" + "0" * 64 + "' is not a sha256 digest" in p for p in problems)
+    win.write_bytes(wtext.replace("# DO NOT EDIT", "# DO NOT EDIT \u00e9").encode("latin-1"))
+    result = run_cli("lock", "check", "--lock-root", str(tmp_path / "lockfiles"))
+    assert result.returncode == 2 and "not UTF-8" in result.stderr and "Traceback" not in result.stderr
+    for root in (tmp_path / "missing", win):
+        result = run_cli("lock", "check", "--lock-root", str(root))
+        assert result.returncode == 2 and "--lock-root" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_no_lock_says_how_and_unlocked_records_one(indexes, matrix, tmp_path):

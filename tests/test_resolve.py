@@ -10,7 +10,8 @@ def test_pip_list_table_and_freeze_formats():
     table = read_pip_list(OUTPUTS / "pip_list_torch211_xpu_win.txt")
     assert table["torch"] == "2.11.0+xpu" and table["intel-sycl-rt"] == "2025.3.2"
     freeze = read_pip_list(OUTPUTS / "pip_freeze_torch210_mixed_linux.txt")
-    assert freeze["torch"] == "2.10.0+xpu" and "qflux" not in freeze and "tokenizers" not in freeze
+    assert freeze["torch"] == "2.10.0+xpu" and "qflux" not in freeze  # an editable -e line has no version
+    assert freeze["tokenizers"] == "0.22.1"  # a direct-URL line: the version of its wheel
     assert parse_pip_list('[{"name": "Intel_PTI", "version": "0.15.0"}]') == {"intel-pti": "0.15.0"}
 
 
@@ -75,3 +76,23 @@ def test_resolve_command(tmp_path):
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "nope.txt" in missing.stderr
     tk = run_cli("resolve", "--toolkit", "2025.3")
     assert tk.returncode == 0 and "xpu-2.12" in tk.stdout
+
+
+def test_direct_url_lines_are_read(tmp_path):
+    path = tmp_path / "freeze.txt"
+    path.write_text("torch @ file:///C:/wheels/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n"
+                    "intel-sycl-rt==2025.1.1\n"
+                    "bitsandbytes @ https://example.invalid/bitsandbytes-0.50.2-py3-none-win_amd64.whl\n")
+    found = read_pip_list(path)
+    assert found["torch"] == "2.8.0+xpu" and found["bitsandbytes"] == "0.50.2"
+    result = run_cli("resolve", "--pip-list", str(path), "--platform", "win-64")
+    assert '"torch": "2.8.0+xpu"' in result.stdout and '"pair": "xpu-2.8"' in result.stdout
+    assert "pinned packages not installed" not in result.stdout
+
+
+def test_two_different_torch_lines_are_a_named_error(tmp_path):
+    path = tmp_path / "freeze.txt"
+    path.write_text("torch==2.8.0+xpu\nnumpy==2.0\ntorch==2.13.0+xpu\n")
+    result = run_cli("resolve", "--pip-list", str(path))
+    assert result.returncode == 2 and "torch appears twice with different versions" in result.stderr
+    assert "line 1" in result.stderr and "line 3" in result.stderr and "Traceback" not in result.stderr

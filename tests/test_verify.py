@@ -72,3 +72,36 @@ def test_fails_when_the_optimizer_leaves_parameters_unchanged():
 def test_missing_env_is_a_clear_error(tmp_path):
     result = run_cli("verify", "--env", str(tmp_path / "nope"))
     assert result.returncode == 2 and "no Python interpreter" in result.stderr
+
+
+def _worker(step: str, inject: str, tmp_path) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / f"{step}.json"
+    result = subprocess.run([sys.executable, "-m", "aipc_env.verify.worker", "--only", step, "--out", str(out)],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "AIPC_VERIFY_INJECT": inject})
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    data = json.loads(out.read_text())
+    (entry,) = data["steps"]
+    assert data["inject"] == ([inject] if inject else [])
+    return entry
+
+
+@pytest.mark.parametrize("step,inject,needle", [
+    ("nf4-roundtrip", "nf4-noise", "NF4 round-trip error"),
+    ("linear4bit", "linear4bit-skew", "forward rel. error"),
+    ("adam8bit", "adam8bit-drift", "diverges from 32-bit Adam"),
+])
+def test_each_bound_fails_when_its_fault_is_injected(step, inject, needle, tmp_path):
+    assert _worker(step, "", tmp_path)["passed"]  # the same step passes without the fault ...
+    failed = _worker(step, inject, tmp_path)  # ... and fails with it, for the bound's own reason
+    assert not failed["passed"] and needle in failed["summary"], failed["summary"]
+
+
+def test_steps_are_validated():
+    for bad in ("0", "1", "-5", "many"):
+        result = run_cli("verify", "--steps", bad)
+        assert result.returncode == 2 and "--steps" in result.stderr and "Traceback" not in result.stderr

@@ -79,7 +79,8 @@ def validation_message(exc: "ValidationError", path: str | Path, *, prefix: str 
         first_key = first_key or key
         got = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {_short(got)})"
-        msg = "unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = ("unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden"
+               else str(err["msg"]).removeprefix("Value error, "))
         lines.append(f"{key}: {msg}{shown}")
     detail = lines[0] if len(lines) == 1 else "\n    " + "\n    ".join(lines)
     error = InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)

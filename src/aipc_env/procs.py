@@ -26,7 +26,7 @@ from typing import IO, Any
 from aipc_env.errors import AipcError, ExitCode
 
 __all__ = ["Completed", "ProbeFailed", "CommandFailed", "which", "start", "stop_tree", "signal_group",
-           "run_capture", "run_logged", "run_foreground", "command_line", "GRACE_SECONDS"]
+           "run_capture", "run_logged", "run_foreground", "command_line", "pid_alive", "GRACE_SECONDS"]
 
 IS_WINDOWS = os.name == "nt"
 GRACE_SECONDS = 10.0
@@ -195,3 +195,30 @@ def run_foreground(argv: list[str], *, cwd: str | Path, stdout: IO[str] | None =
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    if IS_WINDOWS:
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        ok = ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]
+        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+        return bool(ok) and code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from aipc_env.commands.options import ENV, MATRIX, PAIR
@@ -29,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.formats import timestamp
     from aipc_env.launch.execute import run_launcher
     from aipc_env.launch.render import write_launcher
+    from aipc_env.launch.runlock import run_lock
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import data_dir
     from aipc_env.platforms import current_platform
@@ -51,21 +53,37 @@ def run(args: argparse.Namespace) -> int:
                          platform=platform)
     for w in plan.warnings:
         print(f"aipc-env: warning: {w}")
-    script = write_launcher(plan)
-    print(f"aipc-env: launcher {script}")
-    print(f"aipc-env: env {env.describe()}, pair {pair.id if pair else 'none (not an XPU env)'}")
-    for phase in plan.phases:
-        print(f"aipc-env:   {phase.name}: {' '.join(phase.argv)}" + (f"  (in {phase.cwd})" if phase.cwd else ""))
-    if args.dry_run:
-        return 0
-    if env.source != "state":
-        write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=str(env.python), command="train",
-                                     when=timestamp()))
-    rc = run_launcher(script)
+    with run_lock(Path(plan.run_dir), "train"):
+        script = write_launcher(plan)
+        print(f"aipc-env: launcher {script}")
+        print(f"aipc-env: env {env.describe()}, pair {pair.id if pair else 'none (not an XPU env)'}")
+        for phase in plan.phases:
+            print(f"aipc-env:   {phase.name}: {' '.join(phase.argv)}" + (f"  (in {phase.cwd})" if phase.cwd else ""))
+        if args.dry_run:
+            return 0
+        if env.source != "state":
+            write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=str(env.python), command="train",
+                                         when=timestamp()))
+        rc = run_launcher(script)
+    return _report(rc, cfg, plan)
+
+
+def _report(rc: int, cfg, plan) -> int:
+    """The last line: the LoRA on success; else the exit code and the log (the runner said what failed)."""
+    from aipc_env.errors import ExitCode
+
+    log = Path(plan.log_file)
     lora = Path(cfg.output_dir) / "lora" / "pytorch_lora_weights.safetensors"
     if rc == 0 and cfg.engine == "builtin" and lora.is_file():
-        print(f"aipc-env: training finished; log {plan.log_file}")
+        print(f"aipc-env: training finished; log {log}")
         print(f"aipc-env: LoRA {lora}")
+    elif rc == ExitCode.INTERRUPTED:
+        pass  # the runner printed the one line a Ctrl-C gets
+    elif not log.is_file():
+        print(f"aipc-env: the launcher failed before the run started (exit code {rc}); run {plan.run_dir}",
+              file=sys.stderr)
+    elif rc != 0:
+        print(f"aipc-env: training failed (exit code {rc}); log {log}", file=sys.stderr)
     else:
-        print(f"aipc-env: training exited with {rc}; log {plan.log_file}")
+        print(f"aipc-env: training finished; log {log}")
     return rc

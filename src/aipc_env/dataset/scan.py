@@ -6,6 +6,7 @@ Scanning never decodes images; it records where each sample's parts are and what
 from __future__ import annotations
 
 import csv
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ class Sample:
     """Main control first, then _control_1, _control_2 ..."""
     mask: Path | bytes | None = None
     prompt: str | None = None
+    prompt_file: Path | None = None
+    """The prompt's .txt (local datasets), also when it is empty."""
     where: str = ""
     """Where the sample comes from (a file, or parquet file and row) for messages."""
 
@@ -42,8 +45,25 @@ class Scan:
     warnings: list[str] = field(default_factory=list)
 
 
+def _utf8_name(p: Path) -> bool:
+    try:
+        p.name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _images(folder: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in IMAGE_EXTS}
+    """Images by stem; names that are not UTF-8 are left out (undecodable_names reports them)."""
+    return {p.stem: p for p in sorted(folder.iterdir())
+            if p.is_file() and p.suffix.lower() in IMAGE_EXTS and _utf8_name(p)}
+
+
+def undecodable_names(folder: Path) -> list[str]:
+    """File names that are not valid UTF-8 (shown with their bad bytes escaped): the trainers cannot open them
+    by name on every platform, so the scan reports them instead of failing later."""
+    return [os.fsencode(p.name).decode("utf-8", "backslashreplace") for p in sorted(folder.iterdir())
+            if not _utf8_name(p)]
 
 
 def _first_dir(root: Path, names: tuple[str, ...]) -> Path | None:
@@ -62,6 +82,11 @@ def _scan_local(root: Path) -> Scan:
                   [f"a control folder ({' / '.join(CONTROL_DIRS)})" for _ in [0] if cdir is None]
         scan.issues.append(f"{root}: missing {' and '.join(missing)}")
         return scan
+    for folder in (tdir, cdir):
+        bad = undecodable_names(folder)
+        if bad:
+            scan.issues.append(f"{folder}: {len(bad)} file name(s) are not valid UTF-8 ({', '.join(bad[:3])}); "
+                               "rename them")
     timgs, cimgs = _images(tdir), _images(cdir)
     targets = {s: p for s, p in timgs.items() if not s.endswith("_mask") and not _EXTRA.match(s)}
     if not targets:
@@ -74,6 +99,7 @@ def _scan_local(root: Path) -> Scan:
             txt = folder / f"{stem}.txt"
             if txt.is_file():
                 sample.prompt = _read_prompt(txt)
+                sample.prompt_file = txt
                 break
         if stem in cimgs:
             sample.controls.append(cimgs[stem])
@@ -96,7 +122,11 @@ def _scan_parquet(root: Path) -> Scan:
     scan = Scan("parquet", root, [])
     files = sorted((root / "data").glob("train-*.parquet"))
     for f in files:
-        table = pq.read_table(f)
+        try:
+            table = pq.read_table(f)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            scan.issues.append(f"{f.name}: cannot be read as parquet ({type(exc).__name__}: {str(exc)[:120]})")
+            continue
         cols = set(table.column_names)
         missing = {"target_image", "control_images", "prompt"} - cols
         if missing:
@@ -115,10 +145,31 @@ def _scan_parquet(root: Path) -> Scan:
     return scan
 
 
+def _csv_text(path: Path) -> str:
+    """A CSV in UTF-8 (with or without BOM), UTF-16 (with BOM; what Excel's "Unicode text" writes) or, failing
+    both, the Windows ANSI code page cp1252 (what Excel's plain "CSV" writes on Western Windows)."""
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        try:
+            return raw.decode("cp1252")
+        except UnicodeDecodeError:
+            raise InputError("the CSV is neither UTF-8, UTF-16 nor cp1252 text", path=path,
+                             fix="save it as \"CSV UTF-8\" (Excel) or UTF-8 (any editor)") from None
+
+
 def _scan_csv(path: Path) -> Scan:
+    import io
+
     scan = Scan("csv", path, [])
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh)
+    text = _csv_text(path)
+    header = text.splitlines()[0] if text.strip() else ""
+    dialect = "excel-tab" if "\t" in header and "," not in header else "excel"  # Excel's "Unicode text" is TSV
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.DictReader(fh, dialect=dialect)
         cols = reader.fieldnames or []
         if "path_target" not in cols or "prompt" not in cols:
             scan.issues.append(f"{path.name}: needs columns path_target and prompt (got {', '.join(cols)})")

@@ -68,8 +68,14 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
     for s in scan.samples:
         ok = True
         if not s.prompt:
-            issues.append(f"{s.where}: no prompt (upstream silently drops such a sample); add {s.id}.txt with the "
-                          "edit instruction" if scan.format == "local" else f"{s.where}: empty prompt")
+            if s.prompt_file is not None:
+                issues.append(f"{s.where}: its prompt file {s.prompt_file.name} is empty; write the edit instruction "
+                              "into it")
+            elif scan.format == "local":
+                issues.append(f"{s.where}: no prompt (upstream silently drops such a sample); add {s.id}.txt with "
+                              "the edit instruction")
+            else:
+                issues.append(f"{s.where}: empty prompt")
             ok = False
         if not s.controls:
             issues.append(f"{s.where}: no control image (the input of the edit)")

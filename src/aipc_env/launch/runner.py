@@ -111,8 +111,9 @@ def run_phase(phase: dict, env: dict, log) -> int:
     sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
     assert proc.stdout is not None
     for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
-        out.write(chunk)
-        out.flush()
+        if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
+            out.write(chunk)
+            out.flush()
         sink.write(chunk)
         log.flush()
     if isinstance(sink, _LogLines):
@@ -182,7 +183,8 @@ def main(argv: list[str]) -> int:
                 rc = run_phase(phase, env, log)
                 if _Current.stopping is not None:
                     code = 128 + int(_Current.stopping)
-                    msg = f"[aipc-env] stopped during phase {phase['name']}; log {log_path}\n"
+                    what = "Ctrl-C" if _Current.stopping == signal.SIGINT else f"signal {_Current.stopping}"
+                    msg = f"[aipc-env] stopped ({what}) during phase {phase['name']}; log {log_path}\n"
                     sys.stderr.write(msg)
                     log.write(msg.encode("utf-8"))
                     return code

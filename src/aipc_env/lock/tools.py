@@ -48,9 +48,11 @@ def uv_compile_argv(uv: str, project: Path, out: Path, *, python: str, platform:
 
 
 def uv_install_argv(uv: str, python: Path, lock: Path, *, exact: bool = True) -> list[str]:
-    """Install the pip layer from a pylock: every artifact's sha256 is checked; `sync` removes extras."""
+    """Install the pip layer from a pylock: every artifact's sha256 is checked; `sync` removes extras. Files are
+    copied, not hard-linked from uv's cache: an in-place edit in the env must not reach the cache, or a repair
+    would put the edited file back."""
     verb = "sync" if exact else "install"
-    argv = [uv, "pip", verb, "--preview-features", "pylock", "--python", str(python)]
+    argv = [uv, "pip", verb, "--preview-features", "pylock", "--link-mode", "copy", "--python", str(python)]
     return argv + ([str(lock)] if exact else ["-r", str(lock)])
 
 

@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.facts.memory import system_memory
 from aipc_env.formats import VersionedModel
+from aipc_env.procs import pid_alive
 
 __all__ = ["DeviceMemory", "run_monitor", "main", "FIELDS", "add_arguments", "MonitorReport"]
 
@@ -111,7 +112,7 @@ def run_monitor(out: Path, *, interval: float = 1.0, duration: float | None = No
             count += 1
             if duration is not None and time.monotonic() - start >= duration:
                 break
-            if pid is not None and not _alive(pid):
+            if pid is not None and not pid_alive(pid):
                 break
             deadline = time.monotonic() + interval
             while not _Stop.flag and time.monotonic() < deadline:
@@ -119,24 +120,6 @@ def run_monitor(out: Path, *, interval: float = 1.0, duration: float | None = No
     if plot:
         _plot(out, out.with_suffix(".png"))
     return count
-
-
-def _alive(pid: int) -> bool:
-    if sys.platform == "win32":
-        import ctypes
-
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
-        if not handle:
-            return False
-        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _seconds(text: str) -> float:
@@ -155,7 +138,7 @@ def _pid(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a process id") from None
-    if value <= 0 or not _alive(value):
+    if value <= 0 or not pid_alive(value):
         raise argparse.ArgumentTypeError(f"no running process has id {value}")
     return value
 

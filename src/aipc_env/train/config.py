@@ -16,6 +16,10 @@ __all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", 
            "BUILTIN_SYNTHETIC", "CONFIG_VERSION", "PATH_BASE_HELP"]
 
 CONFIG_VERSION = 1
+MAX_CONFIG_BYTES = 1 << 20
+MAX_ENV_VALUE = 8192
+"""Bytes per `env:` value: environments have limits (32767 characters per variable on Windows, a few MiB in all on
+Linux, where exceeding them fails only when the launcher starts the interpreter)."""
 PATH_BASE_HELP = ("relative paths in a config (model, datasets, output_dir, cache_dir, resume, qflux) are resolved "
                   "against the folder of the config file")
 BUILTIN_TINY = "builtin:tiny"
@@ -114,6 +118,8 @@ class TrainConfig(VersionedModel):
                                  "digit)")
             if any(c in val for c in "\r\n\x00") or val.startswith("="):
                 raise ValueError(f"the value of {key} cannot hold a line break or start with '='")
+            if len(val.encode("utf-8")) > MAX_ENV_VALUE:
+                raise ValueError(f"the value of {key} is {len(val.encode('utf-8'))} bytes; at most {MAX_ENV_VALUE}")
         return value
 
     @model_validator(mode="after")
@@ -170,6 +176,14 @@ def load_config(path: str | Path) -> TrainConfig:
     """Read and validate a config: UTF-8 (with or without BOM) or UTF-16 with BOM; unknown keys, wrong types and
     TODO placeholders are errors naming the key; relative paths become absolute against the config's folder."""
     path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # read_yaml names the problem
+    if size > MAX_CONFIG_BYTES:
+        raise InputError(f"the config is {size / 2**20:.1f} MiB; a training config is a few KiB (limit "
+                         f"{MAX_CONFIG_BYTES // 2**20} MiB)", path=path,
+                         fix="pass the training config, not a dataset or a model file")
     raw = read_yaml(path, "training config")
     if not isinstance(raw, dict):
         raise InputError("expected a mapping of sections (model, data, train, ...)", path=path,

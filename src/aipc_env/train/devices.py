@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["pick_device", "compute_dtype", "device_memory_mb", "peak_rss_mb"]
+__all__ = ["pick_device", "require_device", "compute_dtype", "device_memory_mb", "peak_rss_mb", "DEVICE_FIX"]
+
+DEVICE_FIX = ("run `aipc-env doctor --probe-device` and follow its fixes (GPU driver, ONEAPI_DEVICE_SELECTOR, the "
+              "render group on Linux), or set `device: auto` to train on what this machine has")
 
 
 def pick_device(requested: str | None = None):
@@ -19,6 +22,29 @@ def pick_device(requested: str | None = None):
     if torch.cuda.is_available():
         return torch.device("cuda:0")
     return torch.device("cpu")
+
+
+def require_device(requested: str | None):
+    """The device a config names, proven to exist (never a silent CPU fallback); 'auto' picks one."""
+    import torch
+
+    from aipc_env.errors import AipcError, ExitCode
+
+    if not requested or requested == "auto":
+        return pick_device()
+    device = torch.device(requested)
+    backend = {"xpu": getattr(torch, "xpu", None), "cuda": torch.cuda}.get(device.type)
+    if device.type == "cpu":
+        return device
+    if backend is None or not backend.is_available():
+        raise AipcError(f"device {requested} is not available: torch {torch.__version__} sees no "
+                        f"{device.type.upper()} device, and a run would silently use the CPU", key="device",
+                        fix=DEVICE_FIX, exit_code=ExitCode.PROBLEMS)
+    count = backend.device_count()
+    if device.index is not None and device.index >= count:
+        raise AipcError(f"device {requested} does not exist: {count} {device.type.upper()} device(s) here "
+                        f"(indexes 0-{count - 1})", key="device", fix=DEVICE_FIX, exit_code=ExitCode.PROBLEMS)
+    return device
 
 
 def compute_dtype(device, name: str = "auto"):

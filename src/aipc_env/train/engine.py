@@ -8,6 +8,7 @@ cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA onl
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,9 +21,9 @@ def _log(msg: str) -> None:
 
 
 def _device_and_dtype(cfg: TrainConfig):
-    from aipc_env.train.devices import compute_dtype, pick_device
+    from aipc_env.train.devices import compute_dtype, require_device
 
-    device = pick_device(cfg.device)
+    device = require_device(cfg.device)
     return device, compute_dtype(device, cfg.compute_dtype)
 
 
@@ -73,6 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        return 130  # the runner says so in one line
+    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
+        import traceback
+
+        log = os.environ.get("AIPC_LOG_FILE")
+        if log:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(traceback.format_exc())
+        print(f"aipc-env: internal error in the {args.phase} phase: {type(exc).__name__}: {exc}"
+              + (f" (traceback in {log})" if log else ""), file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from aipc_env.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import (STATE_FILE, CheckpointState, checkpoint_dirs, model_identity, resume_dir,
                                        training_fingerprint)
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
-from aipc_env.train.devices import compute_dtype, device_memory_mb
+from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
 
@@ -189,6 +189,11 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     assert cfg.data
     accelerator = Accelerator(mixed_precision="no", cpu=cfg.device == "cpu")
     device = accelerator.device
+    if cfg.device != "auto":
+        wanted = require_device(cfg.device)
+        if device.type != wanted.type:
+            raise AipcError(f"accelerate placed the fit phase on {device}, the config names {cfg.device}",
+                            key="device", fix=DEVICE_FIX)
     dtype = compute_dtype(device, cfg.compute_dtype)
     paths = load_index(cfg)
     from accelerate.utils import set_seed

@@ -39,7 +39,9 @@ def accelerate_config_text(device: str) -> str:
 
 
 def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_config: Path) -> list[Phase]:
-    accel = [python, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config), "-m"]
+    # --quiet: a failing phase has already said why in one line; without it accelerate adds a CalledProcessError
+    # traceback (the runner still reports the phase's failure and its log)
+    accel = [python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m"]
     if cfg.engine == "qflux":
         assert cfg.qflux
         src = str(Path(cfg.qflux.clone) / "src")

@@ -32,12 +32,14 @@ def build_tiny_transformer(seed: int = 0, **overrides):
 
 
 def quantize_linear_layers_nf4(model: torch.nn.Module, device: torch.device | str, compute_dtype: torch.dtype,
-                               skip: tuple[str, ...] = ("proj_out", "norm_out", "img_in", "txt_in")) -> int:
-    """Replace every nn.Linear (but the small in/out projections) by a bitsandbytes NF4 Linear4bit on `device`.
+                               skip: tuple[str, ...] = ()) -> int:
+    """Replace every nn.Linear by a bitsandbytes NF4 Linear4bit on `device`, exactly as diffusers'
+    `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")` does on a GPU/XPU: every Linear layer,
+    no double quantization of the statistics, uint8 storage (tests/test_quantize.py proves the weights are
+    identical to that loader's).
 
-    diffusers' BitsAndBytesConfig loader refuses to run without a GPU; quantizing the layers directly works on
-    every device bitsandbytes supports (CPU included) and gives the same Linear4bit modules.
-    Returns the number of layers quantized.
+    diffusers' loader refuses to run without a GPU; quantizing the layers directly works on every device
+    bitsandbytes supports (CPU included). Returns the number of layers quantized.
     """
     import bitsandbytes as bnb
 
@@ -51,7 +53,8 @@ def quantize_linear_layers_nf4(model: torch.nn.Module, device: torch.device | st
                                   compute_dtype=compute_dtype, quant_type="nf4", quant_storage=torch.uint8,
                                   device="meta")
             q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu", torch.float32).contiguous(),
-                                         requires_grad=False, quant_type="nf4")
+                                         requires_grad=False, quant_type="nf4", compress_statistics=False,
+                                         quant_storage=torch.uint8)
             if child.bias is not None:
                 q.bias = torch.nn.Parameter(child.bias.data.to(compute_dtype), requires_grad=False)
             setattr(module, child_name, q.to(device))

@@ -216,8 +216,7 @@ def build_env(req: EnvRequest) -> EnvResult:
             lockfile = _record_unlocked(req, python_version)
         python = env_python(req.prefix)
         argv = uv_install_argv(find_uv(), python, lockfile)
-        modified = [d.name for d in drift if d.kind == "modified"]
-        for name in modified:
+        for name in (d.name for d in drift if d.kind == "modified"):
             argv += ["--reinstall-package", name]
         run_logged(argv, req.log)
         lock = read_pylock(lockfile)

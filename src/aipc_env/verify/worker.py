@@ -3,7 +3,9 @@
 Usage: python -m aipc_env.verify.worker [--device DEV] [--bnb-min V] [--steps N] [--out FILE]
 Prints one line per step as it finishes and writes the whole result (JSON) to --out.
 Uses only the standard library and the training stack (no pydantic), so any training env can run it.
-Test hook: AIPC_VERIFY_INJECT=drop-lora-metadata,frozen-optimizer injects those faults.
+Test hooks: AIPC_VERIFY_INJECT=drop-lora-metadata,frozen-optimizer,nf4-noise,linear4bit-skew,adam8bit-drift
+injects those faults; the result lists them (`inject`), the saved record keeps them and the doctor shows such a
+record as injected, never as a real verdict.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def step_nf4_roundtrip(ctx: dict) -> dict:
         w = w32.to(DTYPES[name])
         q, state = F.quantize_4bit(w, quant_type="nf4", blocksize=64)
         d = F.dequantize_4bit(q, state)
+        if "nf4-noise" in INJECT:  # test hook: a quantizer 30% worse than NF4 must fail the bound
+            d = d + 0.3 * (d.float() - w32).to(d.dtype)
         if d.dtype != w.dtype:
             raise StepFailed(f"dequantize returned {d.dtype} for {name} input")
         err = rel(d, w32)
@@ -143,6 +147,8 @@ def step_linear4bit(ctx: dict) -> dict:
         x = (torch.randn(8, 512, generator=g)).to(device, dt).requires_grad_(True)
         xr = x.detach().float().requires_grad_(True)
         y = layer(x)
+        if "linear4bit-skew" in INJECT:  # test hook: a kernel off by 1% must fail the bound
+            y = y * 1.01
         yr = xr @ deq.T + layer.bias.float()
         grad = torch.randn(yr.shape, generator=g).to(device)
         y.backward(grad.to(dt))
@@ -184,6 +190,9 @@ def step_adam8bit(ctx: dict) -> dict:
             for a, b in zip(p8, p32):
                 grad = (torch.randn(a.shape, generator=g) * 0.01 + 0.002).to(device)
                 a.grad, b.grad = grad.clone(), grad.clone()
+            if "adam8bit-drift" in INJECT:  # test hook: an 8-bit optimizer that follows other gradients
+                for a in p8:
+                    a.grad = a.grad + torch.randn(a.shape, generator=g).to(device) * 0.02
             s = time.perf_counter()
             opt8.step()
             sync(device)
