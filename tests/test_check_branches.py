@@ -1,0 +1,224 @@
+"""Every `warn` and `fail` branch of every doctor check, each reached from a whole-machine fixture by a minimal
+mutation of its facts, with the status, what was seen and the fix asserted. A tracing test proves the table
+reaches every such branch in the source."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from aipc_env.doctor import run_checks
+from aipc_env.doctor.checks import Status
+from aipc_env.facts import load_facts
+from aipc_env.facts.model import DeviceProbe, Facts, GpuInfo, MsvcInstall, ProbeError, VerifyRecord
+from aipc_env.matrix import load_matrix
+from tests.conftest import MACHINES, ROOT
+
+W = "win11_core_ultra_32gb"  # every check ok
+L = "linux_arc_a770"
+GIB = 2**30
+MATRIX = load_matrix()
+
+
+def _pkgs(facts: Facts, **changes: str | None) -> None:
+    pkgs = dict(facts.training_env.distributions)
+    for name, version in changes.items():
+        name = name.replace("_", "-")
+        if version is None:
+            pkgs.pop(name, None)
+        else:
+            pkgs[name] = version
+    facts.training_env.distributions = pkgs
+
+
+def _only_pkgs(facts: Facts, pkgs: dict[str, str]) -> None:
+    facts.training_env.distributions = pkgs
+    facts.training_env.pair = None
+
+
+def _env_of(pair_id: str, platform: str = "win-64", **changes: str | None) -> Callable[[Facts], None]:
+    from tests.fixtures.build_machines import env_packages
+
+    def mutate(f: Facts) -> None:
+        f.training_env.distributions = env_packages(pair_id, platform)
+        f.training_env.pair = pair_id
+        _pkgs(f, **changes)
+    return mutate
+
+
+def _set(path: str, value: object) -> Callable[[Facts], None]:
+    def mutate(f: Facts) -> None:
+        obj = f
+        *parents, last = path.split(".")
+        for part in parents:
+            obj = obj[int(part)] if part.isdigit() else getattr(obj, part)  # type: ignore[index]
+        setattr(obj, last, value)
+    return mutate
+
+
+def _all(*mutations: Callable[[Facts], None]) -> Callable[[Facts], None]:
+    def mutate(f: Facts) -> None:
+        for m in mutations:
+            m(f)
+    return mutate
+
+
+def _probe(**kw) -> Callable[[Facts], None]:
+    return _set("device_probe", DeviceProbe(ran=True, **kw))
+
+
+def _verify(**kw) -> Callable[[Facts], None]:
+    def mutate(f: Facts) -> None:
+        base = dict(when="2026-11-20T10:00:00+00:00", passed=True, device="xpu:0", env_prefix=f.training_env.prefix,
+                    summary="7/7 steps passed")
+        base.update(kw)
+        f.last_verify = VerifyRecord(**base)
+    return mutate
+
+
+# (check, fixture, mutation, status, in `seen`, in `fix`)
+CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
+    ("os", W, _set("os.version", "10.0.19045"), Status.WARN, "Windows 11", "upgrade to Windows 11"),
+    ("os", W, _all(_set("os.system", "Darwin"), _set("os.pretty_name", "macOS 15")), Status.FAIL, "macOS",
+     "Windows 11 or Linux"),
+    ("cpu", W, _all(_set("cpu.brand", "Intel(R) Core(TM) i7-1165G7"), _set("gpus.0.name", "Intel(R) UHD Graphics")),
+     Status.WARN, "i7-1165G7", "Core Ultra"),
+    ("ram", W, _set("memory.total_bytes", None), Status.WARN, "unknown", "Task Manager"),
+    ("ram", W, _set("memory.total_bytes", 16 * GIB), Status.FAIL, "16 GB class", "32 GB or more"),
+    ("disk", W, _set("disk", None), Status.WARN, "unknown", "65 GB"),
+    ("disk", W, _set("disk.free_bytes", 20 * GIB), Status.FAIL, "20 GiB free", "--work-dir"),
+    ("disk", W, _set("disk.free_bytes", 70 * GIB), Status.WARN, "70 GiB free", "pre-quantize both"),
+    ("long-paths", W, _set("registry.errors", {"LongPathsEnabled": "PermissionError: denied"}), Status.WARN,
+     "unreadable", "HKLM"),
+    ("long-paths", W, _set("registry.long_paths_enabled", 0), Status.FAIL, "LongPathsEnabled = 0",
+     "LongPathsEnabled' -Value 1"),
+    ("gpu-memory-ceiling", W, _set("registry.commit_limit_percentage", 57), Status.WARN, "= 57", "/d 75"),
+    ("tdr", W, _set("registry.tdr_delay", None), Status.WARN, "not set", "TdrDelay /t REG_DWORD /d 60"),
+    ("probes", W, _set("probe_errors", [ProbeError(probe="sycl_ls", error="timeout")]), Status.WARN,
+     "1 probe(s) failed", "re-run with -v"),
+    ("intel-gpu", W, _all(_set("gpus", []), _set("sycl_devices", [])), Status.FAIL, "no Intel GPU",
+     "Core Ultra AI PC"),
+    ("intel-gpu", W, _set("gpus.0.status", "Error"), Status.FAIL, "status Error", "reinstall the driver"),
+    ("gpu-driver", W, _set("gpus.0.driver_version", "31.0.101.4972"), Status.WARN, "31.0.101.4972",
+     "latest driver"),
+    ("gpu-driver", L, _set("sycl_devices", None), Status.WARN, "no compute runtime seen", "libze1"),
+    ("gpu-driver", L, _all(_set("sycl_devices", None), _set("gpus", [GpuInfo(name="Intel GPU 56a0",
+                                                                             vendor_id="8086", driver="vfio-pci")])),
+     Status.WARN, "kernel driver vfio-pci", "xe/i915"),
+    ("multi-gpu", L, lambda f: None, Status.WARN, "2 Intel GPUs", "ONEAPI_DEVICE_SELECTOR=level_zero:"),
+    ("device-probe", W, _set("device_probe", DeviceProbe(ran=False, error="torch: ImportError")), Status.FAIL,
+     "probe failed", "nox -s env"),
+    ("device-probe", W, _probe(torch_version="2.11.0+xpu", xpu_available=False), Status.FAIL,
+     "is_available() is False", "render"),
+    ("device-probe", W, _probe(torch_version="2.11.0+cpu", xpu_available=False), Status.FAIL,
+     "not an XPU build", "nox -s env"),
+    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True), Status.FAIL,
+     "did not import", "nox -s env"),
+    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, bnb_version="0.50.2",
+                              bnb_backend="triton-or-pytorch"), Status.WARN, "triton-or-pytorch", ">= 0.48.2"),
+    ("model-dir", W, _set("model.exists", False), Status.FAIL, "does not exist", "huggingface-cli download"),
+    ("model-dir", W, _all(_set("model.missing", ["vae"]), _set("model.present", ["model_index.json"])), Status.FAIL,
+     "missing vae", "resumes"),
+    ("model-dir", W, _all(_set("model.variant", "unknown"), _set("model.pipeline_class", "FluxPipeline")),
+     Status.FAIL, "FluxPipeline", "Qwen-Image-Edit repo"),
+    ("training-env", W, _set("training_env", None), Status.FAIL, "not found", "nox -s env"),
+    ("training-env", W, _set("training_env.error", "no Python interpreter in X"), Status.FAIL,
+     "no Python interpreter", "--env PREFIX"),
+    ("training-env", W, _all(_set("training_env.source", "current"), lambda f: _pkgs(f, torch=None)), Status.WARN,
+     "no training env is built or recorded", "nox -s train"),
+    ("torch-xpu", W, lambda f: _pkgs(f, torch=None), Status.FAIL, "torch not installed", "nox -s env"),
+    ("torch-xpu", W, lambda f: _pkgs(f, torch="2.11.0+cpu"), Status.FAIL, "+cpu build", "whl/xpu"),
+    ("pair", W, lambda f: _only_pkgs(f, {"intel-sycl-rt": "2025.3.2", "umf": "1.0.3"}), Status.WARN,
+     "several pairs", "lock of one pair"),
+    ("pair", W, lambda f: _only_pkgs(f, {"intel-sycl-rt": "2099.1.0"}), Status.FAIL, "match no known release",
+     "rebuild the env"),
+    ("pair", W, _env_of("xpu-2.14"), Status.WARN, "provisional matrix row", "report the env"),
+    ("pair", W, _env_of("xpu-2.11", umf=None), Status.WARN, "pinned package(s) missing", "repair the env"),
+    ("runtime-mix", W, lambda f: _pkgs(f, umf="1.0.2"), Status.FAIL, "another release than xpu-2.11", "reinstall"),
+    ("python", W, _set("training_env.python_version", "3.9.7"), Status.FAIL, "Python 3.9.7", "pair's Python"),
+    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes=None), Status.FAIL, "not installed", "bitsandbytes>=0.48.2"),
+    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes="0.47.0"), Status.FAIL, "0.47.0 < 0.48.2",
+     "bitsandbytes>=0.48.2"),
+    ("triton", W, lambda f: _pkgs(f, triton="3.5.0"), Status.FAIL, "triton 3.5.0", "pip uninstall -y triton"),
+    ("triton", W, lambda f: _pkgs(f, triton_xpu=None), Status.FAIL, "triton-xpu not installed", "reinstall"),
+    ("triton", W, lambda f: _pkgs(f, triton_xpu="3.5.0"), Status.FAIL, "needs triton-xpu 3.7.0", "pip uninstall"),
+    ("kernel-cache", W, _set("training_env.built_at", "2026-11-25T00:00:00+00:00"), Status.WARN,
+     "kernels compiled before", ".triton"),
+    ("last-verify", W, _set("last_verify", None), Status.WARN, "never verified", "nox -s verify"),
+    ("last-verify", W, _verify(injected=["frozen-optimizer"]), Status.WARN, "injected faults", "AIPC_VERIFY_INJECT"),
+    ("last-verify", W, _verify(env_prefix="C:\\other env"), Status.WARN, "another env", "nox -s verify"),
+    ("last-verify", W, _verify(passed=False, summary="6/7 steps passed"), Status.FAIL, "6/7", "aipc-env verify"),
+    ("conda", W, _set("conda", []), Status.FAIL, "none of conda", "Miniforge"),
+    ("msvc", W, _set("msvc.installs", [MsvcInstall(path="C:\\BT", display_name="Build Tools 2022")]), Status.FAIL,
+     "Build Tools 2022 without the C++ workload", "Desktop development with C++"),
+    ("msvc", W, _set("msvc.installs", []), Status.FAIL, "no Visual Studio", "visualstudio.microsoft.com"),
+    ("oneapi-installed", W, _all(_set("oneapi.installs", []), lambda f: _only_pkgs(f, {"numpy": "2.0"})),
+     Status.WARN, "no oneAPI toolkit found", "matching your pair"),
+    ("oneapi-installed", W, _set("oneapi.installs", []), Status.WARN, "no oneAPI toolkit found",
+     "oneAPI Base Toolkit 2025.3"),
+    ("oneapi-installed", "win11_oneapi_2025_0_over_torch_2_10", lambda f: None, Status.WARN, "needs 2025.3",
+     "install oneAPI Base Toolkit 2025.3"),
+    ("oneapi-activated", W, _set("env_vars", {"SETVARS_COMPLETED": "1"}), Status.WARN, "no compiler answers",
+     "fresh terminal"),
+    ("oneapi-activated", W, _set("oneapi.active_version", "2025.0"), Status.FAIL, "2025.0 activated over",
+     "without setvars"),
+    ("level-zero", W, _set("level_zero.header", None), Status.WARN, "ze_api.h not found", "LEVEL_ZERO_V1_SDK_PATH"),
+    ("level-zero", L, _set("level_zero.header", None), Status.WARN, "ze_api.h not found", "libze-dev"),
+    ("setvars-quirk", W, _set("env_vars", {"NoDefaultCurrentDirectoryInExePath": "1"}), Status.WARN, "set",
+     "NoDefaultCurrentDirectoryInExePath="),
+]
+
+
+def _verdict(check: str, fixture: str, mutate: Callable[[Facts], None]):
+    facts = load_facts(MACHINES / f"{fixture}.json")
+    mutate(facts)
+    (finding,) = run_checks(facts, MATRIX, [check]).findings
+    return finding
+
+
+@pytest.mark.parametrize("check,fixture,mutate,status,seen,fix", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_branch(check, fixture, mutate, status, seen, fix):
+    if fixture == W:  # the mutation, not the fixture, causes the verdict
+        assert _verdict(check, fixture, lambda f: None).status in (Status.OK, Status.SKIP)
+    finding = _verdict(check, fixture, mutate)
+    assert finding.status == status, (finding.seen, finding.fix)
+    assert seen in finding.seen and fix in finding.fix and finding.why, (finding.seen, finding.fix)
+
+
+def _problem_lines() -> set[tuple[str, int]]:
+    """(file, line) of every `warn(` / `fail(` call in the check modules (the verdicts a user can get)."""
+    import ast
+
+    lines = set()
+    folder = ROOT / "src" / "aipc_env" / "doctor" / "checks"
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("warn", "fail"):
+                lines.add((str(path), node.lineno))
+    return lines
+
+
+def test_the_table_reaches_every_warn_and_fail_branch():
+    wanted = _problem_lines()
+    reached: set[tuple[str, int]] = set()
+    folder = str(ROOT / "src" / "aipc_env" / "doctor" / "checks")
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename.startswith(folder):
+            if event == "line":
+                reached.add((frame.f_code.co_filename, frame.f_lineno))
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        for check, fixture, mutate, *_ in CASES:
+            _verdict(check, fixture, mutate)
+    finally:
+        sys.settrace(None)
+    missing = sorted((Path(f).name, n) for f, n in wanted - reached)
+    assert not missing, f"warn/fail branches no table case reaches: {missing}"
