@@ -79,6 +79,15 @@ def _verify(**kw) -> Callable[[Facts], None]:
     return mutate
 
 
+def _in_container(nodes: list[tuple[str, str, bool]], groups: list[str]) -> Callable[[Facts], None]:
+    from aipc_env.facts.model import ContainerInfo, DriNode
+
+    def mutate(f: Facts) -> None:
+        f.container = ContainerInfo(engine="podman", dri_nodes=[n[0] for n in nodes], groups=groups,
+                                    nodes=[DriNode(path=p, group=g, readable_writable=rw) for p, g, rw in nodes])
+    return mutate
+
+
 # (check, fixture, mutation, status, in `seen`, in `fix`)
 CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
     ("os", W, _set("os.version", "10.0.19045"), Status.WARN, "Windows 11", "upgrade to Windows 11"),
@@ -169,6 +178,9 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
     ("level-zero", L, _set("level_zero.header", None), Status.WARN, "ze_api.h not found", "libze-dev"),
     ("setvars-quirk", W, _set("env_vars", {"NoDefaultCurrentDirectoryInExePath": "1"}), Status.WARN, "set",
      "NoDefaultCurrentDirectoryInExePath="),
+    ("dri-access", L, _in_container([], ["aipc"]), Status.FAIL, "no /dev/dri/renderD*", "--device /dev/dri"),
+    ("dri-access", L, _in_container([("/dev/dri/renderD128", "render", False)], ["aipc"]), Status.FAIL,
+     "not usable (group render", "--group-add render"),
 ]
 
 
@@ -222,3 +234,4 @@ def test_the_table_reaches_every_warn_and_fail_branch():
         sys.settrace(None)
     missing = sorted((Path(f).name, n) for f, n in wanted - reached)
     assert not missing, f"warn/fail branches no table case reaches: {missing}"
+

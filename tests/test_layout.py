@@ -65,7 +65,8 @@ def test_no_private_name_crosses_modules():
 
 def test_wheel_package_list_is_complete():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {name for name, path, _ in _modules() if path.name == "__init__.py"} | {"aipc_env.launchers"}
+    found = {name for name, path, _ in _modules() if path.name == "__init__.py"} | {"aipc_env.launchers",
+                                                                                   "aipc_env.environments"}
     assert listed == found
 
 

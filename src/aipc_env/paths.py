@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["project_root", "package_root", "matrix_path", "state_dir", "cache_dir", "data_dir"]
+__all__ = ["project_root", "package_root", "matrix_path", "environments_dir", "state_dir", "cache_dir", "data_dir"]
 
 _MARKER = Path("environments") / "matrix.yaml"
 
@@ -23,7 +23,19 @@ def project_root() -> Path:
 
 
 def matrix_path() -> Path:
-    return project_root() / _MARKER
+    """environments/matrix.yaml of the checkout; in an installed wheel (bundle, image) the copy it ships."""
+    path = project_root() / _MARKER
+    if path.is_file() or os.environ.get("AIPC_ENV_HOME"):
+        return path
+    from importlib import resources
+
+    shipped = Path(str(resources.files("aipc_env.environments").joinpath("matrix.yaml")))
+    return shipped if shipped.is_file() else path
+
+
+def environments_dir() -> Path:
+    """The folder of the matrix and the layer specs (checkout or shipped copy)."""
+    return matrix_path().parent
 
 
 def state_dir() -> Path:

@@ -14,6 +14,8 @@ __all__ = ["models", "schemas", "write_schemas"]
 
 
 def models() -> dict[str, type]:
+    from aipc_env.container.build import ImageBuildReport, ImageCheckReport
+    from aipc_env.container.render import ContextSpec
     from aipc_env.doctor import CheckCatalog, DoctorReport
     from aipc_env.dataset.validate import Verdict
     from aipc_env.facts.model import Facts
@@ -44,7 +46,8 @@ def models() -> dict[str, type]:
             "verify-record": VerifyState, "verify-report": VerifyReport, "requirements-report": RequirementsReport,
             "recommendation": RecommendReport, "dataset-verdict": Verdict, "cache-index": CacheIndex,
             "checkpoint-state": CheckpointState, "fit-summary": FitSummary, "compare-manifest": CompareManifest,
-            "monitor-report": MonitorReport, "quantize-result": QuantizeResult}
+            "monitor-report": MonitorReport, "quantize-result": QuantizeResult, "image-context-spec": ContextSpec,
+            "image-build-report": ImageBuildReport, "image-check-report": ImageCheckReport}
 
 
 def schemas() -> dict[str, dict]:

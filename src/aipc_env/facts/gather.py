@@ -20,8 +20,8 @@ from aipc_env import __version__
 from aipc_env.errors import AipcError
 from aipc_env.facts import parse
 from aipc_env.facts.model import (
-    CondaTool, CpuInfo, DeviceProbe, DiskInfo, Facts, GpuInfo, KernelCache, LevelZeroInfo, MemoryInfo,
-    ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
+    CondaTool, ContainerInfo, CpuInfo, DeviceProbe, DiskInfo, DriNode, Facts, GpuInfo, KernelCache, LevelZeroInfo,
+    MemoryInfo, ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
 )
 from aipc_env.facts.memory import system_memory
 from aipc_env.formats import timestamp
@@ -476,6 +476,34 @@ def _kernel_caches() -> list[KernelCache]:
     return caches
 
 
+def _container() -> ContainerInfo | None:
+    """Whether this runs inside a container, and the GPU device nodes it was given."""
+    if Path("/run/.containerenv").exists():
+        engine = "podman"
+    elif Path("/.dockerenv").exists():
+        engine = "docker"
+    elif os.environ.get("container"):
+        engine = os.environ["container"]
+    else:
+        return None
+    import grp
+
+    nodes = []
+    for node in sorted(Path("/dev/dri").glob("*")) if Path("/dev/dri").is_dir() else []:
+        try:
+            group = grp.getgrgid(node.stat().st_gid).gr_name
+        except (KeyError, OSError):
+            group = None
+        nodes.append(DriNode(path=str(node), group=group, readable_writable=os.access(node, os.R_OK | os.W_OK)))
+    groups = []
+    for gid in os.getgroups():
+        try:
+            groups.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            groups.append(str(gid))
+    return ContainerInfo(engine=engine, dri_nodes=[n.path for n in nodes], nodes=nodes, groups=sorted(set(groups)))
+
+
 # --------------------------------------------------------------------------- assembly
 
 def gather_facts(opts: GatherOptions | None = None) -> Facts:
@@ -518,6 +546,7 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
             kernel_caches=guard("kernel_caches", _kernel_caches, []),
             model=guard("model", lambda: _model_dir(opts.model_dir)) if opts.model_dir else None,
             last_verify=guard("last_verify", read_verify_record),
+            container=None if is_windows else guard("container", _container),
         )
         results = {name: f.result() for name, f in futures.items()}
     facts.oneapi = results["oneapi"] or OneApiInfo()

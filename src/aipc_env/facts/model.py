@@ -12,6 +12,7 @@ __all__ = [
     "FACTS_SCHEMA_VERSION", "OsInfo", "CpuInfo", "MemoryInfo", "DiskInfo", "GpuInfo", "SyclDevice",
     "RegistryInfo", "OneApiInstall", "OneApiInfo", "MsvcInstall", "MsvcInfo", "CondaTool", "TrainingEnv",
     "DeviceProbe", "ModelDirInfo", "KernelCache", "LevelZeroInfo", "VerifyRecord", "ProbeError", "Facts",
+    "ContainerInfo", "DriNode",
     "load_facts",
 ]
 
@@ -173,6 +174,24 @@ class VerifyRecord(StrictModel):
     """Faults injected on purpose (verify's test hooks): such a record proves nothing about the stack."""
 
 
+class DriNode(StrictModel):
+    path: str
+    group: str | None = None
+    readable_writable: bool = False
+    """Whether this process may open it for reading and writing (the render group is what usually grants it)."""
+
+
+class ContainerInfo(StrictModel):
+    """Set when the doctor runs inside a container."""
+
+    engine: str
+    """podman, docker or another engine (from /run/.containerenv, /.dockerenv or $container)."""
+    dri_nodes: list[str] = []
+    nodes: list[DriNode] = []
+    groups: list[str] = []
+    """The groups this process is in."""
+
+
 class ProbeError(StrictModel):
     probe: str
     error: str
@@ -207,6 +226,8 @@ class Facts(VersionedModel):
     kernel_caches: list[KernelCache] = []
     level_zero: LevelZeroInfo = LevelZeroInfo()
     last_verify: VerifyRecord | None = None
+    container: ContainerInfo | None = None
+    """None outside a container."""
     probe_errors: list[ProbeError] = []
 
     @property

@@ -10,7 +10,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from aipc_env.errors import InputError
 from aipc_env.matrix import Pair
-from aipc_env.paths import project_root
+from aipc_env.paths import environments_dir
 
 __all__ = ["DEFAULT_PYTHON", "PYPI_URL", "XPU_INDEX_URL", "EXPLICIT_XPU_NAMES", "pair_python", "pip_layer",
            "conda_environment", "uv_project", "row_hash", "common_requirements"]
@@ -34,7 +34,7 @@ def pair_python(pair: Pair, preferred: str = DEFAULT_PYTHON) -> str:
 
 
 def common_requirements(path: Path | None = None) -> list[str]:
-    path = path or project_root() / "environments" / "pip-layer.txt"
+    path = path or environments_dir() / "pip-layer.txt"
     reqs = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
@@ -62,7 +62,7 @@ def pip_layer(pair: Pair, common: list[str] | None = None, *, torchvision: str |
 
 
 def conda_environment(pair: Pair, python: str | None = None) -> str:
-    text = (project_root() / "environments" / "conda-layer.yaml").read_text(encoding="utf-8")
+    text = (environments_dir() / "conda-layer.yaml").read_text(encoding="utf-8")
     return text.replace("{python}", python or pair_python(pair))
 
 

@@ -1,13 +1,13 @@
 """Doctor checks: pure functions of the facts (and the matrix), declared with `@check` in one module per area.
 The registry is built here, explicitly, from those modules: importing a module registers nothing."""
 
-from aipc_env.doctor.checks import gpu, model_dir, pythonenv, system, toolchain
+from aipc_env.doctor.checks import container, gpu, model_dir, pythonenv, system, toolchain
 from aipc_env.doctor.checks.base import CheckContext, CheckSpec, Finding, Status, specs_of
 
 __all__ = ["REGISTRY", "CheckContext", "CheckSpec", "Finding", "Status", "CATEGORIES"]
 
-CATEGORIES = ("System", "Windows settings", "GPU", "Toolchain", "Training env", "Model")
-_MODULES = (system, gpu, toolchain, pythonenv, model_dir)
+CATEGORIES = ("System", "Windows settings", "Container", "GPU", "Toolchain", "Training env", "Model")
+_MODULES = (system, container, gpu, toolchain, pythonenv, model_dir)
 
 
 def _build() -> dict[str, CheckSpec]:

@@ -1,0 +1,206 @@
+"""`aipc-env container render | build | run | check`: the training env as a reproducible OCI image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, print_json
+
+__all__ = ["add_parser", "run"]
+
+
+def _source(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--pair", metavar="ID", help="use lockfiles/<pair>/pylock.linux-64.toml (default: the newest pair)")
+    src.add_argument("--lock", type=Path, metavar="PYLOCK", help="use this linux-64 pylock instead (e.g. a CPU lock)")
+
+
+def _context_options(p: argparse.ArgumentParser) -> None:
+    _source(p)
+    p.add_argument("--base", default="localhost/aipc-base:bookworm", metavar="IMAGE",
+                   help="base image with python3 and python3-venv (default: localhost/aipc-base:bookworm, made by "
+                        "--base-from-mirror)")
+    p.add_argument("--gpu-runtime", choices=["intel-apt", "none"], default="intel-apt",
+                   help="install the Intel GPU user space (Level Zero loader, compute runtime, OpenCL ICD) with apt "
+                        "(default), or nothing (CPU images, tests)")
+    p.add_argument("--gpu-runtime-source", metavar="APT-LINE",
+                   help="an extra apt source for the GPU packages, e.g. Intel's graphics repository (Debian 12's "
+                        "own are too old for Core Ultra / Arc B)")
+    p.add_argument("--python", default="3.11", metavar="X.Y",
+                   help="the base image's Python, which the lock must be for (default 3.11: Debian 12)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the build context folder (default: per-user cache)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("container", help="the training env as an OCI image: render, build, run, check",
+                       description="Render a build context from a lock, build it reproducibly with podman, buildah "
+                       "or docker, run it with the GPU passed in, and check an image against a lock.")
+    inner = p.add_subparsers(dest="container_command", metavar="ACTION", required=True)
+    r = inner.add_parser("render", parents=[JSON, LOCK_ROOT, MATRIX], help="write the build context")
+    _context_options(r)
+    b = inner.add_parser("build", parents=[JSON, LOCK_ROOT, MATRIX], help="render, fetch the wheels, build the image")
+    _context_options(b)
+    b.add_argument("--engine", choices=["podman", "buildah", "docker"], help="default: the first one found")
+    b.add_argument("--tag", metavar="NAME", help="image name (default: localhost/aipc-env:<pair>)")
+    b.add_argument("--base-from-mirror", action="store_true",
+                   help="first bootstrap the Debian base from the distro mirror (no registry needed)")
+    b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
+                   help="folders holding the lock's wheels (searched before their URLs)")
+    x = inner.add_parser("run", help="run the image with /dev/dri, the render group and no network",
+                         description="Run the image: the GPU device passed in, the render and video groups, "
+                         "dataset/models read-only and the output folder mounted, --network none unless asked. "
+                         "Prints the exact command. `aipc-env container run -- train` is the image form of "
+                         "`nox -s train`.")
+    x.add_argument("--image", default="localhost/aipc-env:xpu-2.13", help="the image (default: %(default)s)")
+    x.add_argument("--engine", choices=["podman", "docker"], help="default: the first one found")
+    x.add_argument("--device", action="append", metavar="DEV", help="device to pass in (default /dev/dri)")
+    x.add_argument("--dataset", type=Path, metavar="DIR", help="mounted read-only at /data")
+    x.add_argument("--models", type=Path, metavar="DIR", help="mounted read-only at /models")
+    x.add_argument("--output", type=Path, metavar="DIR", help="mounted read-write at /output (runs write there, as "
+                   "the folder's owner)")
+    x.add_argument("--network", default="none", help="container network (default: none)")
+    x.add_argument("--engine-option", action="append", default=[], metavar="OPT",
+                   help="an option for the engine itself, before `run` (e.g. --runtime=runc)")
+    x.add_argument("--run-option", action="append", default=[], metavar="OPT",
+                   help="an extra option of `run` (e.g. --ulimit=nofile=20000:20000)")
+    x.add_argument("--dry-run", action="store_true", help="print the command; run nothing")
+    x.add_argument("cmd", nargs=argparse.REMAINDER, help="the aipc-env command to run in the image (after --)")
+    c = inner.add_parser("check", parents=[JSON, LOCK_ROOT], help="compare an image's packages with a lock")
+    c.add_argument("image", help="the image to check")
+    _source(c)
+    for q in (r, b, x, c):
+        q.set_defaults(run=run)
+
+
+def _lockfile(args: argparse.Namespace) -> tuple[Path, str]:
+    from aipc_env.errors import InputError
+    from aipc_env.lock.lockfile import pylock_path
+    from aipc_env.matrix import load_matrix
+    from aipc_env.paths import project_root
+
+    if args.lock:
+        if not args.lock.is_file():
+            raise InputError("lockfile not found", path=args.lock, key="--lock")
+        return args.lock, "custom"
+    matrix = load_matrix(getattr(args, "matrix", None))
+    pair = matrix.get(args.pair) if args.pair else matrix.newest("linux-64")
+    path = pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, "linux-64")
+    if not path.is_file():
+        raise InputError(f"no linux-64 lock for {pair.id}", path=path,
+                         fix=f"make one: nox -s lock -- --pair {pair.id}, or pass --lock PYLOCK")
+    return path, pair.id
+
+
+def _render(args: argparse.Namespace):
+    from aipc_env.container.build import RenderRequest, render_context
+    from aipc_env.paths import cache_dir
+
+    lockfile, pair = _lockfile(args)
+    out = args.out or cache_dir() / "images" / pair
+    return render_context(RenderRequest(lockfile=lockfile, pair=pair, out=out, base=args.base,
+                                        gpu_runtime=args.gpu_runtime, gpu_runtime_source=args.gpu_runtime_source,
+                                        python=args.python)), out, lockfile
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"render": _cmd_render, "build": _cmd_build, "run": _cmd_run, "check": _cmd_check}[
+        args.container_command](args)
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    (spec, _), out, _ = _render(args)
+    if args.json:
+        print_json(spec)
+    else:
+        print(f"wrote the build context for {spec.pair} to {out} ({len(spec.wheels)} wheels named)")
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    import datetime as _dt
+    import time
+
+    from aipc_env.container.build import ImageBuildReport, build_aipc_wheel, build_image
+    from aipc_env.container.engine import base_from_mirror, find_engine
+    from aipc_env.container.wheelhouse import fill_wheelhouse
+    from aipc_env.paths import cache_dir
+
+    start = time.perf_counter()
+    engine = find_engine(args.engine)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log = cache_dir() / "logs" / f"container-build-{stamp}.log"
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    if args.base_from_mirror:
+        say(f"bootstrapping {args.base} from the distro mirror (log {log})")
+        base_from_mirror(engine, args.base, cache_dir() / "images" / "base", log)
+    (spec, artifacts), out, lockfile = _render(args)
+    say(f"fetching {len(artifacts)} wheels (sha256-checked) into {out / 'wheels'}")
+    fill_wheelhouse(artifacts, out / "wheels", lock_dir=lockfile.parent, cache=cache_dir() / "wheels",
+                    find_links=args.find_links, log=say)
+    build_aipc_wheel(out / "wheels", log)
+    tag = args.tag or f"localhost/aipc-env:{spec.pair}"
+    say(f"building {tag} with {engine.name} (log {log})")
+    ident = build_image(engine, out, tag, log)
+    report = ImageBuildReport(image=tag, image_id=ident, engine=engine.name, context=str(out), spec=spec,
+                              seconds=round(time.perf_counter() - start, 1), log=str(log))
+    if args.json:
+        print_json(report)
+    else:
+        print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from aipc_env.container.engine import find_engine, run_argv
+    from aipc_env.errors import InputError
+    from aipc_env.procs import command_line, run_foreground
+
+    engine = find_engine(args.engine, can_run=True)
+    cmd = list(args.cmd)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    mounts: list[tuple[Path, str, bool]] = []
+    for folder, target, ro in ((args.dataset, "/data", True), (args.models, "/models", True),
+                               (args.output, "/output", False)):
+        if folder is not None:
+            if not folder.is_dir():
+                raise InputError("not a folder", path=folder, fix="create it or pass another folder")
+            mounts.append((folder.resolve(), target, ro))
+    if cmd[:1] == ["train"] and len(cmd) > 1 and Path(cmd[1]).is_file():  # the config goes in read-only
+        config = Path(cmd[1]).resolve()
+        mounts.append((config.parent, "/config", True))
+        cmd[1] = f"/config/{config.name}"
+    run_options = list(args.run_option)
+    if args.output is not None and hasattr(__import__("os"), "getuid"):
+        st = args.output.stat()  # files written into the output folder belong to its owner
+        run_options = ["--user", f"{st.st_uid}:{st.st_gid}", *run_options]
+    argv = run_argv(engine, args.image, cmd, devices=args.device or ["/dev/dri"], mounts=mounts,
+                    network=args.network, engine_options=args.engine_option, run_options=run_options)
+    print(f"aipc-env: {command_line(argv)}", file=sys.stderr)
+    if args.dry_run:
+        return 0
+    return run_foreground(argv, cwd=Path.cwd())
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    import datetime as _dt
+
+    from aipc_env.container.build import check_image
+    from aipc_env.paths import cache_dir
+
+    lockfile, _ = _lockfile(args)
+    log = cache_dir() / "logs" / f"container-check-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    report = check_image(args.image, lockfile, log)
+    if args.json:
+        print_json(report)
+    elif report.clean:
+        print(f"{args.image} matches {lockfile}")
+    else:
+        if report.lock_sha256 != report.image_lock_sha256:
+            print(f"{args.image} was built from another lock (sha256 {str(report.image_lock_sha256)[:12]}, this one "
+                  f"{report.lock_sha256[:12]})")
+        for d in report.drift:
+            print(f"  {d.kind:8} {d.describe()}")
+    return 0 if report.clean else 1

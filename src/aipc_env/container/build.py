@@ -1,0 +1,154 @@
+"""`aipc-env container render | build | check`: the training env as a reproducible OCI image made from a lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
+from aipc_env.container.render import (CONTAINERFILE, LOCK_COPY, REQUIREMENTS, VENV, WHEELS, Artifact, ContextSpec,
+                                       containerfile, containerignore, file_sha256, hashed_requirements,
+                                       select_artifacts)
+from aipc_env.errors import AipcError, InputError
+from aipc_env.fileio import atomic_write_text
+from aipc_env.formats import VersionedModel, write_model
+from aipc_env.lock.lockfile import read_pylock
+from aipc_env.procs import run_logged
+from aipc_env.trainenv.drift import DriftItem, compute_drift
+
+__all__ = ["RenderRequest", "render_context", "build_image", "check_image", "ImageCheckReport", "ImageBuildReport",
+           "SPEC_NAME"]
+
+SPEC_NAME = "aipc-image.json"
+AIPC_WHEEL = "aipc_env-{version}-py3-none-any.whl"
+
+
+@dataclass
+class RenderRequest:
+    lockfile: Path
+    pair: str
+    out: Path
+    base: str = "localhost/aipc-base:bookworm"
+    gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
+    gpu_runtime_source: str | None = None
+    python: str = "3.11"
+
+
+def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
+    """Write the build context (Containerfile, the lock, the hashed requirements, .containerignore, the spec)."""
+    from aipc_env import __version__
+
+    lock = read_pylock(req.lockfile)
+    artifacts = select_artifacts(lock, req.python, req.lockfile)
+    spec = ContextSpec(pair=req.pair, base=req.base, gpu_runtime=req.gpu_runtime,
+                       gpu_runtime_source=req.gpu_runtime_source, python=req.python,
+                       lock_sha256=file_sha256(req.lockfile), aipc_env_wheel=AIPC_WHEEL.format(version=__version__),
+                       wheels=sorted(a.filename for a in artifacts))
+    req.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(req.out / CONTAINERFILE, containerfile(spec))
+    atomic_write_text(req.out / ".containerignore", containerignore())
+    shutil.copyfile(req.lockfile, req.out / LOCK_COPY)
+    atomic_write_text(req.out / REQUIREMENTS, hashed_requirements(artifacts))
+    write_model(req.out / SPEC_NAME, spec)
+    (req.out / WHEELS).mkdir(exist_ok=True)
+    return spec, artifacts
+
+
+def build_aipc_wheel(wheels: Path, log: Path) -> Path:
+    """aipc-env itself as a wheel, built reproducibly (SOURCE_DATE_EPOCH=0) from the checkout."""
+    from aipc_env import __version__
+    from aipc_env.paths import project_root
+
+    root = project_root()
+    if not (root / "pyproject.toml").is_file():
+        raise AipcError("building an image needs the aipc-env checkout (its wheel goes into the image)",
+                        fix="run from a clone of aipc-env")
+    target = wheels / AIPC_WHEEL.format(version=__version__)
+    target.unlink(missing_ok=True)
+    env = dict(os.environ, SOURCE_DATE_EPOCH="0")
+    uv = shutil.which("uv")
+    if uv:
+        argv = [uv, "build", "--wheel", "--out-dir", str(wheels), str(root)]
+    else:
+        import sys
+
+        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), str(root)]
+    run_logged(argv, log, env=env, echo=False)
+    if not target.is_file():
+        raise AipcError(f"the aipc-env wheel was not built ({target.name})", path=log)
+    return target
+
+
+class ImageBuildReport(VersionedModel):
+    """`aipc-env container build --json`."""
+
+    FORMAT: ClassVar[str] = "image build report"
+    schema_version: Literal[1] = 1
+    image: str
+    image_id: str
+    engine: str
+    context: str
+    spec: ContextSpec
+    seconds: float
+    log: str
+
+
+def build_image(engine: Engine, context: Path, tag: str, log: Path) -> str:
+    """Run the engine's build (the wheelhouse must be full); returns the image id."""
+    from aipc_env.container.wheelhouse import HashMismatch  # noqa: F401 - named errors come from the fill step
+
+    if not (context / CONTAINERFILE).is_file():
+        raise InputError("not a rendered context (no Containerfile)", path=context,
+                         fix="aipc-env container render --out DIR")
+    run_logged(build_argv(engine, context, tag), log, echo=False,
+               fix="read the log; a hash error means the wheelhouse does not match the lock")
+    return image_id(engine, tag)
+
+
+class ImageCheckReport(VersionedModel):
+    """`aipc-env container check IMAGE --json`: the image's installed packages against a lock."""
+
+    FORMAT: ClassVar[str] = "image check report"
+    schema_version: Literal[1] = 1
+    image: str
+    lockfile: str
+    lock_sha256: str
+    image_lock_sha256: str | None
+    image_pair: str | None
+    drift: list[DriftItem]
+
+    @property
+    def clean(self) -> bool:
+        return not self.drift and self.lock_sha256 == self.image_lock_sha256
+
+
+def check_image(image: str, lockfile: Path, log: Path) -> ImageCheckReport:
+    """Read the image's site-packages (its metadata and RECORD hashes; nothing in the image runs)."""
+    from importlib import metadata
+
+    from aipc_env.facts.gather import modified_files
+
+    labels = image_labels(image)
+    python = labels.get("io.aipc-env.python", "3.11")
+    lock = read_pylock(lockfile)
+    with mounted_image(image, log) as root:
+        site = root / VENV.lstrip("/") / "lib" / f"python{python}" / "site-packages"
+        if not site.is_dir():
+            raise InputError(f"{image} has no aipc-env training env ({VENV})", fix="check the image name")
+        installed = {}
+        for dist in metadata.distributions(path=[str(site)]):
+            name = dist.metadata["Name"]
+            if name:
+                from packaging.utils import canonicalize_name
+
+                installed[canonicalize_name(name)] = dist.version
+        installed.pop("aipc-env", None)
+        modified = modified_files([str(site)], set(installed))
+    drift = [d for d in compute_drift(lock, installed, None, "linux-64", python, modified)
+             if d.name != "aipc-env"]  # aipc-env itself goes in from its own wheel, not the lock
+    return ImageCheckReport(image=image, lockfile=str(lockfile), lock_sha256=file_sha256(lockfile),
+                            image_lock_sha256=labels.get("io.aipc-env.lock-sha256"),
+                            image_pair=labels.get("io.aipc-env.pair"), drift=drift)

@@ -1,0 +1,36 @@
+"""Container checks: when the doctor runs inside a container, the GPU device nodes it was given and whether this
+process may use them (the render group). Windows items do not apply there."""
+
+from __future__ import annotations
+
+from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
+
+RUN_FIX = ("start the container with the GPU passed in: aipc-env container run (it adds --device /dev/dri "
+           "--group-add render --group-add video)")
+
+
+@check("container", "Container", "Running in a container")
+def check_container(ctx: CheckContext) -> Verdict:
+    info = ctx.facts.container
+    if info is None:
+        return skip("not in a container")
+    return ok(f"inside a {info.engine} container; groups {', '.join(info.groups) or 'none'}")
+
+
+@check("dri-access", "Container", "GPU device nodes (/dev/dri)")
+def check_dri_access(ctx: CheckContext) -> Verdict:
+    info = ctx.facts.container
+    if info is None:
+        return skip("not in a container")
+    render = [n for n in info.nodes if "render" in n.path.rsplit("/", 1)[-1]]
+    if not render:
+        return fail("no /dev/dri/renderD* node in the container", "without the render node torch+xpu sees no GPU "
+                    "and everything runs on the CPU", RUN_FIX)
+    blocked = [n for n in render if not n.readable_writable]
+    if blocked:
+        groups = sorted({n.group or "?" for n in blocked})
+        return fail(f"{', '.join(n.path for n in blocked)} not usable (group {', '.join(groups)}; this process is in "
+                    f"{', '.join(info.groups) or 'no group'})", "the render node is opened read-write by the GPU "
+                    "runtime", "add the node's group: --group-add render (aipc-env container run does), or run as "
+                    "a user in that group")
+    return ok(", ".join(n.path for n in render))
