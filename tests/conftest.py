@@ -85,3 +85,25 @@ def upstream_clone(upstream_pristine, tmp_path) -> Path:
     dest = tmp_path / "qwen image finetune ü"
     shutil.copytree(upstream_pristine, dest, symlinks=True)
     return dest
+
+
+@pytest.fixture(scope="session")
+def fleet_bundle(tmp_path_factory) -> Path:
+    """A linux-64 offline bundle of xpu-2.13 (stand-in torch/runtime wheels, real aipc-env dependencies)."""
+    from aipc_env.matrix import load_matrix
+    from tests.support.fleet import stand_in_lock
+
+    base = tmp_path_factory.mktemp("fleet-lock")
+    lock = stand_in_lock(base, load_matrix().get("xpu-2.13"))
+    out = tmp_path_factory.mktemp("fleet-bundle") / "bundle-linux-64"
+    result = run_cli("fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(lock), "--platform", "linux-64",
+                     "--python", "3.11", "--out", str(out), "--json", timeout=900,
+                     env={"AIPC_ENV_CACHE_DIR": str(base / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def distro_python_with_venv() -> str | None:
+    """Why the distro Python cannot make venvs here (the bundle's bootstrap needs python3 -m venv), or None."""
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True)
+    return None if probe.returncode == 0 else "the distro python3 has no venv module (apt-get install python3-venv)"

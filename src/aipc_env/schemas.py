@@ -19,6 +19,9 @@ def models() -> dict[str, type]:
     from aipc_env.doctor import CheckCatalog, DoctorReport
     from aipc_env.dataset.validate import Verdict
     from aipc_env.facts.model import Facts
+    from aipc_env.fleet.bundle import BundleManifest
+    from aipc_env.fleet.report import FleetReport
+    from aipc_env.fleet.winget import WinGetCheckReport
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
@@ -47,7 +50,8 @@ def models() -> dict[str, type]:
             "recommendation": RecommendReport, "dataset-verdict": Verdict, "cache-index": CacheIndex,
             "checkpoint-state": CheckpointState, "fit-summary": FitSummary, "compare-manifest": CompareManifest,
             "monitor-report": MonitorReport, "quantize-result": QuantizeResult, "image-context-spec": ContextSpec,
-            "image-build-report": ImageBuildReport, "image-check-report": ImageCheckReport}
+            "image-build-report": ImageBuildReport, "image-check-report": ImageCheckReport,
+            "bundle-manifest": BundleManifest, "fleet-report": FleetReport, "winget-check-report": WinGetCheckReport}
 
 
 def schemas() -> dict[str, dict]:

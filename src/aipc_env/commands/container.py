@@ -124,7 +124,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     from aipc_env.container.build import ImageBuildReport, build_aipc_wheel, build_image
     from aipc_env.container.engine import base_from_mirror, find_engine
-    from aipc_env.container.wheelhouse import fill_wheelhouse
+    from aipc_env.lock.artifacts import fill_wheelhouse
     from aipc_env.paths import cache_dir
 
     start = time.perf_counter()

@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="no lock yet: install from the specs and record what was installed as this pair's lock")
     p.add_argument("--base-python", metavar="PYTHON",
                    help="make the interpreter layer a venv of this Python instead of a conda env")
+    p.add_argument("--bundle", type=Path, metavar="DIR",
+                   help="install from an offline bundle (aipc-env fleet bundle) with no network; every file is "
+                        "checked against the bundle's manifest first; with --check: check against its lock")
     p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
                    help="which conda flavour creates the interpreter layer (default: the first found)")
     p.set_defaults(run=run)
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.trainenv.record import read_env_record
     from aipc_env.trainenv.select import EnvChoice, choose_pair, env_python
 
+    if args.bundle:
+        return _bundle(args)
     matrix = load_matrix(args.matrix)
     platform = current_platform()
     root = args.lock_root or project_root() / "lockfiles"
@@ -97,4 +102,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
     else:
         print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    import datetime as _dt
+    import sys
+
+    from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.paths import cache_dir, data_dir
+    from aipc_env.trainenv.build import EnvBuildReport, check_env, install_bundle
+    from aipc_env.trainenv.drift import EnvCheckReport
+
+    manifest = verify_bundle(args.bundle)
+    prefix = Path(args.prefix).absolute() if args.prefix else data_dir() / "envs" / manifest.pair
+    lockfile = args.bundle / manifest.lockfile
+    if args.check:
+        report = EnvCheckReport(pair=manifest.pair, prefix=str(prefix), lockfile=str(lockfile),
+                                drift=check_env(prefix, lockfile, manifest.platform))
+        if args.json:
+            print_json(report)
+        else:
+            print(f"{prefix} matches the bundle's lock" if report.clean else
+                  "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift))
+        return 0 if report.clean else 1
+    log = cache_dir() / "logs" / f"env-bundle-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    result = install_bundle(args.bundle, prefix, base_python=args.base_python or sys.executable, log=log)
+    if args.json:
+        print_json(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix),
+                                  lockfile=str(lockfile), changed=True, repaired=[], seconds=round(result.seconds, 3),
+                                  log=str(log)))
+    else:
+        print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)")
     return 0

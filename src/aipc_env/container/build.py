@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
-from aipc_env.container.render import (CONTAINERFILE, LOCK_COPY, REQUIREMENTS, VENV, WHEELS, Artifact, ContextSpec,
-                                       containerfile, containerignore, file_sha256, hashed_requirements,
-                                       select_artifacts)
+from aipc_env.container.render import (CONTAINERFILE, LOCK_COPY, REQUIREMENTS, VENV, WHEELS, ContextSpec,
+                                       containerfile, containerignore)
 from aipc_env.errors import AipcError, InputError
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, write_model
+from aipc_env.lock.artifacts import Artifact, file_sha256, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import read_pylock
 from aipc_env.procs import run_logged
 from aipc_env.trainenv.drift import DriftItem, compute_drift
@@ -98,8 +98,6 @@ class ImageBuildReport(VersionedModel):
 
 def build_image(engine: Engine, context: Path, tag: str, log: Path) -> str:
     """Run the engine's build (the wheelhouse must be full); returns the image id."""
-    from aipc_env.container.wheelhouse import HashMismatch  # noqa: F401 - named errors come from the fill step
-
     if not (context / CONTAINERFILE).is_file():
         raise InputError("not a rendered context (no Containerfile)", path=context,
                          fix="aipc-env container render --out DIR")

@@ -21,7 +21,7 @@ from aipc_env.errors import AipcError
 from aipc_env.facts import parse
 from aipc_env.facts.model import (
     CondaTool, ContainerInfo, CpuInfo, DeviceProbe, DiskInfo, DriNode, Facts, GpuInfo, KernelCache, LevelZeroInfo,
-    MemoryInfo, ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
+    MachineIdentity, MemoryInfo, ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
 )
 from aipc_env.facts.memory import system_memory
 from aipc_env.formats import timestamp
@@ -52,6 +52,24 @@ class GatherOptions:
 
 
 # --------------------------------------------------------------------------- system
+
+def _machine() -> MachineIdentity:
+    import socket
+
+    hostname = socket.gethostname()
+    if sys.platform == "win32":
+        guid = _read_reg(r"SOFTWARE\Microsoft\Cryptography", "MachineGuid")
+        return MachineIdentity(hostname=hostname, machine_id=str(guid) if guid else None,
+                               source="HKLM\\SOFTWARE\\Microsoft\\Cryptography\\MachineGuid" if guid else None)
+    for path in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
+        try:
+            value = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if value:
+            return MachineIdentity(hostname=hostname, machine_id=value, source=str(path))
+    return MachineIdentity(hostname=hostname)
+
 
 def _os_info() -> OsInfo:
     info = OsInfo(system=platform.system(), release=platform.release(), version=platform.version(),
@@ -537,6 +555,7 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
         os_info = guard("os", _os_info) or OsInfo(system=platform.system())
         facts = Facts(
             collected_at=timestamp(), aipc_env_version=__version__, os=os_info,
+            machine=guard("machine", _machine),
             cpu=guard("cpu", _cpu_info, CpuInfo()), memory=guard("memory", _memory_info, MemoryInfo()),
             disk=guard("disk", lambda: _disk_info(opts.work_dir)),
             gpus=[] if is_windows else guard("gpus", _linux_gpus, []),

@@ -12,11 +12,20 @@ __all__ = [
     "FACTS_SCHEMA_VERSION", "OsInfo", "CpuInfo", "MemoryInfo", "DiskInfo", "GpuInfo", "SyclDevice",
     "RegistryInfo", "OneApiInstall", "OneApiInfo", "MsvcInstall", "MsvcInfo", "CondaTool", "TrainingEnv",
     "DeviceProbe", "ModelDirInfo", "KernelCache", "LevelZeroInfo", "VerifyRecord", "ProbeError", "Facts",
-    "ContainerInfo", "DriNode",
+    "ContainerInfo", "DriNode", "MachineIdentity",
     "load_facts",
 ]
 
 FACTS_SCHEMA_VERSION = 1
+
+
+class MachineIdentity(StrictModel):
+    """Who this machine is, for fleet reports: the hostname and, where one can be read, a stable machine id."""
+
+    hostname: str
+    machine_id: str | None = None
+    """Windows MachineGuid, Linux /etc/machine-id."""
+    source: str | None = None
 
 
 class OsInfo(StrictModel):
@@ -206,6 +215,7 @@ class Facts(VersionedModel):
     schema_version: Literal[1] = FACTS_SCHEMA_VERSION
     collected_at: str
     aipc_env_version: str = ""
+    machine: MachineIdentity | None = None
     os: OsInfo
     cpu: CpuInfo = CpuInfo()
     memory: MemoryInfo = MemoryInfo()

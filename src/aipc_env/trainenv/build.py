@@ -33,7 +33,7 @@ from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, comput
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 from aipc_env.trainenv.select import env_python
 
-__all__ = ["EnvRequest", "EnvResult", "EnvBuildReport", "build_env", "check_env", "MANIFEST_NAME"]
+__all__ = ["EnvRequest", "EnvResult", "EnvBuildReport", "build_env", "check_env", "install_bundle", "MANIFEST_NAME"]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
 
@@ -250,3 +250,37 @@ class EnvBuildReport(VersionedModel):
     repaired: list[DriftItem]
     seconds: float
     log: str
+
+
+def install_bundle(bundle: Path, prefix: Path, *, base_python: str, log: Path) -> EnvResult:
+    """Build the env from an offline bundle, with no network: the bundle is verified file by file against its
+    manifest first (a mismatch installs nothing), then the interpreter layer is a venv of `base_python` and the
+    pip layer the bundle's hash-pinned wheels."""
+    from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.matrix import load_matrix
+
+    start = time.perf_counter()
+    manifest = verify_bundle(bundle)
+    lockfile = bundle / manifest.lockfile
+    if env_python(prefix).is_file():
+        raise InputError("an env already exists here; a bundle installs into a new prefix", path=prefix,
+                         key="--prefix", fix="choose a new --prefix, or check it: aipc-env env --check --bundle DIR")
+    uv = find_uv()
+    with _rollback(prefix):
+        run_logged([uv, "venv", "--offline", "--python", base_python, str(prefix)], log)
+        python = env_python(prefix)
+        run_logged([uv, "pip", "install", "--offline", "--no-index", "--find-links", str(bundle / "wheels"),
+                    "--require-hashes", "--no-deps", "--link-mode", "copy", "--python", str(python), "-r",
+                    str(bundle / manifest.requirements)], log)
+        version = _python_version(str(python))
+        lock = read_pylock(lockfile)
+        packages = {n: ManifestPackage(version=v, sha256=s)
+                    for n, (v, s) in locked_packages(lock, manifest.platform, version).items()}
+        write_model(prefix / MANIFEST_NAME, Manifest(pair=manifest.pair, platform=manifest.platform,
+                                                     lockfile=str(lockfile), installed_at=timestamp(),
+                                                     packages=packages))
+    pair = load_matrix().by_id.get(manifest.pair)
+    write_env_record(EnvRecord(prefix=str(prefix), python=str(env_python(prefix)),
+                               pair=pair.id if pair else None, platform=manifest.platform, built_at=timestamp(),
+                               lockfile=str(lockfile)))
+    return EnvResult(prefix, env_python(prefix), True, [], time.perf_counter() - start, lockfile)

@@ -1,0 +1,166 @@
+"""`aipc-env fleet winget | ansible | bundle | report`: provision many AI PCs identically and prove it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, print_json
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fleet", help="for fleet admins: WinGet configuration, Ansible playbook, offline bundles, "
+                       "one report of many machines", description="Provision many AI PCs identically (the machine "
+                       "layer as a WinGet configuration, an Ansible playbook, offline bundles) and see which drifted "
+                       "(one report over many `doctor --json` reports). docs/fleet.md is the admin's runbook.")
+    inner = p.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
+    w = inner.add_parser("winget", parents=[JSON, MATRIX], help="write (or --check) the WinGet configuration of "
+                         "a pair's machine layer", description="The machine layer (OS and driver assertions, oneAPI "
+                         "of the pair's release, VS Build Tools with C++, Miniforge, Git, the registry items) as a "
+                         "WinGet configuration, validated against the official schema and strict models. With "
+                         "--check FILE: validate a hand-edited file, errors located by line (exit 1).")
+    w.add_argument("--pair", metavar="ID", help="the pair (default: the newest for Windows)")
+    w.add_argument("--out", type=Path, metavar="FILE", help="write it here (default: stdout)")
+    w.add_argument("--check", type=Path, metavar="FILE", help="validate this file instead of writing one")
+    a = inner.add_parser("ansible", parents=[MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
+                         description="site.yml, an inventory example, group_vars and the WinGet configuration: "
+                         "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
+                         "runtime, the bundle and a doctor report. Idempotent.")
+    a.add_argument("--pair", metavar="ID", help="the pair (default: the newest)")
+    a.add_argument("--out", type=Path, required=True, metavar="DIR", help="the playbook folder")
+    b = inner.add_parser("bundle", parents=[JSON, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
+                         "platform", description="The lock, every wheel it names (sha256-checked), the conda "
+                         "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
+                         "manifest of every file's sha256. Install with `aipc-env env --bundle DIR` (no network).")
+    b.add_argument("--pair", metavar="ID", help="the pair whose lock is bundled (default: the newest)")
+    b.add_argument("--lock", type=Path, metavar="PYLOCK", help="bundle this pylock instead of the pair's lock in "
+                   "lockfiles/ (e.g. a golden machine's)")
+    b.add_argument("--platform", choices=["win-64", "linux-64"], required=True, help="the target platform")
+    b.add_argument("--python", metavar="X.Y", help="the target's Python (default: the lock's, from lock-meta.json)")
+    b.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new, empty folder")
+    b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
+                   help="folders holding the lock's wheels (searched before their URLs)")
+    r = inner.add_parser("report", parents=[JSON], help="one report over many `doctor --json` reports",
+                         description="Which machines fail which checks (grouped by check and fix), and which "
+                         "drifted from a golden machine's pair and env. Writes a static HTML page and a CSV. Exit 1 "
+                         "when any machine fails, drifted or could not be read.")
+    r.add_argument("reports", nargs="+", type=Path, metavar="DIR", help="folders (or files) of doctor --json reports")
+    r.add_argument("--golden", type=Path, metavar="FILE", help="the golden machine's doctor --json report")
+    r.add_argument("--out", type=Path, metavar="HTML", help="write the HTML page here")
+    r.add_argument("--csv", type=Path, metavar="FILE", help="write the CSV here")
+    for q in (w, a, b, r):
+        q.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report}[args.fleet_command](args)
+
+
+def _pair(args: argparse.Namespace, platform: str = "win-64"):
+    from aipc_env.matrix import load_matrix
+
+    matrix = load_matrix(args.matrix)
+    return matrix.get(args.pair) if getattr(args, "pair", None) else matrix.newest(platform)  # type: ignore[arg-type]
+
+
+def _winget(args: argparse.Namespace) -> int:
+    from aipc_env.fileio import atomic_write_text
+    from aipc_env.fleet.winget import (WinGetCheckReport, check_file, render_yaml, validate_configuration,
+                                       winget_configuration)
+
+    if args.check:
+        issues = check_file(args.check)
+        if args.json:
+            print_json(WinGetCheckReport(file=str(args.check), issues=issues))
+        for issue in issues if not args.json else []:
+            print(issue.render(str(args.check)))
+        if not issues and not args.json:
+            print(f"{args.check}: valid (official schema and aipc-env's settings models)")
+        return 1 if issues else 0
+    pair = _pair(args)
+    config = winget_configuration(pair)
+    text = render_yaml(config, pair)
+    issues = validate_configuration(config, text)
+    if issues:  # a bug: what we write must validate
+        raise RuntimeError("; ".join(i.render("generated") for i in issues))
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"wrote {args.out}", file=sys.stderr if args.json else sys.stdout)
+    elif not args.json:
+        print(text, end="")
+    if args.json:
+        print_json(config)
+    return 0
+
+
+def _ansible(args: argparse.Namespace) -> int:
+    from aipc_env.fleet.ansible import write_playbook
+    from aipc_env.fleet.winget import render_yaml, winget_configuration
+
+    pair = _pair(args)
+    written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair))
+    print(f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
+          f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
+          "site.yml")
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    import datetime as _dt
+
+    from aipc_env.container.build import build_aipc_wheel
+    from aipc_env.errors import InputError
+    from aipc_env.fleet.bundle import build_bundle
+    from aipc_env.fleet.winget import render_yaml, winget_configuration
+    from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta
+    from aipc_env.paths import cache_dir, project_root
+
+    pair = _pair(args, args.platform)
+    lockfile = args.lock or pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, args.platform)
+    if not lockfile.is_file():
+        raise InputError(f"no {args.platform} lock for {pair.id}", path=lockfile,
+                         fix=f"make it: nox -s lock -- --pair {pair.id} (or pass --lock PYLOCK)")
+    python = args.python or (read_meta(lockfile.parent).python if meta_path(lockfile.parent).is_file() else None)
+    if not python:
+        raise InputError("the target's Python is unknown (no lock-meta.json next to the lock)", key="--python",
+                         fix="pass --python X.Y")
+    log = cache_dir() / "logs" / f"bundle-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    wheel_dir = cache_dir() / "bundle-build"
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheel = build_aipc_wheel(wheel_dir, log)
+    winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel,
+                            winget_yaml=winget, cache=cache_dir() / "wheels", find_links=args.find_links, log=say)
+    if args.json:
+        print_json(manifest)
+    else:
+        print(f"wrote the {args.platform} bundle of {pair.id} to {args.out} ({len(manifest.files)} files); install "
+              f"it with no network: sh bootstrap.sh (Linux) or bootstrap.ps1 (Windows)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from aipc_env.fileio import atomic_write_text
+    from aipc_env.fleet.report import build_fleet_report, render_csv, render_html
+
+    report = build_fleet_report(args.reports, args.golden)
+    if args.out:
+        atomic_write_text(args.out, render_html(report))
+    if args.csv:
+        atomic_write_text(args.csv, render_csv(report))
+    if args.json:
+        print_json(report)
+    else:
+        print(f"{len(report.machines)} machines: " + ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())))
+        for group in report.groups[:15]:
+            print(f"  {group.status:5} {group.check}: {len(group.machines)} machine(s); fix: {group.fix}")
+        for m in report.machines:
+            if m.state in ("unreadable", "newer"):
+                print(f"  {m.state}: {m.file}: {m.problem}")
+        if args.out:
+            print(f"wrote {args.out}")
+    return 1 if report.problems else 0

@@ -1,0 +1,137 @@
+"""The fleet playbook: `ansible-playbook --syntax-check` and `ansible-lint --offline` pass (Windows collections
+from the PyPI `ansible` package), every `win_*` task argument exists in `ansible-doc`, and the Linux play runs
+for real against localhost into temporary roots — apply, apply again with changed=0, check mode with no changes —
+for a 5-host inventory, each host its own root, with no network."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import distro_python_with_venv, require_tool, run_cli
+from tests.support.ansible import collections_path
+
+pytestmark = pytest.mark.slow
+HOSTS = 5
+
+
+def _bin(name: str) -> str:
+    path = shutil.which(name) or str(Path(sys.executable).parent / name)
+    require_tool(None if Path(path).exists() else f"{name} is not installed (pip install ansible-core ansible-lint)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def playbook(tmp_path_factory, fleet_bundle):
+    out = tmp_path_factory.mktemp("playbook") / "fleet ü"
+    result = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    shutil.copytree(fleet_bundle, out / "bundle-linux-64")
+    collections = collections_path(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aipc-env-tests")
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_LOCAL_TEMP": str(out.parent / "ansible-tmp")}
+    return out, env
+
+
+def test_syntax_check_and_lint(playbook):
+    out, env = playbook
+    syntax = subprocess.run([_bin("ansible-playbook"), "-i", "inventory.example.yml", "site.yml", "--syntax-check"],
+                            cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    bundle = out / "bundle-linux-64"
+    moved = out.parent / "bundle-aside"
+    bundle.rename(moved)  # lint the playbook, not the bundle's files
+    try:
+        lint = subprocess.run([_bin("ansible-lint"), "--offline", "--nocolor"], cwd=out, env=env,
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        moved.rename(bundle)
+    assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr[-3000:]
+    assert "production" in lint.stdout + lint.stderr
+
+
+def test_win_task_arguments_exist_in_ansible_doc(playbook):
+    out, env = playbook
+    plays = yaml.safe_load((out / "site.yml").read_text())
+    docs: dict[str, dict] = {}
+    checked = 0
+    for play in plays:
+        for task in play["tasks"]:
+            module = next(k for k in task if "." in k and k.split(".")[0] in ("ansible", "community"))
+            if not module.split(".")[-1].startswith("win_"):
+                continue
+            if module not in docs:
+                raw = subprocess.run([_bin("ansible-doc"), "-t", "module", "-j", module], env=env,
+                                     capture_output=True, text=True, timeout=120)
+                assert raw.returncode == 0, raw.stderr
+                docs[module] = json.loads(raw.stdout)[module]["doc"]["options"]
+            options = docs[module]
+            names = {n for name, spec in options.items() for n in [name, *spec.get("aliases", [])]}
+            args = task[module] if isinstance(task[module], dict) else {"_raw_params": task[module]}
+            for arg, value in args.items():
+                if arg == "_raw_params":
+                    assert module.endswith(("win_shell", "win_command")), module
+                    continue
+                assert arg in names, f"{module}: unknown option {arg}"
+                choices = options.get(arg, {}).get("choices")
+                if choices and isinstance(value, str) and "{{" not in value:
+                    assert value in choices, f"{module}: {arg}={value} not in {choices}"
+            checked += 1
+    assert checked >= 7
+
+
+def _inventory(out: Path, hosts: int) -> Path:
+    lines = ["aipc_linux:", "  hosts:"]
+    for i in range(1, hosts + 1):
+        root = out.parent / f"host root {i}"
+        env = {"AIPC_ENV_STATE_DIR": str(root / "state"), "AIPC_ENV_CACHE_DIR": str(root / "cache"),
+               "UV_CACHE_DIR": str(root / "uv-cache"), "PATH": "/usr/bin:/bin"}
+        lines += [f"    aipc-pc-{i:03d}:", "      ansible_connection: local",
+                  f"      ansible_python_interpreter: {sys.executable}", f"      aipc_root: {json.dumps(str(root))}",
+                  "      aipc_install_gpu_runtime: false", f"      aipc_environment: {json.dumps(env)}"]
+    path = out / "inventory.test.yml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _play(out: Path, env: dict, inventory: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    require_tool(None if shutil.which("unshare") and
+                 subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+                 else "unshare -n is not available")
+    result = subprocess.run(["unshare", "-n", "--", _bin("ansible-playbook"), "-i", str(inventory), "site.yml",
+                             "--forks", str(HOSTS), *extra], cwd=out, env=env, capture_output=True, text=True,
+                            timeout=1200)
+    recap = {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+             for m in re.finditer(r"^(aipc-pc-\d+)\s+:\s+(.*)$", result.stdout, re.M)}
+    return result, recap
+
+
+def test_the_linux_play_on_five_hosts_is_idempotent_and_check_mode_writes_nothing(playbook):
+    require_tool(distro_python_with_venv())
+    out, env = playbook
+    inventory = _inventory(out, HOSTS)
+    preview, recap = _play(out, env, inventory, "--check", "--diff")
+    assert preview.returncode == 0, preview.stdout[-3000:]
+    assert all(r["changed"] >= 2 for r in recap.values()) and len(recap) == HOSTS  # it predicts the changes ...
+    assert not any((out.parent / f"host root {i}").exists() for i in range(1, HOSTS + 1))  # ... and writes nothing
+    first, recap = _play(out, env, inventory)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    assert all(r["failed"] == 0 and r["changed"] >= 3 for r in recap.values()) and len(recap) == HOSTS
+    again, recap = _play(out, env, inventory)
+    assert again.returncode == 0 and all(r["changed"] == 0 for r in recap.values()), again.stdout[-3000:]
+    check, recap = _play(out, env, inventory, "--check", "--diff")
+    assert check.returncode == 0 and all(r["changed"] == 0 for r in recap.values()), check.stdout[-3000:]
+    for i in range(1, HOSTS + 1):
+        report = json.loads((out / "reports" / f"aipc-pc-{i:03d}.json").read_text())
+        assert report["facts"]["training_env"]["prefix"] == str(out.parent / f"host root {i}" / "env")
+        assert report["facts"]["training_env"]["distributions"]["torch"] == "2.13.0+xpu"
+    fleet = run_cli("fleet", "report", str(out / "reports"), "--json")
+    assert len(json.loads(fleet.stdout)["machines"]) == HOSTS
