@@ -3,6 +3,7 @@
     nox -s doctor [-- --json ...]     check this machine (fast: no torch import)
     nox -s train [-- config.yaml]     train (no config: the built-in tiny default, no download)
     nox -s verify                      prove NF4, Adam8bit and LoRA round-trips work on this device
+    nox -s distill [-- STAGE ...]      Qwen-Image-2.1 4-step LoRA distillation (no args: all stages, tiny default)
     nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
 
@@ -100,6 +101,14 @@ def verify(session: nox.Session) -> None:
 def train(session: nox.Session) -> None:
     """Validate a config, write its launcher, run cache then fit. No config: the built-in tiny default."""
     _aipc(session, "train", *_install(session, "train", torch=True))
+
+
+@nox.session
+def distill(session: nox.Session) -> None:
+    """Qwen-Image-2.1 4-step distillation stages. No args: G0 -> trajectories -> train -> G2 -> G3 -> report on the
+    built-in tiny random pipeline (no download). `-- gate g2 --config distill.yaml` runs one stage."""
+    rest = _install(session, "train", torch=True)
+    _aipc(session, "distill", *(rest or ["all"]))
 
 
 @nox.session

@@ -12,7 +12,9 @@ _APPLIED = False
 def processor_without_video() -> bool:
     """transformers >= 5 builds Qwen2VLProcessor with a video processor, which needs torchvision. Where
     torchvision is missing (it is optional in the training env), limit the processor to image processor +
-    tokenizer, which is all the Qwen-Image-Edit pipelines use. Returns whether the shim is active."""
+    tokenizer, which is all the Qwen-Image-Edit pipelines use. The same holds for Qwen3VLProcessor (Qwen-Image-2.1's
+    text encoder; its video processor is never used by the image pipelines). A test-environment shim: where
+    torchvision imports (any real training env), nothing is changed. Returns whether the shim is active."""
     global _APPLIED
     if _APPLIED:
         return True
@@ -23,9 +25,10 @@ def processor_without_video() -> bool:
             return False
         except Exception:  # noqa: BLE001 - a torchvision that does not import is as good as none
             pass
-    from transformers import Qwen2VLProcessor
+    from transformers import Qwen2VLProcessor, Qwen3VLProcessor
 
-    Qwen2VLProcessor.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
+    for cls in (Qwen2VLProcessor, Qwen3VLProcessor):
+        cls.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
     _APPLIED = True
     return True
 

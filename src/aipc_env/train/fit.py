@@ -8,16 +8,14 @@ from __future__ import annotations
 import gc
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.errors import AipcError
-from aipc_env.fileio import atomic_dir
-from aipc_env.formats import VersionedModel, load_versioned, write_model
-from aipc_env.train.checkpoint import (STATE_FILE, CheckpointState, checkpoint_dirs, model_identity, resume_dir,
-                                       training_fingerprint)
+from aipc_env.formats import VersionedModel, write_model
+from aipc_env.train.checkpoint import (CheckpointState, model_identity, restore_checkpoint, resume_dir,
+                                       save_checkpoint, training_fingerprint)
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.objective import flow_matching_loss
@@ -111,30 +109,11 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
 
 
 def _save_checkpoint(cfg: TrainConfig, step: int, model, opt, sched, smoothed: float | None) -> Path:
-    """A checkpoint folder, written beside and renamed into place; at most checkpoints_total_limit are kept."""
-    import torch
-    from peft.utils import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
     assert cfg.model
-    out = Path(cfg.output_dir)
-    root = out / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:07d}"
-    with atomic_dir(final) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
-                  str(tmp / "lora.safetensors"))
-        torch.save(opt.state_dict(), tmp / "optimizer.pt")
-        torch.save(sched.state_dict(), tmp / "scheduler.pt")
-        write_model(tmp / STATE_FILE, CheckpointState(
-            step=step, smoothed_loss=smoothed, lora_rank=cfg.lora.rank, lora_alpha=cfg.lora.alpha,
-            target_modules=cfg.lora.target_modules, model=model_identity(cfg.model.path),
-            fingerprint=training_fingerprint(cfg)))
-    limit = cfg.train.checkpoints_total_limit
-    if limit:
-        for old in checkpoint_dirs(out)[:-limit]:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
+    state = CheckpointState(step=step, smoothed_loss=smoothed, lora_rank=cfg.lora.rank, lora_alpha=cfg.lora.alpha,
+                            target_modules=cfg.lora.target_modules, model=model_identity(cfg.model.path),
+                            fingerprint=training_fingerprint(cfg))
+    return save_checkpoint(Path(cfg.output_dir), state, model, opt, sched, limit=cfg.train.checkpoints_total_limit)
 
 
 def _loaded_models() -> list[str]:
@@ -181,8 +160,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     from diffusers import QwenImageEditPipeline
     from diffusers.optimization import get_scheduler
     from peft import LoraConfig
-    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from peft.utils import get_peft_model_state_dict
 
     from aipc_env.train.cache import load_index, read_entry
 
@@ -225,12 +203,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     step, smoothed, rows = 0, None, []
     resume = resume_dir(cfg)
     if resume is not None:
-        set_peft_model_state_dict(model, {k: v.to(device) for k, v in load_file(str(resume / "lora.safetensors")).items()})
-        for p in params:
-            p.data = p.data.float()
-        opt.load_state_dict(torch.load(resume / "optimizer.pt", weights_only=False))
-        sched.load_state_dict(torch.load(resume / "scheduler.pt", weights_only=False))
-        state = load_versioned(CheckpointState, resume / STATE_FILE)
+        state = restore_checkpoint(resume, model, opt, sched, device)
         step, smoothed = state.step, state.smoothed_loss
         if log_path.is_file():
             rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]

@@ -60,6 +60,9 @@ def quantize_linear_layers_nf4(model: torch.nn.Module, device: torch.device | st
             setattr(module, child_name, q.to(device))
             count += 1
     model.to(device)
+    # what diffusers' bitsandbytes loader sets: without it peft wraps Linear4bit in its generic LoRA layer
+    # instead of its bitsandbytes one (tests/test_quantize.py checks the layer class)
+    model.is_loaded_in_4bit = True
     for p in model.parameters():
         if p.dtype.is_floating_point and p.dtype != compute_dtype:
             p.data = p.data.to(compute_dtype)

@@ -38,7 +38,7 @@ class UsedEnvRecord(VersionedModel):
     schema_version: Literal[1] = 1
     prefix: str
     python: str
-    command: Literal["train", "verify"]
+    command: Literal["train", "verify", "distill"]
     when: str
 
 

@@ -1,0 +1,217 @@
+"""The distillation config (YAML, pydantic): model, grids, prompts, student training, evaluation. Torch-free.
+Relative paths are resolved against the config file's folder, as for training configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from aipc_env.errors import InputError
+from aipc_env.fileio import atomic_write_text, read_yaml
+from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.train.config import find_todos
+
+__all__ = ["DistillConfig", "load_distill_config", "default_distill_config", "write_default_distill_config",
+           "BUILTIN_TINY21", "BUILTIN_PROMPTS", "BUILTIN_EVAL_PROMPTS", "default_teacher_sigmas"]
+
+BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
+"""A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
+BUILTIN_PROMPTS = "builtin:prompts"
+BUILTIN_EVAL_PROMPTS = "builtin:eval-prompts"
+
+
+def default_teacher_sigmas(steps: int = 8) -> list[float]:
+    """The pipeline's own default grid for `steps` steps (np.linspace(1, 1/steps, steps)), as float32 values."""
+    import numpy as np
+
+    return [float(x) for x in np.linspace(1.0, 1 / steps, steps).astype("float32")]
+
+
+class PromptsSection(StrictModel):
+    train: str = Field(BUILTIN_PROMPTS, description="JSONL, one {\"prompt\": ...} per line (\"seed\" optional)")
+    eval: str = Field(BUILTIN_EVAL_PROMPTS, description="held-out prompts for G3, same format")
+    limit: int | None = Field(None, ge=1, description="use only the first N training prompts")
+
+
+class DivergenceSection(StrictModel):
+    """When a training run is stopped as diverged (the seed's 128-prompt run went to loss 1.2 and a velocity MSE
+    2.2 while it kept training)."""
+
+    spike_factor: float = Field(4.0, gt=1, description="a loss above this times the median of the last `window`")
+    window: int = Field(8, ge=2)
+    velocity_every: int = Field(10, ge=1, description="measure the velocity MSE on the training pairs every N steps")
+    velocity_tolerance: float = Field(1.5, gt=1, description="stop when it exceeds the best so far times this")
+
+
+class OnPolicySection(StrictModel):
+    """Seed next step 2: roll the student to sigma_2k, take the teacher two steps from there, train on that."""
+
+    start_step: int = Field(0, ge=0, description="on-policy pairs are used from this optimizer step on")
+    fraction: float = Field(0.5, ge=0, le=1, description="share of micro-batches that are on-policy")
+
+
+class StudentSection(StrictModel):
+    max_train_steps: int = Field(1000, ge=1)
+    learning_rate: float = Field(1e-4, gt=0)
+    batch_size: int = Field(1, ge=1)
+    loss_weighting: Literal["uniform", "endpoint"] = Field(
+        "endpoint", description="uniform velocity MSE, or endpoint: each step's error times its delta-sigma squared")
+    rank: int = Field(64, ge=1, le=512)
+    alpha: float = Field(128, gt=0)
+    target_modules: list[str] = ["to_q", "to_k", "to_v", "to_out.0"]
+    base: Literal["nf4", "full"] = Field("nf4", description="the frozen base in training: NF4 (QLoRA) or as loaded")
+    optimizer: Literal["adamw", "adam8bit"] = "adamw"
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    gradient_checkpointing: bool = True
+    checkpointing_steps: int = Field(100, ge=1)
+    checkpoints_total_limit: int | None = Field(3, ge=1)
+    resume: str | None = Field(None, description="'auto' (latest checkpoint) or a checkpoint folder")
+    on_policy: OnPolicySection | None = None
+    divergence: DivergenceSection = DivergenceSection()
+
+
+class EvalSection(StrictModel):
+    seeds: list[int] = Field([0], min_length=1, description="noise seeds per eval prompt")
+    lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
+                                      "without it G3 measures PSNR/MSE to the teacher")
+    decode_device: str = Field("cpu", description="where the VAE decodes (seed lesson 3: the bf16 GPU decode of "
+                               "this video VAE needs ~76 GB of transients at 512 px)")
+
+
+class DistillConfig(VersionedModel):
+    """A distillation config (YAML). Paths are absolute after loading."""
+
+    FORMAT: ClassVar[str] = "distillation config"
+    FIX: ClassVar[str] = "start from `aipc-env distill init` (writes the built-in default) and edit it"
+    schema_version: Literal[1] = 1
+    model: str = Field(BUILTIN_TINY21, description="a local diffusers Qwen-Image-2.1(-Turbo) folder, or the tiny one")
+    output_dir: str
+    device: str = Field("auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
+    compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    height: int = Field(512, ge=32)
+    width: int = Field(512, ge=32)
+    teacher_sigmas: list[float] = Field(default_factory=default_teacher_sigmas, min_length=2,
+                                        description="the teacher grid without the terminal 0 (8 entries for 8 steps)")
+    student_stride: int = Field(2, ge=2, description="student step k spans teacher steps stride*k .. stride*(k+1)")
+    use_kv_cache: bool = True
+    seed: int = 0
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (pin in CI: timings vary 20x otherwise)")
+    prompts: PromptsSection = PromptsSection()
+    student: StudentSection = StudentSection()
+    eval: EvalSection = EvalSection()
+
+    @field_validator("height", "width")
+    @classmethod
+    def _mult32(cls, value: int) -> int:
+        if value % 32:
+            raise ValueError("must be a multiple of 32 (the pipeline floors sizes to 32; below 32 it crashes)")
+        return value
+
+    @field_validator("teacher_sigmas")
+    @classmethod
+    def _descending(cls, value: list[float]) -> list[float]:
+        if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in zip(value, value[1:])):
+            raise ValueError("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by the scheduler)")
+        return value
+
+    @model_validator(mode="after")
+    def _grid(self) -> "DistillConfig":
+        if len(self.teacher_sigmas) % self.student_stride:
+            raise ValueError(f"teacher_sigmas has {len(self.teacher_sigmas)} entries, not a multiple of "
+                             f"student_stride {self.student_stride}")
+        return self
+
+    @property
+    def student_sigmas(self) -> list[float]:
+        """The student grid: every stride-th teacher sigma (4 of 8), so student step k lands where the teacher's
+        step stride*(k+1) lands."""
+        return self.teacher_sigmas[:: self.student_stride]
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir)
+
+
+_PATH_KEYS = ("model", "output_dir", "prompts.train", "prompts.eval", "student.resume", "eval.lpips_weights")
+
+
+def _absolute(value: str | None, base: Path) -> str | None:
+    if value is None or value.startswith("builtin:") or value == "auto":
+        return value
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (base / p).absolute())
+
+
+def load_distill_config(path: str | Path) -> DistillConfig:
+    """Read, validate and resolve a distillation config; every problem names the file and key."""
+    path = Path(path)
+    raw = read_yaml(path, "distillation config")
+    if not isinstance(raw, dict):
+        raise InputError("expected a mapping (model, output_dir, prompts, student, eval, ...)", path=path,
+                         fix=DistillConfig.FIX)
+    todos = find_todos(raw)
+    if todos:
+        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
+                         fix="replace each TODO with a real value")
+    raw = {"schema_version": 1, **raw}
+    cfg = validate_versioned(DistillConfig, raw, path)
+    data = cfg.model_dump()
+    base = path.absolute().parent
+    for key in _PATH_KEYS:
+        section, _, name = key.rpartition(".")
+        holder = data.get(section) if section else data
+        if isinstance(holder, dict) and name in holder:
+            holder[name] = _absolute(holder[name], base)
+    cfg = DistillConfig.model_validate(data)
+    _check_paths(cfg, path)
+    return cfg
+
+
+def _check_paths(cfg: DistillConfig, path: Path) -> None:
+    if not cfg.model.startswith("builtin:") and not (Path(cfg.model) / "model_index.json").is_file():
+        raise InputError(f"{cfg.model} is not a diffusers model folder (no model_index.json)", path=path,
+                         key="model", fix="download Qwen/Qwen-Image-2.1-Turbo (or point at its local copy)")
+    for key in ("train", "eval"):
+        value = getattr(cfg.prompts, key)
+        if not value.startswith("builtin:") and not Path(value).is_file():
+            raise InputError(f"prompts file {value!r} does not exist", path=path, key=f"prompts.{key}",
+                             fix="point it at a JSONL file with one {\"prompt\": \"...\"} per line")
+    if cfg.model.startswith("builtin:") and cfg.model != BUILTIN_TINY21:
+        raise InputError(f"unknown built-in model {cfg.model!r}", path=path, key="model",
+                         fix=f"use {BUILTIN_TINY21} or a model folder")
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output_dir {cfg.output_dir!r} is a file", path=path, key="output_dir",
+                         fix="name a folder for the run")
+
+
+def default_distill_config(run_dir: Path) -> dict:
+    """The built-in default: the tiny random 2.1 pipeline at 64x64, built-in prompts, CPU-sized training."""
+    return {
+        "schema_version": 1,
+        "model": BUILTIN_TINY21,
+        "output_dir": str(run_dir),
+        "device": "auto",
+        "height": 64,
+        "width": 64,
+        "teacher_sigmas": default_teacher_sigmas(8),
+        "seed": 0,
+        "threads": 1,
+        "prompts": {"train": BUILTIN_PROMPTS, "eval": BUILTIN_EVAL_PROMPTS},
+        "student": {"max_train_steps": 20, "learning_rate": 3e-3, "rank": 8, "alpha": 16,
+                    "loss_weighting": "endpoint", "base": "nf4", "checkpointing_steps": 10,
+                    "checkpoints_total_limit": 2,
+                    "divergence": {"spike_factor": 10.0, "window": 8, "velocity_every": 5,
+                                   "velocity_tolerance": 3.0}},
+        "eval": {"seeds": [0, 1]},
+    }
+
+
+def write_default_distill_config(run_dir: Path) -> Path:
+    path = run_dir / "distill.yaml"
+    atomic_write_text(path, "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n"
+                      + yaml.safe_dump(default_distill_config(run_dir), sort_keys=False, allow_unicode=True))
+    return path

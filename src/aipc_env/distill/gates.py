@@ -1,0 +1,419 @@
+"""Gates G0 (plumbing), G2 (sampler parity) and G3 (quality), each a list of named checks. A violated seed-003
+lesson fails its check with the lesson's error name; a failed check stops the checks that depend on it.
+`inject` names faults to plant (tests prove each gate catches its fault):
+grad-embeddings, rgba, no-lora-metadata (G0); wrong-sigmas (G2)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Literal
+
+import torch
+
+from aipc_env.distill import sampler
+from aipc_env.distill.config import DistillConfig
+from aipc_env.distill.lessons import (LessonError, ParityBroken, StudentNotBetter, check_deterministic_sampler, check_lora_metadata,
+                                      check_sigmas_verbatim, check_steps_honoured)
+from aipc_env.distill.prompts import load_prompts
+from aipc_env.distill.verdict import Check
+from aipc_env.errors import AipcError
+from aipc_env.formats import StrictModel, VersionedModel, write_model
+
+__all__ = ["CheckList", "gate_g0", "gate_g2", "gate_g3", "G3Manifest", "INJECTABLE"]
+
+INJECTABLE = {"grad-embeddings": "g0", "rgba": "g0", "no-lora-metadata": "g0", "wrong-sigmas": "g2"}
+
+
+class CheckList:
+    """Runs named checks in order; a failing one is recorded with its error name (no traceback)."""
+
+    def __init__(self) -> None:
+        self.items: list[Check] = []
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            result = fn()
+        except LessonError as exc:
+            self.items.append(Check(name=name, ok=False, detail=exc.message, error=exc.name, fix=exc.fix))
+            return None
+        except AipcError as exc:
+            self.items.append(Check(name=name, ok=False, detail=exc.message, error="input", fix=exc.fix))
+            return None
+        detail = result[1] if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str) else ""
+        self.items.append(Check(name=name, ok=True, detail=detail))
+        return result[0] if detail else (result if result is not None else True)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.items)
+
+
+def _finite_rgb(images: torch.Tensor) -> str:
+    if not bool(torch.isfinite(images).all()):
+        raise AipcError("the decoded images hold NaN or Inf values")
+    return f"RGB {tuple(images.shape)}, range [{float(images.min()):.3f}, {float(images.max()):.3f}]"
+
+
+def _decode(pipe, latents, cfg: DistillConfig, inject: frozenset[str]):
+    if "rgba" in inject:  # the seed's bug: taking the VAE's 4 channels as the image
+        from aipc_env.distill.lessons import check_rgb
+
+        z = pipe._unpack_latents(latents, cfg.height // 32 * 32, cfg.width // 32 * 32, pipe.vae_scale_factor)
+        raw = pipe.vae.decode(z.to(pipe.vae.dtype), return_dict=False)[0][:, :, 0]
+        check_rgb(raw)
+    return sampler.decode_rgb(pipe, latents, cfg.height, cfg.width, cfg.eval.decode_device)
+
+
+def _pipe_latents(pipe, cfg: DistillConfig, prompted: sampler.Prompted, noise, grid: list[float], **kw):
+    return pipe(prompt_embeds=prompted.embeds, prompt_embeds_mask=prompted.mask, latents=noise.clone(),
+                height=cfg.height, width=cfg.width, sigmas=grid, output_type="latent",
+                use_kv_cache=cfg.use_kv_cache, **kw).images
+
+
+def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
+    """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
+    LoRA train step runs; save then reload keeps alpha with bit-exact output."""
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key
+    from aipc_env.distill.student import (Trajectory, add_lora, make_batch, prepare_student, publish, step_loss)
+    from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
+    from aipc_env.distill.lessons import check_lora_before_prepare
+
+    checks, metrics = CheckList(), {}
+    device, dtype = device_and_dtype(cfg)
+    path = model_dir(cfg, log=log)
+    t = time.perf_counter()
+    pipe = checks.run("pipeline-loads", lambda: (load_pipeline(path, device, dtype),
+                                                 f"QwenImage21Pipeline from {path.name} in "
+                                                 f"{time.perf_counter() - t:.2f} s"))
+    if pipe is None:
+        return checks.items, metrics
+    prompt = load_prompts(cfg.prompts.train, limit=1)[0].prompt
+    prompted = checks.run("embeddings-without-grad",
+                          lambda: (sampler.encode(pipe, [prompt], device, grad="grad-embeddings" in inject),
+                                   "encode_prompt under no_grad: no autograd graph attached"))
+    if prompted is None:
+        return checks.items, metrics
+    g = torch.Generator().manual_seed(cfg.seed)
+    noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
+    outs = {}
+    for name, grid in (("teacher", cfg.teacher_sigmas), ("naive", cfg.student_sigmas)):
+        def run(grid=grid, name=name):
+            latents = _pipe_latents(pipe, cfg, prompted, noise, grid)
+            outs[name] = latents
+            return None, f"{len(grid)} steps: " + _finite_rgb(_decode(pipe, latents, cfg, inject))
+        checks.run(f"{name}-{len(grid)}-step-rgb", run)
+    if len(outs) < 2:
+        return checks.items, metrics
+
+    def roundtrip():
+        final, steps, timesteps, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, cfg.teacher_sigmas,
+                                                     cfg.height, cfg.width, use_kv_cache=cfg.use_kv_cache,
+                                                     record=True)
+        tensors = {"latents": torch.stack([s[0] for s in steps]), "timesteps": timesteps.float(),
+                   "sigmas": eff.float(), "prompt_embeds": prompted.embeds[0],
+                   "prompt_mask": torch.ones(prompted.embeds.shape[1], dtype=torch.uint8),
+                   "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8)}
+        meta = TrajectoryMeta(key="g0", prompt=prompt, seed=cfg.seed, model_key=model_key(path), height=cfg.height,
+                              width=cfg.width, use_kv_cache=cfg.use_kv_cache, dtype=str(dtype), passed_sigmas=
+                              cfg.teacher_sigmas)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_trajectory(Path(tmp) / "t.safetensors", meta, tensors)
+            back = read_trajectory(Path(tmp) / "t.safetensors")
+        if back is None or back[0] != meta or back[1].keys() != tensors.keys() or \
+                not all(torch.equal(back[1][k], v.cpu()) for k, v in tensors.items()):
+            raise AipcError("the trajectory read back differs from what was written")
+        if not torch.equal(final, outs["teacher"]):
+            raise ParityBroken("the recorded trajectory does not end where pipe(...) ends")
+        return back[1], f"{len(steps)} latents + grid + embeddings, bit-exact after write/read"
+
+    stored = checks.run("trajectory-format-roundtrip", roundtrip)
+    if not isinstance(stored, dict):
+        return checks.items, metrics
+    traj = [Trajectory(stored["latents"], stored["timesteps"], stored["sigmas"], sampler.Prompted(
+        stored["prompt_embeds"][None], None, stored["image_pad_mask"][None].bool()))]
+    shapes_one = sampler.img_shapes_for(pipe, 1, cfg.height, cfg.width)
+    state: dict = {}
+
+    def train_step():
+        from accelerate import Accelerator
+
+        model = load_transformer(path, device, dtype, base=cfg.student.base)
+        params = add_lora(model, cfg)
+        opt = torch.optim.AdamW(params, lr=cfg.student.learning_rate)
+        accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu")
+        model, opt = prepare_student(accelerator, model, opt)
+        check_lora_before_prepare(accelerator.unwrap_model(model), opt)
+        base_name, base_param = next((n, p) for n, p in model.named_parameters() if "lora_" not in n)
+        base_before = base_param.detach().clone()
+        lora_before = [p.detach().clone() for p in params]
+        batch = make_batch(traj, [(0, len(cfg.student_sigmas) - 1)], cfg.student_stride, shapes_one, device, dtype)
+        loss, _ = step_loss(model, batch, cfg.student.loss_weighting)
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        if not math.isfinite(float(loss)):
+            raise AipcError(f"the loss is {float(loss)}")
+        if all(torch.equal(a, b) for a, b in zip(lora_before, params)):
+            raise AipcError("the LoRA weights did not change")
+        if not torch.equal(base_before, base_param.detach()):
+            raise AipcError(f"the frozen base changed ({base_name})")
+        state.update(model=accelerator.unwrap_model(model), batch=batch)
+        return None, (f"loss {float(loss):.4g}, {len(params)} LoRA tensors updated, base ({cfg.student.base}) "
+                      "frozen, LoRA added before prepare")
+
+    checks.run("lora-train-step", train_step)
+    if "model" not in state:
+        return checks.items, metrics
+
+    def save_reload():
+        from diffusers import QwenImage21Pipeline
+
+        student, batch = state["model"], state["batch"]
+        with tempfile.TemporaryDirectory() as tmp:
+            lora_dir = Path(tmp) / "lora"
+            publish(student, lora_dir, metadata="no-lora-metadata" not in inject)
+            meta = check_lora_metadata(lora_dir, rank=cfg.student.rank, alpha=cfg.student.alpha)
+            sd, meta = QwenImage21Pipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
+        fresh = load_transformer(path, device, dtype, base=cfg.student.base)
+        QwenImage21Pipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)
+        with torch.no_grad():
+            a = sampler.velocity(student, batch.x, batch.t, batch.prompted, batch.img_shapes)
+            b = sampler.velocity(fresh, batch.x, batch.t, batch.prompted, batch.img_shapes)
+        diff = float((a - b).abs().max())
+        if diff != 0.0:
+            raise ParityBroken(f"the reloaded LoRA's output differs from the trained module's (max diff {diff:g})")
+        return None, f"alpha {meta['transformer.lora_alpha']:g} (rank {meta['transformer.r']}) kept, max diff 0.0"
+
+    checks.run("lora-save-reload", save_reload)
+    return checks.items, metrics
+
+
+def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
+    """Sampler parity: the own Euler loop reproduces pipe(...) bit-exactly for both grids (a batch of two
+    prompts of different lengths); the scheduler uses the sigmas verbatim; num_inference_steps is honoured."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir
+
+    checks, metrics = CheckList(), {}
+    device, dtype = device_and_dtype(cfg)
+    pipe = load_pipeline(model_dir(cfg, log=log), device, dtype)
+    if "wrong-sigmas" in inject:  # the tiny hub repo's scheduler (seed 003 item 7)
+        pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(
+            {**pipe.scheduler.config, "use_dynamic_shifting": True, "shift_terminal": 0.02, "base_shift": 0.5,
+             "max_shift": 0.9, "time_shift_type": "exponential"})
+    sched_cfg = dict(pipe.scheduler.config)
+    metrics["scheduler_config"] = {k: sched_cfg.get(k) for k in ("shift", "use_dynamic_shifting", "shift_terminal",
+                                                                 "time_shift_type", "stochastic_sampling")}
+    metrics["sample_sigmas"] = pipe.config.get("sample_sigmas")
+    checks.run("deterministic-sampler", lambda: (check_deterministic_sampler(sched_cfg), "stochastic_sampling off"))
+    prompts = [r.prompt for r in load_prompts(cfg.prompts.train, limit=2)]
+    prompted = sampler.encode(pipe, prompts, device)
+    for name, grid in (("teacher", cfg.teacher_sigmas), ("student", cfg.student_sigmas)):
+        g = torch.Generator().manual_seed(cfg.seed)
+        noise = sampler.initial_noise(pipe, len(prompts), cfg.height, cfg.width, g, device, prompted.embeds.dtype)
+        ref = _pipe_latents(pipe, cfg, prompted, noise, grid)
+        pipe_sigmas = [float(s) for s in pipe.scheduler.sigmas]
+        own, _, _, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, grid, cfg.height, cfg.width,
+                                       use_kv_cache=cfg.use_kv_cache)
+        diff = float((own - ref).abs().max())
+        metrics[f"{name}_max_abs_diff"] = diff
+        metrics[f"{name}_effective_sigmas"] = [float(s) for s in eff]
+        metrics[f"{name}_passed_sigmas"] = grid
+
+        def parity(diff=diff, name=name, grid=grid):
+            if diff != 0.0:
+                raise ParityBroken(f"the own {len(grid)}-step loop differs from pipe(...) by up to {diff:g}",
+                                   fix="mirror the pipeline exactly (see aipc_env.distill.sampler)")
+            return None, f"own {len(grid)}-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch {len(prompts)})"
+
+        checks.run(f"parity-{name}", parity)
+        checks.run(f"sigmas-verbatim-{name}",
+                   lambda grid=grid, name=name, eff=pipe_sigmas: (
+                       check_sigmas_verbatim(grid, eff, sched_cfg, grid=name),
+                       "scheduler.sigmas == passed + [0]"))
+    counted: list[int] = []
+    steps = len(cfg.student_sigmas)
+    g = torch.Generator().manual_seed(cfg.seed)
+    pipe(prompt_embeds=prompted.embeds[:1], height=cfg.height, width=cfg.width, num_inference_steps=steps,
+         output_type="latent", generator=g, callback_on_step_end=lambda p, i, t, kw: counted.append(i) or {})
+    metrics["num_inference_steps_probe"] = {"requested": steps, "ran": len(counted)}
+    checks.run("num-inference-steps-honoured",
+               lambda: (check_steps_honoured(steps, len(counted), pipe.config.get("sample_sigmas")),
+                        f"num_inference_steps={steps} ran {len(counted)} steps"))
+    return checks.items, metrics
+
+
+class G3Entry(StrictModel):
+    prompt: str
+    seed: int
+    files: dict[str, str]
+    distance_to_teacher: dict[str, dict[str, float]]
+    """naive/student -> metric -> value."""
+
+
+class G3Manifest(VersionedModel):
+    """<output_dir>/g3/manifest.json: what G3 compared, with which LoRA, and the numbers."""
+
+    FORMAT: ClassVar[str] = "G3 manifest"
+    schema_version: Literal[1] = 1
+    mode: Literal["quality", "plumbing"]
+    metric: Literal["lpips", "psnr"]
+    metric_note: str
+    lora: str
+    lora_sha256: str
+    teacher_sigmas: list[float]
+    student_sigmas: list[float]
+    height: int
+    width: int
+    entries: list[G3Entry]
+    grid: str
+    mean: dict[str, dict[str, float]]
+
+
+def _lpips(cfg: DistillConfig):
+    """An LPIPS(alex) scorer when weights are configured, else None. The `lpips` package ships its linear layers;
+    the AlexNet backbone is read from `eval.lpips_weights` (a TORCH_HOME folder holding
+    hub/checkpoints/alexnet-owt-7be5be79.pth), never downloaded."""
+    import os
+
+    if not cfg.eval.lpips_weights:
+        return None
+    ckpt = Path(cfg.eval.lpips_weights) / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
+    if not ckpt.is_file():
+        raise AipcError(f"{ckpt} does not exist", key="eval.lpips_weights",
+                        fix="put torchvision's alexnet-owt-7be5be79.pth under <folder>/hub/checkpoints/, or remove "
+                            "eval.lpips_weights to measure PSNR/MSE")
+    os.environ["TORCH_HOME"] = str(cfg.eval.lpips_weights)
+    try:
+        import lpips
+    except Exception as exc:  # noqa: BLE001 - lpips needs an importable torchvision
+        raise AipcError(f"the lpips package does not import here ({type(exc).__name__}: {exc})",
+                        key="eval.lpips_weights", fix="pip install lpips (with a torchvision matching torch), or "
+                        "remove eval.lpips_weights to measure PSNR/MSE") from None
+    return lpips.LPIPS(net="alex", verbose=False).eval()
+
+
+def _distances(a: torch.Tensor, ref: torch.Tensor, scorer) -> dict[str, float]:
+    mse = float(((a - ref) ** 2).mean())
+    out = {"mse": mse, "psnr": 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")}
+    if scorer is not None:
+        with torch.no_grad():
+            out["lpips"] = float(scorer(a * 2 - 1, ref * 2 - 1).mean())
+    return out
+
+
+def _grid_image(rows: list[list[torch.Tensor]], path: Path) -> None:
+    from PIL import Image
+
+    h, w = rows[0][0].shape[-2:]
+    pad = 4
+    canvas = Image.new("RGB", (len(rows[0]) * (w + pad) + pad, len(rows) * (h + pad) + pad), (255, 255, 255))
+    for r, row in enumerate(rows):
+        for c, img in enumerate(row):
+            arr = (img.permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
+            canvas.paste(Image.fromarray(arr), (pad + c * (w + pad), pad + r * (h + pad)))
+    from aipc_env.fileio import atomic_write_bytes
+    import io
+
+    buf = io.BytesIO()
+    canvas.save(buf, format="PNG")
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()
+            ) -> tuple[list[Check], dict, str]:
+    """Quality: per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same
+    noise; distance to the teacher (LPIPS with local weights, else PSNR/MSE); passes only if the student beats
+    naive. On tiny random weights it is a plumbing check (artifacts written, outputs finite)."""
+    import io
+
+    from PIL import Image
+
+    from aipc_env.distill.config import BUILTIN_TINY21
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir
+    from aipc_env.fileio import atomic_write_bytes
+
+    checks, metrics = CheckList(), {}
+    mode = "plumbing" if cfg.model == BUILTIN_TINY21 else "quality"
+    lora_file = cfg.out / "lora" / "pytorch_lora_weights.safetensors"
+    if not lora_file.is_file():
+        raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
+    check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)
+    scorer = _lpips(cfg)
+    metric = "lpips" if scorer is not None else "psnr"
+    metric_note = ("LPIPS (alex) to teacher@8, lower is better" if scorer is not None else
+                   "PSNR/MSE to teacher@8 (no LPIPS weights configured: eval.lpips_weights), higher PSNR is better")
+    device, dtype = device_and_dtype(cfg)
+    pipe = load_pipeline(model_dir(cfg, log=log), device, dtype)
+    records = load_prompts(cfg.prompts.eval)
+    runs = []
+    for rec in records:
+        prompted = sampler.encode(pipe, [rec.prompt], device)
+        for seed in ([rec.seed] if rec.seed is not None else cfg.eval.seeds):
+            g = torch.Generator().manual_seed(seed)
+            noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
+            runs.append({"prompt": rec.prompt, "seed": seed, "prompted": prompted, "noise": noise,
+                         "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_sigmas),
+                         "naive": _pipe_latents(pipe, cfg, prompted, noise, cfg.student_sigmas)})
+    pipe.load_lora_weights(str(lora_file.parent), adapter_name="student")
+    for run in runs:
+        run["student"] = _pipe_latents(pipe, cfg, run["prompted"], run["noise"], cfg.student_sigmas)
+    out = cfg.out / "g3"
+    out.mkdir(parents=True, exist_ok=True)
+    entries, rows, finite = [], [], True
+    for i, run in enumerate(runs):
+        imgs = {k: sampler.decode_rgb(pipe, run[k], cfg.height, cfg.width, cfg.eval.decode_device)[0]
+                for k in ("teacher", "naive", "student")}
+        finite = finite and all(bool(torch.isfinite(v).all()) for v in imgs.values())
+        files = {}
+        for k, img in imgs.items():
+            arr = (img.permute(1, 2, 0) * 255).round().to(torch.uint8).cpu().numpy()
+            buf = io.BytesIO()
+            Image.fromarray(arr).save(buf, format="PNG")
+            files[k] = f"{i:03d}-seed{run['seed']}-{k}.png"
+            atomic_write_bytes(out / files[k], buf.getvalue())
+        rows.append([imgs["teacher"], imgs["naive"], imgs["student"]])
+        entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
+            k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in ("naive", "student")}})
+    _grid_image(rows, out / "grid.png")
+    mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
+                for m in entries[0]["distance_to_teacher"][k]} for k in ("naive", "student")}
+    manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
+                          lora_sha256=hashlib.sha256(lora_file.read_bytes()).hexdigest(),
+                          teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,
+                          width=cfg.width, entries=entries, grid="grid.png (rows: prompt x seed; columns: teacher@8, "
+                          "naive@4, student@4)", mean=mean)
+    write_model(out / "manifest.json", manifest)
+    if metric == "lpips":
+        beats = mean["student"]["lpips"] < mean["naive"]["lpips"]
+    else:
+        beats = mean["student"]["mse"] < mean["naive"]["mse"]
+    metrics.update({"metric": metric, "metric_note": metric_note, "mean": mean, "student_beats_naive": beats,
+                    "images": len(entries), "manifest": str(out / "manifest.json"), "grid": str(out / "grid.png")})
+    checks.run("manifest-and-grid", lambda: (None, f"{len(entries)} comparisons, {out / 'grid.png'}, "
+                                                   f"{out / 'manifest.json'}"))
+
+    def all_finite():
+        if not finite:
+            raise AipcError("an output image holds NaN or Inf values")
+        return None, "every teacher/naive/student image is finite"
+
+    checks.run("outputs-finite", all_finite)
+    detail = (f"student {metric} {mean['student'][metric]:.4g} vs naive {mean['naive'][metric]:.4g} "
+              f"({'beats' if beats else 'does not beat'} naive)")
+    if mode == "quality":
+        def beat():
+            if not beats:
+                raise StudentNotBetter(f"the student does not beat naive@4: {detail}",
+                                  fix="see the velocity diagnostic in `aipc-env distill report`; try endpoint "
+                                      "weighting, a lower lr, or the on-policy phase (student.on_policy)")
+            return None, detail
+
+        checks.run("student-beats-naive", beat)
+    metrics["comparison"] = detail
+    return checks.items, metrics, mode

@@ -1,0 +1,171 @@
+"""Seed 003's root causes as named checks. Each raises a `LessonError` subclass whose `name` goes into the gate
+verdicts, and whose message says what went wrong and how to fix it. Pure checks over tensors, modules and files;
+torch is imported only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aipc_env.errors import AipcError, ExitCode
+
+__all__ = ["LessonError", "EmbeddingsAttachedToGraph", "RgbaNotSliced", "LoraMetadataMissing", "LoraAlphaLost",
+           "SigmasNotVerbatim", "NumInferenceStepsIgnored", "StochasticSampler", "LoraAfterPrepare",
+           "ParityBroken", "TrainingDiverged", "StudentNotBetter", "check_embeddings_detached", "check_rgb", "check_lora_metadata",
+           "check_sigmas_verbatim", "check_steps_honoured", "check_deterministic_sampler", "mark_prepared",
+           "check_lora_before_prepare"]
+
+
+class LessonError(AipcError):
+    """A violated seed-003 lesson. `name` is the stable identifier written into verdicts."""
+
+    name = "lesson"
+    seed_item: int | None = None
+    exit_code = ExitCode.PROBLEMS
+
+    def __init__(self, message: str, *, fix: str | None = None, path: str | Path | None = None) -> None:
+        super().__init__(f"[{self.name}] {message}", fix=fix, path=path)
+
+
+class EmbeddingsAttachedToGraph(LessonError):
+    name, seed_item = "embeddings-attached-to-graph", 1
+
+
+class RgbaNotSliced(LessonError):
+    name, seed_item = "rgba-not-sliced", 2
+
+
+class LoraAfterPrepare(LessonError):
+    name, seed_item = "lora-added-after-prepare", 5
+
+
+class LoraMetadataMissing(LessonError):
+    name, seed_item = "lora-metadata-missing", 6
+
+
+class LoraAlphaLost(LessonError):
+    name, seed_item = "lora-alpha-lost", 6
+
+
+class SigmasNotVerbatim(LessonError):
+    name, seed_item = "sigmas-not-verbatim", 7
+
+
+class NumInferenceStepsIgnored(LessonError):
+    name, seed_item = "num-inference-steps-ignored", 7
+
+
+class StochasticSampler(LessonError):
+    name = "stochastic-sampler"
+
+
+class ParityBroken(LessonError):
+    name = "sampler-parity-broken"
+
+
+class TrainingDiverged(LessonError):
+    name = "training-diverged"
+
+
+class StudentNotBetter(LessonError):
+    name = "student-not-better-than-naive"
+
+
+def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> None:
+    """Seed item 1: `QwenImage21Pipeline.encode_prompt` is not decorated with no_grad; called with grad enabled it
+    ties the text encoder's graph to the embeddings, and every training backward walks that shared graph
+    (device-mismatch and 'backward through the graph a second time' errors)."""
+    for t in tensors:
+        if t is not None and (t.requires_grad or t.grad_fn is not None):
+            raise EmbeddingsAttachedToGraph(
+                f"the {where} carry the text encoder's autograd graph (grad_fn {type(t.grad_fn).__name__})",
+                fix="compute embeddings under torch.no_grad() (aipc_env.distill.sampler.encode does), or detach them")
+
+
+def check_rgb(images, *, where: str = "decoded images") -> None:
+    """Seed item 2: AutoencoderKLQwenImage21.decode returns RGBA; RGB is [:, :3]."""
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise RgbaNotSliced(f"the {where} have shape {tuple(images.shape)}, expected [B, 3, H, W] (the 2.1 VAE "
+                            "decodes 4 channels: RGBA)",
+                            fix="slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.distill.sampler.decode_rgb)")
+
+
+def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict:
+    """Seed item 6: without adapter metadata the loader rebuilds the LoRA config with alpha = rank (the seed's
+    half-strength adapter). Reads the file through diffusers' own loader. Returns the metadata."""
+    from diffusers import QwenImage21Pipeline
+
+    _, meta = QwenImage21Pipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
+    if not meta:
+        raise LoraMetadataMissing(
+            f"the LoRA in {lora_dir} has no adapter metadata: diffusers would load it with alpha = rank "
+            f"({rank}) instead of {alpha:g}, a {rank / alpha:.2g}x-strength adapter",
+            fix="save with pipe.save_lora_weights(..., **_collate_lora_metadata({'transformer': transformer}))",
+            path=lora_dir)
+    got_alpha, got_rank = meta.get("transformer.lora_alpha"), meta.get("transformer.r")
+    if got_alpha != alpha or got_rank != rank:
+        raise LoraAlphaLost(f"the LoRA in {lora_dir} loads with rank {got_rank}, alpha {got_alpha}; trained with "
+                            f"rank {rank}, alpha {alpha:g}", path=lora_dir,
+                            fix="publish from the trained module's peft_config (aipc_env.distill.student.publish)")
+    return meta
+
+
+def check_deterministic_sampler(scheduler_config: dict) -> None:
+    if scheduler_config.get("stochastic_sampling"):
+        raise StochasticSampler("the scheduler has stochastic_sampling on: trajectories and parity need the "
+                                "deterministic Euler step", fix="set stochastic_sampling: false in "
+                                "scheduler/scheduler_config.json")
+
+
+def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler_config: dict,
+                          *, grid: str) -> None:
+    """Seed item 7: the scheduler must use the passed sigmas verbatim (plus a terminal 0). Dynamic shifting warps
+    them with a resolution-dependent mu; a shift other than 1 or a shift_terminal rescales them."""
+    import numpy as np
+
+    want = np.asarray(list(passed) + [0.0], dtype=np.float32)
+    got = np.asarray(effective, dtype=np.float32)
+    if want.shape != got.shape or not np.array_equal(want, got):
+        settings = {k: scheduler_config.get(k) for k in ("use_dynamic_shifting", "shift", "shift_terminal",
+                                                         "time_shift_type", "use_karras_sigmas",
+                                                         "use_exponential_sigmas", "use_beta_sigmas")}
+        raise SigmasNotVerbatim(
+            f"the scheduler warps the {grid} grid: passed {[round(float(x), 4) for x in want[:-1]]}, it runs "
+            f"{[round(float(x), 4) for x in got]} (scheduler config {settings})",
+            fix="use the real Turbo scheduler config (use_dynamic_shifting: false, shift: 1.0, shift_terminal: "
+                "null) in scheduler/scheduler_config.json")
+
+
+def check_steps_honoured(requested: int, ran: int, sample_sigmas) -> None:
+    """`num_inference_steps` is ignored when the pipeline has sample_sigmas configured (model_index.json)."""
+    if requested != ran:
+        raise NumInferenceStepsIgnored(
+            f"pipe(num_inference_steps={requested}) ran {ran} steps: the checkpoint configures sample_sigmas "
+            f"{sample_sigmas} in model_index.json, which override num_inference_steps silently",
+            fix="always pass sigmas= (the recipe does); at inference with the LoRA, pass the student grid as "
+                "sigmas=, or remove sample_sigmas from model_index.json")
+
+
+def mark_prepared(model) -> None:
+    """Record which LoRA parameters the model had when accelerator.prepare saw it (the seed's working harness:
+    LoRA added before prepare)."""
+    model._aipc_prepared_lora = frozenset(id(p) for n, p in model.named_parameters() if "lora_" in n)
+
+
+def check_lora_before_prepare(model, optimizer) -> int:
+    """Seed item 5: LoRA layers must exist before `accelerator.prepare`, and the optimizer must hold exactly
+    them. Returns the number of trainable LoRA tensors."""
+    lora = {id(p) for n, p in model.named_parameters() if "lora_" in n and p.requires_grad}
+    prepared = getattr(model, "_aipc_prepared_lora", None)
+    if prepared is None:
+        raise LoraAfterPrepare("the student was never prepared through aipc_env.distill.student.prepare_student",
+                               fix="add the LoRA, build the optimizer, then prepare")
+    if not lora or lora != set(prepared):
+        raise LoraAfterPrepare(f"accelerator.prepare saw {len(prepared)} LoRA tensors, the model now has "
+                               f"{len(lora)}: the adapter was added after prepare",
+                               fix="add the LoRA (transformer.add_adapter) before accelerator.prepare")
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if in_optimizer != lora:
+        raise LoraAfterPrepare(f"the optimizer holds {len(in_optimizer)} tensors, the LoRA has {len(lora)}",
+                               fix="build the optimizer from the LoRA parameters after add_adapter")
+    return len(lora)

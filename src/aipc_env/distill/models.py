@@ -1,0 +1,89 @@
+"""Where the model comes from and how each stage loads it: the whole pipeline for sampling and gates, the
+standalone transformer (NF4 or as saved) for training — seed item 5's working harness."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+
+__all__ = ["model_dir", "model_key", "load_pipeline", "load_transformer", "device_and_dtype"]
+
+
+def model_dir(cfg: DistillConfig, *, log=print) -> Path:
+    """The model folder; the tiny built-in pipeline is built once into the run folder."""
+    if cfg.model != BUILTIN_TINY21:
+        return Path(cfg.model)
+    from aipc_env.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
+
+    path = cfg.out / "tiny-qwen-image-2.1"
+    stamp = path / "aipc_tiny.json"
+    try:
+        current = json.loads(stamp.read_text()).get("version") == TINY21_VERSION
+    except (OSError, ValueError):
+        current = False
+    if not current:
+        log(f"distill: building the tiny random Qwen-Image-2.1 pipeline in {path}")
+        build_tiny21_pipeline(path, seed=cfg.seed)
+    return path
+
+
+def model_key(path: Path) -> str:
+    """The model's identity for trajectory keys: its configs (scheduler included), not its location."""
+    h = hashlib.sha256()
+    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
+                "scheduler/scheduler_config.json", "aipc_tiny.json"):
+        p = path / rel
+        h.update(rel.encode() + (p.read_bytes() if p.is_file() else b"-"))
+    return h.hexdigest()[:16]
+
+
+def device_and_dtype(cfg: DistillConfig):
+    import torch
+
+    from aipc_env.train.devices import compute_dtype, require_device
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = require_device(cfg.device)
+    return device, compute_dtype(device, cfg.compute_dtype)
+
+
+def load_pipeline(path: Path, device, dtype):
+    """QwenImage21Pipeline from a local folder (offline); the processor shim applies where torchvision is absent."""
+    from diffusers import QwenImage21Pipeline
+
+    from aipc_env.train.compat import processor_without_video
+
+    processor_without_video()
+    pipe = QwenImage21Pipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe.to(device)
+
+
+def load_transformer(path: Path, device, dtype, *, base: str):
+    """The standalone transformer (QwenImage21Transformer2DModel.from_pretrained), frozen: NF4 (bitsandbytes
+    quantize-on-load on a GPU/XPU; layer by layer on the CPU, where diffusers' loader refuses) or as saved."""
+    import torch
+    from diffusers import QwenImage21Transformer2DModel
+
+    from aipc_env.train.tiny import quantize_linear_layers_nf4
+
+    if base == "nf4" and device.type != "cpu":
+        from diffusers import BitsAndBytesConfig
+
+        q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
+                                                              quantization_config=q, dtype=dtype,
+                                                              device_map={"": device}, local_files_only=True)
+    elif base == "nf4":
+        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
+                                                              dtype=torch.float32, local_files_only=True)
+        quantize_linear_layers_nf4(model, device, dtype)
+    else:
+        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
+                                                              dtype=dtype, local_files_only=True).to(device)
+    model.requires_grad_(False)
+    return model

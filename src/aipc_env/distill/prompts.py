@@ -1,0 +1,65 @@
+"""Prompt lists for trajectories (train) and G3 (eval): JSONL files, one {"prompt": ...} per line, or built-ins.
+Torch-free."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aipc_env.errors import InputError
+from aipc_env.formats import StrictModel
+
+__all__ = ["PromptRecord", "load_prompts", "BUILTIN"]
+
+BUILTIN = {
+    "builtin:prompts": ["a red fox in fresh snow, morning light", "a bowl of ramen on a wooden table",
+                        "a lighthouse on a cliff at dusk", 'a shop sign that reads "OPEN LATE"',
+                        "a watercolor of a cat asleep on a windowsill", "a blue vintage car on a desert road"],
+    "builtin:eval-prompts": ["a paper boat on a puddle", 'a poster with the words "HELLO WORLD"'],
+}
+
+
+class PromptRecord(StrictModel):
+    prompt: str
+    seed: int | None = None
+    """Noise seed of this prompt's trajectory (default: the config's seed plus the line index)."""
+
+
+def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]:
+    """The prompts of a JSONL file (a bad line is an error naming file and line) or of a built-in list.
+    Accepts {"prompt": ...} and the seed's extractor format ({"text": ...} or {"caption": ...}); extra keys
+    (e.g. quoted_strings) are kept out."""
+    if source in BUILTIN:
+        records = [PromptRecord(prompt=p) for p in BUILTIN[source]]
+        return records[:limit] if limit else records
+    path = Path(source)
+    records: list[PromptRecord] = []
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the prompts file: {exc}", path=path,
+                         fix="a UTF-8 JSONL file, one {\"prompt\": \"...\"} per line") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"line {number} is not JSON: {exc.msg}", path=path, key=f"line {number}",
+                             fix="one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise InputError(f"line {number} is not a JSON object", path=path, key=f"line {number}")
+        prompt = next((row[k] for k in ("prompt", "text", "caption") if isinstance(row.get(k), str)), None)
+        if not prompt or not prompt.strip():
+            raise InputError(f"line {number} has no non-empty \"prompt\"", path=path, key=f"line {number}",
+                             fix='give each line {"prompt": "..."}')
+        seed = row.get("seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise InputError(f"line {number}: seed must be a non-negative integer, got {seed!r}", path=path,
+                             key=f"line {number}")
+        records.append(PromptRecord(prompt=prompt, seed=seed))
+        if limit and len(records) >= limit:
+            break
+    if not records:
+        raise InputError("the prompts file holds no prompts", path=path, fix='one {"prompt": "..."} per line')
+    return records

@@ -1,0 +1,128 @@
+"""`distill report`: the gate table in seed 003's format, the G3 evidence, the velocity diagnostic (adapter on vs
+off) and the loss plot, from the verdicts the stages wrote. Torch-free."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+from aipc_env.distill.verdict import STAGES, Verdict, read_verdict
+from aipc_env.fileio import atomic_write_text
+
+__all__ = ["build_report", "gate_rows", "status_line"]
+
+
+def _where(cfg: DistillConfig, v: Verdict) -> str:
+    model = "tiny-random" if cfg.model == BUILTIN_TINY21 else Path(cfg.model).name
+    return f"{model}, {v.dtype or '?'}, {v.device or '?'}"
+
+
+def _g0(cfg: DistillConfig, v: Verdict) -> str:
+    ok = sum(c.ok for c in v.checks)
+    names = ", ".join(c.name for c in v.checks if c.ok)
+    failed = [f"{c.name} [{c.error}]" for c in v.checks if not c.ok]
+    return f"{v.status.upper()} {ok}/{len(v.checks)} — " + (names if not failed else "failed: " + "; ".join(failed))
+
+
+def _g2(cfg: DistillConfig, v: Verdict) -> str:
+    m = v.metrics
+    parts = []
+    for grid in ("teacher", "student"):
+        if f"{grid}_max_abs_diff" in m:
+            steps = len(m[f"{grid}_passed_sigmas"])
+            parts.append(f"own {steps}-step Euler loop vs pipe(...) max diff {m[f'{grid}_max_abs_diff']:g}")
+    for c in v.checks:
+        if c.name.startswith("sigmas-verbatim") and c.ok:
+            parts.append(f"{c.name.split('-')[-1]}: scheduler.sigmas == passed + [0]")
+        elif c.name == "num-inference-steps-honoured" and c.ok:
+            parts.append("num_inference_steps honoured")
+        elif not c.ok:
+            parts.append(f"{c.name} FAILED [{c.error}]")
+    return f"{v.status.upper()} — " + "; ".join(parts)
+
+
+def _g3(cfg: DistillConfig, v: Verdict) -> str:
+    text = f"{v.status.upper()} — {v.metrics.get('comparison', '')}"
+    if v.mode == "plumbing":
+        text += " (plumbing check on tiny random weights: the comparison is not a quality result)"
+    failed = [f"{c.name} [{c.error}]" for c in v.checks if not c.ok]
+    return text + (("; failed: " + "; ".join(failed)) if failed else "")
+
+
+def gate_rows(cfg: DistillConfig, verdicts: dict[str, Verdict]) -> list[tuple[str, str]]:
+    rows = []
+    if "g0" in verdicts:
+        rows.append((f"G0 plumbing ({_where(cfg, verdicts['g0'])})", _g0(cfg, verdicts["g0"])))
+    if "g2" in verdicts:
+        rows.append((f"G2 sampler parity ({_where(cfg, verdicts['g2'])})", _g2(cfg, verdicts["g2"])))
+    if "g3" in verdicts:
+        v = verdicts["g3"]
+        label = "G3 plumbing" if v.mode == "plumbing" else "G3 quality gate"
+        rows.append((f"{label} ({_where(cfg, v)})", _g3(cfg, v)))
+    return rows
+
+
+def status_line(verdicts: dict[str, Verdict]) -> str:
+    for stage in STAGES:
+        v = verdicts.get(stage)
+        if v is not None and not v.passed:
+            gate = stage.upper() if stage.startswith("g") else stage
+            return f"paused at {gate}-FAIL" + (f" ({v.error.name})" if v.error else "")
+    missing = [s for s in STAGES if s not in verdicts]
+    if missing:
+        return f"in progress: {', '.join(missing)} not run yet"
+    if verdicts["g3"].mode == "plumbing":
+        return "every stage passed on the tiny random model (plumbing); G3 needs the real model"
+    return "every gate passed"
+
+
+def build_report(cfg: DistillConfig) -> tuple[str, Path]:
+    verdicts = {s: v for s in STAGES if (v := read_verdict(cfg.out, s)) is not None}
+    lines = [f"# Distillation report: {cfg.model}", "", f"Status: {status_line(verdicts)}.", "",
+             "Goal: a LoRA so that, with it on, the model at "
+             f"{len(cfg.student_sigmas)} steps matches its own {len(cfg.teacher_sigmas)}-step output from the same "
+             "noise.", "", "What was verified (gates)", "", "Gate\tResult"]
+    rows = gate_rows(cfg, verdicts)
+    lines += [f"{a}\t{b}" for a, b in rows] or ["(no gate has run yet)"]
+    tr, train, g3 = verdicts.get("trajectories"), verdicts.get("train"), verdicts.get("g3")
+    if tr is not None:
+        m = tr.metrics
+        lines += ["", f"Trajectories: {m.get('prompts')} prompts x {m.get('steps')} teacher steps "
+                  f"({m.get('computed')} computed, {m.get('reused')} reused; encode {m.get('seconds_encode')} s, "
+                  f"sampling {m.get('seconds_sample')} s)."]
+    if g3 is not None and train is not None and "mean" in g3.metrics:
+        metric = g3.metrics["metric"]
+        m = train.metrics
+        lines += ["", f"G3 evidence ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
+                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {metric.upper()}\tNaive {metric.upper()}",
+                  f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
+                  f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
+                  f"{g3.metrics['mean']['naive'][metric]:.4f}"]
+    if train is not None:
+        m = train.metrics
+        if "velocity_mse_on" in m:
+            lines += ["", "Velocity diagnostic (unweighted MSE of predicted velocity vs stored v* on training pairs, "
+                      f"adapter on vs off): {m['velocity_mse_on']:.4g} vs {m['velocity_mse_off']:.4g}"
+                      + (" — the adapter improves velocities." if m['velocity_mse_on'] < m['velocity_mse_off']
+                         else " — the adapter does not improve velocities.")]
+        if m.get("diverged_at") is not None:
+            lines += ["", f"Training diverged at step {m['diverged_at']}: {m.get('reason')}; last good checkpoint "
+                      f"{m.get('last_good_checkpoint')}."]
+        if "objective_start" in m:
+            lines += ["", f"Student objective on the training pairs: {m['objective_start']:.4g} -> "
+                      f"{m['objective_end']:.4g} over {m['steps']} steps ({m['loss_weighting']} weighting)."]
+        plot = cfg.out / "loss.png"
+        if plot.is_file():
+            lines += ["", f"Loss plot: {plot}"]
+    if g3 is not None and g3.metrics.get("grid"):
+        lines += ["", f"G3 grid: {g3.metrics['grid']}; manifest: {g3.metrics['manifest']}"]
+    lines += ["", "Base model licence: Qwen Research Licence (non-commercial) — derivatives need the licence text, a "
+              "change notice, and \"Built with Qwen\", and must not use \"Qwen\" as the main repo name."]
+    text = "\n".join(lines) + "\n"
+    path = cfg.out / "report.md"
+    atomic_write_text(path, text)
+    atomic_write_text(cfg.out / "report.json", json.dumps({"status": status_line(verdicts),
+                                                           "gates": [{"gate": a, "result": b} for a, b in rows]},
+                                                          indent=2) + "\n")
+    return text, path

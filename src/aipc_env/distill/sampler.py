@@ -1,0 +1,135 @@
+"""The recipe's own Euler sampler, mirroring `QwenImage21Pipeline.__call__` exactly (gate G2 proves it: max abs
+diff 0.0), plus prompt encoding and RGB decoding.
+
+What must match the pipeline for bit-exact parity (shared/facts/distill.md): the same `prepare_latents` noise and
+packing; `encode_prompt` embeddings and masks; `timestep = t.to(dtype) / 1000`; the update
+`(x.float() + dt * v).to(v.dtype)` on the image tokens only (`[:, -N:]`); the KV-cache mode per step. The grid is
+the scheduler's effective sigmas after `set_timesteps(sigmas=..., mu=...)`, as the pipeline computes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from aipc_env.distill.lessons import check_embeddings_detached, check_rgb
+
+__all__ = ["Prompted", "encode", "latent_hw", "img_shapes_for", "initial_noise", "set_grid", "velocity",
+           "euler", "decode_rgb", "with_target_slots"]
+
+
+@dataclass
+class Prompted:
+    """Encoded prompts: what the transformer reads besides the latents."""
+
+    embeds: torch.Tensor
+    mask: torch.Tensor | None
+    image_pad_mask: torch.Tensor
+
+    def to(self, device, dtype=None) -> "Prompted":
+        return Prompted(self.embeds.to(device, dtype), None if self.mask is None else self.mask.to(device),
+                        self.image_pad_mask.to(device))
+
+
+def encode(pipe, prompts: list[str], device, *, grad: bool = False) -> Prompted:
+    """`pipe.encode_prompt` under no_grad (seed item 1; `grad=True` exists only to prove the check fires)."""
+    with torch.set_grad_enabled(grad):
+        embeds, mask, image_pad_mask = pipe.encode_prompt(prompt=prompts, device=device)
+    check_embeddings_detached(embeds, mask)
+    return Prompted(embeds, mask, image_pad_mask)
+
+
+def latent_hw(pipe, height: int, width: int) -> tuple[int, int, int, int]:
+    """(height, width) floored as the pipeline does, and the latent grid (h, w) in tokens."""
+    multiple = pipe.vae_scale_factor * 2
+    height, width = height // multiple * multiple, width // multiple * multiple
+    return height, width, height // pipe.vae_scale_factor, width // pipe.vae_scale_factor
+
+
+def img_shapes_for(pipe, batch: int, height: int, width: int) -> list:
+    _, _, h, w = latent_hw(pipe, height, width)
+    return [[(1, h, w)]] * batch
+
+
+def initial_noise(pipe, batch: int, height: int, width: int, generator, device, dtype) -> torch.Tensor:
+    """The pipeline's own `prepare_latents` noise (randn_tensor, then packed)."""
+    height, width, _, _ = latent_hw(pipe, height, width)
+    latents, _ = pipe.prepare_latents(None, batch, pipe.transformer.config.in_channels, height, width, dtype, device,
+                                      generator)
+    return latents
+
+
+def with_target_slots(image_pad_mask: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """The transformer's img_mask: the prompt's image-pad mask plus one slot per 2x2 group of target tokens."""
+    return torch.cat([image_pad_mask, image_pad_mask.new_ones(image_pad_mask.shape[0], n_tokens // 4)], dim=1)
+
+
+def set_grid(pipe, sigmas: list[float], n_tokens: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Set the scheduler exactly as the pipeline does; return its (timesteps, effective sigmas incl. the end)."""
+    from diffusers.pipelines.qwenimage21.pipeline_qwenimage21 import calculate_shift, retrieve_timesteps
+
+    cfg = pipe.scheduler.config
+    mu = calculate_shift(n_tokens, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
+                         cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
+    timesteps, _ = retrieve_timesteps(pipe.scheduler, len(sigmas), device, sigmas=sigmas, mu=mu)
+    pipe.scheduler.set_begin_index(0)
+    return timesteps, pipe.scheduler.sigmas.clone()
+
+
+def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cache=None, kv_mode=None,
+             attention_kwargs=None):
+    """One transformer call as the pipeline makes it; returns the image tokens' velocity [B, N, C]."""
+    timestep = t.expand(latents.shape[0]).to(latents.dtype) if t.ndim == 0 else t.to(latents.dtype)
+    with transformer.cache_context("cond"):
+        out = transformer(hidden_states=latents, timestep=timestep / 1000, encoder_hidden_states=prompted.embeds,
+                          encoder_hidden_states_mask=prompted.mask, img_shapes=img_shapes,
+                          img_mask=with_target_slots(prompted.image_pad_mask, latents.shape[1]),
+                          attention_kwargs=attention_kwargs or {}, kv_cache=kv_cache, kv_cache_mode=kv_mode,
+                          return_dict=False)[0]
+    return out[:, -latents.size(1):]
+
+
+@torch.no_grad()
+def euler(pipe, transformer, prompted: Prompted, latents: torch.Tensor, sigmas: list[float], height: int,
+          width: int, *, use_kv_cache: bool = True, attention_kwargs=None, record: bool = False):
+    """Run the sampler from `latents` over the grid. Returns (final latents, [latents after each step, starting
+    with the input] if record else [], timesteps, effective sigmas)."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
+
+    timesteps, eff = set_grid(pipe, sigmas, latents.shape[1], latents.device)
+    shapes = img_shapes_for(pipe, latents.shape[0], height, width)
+    cache_on = use_kv_cache and transformer.config.causal_condition
+    cache = QwenImage21KVCache(len(transformer.transformer_blocks)) if cache_on else None
+    trajectory = [latents] if record else []
+    for i, t in enumerate(timesteps):
+        mode = ("extract" if i == 0 else "cached") if cache_on else None
+        v = velocity(transformer, latents, t, prompted, shapes, kv_cache=cache, kv_mode=mode,
+                     attention_kwargs=attention_kwargs)
+        dt = eff[i + 1] - eff[i]
+        latents = (latents.to(torch.float32) + dt * v).to(v.dtype)
+        if record:
+            trajectory.append(latents)
+    return latents, trajectory, timesteps, eff
+
+
+@torch.no_grad()
+def decode_rgb(pipe, latents: torch.Tensor, height: int, width: int, decode_device: str = "cpu") -> torch.Tensor:
+    """Latents -> RGB in [0, 1], [B, 3, H, W]. Decoded on `decode_device` (seed item 3: the CPU; a bf16 GPU
+    decode of this video VAE needs ~76 GB of transients at 512 px) and sliced to RGB (item 2: the VAE is RGBA)."""
+    height, width, _, _ = latent_hw(pipe, height, width)
+    vae = pipe.vae
+    device = torch.device(decode_device)
+    original = next(vae.parameters()).device
+    vae.to(device)
+    try:
+        z = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(device, vae.dtype)
+        c = vae.config.z_dim
+        mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1).to(device, z.dtype)
+        std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1).to(device, z.dtype)
+        rgba = vae.decode(z * std + mean, return_dict=False)[0]
+    finally:
+        vae.to(original)
+    rgb = rgba[:, :3, 0]
+    check_rgb(rgb)
+    return (rgb.float() / 2 + 0.5).clamp(0, 1)

@@ -1,0 +1,379 @@
+"""Student LoRA training on stored teacher trajectories (the `distill train` stage).
+
+Student step k jumps from the teacher's latents at sigma_{s*k} to sigma_{s*(k+1)} (s = student_stride, 2 for
+8 -> 4 steps) in one Euler step, so its target velocity is v* = (x_{s(k+1)} - x_{sk}) / (sigma_{s(k+1)} -
+sigma_{sk}). The loss is the velocity MSE, uniform or endpoint-weighted (times delta-sigma squared: the error
+of the step's landing point; seed item 4: uniform lets the tiny first step's huge velocities dominate).
+
+The harness is seed item 5's: the standalone transformer (NF4 on AI PCs), the LoRA added before
+`accelerator.prepare`, `accelerator.backward`. Checkpoints, resume and the LoRA publish (with metadata, seed
+item 6) come from the engine's machinery (aipc_env.train.checkpoint). Divergence (a loss spike, or the velocity
+MSE on the training pairs worsening) stops the run with a named error and keeps the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from aipc_env.distill import sampler
+from aipc_env.distill.config import DistillConfig
+from aipc_env.distill.lessons import TrainingDiverged, check_lora_before_prepare, mark_prepared
+from aipc_env.errors import InputError
+
+__all__ = ["PairBatch", "make_batch", "step_loss", "prepare_student", "publish", "add_lora", "run_student",
+           "velocity_mse", "Trajectory", "load_trajectories"]
+
+
+@dataclass
+class Trajectory:
+    latents: torch.Tensor
+    timesteps: torch.Tensor
+    sigmas: torch.Tensor
+    prompted: sampler.Prompted
+
+
+@dataclass
+class PairBatch:
+    x: torch.Tensor
+    t: torch.Tensor
+    sigma: torch.Tensor
+    sigma_next: torch.Tensor
+    v_target: torch.Tensor
+    prompted: sampler.Prompted
+    img_shapes: list
+
+
+def load_trajectories(cfg: DistillConfig, model_key: str) -> list[Trajectory]:
+    from aipc_env.distill.trajectories import load_index, read_trajectory
+
+    index, paths = load_index(cfg)
+    if index.model_key != model_key or index.teacher_sigmas != cfg.teacher_sigmas or \
+            (index.height, index.width) != (cfg.height, cfg.width):
+        raise InputError("the stored trajectories were made with another model, grid or size than the config's",
+                         path=paths[0].parent if paths else cfg.out, fix="run `aipc-env distill trajectories` again")
+    out = []
+    for p in paths:
+        got = read_trajectory(p)
+        if got is None:
+            raise InputError("a trajectory file is missing or unreadable", path=p,
+                             fix="run `aipc-env distill trajectories` again (it redoes only what is missing)")
+        _, t = got
+        out.append(Trajectory(t["latents"], t["timesteps"], t["sigmas"],
+                              sampler.Prompted(t["prompt_embeds"][None], t["prompt_mask"][None].bool(),
+                                               t["image_pad_mask"][None].bool())))
+    if not out:
+        raise InputError("no trajectories stored", path=cfg.out / "trajectories",
+                         fix="run `aipc-env distill trajectories` first")
+    return out
+
+
+def _stack_prompts(items: list[sampler.Prompted]) -> sampler.Prompted:
+    """Right-pad to one length (the pipeline's layout); no mask when nothing is padded (as encode_prompt)."""
+    length = max(p.embeds.shape[1] for p in items)
+    dim = items[0].embeds.shape[2]
+    embeds = torch.zeros(len(items), length, dim, dtype=items[0].embeds.dtype)
+    mask = torch.zeros(len(items), length, dtype=torch.long)
+    pad = torch.zeros(len(items), length, dtype=torch.bool)
+    for i, p in enumerate(items):
+        n = p.embeds.shape[1]
+        embeds[i, :n] = p.embeds[0]
+        mask[i, :n] = p.mask[0].long() if p.mask is not None else 1
+        pad[i, :n] = p.image_pad_mask[0]
+    return sampler.Prompted(embeds, None if bool(mask.all()) else mask, pad)
+
+
+def make_batch(trajs: list[Trajectory], picks: list[tuple[int, int]], stride: int, shapes_one: list, device,
+               dtype, *, starts: list[torch.Tensor] | None = None, ends: list[torch.Tensor] | None = None
+               ) -> PairBatch:
+    """The pairs (trajectory i, student step k); `starts`/`ends` replace the stored latents (on-policy)."""
+    xs, xe, ts, s0, s1 = [], [], [], [], []
+    for j, (i, k) in enumerate(picks):
+        tr = trajs[i]
+        a, b = stride * k, stride * (k + 1)
+        xs.append(starts[j] if starts is not None else tr.latents[a])
+        xe.append(ends[j] if ends is not None else tr.latents[b])
+        ts.append(tr.timesteps[a])
+        s0.append(tr.sigmas[a])
+        s1.append(tr.sigmas[b])
+    x, x_end = torch.stack(xs).to(device), torch.stack(xe).to(device)
+    sigma, sigma_next = torch.stack(s0).to(device, torch.float32), torch.stack(s1).to(device, torch.float32)
+    v_target = (x_end.float() - x.float()) / (sigma_next - sigma).view(-1, 1, 1)
+    prompted = _stack_prompts([trajs[i].prompted for i, _ in picks]).to(device, dtype)
+    return PairBatch(x.to(dtype), torch.stack(ts).to(device), sigma, sigma_next, v_target, prompted,
+                     shapes_one * len(picks))
+
+
+def step_loss(model, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, per-sample unweighted velocity MSE). endpoint: the error times delta-sigma squared."""
+    v = sampler.velocity(model, batch.x, batch.t, batch.prompted, batch.img_shapes).float()
+    err = ((v - batch.v_target) ** 2).mean(dim=(1, 2))
+    if weighting == "endpoint":
+        return (err * (batch.sigma_next - batch.sigma) ** 2).mean(), err.detach()
+    return err.mean(), err.detach()
+
+
+@torch.no_grad()
+def velocity_mse(model, batches: list[PairBatch], *, adapter: bool) -> float:
+    """Unweighted MSE of predicted vs stored velocities (the seed's velocity diagnostic), adapter on or off."""
+    if not adapter:
+        model.disable_adapters()
+    try:
+        errs = [step_loss(model, b, "uniform")[1] for b in batches]
+    finally:
+        if not adapter:
+            model.enable_adapters()
+    return float(torch.cat(errs).mean())
+
+
+@torch.no_grad()
+def objective(model, batches: list[PairBatch], weighting: str) -> float:
+    return float(torch.stack([step_loss(model, b, weighting)[0] for b in batches]).mean())
+
+
+def add_lora(model, cfg: DistillConfig) -> list[torch.nn.Parameter]:
+    """The LoRA (zero-initialised B: the student starts as the naive 4-step model); returns its parameters in
+    fp32."""
+    from peft import LoraConfig
+
+    model.add_adapter(LoraConfig(r=cfg.student.rank, lora_alpha=cfg.student.alpha,
+                                 target_modules=cfg.student.target_modules, init_lora_weights=True))
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    for p in params:
+        p.data = p.data.float()
+        p.requires_grad_(True)
+    return params
+
+
+def prepare_student(accelerator, model, optimizer):
+    """accelerator.prepare, recording the LoRA it saw (check_lora_before_prepare proves the order)."""
+    mark_prepared(model)
+    return accelerator.prepare(model, optimizer)
+
+
+def publish(model, lora_dir: Path, *, metadata: bool = True) -> Path:
+    """Seed item 6's canonical path: get_peft_model_state_dict -> save_lora_weights(..., **_collate_lora_metadata).
+    Written to a temp folder and renamed. `metadata=False` exists only to prove the check fires."""
+    from diffusers import QwenImage21Pipeline
+    from diffusers.training_utils import _collate_lora_metadata
+    from peft.utils import get_peft_model_state_dict
+
+    from aipc_env.fileio import atomic_dir
+
+    extra = _collate_lora_metadata({"transformer": model}) if metadata else {}
+    with atomic_dir(lora_dir) as tmp:
+        QwenImage21Pipeline.save_lora_weights(str(tmp), transformer_lora_layers=get_peft_model_state_dict(model),
+                                              **extra)
+    return lora_dir / "pytorch_lora_weights.safetensors"
+
+
+def _fingerprint(cfg: DistillConfig, model_key: str) -> str:
+    s = cfg.student.model_dump(mode="json", exclude={"max_train_steps", "checkpointing_steps",
+                                                     "checkpoints_total_limit", "resume", "divergence"})
+    blob = json.dumps({"student": s, "model": model_key, "sigmas": cfg.teacher_sigmas, "seed": cfg.seed,
+                       "stride": cfg.student_stride}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _picks(g: torch.Generator, n_traj: int, n_steps: int, batch: int) -> list[tuple[int, int]]:
+    idx = torch.randint(n_traj, (batch,), generator=g).tolist()
+    ks = torch.randint(n_steps, (batch,), generator=g).tolist()
+    return list(zip(idx, ks))
+
+
+@torch.no_grad()
+def _on_policy(model, trajs, picks, stride, shapes_one, device, dtype):
+    """Roll the student (adapter on) from the stored noise to sigma_{stride*k}, then the teacher (adapter off)
+    `stride` steps from there: the pair (x_hat_{sk}, x_hat_{s(k+1)})."""
+    starts, ends = [], []
+    for i, k in picks:
+        tr = trajs[i]
+        prompted = tr.prompted.to(device, dtype)
+        x = tr.latents[0][None].to(device, dtype)
+        for j in range(k):
+            a, b = stride * j, stride * (j + 1)
+            v = sampler.velocity(model, x, tr.timesteps[a].to(device), prompted, shapes_one)
+            x = (x.to(torch.float32) + (tr.sigmas[b] - tr.sigmas[a]).to(device) * v).to(v.dtype)
+        start = x
+        model.disable_adapters()
+        try:
+            for j in range(stride * k, stride * (k + 1)):
+                v = sampler.velocity(model, x, tr.timesteps[j].to(device), prompted, shapes_one)
+                x = (x.to(torch.float32) + (tr.sigmas[j + 1] - tr.sigmas[j]).to(device) * v).to(v.dtype)
+        finally:
+            model.enable_adapters()
+        starts.append(start[0].cpu())
+        ends.append(x[0].cpu())
+    return starts, ends
+
+
+def _plot(rows: list[dict], checks: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    a.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="step loss")
+    a.set_xlabel("optimizer step")
+    a.set_ylabel("student loss")
+    a.set_yscale("log")
+    a.legend()
+    if checks:
+        b.plot([c["step"] for c in checks], [c["velocity_mse_on"] for c in checks], marker="o", label="adapter on")
+        b.axhline(checks[0]["velocity_mse_off"], color="gray", linestyle="--", label="adapter off")
+        b.set_xlabel("optimizer step")
+        b.set_ylabel("velocity MSE (training pairs)")
+        b.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> dict:
+    """Train; returns the metrics of the verdict. Raises TrainingDiverged (with .metrics) on divergence."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from diffusers.optimization import get_scheduler
+
+    from aipc_env.distill.lessons import check_lora_metadata
+    from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key
+    from aipc_env.train.checkpoint import CheckpointState, checkpoint_dirs, restore_checkpoint, save_checkpoint
+
+    device, dtype = device_and_dtype(cfg)
+    path = model_dir(cfg, log=log)
+    mkey = model_key(path)
+    trajs = load_trajectories(cfg, mkey)
+    s = cfg.student
+    stride = cfg.student_stride
+    n_steps = len(cfg.teacher_sigmas) // stride
+    h, w = cfg.height // 32 * 32, cfg.width // 32 * 32
+    shapes_one = [[(1, h // 16, w // 16)]]
+    set_seed(cfg.seed)
+    model = load_transformer(path, device, dtype, base=s.base)
+    params = add_lora(model, cfg)
+    if s.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    model.train()
+    if s.optimizer == "adam8bit":
+        import bitsandbytes as bnb
+
+        opt = bnb.optim.Adam8bit(params, lr=s.learning_rate)
+    else:
+        opt = torch.optim.AdamW(params, lr=s.learning_rate, weight_decay=0.0)
+    sched = get_scheduler("constant", opt)
+    accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu")
+    model, opt = prepare_student(accelerator, model, opt)
+    n_lora = check_lora_before_prepare(accelerator.unwrap_model(model), opt)
+    out = cfg.out
+    fingerprint = _fingerprint(cfg, mkey)
+    step, rows, checks = 0, [], []
+    resumed = None
+    if s.resume:
+        resumed = checkpoint_dirs(out)[-1] if s.resume == "auto" and checkpoint_dirs(out) else \
+            (Path(s.resume) if s.resume != "auto" else None)
+        if resumed is not None:
+            state = restore_checkpoint(resumed, accelerator.unwrap_model(model), opt, sched, device)
+            if state.fingerprint != fingerprint:
+                raise InputError(f"cannot resume from {resumed}: it was trained with other student settings, "
+                                 "model or grid", key="student.resume", fix="restore those settings, or remove "
+                                 "student.resume (or use a new output_dir) to start over")
+            step = state.step
+            log_path = out / "train_log.jsonl"
+            if log_path.is_file():
+                rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
+            log(f"train: resumed from {resumed} at step {step}")
+    probe_picks = [(i, k) for i in range(min(len(trajs), 8)) for k in range(n_steps)]
+    probe = [make_batch(trajs, [p], stride, shapes_one, device, dtype) for p in probe_picks]
+    vel_off = velocity_mse(model, probe, adapter=False)
+    objective_start = objective(model, probe, s.loss_weighting)
+    best_vel = velocity_mse(model, probe, adapter=True)
+    checks.append({"step": step, "velocity_mse_on": best_vel, "velocity_mse_off": vel_off})
+    log(f"train: {len(trajs)} trajectories, {n_steps} student steps each, {n_lora} LoRA tensors "
+        f"({sum(p.numel() for p in params)} parameters), base {s.base}, device {device}, loss {s.loss_weighting}; "
+        f"velocity MSE adapter off {vel_off:.5g}")
+    last_good = checkpoint_dirs(out)[-1] if checkpoint_dirs(out) else None
+    t0 = time.perf_counter()
+
+    def diverged(reason: str) -> TrainingDiverged:
+        _plot(rows, checks, out / "loss.png")
+        err = TrainingDiverged(f"stopped at step {step}: {reason}; last good checkpoint: "
+                               f"{last_good or 'none yet'}",
+                               fix="lower student.learning_rate (the seed's 3e-4 run diverged; try 1e-4 or 5e-5) "
+                                   "and resume from the last good checkpoint (student.resume)")
+        err.metrics = {"steps": step, "diverged_at": step, "reason": reason,  # type: ignore[attr-defined]
+                       "last_good_checkpoint": str(last_good) if last_good else None, "checks": checks}
+        return err
+
+    with (out / "train_log.jsonl").open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+        while step < s.max_train_steps:
+            g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+            picks = _picks(g, len(trajs), n_steps, s.batch_size)
+            kind = "offline"
+            if s.on_policy and step >= s.on_policy.start_step and \
+                    float(torch.rand(1, generator=g)) < s.on_policy.fraction:
+                kind = "on-policy"
+                starts, ends = _on_policy(accelerator.unwrap_model(model), trajs, picks, stride, shapes_one,
+                                          device, dtype)
+                batch = make_batch(trajs, picks, stride, shapes_one, device, dtype, starts=starts, ends=ends)
+            else:
+                batch = make_batch(trajs, picks, stride, shapes_one, device, dtype)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss, _ = step_loss(model, batch, s.loss_weighting)
+            accelerator.backward(loss)
+            if s.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            value = float(loss.detach())
+            row = {"step": step, "loss": value, "kind": kind, "pairs": picks}
+            history = [r["loss"] for r in rows[-s.divergence.window:]]
+            rows.append(row)
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            if not math.isfinite(value):
+                raise diverged(f"the loss is {value}")
+            if len(history) >= s.divergence.window and value > s.divergence.spike_factor * statistics.median(history):
+                raise diverged(f"loss spike: {value:.4g} > {s.divergence.spike_factor:g} x the median "
+                               f"{statistics.median(history):.4g} of the last {len(history)} steps")
+            save_now = step % s.checkpointing_steps == 0 and step < s.max_train_steps
+            if step % s.divergence.velocity_every == 0 or save_now or step == s.max_train_steps:
+                vel = velocity_mse(model, probe, adapter=True)
+                checks.append({"step": step, "velocity_mse_on": vel, "velocity_mse_off": vel_off})
+                log(f"train: step {step}/{s.max_train_steps} loss {value:.5g} velocity MSE on {vel:.5g} / "
+                    f"off {vel_off:.5g}")
+                if vel > best_vel * s.divergence.velocity_tolerance:
+                    raise diverged(f"the velocity MSE on the training pairs worsened to {vel:.4g} (best "
+                                   f"{best_vel:.4g}, tolerance x{s.divergence.velocity_tolerance:g})")
+                best_vel = min(best_vel, vel)
+            if save_now:
+                state = CheckpointState(step=step, smoothed_loss=value, lora_rank=s.rank, lora_alpha=s.alpha,
+                                        target_modules=s.target_modules, model=mkey, fingerprint=fingerprint)
+                last_good = save_checkpoint(out, state, accelerator.unwrap_model(model), opt, sched,
+                                            limit=s.checkpoints_total_limit)
+                log(f"train: checkpoint {last_good}")
+    student = accelerator.unwrap_model(model)
+    objective_end = objective(student, probe, s.loss_weighting)
+    vel_on = velocity_mse(student, probe, adapter=True)
+    lora_file = publish(student, out / "lora", metadata="no-lora-metadata" not in inject)
+    check_lora_metadata(out / "lora", rank=s.rank, alpha=s.alpha)
+    _plot(rows, checks, out / "loss.png")
+    return {"steps": step, "resumed_from": str(resumed) if resumed else None, "trajectories": len(trajs),
+            "loss_weighting": s.loss_weighting, "base": s.base, "device": str(device),
+            "objective_start": objective_start, "objective_end": objective_end,
+            "lowered_loss": objective_end < objective_start,
+            "velocity_mse_on": vel_on, "velocity_mse_off": vel_off, "lora": str(lora_file),
+            "lora_rank": s.rank, "lora_alpha": s.alpha, "seconds": round(time.perf_counter() - t0, 3),
+            "on_policy_steps": sum(1 for r in rows if r["kind"] == "on-policy"), "checks": checks,
+            "loss_plot": str(out / "loss.png"), "last_checkpoint": str(last_good) if last_good else None}

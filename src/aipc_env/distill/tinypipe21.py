@@ -1,0 +1,105 @@
+"""Build a tiny, random, fully offline Qwen-Image-2.1 pipeline (~600 KB): every component is the real
+diffusers/transformers class with tiny sizes.
+
+- tokenizer: byte-level Qwen2Tokenizer (the 256 byte characters, no merges) plus Qwen's special tokens; a plain
+  chat template that adds no default system prompt (one that does silently shifts the pipeline's drop count);
+- text encoder: Qwen3VLForConditionalGeneration, hidden 16, 2 layers, a tiny vision tower;
+- VAE: AutoencoderKLQwenImage21 (RGBA), z_dim 8 (4 would let RGBA condition images pass for latents), five
+  dim_mult entries and four temporal downsamples (the pipeline assumes 16x compression);
+- transformer: QwenImage21Transformer2DModel, 2 layers, 2 heads, head_dim 16, axes (4, 6, 6);
+- scheduler: FlowMatchEulerDiscreteScheduler with shift 1.0 and no dynamic shifting (the real Turbo's setting:
+  passed sigmas are used verbatim). `dynamic_shifting=True` builds the tiny hub repo's setting (seed lesson 7).
+
+Imports torch: never import this module on the doctor's path.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from aipc_env.fileio import atomic_dir
+
+__all__ = ["build_tiny21_pipeline", "TINY21_VERSION", "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
+
+TINY21_VERSION = 1
+"""Bumped when the built pipeline changes (the cached copy is rebuilt)."""
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                  "<|image_pad|>", "<|video_pad|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for c in message['content'] %}"
+    "{% if c['type'] == 'text' %}{{ c['text'] }}{% elif c['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", model_max_length=4096,
+                                   additional_special_tokens=SPECIAL_TOKENS)
+    with tempfile.TemporaryDirectory() as tmp:
+        fast.save_pretrained(tmp)
+        return Qwen2Tokenizer.from_pretrained(tmp)
+
+
+def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = False,
+                          sample_sigmas: list[float] | None = None) -> Path:
+    """Write the tiny pipeline to `out` (atomically: a temp folder renamed at the end)."""
+    import torch
+    from diffusers import (AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline,
+                           QwenImage21Transformer2DModel)
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from aipc_env.train.compat import processor_without_video
+
+    processor_without_video()
+    torch.manual_seed(seed)
+    tokenizer = _tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    image_processor = Qwen2VLImageProcessorPil(patch_size=16, temporal_patch_size=2, merge_size=2,
+                                               min_pixels=32 * 32, max_pixels=256 * 256)
+    processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE)
+    hidden = 16
+    config = Qwen3VLConfig(
+        text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6,
+                                          "mrope_interleaved": True},
+                         pad_token_id=ids["<|endoftext|>"], bos_token_id=None, eos_token_id=ids["<|im_end|>"]),
+        vision_config=dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=hidden,
+                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
+                           deepstack_visual_indexes=[1]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    text_encoder = Qwen3VLForConditionalGeneration(config).eval()
+    vae = AutoencoderKLQwenImage21(base_dim=8, decoder_base_dim=8, z_dim=8, dim_mult=[1, 1, 1, 1, 1],
+                                   num_res_blocks=1, attn_scales=[], temperal_downsample=[False, True, True, True],
+                                   latents_mean=[0.0] * 8, latents_std=[1.0] * 8)
+    transformer = QwenImage21Transformer2DModel(patch_size=1, in_channels=8, out_channels=8, num_layers=2,
+                                                attention_head_dim=16, num_attention_heads=2, context_in_dim=hidden,
+                                                mlp_ratio=2, axes_dims_rope=(4, 6, 6))
+    if dynamic_shifting:  # the tiny hub repo's scheduler (seed 003, item 7)
+        scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5,
+                                                    max_shift=0.9, base_image_seq_len=256, max_image_seq_len=8192,
+                                                    shift_terminal=0.02, time_shift_type="exponential")
+    else:  # the real Turbo's: sigmas are used verbatim
+        scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    pipe = QwenImage21Pipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, processor=processor,
+                               transformer=transformer, sample_sigmas=sample_sigmas)
+    out = Path(out)
+    with atomic_dir(out) as tmp_dir:
+        pipe.save_pretrained(tmp_dir)
+        (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"kind": "qwen-image-2.1", "seed": seed,
+                                                            "version": TINY21_VERSION,
+                                                            "dynamic_shifting": dynamic_shifting}))
+    return out
