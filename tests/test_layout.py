@@ -15,7 +15,9 @@ SRC = ROOT / "src" / "aipc_env"
 ENVIRONMENT_SIDE = ("aipc_env.cli", "aipc_env.commands", "aipc_env.facts", "aipc_env.doctor", "aipc_env.matrix",
                     "aipc_env.lock", "aipc_env.trainenv", "aipc_env.launch", "aipc_env.train.config",
                     "aipc_env.train.run", "aipc_env.train.recommend", "aipc_env.train.checkpoint",
-                    "aipc_env.dataset", "aipc_env.schemas")
+                    "aipc_env.dataset", "aipc_env.schemas", "aipc_env.distill.config", "aipc_env.distill.prompts",
+                    "aipc_env.distill.verdict", "aipc_env.distill.report", "aipc_env.distill.trajectories",
+                    "aipc_env.distill.lessons")
 
 
 def _modules():

@@ -16,6 +16,10 @@ __all__ = ["models", "schemas", "write_schemas"]
 def models() -> dict[str, type]:
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
+    from aipc_env.distill.config import DistillConfig
+    from aipc_env.distill.trajectories import TrajectoryIndex, TrajectoryMeta
+    from aipc_env.distill.verdict import G3Manifest
+    from aipc_env.distill.verdict import Verdict as DistillVerdict
     from aipc_env.doctor import CheckCatalog, DoctorReport
     from aipc_env.dataset.validate import Verdict
     from aipc_env.facts.model import Facts
@@ -51,7 +55,9 @@ def models() -> dict[str, type]:
             "checkpoint-state": CheckpointState, "fit-summary": FitSummary, "compare-manifest": CompareManifest,
             "monitor-report": MonitorReport, "quantize-result": QuantizeResult, "image-context-spec": ContextSpec,
             "image-build-report": ImageBuildReport, "image-check-report": ImageCheckReport,
-            "bundle-manifest": BundleManifest, "fleet-report": FleetReport, "winget-check-report": WinGetCheckReport}
+            "bundle-manifest": BundleManifest, "fleet-report": FleetReport, "winget-check-report": WinGetCheckReport,
+            "distill-config": DistillConfig, "distill-verdict": DistillVerdict, "trajectory-meta": TrajectoryMeta,
+            "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest}
 
 
 def schemas() -> dict[str, dict]:

@@ -10,7 +10,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable
 
 import torch
 
@@ -19,11 +19,11 @@ from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (LessonError, ParityBroken, StudentNotBetter, check_deterministic_sampler, check_lora_metadata,
                                       check_sigmas_verbatim, check_steps_honoured)
 from aipc_env.distill.prompts import load_prompts
-from aipc_env.distill.verdict import Check
+from aipc_env.distill.verdict import Check, G3Manifest
 from aipc_env.errors import AipcError
-from aipc_env.formats import StrictModel, VersionedModel, write_model
+from aipc_env.formats import write_model
 
-__all__ = ["CheckList", "gate_g0", "gate_g2", "gate_g3", "G3Manifest", "INJECTABLE"]
+__all__ = ["CheckList", "gate_g0", "gate_g2", "gate_g3", "INJECTABLE"]
 
 INJECTABLE = {"grad-embeddings": "g0", "rgba": "g0", "no-lora-metadata": "g0", "wrong-sigmas": "g2"}
 
@@ -246,33 +246,6 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
                lambda: (check_steps_honoured(steps, len(counted), pipe.config.get("sample_sigmas")),
                         f"num_inference_steps={steps} ran {len(counted)} steps"))
     return checks.items, metrics
-
-
-class G3Entry(StrictModel):
-    prompt: str
-    seed: int
-    files: dict[str, str]
-    distance_to_teacher: dict[str, dict[str, float]]
-    """naive/student -> metric -> value."""
-
-
-class G3Manifest(VersionedModel):
-    """<output_dir>/g3/manifest.json: what G3 compared, with which LoRA, and the numbers."""
-
-    FORMAT: ClassVar[str] = "G3 manifest"
-    schema_version: Literal[1] = 1
-    mode: Literal["quality", "plumbing"]
-    metric: Literal["lpips", "psnr"]
-    metric_note: str
-    lora: str
-    lora_sha256: str
-    teacher_sigmas: list[float]
-    student_sigmas: list[float]
-    height: int
-    width: int
-    entries: list[G3Entry]
-    grid: str
-    mean: dict[str, dict[str, float]]
 
 
 def _lpips(cfg: DistillConfig):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, write_model
 
-__all__ = ["Check", "ErrorInfo", "Verdict", "Stage", "STAGES", "STAGE_TITLES", "verdict_path", "write_verdict",
+__all__ = ["Check", "ErrorInfo", "Verdict", "G3Entry", "G3Manifest", "Stage", "STAGES", "STAGE_TITLES", "verdict_path", "write_verdict",
            "read_verdict", "summary"]
 
 Stage = Literal["g0", "trajectories", "train", "g2", "g3"]
@@ -100,3 +100,30 @@ def write_verdict(out: Path, v: Verdict) -> Path:
 def read_verdict(out: Path, stage: str) -> Verdict | None:
     path = verdict_path(out, stage)
     return load_versioned(Verdict, path) if path.is_file() else None
+
+
+class G3Entry(StrictModel):
+    prompt: str
+    seed: int
+    files: dict[str, str]
+    distance_to_teacher: dict[str, dict[str, float]]
+    """naive/student -> metric -> value."""
+
+
+class G3Manifest(VersionedModel):
+    """<output_dir>/g3/manifest.json: what G3 compared, with which LoRA, and the numbers."""
+
+    FORMAT: ClassVar[str] = "G3 manifest"
+    schema_version: Literal[1] = 1
+    mode: Literal["quality", "plumbing"]
+    metric: Literal["lpips", "psnr"]
+    metric_note: str
+    lora: str
+    lora_sha256: str
+    teacher_sigmas: list[float]
+    student_sigmas: list[float]
+    height: int
+    width: int
+    entries: list[G3Entry]
+    grid: str
+    mean: dict[str, dict[str, float]]

@@ -1,0 +1,446 @@
+"""`aipc-env distill` on a tiny random Qwen-Image-2.1 pipeline built offline: every stage through the real CLI
+and launcher, injected faults caught by the matching gate, and each seed-003 lesson as a check that fires when
+the lesson is violated (proved on the real diffusers/peft/accelerate objects, not on stand-ins)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aipc_env.distill.config import default_distill_config, load_distill_config
+from aipc_env.errors import InputError
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _config(out: Path, **changes) -> Path:
+    data = default_distill_config(out)
+    for key, value in changes.items():
+        section, _, name = key.rpartition("__")
+        (data[section] if section else data)[name] = value
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "distill.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _verdict(out: Path, stage: str) -> dict:
+    return json.loads((out / "verdicts" / f"{stage}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def quiet():
+    from aipc_env.distill.worker import _quiet
+
+    _quiet()
+
+
+@pytest.fixture(scope="module")
+def tiny21(tmp_path_factory) -> Path:
+    """The tiny pipeline, built once for the in-process lesson tests."""
+    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+
+    return build_tiny21_pipeline(tmp_path_factory.mktemp("tiny21") / "pipe")
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny21, quiet):
+    import torch
+
+    from aipc_env.distill.models import load_pipeline
+
+    torch.set_num_threads(1)
+    return load_pipeline(tiny21, torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """`aipc-env distill all` on the built-in default, through the generated launcher."""
+    out = tmp_path_factory.mktemp("distill") / "run & (x86) ü"
+    result = run_cli("distill", "all", "--config", str(_config(out)), "--json", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout)
+    assert [v["stage"] for v in report["verdicts"]] == ["g0", "trajectories", "train", "g2", "g3"]
+    return out
+
+
+def test_all_stages_pass_on_the_tiny_pipeline(finished_run):
+    out = finished_run
+    g0 = _verdict(out, "g0")
+    assert g0["status"] == "pass" and len(g0["checks"]) == 7 and all(c["ok"] for c in g0["checks"])
+    g2 = _verdict(out, "g2")
+    assert g2["status"] == "pass"
+    assert g2["metrics"]["teacher_max_abs_diff"] == 0.0 and g2["metrics"]["student_max_abs_diff"] == 0.0
+    assert g2["metrics"]["teacher_effective_sigmas"] == pytest.approx(g2["metrics"]["teacher_passed_sigmas"] + [0.0])
+    assert len(g2["metrics"]["student_effective_sigmas"]) == 5
+    train = _verdict(out, "train")["metrics"]
+    assert train["steps"] == 20 and train["objective_end"] < train["objective_start"] and train["lowered_loss"]
+    assert train["velocity_mse_on"] < train["velocity_mse_off"]
+    assert (out / "loss.png").stat().st_size > 1000 and (out / "train_log.jsonl").is_file()
+    g3 = _verdict(out, "g3")
+    assert g3["status"] == "pass" and g3["mode"] == "plumbing"
+    assert any("plumbing" in n for n in g3["notes"]) and g3["metrics"]["metric"] == "psnr"
+    manifest = json.loads((out / "g3" / "manifest.json").read_text())
+    assert manifest["mode"] == "plumbing" and len(manifest["entries"]) == 4  # 2 eval prompts x 2 seeds
+    for entry in manifest["entries"]:
+        assert all((out / "g3" / f).is_file() for f in entry["files"].values())
+    from PIL import Image
+
+    grid = Image.open(out / "g3" / "grid.png")
+    assert grid.mode == "RGB" and grid.size == (3 * 68 + 4, 4 * 68 + 4)
+    report = (out / "report.md").read_text()
+    assert "Gate\tResult" in report and "G2 sampler parity" in report and "Velocity diagnostic" in report
+    assert "Built with Qwen" in report and "Qwen Research Licence" in report
+
+
+def test_published_lora_reloads_with_alpha_intact(finished_run, quiet):
+    import torch
+    from diffusers import QwenImage21Pipeline, QwenImage21Transformer2DModel
+
+    lora = finished_run / "lora"
+    state, meta = QwenImage21Pipeline.lora_state_dict(str(lora), return_lora_metadata=True)
+    assert meta["transformer.lora_alpha"] == 16 and meta["transformer.r"] == 8
+    fresh = QwenImage21Transformer2DModel.from_pretrained(str(finished_run / "tiny-qwen-image-2.1"),
+                                                          subfolder="transformer")
+    QwenImage21Pipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
+    layer = fresh.transformer_blocks[0].attn.to_q
+    assert list(layer.scaling.values()) == [2.0]  # alpha 16 / rank 8
+    assert all(torch.isfinite(v).all() for v in state.values())
+
+
+def test_report_command_and_json(finished_run):
+    result = run_cli("distill", "report", "--config", str(finished_run / "distill.yaml"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [g["gate"].split(" (")[0] for g in data["gates"]] == ["G0 plumbing", "G2 sampler parity", "G3 plumbing"]
+    assert data["gates"][1]["result"].startswith("PASS")
+
+
+def test_trajectories_are_resumable_and_hash_keyed(finished_run, quiet):
+    from aipc_env.distill.trajectories import load_index, read_trajectory, run_trajectories
+
+    cfg = load_distill_config(finished_run / "distill.yaml")
+    again = run_trajectories(cfg, log=lambda m: None)
+    assert again["computed"] == 0 and again["reused"] == 6
+    index, paths = load_index(cfg)
+    meta, tensors = read_trajectory(paths[0])
+    assert tensors["latents"].shape[0] == 9 and tensors["sigmas"].tolist()[-1] == 0.0
+    assert not tensors["prompt_embeds"].requires_grad and meta.prompt == index.entries[0].prompt
+    paths[1].write_bytes(b"damaged")
+    redo = run_trajectories(cfg, log=lambda m: None)
+    assert redo["computed"] == 1 and read_trajectory(paths[1]) is not None
+
+
+@pytest.mark.parametrize("fault, stage, check, error", [
+    ("grad-embeddings", "g0", "embeddings-without-grad", "embeddings-attached-to-graph"),
+    ("rgba", "g0", "teacher-8-step-rgb", "rgba-not-sliced"),
+    ("no-lora-metadata", "g0", "lora-save-reload", "lora-metadata-missing"),
+    ("wrong-sigmas", "g2", "sigmas-verbatim-teacher", "sigmas-not-verbatim"),
+])
+def test_injected_fault_fails_the_matching_gate_with_a_named_error(tmp_path, fault, stage, check, error):
+    out = tmp_path / "run"
+    result = run_cli("distill", "gate", stage, "--config", str(_config(out)), "--inject", fault, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    verdict = _verdict(out, stage)
+    assert verdict["status"] == "fail" and verdict["injected"] == [fault]
+    failed = {c["name"]: c["error"] for c in verdict["checks"] if not c["ok"]}
+    assert failed.get(check) == error, verdict["checks"]
+    assert f"[{error}]" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    if fault == "wrong-sigmas":  # the parity itself still holds: only the grid is warped
+        assert verdict["metrics"]["teacher_max_abs_diff"] == 0.0
+        assert verdict["metrics"]["teacher_effective_sigmas"][-2] == pytest.approx(0.02, abs=1e-6)
+
+
+def test_train_stage_refuses_a_lora_without_metadata(finished_run, tmp_path, quiet):
+    import shutil
+
+    from aipc_env.distill.worker import run_stage
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run / "trajectories", out / "trajectories")
+    shutil.copytree(finished_run / "tiny-qwen-image-2.1", out / "tiny-qwen-image-2.1")
+    cfg = load_distill_config(_config(out, student__max_train_steps=2))
+    verdict = run_stage(cfg, "train", frozenset({"no-lora-metadata"}), log=lambda m: None)
+    assert verdict.status == "fail" and verdict.error.name == "lora-metadata-missing"
+
+
+def test_trajectories_refuse_grad_attached_embeddings(tmp_path, quiet):
+    from aipc_env.distill.worker import run_stage
+
+    cfg = load_distill_config(_config(tmp_path / "run"))
+    verdict = run_stage(cfg, "trajectories", frozenset({"grad-embeddings"}), log=lambda m: None)
+    assert verdict.status == "fail" and verdict.error.name == "embeddings-attached-to-graph"
+    assert not list((tmp_path / "run" / "trajectories").glob("*.safetensors"))
+
+
+# --- the lessons, each proved on the real objects -------------------------------------------------------------
+
+def test_lesson_embeddings_need_no_grad(pipe):
+    """encode_prompt is not decorated: with grad enabled, the embeddings carry the text encoder's graph."""
+    import torch
+
+    from aipc_env.distill import sampler
+    from aipc_env.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+
+    with torch.enable_grad():
+        embeds, _, _ = pipe.encode_prompt(prompt=["a cat"], device=torch.device("cpu"))
+    assert embeds.grad_fn is not None  # the premise, on the real pipeline
+    with pytest.raises(EmbeddingsAttachedToGraph):
+        check_embeddings_detached(embeds)
+    with pytest.raises(EmbeddingsAttachedToGraph):
+        sampler.encode(pipe, ["a cat"], torch.device("cpu"), grad=True)
+    assert sampler.encode(pipe, ["a cat"], torch.device("cpu")).embeds.grad_fn is None
+
+
+def test_lesson_rgba_decode_must_be_sliced(pipe):
+    import torch
+
+    from aipc_env.distill import sampler
+    from aipc_env.distill.lessons import RgbaNotSliced, check_rgb
+
+    g = torch.Generator().manual_seed(0)
+    latents = sampler.initial_noise(pipe, 1, 64, 64, g, torch.device("cpu"), torch.float32)
+    z = pipe._unpack_latents(latents, 64, 64, pipe.vae_scale_factor)
+    raw = pipe.vae.decode(z, return_dict=False)[0][:, :, 0]
+    assert raw.shape[1] == 4  # the 2.1 VAE decodes RGBA
+    with pytest.raises(RgbaNotSliced):
+        check_rgb(raw)
+    rgb = sampler.decode_rgb(pipe, latents, 64, 64)
+    assert rgb.shape == (1, 3, 64, 64) and 0 <= float(rgb.min()) and float(rgb.max()) <= 1
+
+
+def test_lesson_lora_metadata_is_mandatory(tiny21, tmp_path, quiet):
+    """Without metadata diffusers rebuilds the adapter with alpha = rank: the seed's half-strength adapter."""
+    from diffusers import QwenImage21Pipeline, QwenImage21Transformer2DModel
+
+    from aipc_env.distill.lessons import LoraMetadataMissing, check_lora_metadata
+    from aipc_env.distill.student import add_lora, publish
+
+    cfg = load_distill_config(_config(tmp_path / "run", student__rank=4, student__alpha=8))
+    model = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
+    add_lora(model, cfg)
+    publish(model, tmp_path / "with")
+    publish(model, tmp_path / "without", metadata=False)
+    assert check_lora_metadata(tmp_path / "with", rank=4, alpha=8)["transformer.lora_alpha"] == 8
+    with pytest.raises(LoraMetadataMissing):
+        check_lora_metadata(tmp_path / "without", rank=4, alpha=8)
+    scales = {}
+    for name in ("with", "without"):
+        fresh = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
+        state, meta = QwenImage21Pipeline.lora_state_dict(str(tmp_path / name), return_lora_metadata=True)
+        QwenImage21Pipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
+        scales[name] = list(fresh.transformer_blocks[0].attn.to_q.scaling.values())[0]
+    assert scales == {"with": 2.0, "without": 1.0}  # half strength without metadata
+
+
+def test_lesson_scheduler_must_use_sigmas_verbatim(tmp_path, quiet):
+    """A checkpoint shipping dynamic shifting (the tiny hub repo's scheduler) fails G2 by name, while the own loop
+    still matches pipe() bit-exactly on the warped grid."""
+    from aipc_env.distill.gates import gate_g2
+    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+
+    model = build_tiny21_pipeline(tmp_path / "dynamic", dynamic_shifting=True)
+    cfg = load_distill_config(_config(tmp_path / "run", model=str(model)))
+    checks, metrics = gate_g2(cfg, log=lambda m: None)
+    failed = {c.name: c.error for c in checks if not c.ok}
+    assert failed == {"sigmas-verbatim-teacher": "sigmas-not-verbatim",
+                      "sigmas-verbatim-student": "sigmas-not-verbatim"}
+    assert metrics["teacher_max_abs_diff"] == 0.0 and metrics["student_max_abs_diff"] == 0.0
+
+
+def test_configured_sample_sigmas_make_g2_fail_on_ignored_steps(tmp_path, quiet):
+    from aipc_env.distill.config import default_teacher_sigmas
+    from aipc_env.distill.gates import gate_g2
+    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+
+    model = build_tiny21_pipeline(tmp_path / "sampled", sample_sigmas=default_teacher_sigmas(8))
+    cfg = load_distill_config(_config(tmp_path / "run", model=str(model)))
+    checks, metrics = gate_g2(cfg, log=lambda m: None)
+    failed = {c.name: c.error for c in checks if not c.ok}
+    assert failed == {"num-inference-steps-honoured": "num-inference-steps-ignored"}
+    assert metrics["num_inference_steps_probe"] == {"requested": 4, "ran": 8}
+
+
+def test_lesson_lora_before_prepare(tiny21, tmp_path, quiet):
+    import torch
+    from accelerate import Accelerator
+    from diffusers import QwenImage21Transformer2DModel
+
+    from aipc_env.distill.lessons import LoraAfterPrepare, check_lora_before_prepare
+    from aipc_env.distill.student import add_lora, prepare_student
+
+    cfg = load_distill_config(_config(tmp_path / "run"))
+    right = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
+    params = add_lora(right, cfg)
+    model, opt = prepare_student(Accelerator(cpu=True), right, torch.optim.AdamW(params))
+    assert check_lora_before_prepare(model, opt) == len(params)
+    wrong = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
+    wrong.requires_grad_(False)
+    dummy = torch.nn.Parameter(torch.zeros(1))
+    model, opt = prepare_student(Accelerator(cpu=True), wrong, torch.optim.AdamW([dummy]))
+    add_lora(model, cfg)
+    with pytest.raises(LoraAfterPrepare, match="added after prepare"):
+        check_lora_before_prepare(model, opt)
+
+
+def test_nf4_base_uses_peft_bitsandbytes_lora_layer(tiny21, tmp_path, quiet):
+    import bitsandbytes as bnb
+    import torch
+    from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
+
+    from aipc_env.distill.models import load_transformer
+    from aipc_env.distill.student import add_lora
+
+    cfg = load_distill_config(_config(tmp_path / "run"))
+    model = load_transformer(tiny21, torch.device("cpu"), torch.float32, base="nf4")
+    add_lora(model, cfg)
+    to_q = model.transformer_blocks[0].attn.to_q
+    assert isinstance(to_q, LoraLinear4bit) and isinstance(to_q.base_layer, bnb.nn.Linear4bit)
+    assert to_q.base_layer.weight.quant_type == "nf4"
+
+
+# --- training machinery ---------------------------------------------------------------------------------------
+
+def test_endpoint_weighting_is_delta_sigma_squared(finished_run, quiet):
+    import torch
+
+    from aipc_env.distill.models import load_transformer, model_key
+    from aipc_env.distill.student import load_trajectories, make_batch, step_loss
+
+    cfg = load_distill_config(finished_run / "distill.yaml")
+    root = finished_run / "tiny-qwen-image-2.1"
+    trajs = load_trajectories(cfg, model_key(root))
+    model = load_transformer(root, torch.device("cpu"), torch.float32, base="full")
+    shapes = [[(1, 4, 4)]]
+    for k in range(4):
+        batch = make_batch(trajs, [(0, k)], 2, shapes, torch.device("cpu"), torch.float32)
+        with torch.no_grad():
+            uniform, err = step_loss(model, batch, "uniform")
+            endpoint, _ = step_loss(model, batch, "endpoint")
+        dsigma = float(batch.sigma_next - batch.sigma)
+        assert float(uniform) == pytest.approx(float(err[0]))
+        assert float(endpoint) == pytest.approx(float(uniform) * dsigma ** 2, rel=1e-6)
+
+
+def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finished_run, quiet):
+    import torch
+
+    from aipc_env.distill.models import load_transformer, model_key
+    from aipc_env.distill.student import _on_policy, add_lora, load_trajectories
+
+    cfg = load_distill_config(finished_run / "distill.yaml")
+    root = finished_run / "tiny-qwen-image-2.1"
+    trajs = load_trajectories(cfg, model_key(root))
+    model = load_transformer(root, torch.device("cpu"), torch.float32, base="full")
+    add_lora(model, cfg)
+    starts, ends = _on_policy(model, trajs, [(0, 0), (1, 1)], 2, [[(1, 4, 4)]], torch.device("cpu"),
+                              torch.float32)
+    # k=0: the stored noise, then two teacher steps == the stored teacher trajectory (KV cache aside: close)
+    assert torch.equal(starts[0], trajs[0].latents[0])
+    assert torch.allclose(ends[0], trajs[0].latents[2], atol=1e-5)
+    # k=1: one student step (a zero-init LoRA: the naive 4-step model) lands away from the teacher's latents
+    assert not torch.allclose(starts[1], trajs[1].latents[2], atol=1e-6)
+
+
+def test_on_policy_phase_trains(finished_run, tmp_path, quiet):
+    import shutil
+
+    from aipc_env.distill.worker import run_stage
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run / "trajectories", out / "trajectories")
+    cfg = load_distill_config(_config(out, student__max_train_steps=4,
+                                      student__on_policy={"start_step": 1, "fraction": 1.0}))
+    verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
+    assert verdict.status == "pass", verdict.error
+    assert verdict.metrics["on_policy_steps"] == 3
+    kinds = [json.loads(line)["kind"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert kinds == ["offline", "on-policy", "on-policy", "on-policy"]
+
+
+def test_divergence_stops_with_a_named_error_keeping_the_last_good_checkpoint(finished_run, tmp_path, quiet):
+    import shutil
+
+    from aipc_env.distill.worker import run_stage
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run / "trajectories", out / "trajectories")
+    cfg = load_distill_config(_config(out, student__learning_rate=0.1, student__checkpointing_steps=2,
+                                      student__checkpoints_total_limit=None))
+    verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
+    assert verdict.status == "fail" and verdict.error.name == "training-diverged"
+    assert "velocity MSE" in verdict.error.message and "learning_rate" in verdict.error.fix
+    good = Path(verdict.metrics["last_good_checkpoint"])
+    assert good.name == "step-0000002" and (good / "lora.safetensors").is_file()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000002"]
+    assert not (out / "lora").exists()
+    # a spike with the velocity check out of the way
+    shutil.rmtree(out / "checkpoints")
+    cfg = load_distill_config(_config(out, student__learning_rate=0.1, student__checkpointing_steps=1000,
+                                      student__divergence={"spike_factor": 4, "window": 3, "velocity_every": 1000,
+                                                           "velocity_tolerance": 1000}))
+    verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
+    assert verdict.error.name == "training-diverged" and "loss spike" in verdict.error.message
+
+
+def test_resume_ends_with_the_same_lora_as_an_uninterrupted_run(finished_run, tmp_path, quiet):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from aipc_env.distill.worker import run_stage
+
+    runs = {}
+    for name, steps in (("straight", [8]), ("resumed", [4, 8])):
+        out = tmp_path / name
+        shutil.copytree(finished_run / "trajectories", out / "trajectories")
+        for i, n in enumerate(steps):
+            cfg = load_distill_config(_config(out, student__max_train_steps=n, student__checkpointing_steps=2,
+                                              student__resume="auto" if i else None))
+            verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
+            assert verdict.status == "pass", verdict.error
+        runs[name] = load_file(str(out / "lora" / "pytorch_lora_weights.safetensors"))
+        if name == "resumed":
+            assert verdict.metrics["resumed_from"].endswith("step-0000002")
+    assert runs["straight"].keys() == runs["resumed"].keys()
+    assert all((runs["straight"][k] == runs["resumed"][k]).all() for k in runs["straight"])
+
+
+# --- config and input errors ----------------------------------------------------------------------------------
+
+def test_config_errors_name_the_file_and_key(tmp_path):
+    bad = _config(tmp_path / "a", student__loss_wieghting="endpoint")
+    with pytest.raises(InputError, match="student.loss_wieghting"):
+        load_distill_config(bad)
+    bad = _config(tmp_path / "b", teacher_sigmas=[1.0, 0.5, 0.75, 0.25])
+    with pytest.raises(InputError, match="teacher_sigmas"):
+        load_distill_config(bad)
+    bad = _config(tmp_path / "c", teacher_sigmas=[1.0, 0.75, 0.5])
+    with pytest.raises(InputError, match="student_stride"):
+        load_distill_config(bad)
+    bad = _config(tmp_path / "d", height=48)
+    with pytest.raises(InputError, match="height"):
+        load_distill_config(bad)
+    result = run_cli("distill", "gate", "g0", "--config", str(_config(tmp_path / "e", model="no such model")))
+    assert result.returncode == 2 and "model" in result.stderr and "model_index.json" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_prompts_file_errors_name_the_line(tmp_path):
+    from aipc_env.distill.prompts import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a cat"}\n{"text": "a dog", "seed": 3}\n\nnot json\n', encoding="utf-8")
+    with pytest.raises(InputError, match="line 4 is not JSON"):
+        load_prompts(str(path))
+    path.write_text('\ufeff{"prompt": "a cat"}\n{"text": "a dog", "seed": 3, "quoted_strings": []}\n',
+                    encoding="utf-8")
+    records = load_prompts(str(path))
+    assert [(r.prompt, r.seed) for r in records] == [("a cat", None), ("a dog", 3)]
+    path.write_text('{"prompt": ""}\n', encoding="utf-8")
+    with pytest.raises(InputError, match="line 1"):
+        load_prompts(str(path))
