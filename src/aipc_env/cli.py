@@ -15,7 +15,7 @@ from aipc_env.errors import AipcError, ExitCode
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 COMMANDS = ("doctor", "train", "verify", "env", "lock", "matrix", "resolve", "recommend", "dataset",
-            "patch-requirements", "quantize", "compare", "monitor", "container", "fleet", "distill")
+            "patch-requirements", "quantize", "compare", "monitor", "container", "fleet", "distill", "adapt")
 
 DESCRIPTION = """\
 Reproducible NF4 QLoRA fine-tuning of Qwen-Image-Edit on Intel AI PCs (Core Ultra iGPU, Arc).

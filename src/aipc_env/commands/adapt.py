@@ -1,0 +1,85 @@
+"""`aipc-env adapt CLONE`: the runbook's step-5 adaptation of a qwen-image-finetune clone (apply, --check,
+--revert, --smoke)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aipc_env.commands.options import JSON, MATRIX, PAIR, print_json
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("adapt", parents=[JSON, PAIR, MATRIX],
+                       help="adapt a qwen-image-finetune clone for XPU and NF4 (runbook step 5); --check, --revert, "
+                            "--smoke",
+                       description="Apply the runbook's step-5 edits to a qwen-image-finetune clone: device helpers "
+                       "instead of torch.cuda, SDPA instead of flash_attention_2, the NF4 path, local model paths, the "
+                       "max_train_steps guard, checkpoints_total_limit, XPU seeding, LoRA metadata. Each edit is "
+                       "anchored on upstream content; a mismatch changes nothing and names the anchor. Every edited "
+                       "file is backed up (<clone>/.aipc-adapt/); a second run changes nothing. Exit codes: 0 "
+                       "adapted, 1 findings or a refused edit, 2 bad input.")
+    p.add_argument("clone", type=Path, help="the clone's root folder (it holds src/qflux)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="only report ERROR/WARN findings (file, line, fix)")
+    mode.add_argument("--revert", action="store_true", help="restore the pristine files from the backups")
+    mode.add_argument("--dry-run", action="store_true", help="list the edits, change nothing")
+    mode.add_argument("--smoke", action="store_true", help="adapt, then run upstream's own cache and fit phases for 3 "
+                      "steps on a tiny random model, offline, on the CPU (builds the qflux env once)")
+    p.add_argument("--force", action="store_true", help="with --revert: also restore files edited after adapting")
+    p.set_defaults(run=run)
+
+
+def _render_findings(report) -> None:
+    from aipc_env.commands.options import console_for
+
+    console = console_for()
+    if not report.findings:
+        console.print(f"[green]adapted[/green]: no findings in {report.clone}")
+        return
+    for f in report.findings:
+        color = "red" if f.level == "ERROR" else "yellow"
+        console.print(f"[{color}]{f.level}[/{color}] {f.file}:{f.line} [{f.rule}] {f.message}", highlight=False)
+        console.print(f"       fix: {f.fix}", highlight=False)
+    warns = len(report.findings) - report.errors
+    console.print(f"{report.errors} error(s), {warns} warning(s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from aipc_env.qflux.adapt import apply_adaptation, plan_adaptation, revert_adaptation
+    from aipc_env.qflux.checker import check_clone
+
+    clone = args.clone
+    if args.check:
+        report = check_clone(clone)
+        print_json(report) if args.json else _render_findings(report)
+        return 0 if not report.findings else 1
+    if args.revert:
+        done = revert_adaptation(clone, force=args.force)
+        print(f"aipc-env: reverted {len(done)} file(s); {clone} is pristine")
+        return 0
+    if args.dry_run:
+        for item in plan_adaptation(clone).files:
+            print(f"{item.path}: {', '.join(item.edits)}")
+        return 0
+    written = apply_adaptation(clone)
+    report = check_clone(clone)
+    if args.smoke:
+        from aipc_env.qflux.smoke import run_smoke
+
+        if report.findings:
+            _render_findings(report)
+            return 1
+        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix)
+        print_json(result) if args.json else print(result.summary())
+        return 0 if result.passed else 1
+    if args.json:
+        print_json(report)
+    else:
+        print(f"aipc-env: adapted {clone}: {len(written)} file(s) written" if written else
+              f"aipc-env: {clone} is already adapted; nothing changed")
+        if report.findings:
+            _render_findings(report)
+    return 0 if not report.findings else 1

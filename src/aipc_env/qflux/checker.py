@@ -1,0 +1,188 @@
+"""The runbook's adaptation checker (step 5, `adaptation_check.py`) over a clone as it is now: ERROR findings
+(training on XPU fails or NF4 is unreachable) and WARN findings (it runs, but wastes disk, memory or seeds),
+each with file, line and fix. Independent of the edits in patches.py: it reads the code, not the manifest."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.qflux.patches import HELPERS_MODULE, SRC
+
+__all__ = ["Finding", "CheckReport", "check_clone"]
+
+
+class Finding(StrictModel):
+    level: Literal["ERROR", "WARN"]
+    rule: str
+    file: str
+    line: int
+    message: str
+    fix: str
+
+
+class CheckReport(VersionedModel):
+    """`aipc-env adapt CLONE --check --json`."""
+
+    FORMAT: ClassVar[str] = "adaptation check report"
+    schema_version: Literal[1] = 1
+    clone: str
+    adapted: bool
+    findings: list[Finding]
+
+    @property
+    def errors(self) -> int:
+        return sum(f.level == "ERROR" for f in self.findings)
+
+
+FIX_ADAPT = "run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits)"
+
+
+def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.setdefault(node.name, node)
+    return out
+
+
+def _segment(text: str, node: ast.AST) -> str:
+    return ast.get_source_segment(text, node) or ""
+
+
+def _code_lines(text: str):
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if code.strip():
+            yield number, code
+
+
+def check_clone(clone: Path) -> CheckReport:
+    from aipc_env.qflux.adapt import is_adapted
+
+    clone = Path(clone)
+    src = clone / SRC
+    findings: list[Finding] = []
+
+    def add(level, rule, rel, line, message, fix=FIX_ADAPT):
+        findings.append(Finding(level=level, rule=rule, file=rel, line=line, message=message, fix=fix))
+
+    texts: dict[str, str] = {}
+    for path in sorted(src.rglob("*.py")):
+        rel = str(path.relative_to(clone)).replace("\\", "/")
+        texts[rel] = path.read_text(encoding="utf-8", errors="replace")
+    if HELPERS_MODULE not in texts:
+        add("ERROR", "no-device-helpers", HELPERS_MODULE, 0, "the device-agnostic helpers module is missing")
+    for rel, text in texts.items():
+        if rel == HELPERS_MODULE:
+            continue
+        for number, code in _code_lines(text):
+            if "torch.cuda." in code:
+                add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
+                    "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
+            if "flash_attention_2" in code:
+                add("ERROR", "flash-attention-2", rel, number, "attn_implementation flash_attention_2 is CUDA-only",
+                    'use attn_implementation="sdpa" (' + FIX_ADAPT + ")")
+            if re.match(r"(import|from)\s+transformer_engine\b", code):
+                add("ERROR", "transformer-engine-import", rel, number,
+                    "a top-level transformer_engine import fails on XPU", "import it lazily (" + FIX_ADAPT + ")")
+            if re.match(r"import torchvision\b", code):
+                add("WARN", "torchvision-at-import", rel, number, "torchvision is imported at module load: a "
+                    "torchvision that does not match torch breaks `import qflux.main`",
+                    "import it where images are logged (" + FIX_ADAPT + ")")
+            m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
+            if m and "__main__" not in rel:
+                add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
+                    "local model is not used (a download, or a failure offline)",
+                    "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            add("ERROR", "syntax", rel, exc.lineno or 0, f"does not parse: {exc.msg}", "restore the file")
+            continue
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef):
+                body = _segment(text, fn)
+                if re.search(r'\.type\s*==\s*"cuda"', body) and '"xpu"' not in body:
+                    line = fn.lineno + body[: re.search(r'\.type\s*==\s*"cuda"', body).start()].count("\n")
+                    add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
+                        "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
+    _structure(texts, add)
+    findings = [f for f in findings if not (f.rule == "hub-id" and _in_main_block(texts.get(f.file, ""), f.line))]
+    return CheckReport(clone=str(clone), adapted=is_adapted(clone), findings=findings)
+
+
+def _in_main_block(text: str, line: int) -> bool:
+    """Lines under `if __name__ == "__main__":` (demo code, never run by training)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return True
+    return False
+
+
+def _structure(texts: dict[str, str], add) -> None:
+    config = texts.get(f"{SRC}/data/config.py", "")
+    base = texts.get(f"{SRC}/trainer/base_trainer.py", "")
+    qwen = texts.get(f"{SRC}/trainer/qwen_image_edit_trainer.py", "")
+    load = texts.get(f"{SRC}/models/load_model.py", "")
+    seed = texts.get(f"{SRC}/utils/seed.py", "")
+    cfg_rel, base_rel = f"{SRC}/data/config.py", f"{SRC}/trainer/base_trainer.py"
+    if config:
+        tree = ast.parse(config)
+        model_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
+        if model_cfg is not None and "quantize_type" not in _segment(config, model_cfg):
+            add("ERROR", "no-nf4-schema", cfg_rel, model_cfg.lineno, "ModelConfig has no quantize_type: an NF4 "
+                "config is rejected (extra keys are forbidden)")
+        data_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "DataConfig"), None)
+        if data_cfg is not None:
+            seg = _segment(config, data_cfg)
+            m = re.search(r'@field_validator\(([^)]*)\)\s*\n\s*@classmethod\s*\n\s*def \w+\(cls, v: int\) -> int:'
+                          r'\s*\n\s*if v <= 0:', seg)
+            if m and "num_workers" in m.group(1):
+                add("ERROR", "num-workers-positive", cfg_rel, data_cfg.lineno + seg[: m.start()].count("\n"),
+                    "num_workers must be > 0: the Windows spawn escape hatch (0) is rejected")
+    if load and "nf4" not in load:
+        add("ERROR", "no-nf4-loader", f"{SRC}/models/load_model.py", 1, "no NF4 path: the transformer cannot load "
+            "in bitsandbytes nf4 (quantize: true is 8-bit)")
+    if base:
+        fns = _functions(ast.parse(base))
+        train_epoch, fit = fns.get("train_epoch"), fns.get("fit")
+        if train_epoch is not None and "max_train_steps" not in _segment(base, train_epoch):
+            add("ERROR", "no-max-steps-guard", base_rel, train_epoch.lineno, "train_epoch() never stops at "
+                "max_train_steps: training overruns the step budget (upstream issue #51)")
+        if fit is not None:
+            seg = _segment(base, fit)
+            loop = re.search(r"for epoch in range\([^\n]*\n((?:[ \t]+[^\n]*\n|\n)*)", seg)
+            if loop and "max_train_steps" not in loop.group(1):
+                add("WARN", "no-epoch-break", base_rel, fit.lineno + seg[: loop.start()].count("\n"),
+                    "the epoch loop does not break at max_train_steps: one redundant full checkpoint per remaining "
+                    "epoch")
+            if re.search(r"^\s*mp\.set_start_method\(", seg, re.M) and "except RuntimeError" not in seg:
+                add("WARN", "spawn-unguarded", base_rel, fit.lineno, "mp.set_start_method(..., force=True) is not "
+                    "guarded")
+        if "checkpoints_total_limit" not in base:
+            add("WARN", "checkpoints-total-limit-unused", base_rel, 1, "train.checkpoints_total_limit is never "
+                "used: checkpoints are never pruned")
+        save_lora = fns.get("save_lora")
+        if save_lora is not None and "lora_adapter_metadata" not in _segment(base, save_lora):
+            add("WARN", "lora-without-metadata", base_rel, save_lora.lineno, "the LoRA is saved without adapter "
+                "metadata: diffusers reloads it with alpha = r")
+    if qwen:
+        fns = _functions(ast.parse(qwen))
+        loss = fns.get("_compute_loss")
+        if loss is not None and "torch.autocast(" not in _segment(qwen, loss):
+            add("WARN", "no-nf4-autocast", f"{SRC}/trainer/qwen_image_edit_trainer.py", loss.lineno,
+                "no autocast around the trainable forward (NF4-A2): the bf16 compute path is not taken")
+        if "quantize_type" not in qwen:
+            add("ERROR", "nf4-not-wired", f"{SRC}/trainer/qwen_image_edit_trainer.py", 1,
+                "the trainer never passes model.quantize_type to the transformer loader")
+    if seed and "xpu" not in seed and "device_manual_seed_all" not in seed:
+        add("WARN", "no-xpu-seed", f"{SRC}/utils/seed.py", 1, "seed_everything() does not seed the XPU")
