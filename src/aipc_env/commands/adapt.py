@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--smoke", action="store_true", help="adapt, then run upstream's own cache and fit phases for 3 "
                       "steps on a tiny random model, offline, on the CPU (builds the qflux env once)")
     p.add_argument("--force", action="store_true", help="with --revert: also restore files edited after adapting")
+    p.add_argument("--plus", action="store_true", help="with --smoke: the Qwen-Image-Edit-Plus trainer and pipeline")
     p.set_defaults(run=run)
 
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if report.findings:
             _render_findings(report)
             return 1
-        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix)
+        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix, plus=args.plus)
         print_json(result) if args.json else print(result.summary())
         return 0 if result.passed else 1
     if args.json:

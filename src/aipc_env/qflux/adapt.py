@@ -103,7 +103,7 @@ def _pristine(clone: Path, rel: str, manifest: AdaptManifest | None) -> bytes | 
     return p.read_bytes() if p.is_file() else None
 
 
-def _check_clone(clone: Path) -> None:
+def require_clone(clone: Path) -> None:
     if not (clone / SRC).is_dir():
         raise InputError(f"{clone} has no {SRC} package", path=clone,
                          fix="point at a clone of tsiendragon/qwen-image-finetune (its root folder)")
@@ -112,7 +112,7 @@ def _check_clone(clone: Path) -> None:
 def plan_adaptation(clone: Path) -> Plan:
     """Every edited and created file with its pristine and adapted bytes; refuses on the first mismatch."""
     clone = Path(clone)
-    _check_clone(clone)
+    require_clone(clone)
     manifest = load_manifest(clone)
     by_file: dict[str, list] = {}
     for patch in PATCHES:

@@ -61,9 +61,10 @@ def _code_lines(text: str):
 
 
 def check_clone(clone: Path) -> CheckReport:
-    from aipc_env.qflux.adapt import is_adapted
+    from aipc_env.qflux.adapt import is_adapted, require_clone
 
     clone = Path(clone)
+    require_clone(clone)
     src = clone / SRC
     findings: list[Finding] = []
 

@@ -25,10 +25,16 @@ def processor_without_video() -> bool:
             return False
         except Exception:  # noqa: BLE001 - a torchvision that does not import is as good as none
             pass
-    from transformers import Qwen2VLProcessor, Qwen3VLProcessor
+    import transformers
 
-    for cls in (Qwen2VLProcessor, Qwen3VLProcessor):
-        cls.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
+    for name in ("Qwen2VLProcessor", "Qwen3VLProcessor"):  # Qwen3VLProcessor: transformers >= 4.57
+        cls = getattr(transformers, name, None)
+        if cls is None:
+            continue
+        if hasattr(cls, "get_attributes"):  # transformers >= 5
+            cls.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
+        else:  # transformers 4.x (qwen-image-finetune pins 4.52.4)
+            cls.attributes = ["image_processor", "tokenizer"]
     _APPLIED = True
     return True
 

@@ -17,6 +17,7 @@ __all__ = ["Machine", "ProbeJson", "machine_from_facts", "machine_from_probe", "
            "qflux_config", "TODO_MODEL", "TODO_OUTPUT", "RecommendReport", "SelectedPattern"]
 
 TODO_MODEL = "TODO: local Qwen-Image-Edit-2511 folder (huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir ...)"
+TODO_CACHE = "TODO: cache folder (embeddings and latents)"
 TODO_OUTPUT = "TODO: output folder for checkpoints, the LoRA and logs"
 TODO_DATASET = "TODO: dataset folder, parquet folder or CSV (aipc-env dataset validate PATH)"
 TODO_TE = "TODO: NF4 text encoder folder (aipc-env quantize text-encoder --src MODEL --dst DIR)"
@@ -134,32 +135,51 @@ def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool 
     return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier)
 
 
-def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = True) -> dict:
-    """The same recommendation in qwen-image-finetune's own schema (which rejects unknown keys)."""
+def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = True,
+                 cache_dir: str | None = None) -> dict:
+    """The same recommendation in qwen-image-finetune's own layout, as its loader (after `aipc-env adapt`) reads it:
+    the processor nested as {class_path, init_args}; NF4 as model.quantize_type (quantize: true is bnb's 8-bit
+    path); every path given is filled (cache_dir defaults to <output_dir>/cache); a parquet folder in the dict
+    form {repo_id: <folder>, split: train}, which the adapted loader reads through `datasets`. Devices follow
+    the machine (xpu:0, or cpu)."""
     cfg = rec.config
     kind = _dataset_kind(dataset_path)
     ds = dataset_path or TODO_DATASET
     dataset_value: object = [{"repo_id": ds, "split": "train"}] if kind == "parquet" else ds
-    cache_dir = "TODO: cache folder"
+    output_dir = cfg["output_dir"]
+    if cache_dir is None:
+        cache_dir = TODO_CACHE if output_dir.startswith("TODO") else str(Path(output_dir) / "cache")
+    device = "cpu" if cfg.get("device") == "cpu" else "xpu:0"
+    model: dict = {"pretrained_model_name_or_path": cfg["model"]["path"], "quantize": False, "quantize_type": "nf4",
+                   "lora": {"r": cfg["lora"]["rank"], "lora_alpha": int(cfg["lora"]["alpha"]),
+                            "init_lora_weights": "gaussian", "target_modules": cfg["lora"]["target_modules"]}}
+    for key in ("transformer_path", "text_encoder_path"):
+        if cfg["model"].get(key):
+            model[key] = cfg["model"][key]
+    drop_keys = ["empty_prompt_embeds", "empty_prompt_embeds_mask"]
+    height, width = cfg["data"]["target_size"]
     return {
         "trainer": "QwenImageEditPlus" if plus else "QwenImageEdit",
-        "model": {"pretrained_model_name_or_path": cfg["model"]["path"], "quantize": False,
-                  "lora": {"r": cfg["lora"]["rank"], "lora_alpha": cfg["lora"]["alpha"], "init_lora_weights": "gaussian",
-                           "target_modules": cfg["lora"]["target_modules"]}},
+        "model": model,
         "data": {"class_path": "qflux.data.dataset.ImageDataset", "batch_size": 1, "num_workers": 1, "shuffle": True,
-                 "init_args": {"dataset_path": dataset_value, "caption_dropout_rate": cfg["data"]["caption_dropout_rate"],
-                               "cache_dir": cache_dir, "use_cache": True,
-                               "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"],
-                               "processor": {"process_type": "center_crop", "target_size": cfg["data"]["target_size"]}}},
-        "cache": {"devices": {"vae": "xpu:0", "text_encoder": "xpu:0"}, "use_cache": True, "cache_dir": cache_dir,
-                  "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"]},
-        "train": {"gradient_accumulation_steps": 2, "max_train_steps": 1000, "num_epochs": 1000,
-                  "checkpointing_steps": 250, "checkpoints_total_limit": 3, "mixed_precision": "no",
+                 "init_args": {"dataset_path": dataset_value,
+                               "caption_dropout_rate": cfg["data"]["caption_dropout_rate"],
+                               "cache_dir": cache_dir, "use_cache": True, "prompt_empty_drop_keys": drop_keys,
+                               "processor": {"class_path": "qflux.data.preprocess.ImageProcessor",
+                                             "init_args": {"process_type": "center_crop",
+                                                           "target_size": [height, width],
+                                                           "controls_size": [[height, width]]}}}},
+        "cache": {"devices": {"vae": device, "text_encoder": device}, "use_cache": True, "cache_dir": cache_dir,
+                  "prompt_empty_drop_keys": drop_keys},
+        "train": {"gradient_accumulation_steps": cfg["train"]["gradient_accumulation_steps"],
+                  "max_train_steps": cfg["train"]["max_train_steps"], "num_epochs": 1000,
+                  "checkpointing_steps": cfg["train"]["checkpointing_steps"],
+                  "checkpoints_total_limit": cfg["train"]["checkpoints_total_limit"], "mixed_precision": "no",
                   "gradient_checkpointing": True},
         "optimizer": {"class_path": "bitsandbytes.optim.Adam8bit", "init_args": {"lr": 1e-4, "betas": [0.9, 0.999]}},
         "lr_scheduler": {"scheduler_type": "constant_with_warmup", "warmup_steps": 20},
         "validation": {"enabled": False},
-        "logging": {"output_dir": cfg["output_dir"], "report_to": "tensorboard", "tracker_project_name": "aipc-lora"},
+        "logging": {"output_dir": output_dir, "report_to": "tensorboard", "tracker_project_name": "aipc-lora"},
     }
 
 

@@ -69,10 +69,14 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
     import tempfile
 
     import torch
+    import transformers
     from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline,
                            QwenImageEditPlusPipeline, QwenImageTransformer2DModel)
-    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer,
-                              Qwen2VLImageProcessor, Qwen2VLProcessor)
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+
+    legacy = int(transformers.__version__.split(".")[0]) < 5
+    """transformers 4.x (qwen-image-finetune pins 4.52.4): the fast tokenizer class, rope_scaling for mrope."""
+    Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer
 
     from aipc_env.train.compat import processor_without_video
     from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG
@@ -88,12 +92,13 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
                                             max_pixels=1003520)
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
     hidden = TINY_TRANSFORMER_CONFIG["joint_attention_dim"]
+    rope = ({"rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}, "rope_theta": 1e6} if legacy else
+            {"rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}})
     config = Qwen2_5_VLConfig(
         text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=2 * hidden,
                          bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                          pad_token_id=ids["<|endoftext|>"],
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         rope_parameters={"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}),
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, **rope),
         vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=hidden,
                            patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                            fullatt_block_indexes=[1]),

@@ -1,0 +1,52 @@
+"""Validate a qflux config with the clone's own loader, run in the qflux env (a subprocess): the only judge of
+what upstream accepts. A rejected config is an InputError naming the file and every key upstream named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aipc_env.errors import AipcError, ExitCode, InputError
+
+__all__ = ["validate_with_clone", "LOADER_SCRIPT"]
+
+LOADER_SCRIPT = Path(__file__).with_name("loader_check.py")
+
+
+def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
+    """The loader's result ({"ok": True, "trainer", "quantization_type", "config"}); raises InputError when it
+    rejects the config, AipcError when the clone's code does not import in that env."""
+    import os
+
+    from aipc_env.procs import ProbeFailed, run_capture
+
+    env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "PYTHONUTF8": "1"}
+    env.pop("PYTHONPATH", None)
+    try:
+        result = run_capture([str(python), str(LOADER_SCRIPT), str(Path(clone).absolute()),
+                              str(Path(config).absolute())], timeout=300, check=False, cwd=Path(clone) / "src",
+                             env=env)
+    except ProbeFailed as exc:
+        raise AipcError(f"the clone's config loader could not run: {exc}", path=config, exit_code=ExitCode.PROBLEMS,
+                        fix=f"check the env's interpreter {python}") from None
+    try:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise AipcError(f"the clone's config loader did not answer (exit code {result.returncode}): "
+                        f"{(result.stderr.strip().splitlines() or [''])[-1][:300]}", path=config,
+                        exit_code=ExitCode.PROBLEMS, fix=f"run {python} -c 'import qflux.data.config' in "
+                        f"{Path(clone) / 'src'} to see why") from None
+    if data.get("ok"):
+        return data
+    if data.get("stage") == "import":
+        raise AipcError(f"the clone's config loader does not import in {python}: {data.get('error')}",
+                        path=clone, exit_code=ExitCode.PROBLEMS,
+                        fix="use the qflux env (aipc-env adapt CLONE --smoke builds one), or install the clone's "
+                            "patched requirements (aipc-env patch-requirements)")
+    errors = data.get("errors") or []
+    shown = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:4]) or data.get("error", "rejected")
+    more = f" (+{len(errors) - 4} more)" if len(errors) > 4 else ""
+    raise InputError(f"qwen-image-finetune's own loader rejects this config: {shown}{more}", path=config,
+                     key=errors[0]["loc"] if errors else None,
+                     fix="`aipc-env recommend --engine qflux` writes a config upstream accepts (after `aipc-env "
+                         "adapt`, which adds quantize_type / transformer_path to its schema)")

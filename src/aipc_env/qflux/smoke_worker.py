@@ -1,0 +1,124 @@
+"""The smoke run's own steps, run inside the qflux env by the smoke launcher:
+`python -m aipc_env.qflux.smoke_worker prepare --out DIR [--plus]` builds the tiny random Qwen-Image-Edit(-Plus)
+pipeline (with the env's transformers, so upstream's pinned 4.52.4 reads it) and a 3-sample dataset;
+`... verify --run DIR --clone CLONE ...` checks what upstream's own cache and fit phases left behind."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def prepare(out: Path, plus: bool) -> dict:
+    import numpy as np
+    from PIL import Image
+
+    from aipc_env.train.tinypipe import build_tiny_pipeline
+
+    build_tiny_pipeline(out / "model", plus=plus)
+    rng = np.random.default_rng(0)
+    images, control = out / "data" / "images", out / "data" / "control"
+    images.mkdir(parents=True, exist_ok=True)
+    control.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(("a", "b", "c")):
+        base = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+        Image.fromarray(base).save(control / f"{name}.png")
+        Image.fromarray(np.flip(base, axis=1).copy()).save(images / f"{name}.png")
+        (images / f"{name}.txt").write_text(f"mirror the picture {i}", encoding="utf-8")
+    return {"model": str(out / "model"), "data": str(out / "data")}
+
+
+def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int, plus: bool) -> dict:
+    import bitsandbytes as bnb
+    import torch
+
+    sys.path.insert(0, str(clone / "src"))
+    checks = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    from qflux.models.load_model import load_transformer
+
+    dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4")
+    linears = {n: m for n, m in dit.transformer_blocks.named_modules() if isinstance(m, torch.nn.Linear)}
+    nf4 = [n for n, m in linears.items() if isinstance(m, bnb.nn.Linear4bit) and m.weight.quant_type == "nf4"]
+    check("nf4-linear-layers", linears and len(nf4) == len(linears),
+          f"{len(nf4)}/{len(linears)} Linear layers of the DiT blocks are bnb.nn.Linear4bit (nf4), as the clone's "
+          "load_transformer(quantize_type='nf4') gives them to the fit phase")
+    log = run / "smoke.log"
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    import re
+
+    row = re.search(r"DTypes\s*│\s*nf4\s*│\s*([^│]+)│", text)
+    check("fit-phase-ran-nf4", row is not None, f"upstream's model summary in the fit phase: nf4 {row.group(1).strip()}"
+          if row else f"no nf4 row in upstream's model summary ({log})")
+    lasts = sorted(glob.glob(str(output / "**" / "checkpoint-last-*-last"), recursive=True))
+    state = {}
+    if lasts:
+        state = json.loads((Path(lasts[-1]) / "state.json").read_text(encoding="utf-8"))
+    others = [p for p in glob.glob(str(output / "**" / "checkpoint-*"), recursive=True) if p not in lasts]
+    check("final-checkpoint", bool(lasts) and state.get("global_step") == steps and state.get("is_last"),
+          f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
+          f"{len(lasts)} final and {len(others)} periodic checkpoint(s)")
+    ok_reload, detail = False, "no final checkpoint"
+    if lasts:
+        from diffusers import QwenImageEditPipeline, QwenImageTransformer2DModel
+
+        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name="pytorch_lora_weights.safetensors",
+                                                         return_lora_metadata=True)
+        fresh = QwenImageTransformer2DModel.from_pretrained(str(model), subfolder="transformer")
+        QwenImageEditPipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)
+        layer = fresh.transformer_blocks[0].attn.to_q
+        scaling = list(layer.scaling.values())
+        import re
+
+        up = [v for k, v in sd.items() if re.search(r"lora[._](B|up)\b", k)]
+        trained = bool(up) and any(float(v.abs().max()) > 0 for v in up)  # B starts at zero
+        ok_reload = bool(meta) and meta.get("transformer.lora_alpha") == alpha and meta.get("transformer.r") == rank \
+            and scaling == [alpha / rank] and trained and all(bool(torch.isfinite(v).all()) for v in sd.values())
+        detail = (f"{len(sd)} tensors via diffusers, metadata alpha {(meta or {}).get('transformer.lora_alpha')} "
+                  f"r {(meta or {}).get('transformer.r')}, scaling {scaling} (expected {alpha / rank:g}), "
+                  f"lora_B trained: {trained}")
+    check("lora-reloads-with-alpha", ok_reload, detail)
+    return {"passed": all(c["ok"] for c in checks), "checks": checks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = argparse.ArgumentParser(prog="aipc_env.qflux.smoke_worker")
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--plus", action="store_true")
+    v = sub.add_parser("verify")
+    v.add_argument("--run", type=Path, required=True)
+    v.add_argument("--clone", type=Path, required=True)
+    v.add_argument("--model", type=Path, required=True)
+    v.add_argument("--output", type=Path, required=True)
+    v.add_argument("--steps", type=int, required=True)
+    v.add_argument("--rank", type=int, required=True)
+    v.add_argument("--alpha", type=int, required=True)
+    v.add_argument("--plus", action="store_true")
+    args = parser.parse_args(argv)
+    from aipc_env.train.compat import quiet_bitsandbytes_notices
+
+    quiet_bitsandbytes_notices()
+    if args.step == "prepare":
+        print(json.dumps(prepare(args.out, args.plus)))
+        return 0
+    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha, args.plus)
+    (args.run / "verify.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    for c in result["checks"]:
+        print(f"smoke: {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}", flush=True)
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
