@@ -4,6 +4,7 @@
     nox -s train [-- config.yaml]     train (no config: the built-in tiny default, no download)
     nox -s verify                      prove NF4, Adam8bit and LoRA round-trips work on this device
     nox -s distill [-- STAGE ...]      Qwen-Image-2.1 4-step LoRA distillation (no args: all stages, tiny default)
+    nox -s adapt -- CLONE [--smoke]    adapt a qwen-image-finetune clone for XPU + NF4 (runbook step 5)
     nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
 
@@ -101,6 +102,12 @@ def verify(session: nox.Session) -> None:
 def train(session: nox.Session) -> None:
     """Validate a config, write its launcher, run cache then fit. No config: the built-in tiny default."""
     _aipc(session, "train", *_install(session, "train", torch=True))
+
+
+@nox.session
+def adapt(session: nox.Session) -> None:
+    """Adapt a qwen-image-finetune clone (runbook step 5): nox -s adapt -- CLONE [--check | --revert | --smoke]."""
+    _aipc(session, "adapt", *_install(session, "lock"))
 
 
 @nox.session

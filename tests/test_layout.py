@@ -17,7 +17,7 @@ ENVIRONMENT_SIDE = ("aipc_env.cli", "aipc_env.commands", "aipc_env.facts", "aipc
                     "aipc_env.train.run", "aipc_env.train.recommend", "aipc_env.train.checkpoint",
                     "aipc_env.dataset", "aipc_env.schemas", "aipc_env.distill.config", "aipc_env.distill.prompts",
                     "aipc_env.distill.verdict", "aipc_env.distill.report", "aipc_env.distill.trajectories",
-                    "aipc_env.distill.lessons")
+                    "aipc_env.distill.lessons", "aipc_env.qflux")
 
 
 def _modules():

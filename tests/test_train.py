@@ -100,30 +100,3 @@ def test_train_without_config_runs_the_default(tmp_path):
     assert (tmp_path / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
 
-def test_qflux_engine_runs_cache_then_fit_from_the_clone_src(tmp_path):
-    """A stand-in qflux package records how the launcher runs it (the real clone is not available here)."""
-    clone = tmp_path / "qwen image finetune & co"
-    pkg = clone / "src" / "qflux"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "main.py").write_text(
-        "import json, os, sys\n"
-        "mode = 'cache' if '--cache' in sys.argv else 'fit'\n"
-        "out = os.path.join(os.environ['QFLUX_RECORD'], mode + '.json')\n"
-        "json.dump({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'dotenv': os.environ.get('QFLUX_DOTENV_LOADED'),\n"
-        "           'accelerate': 'ACCELERATE_MIXED_PRECISION' in os.environ}, open(out, 'w'))\n")
-    qcfg = tmp_path / "qflux config.yaml"
-    qcfg.write_text("trainer: QwenImageEdit\n")
-    record = tmp_path / "record"
-    record.mkdir()
-    cfg = {"engine": "qflux", "qflux": {"clone": str(clone), "config": str(qcfg)}, "output_dir": str(tmp_path / "out"),
-           "device": "cpu", "env": {"QFLUX_RECORD": str(record)}}
-    path = _write(tmp_path / "c.yaml", cfg)
-    result = run_cli("train", str(path), timeout=300)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    cache = json.loads((record / "cache.json").read_text())
-    fit = json.loads((record / "fit.json").read_text())
-    assert cache["argv"] == ["--config", str(qcfg), "--cache"] and fit["argv"] == ["--config", str(qcfg)]
-    assert cache["cwd"] == fit["cwd"] == str(clone / "src")
-    assert cache["dotenv"] == fit["dotenv"] == "1"
-    assert fit["accelerate"] and not cache["accelerate"]  # fit runs under accelerate launch

@@ -21,6 +21,9 @@ def models() -> dict[str, type]:
     from aipc_env.distill.verdict import G3Manifest
     from aipc_env.distill.verdict import Verdict as DistillVerdict
     from aipc_env.doctor import CheckCatalog, DoctorReport
+    from aipc_env.qflux.adapt import AdaptManifest
+    from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
+    from aipc_env.qflux.smoke import SmokeResult
     from aipc_env.dataset.validate import Verdict
     from aipc_env.facts.model import Facts
     from aipc_env.fleet.bundle import BundleManifest
@@ -57,7 +60,8 @@ def models() -> dict[str, type]:
             "image-build-report": ImageBuildReport, "image-check-report": ImageCheckReport,
             "bundle-manifest": BundleManifest, "fleet-report": FleetReport, "winget-check-report": WinGetCheckReport,
             "distill-config": DistillConfig, "distill-verdict": DistillVerdict, "trajectory-meta": TrajectoryMeta,
-            "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest}
+            "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
+            "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult}
 
 
 def schemas() -> dict[str, dict]:

@@ -30,12 +30,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.add_argument("path", type=Path, help="a dataset folder, a parquet folder (data/train-*.parquet) or a CSV")
     v.add_argument("--target-size", type=_side, nargs=2, metavar=("H", "W"), default=[384, 672],
                    help="training size; smaller images are reported (default 384 672; multiples of 16)")
+    v.add_argument("--engine", choices=["builtin", "qflux"], default="builtin",
+                   help="qflux: also warn about what qwen-image-finetune's own loader mishandles (upper-case "
+                        "extensions, BOM prompts, mixed control extensions, CSV-relative paths, local parquet)")
     v.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.dataset import validate_dataset
+    from aipc_env.dataset.scan import scan_dataset
+    from aipc_env.dataset.validate import validate_scan
 
-    verdict = validate_dataset(args.path, tuple(args.target_size))
+    scan = scan_dataset(args.path)
+    verdict = validate_scan(scan, tuple(args.target_size))
+    if args.engine == "qflux":
+        from aipc_env.dataset.qflux import qflux_warnings
+
+        verdict = verdict.model_copy(update={"warnings": verdict.warnings + qflux_warnings(scan)})
     print_json(verdict)
     return 0 if verdict.valid else 1

@@ -21,8 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "form for qflux)")
     p.add_argument("--model-path", metavar="DIR", help="fill model.path")
     p.add_argument("--output-dir", metavar="DIR", help="fill output_dir")
+    p.add_argument("--cache-dir", metavar="DIR", help="qflux: fill cache.cache_dir (default: <output-dir>/cache)")
     p.add_argument("--engine", choices=["builtin", "qflux"], default="builtin",
-                   help="builtin: aipc-env's trainer (default); qflux: a qwen-image-finetune clone's own schema")
+                   help="builtin: aipc-env's trainer (default); qflux: the layout of a qwen-image-finetune clone adapted "
+                        "with `aipc-env adapt` (its own loader is the judge: `aipc-env train` runs it)")
     p.add_argument("--fast", action="store_true", help="target_size [256, 448] for quick iterations")
     p.add_argument("--force", action="store_true", help="write a config even below 32 GB RAM")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the YAML here (default: stdout)")
@@ -37,7 +39,6 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.facts.model import Facts, load_facts
     from aipc_env.fileio import atomic_write_text, read_json
     from aipc_env.train.config import TrainConfig
-    from aipc_env.train.qflux_schema import QfluxConfig
     from aipc_env.train.recommend import (ProbeJson, RecommendReport, SelectedPattern, machine_from_facts,
                                           machine_from_probe, qflux_config, recommend)
 
@@ -62,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside); a failure here is a bug
     config = rec.config
     if args.engine == "qflux":
-        config = qflux_config(rec, dataset_path=args.dataset_path)
-        QfluxConfig.model_validate(config)
+        config = qflux_config(rec, dataset_path=args.dataset_path, cache_dir=args.cache_dir)
     header = ("# Written by `aipc-env recommend` for a "
               f"{rec.tier_gb} GB machine ({args.engine} engine). Replace every TODO before training.\n")
     text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

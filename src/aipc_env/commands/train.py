@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     platform = current_platform()
     env, pair_choice = env_and_pair(matrix, platform, env_flag=args.env, pair_flag=args.pair)
     pair = pair_choice.pair
+    if cfg.engine == "qflux":
+        _validate_qflux(cfg, env.python)
     oneapi, msvc = toolchain_facts()
     plan = plan_training(cfg, config_path, python=str(env.python), pair=pair, oneapi=oneapi, msvc=msvc,
                          platform=platform)
@@ -66,6 +68,25 @@ def run(args: argparse.Namespace) -> int:
                                          when=timestamp()))
         rc = run_launcher(script)
     return _report(rc, cfg, plan)
+
+
+def _validate_qflux(cfg, python) -> None:
+    """Before any phase: the qflux config has no TODO left and the clone's own loader (in the training env)
+    accepts it; its verdict names the keys upstream rejects."""
+    from aipc_env.errors import InputError
+    from aipc_env.fileio import read_yaml
+    from aipc_env.qflux.loader import validate_with_clone
+    from aipc_env.train.config import find_todos
+
+    assert cfg.qflux
+    raw = read_yaml(cfg.qflux.config, "qflux config")
+    todos = find_todos(raw)
+    if todos:
+        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=cfg.qflux.config, key=todos[0],
+                         fix="replace each TODO with a real value (a path on this machine)")
+    result = validate_with_clone(python, cfg.qflux.clone, cfg.qflux.config)
+    print(f"aipc-env: the clone's loader accepts {cfg.qflux.config} (trainer {result['trainer']}, quantization "
+          f"{result['quantization_type']})")
 
 
 def _report(rc: int, cfg, plan) -> int:

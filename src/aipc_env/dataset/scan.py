@@ -145,7 +145,7 @@ def _scan_parquet(root: Path) -> Scan:
     return scan
 
 
-def _csv_text(path: Path) -> str:
+def read_csv_text(path: Path) -> str:
     """A CSV in UTF-8 (with or without BOM), UTF-16 (with BOM; what Excel's "Unicode text" writes) or, failing
     both, the Windows ANSI code page cp1252 (what Excel's plain "CSV" writes on Western Windows)."""
     raw = path.read_bytes()
@@ -165,7 +165,7 @@ def _scan_csv(path: Path) -> Scan:
     import io
 
     scan = Scan("csv", path, [])
-    text = _csv_text(path)
+    text = read_csv_text(path)
     header = text.splitlines()[0] if text.strip() else ""
     dialect = "excel-tab" if "\t" in header and "," not in header else "excel"  # Excel's "Unicode text" is TSV
     with io.StringIO(text, newline="") as fh:

@@ -17,7 +17,7 @@ import yaml
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.formats import StrictModel, VersionedModel
 
-__all__ = ["SmokeCheck", "SmokeResult", "run_smoke", "smoke_config", "STEPS"]
+__all__ = ["SmokeCheck", "SmokeResult", "run_smoke", "smoke_config", "smoke_pair", "STEPS"]
 
 STEPS = 3
 RANK, ALPHA = 4, 8
@@ -108,7 +108,7 @@ def smoke_config(run_dir: Path, *, plus: bool) -> dict:
     }
 
 
-def _pair(pair_id: str | None, matrix_path: Path | None):
+def smoke_pair(pair_id: str | None, matrix_path: Path | None):
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import project_root
     from aipc_env.trainenv.torch_source import pinned_torch
@@ -127,7 +127,7 @@ def _pair(pair_id: str | None, matrix_path: Path | None):
 
 
 def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | None = None, plus: bool = False,
-              run_dir: Path | None = None, log=print) -> SmokeResult:
+              run_dir: Path | None = None, python: Path | None = None, log=print) -> SmokeResult:
     import json
 
     from aipc_env.facts.model import OneApiInfo
@@ -139,13 +139,15 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     from aipc_env.qflux.adapt import is_adapted
     from aipc_env.qflux.env import ensure_qflux_env
     from aipc_env.qflux.loader import LOADER_SCRIPT
+    from aipc_env.train.config import TrainConfig
+    from aipc_env.train.run import engine_phases
 
     clone = Path(clone).absolute()
     if not is_adapted(clone):
         raise AipcError(f"{clone} is not adapted", exit_code=ExitCode.PROBLEMS, fix="run `aipc-env adapt CLONE` first")
     t0 = time.perf_counter()
-    pair = _pair(pair_id, matrix_path)
-    python = ensure_qflux_env(clone, pair, log=log)
+    pair = smoke_pair(pair_id, matrix_path)
+    python = python or ensure_qflux_env(clone, pair, log=log)
     run_dir = (run_dir or cache_dir() / "qflux-smoke" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).absolute()
     (run_dir / "shim").mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "shim" / "sitecustomize.py", SHIM)
@@ -156,10 +158,9 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
         Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir)]
               + (["--plus"] if plus else [])),
         Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
-        Phase(name="cache", argv=[py, "-m", "qflux.main", "--config", str(config), "--cache"], cwd=src),
-        Phase(name="fit", argv=[py, "-m", "accelerate.commands.launch", "--quiet", "--config_file",
-                                str(run_dir / "accelerate_config.yaml"), "-m", "qflux.main", "--config", str(config)],
-              cwd=src),
+        # the cache and fit phases exactly as `aipc-env train` runs a qflux config
+        *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
+                                   output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
         Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
                                    "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
                                    str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK), "--alpha",

@@ -1,0 +1,267 @@
+"""The qflux path against the real upstream (460ba1a) in a real qflux env (the patched requirements plus this
+machine's torch, built with uv): the adapted clone imports without transformer_engine, its own loader accepts
+every config `recommend --engine qflux` writes, `train` runs that loader before any phase, upstream's dataset
+loader really mishandles what `dataset validate --engine qflux` warns about, and the smoke trains 3 NF4 steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="session")
+def adapted_clone(upstream_pristine, tmp_path_factory) -> Path:
+    from aipc_env.qflux.adapt import apply_adaptation
+
+    dest = tmp_path_factory.mktemp("adapted") / "qwen image finetune ü"
+    shutil.copytree(upstream_pristine, dest)
+    apply_adaptation(dest, log=lambda m: None)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def pair():
+    from aipc_env.qflux.smoke import smoke_pair
+
+    return smoke_pair(None, None)
+
+
+@pytest.fixture(scope="session")
+def qflux_python(adapted_clone, pair, tmp_path_factory) -> Path:
+    from aipc_env.qflux.env import ensure_qflux_env
+
+    return ensure_qflux_env(adapted_clone, pair, root=tmp_path_factory.mktemp("qflux-envs"), log=lambda m: None)
+
+
+def run_in_env(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(python), "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_env_keeps_the_pairs_torch_and_has_no_cuda_packages(qflux_python, pair):
+    out = run_in_env(qflux_python, "import importlib.metadata as m, json; print(json.dumps(sorted("
+                     "(d.metadata['Name'].lower(), d.version) for d in m.distributions())))", Path.cwd())
+    dists = dict(json.loads(out.stdout))
+    assert dists["torch"].startswith(pair.newest_torch), dists["torch"]
+    assert dists["transformers"] == "4.52.4" and dists["pydantic"] == "2.11.7"
+    assert not [n for n in dists if n.startswith("nvidia-") and n != "nvidia-ml-py"]
+    assert "transformer-engine" not in dists and "transformer_engine" not in dists
+
+
+def test_adapted_clone_imports_qflux_main_without_transformer_engine(adapted_clone, qflux_python):
+    out = run_in_env(qflux_python, "import importlib.util, qflux.main\n"
+                     "assert importlib.util.find_spec('transformer_engine') is None\nprint('imported')",
+                     adapted_clone / "src")
+    assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
+
+
+def _datasets(root: Path) -> dict[str, str]:
+    local = root / "local"
+    (local / "images").mkdir(parents=True)
+    (local / "control").mkdir()
+    csv = root / "pairs.csv"
+    csv.write_text("path_target,path_control,prompt\n/abs/t.png,/abs/c.png,Add the character\n", encoding="utf-8")
+    pq = root / "pq" / "data"
+    pq.mkdir(parents=True)
+    (pq / "train-00000-of-00001.parquet").write_bytes(b"")
+    return {"local": str(local), "csv": str(csv), "parquet": str(root / "pq")}
+
+
+@pytest.mark.parametrize("gb", [31.6, 62.6, 95.4])
+def test_every_recommended_config_loads_through_the_clones_own_loader(gb, adapted_clone, upstream_pristine,
+                                                                      qflux_python, tmp_path):
+    from aipc_env.errors import InputError
+    from aipc_env.qflux.loader import validate_with_clone
+    from aipc_env.train.recommend import Machine, qflux_config, recommend
+
+    for kind, path in _datasets(tmp_path / "ds").items():
+        rec = recommend(Machine(ram_bytes=int(gb * GiB), device="cpu"), dataset_path=path,
+                        model_path=str(tmp_path / "model"), output_dir=str(tmp_path / "out"))
+        if "text_encoder_path" in rec.config["model"]:
+            rec.config["model"]["text_encoder_path"] = str(tmp_path / "te-nf4")
+        cfg = qflux_config(rec, dataset_path=path)
+        file = tmp_path / f"{kind}.yaml"
+        file.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        result = validate_with_clone(qflux_python, adapted_clone, file)
+        loaded = result["config"]
+        assert result["quantization_type"] == "nf4" and result["trainer"] == "QwenImageEditPlus"
+        assert loaded["data"]["init_args"]["processor"]["class_path"] == "qflux.data.preprocess.ImageProcessor"
+        assert loaded["cache"]["cache_dir"] == str(tmp_path / "out" / "cache")
+        assert loaded["model"]["quantize"] is False
+        if kind == "parquet":
+            assert loaded["data"]["init_args"]["dataset_path"] == [{"repo_id": path, "split": "train"}]
+        # the pristine clone's loader has no NF4 in its schema: the adaptation is what makes these configs valid
+        with pytest.raises(InputError, match="quantize_type"):
+            validate_with_clone(qflux_python, upstream_pristine, file)
+
+
+def test_the_loader_checks_devices_for_real(adapted_clone, qflux_python, tmp_path):
+    """An xpu:0 config is what an AI PC gets; this machine has no XPU and upstream's loader says so by key."""
+    from aipc_env.errors import InputError
+    from aipc_env.qflux.loader import validate_with_clone
+    from aipc_env.train.recommend import Machine, qflux_config, recommend
+
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="xpu:0"), model_path="/m", output_dir=str(tmp_path))
+    file = tmp_path / "xpu.yaml"
+    file.write_text(yaml.safe_dump(qflux_config(rec, dataset_path="/d")), encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        validate_with_clone(qflux_python, adapted_clone, file)
+    assert info.value.key == "cache.devices.vae" and "XPU not available" in info.value.message
+
+
+def _train_config(tmp_path: Path, clone: Path, qcfg: dict) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    qfile = tmp_path / "qflux config.yaml"
+    qfile.write_text(yaml.safe_dump(qcfg, sort_keys=False), encoding="utf-8")
+    cfg = {"engine": "qflux", "qflux": {"clone": str(clone), "config": str(qfile)}, "output_dir": str(tmp_path / "out"),
+           "device": "cpu"}
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def test_train_runs_the_clones_loader_before_any_phase(adapted_clone, qflux_python, tmp_path):
+    from aipc_env.train.recommend import Machine, qflux_config, recommend
+
+    env = str(qflux_python.parent.parent)
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"))
+    todo = _train_config(tmp_path / "a", adapted_clone, qflux_config(rec, dataset_path=None))
+    result = run_cli("train", str(todo), "--dry-run", "--env", env, timeout=300)
+    assert result.returncode == 2 and "TODO" in result.stderr and "model.pretrained_model_name_or_path" in result.stderr
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"),
+                    dataset_path="/d")
+    good = qflux_config(rec, dataset_path="/d")
+    ok = run_cli("train", str(_train_config(tmp_path / "b", adapted_clone, good)), "--dry-run", "--env", env,
+                 timeout=300)
+    assert ok.returncode == 0 and "the clone's loader accepts" in ok.stdout, ok.stderr
+    flat = json.loads(json.dumps(good))
+    flat["data"]["init_args"]["processor"] = {"process_type": "center_crop", "target_size": [384, 672]}
+    bad = run_cli("train", str(_train_config(tmp_path / "c", adapted_clone, flat)), "--dry-run", "--env", env,
+                  timeout=300)
+    assert bad.returncode == 2 and "data.init_args.processor" in bad.stderr and "Extra inputs" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert not (tmp_path / "c" / "out" / "launch.sh").exists()
+
+
+PROBE = """
+import json, sys
+from qflux.data.config import DatasetInitArgs
+from qflux.data.dataset import ImageDataset
+args = DatasetInitArgs(dataset_path=json.loads(sys.argv[1]), cache_dir=sys.argv[2], use_cache=True)
+try:
+    ds = ImageDataset(args)
+    rows = []
+    for i in range(len(ds)):
+        d = ds.load_data(i)
+        rows.append({"image": str(d.get("image")), "controls": 1 + len(d.get("controls") or []),
+                     "prompt": d.get("prompt")})
+    print(json.dumps({"ok": True, "rows": rows}))
+except Exception as exc:
+    print(json.dumps({"ok": False, "error": type(exc).__name__ + ": " + str(exc)}))
+"""
+
+
+def _probe(python: Path, clone: Path, dataset, cache: Path) -> dict:
+    env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(python), "-c", PROBE, json.dumps(dataset), str(cache)], cwd=clone / "src", env=env,
+                         capture_output=True, text=True, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_dataset_warnings_match_what_upstreams_loader_really_does(upstream_pristine, qflux_python, tmp_path):
+    from PIL import Image
+
+    from aipc_env.dataset.qflux import qflux_warnings
+    from aipc_env.dataset.scan import scan_dataset
+
+    root = tmp_path / "ds"
+    (root / "images").mkdir(parents=True)
+    (root / "control").mkdir()
+    for stem in ("a", "b", "c"):
+        Image.new("RGB", (64, 64)).save(root / "control" / f"{stem}.png")
+        (root / "images" / f"{stem}.txt").write_text("Add a red hat to the person", encoding="utf-8")
+    Image.new("RGB", (64, 64)).save(root / "images" / "a.png")
+    Image.new("RGB", (64, 64)).save(root / "images" / "b.PNG")  # upper-case extension
+    Image.new("RGB", (64, 64)).save(root / "images" / "c.png")
+    (root / "images" / "c.txt").write_text("Add a red hat to the person", encoding="utf-8-sig")  # BOM
+    Image.new("RGB", (64, 64)).save(root / "control" / "a_control_1.jpg")
+    Image.new("RGB", (64, 64)).save(root / "control" / "a_control_2.png")  # mixed extensions
+    result = _probe(qflux_python, upstream_pristine, str(root), tmp_path / "cache")
+    assert result["ok"], result
+    rows = {Path(r["image"]).stem: r for r in result["rows"]}
+    assert set(rows) == {"a", "c"}  # b.PNG was skipped
+    assert rows["c"]["prompt"].startswith("\ufeff")  # the BOM is kept
+    assert rows["a"]["controls"] == 2  # main + control_1: control_2 (.png) was lost
+    text = "\n".join(qflux_warnings(scan_dataset(root)))
+    assert "b.PNG" in text and "BOM" in text and "mix extensions" in text
+    cli = run_cli("dataset", "validate", str(root), "--engine", "qflux", "--target-size", "64", "64")
+    assert "b.PNG" in cli.stdout and not any("qflux:" in w for w in json.loads(
+        run_cli("dataset", "validate", str(root), "--target-size", "64", "64").stdout)["warnings"])
+    # CSV paths relative to the CSV
+    (tmp_path / "csvds").mkdir()
+    shutil.copy(root / "images" / "a.png", tmp_path / "csvds" / "t.png")
+    shutil.copy(root / "control" / "a.png", tmp_path / "csvds" / "c.png")
+    csv = tmp_path / "csvds" / "pairs.csv"
+    csv.write_text("path_target,path_control,prompt\nt.png,c.png,Add a red hat to the person\n", encoding="utf-8")
+    result = _probe(qflux_python, upstream_pristine, str(csv), tmp_path / "cache2")
+    assert not result["ok"] and "t.png" in result["error"], result  # opened from src/, not beside the CSV
+    assert "relative path" in "\n".join(qflux_warnings(scan_dataset(csv)))
+
+
+def test_local_parquet_dict_form_fails_upstream_and_loads_once_adapted(upstream_pristine, adapted_clone,
+                                                                       qflux_python, tmp_path):
+    make = (
+        "import sys, io\nfrom PIL import Image\nfrom datasets import Dataset\n"
+        "from qflux.utils.huggingface import FEATURES\n"
+        "img = Image.new('RGB', (64, 64))\n"
+        "rows = {'id': ['a', 'b'], 'control_images': [[img], [img]], 'control_mask': [None, None],\n"
+        "        'target_image': [img, img], 'prompt': ['Add a hat', 'Remove the hat']}\n"
+        "Dataset.from_dict(rows, features=FEATURES).to_parquet(sys.argv[1])\n")
+    target = tmp_path / "pq" / "data"
+    target.mkdir(parents=True)
+    env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    made = subprocess.run([str(qflux_python), "-c", make, str(target / "train-00000-of-00001.parquet")],
+                          cwd=adapted_clone / "src", env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    form = [{"repo_id": str(tmp_path / "pq"), "split": "train"}]
+    assert not _probe(qflux_python, upstream_pristine, form, tmp_path / "c1")["ok"]
+    adapted = _probe(qflux_python, adapted_clone, form, tmp_path / "c2")
+    assert adapted["ok"], adapted
+    assert [r["prompt"] for r in adapted["rows"]] == ["Add a hat", "Remove the hat"]
+
+
+@pytest.mark.parametrize("plus", [False, True], ids=["edit", "edit-plus"])
+def test_smoke_trains_three_nf4_steps_with_upstreams_own_phases(adapted_clone, qflux_python, tmp_path, plus):
+    from aipc_env.qflux.smoke import run_smoke
+
+    result = run_smoke(adapted_clone, plus=plus, run_dir=tmp_path / "smoke run & ü", python=qflux_python,
+                       log=lambda m: None)
+    assert result.passed, result.summary() + "\n" + Path(result.log).read_text(errors="replace")[-3000:]
+    names = {c.name for c in result.checks}
+    assert names == {"nf4-linear-layers", "fit-phase-ran-nf4", "final-checkpoint", "lora-reloads-with-alpha"}
+    log = Path(result.log).read_text(errors="replace")
+    assert "qflux.main" in log and "3/3" in log
+    assert Path(result.env_python) == qflux_python
+
+
+def test_smoke_cli_refuses_a_pristine_clone(upstream_pristine, tmp_path):
+    clone = tmp_path / "clone"
+    shutil.copytree(upstream_pristine, clone)
+    (clone / "src/qflux/trainer/base_trainer.py").write_text("changed upstream\n", encoding="utf-8")
+    result = run_cli("adapt", str(clone), "--smoke")
+    assert result.returncode == 1 and "anchor" in result.stderr
