@@ -9,11 +9,10 @@ import io
 import re
 from pathlib import Path
 
-from aipc_env.dataset.scan import CONTROL_DIRS, IMAGE_EXTS, TARGET_DIRS, Scan
+from aipc_env.dataset.scan import (CONTROL_DIRS, EXTRA_CONTROL, IMAGE_EXTS, TARGET_DIRS, Scan, csv_dialect,
+                                   read_csv_text)
 
 __all__ = ["qflux_warnings"]
-
-_EXTRA = re.compile(r"^(?P<stem>.+)_control_(?P<n>\d+)$")
 
 
 def _upper_ext(folder: Path) -> list[str]:
@@ -39,7 +38,7 @@ def _local(root: Path) -> list[str]:
                        "upstream reads them as plain UTF-8 and keeps the BOM in the prompt; save them without BOM")
     extras: dict[str, dict[int, str]] = {}
     for p in sorted(cdir.iterdir()):
-        m = _EXTRA.match(p.stem)
+        m = EXTRA_CONTROL.match(p.stem)
         if m and p.suffix.lower() in IMAGE_EXTS:
             extras.setdefault(m.group("stem"), {})[int(m.group("n"))] = p.suffix
     mixed = sorted(stem for stem, found in extras.items() if len(set(found.values())) > 1)
@@ -51,11 +50,9 @@ def _local(root: Path) -> list[str]:
 
 
 def _csv(path: Path, text: str) -> list[str]:
-    header = text.splitlines()[0] if text.strip() else ""
-    dialect = "excel-tab" if "\t" in header and "," not in header else "excel"
     relative = []
     with io.StringIO(text, newline="") as fh:
-        for i, row in enumerate(csv.DictReader(fh, dialect=dialect), start=2):
+        for i, row in enumerate(csv.DictReader(fh, dialect=csv_dialect(text)), start=2):
             for col, value in row.items():
                 if col and col.startswith("path_") and value and value.strip() and not Path(value.strip()).is_absolute() \
                         and not re.match(r"^[A-Za-z]:[\\/]", value.strip()):
@@ -72,8 +69,6 @@ def qflux_warnings(scan: Scan) -> list[str]:
     if scan.format == "local":
         return _local(scan.root)
     if scan.format == "csv":
-        from aipc_env.dataset.scan import read_csv_text
-
         return _csv(scan.root, read_csv_text(scan.root))
     return [f"qflux: {scan.root} is a local parquet folder: upstream's loader cannot read it unless the clone is "
             "adapted (`aipc-env adapt CLONE` routes the dict form to `datasets`); give it as "

@@ -14,12 +14,14 @@ from typing import Literal
 
 from aipc_env.errors import InputError
 
-__all__ = ["IMAGE_EXTS", "TARGET_DIRS", "CONTROL_DIRS", "Sample", "Scan", "scan_dataset"]
+__all__ = ["IMAGE_EXTS", "TARGET_DIRS", "CONTROL_DIRS", "EXTRA_CONTROL", "Sample", "Scan", "scan_dataset",
+           "read_csv_text", "csv_dialect"]
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 TARGET_DIRS = ("training_images", "images", "target_images", "target", "targets")
 CONTROL_DIRS = ("control_images", "control", "condition_images", "controls")
-_EXTRA = re.compile(r"^(?P<stem>.+)_control_(?P<n>\d+)$")
+EXTRA_CONTROL = re.compile(r"^(?P<stem>.+)_control_(?P<n>\d+)$")
+"""The stem of an extra control image: <stem>_control_<n>."""
 
 
 @dataclass
@@ -88,7 +90,7 @@ def _scan_local(root: Path) -> Scan:
             scan.issues.append(f"{folder}: {len(bad)} file name(s) are not valid UTF-8 ({', '.join(bad[:3])}); "
                                "rename them")
     timgs, cimgs = _images(tdir), _images(cdir)
-    targets = {s: p for s, p in timgs.items() if not s.endswith("_mask") and not _EXTRA.match(s)}
+    targets = {s: p for s, p in timgs.items() if not s.endswith("_mask") and not EXTRA_CONTROL.match(s)}
     if not targets:
         scan.issues.append(f"{tdir}: no target images ({', '.join(IMAGE_EXTS)}); the upstream loader crashes "
                            "on an empty folder (IndexError)")
@@ -104,11 +106,11 @@ def _scan_local(root: Path) -> Scan:
         if stem in cimgs:
             sample.controls.append(cimgs[stem])
         extras = sorted(((int(m.group("n")), p) for s, p in cimgs.items()
-                         if (m := _EXTRA.match(s)) and m.group("stem") == stem))
+                         if (m := EXTRA_CONTROL.match(s)) and m.group("stem") == stem))
         sample.controls += [p for _, p in extras]
         sample.mask = cimgs.get(f"{stem}_mask") or timgs.get(f"{stem}_mask")
         scan.samples.append(sample)
-    orphans = sorted(set(s for s in cimgs if not s.endswith("_mask") and not _EXTRA.match(s)) - set(targets))
+    orphans = sorted(set(s for s in cimgs if not s.endswith("_mask") and not EXTRA_CONTROL.match(s)) - set(targets))
     if orphans:
         scan.warnings.append(f"{len(orphans)} control image(s) without a target are ignored: {', '.join(orphans[:5])}")
     return scan
@@ -145,6 +147,12 @@ def _scan_parquet(root: Path) -> Scan:
     return scan
 
 
+def csv_dialect(text: str) -> str:
+    """excel, or excel-tab for a tab-separated header (Excel's "Unicode text" is TSV)."""
+    header = text.splitlines()[0] if text.strip() else ""
+    return "excel-tab" if "\t" in header and "," not in header else "excel"
+
+
 def read_csv_text(path: Path) -> str:
     """A CSV in UTF-8 (with or without BOM), UTF-16 (with BOM; what Excel's "Unicode text" writes) or, failing
     both, the Windows ANSI code page cp1252 (what Excel's plain "CSV" writes on Western Windows)."""
@@ -166,10 +174,8 @@ def _scan_csv(path: Path) -> Scan:
 
     scan = Scan("csv", path, [])
     text = read_csv_text(path)
-    header = text.splitlines()[0] if text.strip() else ""
-    dialect = "excel-tab" if "\t" in header and "," not in header else "excel"  # Excel's "Unicode text" is TSV
     with io.StringIO(text, newline="") as fh:
-        reader = csv.DictReader(fh, dialect=dialect)
+        reader = csv.DictReader(fh, dialect=csv_dialect(text))
         cols = reader.fieldnames or []
         if "path_target" not in cols or "prompt" not in cols:
             scan.issues.append(f"{path.name}: needs columns path_target and prompt (got {', '.join(cols)})")

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from aipc_env.errors import InputError
 from aipc_env.fileio import atomic_write_text, read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
-from aipc_env.train.config import find_todos
+from aipc_env.train.config import find_todos, resolve_path_keys
 
 __all__ = ["DistillConfig", "load_distill_config", "default_distill_config", "write_default_distill_config",
            "BUILTIN_TINY21", "BUILTIN_PROMPTS", "BUILTIN_EVAL_PROMPTS", "default_teacher_sigmas"]
@@ -24,10 +24,13 @@ BUILTIN_EVAL_PROMPTS = "builtin:eval-prompts"
 
 
 def default_teacher_sigmas(steps: int = 8) -> list[float]:
-    """The pipeline's own default grid for `steps` steps (np.linspace(1, 1/steps, steps)), as float32 values."""
-    import numpy as np
+    """The pipeline's own default grid for `steps` steps (np.linspace(1, 1/steps, steps)), as float32 values.
+    Standard library only: the CLI env that writes configs has no numpy."""
+    import struct
 
-    return [float(x) for x in np.linspace(1.0, 1 / steps, steps).astype("float32")]
+    step = (1 / steps - 1.0) / (steps - 1) if steps > 1 else 0.0
+    grid = [1.0 + i * step for i in range(steps - 1)] + [1 / steps]  # numpy.linspace's arithmetic, no numpy here
+    return [struct.unpack("f", struct.pack("f", x))[0] for x in grid]  # as float32
 
 
 class PromptsSection(StrictModel):
@@ -138,13 +141,6 @@ class DistillConfig(VersionedModel):
 _PATH_KEYS = ("model", "output_dir", "prompts.train", "prompts.eval", "student.resume", "eval.lpips_weights")
 
 
-def _absolute(value: str | None, base: Path) -> str | None:
-    if value is None or value.startswith("builtin:") or value == "auto":
-        return value
-    p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p).absolute())
-
-
 def load_distill_config(path: str | Path) -> DistillConfig:
     """Read, validate and resolve a distillation config; every problem names the file and key."""
     path = Path(path)
@@ -159,12 +155,7 @@ def load_distill_config(path: str | Path) -> DistillConfig:
     raw = {"schema_version": 1, **raw}
     cfg = validate_versioned(DistillConfig, raw, path)
     data = cfg.model_dump()
-    base = path.absolute().parent
-    for key in _PATH_KEYS:
-        section, _, name = key.rpartition(".")
-        holder = data.get(section) if section else data
-        if isinstance(holder, dict) and name in holder:
-            holder[name] = _absolute(holder[name], base)
+    resolve_path_keys(data, _PATH_KEYS, path.absolute().parent)
     cfg = DistillConfig.model_validate(data)
     _check_paths(cfg, path)
     return cfg

@@ -34,18 +34,18 @@ class CheckList:
     def __init__(self) -> None:
         self.items: list[Check] = []
 
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+    def run(self, name: str, fn: Callable[[], tuple[Any, str]]) -> Any:
+        """fn returns (value, detail); run returns the value, or None when the check failed."""
         try:
-            result = fn()
+            value, detail = fn()
         except LessonError as exc:
             self.items.append(Check(name=name, ok=False, detail=exc.message, error=exc.name, fix=exc.fix))
             return None
         except AipcError as exc:
             self.items.append(Check(name=name, ok=False, detail=exc.message, error="input", fix=exc.fix))
             return None
-        detail = result[1] if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], str) else ""
         self.items.append(Check(name=name, ok=True, detail=detail))
-        return result[0] if detail else (result if result is not None else True)
+        return value
 
     @property
     def ok(self) -> bool:
@@ -290,11 +290,16 @@ def _grid_image(rows: list[list[torch.Tensor]], path: Path) -> None:
         for c, img in enumerate(row):
             arr = (img.permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
             canvas.paste(Image.fromarray(arr), (pad + c * (w + pad), pad + r * (h + pad)))
-    from aipc_env.fileio import atomic_write_bytes
+    _write_png(canvas, path)
+
+
+def _write_png(image, path: Path) -> None:
     import io
 
+    from aipc_env.fileio import atomic_write_bytes
+
     buf = io.BytesIO()
-    canvas.save(buf, format="PNG")
+    image.save(buf, format="PNG")
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -303,13 +308,10 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     """Quality: per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same
     noise; distance to the teacher (LPIPS with local weights, else PSNR/MSE); passes only if the student beats
     naive. On tiny random weights it is a plumbing check (artifacts written, outputs finite)."""
-    import io
-
     from PIL import Image
 
     from aipc_env.distill.config import BUILTIN_TINY21
     from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir
-    from aipc_env.fileio import atomic_write_bytes
 
     checks, metrics = CheckList(), {}
     mode = "plumbing" if cfg.model == BUILTIN_TINY21 else "quality"
@@ -346,10 +348,8 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         files = {}
         for k, img in imgs.items():
             arr = (img.permute(1, 2, 0) * 255).round().to(torch.uint8).cpu().numpy()
-            buf = io.BytesIO()
-            Image.fromarray(arr).save(buf, format="PNG")
             files[k] = f"{i:03d}-seed{run['seed']}-{k}.png"
-            atomic_write_bytes(out / files[k], buf.getvalue())
+            _write_png(Image.fromarray(arr), out / files[k])
         rows.append([imgs["teacher"], imgs["naive"], imgs["student"]])
         entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
             k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in ("naive", "student")}})

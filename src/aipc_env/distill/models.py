@@ -3,7 +3,6 @@ standalone transformer (NF4 or as saved) for training — seed item 5's working 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -31,13 +30,10 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
 
 
 def model_key(path: Path) -> str:
-    """The model's identity for trajectory keys: its configs (scheduler included), not its location."""
-    h = hashlib.sha256()
-    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
-                "scheduler/scheduler_config.json", "aipc_tiny.json"):
-        p = path / rel
-        h.update(rel.encode() + (p.read_bytes() if p.is_file() else b"-"))
-    return h.hexdigest()[:16]
+    """The model's identity for trajectory keys: its configs (the scheduler's included), not its location."""
+    from aipc_env.train.checkpoint import model_identity
+
+    return model_identity(str(path), extra=("scheduler/scheduler_config.json", "aipc_tiny.json"))
 
 
 def device_and_dtype(cfg: DistillConfig):

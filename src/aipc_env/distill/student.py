@@ -245,7 +245,8 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
 
     from aipc_env.distill.lessons import check_lora_metadata
     from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key
-    from aipc_env.train.checkpoint import CheckpointState, checkpoint_dirs, restore_checkpoint, save_checkpoint
+    from aipc_env.train.checkpoint import (CheckpointState, checkpoint_dirs, find_resume, restore_checkpoint,
+                                           save_checkpoint)
 
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
@@ -276,20 +277,18 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     fingerprint = _fingerprint(cfg, mkey)
     step, rows, checks = 0, [], []
     resumed = None
-    if s.resume:
-        resumed = checkpoint_dirs(out)[-1] if s.resume == "auto" and checkpoint_dirs(out) else \
-            (Path(s.resume) if s.resume != "auto" else None)
-        if resumed is not None:
-            state = restore_checkpoint(resumed, accelerator.unwrap_model(model), opt, sched, device)
-            if state.fingerprint != fingerprint:
-                raise InputError(f"cannot resume from {resumed}: it was trained with other student settings, "
-                                 "model or grid", key="student.resume", fix="restore those settings, or remove "
-                                 "student.resume (or use a new output_dir) to start over")
-            step = state.step
-            log_path = out / "train_log.jsonl"
-            if log_path.is_file():
-                rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
-            log(f"train: resumed from {resumed} at step {step}")
+    resumed = find_resume(out, s.resume, key="student.resume")
+    if resumed is not None:
+        state = restore_checkpoint(resumed, accelerator.unwrap_model(model), opt, sched, device)
+        if state.fingerprint != fingerprint:
+            raise InputError(f"cannot resume from {resumed}: it was trained with other student settings, "
+                             "model or grid", key="student.resume", fix="restore those settings, or remove "
+                             "student.resume (or use a new output_dir) to start over")
+        step = state.step
+        log_path = out / "train_log.jsonl"
+        if log_path.is_file():
+            rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
+        log(f"train: resumed from {resumed} at step {step}")
     probe_picks = [(i, k) for i in range(min(len(trajs), 8)) for k in range(n_steps)]
     probe = [make_batch(trajs, [p], stride, shapes_one, device, dtype) for p in probe_picks]
     vel_off = velocity_mse(model, probe, adapter=False)

@@ -88,7 +88,6 @@ def write_trajectory(path: Path, meta: TrajectoryMeta, tensors: dict) -> None:
 
 def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
     """(meta, tensors), or None when the file is missing or unreadable (it is then redone)."""
-    from pydantic import ValidationError
     from safetensors import safe_open
 
     if not path.is_file():
@@ -97,7 +96,7 @@ def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
         with safe_open(str(path), framework="pt") as fh:
             meta = TrajectoryMeta.model_validate_json((fh.metadata() or {})[META_KEY])
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except (OSError, KeyError, ValueError, ValidationError, Exception):  # noqa: BLE001 - any damage: redo
+    except Exception:  # noqa: BLE001 - any damage (I/O, missing key, bad metadata) means: redo
         return None
     need = {"latents", "timesteps", "sigmas", "prompt_embeds", "prompt_mask", "image_pad_mask"}
     return (meta, tensors) if need <= tensors.keys() else None

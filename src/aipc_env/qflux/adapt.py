@@ -148,16 +148,13 @@ def plan_adaptation(clone: Path) -> Plan:
             text = text.replace(patch.old, patch.new)
             edits.append(patch.id)
         if rel != HELPERS_MODULE:
-            used: set[str] = set()
             for rw in CALL_REWRITES:
                 text, n = re.subn(rw.pattern, rw.replacement, text)
                 if n:
                     edits.append(f"{rw.helper} x{n}")
-            for name in HELPER_NAMES:
-                if re.search(rf"(?<![\w.]){name}\(", text) and f"def {name}(" not in text:
-                    used.add(name)
-            code_uses = {n for n in used if any(re.search(rf"(?<![\w.]){n}\(", line.split("#", 1)[0])
-                                                for line in text.splitlines())}
+            code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())  # comments do not need imports
+            code_uses = {name for name in HELPER_NAMES
+                         if re.search(rf"(?<![\w.]){name}\(", code) and f"def {name}(" not in code}
             if code_uses and rel in NO_HELPER_IMPORT:
                 raise AnchorMismatch(f"{rel} would need the device helpers, which it cannot import (its package "
                                      "imports it back)", path=rel, fix="update aipc-env")
@@ -185,13 +182,6 @@ def is_adapted(clone: Path) -> bool:
         return False
     return all(_sha((clone / f.path).read_bytes() if (clone / f.path).is_file() else None) == f.adapted_sha256
                for f in manifest.files)
-
-
-def _mode(path: Path) -> int | None:
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        return None
 
 
 def apply_adaptation(clone: Path, *, log=print) -> list[str]:
@@ -227,7 +217,7 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
     try:
         for item in todo:
             target = clone / item.path
-            atomic_write_bytes(target, item.adapted, mode=_mode(target))
+            atomic_write_bytes(target, item.adapted)
             written.append(item)
     except BaseException:
         for item in written:
@@ -235,7 +225,7 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
             if item.pristine is None:
                 target.unlink(missing_ok=True)
             else:
-                atomic_write_bytes(target, item.pristine, mode=_mode(target))
+                atomic_write_bytes(target, item.pristine)
         if manifest is None:
             shutil.rmtree(state, ignore_errors=True)
         raise
@@ -283,7 +273,7 @@ def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[st
         if _sha(data) != rec.pristine_sha256:
             raise InputError(f"the backup of {rec.path} is damaged", path=clone / STATE_DIR, fix=AdaptManifest.FIX)
         if not target.is_file() or target.read_bytes() != data:
-            atomic_write_bytes(target, data, mode=_mode(target))
+            atomic_write_bytes(target, data)
             done.append(rec.path)
             log(f"adapt: restored {rec.path}")
     shutil.rmtree(clone / STATE_DIR)

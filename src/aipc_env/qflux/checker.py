@@ -80,6 +80,11 @@ def check_clone(clone: Path) -> CheckReport:
     for rel, text in texts.items():
         if rel == HELPERS_MODULE:
             continue
+        try:
+            tree: ast.Module | None = ast.parse(text)
+        except SyntaxError as exc:
+            tree, syntax_error = None, exc
+        demo = _main_block_lines(tree) if tree is not None else set()
         for number, code in _code_lines(text):
             if "torch.cuda." in code:
                 add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
@@ -95,14 +100,13 @@ def check_clone(clone: Path) -> CheckReport:
                     "torchvision that does not match torch breaks `import qflux.main`",
                     "import it where images are logged (" + FIX_ADAPT + ")")
             m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
-            if m and "__main__" not in rel:
+            if m and number not in demo:
                 add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
                     "local model is not used (a download, or a failure offline)",
                     "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
-        try:
-            tree = ast.parse(text)
-        except SyntaxError as exc:
-            add("ERROR", "syntax", rel, exc.lineno or 0, f"does not parse: {exc.msg}", "restore the file")
+        if tree is None:
+            add("ERROR", "syntax", rel, syntax_error.lineno or 0, f"does not parse: {syntax_error.msg}",
+                "restore the file")
             continue
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef):
@@ -112,21 +116,16 @@ def check_clone(clone: Path) -> CheckReport:
                     add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
                         "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
     _structure(texts, add)
-    findings = [f for f in findings if not (f.rule == "hub-id" and _in_main_block(texts.get(f.file, ""), f.line))]
     return CheckReport(clone=str(clone), adapted=is_adapted(clone), findings=findings)
 
 
-def _in_main_block(text: str, line: int) -> bool:
+def _main_block_lines(tree: ast.Module) -> set[int]:
     """Lines under `if __name__ == "__main__":` (demo code, never run by training)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return False
+    lines: set[int] = set()
     for node in tree.body:
         if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            if node.lineno <= line <= (node.end_lineno or node.lineno):
-                return True
-    return False
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
 
 
 def _structure(texts: dict[str, str], add) -> None:

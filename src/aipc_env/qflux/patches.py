@@ -213,6 +213,34 @@ _LOAD = f"{SRC}/models/load_model.py"
 _LOGGER = f"{SRC}/utils/logger.py"
 _DATASET = f"{SRC}/data/dataset.py"
 
+def _local_paths(patch_id: str, path: str, hub_id: str, tag: str, why: str) -> Replace:
+    """Both trainers' load_model: the VAE and text encoder from the configured model instead of a hub ID."""
+    return Replace(
+        patch_id, path,
+        f'        self.vae = load_vae("{hub_id}", weight_dtype=self.weight_dtype)  # use original one\n'
+        '        # same to model constructed from vae self.vae = pipe.vae\n'
+        f'        self.text_encoder = load_qwenvl("{hub_id}", weight_dtype=self.weight_dtype)  # use original one\n',
+        f'        # {tag}: the configured (local) model, not hub IDs\n'
+        '        self.vae = load_vae(self.config.model.pretrained_model_name_or_path, weight_dtype=self.weight_dtype)\n'
+        '        # same to model constructed from vae self.vae = pipe.vae\n'
+        '        self.text_encoder = load_qwenvl(\n'
+        '            self.config.model.text_encoder_path or self.config.model.pretrained_model_name_or_path,\n'
+        '            weight_dtype=self.weight_dtype,\n'
+        '        )\n',
+        why)
+
+
+def _nf4_load(patch_id: str, path: str, why: str) -> Replace:
+    """Both trainers' load_model: the transformer in NF4 when the config says so."""
+    call = ('        self.dit = load_transformer(\n'
+            '            self.config.model.pretrained_model_name_or_path,  # could use quantized version\n'
+            '            weight_dtype=self.weight_dtype,\n')
+    return Replace(patch_id, path, call + '        )\n',
+                   call + '            quantize_type=self.config.model.quantize_type,  # aipc-env: NF4\n'
+                   '            transformer_path=self.config.model.transformer_path,\n'
+                   '        )\n', why)
+
+
 PATCHES: tuple[Replace, ...] = (
     # --- 5.2 residual patterns ---------------------------------------------------------------------------------
     Replace("device-type-xpu", _CONFIG,
@@ -351,30 +379,9 @@ PATCHES: tuple[Replace, ...] = (
             '        return v\n',
             "num_workers >= 0"),
     # --- local model paths (5.6, 5.7) -------------------------------------------------------------------------
-    Replace("local-paths", _QWEN,
-            '        self.vae = load_vae("Qwen/Qwen-Image-Edit", weight_dtype=self.weight_dtype)  # use original one\n'
-            '        # same to model constructed from vae self.vae = pipe.vae\n'
-            '        self.text_encoder = load_qwenvl("Qwen/Qwen-Image-Edit", weight_dtype=self.weight_dtype)  # use original one\n',
-            '        # aipc-env: the configured (local) model, not hub IDs\n'
-            '        self.vae = load_vae(self.config.model.pretrained_model_name_or_path, weight_dtype=self.weight_dtype)\n'
-            '        # same to model constructed from vae self.vae = pipe.vae\n'
-            '        self.text_encoder = load_qwenvl(\n'
-            '            self.config.model.text_encoder_path or self.config.model.pretrained_model_name_or_path,\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '        )\n',
-            "VAE and text encoder from the configured model"),
-    Replace("nf4-load", _QWEN,
-            '        self.dit = load_transformer(\n'
-            '            self.config.model.pretrained_model_name_or_path,  # could use quantized version\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '        )\n',
-            '        self.dit = load_transformer(\n'
-            '            self.config.model.pretrained_model_name_or_path,  # could use quantized version\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '            quantize_type=self.config.model.quantize_type,  # aipc-env: NF4\n'
-            '            transformer_path=self.config.model.transformer_path,\n'
-            '        )\n',
-            "the transformer loads in NF4 when configured"),
+    _local_paths("local-paths", _QWEN, "Qwen/Qwen-Image-Edit", "aipc-env",
+                 "VAE and text encoder from the configured model"),
+    _nf4_load("nf4-load", _QWEN, "the transformer loads in NF4 when configured"),
     Replace("nf4-autocast", _QWEN,
             '            model_pred = self.dit(\n'
             '                hidden_states=packed_input,\n'
@@ -400,30 +407,9 @@ PATCHES: tuple[Replace, ...] = (
             '                    return_dict=False,\n'
             '                )[0]\n',
             "NF4-A2 autocast around the trainable forward"),
-    Replace("plus-local-paths", _PLUS,
-            '        self.vae = load_vae("Qwen/Qwen-Image-Edit-2509", weight_dtype=self.weight_dtype)  # use original one\n'
-            '        # same to model constructed from vae self.vae = pipe.vae\n'
-            '        self.text_encoder = load_qwenvl("Qwen/Qwen-Image-Edit-2509", weight_dtype=self.weight_dtype)  # use original one\n',
-            '        # aipc-env (runbook 5.7): the configured (local) model, not hub IDs\n'
-            '        self.vae = load_vae(self.config.model.pretrained_model_name_or_path, weight_dtype=self.weight_dtype)\n'
-            '        # same to model constructed from vae self.vae = pipe.vae\n'
-            '        self.text_encoder = load_qwenvl(\n'
-            '            self.config.model.text_encoder_path or self.config.model.pretrained_model_name_or_path,\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '        )\n',
-            "Plus trainer: VAE and text encoder from the configured model"),
-    Replace("plus-nf4-load", _PLUS,
-            '        self.dit = load_transformer(\n'
-            '            self.config.model.pretrained_model_name_or_path,  # could use quantized version\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '        )\n',
-            '        self.dit = load_transformer(\n'
-            '            self.config.model.pretrained_model_name_or_path,  # could use quantized version\n'
-            '            weight_dtype=self.weight_dtype,\n'
-            '            quantize_type=self.config.model.quantize_type,  # aipc-env: NF4\n'
-            '            transformer_path=self.config.model.transformer_path,\n'
-            '        )\n',
-            "Plus trainer: NF4 transformer"),
+    _local_paths("plus-local-paths", _PLUS, "Qwen/Qwen-Image-Edit-2509", "aipc-env (runbook 5.7)",
+                 "Plus trainer: VAE and text encoder from the configured model"),
+    _nf4_load("plus-nf4-load", _PLUS, "Plus trainer: NF4 transformer"),
     # --- training loop (5.2) ---------------------------------------------------------------------------------
     Replace("max-steps-guard", _BASE,
             '                self.save_checkpoint(epoch, self.global_step)\n'

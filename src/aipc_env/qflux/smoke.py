@@ -24,19 +24,12 @@ RANK, ALPHA = 4, 8
 """alpha != rank, so a reload that loses the metadata (alpha falls back to r) is caught."""
 
 SHIM = '''\
-# aipc-env smoke (test-environment shim): transformers builds Qwen2VLProcessor with a video processor, which needs
-# torchvision. Where torchvision does not import (a CPU torch without a matching torchvision), the processor is
-# limited to image processor + tokenizer: all the Qwen-Image-Edit pipelines use. A real training env has
-# torchvision, and then this does nothing.
-try:
-    import torchvision  # noqa: F401
-except Exception:
-    try:
-        import transformers
+# aipc-env smoke (test-environment shim): aipc_env.train.compat's Qwen2VLProcessor shim, for the clone's processes.
+# Where torchvision does not import (a CPU torch without its torchvision), the processor is limited to image
+# processor + tokenizer, all the Qwen-Image-Edit pipelines use. Where torchvision imports, nothing changes.
+from aipc_env.train.compat import processor_without_video
 
-        transformers.Qwen2VLProcessor.attributes = ["image_processor", "tokenizer"]
-    except Exception:
-        pass
+processor_without_video()
 '''
 
 ACCELERATE = """\
@@ -164,7 +157,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
         Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
                                    "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
                                    str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK), "--alpha",
-                                   str(ALPHA)] + (["--plus"] if plus else [])),
+                                   str(ALPHA)]),
     ]
     plan = plan_run(platform=current_platform(), run_dir=str(run_dir), python=py, pair=None, oneapi=OneApiInfo(),
                     msvc=None, phases=phases, log_file=str(run_dir / "smoke.log"),

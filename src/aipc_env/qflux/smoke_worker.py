@@ -9,6 +9,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def prepare(out: Path, plus: bool) -> dict:
     return {"model": str(out / "model"), "data": str(out / "data")}
 
 
-def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int, plus: bool) -> dict:
+def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int) -> dict:
     import bitsandbytes as bnb
     import torch
 
@@ -54,8 +55,6 @@ def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: 
           "load_transformer(quantize_type='nf4') gives them to the fit phase")
     log = run / "smoke.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-    import re
-
     row = re.search(r"DTypes\s*│\s*nf4\s*│\s*([^│]+)│", text)
     check("fit-phase-ran-nf4", row is not None, f"upstream's model summary in the fit phase: nf4 {row.group(1).strip()}"
           if row else f"no nf4 row in upstream's model summary ({log})")
@@ -77,8 +76,6 @@ def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: 
         QwenImageEditPipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)
         layer = fresh.transformer_blocks[0].attn.to_q
         scaling = list(layer.scaling.values())
-        import re
-
         up = [v for k, v in sd.items() if re.search(r"lora[._](B|up)\b", k)]
         trained = bool(up) and any(float(v.abs().max()) > 0 for v in up)  # B starts at zero
         ok_reload = bool(meta) and meta.get("transformer.lora_alpha") == alpha and meta.get("transformer.r") == rank \
@@ -105,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--steps", type=int, required=True)
     v.add_argument("--rank", type=int, required=True)
     v.add_argument("--alpha", type=int, required=True)
-    v.add_argument("--plus", action="store_true")
     args = parser.parse_args(argv)
     from aipc_env.train.compat import quiet_bitsandbytes_notices
 
@@ -113,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "prepare":
         print(json.dumps(prepare(args.out, args.plus)))
         return 0
-    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha, args.plus)
+    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha)
     (args.run / "verify.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     for c in result["checks"]:
         print(f"smoke: {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}", flush=True)

@@ -12,7 +12,7 @@ from aipc_env.errors import InputError
 from aipc_env.formats import VersionedModel, load_versioned
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 
-__all__ = ["CheckpointState", "checkpoint_dirs", "resume_dir", "training_fingerprint", "model_identity",
+__all__ = ["CheckpointState", "checkpoint_dirs", "find_resume", "resume_dir", "training_fingerprint", "model_identity",
            "check_resume", "save_checkpoint", "restore_checkpoint", "STATE_FILE"]
 
 STATE_FILE = "state.json"
@@ -35,13 +35,15 @@ class CheckpointState(VersionedModel):
     """Hash of every config value that shapes the training math (not step counts or checkpoint cadence)."""
 
 
-def model_identity(model_dir: str) -> str:
-    """Identify a model dir by its configs (not its path), so a moved model keeps its cache and checkpoints."""
+def model_identity(model_dir: str, *, extra: tuple[str, ...] = ()) -> str:
+    """Identify a model dir by its configs (not its path), so a moved model keeps its cache and checkpoints.
+    `extra` adds more of its files (e.g. the scheduler config, where the grid depends on it)."""
     if model_dir.startswith("builtin:"):
         return model_dir
     h = hashlib.sha256()
     root = Path(model_dir)
-    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json"):
+    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
+                *extra):
         p = root / rel
         h.update(p.read_bytes() if p.is_file() else rel.encode())
     return h.hexdigest()[:16]
@@ -70,19 +72,24 @@ def checkpoint_dirs(out: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: int(p.name.split("-")[1]))
 
 
-def resume_dir(cfg: TrainConfig) -> Path | None:
-    """The checkpoint a run resumes from: the newest one for 'auto' (None if there is none yet), or the one named."""
-    resume = cfg.train.resume
+def find_resume(output_dir: str | Path, resume: str | None, *, key: str) -> Path | None:
+    """The checkpoint a run resumes from: the newest one in output_dir for 'auto' (None if there is none yet), or
+    the one named (which must be a checkpoint; `key` names the setting in the error)."""
     if not resume:
         return None
     if resume == "auto":
-        dirs = checkpoint_dirs(Path(cfg.output_dir))
+        dirs = checkpoint_dirs(Path(output_dir))
         return dirs[-1] if dirs else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
-        raise InputError(f"{path} is not an aipc-env checkpoint (no {STATE_FILE})", key="train.resume",
+        raise InputError(f"{path} is not an aipc-env checkpoint (no {STATE_FILE})", key=key,
                          fix="point it at <output_dir>/checkpoints/step-NNNNNNN, or use 'auto'")
     return path
+
+
+def resume_dir(cfg: TrainConfig) -> Path | None:
+    """find_resume for a training config."""
+    return find_resume(cfg.output_dir, cfg.train.resume, key="train.resume")
 
 
 def check_resume(cfg: TrainConfig, config_path: Path) -> CheckpointState | None:

@@ -12,7 +12,8 @@ from aipc_env.errors import InputError
 from aipc_env.fileio import read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
-__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "BUILTIN_TINY",
+__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "absolute_path",
+           "resolve_path_keys", "BUILTIN_TINY",
            "BUILTIN_SYNTHETIC", "CONFIG_VERSION", "PATH_BASE_HELP"]
 
 CONFIG_VERSION = 1
@@ -152,23 +153,29 @@ _PATH_KEYS = ("model.path", "model.transformer_path", "model.text_encoder_path",
               "train.resume", "qflux.clone", "qflux.config")
 
 
-def _absolute(value: str | None, base: Path) -> str | None:
+def absolute_path(value: str | None, base: Path) -> str | None:
+    """A config path made absolute against `base` (builtin:* values, 'auto' and None are kept)."""
     if value is None or value.startswith("builtin:") or value == "auto":
         return value
     p = Path(value).expanduser()
     return str(p if p.is_absolute() else (base / p).absolute())
 
 
-def _resolve_paths(cfg: TrainConfig, base: Path) -> TrainConfig:
-    """Every path of the config, made absolute against `base` (the config file's folder)."""
-    data = cfg.model_dump()
-    for key in _PATH_KEYS:
+def resolve_path_keys(data: dict, keys: tuple[str, ...], base: Path) -> None:
+    """Make the dotted `keys` ("section.name" or "name") of a dumped config absolute against `base`, in place."""
+    for key in keys:
         section, _, name = key.rpartition(".")
         holder = data.get(section) if section else data
         if isinstance(holder, dict) and name in holder:
-            holder[name] = _absolute(holder[name], base)
+            holder[name] = absolute_path(holder[name], base)
+
+
+def _resolve_paths(cfg: TrainConfig, base: Path) -> TrainConfig:
+    """Every path of the config, made absolute against `base` (the config file's folder)."""
+    data = cfg.model_dump()
+    resolve_path_keys(data, _PATH_KEYS, base)
     if data.get("data"):
-        data["data"]["datasets"] = [_absolute(d, base) for d in data["data"]["datasets"]]
+        data["data"]["datasets"] = [absolute_path(d, base) for d in data["data"]["datasets"]]
     return TrainConfig.model_validate(data)
 
 
