@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -33,9 +34,23 @@ class Wine:
         return env
 
     def winpath(self, path: Path) -> str:
-        out = subprocess.run(["winepath", "-w", str(path)], capture_output=True, text=True, env=self.env(),
-                             check=True, timeout=60)
-        return out.stdout.strip()
+        """The Windows name Wine gives `path`: the drive in the prefix's dosdevices whose target is the longest
+        parent of it (z: -> / in every prefix). Read from the prefix rather than asked of `winepath`, a separate
+        process per call that once failed (exit 1, no output) under load on CI."""
+        path = Path(os.path.abspath(path))
+        best: tuple[int, str, Path] | None = None
+        for link in (self.prefix / "dosdevices").iterdir():
+            if not re.fullmatch(r"[a-z]:", link.name):
+                continue
+            target = Path(os.path.realpath(link))
+            if path == target or target in path.parents:
+                depth = len(target.parts)
+                if best is None or depth > best[0]:
+                    best = (depth, link.name.upper(), target)
+        if best is None:
+            raise AssertionError(f"no drive in {self.prefix / 'dosdevices'} maps {path}")
+        _, drive, target = best
+        return drive + "\\" + "\\".join(path.relative_to(target).parts)
 
     def run_bat(self, script: Path, timeout: float = 120, unset: tuple[str, ...] = (),
                 **env: str) -> subprocess.CompletedProcess:
