@@ -108,7 +108,7 @@ def test_build_from_lock_drift_repair_and_noop(locked, indexes, matrix, tmp_path
     assert result.changed and _stub(prefix, "torch_stub") == "XPU" and _stub(prefix, "tinydep_stub") == "2.0"
     assert check_env(prefix, result.lockfile, "linux-64") == []
     again = build_env(_request(matrix, locked, prefix, idx))
-    assert not again.changed and again.seconds < 5
+    assert not again.changed and again.drift_before == []  # a no-op: no drift, nothing reinstalled (timed in bench_env)
     # drift: somebody changes a package after the build
     subprocess.run([find_uv(), "pip", "install", "--python", str(prefix / "bin" / "python"), "--index-url",
                     idx.pypi_url, "tinydep==1.0", "bitsandbytes==0.50.2", "--reinstall-package", "tinydep"],
