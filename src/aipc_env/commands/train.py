@@ -73,17 +73,12 @@ def run(args: argparse.Namespace) -> int:
 def _validate_qflux(cfg, python) -> None:
     """Before any phase: the qflux config has no TODO left and the clone's own loader (in the training env)
     accepts it; its verdict names the keys upstream rejects."""
-    from aipc_env.errors import InputError
     from aipc_env.fileio import read_yaml
     from aipc_env.qflux.loader import validate_with_clone
-    from aipc_env.train.config import find_todos
+    from aipc_env.train.config import refuse_todos
 
     assert cfg.qflux
-    raw = read_yaml(cfg.qflux.config, "qflux config")
-    todos = find_todos(raw)
-    if todos:
-        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=cfg.qflux.config, key=todos[0],
-                         fix="replace each TODO with a real value (a path on this machine)")
+    refuse_todos(read_yaml(cfg.qflux.config, "qflux config"), cfg.qflux.config)
     result = validate_with_clone(python, cfg.qflux.clone, cfg.qflux.config)
     print(f"aipc-env: the clone's loader accepts {cfg.qflux.config} (trainer {result['trainer']}, quantization "
           f"{result['quantization_type']})")

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from aipc_env.errors import InputError
 from aipc_env.fileio import atomic_write_text, read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
-from aipc_env.train.config import find_todos, resolve_path_keys
+from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = ["DistillConfig", "load_distill_config", "default_distill_config", "write_default_distill_config",
            "BUILTIN_TINY21", "BUILTIN_PROMPTS", "BUILTIN_EVAL_PROMPTS", "default_teacher_sigmas"]
@@ -148,10 +148,7 @@ def load_distill_config(path: str | Path) -> DistillConfig:
     if not isinstance(raw, dict):
         raise InputError("expected a mapping (model, output_dir, prompts, student, eval, ...)", path=path,
                          fix=DistillConfig.FIX)
-    todos = find_todos(raw)
-    if todos:
-        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
-                         fix="replace each TODO with a real value")
+    refuse_todos(raw, path)
     raw = {"schema_version": 1, **raw}
     cfg = validate_versioned(DistillConfig, raw, path)
     data = cfg.model_dump()

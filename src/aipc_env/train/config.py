@@ -12,7 +12,7 @@ from aipc_env.errors import InputError
 from aipc_env.fileio import read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
-__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "absolute_path",
+__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "refuse_todos", "absolute_path",
            "resolve_path_keys", "BUILTIN_TINY",
            "BUILTIN_SYNTHETIC", "CONFIG_VERSION", "PATH_BASE_HELP"]
 
@@ -149,6 +149,14 @@ def find_todos(raw: Any, prefix: str = "") -> list[str]:
     return found
 
 
+def refuse_todos(raw: Any, path: str | Path) -> None:
+    """A config with a TODO placeholder left is an input error naming the first such key."""
+    todos = find_todos(raw)
+    if todos:
+        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
+                         fix="replace each TODO with a real value (a path on this machine)")
+
+
 _PATH_KEYS = ("model.path", "model.transformer_path", "model.text_encoder_path", "cache_dir", "output_dir",
               "train.resume", "qflux.clone", "qflux.config")
 
@@ -195,10 +203,7 @@ def load_config(path: str | Path) -> TrainConfig:
     if not isinstance(raw, dict):
         raise InputError("expected a mapping of sections (model, data, train, ...)", path=path,
                          fix=TrainConfig.FIX)
-    todos = find_todos(raw)
-    if todos:
-        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
-                         fix="replace each TODO with a real value (a path on this machine)")
+    refuse_todos(raw, path)
     if "schema_version" not in raw and "config_version" not in raw:
         raw = {"schema_version": CONFIG_VERSION, **raw}
     if isinstance(raw.get("output_dir"), str) and not raw["output_dir"].strip():
