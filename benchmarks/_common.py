@@ -69,7 +69,8 @@ def spread(values: list[float]) -> dict[str, float]:
             "max": round(ordered[-1], 5), "n": len(ordered)}
 
 
-def machine(env: dict[str, str] | None = None) -> dict[str, object]:
+def machine(env: dict[str, str] | None = None, *, pinned: bool) -> dict[str, object]:
+    """The machine's details; `pinned` says whether the children ran under taskset (run_child's pin=)."""
     brand = platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -88,7 +89,7 @@ def machine(env: dict[str, str] | None = None) -> dict[str, object]:
             versions[name] = None
     return {"cpu": brand, "logical_cores": os.cpu_count(), "os": platform.platform(),
             "python": platform.python_version(), "threads": (env or {}).get("OMP_NUM_THREADS"),
-            "pinned_cpu": bool(taskset()), "packages": versions,
+            "pinned_cpu": bool(pinned and taskset()), "packages": versions,
             "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -127,7 +127,7 @@ def main() -> int:
         "target_ratio": 1.1, "rounds": args.rounds, "steps": args.steps,
         "cache_samples_per_second": throughput, "cache_peak_rss_mb": round(cache.peak_rss_mb),
         "fit_peak_rss_mb": round(max(fit_rss)), "bare_peak_rss_mb": round(max(bare_rss)),
-        "machine": machine(env),
+        "machine": machine(env, pinned=True),
     }
     write_result("engine", result)
     return 0 if result["ratio_median"] <= 1.1 else 1

@@ -27,8 +27,9 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (), tag: str = "py3-none-any",
-               payload: str = "") -> Path:
-    """A valid wheel with one module `<name>_stub` whose VALUE is `payload` (to tell builds apart)."""
+               payload: str = "", scripts: dict[str, str] | None = None) -> Path:
+    """A valid wheel with one module `<name>_stub` whose VALUE is `payload` (to tell builds apart), and
+    console scripts `{command: "module:function"}` for installers to write entry points of."""
     folder.mkdir(parents=True, exist_ok=True)
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
@@ -38,6 +39,10 @@ def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (
                              + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: aipc-env-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
     }
+    if scripts:
+        files[f"{dist}_stub.py"] += b"def main():\n    print(VALUE)\n"
+        files[f"{info}/entry_points.txt"] = ("[console_scripts]\n" + "".join(
+            f"{command} = {target}\n" for command, target in scripts.items())).encode()
     record = "\n".join([_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]) + "\n"
     files[f"{info}/RECORD"] = record.encode()
     path = folder / f"{dist}-{version}-{tag}.whl"

@@ -24,6 +24,7 @@ from aipc_env.facts.model import (
     MachineIdentity, MemoryInfo, ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
 )
 from aipc_env.facts.memory import system_memory
+from aipc_env.facts.toolversion import env_layout_from_files, version_from_files
 from aipc_env.formats import timestamp
 from aipc_env.platforms import display_adapters
 from aipc_env.procs import ProbeFailed, run_capture, which
@@ -35,6 +36,8 @@ __all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "installed_toolki
 ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
             "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",
             "VSCMD_VER", "PYTORCH_ENABLE_XPU_FALLBACK")
+
+CONDA_TOOLS = ("conda", "mamba", "micromamba", "conda-lock")
 
 _REG_FS = r"SYSTEM\CurrentControlSet\Control\FileSystem"
 _REG_GFX = r"SYSTEM\CurrentControlSet\Control\GraphicsDrivers"
@@ -178,7 +181,9 @@ def _compiler_in(release_dir: Path) -> Path | None:
     return None
 
 
-def _oneapi_install(root: Path, timeout: float) -> OneApiInstall | None:
+def _oneapi_install(root: Path) -> tuple[OneApiInstall, Path | None] | None:
+    """A oneAPI root read from its folders: the releases, setvars, and the newest release's compiler (asked for
+    its exact version by the caller)."""
     if not root.is_dir():
         return None
     ext = "bat" if sys.platform == "win32" else "sh"
@@ -194,40 +199,51 @@ def _oneapi_install(root: Path, timeout: float) -> OneApiInstall | None:
     releases = sorted(set(unified) | set(component), key=lambda v: tuple(int(x) for x in v.split(".")))
     install = OneApiInstall(root=str(root), layout=layout, releases=releases,
                             setvars=str(setvars) if setvars.is_file() else None)
+    compiler = None
     if releases:
         newest = releases[-1]
         install.version, install.version_source = newest, "folder"
         compiler = _compiler_in(root / newest) or _compiler_in(compiler_dir / newest)
-        if compiler:
-            try:
-                out = run_capture([str(compiler), "--version"], timeout=timeout)
-                release, build = parse.parse_compiler_version(out.stdout)
-                if release:
-                    install.version, install.version_source = release, "icpx"
-                install.compiler_build = build
-            except ProbeFailed:
-                pass
-    return install
+    return install, compiler
+
+
+def _compiler_version(compiler: str, timeout: float) -> tuple[str | None, str | None]:
+    try:
+        return parse.parse_compiler_version(run_capture([compiler, "--version"], timeout=timeout).stdout)
+    except ProbeFailed:
+        return None, None
 
 
 def _oneapi(timeout: float) -> OneApiInfo:
+    """oneAPI installs from their folders; each compiler (icpx/icx: native, fast) is asked its exact release
+    once, all at once."""
     info = OneApiInfo()
+    compilers: dict[str, list[OneApiInstall]] = {}
     for root in _oneapi_roots():
-        install = _oneapi_install(root, timeout)
-        if install:
-            info.installs.append(install)
+        found = _oneapi_install(root)
+        if found:
+            info.installs.append(found[0])
+            if found[1] is not None:
+                compilers.setdefault(str(found[1]), []).append(found[0])
+    active = None
     if os.environ.get("SETVARS_COMPLETED") or os.environ.get("CMPLR_ROOT"):
-        compiler = which("icx" if sys.platform == "win32" else "icpx")
-        if compiler:
-            info.active_compiler = compiler
-            try:
-                release, _ = parse.parse_compiler_version(run_capture([compiler, "--version"],
-                                                                      timeout=timeout).stdout)
-                info.active_version = release
-            except ProbeFailed:
-                pass
-        if not info.active_version and os.environ.get("CMPLR_ROOT"):
-            info.active_version = parse.oneapi_version_from_path(os.environ["CMPLR_ROOT"])
+        active = which("icx" if sys.platform == "win32" else "icpx")
+        if active:
+            info.active_compiler = active
+            compilers.setdefault(active, [])
+    if compilers:
+        with ThreadPoolExecutor(max_workers=len(compilers)) as pool:
+            answers = dict(zip(compilers, pool.map(lambda c: _compiler_version(c, timeout), compilers)))
+        for compiler, installs in compilers.items():
+            release, build = answers[compiler]
+            for install in installs:
+                if release:
+                    install.version, install.version_source = release, "icpx"
+                install.compiler_build = build
+        if active:
+            info.active_version = answers[active][0]
+    if not info.active_version and os.environ.get("CMPLR_ROOT"):
+        info.active_version = parse.oneapi_version_from_path(os.environ["CMPLR_ROOT"])
     return info
 
 
@@ -238,30 +254,53 @@ def _msvc(timeout: float) -> MsvcInfo:
     if not vswhere.is_file():
         return info
     info.vswhere = str(vswhere)
-    every = run_capture([str(vswhere), "-products", "*", "-format", "json", "-utf8"], timeout=timeout)
-    tools = run_capture([str(vswhere), "-products", "*", "-requires", parse.VC_TOOLS, "-format", "json",
-                         "-utf8"], timeout=timeout)
+    queries = ([str(vswhere), "-products", "*", "-format", "json", "-utf8"],
+               [str(vswhere), "-products", "*", "-requires", parse.VC_TOOLS, "-format", "json", "-utf8"])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        every, tools = pool.map(lambda argv: run_capture(argv, timeout=timeout), queries)
     with_tools = {i.path for i in parse.parse_vswhere(tools.stdout)}
     info.installs = parse.parse_vswhere(every.stdout, with_vc_tools=with_tools)
     return info
 
 
-def _conda(timeout: float) -> list[CondaTool]:
-    tools = []
+def _conda_tool_paths() -> dict[str, str]:
+    """conda, mamba, micromamba and conda-lock as found on PATH (else conda's own CONDA_EXE / MAMBA_EXE)."""
     candidates = {"conda": os.environ.get("CONDA_EXE"), "mamba": os.environ.get("MAMBA_EXE"),
                   "micromamba": os.environ.get("MAMBA_EXE")}
-    for name in ("conda", "mamba", "micromamba", "conda-lock"):
+    found = {}
+    for name in CONDA_TOOLS:
         path = which(name) or candidates.get(name)
         if not path or not Path(path).exists() or (name == "micromamba" and "micromamba" not in path.lower()):
             continue
-        version = None
-        try:
-            out = run_capture([path, "--version"], timeout=timeout)
-            version = (out.stdout.strip().splitlines() or [""])[0].split()[-1] or None
-        except ProbeFailed:
-            pass
-        tools.append(CondaTool(name=name, path=path, version=version))
-    return tools
+        found[name] = path
+    return found
+
+
+def _version_by_process(path: str, timeout: float) -> str | None:
+    try:
+        out = run_capture([path, "--version"], timeout=timeout)
+    except ProbeFailed:
+        return None
+    return parse.parse_tool_version(out.stdout)
+
+
+def _conda(timeout: float) -> list[CondaTool]:
+    """The conda tools and their versions, read from conda-meta records or dist-info METADATA beside each one
+    (facts/toolversion.py). Only a tool whose files say nothing (a standalone micromamba: a native binary) is
+    asked `--version`, all such at once."""
+    tools = {name: CondaTool(name=name, path=path) for name, path in _conda_tool_paths().items()}
+    ask = []
+    for tool in tools.values():
+        found = version_from_files(tool.name, Path(tool.path))
+        if found:
+            tool.version, tool.version_source = found.version, found.source
+        else:
+            ask.append(tool)
+    if ask:
+        with ThreadPoolExecutor(max_workers=len(ask)) as pool:
+            for tool, version in zip(ask, pool.map(lambda t: _version_by_process(t.path, timeout), ask)):
+                tool.version, tool.version_source = version, "process" if version else None
+    return list(tools.values())
 
 
 def installed_toolkits(oneapi: OneApiInfo) -> list[str]:
@@ -333,9 +372,12 @@ def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bo
     if not python.is_file():
         env.error = f"no Python interpreter in {prefix}"
         return env
+    layout = None if current else env_layout_from_files(prefix)
     if current:
         info = {"version": platform.python_version(),
                 "paths": [p for p in sys.path if p.endswith("site-packages")]}
+    elif layout is not None:  # read from pyvenv.cfg / conda-meta: no interpreter started
+        info = {"version": layout[0], "paths": layout[1]}
     else:
         try:
             info = json.loads(run_capture([str(python), "-I", "-c", _ENV_INFO_SCRIPT], timeout=timeout).stdout)

@@ -119,6 +119,9 @@ class CondaTool(StrictModel):
     name: str
     path: str
     version: str | None = None
+    version_source: Literal["conda-meta", "dist-info", "process"] | None = None
+    """Where the version was read: conda's record, the distribution's METADATA, or `--version` (a native tool
+    whose files say nothing)."""
 
 
 class TrainingEnv(StrictModel):

@@ -10,7 +10,7 @@ from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
 
 __all__ = [
     "RELEASE_DIR", "is_release_dir", "parse_compiler_version", "parse_sycl_ls", "parse_cpuinfo_brand", "parse_cim_gpus",
-    "parse_vswhere", "oneapi_version_from_path", "parse_os_release", "model_variant",
+    "parse_vswhere", "parse_tool_version", "oneapi_version_from_path", "parse_os_release", "model_variant",
     "MODEL_PARTS",
 ]
 
@@ -144,3 +144,12 @@ def model_variant(model_index: dict, transformer_config: dict | None) -> tuple[s
         # 2511 introduced the zero-timestep conditioning flag in the transformer config.
         return cls, "edit-2511" if transformer_config.get("zero_cond_t") else "edit-2509"
     return cls, "unknown"
+
+
+def parse_tool_version(text: str) -> str | None:
+    """The version in what `conda --version` (`conda 25.9.1`), `mamba --version` (`2.3.2`, or mamba 1's
+    `mamba 1.5.8` then `conda ...`), `micromamba --version` and `conda-lock --version` (`conda-lock, version
+    4.0.3`) print: the last word of the first line."""
+    lines = text.strip().splitlines()
+    words = lines[0].split() if lines else []
+    return words[-1] if words else None
