@@ -12,7 +12,12 @@ Sessions that need torch install the right build once: the pair's XPU build on a
 else the CPU build from the PyTorch CPU index (never PyPI's multi-GB CUDA build). Offline or air-gapped:
 AIPC_ENV_TORCH_WHEELS=<folder of wheels> or AIPC_ENV_TORCH_INDEX=<mirror URL> (or `-- --torch-wheels DIR`,
 `-- --torch-index URL`, `-- --torch cpu|xpu`). A session whose inputs did not change since its last install
-installs nothing (a stamp in its venv), so warm runs start at once.
+installs nothing (a stamp in its venv), so warm runs start at once. verify and distill run in the train
+session's env (installed first if needed): one training stack, not three.
+
+Exit codes: a session ends with aipc-env's own exit code (0 ok, 1 problems found, 2 bad input, 3 internal error,
+130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary is then not printed, and a failing
+session stops the sessions listed after it. A failed install is nox's 1 with the reason.
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
-from aipc_env.trainenv.torch_source import detect, pinned_torch, take_options  # noqa: E402 - stdlib only
+from aipc_env.trainenv.torch_source import (  # noqa: E402 - stdlib only
+    UV_TLS,
+    detect,
+    pinned_torch,
+    take_options,
+    torch_source_fix,
+)
 
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -39,7 +50,8 @@ STAMP = ".aipc-install-stamp"
 
 def _install(session: nox.Session, extras: str | None = None, *, torch: bool = False) -> list[str]:
     """Install aipc-env (editable) with extras, and torch from the right index first; skip it all when the
-    inputs are unchanged since the last install. Returns the posargs left for aipc-env."""
+    inputs are unchanged since the last install. uv reads the system certificate store (proxies that re-sign
+    HTTPS). Returns the posargs left for aipc-env."""
     overrides, rest = take_options(list(session.posargs))
     source = detect(pinned_torch(CONSTRAINTS), {**os.environ, **overrides}) if torch else None
     digest = hashlib.sha256()
@@ -51,15 +63,37 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
         return rest
     if source is not None:
         session.log(f"installing torch: {source.describe()}")
-        session.install(source.requirement, *source.args, silent=False)
+        try:
+            session.install(source.requirement, *source.args, silent=False, env=UV_TLS)
+        except nox.command.CommandFailed:
+            session.error(f"torch could not be installed: {torch_source_fix()}")
     target = f".[{extras}]" if extras else "."
-    session.install("-e", target, "-c", str(CONSTRAINTS), silent=False)
+    session.log(f"installing aipc-env{f'[{extras}]' if extras else ''} with the pins of {CONSTRAINTS.name}")
+    session.install("-e", target, "-c", str(CONSTRAINTS), silent=False, env=UV_TLS)
     stamp.write_text(digest.hexdigest())
     return rest
 
 
-def _aipc(session: nox.Session, *args: str) -> None:
-    session.run("python", "-m", "aipc_env", *args)
+def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
+    """Run aipc-env; its exit code becomes the session's (see the module docstring)."""
+    try:
+        session.run(python, "-m", "aipc_env", *args, external=python != "python")
+    except nox.command.CommandFailed as exc:
+        raise SystemExit(exc.return_code if exc.return_code is not None else 1) from None
+
+
+def _train_env(session: nox.Session) -> tuple[str, list[str]]:
+    """The train session's interpreter, installed or confirmed current first (verify and distill run in it, and
+    the env policy picks the env from there: one built by `nox -s env`, else the one the last run used, else this
+    one); and the posargs left for aipc-env."""
+    overrides, rest = take_options(list(session.posargs))
+    flags = {"AIPC_ENV_TORCH": "--torch", "AIPC_ENV_TORCH_INDEX": "--torch-index", "AIPC_ENV_TORCH_WHEELS": "--torch-wheels"}
+    torch_args = [f"{flags[name]}={value}" for name, value in overrides.items()]
+    envdir = session.cache_dir.parent
+    session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", "train",
+                "--install-only", "--", *torch_args, external=True)
+    python = envdir / "train" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    return str(python), rest
 
 
 @nox.session
@@ -76,7 +110,7 @@ def resolve(session: nox.Session) -> None:
 
 @nox.session
 def lock(session: nox.Session) -> None:
-    """(Admin, connected machine) resolve pairs into lockfiles/: nox -s lock [-- --pair ID ...] [--pip-only]."""
+    """(Admin, connected machine) resolve pairs into lockfiles/: nox -s lock [-- --pair ID] [--pip-only]."""
     _aipc(session, "lock", *_install(session, "lock"))
 
 
@@ -92,10 +126,11 @@ def patch_requirements(session: nox.Session) -> None:
     _aipc(session, "patch-requirements", *_install(session))
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def verify(session: nox.Session) -> None:
-    """NF4 quantize/matmul, Adam8bit and LoRA round-trips on this device (the training env's stack)."""
-    _aipc(session, "verify", *_install(session, "train", torch=True))
+    """NF4 quantize/matmul, Adam8bit and LoRA round-trips on this device, in the train session's env."""
+    python, rest = _train_env(session)
+    _aipc(session, "verify", *rest, python=python)
 
 
 @nox.session
@@ -107,19 +142,19 @@ def train(session: nox.Session) -> None:
 @nox.session
 def adapt(session: nox.Session) -> None:
     """Adapt a qwen-image-finetune clone (runbook step 5): nox -s adapt -- CLONE [--check | --revert | --smoke]."""
-    _aipc(session, "adapt", *_install(session, "lock"))
+    _aipc(session, "adapt", *_install(session))
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def distill(session: nox.Session) -> None:
-    """Qwen-Image-2.1 4-step distillation stages. No args: G0 -> trajectories -> train -> G2 -> G3 -> report on the
-    built-in tiny random pipeline (no download). `-- gate g2 --config distill.yaml` runs one stage."""
-    rest = _install(session, "train", torch=True)
-    _aipc(session, "distill", *(rest or ["all"]))
+    """Qwen-Image-2.1 4-step distillation stages, in the train session's env. No args: every stage on the built-in
+    tiny random pipeline (no download). `-- gate g2 --config distill.yaml` runs one stage."""
+    python, rest = _train_env(session)
+    _aipc(session, "distill", *(rest or ["all"]), python=python)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (CPU; batch launchers under Wine, which CI installs)."""
+    """The test suite (CPU; batch launchers under Wine, which CI installs; ruff is one of the tests)."""
     rest = _install(session, "train,lock,dev", torch=True)
     session.run("python", "-m", "pytest", *rest)

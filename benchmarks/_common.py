@@ -90,7 +90,7 @@ def machine(env: dict[str, str] | None = None, *, pinned: bool) -> dict[str, obj
     return {"cpu": brand, "logical_cores": os.cpu_count(), "os": platform.platform(),
             "python": platform.python_version(), "threads": (env or {}).get("OMP_NUM_THREADS"),
             "pinned_cpu": bool(pinned and taskset()), "packages": versions,
-            "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
 
 
 def write_result(name: str, result: dict) -> Path:

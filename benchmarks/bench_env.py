@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tests.support.wheels import make_wheel, write_simple_index  # noqa: E402
 from aipc_env.matrix import load_matrix  # noqa: E402
+from tests.support.wheels import make_wheel, write_simple_index  # noqa: E402
 
 PAIR = "xpu-2.13"
 
@@ -42,7 +42,7 @@ def main() -> int:
                    AIPC_ENV_PYPI_URL=pypi_url, AIPC_ENV_XPU_INDEX_URL=xpu_url)
         aipc = [sys.executable, "-m", "aipc_env"]
         common = ["--pair", PAIR, "--lock-root", str(base / "lockfiles"), "--pip-layer", str(layer)]
-        py = "%d.%d" % sys.version_info[:2]
+        py = f"{sys.version_info[0]}.{sys.version_info[1]}"
         subprocess.run(aipc + ["lock", "--pip-only", "--python", py, *common], env=env, check=True, capture_output=True)
         t = time.perf_counter()
         subprocess.run(aipc + ["env", "--prefix", str(base / "env-lock"), "--base-python", sys.executable, *common],

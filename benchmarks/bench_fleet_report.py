@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from _common import machine, run_child, spread, write_result  # noqa: E402
+
 from tests.support.reports import generate_reports  # noqa: E402
 
 

@@ -15,7 +15,9 @@ for /f "tokens=2 delims=:." %%C in ('chcp') do set "AIPC_OLD_CP=%%C"
 chcp 65001 >nul 2>&1
 for /f "eol=# tokens=1,* delims==" %%A in (launch.env) do set "%%A=%%B"
 if not defined AIPC_PYTHON echo aipc-env: launch.env is missing or unreadable next to this file 1>&2
-if not defined AIPC_PYTHON exit /b 2
+rem exit codes are aipc-env's (errors.ExitCode), filled in when the launcher is written; a failing activation
+rem script's own code is passed on
+if not defined AIPC_PYTHON exit /b @AIPC_EXIT_USAGE@
 if not defined AIPC_ONEAPI_DIR goto aipc_after_oneapi
 rem setvars calls vars.bat by bare name: clear NoDefaultCurrentDirectoryInExePath for that call only
 set "AIPC_NDCD_SET="

@@ -6,12 +6,14 @@
 # (setvars.sh --force) when the run needs one, then runs the training env's interpreter:
 # python -m aipc_env.launch.runner launch.json.
 set -u
-aipc_here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit 2
-. "$aipc_here/launch.env.sh" || { echo "aipc-env: cannot read $aipc_here/launch.env.sh" >&2; exit 2; }
+# exit codes are aipc-env's (errors.ExitCode), filled in when the launcher is written
+aipc_here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit @AIPC_EXIT_USAGE@
+. "$aipc_here/launch.env.sh" || { echo "aipc-env: cannot read $aipc_here/launch.env.sh" >&2; exit @AIPC_EXIT_USAGE@; }
 if [ -n "${AIPC_ONEAPI_DIR:-}" ]; then
     # oneAPI's scripts read their options from the positional parameters, also when sourced by dash
     set -- --force
-    . "$AIPC_ONEAPI_DIR/$AIPC_ONEAPI_SCRIPT" >/dev/null || { echo "aipc-env: oneAPI activation failed" >&2; exit 3; }
+    . "$AIPC_ONEAPI_DIR/$AIPC_ONEAPI_SCRIPT" >/dev/null || {
+        echo "aipc-env: oneAPI activation failed ($AIPC_ONEAPI_DIR/$AIPC_ONEAPI_SCRIPT)" >&2; exit @AIPC_EXIT_PROBLEMS@; }
     set --
 fi
 exec "$AIPC_PYTHON" -m aipc_env.launch.runner "$aipc_here/launch.json"

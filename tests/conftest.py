@@ -40,6 +40,13 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
                           env=full_env, cwd=cwd or ROOT, timeout=timeout, input=input)
 
 
+def find_tool(name: str) -> str | None:
+    """A command on PATH, else beside this interpreter (the test env's own bin/ when pytest runs unactivated)."""
+    import shutil
+
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
 def require_tool(reason: str | None) -> None:
     """Skip a test whose tool is missing, with the reason; under CI=true a missing tool is a failure."""
     if reason is None:
@@ -72,7 +79,7 @@ def upstream_pristine(tmp_path_factory) -> Path:
         if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (Debian 12's distro Python is 3.11.2)
             tf.extractall(dest, filter="data")
         else:
-            tf.extractall(dest)  # noqa: S202 - a known archive, checked by its sha256 in shared/upstream/
+            tf.extractall(dest)
     (root,) = [p for p in dest.iterdir() if p.is_dir()]
     return root
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from aipc_env.doctor import run_checks
 from aipc_env.doctor.checks import REGISTRY, Status
 from aipc_env.doctor.checks.system import ram_tier_gb
-from aipc_env.doctor import run_checks
 from aipc_env.facts import load_facts
 from tests.conftest import MACHINES
 

@@ -62,7 +62,8 @@ def test_compare_bad_inputs(trained, tmp_path):
     # a LoRA for another model: shapes that do not fit
     from safetensors.torch import load_file, save_file
 
-    state = {k: v.repeat(1, 2) if "lora_A" in k else v for k, v in load_file(str(lora / "pytorch_lora_weights.safetensors")).items()}
+    loaded = load_file(str(lora / "pytorch_lora_weights.safetensors"))
+    state = {k: v.repeat(1, 2) if "lora_A" in k else v for k, v in loaded.items()}
     other = tmp_path / "other lora"
     other.mkdir()
     save_file(state, str(other / "pytorch_lora_weights.safetensors"))

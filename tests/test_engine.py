@@ -99,7 +99,7 @@ def test_second_cache_run_does_no_work_and_corrupt_entries_are_redone(tiny_pipe,
     second = _engine("cache", config)
     assert "0 written, 6 already cached, 0 redone" in second.stdout
     cache = tmp_path.parent / "shared-cache"
-    victim = sorted(cache.glob("*.pt"))[0]
+    victim = min(cache.glob("*.pt"))
     victim.write_bytes(victim.read_bytes()[:100])
     third = _engine("cache", config)
     assert "1 written, 5 already cached, 1 redone" in third.stdout

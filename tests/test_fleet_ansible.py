@@ -110,7 +110,7 @@ def _play(out: Path, env: dict, inventory: Path, *extra: str) -> tuple[subproces
                              "--forks", str(HOSTS), *extra], cwd=out, env=env, capture_output=True, text=True,
                             timeout=1200)
     recap = {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-             for m in re.finditer(r"^(aipc-pc-\d+)\s+:\s+(.*)$", result.stdout, re.M)}
+             for m in re.finditer(r"^(aipc-pc-\d+)\s+:\s+(.*)$", result.stdout, re.MULTILINE)}
     return result, recap
 
 

@@ -59,7 +59,7 @@ def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path):
 @pytest.mark.parametrize("victim", ["wheels", "requirements.linux-64.txt"])
 def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp_path, victim):
     bundle = _copy(fleet_bundle, tmp_path / "bundle")
-    target = sorted((bundle / "wheels").glob("pydantic-*.whl"))[0] if victim == "wheels" else bundle / victim
+    target = min((bundle / "wheels").glob("pydantic-*.whl")) if victim == "wheels" else bundle / victim
     target.write_bytes(target.read_bytes() + b"\n# tampered")
     prefix = tmp_path / "env"
     env = {**os.environ, "AIPC_ENV_STATE_DIR": str(tmp_path / "state"), "AIPC_ENV_CACHE_DIR": str(tmp_path / "c")}

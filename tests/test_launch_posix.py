@@ -101,3 +101,19 @@ def test_stopping_the_launcher_stops_training_no_orphans(sig, tmp_path):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids), "a training process outlived the launcher"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_failing_oneapi_activation_is_a_named_exit_code(shell, tmp_path):
+    """setvars.sh failing stops the launcher with ExitCode.PROBLEMS (not 'internal error') before the runner."""
+    from aipc_env.errors import ExitCode
+
+    root = tmp_path / "oneapi"
+    root.mkdir()
+    (root / "setvars.sh").write_text("return 7\n")
+    marker = tmp_path / "ran"
+    plan = _plan(tmp_path, [Phase(name="fit", argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])],
+                 oneapi=Activation(folder=str(root), name="setvars.sh", release="2025.3"))
+    result = subprocess.run([shell, str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
+    assert result.returncode == ExitCode.PROBLEMS and "oneAPI activation failed" in result.stderr
+    assert not marker.exists()

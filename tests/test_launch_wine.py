@@ -11,7 +11,7 @@ import pytest
 from aipc_env.launch.plan import Activation, LaunchPlan, Phase
 from aipc_env.launch.render import write_launcher
 from tests.conftest import require_tool
-from tests.support.wine import make_wine, read_record, stop_wine, wine_reason
+from tests.support.wine import fake_oneapi_bat, make_wine, read_record, stop_wine, wine_reason
 
 pytestmark = pytest.mark.wine
 
@@ -26,27 +26,13 @@ def wine(tmp_path_factory):
     stop_wine(w)
 
 
-def _fake_oneapi(root: Path, release: str = "2025.3", fail: bool = False) -> Path:
-    """setvars.bat as Intel ships it: pushd into each component's env folder and `call vars.bat` by bare name."""
-    env_dir = root / "compiler" / release / "env"
-    env_dir.mkdir(parents=True)
-    (root / "setvars.bat").write_text(
-        '@echo off\r\nif not "%1"=="--force" exit /b 5\r\n'
-        f'pushd "%~dp0compiler\\{release}\\env"\r\ncall vars.bat\r\npopd\r\n'
-        'set "SETVARS_COMPLETED=1"\r\nset "ONEAPI_ROOT=%~dp0"\r\n' + ("exit /b 9\r\n" if fail else "exit /b 0\r\n"))
-    (env_dir / "vars.bat").write_text(
-        '@echo off\r\nset "AIPC_SEEN_NDCD=[%NoDefaultCurrentDirectoryInExePath%]"\r\n'
-        f'set "CMPLR_ROOT=%~dp0.."\r\nset "FAKE_ONEAPI_RELEASE={release}"\r\n')
-    return root
-
-
 def _setup(wine, tmp_path: Path, *, fail_setvars: bool = False, exit_code: int = 0, with_oneapi: bool = True):
     base = tmp_path / "Users & Co (x86)"
     run = base / "run & echo INJECTED ^ 100% !x! (x86)"
     exe = base / "env (x86) & more" / "python.exe"
     exe.parent.mkdir(parents=True)
     shutil.copy(wine.standin, exe)
-    oneapi = _fake_oneapi(base / "Program Files (x86)" / "Intel" / "oneAPI", fail=fail_setvars) if with_oneapi else None
+    oneapi = fake_oneapi_bat(base / "Program Files (x86)" / "Intel" / "oneAPI", fail=fail_setvars) if with_oneapi else None
     record = base / "record.txt"
     plan = LaunchPlan(
         platform="win-64", run_dir=str(run), python=wine.winpath(exe),
@@ -105,7 +91,7 @@ def test_no_toolkit_no_activation(wine, tmp_path):
 
 
 def test_missing_env_file_is_a_clear_error(wine, tmp_path):
-    script, record, _ = _setup(wine, tmp_path)
+    script, _, _ = _setup(wine, tmp_path)
     (script.parent / "launch.env").unlink()
     result = wine.run_bat(script)
     assert result.returncode == 2 and b"launch.env is missing" in result.stderr

@@ -13,16 +13,16 @@ import pytest
 
 from aipc_env.errors import AipcError
 from aipc_env.lock.lock import Indexes, lock_pair
-from aipc_env.trainenv.build import EnvRequest, build_env, check_env
-from aipc_env.trainenv.select import choose_pair
 from aipc_env.lock.lockfile import check_pair_lock, pylock_path, read_pylock
 from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
-from tests.support.wheels import make_wheel, write_simple_index
+from aipc_env.trainenv.build import EnvRequest, build_env, check_env
+from aipc_env.trainenv.select import choose_pair
 from tests.conftest import run_cli
+from tests.support.wheels import make_wheel, write_simple_index
 
 PAIR = "xpu-2.13"
 COMMON = ["tinydep>=1.0"]
-PY = "%d.%d" % sys.version_info[:2]
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @pytest.fixture(autouse=True)

@@ -2,11 +2,15 @@
 
 import json
 
-from aipc_env.facts.parse import (
-    model_variant, oneapi_version_from_path, parse_cim_gpus, parse_compiler_version,
-    parse_sycl_ls, parse_vswhere,
-)
 from aipc_env.facts.memory import parse_meminfo
+from aipc_env.facts.parse import (
+    model_variant,
+    oneapi_version_from_path,
+    parse_cim_gpus,
+    parse_compiler_version,
+    parse_sycl_ls,
+    parse_vswhere,
+)
 from tests.conftest import OUTPUTS
 
 

@@ -33,16 +33,20 @@ def adapted_clone(upstream_pristine, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def pair():
-    from aipc_env.qflux.smoke import smoke_pair
+    """The pair the policy picks for a qflux env here: the one whose torch the local wheel folder holds."""
+    from aipc_env.matrix import load_matrix
+    from aipc_env.platforms import current_platform
+    from aipc_env.trainenv.select import choose_pair, offered_torch_versions
 
-    return smoke_pair(None, None)
+    return choose_pair(load_matrix(), current_platform(), offered_torch=offered_torch_versions(), fallback=True).pair
 
 
 @pytest.fixture(scope="session")
 def qflux_python(adapted_clone, pair, tmp_path_factory) -> Path:
-    from aipc_env.qflux.env import ensure_qflux_env
+    from aipc_env.qflux.env import ensure_qflux_env, env_python
 
-    return ensure_qflux_env(adapted_clone, pair, root=tmp_path_factory.mktemp("qflux-envs"), log=lambda m: None)
+    prefix, _ = ensure_qflux_env(adapted_clone, pair, root=tmp_path_factory.mktemp("qflux-envs"), log=lambda m: None)
+    return env_python(prefix)
 
 
 def run_in_env(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -249,7 +253,7 @@ def test_local_parquet_dict_form_fails_upstream_and_loads_once_adapted(upstream_
 def test_smoke_trains_three_nf4_steps_with_upstreams_own_phases(adapted_clone, qflux_python, tmp_path, plus):
     from aipc_env.qflux.smoke import run_smoke
 
-    result = run_smoke(adapted_clone, plus=plus, run_dir=tmp_path / "smoke run & ü", python=qflux_python,
+    result = run_smoke(adapted_clone, plus=plus, run_dir=tmp_path / "smoke run & ü", env_prefix=qflux_python.parent.parent,
                        log=lambda m: None)
     assert result.passed, result.summary() + "\n" + Path(result.log).read_text(errors="replace")[-3000:]
     names = {c.name for c in result.checks}
@@ -265,3 +269,44 @@ def test_smoke_cli_refuses_a_pristine_clone(upstream_pristine, tmp_path):
     (clone / "src/qflux/trainer/base_trainer.py").write_text("changed upstream\n", encoding="utf-8")
     result = run_cli("adapt", str(clone), "--smoke")
     assert result.returncode == 1 and "anchor" in result.stderr
+
+
+@pytest.mark.wine
+def test_smoke_launcher_activates_its_pairs_oneapi_under_wine(adapted_clone, tmp_path):
+    """The smoke goes through the run service: its generated launch.bat runs the pair's setvars (Wine's real cmd,
+    a fake setvars.bat that calls vars.bat by bare name) before the env's interpreter (a recording stand-in)."""
+    import shutil
+
+    from aipc_env.facts.model import OneApiInfo, OneApiInstall
+    from aipc_env.matrix import load_matrix
+    from aipc_env.qflux.smoke import run_smoke
+    from aipc_env.trainenv.record import EnvRecord, write_env_record
+    from tests.conftest import require_tool
+    from tests.support.wine import fake_oneapi_bat, make_wine, read_record, stop_wine, wine_reason
+
+    require_tool(wine_reason())
+    pair = load_matrix().get("xpu-2.13")
+    wine = make_wine(tmp_path / "wine")
+    try:
+        base = tmp_path / "Users & Co (x86)"
+        prefix = base / "qflux env ü"
+        prefix.mkdir(parents=True)
+        shutil.copy(wine.standin, prefix / "python.exe")
+        write_env_record(EnvRecord(prefix=str(prefix), python=str(prefix / "python.exe"), pair=pair.id,
+                                   platform="win-64", built_at="2026-12-01T00:00:00+00:00"))
+        root = fake_oneapi_bat(base / "Program Files (x86)" / "Intel" / "oneAPI", release=pair.oneapi)
+        toolchain = OneApiInfo(installs=[OneApiInstall(root=wine.winpath(root), layout="component",
+                                                       releases=[pair.oneapi], version=pair.oneapi,
+                                                       setvars=wine.winpath(root / "setvars.bat"))])
+        result = run_smoke(adapted_clone, run_dir=base / "smoke & run", env_prefix=prefix, dry_run=True,
+                           log=lambda m: None, platform="win-64", toolchain=(toolchain, None))
+        assert result.pair == pair.id and result.launcher.endswith("launch.bat")
+        record = base / "record.txt"
+        ran = wine.run_bat(Path(result.launcher), AIPC_STANDIN_OUT=wine.winpath(record))
+        assert ran.returncode == 0, ran.stderr
+        args, env, _ = read_record(record)
+        assert args == ["-m", "aipc_env.launch.runner", "launch.json"]
+        assert env["SETVARS_COMPLETED"] == "1" and env["FAKE_ONEAPI_RELEASE"] == pair.oneapi
+        assert env["HF_HUB_OFFLINE"] == "1" and env["QFLUX_DOTENV_LOADED"] == "1"
+    finally:
+        stop_wine(wine)

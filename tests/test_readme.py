@@ -20,7 +20,7 @@ def readme_commands() -> dict[str, str]:
     """{"train": ..., "tests": ...} from the Linux block of the README's "Two commands" section."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Two commands that work on a fresh machine", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert block, "the README lost its Linux command block"
     commands = {}
     for line in block.group(1).splitlines():
@@ -34,7 +34,7 @@ def test_readme_names_one_main_command_and_one_test_command_per_os():
     commands = readme_commands()
     assert set(commands) == {"train", "tests"}
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    windows = re.search(r"```powershell\n(.*?)```", text, re.S).group(1)
+    windows = re.search(r"```powershell\n(.*?)```", text, re.DOTALL).group(1)
     assert "&&" not in windows  # Windows PowerShell 5.1 has no &&
     assert sum(1 for line in windows.splitlines() if line.strip() and not line.startswith("#")) == 2
 
@@ -74,4 +74,50 @@ def test_readme_main_command_verbatim_on_the_distro_python(tmp_path):
     lora = Path(last.removeprefix("aipc-env: LoRA "))
     assert lora.is_file() and home in lora.parents
     assert "torch==2.13.0+cpu" in output or "torch==2.13.0+xpu" in output
-    assert not re.search(r"^\s*\+ nvidia-", output, re.M), "a CUDA package was installed"
+    assert not re.search(r"^\s*\+ nvidia-", output, re.MULTILINE), "a CUDA package was installed"
+
+
+def readme_install_line() -> str:
+    """The Linux line of the README's "Installing the `aipc-env` command" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Installing the `aipc-env` command", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert block, "the README lost its install line"
+    (line,) = [ln.split("#", 1)[0].strip() for ln in block.group(1).splitlines() if ln.split("#", 1)[0].strip()]
+    return line
+
+
+@pytest.mark.slow
+def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_pristine):
+    """`pipx install .` verbatim on the distro Python in a clean HOME: the `aipc-env` it puts on PATH has uv with it,
+    so `adapt CLONE --smoke` gets past adapting and starts building the qflux env with uv (stopped there: the
+    full env is 2 GB; test_qflux runs the smoke itself)."""
+    require_tool(None if Path("/usr/bin/pipx").is_file() else "the distro's pipx is missing (apt-get install pipx)")
+    repo, home = tmp_path / "checkout", tmp_path / "home"
+    _copy_checkout(repo)
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_", "PIPX_"))
+           or k in ("AIPC_ENV_TORCH_WHEELS", "AIPC_ENV_TORCH_INDEX")}
+    env.update(HOME=str(home), PATH="/usr/bin:/bin")
+    install = subprocess.run(["bash", "-c", readme_install_line()], cwd=repo, env=env, capture_output=True,
+                             text=True, timeout=900)
+    assert install.returncode == 0, (install.stdout + install.stderr)[-4000:]
+    cli = home / ".local" / "bin" / "aipc-env"
+    assert cli.is_file(), install.stdout
+    clone = tmp_path / "qflux clone"
+    shutil.copytree(upstream_pristine, clone)
+    proc = subprocess.Popen([str(cli), "adapt", str(clone), "--smoke"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if "installing" in line and "requirements with uv" in line:
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    text = "".join(seen)
+    assert "requirements with uv" in text, text[-4000:]
+    assert "uv is not installed" not in text

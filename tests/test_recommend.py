@@ -11,8 +11,8 @@ import yaml
 
 from aipc_env.errors import AipcError
 from aipc_env.facts import load_facts
-from aipc_env.train.recommend import Machine, ProbeJson, machine_from_facts, machine_from_probe, qflux_config, recommend
 from aipc_env.train.config import TrainConfig, find_todos
+from aipc_env.train.recommend import Machine, ProbeJson, machine_from_facts, machine_from_probe, qflux_config, recommend
 from tests.conftest import MACHINES, run_cli
 
 GiB = 2**30

@@ -49,7 +49,7 @@ def test_an_unknown_version_is_a_named_error(tmp_path):
     for name, model in models().items():
         path = tmp_path / f"{name}.json"
         path.write_text('{"schema_version": 99}')
-        with pytest.raises(InputError, match="schema_version 99 is not supported.*newer aipc-env"):
+        with pytest.raises(InputError, match=r"schema_version 99 is not supported.*newer aipc-env"):
             load_versioned(model, path)
         path.write_text('{"no_version": 1}')
         with pytest.raises(InputError, match="missing 'schema_version'"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -17,9 +16,13 @@ import pytest
 from aipc_env.facts.gather import _conda, inspect_env
 from aipc_env.facts.parse import parse_tool_version
 from aipc_env.facts.toolversion import (
-    candidate_prefixes, conda_meta_version, env_layout_from_files, shebang_interpreter, version_from_files,
+    candidate_prefixes,
+    conda_meta_version,
+    env_layout_from_files,
+    shebang_interpreter,
+    version_from_files,
 )
-from tests.conftest import require_tool
+from tests.conftest import find_tool, require_tool
 from tests.support.wheels import make_wheel
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX layouts")
@@ -44,7 +47,7 @@ def _record(prefix: Path, name: str, version: str, build: str = "h0_0") -> Path:
 
 
 def test_real_conda_lock_version_equals_what_it_prints():
-    exe = shutil.which("conda-lock")
+    exe = find_tool("conda-lock")
     require_tool(None if exe else "conda-lock (the lock extra) is not on PATH")
     found = version_from_files("conda-lock", Path(exe))
     printed = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120, check=True).stdout
@@ -56,7 +59,7 @@ def test_real_conda_lock_version_equals_what_it_prints():
 def test_entry_points_written_by_real_installers(tmp_path, installer):
     """pip writes `#!/bin/sh` + `'''exec' "..."` for a path with spaces; uv writes its own form. Both are read
     back to the venv that holds the distribution, and the version equals what the tool prints."""
-    uv = shutil.which("uv")
+    uv = find_tool("uv")
     require_tool(None if installer == "pip" or uv else "uv is not on PATH")
     venv = tmp_path / "tools & (x86) ü" / "v e n v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -168,7 +171,7 @@ def test_tools_with_records_start_no_process(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("maker", ["venv", "uv"])
 def test_env_layout_from_files_equals_the_interpreters_answer(tmp_path, maker):
-    uv = shutil.which("uv")
+    uv = find_tool("uv")
     require_tool(None if maker == "venv" or uv else "uv is not on PATH")
     prefix = tmp_path / "train env ü"
     argv = ([sys.executable, "-m", "venv", "--without-pip", str(prefix)] if maker == "venv"

@@ -4,6 +4,8 @@ dash, a LoRA that loads back through diffusers."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 import yaml
 
 from aipc_env.train.run import default_config
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 def _write(path: Path, data: dict) -> Path:
@@ -97,6 +99,40 @@ def test_train_without_config_runs_the_default(tmp_path):
     result = run_cli("train", env={"AIPC_ENV_DATA_DIR": str(tmp_path)}, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "built-in default" in result.stdout
-    assert (tmp_path / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors").is_file()
+    lora = tmp_path / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors"
+    assert lora.is_file()
+    last = [line for line in result.stdout.splitlines() if line.strip()][-1]
+    assert last == f"aipc-env: LoRA {lora}"
+    # the LoRA is shared like any file the user's umask makes (safetensors alone writes 0600)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(lora.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(lora.parent.stat().st_mode) == 0o777 & ~umask
+    # every slow stage said what it was doing
+    for line in ("fit: loading the transformer", "fit: transformer ready", "fit: step 1 starting"):
+        assert line in result.stdout, line
+
+
+@pytest.mark.slow
+def test_recommend_smoke_trains_on_any_machine(tmp_path):
+    """The path from `recommend` to a run on a machine below the 32 GB tier: --smoke writes this machine's settings
+    for the tiny model, and `train` runs it."""
+    from aipc_env.errors import ExitCode
+
+    facts = json.loads((ROOT / "tests" / "fixtures" / "machines" / "win11_16gb.json").read_text(encoding="utf-8"))
+    facts_file = tmp_path / "facts 16gb.json"
+    facts_file.write_text(json.dumps(facts), encoding="utf-8")
+    refused = run_cli("recommend", "--facts", str(facts_file))
+    assert refused.returncode == ExitCode.USAGE and "recommend --smoke" in refused.stderr
+    smoke = tmp_path / "smoke.yaml"
+    made = run_cli("recommend", "--facts", str(facts_file), "--smoke", "--out", str(smoke), "--output-dir",
+                   str(tmp_path / "smoke run"))
+    assert made.returncode == ExitCode.OK, made.stderr
+    cfg = yaml.safe_load(smoke.read_text(encoding="utf-8"))
+    assert cfg["optimizer"]["type"] == "adam8bit" and cfg["train"]["gradient_checkpointing"] is True
+    assert cfg["model"]["path"] == "builtin:tiny"
+    ran = run_cli("train", str(smoke), timeout=300)
+    assert ran.returncode == ExitCode.OK, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert (tmp_path / "smoke run" / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
 

@@ -12,7 +12,7 @@ import traceback
 from aipc_env import __version__
 from aipc_env.errors import AipcError, ExitCode
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 COMMANDS = ("doctor", "train", "verify", "env", "lock", "matrix", "resolve", "recommend", "dataset",
             "patch-requirements", "quantize", "compare", "monitor", "container", "fleet", "distill", "adapt")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import ValidationError
 
-__all__ = ["ExitCode", "AipcError", "InputError", "validation_message"]
+__all__ = ["AipcError", "ExitCode", "InputError", "validation_message"]
 
 
 class ExitCode(IntEnum):
@@ -24,6 +24,8 @@ class ExitCode(IntEnum):
     """Bad usage or bad input: a malformed file, a missing path, a refused edit."""
     INTERNAL = 3
     """A bug in aipc-env (the traceback is shown with --debug)."""
+    CANNOT_START = 127
+    """A phase's program could not be started (a shell's "command not found")."""
     INTERRUPTED = 130
     """Stopped with Ctrl-C."""
 
@@ -69,7 +71,7 @@ def _loc_to_key(loc: tuple[object, ...], prefix: str = "") -> str:
     return key or "(top level)"
 
 
-def validation_message(exc: "ValidationError", path: str | Path, *, prefix: str = "",
+def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = "",
                        fix: str | None = None) -> InputError:
     """Turn a pydantic error into an InputError naming the file and every bad key."""
     lines = []

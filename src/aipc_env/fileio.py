@@ -15,8 +15,8 @@ from typing import Any
 
 from aipc_env.errors import InputError
 
-__all__ = ["atomic_write_text", "atomic_write_bytes", "atomic_dir", "read_text", "decode_text", "read_yaml",
-           "read_json", "write_json"]
+__all__ = ["atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_text", "default_mode", "read_json",
+           "read_text", "read_yaml", "respect_umask", "write_json"]
 
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
@@ -32,6 +32,25 @@ def _check_target(path: Path) -> None:
     if probe.exists() and not probe.is_dir():
         raise InputError(f"cannot write here: {probe} is a file, not a folder", path=path,
                          fix="choose a path inside a folder")
+
+
+def default_mode(*, folder: bool = False) -> int:
+    """What a new file (0666) or folder (0777) gets under the current umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
+
+
+def respect_umask(path: str | Path) -> None:
+    """Give files and folders that a library wrote through a private temp file (0600 / 0700, e.g. safetensors'
+    save_file) the modes a plain open() would: the umask default. Recurses into folders."""
+    path = Path(path)
+    items = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for item in items:
+        if item.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            os.chmod(item, default_mode(folder=item.is_dir()))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None) -> None:
@@ -57,12 +76,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None
         except FileNotFoundError:
             old = None
         if mode is None:
-            if old is not None:
-                mode = stat.S_IMODE(old.st_mode)
-            else:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
+            mode = stat.S_IMODE(old.st_mode) if old is not None else default_mode()
         os.chmod(tmp, mode)
         if old is not None and hasattr(os, "chown"):
             with contextlib.suppress(OSError):  # keep the owner where we may (root editing a user's file)
@@ -96,6 +110,7 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
         if dst.exists():
             old = dst.with_name(f".{dst.name}-old-{os.getpid()}")
             os.replace(dst, old)
+        respect_umask(tmp)  # mkdtemp made it 0700; libraries write some files 0600
         os.replace(tmp, dst)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -18,8 +18,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from aipc_env.errors import InputError, validation_message
 
-__all__ = ["StrictModel", "VersionedModel", "load_versioned", "validate_versioned", "dump_json", "write_model",
-           "timestamp"]
+__all__ = [
+    "StrictModel",
+    "VersionedModel",
+    "dump_json",
+    "load_versioned",
+    "timestamp",
+    "validate_versioned",
+    "write_model",
+]
 
 M = TypeVar("M", bound="VersionedModel")
 
@@ -43,7 +50,7 @@ class VersionedModel(StrictModel):
 
 def timestamp() -> str:
     """Now, in UTC, to the second (ISO 8601): the time stamp of every record aipc-env writes."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def validate_versioned(model: type[M], raw: Any, path: str | Path, *,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["project_root", "package_root", "matrix_path", "environments_dir", "state_dir", "cache_dir", "data_dir"]
+__all__ = ["cache_dir", "data_dir", "environments_dir", "lockfiles_dir", "log_path", "matrix_path", "package_root",
+           "project_root", "state_dir"]
 
 _MARKER = Path("environments") / "matrix.yaml"
 
@@ -71,3 +72,15 @@ def package_root() -> Path:
     """The folder that holds the aipc_env package (put on PYTHONPATH of runs, so the training env imports this
     very aipc-env without installing it)."""
     return Path(__file__).resolve().parent.parent
+
+
+def lockfiles_dir() -> Path:
+    """The checkout's lockfiles/ (one folder per pair)."""
+    return project_root() / "lockfiles"
+
+
+def log_path(name: str) -> Path:
+    """A new log of a step aipc-env runs itself (lock, env, bundle, container): <cache>/logs/<name>-<time>.log."""
+    import datetime as _dt
+
+    return cache_dir() / "logs" / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-__all__ = ["Platform", "PLATFORMS", "marker_environment", "current_platform", "display_adapters", "has_intel_gpu"]
+__all__ = ["PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu", "marker_environment"]
 
 Platform = Literal["win-64", "linux-64"]
 PLATFORMS: tuple[Platform, ...] = ("win-64", "linux-64")

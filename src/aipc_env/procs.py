@@ -25,8 +25,21 @@ from typing import IO, Any
 
 from aipc_env.errors import AipcError, ExitCode
 
-__all__ = ["Completed", "ProbeFailed", "CommandFailed", "which", "start", "stop_tree", "signal_group",
-           "run_capture", "run_logged", "run_foreground", "command_line", "pid_alive", "GRACE_SECONDS"]
+__all__ = [
+    "GRACE_SECONDS",
+    "CommandFailed",
+    "Completed",
+    "ProbeFailed",
+    "command_line",
+    "pid_alive",
+    "run_capture",
+    "run_foreground",
+    "run_logged",
+    "signal_group",
+    "start",
+    "stop_tree",
+    "which",
+]
 
 IS_WINDOWS = os.name == "nt"
 GRACE_SECONDS = 10.0
@@ -165,7 +178,7 @@ def run_logged(argv: list[str], log: Path, *, cwd: Path | None = None, env: dict
         except BaseException:
             stop_tree(proc, grace=2.0)
             raise
-    if rc != 0:
+    if rc != ExitCode.OK:
         raise CommandFailed(argv, rc, log, fix=fix)
     return b"".join(chunks).decode("utf-8", "replace")
 

@@ -16,15 +16,12 @@ __all__ = ["models", "schemas", "write_schemas"]
 def models() -> dict[str, type]:
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
+    from aipc_env.dataset.validate import Verdict
     from aipc_env.distill.config import DistillConfig
     from aipc_env.distill.trajectories import TrajectoryIndex, TrajectoryMeta
     from aipc_env.distill.verdict import G3Manifest
     from aipc_env.distill.verdict import Verdict as DistillVerdict
     from aipc_env.doctor import CheckCatalog, DoctorReport
-    from aipc_env.qflux.adapt import AdaptManifest
-    from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
-    from aipc_env.qflux.smoke import SmokeResult
-    from aipc_env.dataset.validate import Verdict
     from aipc_env.facts.model import Facts
     from aipc_env.fleet.bundle import BundleManifest
     from aipc_env.fleet.report import FleetReport
@@ -34,6 +31,10 @@ def models() -> dict[str, type]:
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
     from aipc_env.matrix import Matrix
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
+    from aipc_env.qflux.adapt import AdaptManifest
+    from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
+    from aipc_env.qflux.patches import EditSet
+    from aipc_env.qflux.smoke import SmokeResult
     from aipc_env.tools.compare import CompareManifest
     from aipc_env.tools.monitor import MonitorReport
     from aipc_env.tools.quantize import QuantizeResult
@@ -61,7 +62,8 @@ def models() -> dict[str, type]:
             "bundle-manifest": BundleManifest, "fleet-report": FleetReport, "winget-check-report": WinGetCheckReport,
             "distill-config": DistillConfig, "distill-verdict": DistillVerdict, "trajectory-meta": TrajectoryMeta,
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
-            "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult}
+            "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
+            "qflux-edit-set": EditSet}
 
 
 def schemas() -> dict[str, dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-__all__ = ["make_wheel", "write_simple_index", "sha256_of"]
+__all__ = ["make_wheel", "sha256_of", "write_simple_index"]
 
 
 def sha256_of(path: Path) -> str:

@@ -93,3 +93,17 @@ def read_record(path: Path) -> tuple[list[str], dict[str, str], str]:
         elif tag == "CWD":
             cwd = value
     return args, env, cwd
+
+
+def fake_oneapi_bat(root: Path, release: str = "2025.3", fail: bool = False) -> Path:
+    """setvars.bat as Intel ships it: pushd into each component's env folder and `call vars.bat` by bare name."""
+    env_dir = root / "compiler" / release / "env"
+    env_dir.mkdir(parents=True)
+    (root / "setvars.bat").write_text(
+        '@echo off\r\nif not "%1"=="--force" exit /b 5\r\n'
+        f'pushd "%~dp0compiler\\{release}\\env"\r\ncall vars.bat\r\npopd\r\n'
+        'set "SETVARS_COMPLETED=1"\r\nset "ONEAPI_ROOT=%~dp0"\r\n' + ("exit /b 9\r\n" if fail else "exit /b 0\r\n"))
+    (env_dir / "vars.bat").write_text(
+        '@echo off\r\nset "AIPC_SEEN_NDCD=[%NoDefaultCurrentDirectoryInExePath%]"\r\n'
+        f'set "CMPLR_ROOT=%~dp0.."\r\nset "FAKE_ONEAPI_RELEASE={release}"\r\n')
+    return root

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, MATRIX, PAIR, print_json
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("adapt", parents=[JSON, PAIR, MATRIX],
+    p = sub.add_parser("adapt", parents=[JSON, ENV, PAIR, MATRIX],
                        help="adapt a qwen-image-finetune clone for XPU and NF4 (runbook step 5); --check, --revert, "
                             "--smoke",
                        description="Apply the runbook's step-5 edits to a qwen-image-finetune clone: device helpers "
@@ -56,15 +57,15 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         report = check_clone(clone)
         print_json(report) if args.json else _render_findings(report)
-        return 0 if not report.findings else 1
+        return ExitCode.OK if not report.findings else ExitCode.PROBLEMS
     if args.revert:
         done = revert_adaptation(clone, force=args.force)
         print(f"aipc-env: reverted {len(done)} file(s); {clone} is pristine")
-        return 0
+        return ExitCode.OK
     if args.dry_run:
         for item in plan_adaptation(clone).files:
             print(f"{item.path}: {', '.join(item.edits)}")
-        return 0
+        return ExitCode.OK
     written = apply_adaptation(clone)
     report = check_clone(clone)
     if args.smoke:
@@ -72,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
         if report.findings:
             _render_findings(report)
-            return 1
-        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix, plus=args.plus)
+            return ExitCode.PROBLEMS
+        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix, plus=args.plus, env_prefix=args.env)
         print_json(result) if args.json else print(result.summary())
-        return 0 if result.passed else 1
+        return ExitCode.OK if result.passed else ExitCode.PROBLEMS
     if args.json:
         print_json(report)
     else:
@@ -83,4 +84,4 @@ def run(args: argparse.Namespace) -> int:
               f"aipc-env: {clone} is already adapted; nothing changed")
         if report.findings:
             _render_findings(report)
-    return 0 if not report.findings else 1
+    return ExitCode.OK if not report.findings else ExitCode.PROBLEMS

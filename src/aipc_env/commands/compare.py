@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import JSON, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -52,4 +53,4 @@ def run(args: argparse.Namespace) -> int:
         print_json(manifest)
     else:
         print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to {args.out}")
-    return 1 if manifest.lora_changed_nothing else 0
+    return ExitCode.PROBLEMS if manifest.lora_changed_nothing else ExitCode.OK

@@ -6,15 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, print_json
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, lock_root, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
 
 def _source(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--pair", metavar="ID", help="use lockfiles/<pair>/pylock.linux-64.toml (default: the newest pair)")
-    src.add_argument("--lock", type=Path, metavar="PYLOCK", help="use this linux-64 pylock instead (e.g. a CPU lock)")
+    """--pair (lockfiles/<pair>/pylock.linux-64.toml) or --lock PYLOCK, not both (checked in _lock_of)."""
+    p.add_argument("--lock", type=Path, metavar="PYLOCK", help="use this linux-64 pylock instead of the pair's lock "
+                   "(e.g. a CPU lock); not with --pair")
 
 
 def _context_options(p: argparse.ArgumentParser) -> None:
@@ -78,15 +79,18 @@ def _lockfile(args: argparse.Namespace) -> tuple[Path, str]:
     from aipc_env.errors import InputError
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.matrix import load_matrix
-    from aipc_env.paths import project_root
-
+    if args.lock and getattr(args, "pair", None):
+        raise InputError("--pair and --lock name two locks; give one", key="--lock",
+                         fix="--pair ID uses lockfiles/<ID>/pylock.linux-64.toml; --lock PYLOCK uses that file")
     if args.lock:
         if not args.lock.is_file():
             raise InputError("lockfile not found", path=args.lock, key="--lock")
         return args.lock, "custom"
-    matrix = load_matrix(getattr(args, "matrix", None))
-    pair = matrix.get(args.pair) if args.pair else matrix.newest("linux-64")
-    path = pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, "linux-64")
+    from aipc_env.trainenv.select import choose_pair
+
+    pair = choose_pair(load_matrix(getattr(args, "matrix", None)), "linux-64", flag=args.pair, fallback=True).pair
+    assert pair is not None
+    path = pylock_path(lock_root(args) / pair.id, "linux-64")
     if not path.is_file():
         raise InputError(f"no linux-64 lock for {pair.id}", path=path,
                          fix=f"make one: nox -s lock -- --pair {pair.id}, or pass --lock PYLOCK")
@@ -115,22 +119,20 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print_json(spec)
     else:
         print(f"wrote the build context for {spec.pair} to {out} ({len(spec.wheels)} wheels named)")
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    import datetime as _dt
     import time
 
     from aipc_env.container.build import ImageBuildReport, build_aipc_wheel, build_image
     from aipc_env.container.engine import base_from_mirror, find_engine
     from aipc_env.lock.artifacts import fill_wheelhouse
-    from aipc_env.paths import cache_dir
+    from aipc_env.paths import cache_dir, log_path
 
     start = time.perf_counter()
     engine = find_engine(args.engine)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log = cache_dir() / "logs" / f"container-build-{stamp}.log"
+    log = log_path("container-build")
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
     if args.base_from_mirror:
         say(f"bootstrapping {args.base} from the distro mirror (log {log})")
@@ -149,7 +151,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s")
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -180,18 +182,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     network=args.network, engine_options=args.engine_option, run_options=run_options)
     print(f"aipc-env: {command_line(argv)}", file=sys.stderr)
     if args.dry_run:
-        return 0
+        return ExitCode.OK
     return run_foreground(argv, cwd=Path.cwd())
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    import datetime as _dt
-
     from aipc_env.container.build import check_image
-    from aipc_env.paths import cache_dir
+    from aipc_env.paths import log_path
 
     lockfile, _ = _lockfile(args)
-    log = cache_dir() / "logs" / f"container-check-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    log = log_path("container-check")
     report = check_image(args.image, lockfile, log)
     if args.json:
         print_json(report)
@@ -203,4 +203,4 @@ def _cmd_check(args: argparse.Namespace) -> int:
                   f"{report.lock_sha256[:12]})")
         for d in report.drift:
             print(f"  {d.kind:8} {d.describe()}")
-    return 0 if report.clean else 1
+    return ExitCode.OK if report.clean else ExitCode.PROBLEMS

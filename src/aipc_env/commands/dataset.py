@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import JSON, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -47,4 +48,4 @@ def run(args: argparse.Namespace) -> int:
 
         verdict = verdict.model_copy(update={"warnings": verdict.warnings + qflux_warnings(scan)})
     print_json(verdict)
-    return 0 if verdict.valid else 1
+    return ExitCode.OK if verdict.valid else ExitCode.PROBLEMS

@@ -8,7 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, print_json
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, print_json, say_to_stderr
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_default_distill_config(args.folder or data_dir() / "runs" / "distill-default")
         print(f"aipc-env: wrote {path}; edit model, prompts and student settings, then "
               f"`aipc-env distill all --config \"{path}\"`")
-        return 0
+        return ExitCode.OK
     config_path = _config_path(args)
     cfg = load_distill_config(config_path)
     if args.stage == "report":
@@ -88,53 +89,39 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(text, end="")
             print(f"aipc-env: report {path}")
-        return 0
+        return ExitCode.OK
     stages = ALL + ["report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
     return _launch(args, cfg, config_path, stages)
 
 
 def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str]) -> int:
     from aipc_env.distill.verdict import read_verdict
-    from aipc_env.facts.gather import toolchain_facts
-    from aipc_env.formats import timestamp
-    from aipc_env.launch.execute import write_and_run
-    from aipc_env.launch.plan import Phase, plan_run
-    from aipc_env.launch.runlock import run_lock
-    from aipc_env.matrix import load_matrix
-    from aipc_env.paths import package_root
-    from aipc_env.platforms import current_platform
-    from aipc_env.trainenv.record import UsedEnvRecord, write_used_env
-    from aipc_env.trainenv.select import env_and_pair
+    from aipc_env.launch.plan import Phase
+    from aipc_env.launch.service import Chosen, RunRequest, start_run
 
-    matrix = load_matrix(args.matrix)
-    platform = current_platform()
-    env, pair_choice = env_and_pair(matrix, platform, env_flag=args.env, pair_flag=args.pair)
-    argv = [str(env.python), "-m", "aipc_env.distill.worker", "--config", str(Path(config_path).absolute()),
-            "--stages", ",".join(stages)]
-    for fault in args.inject:
-        argv += ["--inject", fault]
-    oneapi, msvc = toolchain_facts()
+    def phases(chosen: Chosen) -> list[Phase]:
+        argv = [chosen.python, "-m", "aipc_env.distill.worker", "--config", str(Path(config_path).absolute()),
+                "--stages", ",".join(stages)]
+        for fault in args.inject:
+            argv += ["--inject", fault]
+        return [Phase(name="distill", argv=argv)]
+
     out = cfg.out
-    plan = plan_run(platform=platform, run_dir=str(out), python=str(env.python), pair=pair_choice.pair,
-                    oneapi=oneapi, msvc=msvc, phases=[Phase(name="distill", argv=argv)],
-                    log_file=str(out / "distill.log"), pythonpath=[str(package_root())],
-                    device=cfg.device if cfg.device != "auto" else None, engine="builtin")
-    for w in plan.warnings:
-        print(f"aipc-env: warning: {w}", file=sys.stderr)
-    with run_lock(out, "distill"):
-        if env.source != "state" and not args.dry_run:
-            write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=str(env.python), command="distill",
-                                         when=timestamp()))
-        script, rc = write_and_run(plan, dry_run=args.dry_run, stdout=sys.stderr if args.json else None)
+    quiet = sys.stderr if args.json else None
+    outcome = start_run(RunRequest(command="distill", run_dir=out, log_file=out / "distill.log", phases=phases,
+                                   env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
+                                   device=cfg.device if cfg.device != "auto" else None, dry_run=args.dry_run,
+                                   stdout=quiet, say=say_to_stderr))
+    rc = outcome.exit_code
     if args.dry_run:
-        print(f"aipc-env: launcher {script}\naipc-env:   distill: {' '.join(argv)}")
-        return 0
+        return ExitCode.OK
     verdicts = [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None]
     if args.json:
         print_json({"schema_version": 1, "exit_code": rc, "verdicts": [v.model_dump(mode="json") for v in verdicts]})
-    elif rc == 0:
-        print(f"aipc-env: distill {' -> '.join(stages)} passed; verdicts in {out / 'verdicts'}; log {plan.log_file}")
-    elif rc != 130:
-        print(f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log {plan.log_file}",
-              file=sys.stderr)
+    elif rc == ExitCode.OK:
+        print(f"aipc-env: distill {' -> '.join(stages)} passed; verdicts in {out / 'verdicts'}; log "
+              f"{outcome.plan.log_file}")
+    elif rc != ExitCode.INTERRUPTED:
+        print(f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log "
+              f"{outcome.plan.log_file}", file=sys.stderr)
     return rc

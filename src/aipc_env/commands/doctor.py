@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             for spec in specs:
                 print(f"{spec.id:20} {spec.category:17} {spec.title}")
-        return 0
+        return ExitCode.OK
     select_checks(args.check)  # validate names before any work
     matrix = load_matrix(args.matrix)
     if args.facts:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, print_json
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -34,7 +35,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datetime as _dt
 
     from aipc_env.facts.gather import installed_toolkits, toolchain_facts
     from aipc_env.lock.lock import Indexes
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.lock.tools import find_conda_tool
     from aipc_env.matrix import load_matrix
-    from aipc_env.paths import cache_dir, data_dir, project_root
+    from aipc_env.paths import data_dir, log_path
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return _bundle(args)
     matrix = load_matrix(args.matrix)
     platform = current_platform()
-    root = args.lock_root or project_root() / "lockfiles"
+    root = lock_root(args)
     record = read_env_record()
     recorded = None
     if record is not None and (args.prefix is None or Path(args.prefix).absolute() == Path(record.prefix)):
@@ -81,9 +81,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"repair: nox -s env -- --pair {pair.id}" + (f" --prefix \"{prefix}\"" if args.prefix else ""))
         else:
             print(f"{prefix} matches the {pair.id} lock")
-        return 0 if report.clean else 1
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log = cache_dir() / "logs" / f"env-{pair.id}-{stamp}.log"
+        return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+    log = log_path(f"env-{pair.id}")
     if not args.json:
         print(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}", flush=True)
     req = EnvRequest(pair=pair, prefix=prefix, platform=platform, lock_root=root, log=log,
@@ -102,15 +101,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
     else:
         print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
-    return 0
+    return ExitCode.OK
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    import datetime as _dt
     import sys
 
     from aipc_env.fleet.bundle import verify_bundle
-    from aipc_env.paths import cache_dir, data_dir
+    from aipc_env.paths import data_dir, log_path
     from aipc_env.trainenv.build import EnvBuildReport, check_env, install_bundle
     from aipc_env.trainenv.drift import EnvCheckReport
 
@@ -125,8 +123,8 @@ def _bundle(args: argparse.Namespace) -> int:
         else:
             print(f"{prefix} matches the bundle's lock" if report.clean else
                   "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift))
-        return 0 if report.clean else 1
-    log = cache_dir() / "logs" / f"env-bundle-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+        return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+    log = log_path("env-bundle")
     result = install_bundle(args.bundle, prefix, base_python=args.base_python or sys.executable, log=log)
     if args.json:
         print_json(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix),
@@ -134,4 +132,4 @@ def _bundle(args: argparse.Namespace) -> int:
                                   log=str(log)))
     else:
         print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)")
-    return 0
+    return ExitCode.OK

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, print_json
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, PLATFORM, lock_root, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -17,28 +18,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "layer as a WinGet configuration, an Ansible playbook, offline bundles) and see which drifted "
                        "(one report over many `doctor --json` reports). docs/fleet.md is the admin's runbook.")
     inner = p.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
-    w = inner.add_parser("winget", parents=[JSON, MATRIX], help="write (or --check) the WinGet configuration of "
+    w = inner.add_parser("winget", parents=[JSON, PAIR, MATRIX], help="write (or --check) the WinGet configuration of "
                          "a pair's machine layer", description="The machine layer (OS and driver assertions, oneAPI "
                          "of the pair's release, VS Build Tools with C++, Miniforge, Git, the registry items) as a "
                          "WinGet configuration, validated against the official schema and strict models. With "
                          "--check FILE: validate a hand-edited file, errors located by line (exit 1).")
-    w.add_argument("--pair", metavar="ID", help="the pair (default: the newest for Windows)")
     w.add_argument("--out", type=Path, metavar="FILE", help="write it here (default: stdout)")
     w.add_argument("--check", type=Path, metavar="FILE", help="validate this file instead of writing one")
-    a = inner.add_parser("ansible", parents=[MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
+    a = inner.add_parser("ansible", parents=[PAIR, MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
                          description="site.yml, an inventory example, group_vars and the WinGet configuration: "
                          "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
                          "runtime, the bundle and a doctor report. Idempotent.")
-    a.add_argument("--pair", metavar="ID", help="the pair (default: the newest)")
     a.add_argument("--out", type=Path, required=True, metavar="DIR", help="the playbook folder")
-    b = inner.add_parser("bundle", parents=[JSON, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
+    b = inner.add_parser("bundle", parents=[JSON, PAIR, PLATFORM, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
                          "platform", description="The lock, every wheel it names (sha256-checked), the conda "
                          "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
                          "manifest of every file's sha256. Install with `aipc-env env --bundle DIR` (no network).")
-    b.add_argument("--pair", metavar="ID", help="the pair whose lock is bundled (default: the newest)")
     b.add_argument("--lock", type=Path, metavar="PYLOCK", help="bundle this pylock instead of the pair's lock in "
                    "lockfiles/ (e.g. a golden machine's)")
-    b.add_argument("--platform", choices=["win-64", "linux-64"], required=True, help="the target platform")
     b.add_argument("--python", metavar="X.Y", help="the target's Python (default: the lock's, from lock-meta.json)")
     b.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new, empty folder")
     b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
@@ -61,15 +58,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _pair(args: argparse.Namespace, platform: str = "win-64"):
     from aipc_env.matrix import load_matrix
+    from aipc_env.trainenv.select import choose_pair
 
-    matrix = load_matrix(args.matrix)
-    return matrix.get(args.pair) if getattr(args, "pair", None) else matrix.newest(platform)  # type: ignore[arg-type]
+    return choose_pair(load_matrix(args.matrix), platform, flag=getattr(args, "pair", None),  # type: ignore[arg-type]
+                       fallback=True).pair
 
 
 def _winget(args: argparse.Namespace) -> int:
     from aipc_env.fileio import atomic_write_text
-    from aipc_env.fleet.winget import (WinGetCheckReport, check_file, render_yaml, validate_configuration,
-                                       winget_configuration)
+    from aipc_env.fleet.winget import (
+        WinGetCheckReport,
+        check_file,
+        render_yaml,
+        validate_configuration,
+        winget_configuration,
+    )
 
     if args.check:
         issues = check_file(args.check)
@@ -79,7 +82,7 @@ def _winget(args: argparse.Namespace) -> int:
             print(issue.render(str(args.check)))
         if not issues and not args.json:
             print(f"{args.check}: valid (official schema and aipc-env's settings models)")
-        return 1 if issues else 0
+        return ExitCode.PROBLEMS if issues else ExitCode.OK
     pair = _pair(args)
     config = winget_configuration(pair)
     text = render_yaml(config, pair)
@@ -93,7 +96,7 @@ def _winget(args: argparse.Namespace) -> int:
         print(text, end="")
     if args.json:
         print_json(config)
-    return 0
+    return ExitCode.OK
 
 
 def _ansible(args: argparse.Namespace) -> int:
@@ -105,21 +108,22 @@ def _ansible(args: argparse.Namespace) -> int:
     print(f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
           f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
           "site.yml")
-    return 0
+    return ExitCode.OK
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    import datetime as _dt
 
     from aipc_env.container.build import build_aipc_wheel
     from aipc_env.errors import InputError
     from aipc_env.fleet.bundle import build_bundle
     from aipc_env.fleet.winget import render_yaml, winget_configuration
     from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta
-    from aipc_env.paths import cache_dir, project_root
+    from aipc_env.paths import cache_dir, log_path
 
+    if args.platform is None:
+        raise InputError("a bundle is for one platform", key="--platform", fix="pass --platform win-64 or linux-64")
     pair = _pair(args, args.platform)
-    lockfile = args.lock or pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, args.platform)
+    lockfile = args.lock or pylock_path(lock_root(args) / pair.id, args.platform)
     if not lockfile.is_file():
         raise InputError(f"no {args.platform} lock for {pair.id}", path=lockfile,
                          fix=f"make it: nox -s lock -- --pair {pair.id} (or pass --lock PYLOCK)")
@@ -127,7 +131,7 @@ def _bundle(args: argparse.Namespace) -> int:
     if not python:
         raise InputError("the target's Python is unknown (no lock-meta.json next to the lock)", key="--python",
                          fix="pass --python X.Y")
-    log = cache_dir() / "logs" / f"bundle-{_dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    log = log_path("bundle")
     wheel_dir = cache_dir() / "bundle-build"
     wheel_dir.mkdir(parents=True, exist_ok=True)
     wheel = build_aipc_wheel(wheel_dir, log)
@@ -140,7 +144,7 @@ def _bundle(args: argparse.Namespace) -> int:
     else:
         print(f"wrote the {args.platform} bundle of {pair.id} to {args.out} ({len(manifest.files)} files); install "
               f"it with no network: sh bootstrap.sh (Linux) or bootstrap.ps1 (Windows)")
-    return 0
+    return ExitCode.OK
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -163,4 +167,4 @@ def _report(args: argparse.Namespace) -> int:
                 print(f"  {m.state}: {m.file}: {m.problem}")
         if args.out:
             print(f"wrote {args.out}")
-    return 1 if report.problems else 0
+    return ExitCode.PROBLEMS if report.problems else ExitCode.OK

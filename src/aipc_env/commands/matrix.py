@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aipc_env.commands.options import JSON, MATRIX, console_for, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     if args.json:
         print_json(matrix)
-        return 0
+        return ExitCode.OK
     console = console_for()
     table = Table("pair", "torch", "oneAPI", "Triton package", "ver.", "Python", "Win", "bnb≥", box=None,
                   pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
@@ -51,4 +52,4 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"{p.id}: {p.source}" + (f"\n  note: {p.notes}" if p.notes else ""))
     else:
         console.print("* provisional row (one weak source); -v: sources, --json: everything")
-    return 0
+    return ExitCode.OK

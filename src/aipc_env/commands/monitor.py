@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aipc_env.commands.options import JSON, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -29,4 +30,4 @@ def run(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(f"{n} samples in {args.out}; plot {report.plot}")
-    return 0
+    return ExitCode.OK

@@ -12,7 +12,8 @@ from typing import TextIO
 
 from pydantic import BaseModel
 
-__all__ = ["JSON", "MATRIX", "ENV", "PAIR", "INDEXES", "LOCK_ROOT", "console_for", "print_json", "parents"]
+__all__ = ["DEVICE", "ENV", "INDEXES", "JSON", "LOCK_ROOT", "MATRIX", "PAIR", "PLATFORM", "console_for", "device_of",
+           "lock_root", "parents", "platform_of", "print_json", "say_to_stderr"]
 
 
 def _parent() -> argparse.ArgumentParser:
@@ -43,14 +44,49 @@ def _env() -> argparse.ArgumentParser:
 def _pair() -> argparse.ArgumentParser:
     p = _parent()
     p.add_argument("--pair", metavar="ID", help="torch+xpu / oneAPI pair of environments/matrix.yaml, e.g. xpu-2.13 "
-                   "(default: the env's recorded or resolved pair)")
+                   "(default, by the pair policy: the env's pair from its packages or its record; where a pair is "
+                   "needed anyway, the installed oneAPI toolkit's, else the newest)")
+    return p
+
+
+def _device() -> argparse.ArgumentParser:
+    p = _parent()
+    p.add_argument("--device", default="auto", metavar="DEV",
+                   help="xpu:0, cuda:0, cpu or auto (default auto: XPU, then CUDA, then CPU)")
+    return p
+
+
+def _platform() -> argparse.ArgumentParser:
+    p = _parent()
+    p.add_argument("--platform", choices=["win-64", "linux-64"], default=None,
+                   help="target platform (default: this machine's)")
     return p
 
 
 def _lock_root() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--lock-root", type=Path, metavar="DIR", help="lockfiles folder (default: lockfiles/)")
+    p.add_argument("--lock-root", type=Path, metavar="DIR", help="lockfiles folder (default: lockfiles/ of the "
+                   "checkout)")
     return p
+
+
+def lock_root(args: argparse.Namespace) -> Path:
+    """--lock-root, else the checkout's lockfiles/."""
+    from aipc_env.paths import lockfiles_dir
+
+    return getattr(args, "lock_root", None) or lockfiles_dir()
+
+
+def device_of(args: argparse.Namespace) -> str | None:
+    """--device as a device name, None for auto."""
+    return None if args.device in (None, "auto") else args.device
+
+
+def platform_of(args: argparse.Namespace) -> str:
+    """--platform, else this machine's."""
+    from aipc_env.platforms import current_platform
+
+    return args.platform or current_platform()
 
 
 def _indexes() -> argparse.ArgumentParser:
@@ -68,6 +104,8 @@ JSON = _json()
 MATRIX = _matrix()
 ENV = _env()
 PAIR = _pair()
+DEVICE = _device()
+PLATFORM = _platform()
 LOCK_ROOT = _lock_root()
 INDEXES = _indexes()
 
@@ -87,3 +125,8 @@ def print_json(data: BaseModel | dict | list) -> None:
                                                                                            ensure_ascii=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def say_to_stderr(text: str) -> None:
+    """A progress line on stderr (commands whose stdout is JSON)."""
+    print(text, file=sys.stderr, flush=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, LOCK_ROOT, MATRIX, PAIR, print_json
+from aipc_env.commands.options import ENV, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -30,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.lock.lockfile import pylock_path, read_pylock
     from aipc_env.lock.specs import XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
-    from aipc_env.paths import project_root
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.requirements import RequirementsReport, apply_edits
     from aipc_env.trainenv.select import choose_env, choose_pair
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                          toolkits=installed_toolkits(toolchain_facts()[0]), fallback=True)
     pair = choice.pair
     assert pair is not None
-    lock = pylock_path((args.lock_root or project_root() / "lockfiles") / pair.id, platform)
+    lock = pylock_path(lock_root(args) / pair.id, platform)
     locked = {p.key: p.version or "" for p in read_pylock(lock).packages} if lock.is_file() else None
     result, diff, backup = apply_edits(args.path, pair=pair, xpu_index=args.xpu_index_url or XPU_INDEX_URL,
                                        pip_layer=common_requirements(), locked=locked, dry_run=args.dry_run)
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                       changed=result.changed, edits=result.edits, warnings=result.report,
                                       notes=notes, backup=str(backup) if backup else None,
                                       diff=diff if args.dry_run else None))
-        return 0
+        return ExitCode.OK
     if args.dry_run and diff:
         print(diff, end="")
     for e in result.edits:
@@ -66,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for r in result.report:
         print(f"warning: {r}")
-    return 0
+    return ExitCode.OK

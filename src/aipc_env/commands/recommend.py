@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from aipc_env.commands.options import JSON, print_json
+from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
 
@@ -27,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "with `aipc-env adapt` (its own loader is the judge: `aipc-env train` runs it)")
     p.add_argument("--fast", action="store_true", help="target_size [256, 448] for quick iterations")
     p.add_argument("--force", action="store_true", help="write a config even below 32 GB RAM")
+    p.add_argument("--smoke", action="store_true", help="this machine's settings on the built-in tiny model and "
+                   "synthetic data (no download, any RAM, under a minute): `aipc-env train` it to try the whole path")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the YAML here (default: stdout)")
     p.set_defaults(run=run)
 
@@ -39,8 +42,16 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.facts.model import Facts, load_facts
     from aipc_env.fileio import atomic_write_text, read_json
     from aipc_env.train.config import TrainConfig
-    from aipc_env.train.recommend import (ProbeJson, RecommendReport, SelectedPattern, machine_from_facts,
-                                          machine_from_probe, qflux_config, recommend)
+    from aipc_env.train.recommend import (
+        ProbeJson,
+        RecommendReport,
+        SelectedPattern,
+        machine_from_facts,
+        machine_from_probe,
+        qflux_config,
+        recommend,
+        smoke_config,
+    )
 
     if args.facts:
         raw = read_json(args.facts, "facts or probe file")
@@ -59,13 +70,23 @@ def run(args: argparse.Namespace) -> int:
 
         machine = machine_from_facts(gather_facts(GatherOptions()))
     rec = recommend(machine, dataset_path=args.dataset_path, force=args.force, fast=args.fast,
-                    model_path=args.model_path, output_dir=args.output_dir)
+                    model_path=args.model_path, output_dir=args.output_dir, smoke=args.smoke)
     TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside); a failure here is a bug
     config = rec.config
-    if args.engine == "qflux":
+    if args.smoke:
+        if args.engine == "qflux":
+            raise InputError("--smoke writes a builtin-engine config; the qflux path has its own smoke",
+                             key="--engine", fix="aipc-env adapt CLONE --smoke")
+        from aipc_env.paths import data_dir
+
+        config, changed = smoke_config(rec, output_dir=args.output_dir or str(data_dir() / "runs" / "recommend-smoke"))
+        rec.notes.append(f"smoke config: changed from the recommendation only {', '.join(changed)}")
+    elif args.engine == "qflux":
         config = qflux_config(rec, dataset_path=args.dataset_path, cache_dir=args.cache_dir)
     header = ("# Written by `aipc-env recommend` for a "
-              f"{rec.tier_gb} GB machine ({args.engine} engine). Replace every TODO before training.\n")
+              f"{rec.tier_gb} GB machine ({args.engine} engine). Replace every TODO before training.\n"
+              if not args.smoke else f"# Written by `aipc-env recommend --smoke`: this {rec.tier_gb} GB machine's "
+              "settings on the built-in tiny model. Run it: aipc-env train THIS_FILE\n")
     text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     if args.json:
         print_json(RecommendReport(engine=args.engine, tier_gb=rec.tier_gb, config=config,
@@ -81,4 +102,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"selected {pattern}: {why}", file=sys.stderr)
         for note in rec.notes:
             print(f"note: {note}", file=sys.stderr)
-    return 0
+    return ExitCode.OK

@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
-from aipc_env.container.render import (CONTAINERFILE, LOCK_COPY, REQUIREMENTS, VENV, WHEELS, ContextSpec,
-                                       containerfile, containerignore)
+from aipc_env.container.render import (
+    CONTAINERFILE,
+    LOCK_COPY,
+    REQUIREMENTS,
+    VENV,
+    WHEELS,
+    ContextSpec,
+    containerfile,
+    containerignore,
+)
 from aipc_env.errors import AipcError, InputError
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, write_model
@@ -19,8 +27,15 @@ from aipc_env.lock.lockfile import read_pylock
 from aipc_env.procs import run_logged
 from aipc_env.trainenv.drift import DriftItem, compute_drift
 
-__all__ = ["RenderRequest", "render_context", "build_image", "check_image", "ImageCheckReport", "ImageBuildReport",
-           "SPEC_NAME"]
+__all__ = [
+    "SPEC_NAME",
+    "ImageBuildReport",
+    "ImageCheckReport",
+    "RenderRequest",
+    "build_image",
+    "check_image",
+    "render_context",
+]
 
 SPEC_NAME = "aipc-image.json"
 AIPC_WHEEL = "aipc_env-{version}-py3-none-any.whl"

@@ -12,8 +12,19 @@ from pathlib import Path
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.procs import ProbeFailed, run_capture, run_logged
 
-__all__ = ["Engine", "find_engine", "build_argv", "run_argv", "debian_mirror", "base_from_mirror", "image_id",
-           "image_labels", "mounted_image", "ENGINES", "BASE_PACKAGES"]
+__all__ = [
+    "BASE_PACKAGES",
+    "ENGINES",
+    "Engine",
+    "base_from_mirror",
+    "build_argv",
+    "debian_mirror",
+    "find_engine",
+    "image_id",
+    "image_labels",
+    "mounted_image",
+    "run_argv",
+]
 
 ENGINES = ("podman", "buildah", "docker")
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "usr-is-merged")

@@ -15,8 +15,17 @@ from typing import ClassVar, Literal
 from aipc_env import __version__
 from aipc_env.formats import VersionedModel
 
-__all__ = ["GPU_RUNTIMES", "ContextSpec", "containerfile", "containerignore", "CONTAINERFILE", "LOCK_COPY",
-           "REQUIREMENTS", "WHEELS", "VENV"]
+__all__ = [
+    "CONTAINERFILE",
+    "GPU_RUNTIMES",
+    "LOCK_COPY",
+    "REQUIREMENTS",
+    "VENV",
+    "WHEELS",
+    "ContextSpec",
+    "containerfile",
+    "containerignore",
+]
 
 CONTAINERFILE = "Containerfile"
 LOCK_COPY = "pylock.linux-64.toml"
@@ -68,7 +77,8 @@ FROM {spec.base}
 ARG SOURCE_DATE_EPOCH=0
 ENV SOURCE_DATE_EPOCH=${{SOURCE_DATE_EPOCH}} PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \\
     PIP_NO_CACHE_DIR=1 PYTHONUTF8=1 SYCL_CACHE_PERSISTENT=1
-RUN python3 -c "import sys; v = sys.version_info[:2]; assert v == {major_minor}, f'the base has Python {{v}}, the lock is for {spec.python}'"
+RUN python3 -c "import sys; v = sys.version_info[:2]; \\
+assert v == {major_minor}, f'the base has Python {{v}}, the lock is for {spec.python}'"
 {gpu}RUN python3 -m venv {VENV}
 COPY {LOCK_COPY} {REQUIREMENTS} /opt/aipc-env-lock/
 RUN --mount=type=bind,source={WHEELS},target=/wheels \\

@@ -3,4 +3,4 @@
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
 from aipc_env.dataset.validate import Verdict, validate_dataset
 
-__all__ = ["Sample", "Scan", "scan_dataset", "Verdict", "validate_dataset"]
+__all__ = ["Sample", "Scan", "Verdict", "scan_dataset", "validate_dataset"]

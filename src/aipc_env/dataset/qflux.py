@@ -9,8 +9,7 @@ import io
 import re
 from pathlib import Path
 
-from aipc_env.dataset.scan import (CONTROL_DIRS, EXTRA_CONTROL, IMAGE_EXTS, TARGET_DIRS, Scan, csv_dialect,
-                                   read_csv_text)
+from aipc_env.dataset.scan import CONTROL_DIRS, EXTRA_CONTROL, IMAGE_EXTS, TARGET_DIRS, Scan, csv_dialect, read_csv_text
 
 __all__ = ["qflux_warnings"]
 

@@ -14,8 +14,17 @@ from typing import Literal
 
 from aipc_env.errors import InputError
 
-__all__ = ["IMAGE_EXTS", "TARGET_DIRS", "CONTROL_DIRS", "EXTRA_CONTROL", "Sample", "Scan", "scan_dataset",
-           "read_csv_text", "csv_dialect"]
+__all__ = [
+    "CONTROL_DIRS",
+    "EXTRA_CONTROL",
+    "IMAGE_EXTS",
+    "TARGET_DIRS",
+    "Sample",
+    "Scan",
+    "csv_dialect",
+    "read_csv_text",
+    "scan_dataset",
+]
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 TARGET_DIRS = ("training_images", "images", "target_images", "target", "targets")
@@ -110,7 +119,7 @@ def _scan_local(root: Path) -> Scan:
         sample.controls += [p for _, p in extras]
         sample.mask = cimgs.get(f"{stem}_mask") or timgs.get(f"{stem}_mask")
         scan.samples.append(sample)
-    orphans = sorted(set(s for s in cimgs if not s.endswith("_mask") and not EXTRA_CONTROL.match(s)) - set(targets))
+    orphans = sorted({s for s in cimgs if not s.endswith("_mask") and not EXTRA_CONTROL.match(s)} - set(targets))
     if orphans:
         scan.warnings.append(f"{len(orphans)} control image(s) without a target are ignored: {', '.join(orphans[:5])}")
     return scan
@@ -184,7 +193,7 @@ def _scan_csv(path: Path) -> Scan:
                             key=lambda c: int(c.rsplit("_", 1)[1]))
         base = path.parent  # relative paths are relative to the CSV (upstream: the current folder)
         for i, row in enumerate(reader, start=2):
-            def p(col: str) -> Path | None:
+            def p(col: str, row: dict = row) -> Path | None:
                 v = (row.get(col) or "").strip()
                 return (base / v) if v else None
             controls = [c for c in [p("path_control"), *[p(c) for c in extra_cols]] if c is not None]

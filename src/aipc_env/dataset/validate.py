@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
 from aipc_env.formats import VersionedModel
 
-__all__ = ["Verdict", "validate_dataset", "MIN_SAMPLES", "WARN_SAMPLES"]
+__all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "validate_dataset"]
 
 MIN_SAMPLES = 5
 WARN_SAMPLES = 30

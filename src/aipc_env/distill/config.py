@@ -3,6 +3,7 @@ Relative paths are resolved against the config file's folder, as for training co
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -14,8 +15,16 @@ from aipc_env.fileio import atomic_write_text, read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.train.config import refuse_todos, resolve_path_keys
 
-__all__ = ["DistillConfig", "load_distill_config", "default_distill_config", "write_default_distill_config",
-           "BUILTIN_TINY21", "BUILTIN_PROMPTS", "BUILTIN_EVAL_PROMPTS", "default_teacher_sigmas"]
+__all__ = [
+    "BUILTIN_EVAL_PROMPTS",
+    "BUILTIN_PROMPTS",
+    "BUILTIN_TINY21",
+    "DistillConfig",
+    "default_distill_config",
+    "default_teacher_sigmas",
+    "load_distill_config",
+    "write_default_distill_config",
+]
 
 BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
 """A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
@@ -116,12 +125,12 @@ class DistillConfig(VersionedModel):
     @field_validator("teacher_sigmas")
     @classmethod
     def _descending(cls, value: list[float]) -> list[float]:
-        if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in zip(value, value[1:])):
+        if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in itertools.pairwise(value)):
             raise ValueError("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by the scheduler)")
         return value
 
     @model_validator(mode="after")
-    def _grid(self) -> "DistillConfig":
+    def _grid(self) -> DistillConfig:
         if len(self.teacher_sigmas) % self.student_stride:
             raise ValueError(f"teacher_sigmas has {len(self.teacher_sigmas)} entries, not a multiple of "
                              f"student_stride {self.student_stride}")

@@ -9,21 +9,29 @@ import hashlib
 import math
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
-from aipc_env.distill.lessons import (LessonError, ParityBroken, StudentNotBetter, check_deterministic_sampler, check_lora_metadata,
-                                      check_sigmas_verbatim, check_steps_honoured)
+from aipc_env.distill.lessons import (
+    LessonError,
+    ParityBroken,
+    StudentNotBetter,
+    check_deterministic_sampler,
+    check_lora_metadata,
+    check_sigmas_verbatim,
+    check_steps_honoured,
+)
 from aipc_env.distill.prompts import load_prompts
 from aipc_env.distill.verdict import Check, G3Manifest
 from aipc_env.errors import AipcError
 from aipc_env.formats import write_model
 
-__all__ = ["CheckList", "gate_g0", "gate_g2", "gate_g3", "INJECTABLE"]
+__all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
 
 INJECTABLE = {"grad-embeddings": "g0", "rgba": "g0", "no-lora-metadata": "g0", "wrong-sigmas": "g2"}
 
@@ -77,10 +85,10 @@ def _pipe_latents(pipe, cfg: DistillConfig, prompted: sampler.Prompted, noise, g
 def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
     """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
     LoRA train step runs; save then reload keeps alpha with bit-exact output."""
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key
-    from aipc_env.distill.student import (Trajectory, add_lora, make_batch, prepare_student, publish, step_loss)
-    from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
     from aipc_env.distill.lessons import check_lora_before_prepare
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key
+    from aipc_env.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
+    from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
 
     checks, metrics = CheckList(), {}
     device, dtype = device_and_dtype(cfg)

@@ -9,11 +9,28 @@ from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode
 
-__all__ = ["LessonError", "EmbeddingsAttachedToGraph", "RgbaNotSliced", "LoraMetadataMissing", "LoraAlphaLost",
-           "SigmasNotVerbatim", "NumInferenceStepsIgnored", "StochasticSampler", "LoraAfterPrepare",
-           "ParityBroken", "TrainingDiverged", "StudentNotBetter", "check_embeddings_detached", "check_rgb", "check_lora_metadata",
-           "check_sigmas_verbatim", "check_steps_honoured", "check_deterministic_sampler", "mark_prepared",
-           "check_lora_before_prepare"]
+__all__ = [
+    "EmbeddingsAttachedToGraph",
+    "LessonError",
+    "LoraAfterPrepare",
+    "LoraAlphaLost",
+    "LoraMetadataMissing",
+    "NumInferenceStepsIgnored",
+    "ParityBroken",
+    "RgbaNotSliced",
+    "SigmasNotVerbatim",
+    "StochasticSampler",
+    "StudentNotBetter",
+    "TrainingDiverged",
+    "check_deterministic_sampler",
+    "check_embeddings_detached",
+    "check_lora_before_prepare",
+    "check_lora_metadata",
+    "check_rgb",
+    "check_sigmas_verbatim",
+    "check_steps_honoured",
+    "mark_prepared",
+]
 
 
 class LessonError(AipcError):

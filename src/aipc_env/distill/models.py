@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 
-__all__ = ["model_dir", "model_key", "load_pipeline", "load_transformer", "device_and_dtype"]
+__all__ = ["device_and_dtype", "load_pipeline", "load_transformer", "model_dir", "model_key"]
 
 
 def model_dir(cfg: DistillConfig, *, log=print) -> Path:

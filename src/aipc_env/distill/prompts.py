@@ -9,7 +9,7 @@ from pathlib import Path
 from aipc_env.errors import InputError
 from aipc_env.formats import StrictModel
 
-__all__ = ["PromptRecord", "load_prompts", "BUILTIN"]
+__all__ = ["BUILTIN", "PromptRecord", "load_prompts"]
 
 BUILTIN = {
     "builtin:prompts": ["a red fox in fresh snow, morning light", "a bowl of ramen on a wooden table",

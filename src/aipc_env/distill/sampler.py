@@ -15,8 +15,18 @@ import torch
 
 from aipc_env.distill.lessons import check_embeddings_detached, check_rgb
 
-__all__ = ["Prompted", "encode", "latent_hw", "img_shapes_for", "initial_noise", "set_grid", "velocity",
-           "euler", "decode_rgb", "with_target_slots"]
+__all__ = [
+    "Prompted",
+    "decode_rgb",
+    "encode",
+    "euler",
+    "img_shapes_for",
+    "initial_noise",
+    "latent_hw",
+    "set_grid",
+    "velocity",
+    "with_target_slots",
+]
 
 
 @dataclass
@@ -27,7 +37,7 @@ class Prompted:
     mask: torch.Tensor | None
     image_pad_mask: torch.Tensor
 
-    def to(self, device, dtype=None) -> "Prompted":
+    def to(self, device, dtype=None) -> Prompted:
         return Prompted(self.embeds.to(device, dtype), None if self.mask is None else self.mask.to(device),
                         self.image_pad_mask.to(device))
 

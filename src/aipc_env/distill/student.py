@@ -28,8 +28,18 @@ from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import TrainingDiverged, check_lora_before_prepare, mark_prepared
 from aipc_env.errors import InputError
 
-__all__ = ["PairBatch", "make_batch", "step_loss", "prepare_student", "publish", "add_lora", "run_student",
-           "velocity_mse", "Trajectory", "load_trajectories"]
+__all__ = [
+    "PairBatch",
+    "Trajectory",
+    "add_lora",
+    "load_trajectories",
+    "make_batch",
+    "prepare_student",
+    "publish",
+    "run_student",
+    "step_loss",
+    "velocity_mse",
+]
 
 
 @dataclass
@@ -245,8 +255,13 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
 
     from aipc_env.distill.lessons import check_lora_metadata
     from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key
-    from aipc_env.train.checkpoint import (CheckpointState, checkpoint_dirs, find_resume, restore_checkpoint,
-                                           save_checkpoint)
+    from aipc_env.train.checkpoint import (
+        CheckpointState,
+        checkpoint_dirs,
+        find_resume,
+        restore_checkpoint,
+        save_checkpoint,
+    )
 
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aipc_env.fileio import atomic_dir
 
-__all__ = ["build_tiny21_pipeline", "TINY21_VERSION", "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pipeline"]
 
 TINY21_VERSION = 1
 """Bumped when the built pipeline changes (the cached copy is rebuilt)."""
@@ -55,8 +55,12 @@ def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = 
                           sample_sigmas: list[float] | None = None) -> Path:
     """Write the tiny pipeline to `out` (atomically: a temp folder renamed at the end)."""
     import torch
-    from diffusers import (AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline,
-                           QwenImage21Transformer2DModel)
+    from diffusers import (
+        AutoencoderKLQwenImage21,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImage21Pipeline,
+        QwenImage21Transformer2DModel,
+    )
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 

@@ -23,8 +23,17 @@ from aipc_env.distill.prompts import PromptRecord, load_prompts
 from aipc_env.fileio import atomic_write_bytes
 from aipc_env.formats import StrictModel, VersionedModel, write_model
 
-__all__ = ["TrajectoryMeta", "TrajectoryIndex", "trajectory_key", "noise_seed", "write_trajectory",
-           "read_trajectory", "run_trajectories", "load_index", "INDEX"]
+__all__ = [
+    "INDEX",
+    "TrajectoryIndex",
+    "TrajectoryMeta",
+    "load_index",
+    "noise_seed",
+    "read_trajectory",
+    "run_trajectories",
+    "trajectory_key",
+    "write_trajectory",
+]
 
 INDEX = "index.json"
 META_KEY = "aipc_trajectory"
@@ -95,7 +104,7 @@ def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = TrajectoryMeta.model_validate_json((fh.metadata() or {})[META_KEY])
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+            tensors = {k: fh.get_tensor(k) for k in fh}
     except Exception:  # noqa: BLE001 - any damage (I/O, missing key, bad metadata) means: redo
         return None
     need = {"latents", "timesteps", "sigmas", "prompt_embeds", "prompt_mask", "image_pad_mask"}

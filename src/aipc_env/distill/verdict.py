@@ -9,8 +9,20 @@ from typing import Any, ClassVar, Literal
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, write_model
 
-__all__ = ["Check", "ErrorInfo", "Verdict", "G3Entry", "G3Manifest", "Stage", "STAGES", "STAGE_TITLES", "verdict_path", "write_verdict",
-           "read_verdict", "summary"]
+__all__ = [
+    "STAGES",
+    "STAGE_TITLES",
+    "Check",
+    "ErrorInfo",
+    "G3Entry",
+    "G3Manifest",
+    "Stage",
+    "Verdict",
+    "read_verdict",
+    "summary",
+    "verdict_path",
+    "write_verdict",
+]
 
 Stage = Literal["g0", "trajectories", "train", "g2", "g3"]
 STAGES: tuple[str, ...] = ("g0", "trajectories", "train", "g2", "g3")

@@ -114,12 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             if not verdict.passed:
                 return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" \
                     else ExitCode.USAGE
-        return 0
+        return ExitCode.OK
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
         import traceback
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"aipc-env: internal error in distill: {type(exc).__name__}: {exc}"
               + (f" (traceback in {log})" if log else ""), file=sys.stderr)
-        return 3
+        return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

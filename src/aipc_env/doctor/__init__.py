@@ -13,14 +13,21 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel
 
 from aipc_env.doctor.checks import CATEGORIES, REGISTRY, CheckContext, CheckSpec, Finding, Status
-from aipc_env.errors import InputError
+from aipc_env.errors import ExitCode, InputError
 from aipc_env.facts.model import Facts
 from aipc_env.formats import VersionedModel
 from aipc_env.matrix import Matrix
 from aipc_env.matrix.resolve import Resolution
 
-__all__ = ["REPORT_SCHEMA_VERSION", "DoctorReport", "Summary", "CheckCatalog", "CheckInfo", "run_checks",
-           "select_checks"]
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "CheckCatalog",
+    "CheckInfo",
+    "DoctorReport",
+    "Summary",
+    "run_checks",
+    "select_checks",
+]
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -51,7 +58,7 @@ class DoctorReport(VersionedModel):
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.summary.problems else 0
+        return ExitCode.PROBLEMS if self.summary.problems else ExitCode.OK
 
 
 class CheckInfo(BaseModel):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from aipc_env.doctor.checks import Finding, Status
 from aipc_env.doctor import DoctorReport
+from aipc_env.doctor.checks import Finding, Status
 
 __all__ = ["MARKS", "render_report"]
 
@@ -33,7 +33,7 @@ def _finding(console: Console, f: Finding, verbose: bool, marks: dict[Status, st
         if f.fix:
             console.print(Text(f"      fix: {f.fix}", style="cyan"))
     show_details = verbose or (f.status in (Status.WARN, Status.FAIL) and f.details)
-    if show_details and f.status != Status.CRASH or (verbose and f.status == Status.CRASH):
+    if (show_details and f.status != Status.CRASH) or (verbose and f.status == Status.CRASH):
         for d in f.details:
             console.print(Text(f"      • {d}", style="dim"))
 

@@ -3,4 +3,4 @@
 
 from aipc_env.facts.model import FACTS_SCHEMA_VERSION, Facts, load_facts
 
-__all__ = ["Facts", "FACTS_SCHEMA_VERSION", "load_facts"]
+__all__ = ["FACTS_SCHEMA_VERSION", "Facts", "load_facts"]

@@ -19,19 +19,44 @@ from typing import Any
 from aipc_env import __version__
 from aipc_env.errors import AipcError
 from aipc_env.facts import parse
-from aipc_env.facts.model import (
-    CondaTool, ContainerInfo, CpuInfo, DeviceProbe, DiskInfo, DriNode, Facts, GpuInfo, KernelCache, LevelZeroInfo,
-    MachineIdentity, MemoryInfo, ModelDirInfo, MsvcInfo, OneApiInfo, OneApiInstall, OsInfo, ProbeError, RegistryInfo, TrainingEnv,
-)
 from aipc_env.facts.memory import system_memory
+from aipc_env.facts.model import (
+    CondaTool,
+    ContainerInfo,
+    CpuInfo,
+    DeviceProbe,
+    DiskInfo,
+    DriNode,
+    Facts,
+    GpuInfo,
+    KernelCache,
+    LevelZeroInfo,
+    MachineIdentity,
+    MemoryInfo,
+    ModelDirInfo,
+    MsvcInfo,
+    OneApiInfo,
+    OneApiInstall,
+    OsInfo,
+    ProbeError,
+    RegistryInfo,
+    TrainingEnv,
+)
 from aipc_env.facts.toolversion import env_layout_from_files, version_from_files
 from aipc_env.formats import timestamp
 from aipc_env.platforms import display_adapters
 from aipc_env.procs import ProbeFailed, run_capture, which
 
-__all__ = ["GatherOptions", "gather_facts", "toolchain_facts", "installed_toolkits", "inspect_env", "modified_files",
-           "ENV_VARS",
-           "DEVICE_PROBE_SCRIPT"]
+__all__ = [
+    "DEVICE_PROBE_SCRIPT",
+    "ENV_VARS",
+    "GatherOptions",
+    "gather_facts",
+    "inspect_env",
+    "installed_toolkits",
+    "modified_files",
+    "toolchain_facts",
+]
 
 ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
             "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",

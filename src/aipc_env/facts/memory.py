@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["system_memory", "parse_meminfo", "ram_tier_gb", "RAM_TIERS", "GIB"]
+__all__ = ["GIB", "RAM_TIERS", "parse_meminfo", "ram_tier_gb", "system_memory"]
 
 GIB = 2**30
 RAM_TIERS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -50,4 +50,4 @@ def ram_tier_gb(total_bytes: int) -> int:
     for tier in RAM_TIERS:
         if gib <= tier * 1.02:
             return tier if gib >= tier * 0.88 else max((t for t in RAM_TIERS if t < tier), default=tier)
-    return int(round(gib))
+    return round(gib)

@@ -9,9 +9,18 @@ from pathlib import PurePosixPath, PureWindowsPath
 from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
 
 __all__ = [
-    "RELEASE_DIR", "is_release_dir", "parse_compiler_version", "parse_sycl_ls", "parse_cpuinfo_brand", "parse_cim_gpus",
-    "parse_vswhere", "parse_tool_version", "oneapi_version_from_path", "parse_os_release", "model_variant",
     "MODEL_PARTS",
+    "RELEASE_DIR",
+    "is_release_dir",
+    "model_variant",
+    "oneapi_version_from_path",
+    "parse_cim_gpus",
+    "parse_compiler_version",
+    "parse_cpuinfo_brand",
+    "parse_os_release",
+    "parse_sycl_ls",
+    "parse_tool_version",
+    "parse_vswhere",
 ]
 
 RELEASE_DIR = re.compile(r"^(20\d\d)\.(\d+)$")

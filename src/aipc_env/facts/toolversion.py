@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["FileVersion", "version_from_files", "conda_meta_version", "dist_info_version", "shebang_interpreter",
-           "candidate_prefixes", "env_layout_from_files"]
+__all__ = [
+    "FileVersion",
+    "candidate_prefixes",
+    "conda_meta_version",
+    "dist_info_version",
+    "env_layout_from_files",
+    "shebang_interpreter",
+    "version_from_files",
+]
 
 VersionSource = Literal["conda-meta", "dist-info"]
 MAX_RECORD_BYTES = 8 * 2**20

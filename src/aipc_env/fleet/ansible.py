@@ -10,7 +10,7 @@ from pathlib import Path
 from aipc_env.fileio import atomic_write_text
 from aipc_env.matrix import Pair
 
-__all__ = ["render_playbook", "write_playbook", "LINUX_GPU_PACKAGES"]
+__all__ = ["LINUX_GPU_PACKAGES", "render_playbook", "write_playbook"]
 
 LINUX_GPU_PACKAGES = ("libze1", "intel-opencl-icd", "libze-intel-gpu1")
 

@@ -16,7 +16,7 @@ from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 
-__all__ = ["BundleManifest", "build_bundle", "verify_bundle", "MANIFEST", "BundleTampered"]
+__all__ = ["MANIFEST", "BundleManifest", "BundleTampered", "build_bundle", "verify_bundle"]
 
 MANIFEST = "bundle-manifest.json"
 WHEELS = "wheels"

@@ -19,8 +19,15 @@ from pydantic import ValidationError
 from aipc_env.errors import AipcError, InputError
 from aipc_env.formats import StrictModel, VersionedModel
 
-__all__ = ["MachineRow", "FleetReport", "read_reports", "build_fleet_report", "render_html", "render_csv",
-           "env_hash"]
+__all__ = [
+    "FleetReport",
+    "MachineRow",
+    "build_fleet_report",
+    "env_hash",
+    "read_reports",
+    "render_csv",
+    "render_html",
+]
 
 
 class MachineRow(StrictModel):

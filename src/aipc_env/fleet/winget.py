@@ -15,11 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aipc_env.doctor.checks.gpu import MIN_WINDOWS_DRIVER_BUILD
 from aipc_env.doctor.checks.system import CEILING_MIN, TDR_MIN_SECONDS
 from aipc_env.errors import InputError
-from aipc_env.formats import VersionedModel
+from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.matrix import Pair
 
-__all__ = ["winget_configuration", "render_yaml", "validate_configuration", "WinGetIssue", "check_file",
-           "ONEAPI_PACKAGE", "SCHEMA_URL", "WinGetCheckReport"]
+__all__ = [
+    "ONEAPI_PACKAGE",
+    "SCHEMA_URL",
+    "WinGetCheckReport",
+    "WinGetIssue",
+    "check_file",
+    "render_yaml",
+    "validate_configuration",
+    "winget_configuration",
+]
 
 SCHEMA_URL = "https://aka.ms/configuration-dsc-schema/0.2"
 ONEAPI_PACKAGE = "Intel.OneAPI.BaseToolkit"
@@ -112,18 +120,15 @@ def render_yaml(config: dict, pair: Pair) -> str:
 class _IndentedDumper(yaml.SafeDumper):
     """Lists indented under their key (what yamllint and ansible-lint expect of the playbook folder)."""
 
-    def increase_indent(self, flow: bool = False, indentless: bool = False):  # noqa: D102
+    def increase_indent(self, flow: bool = False, indentless: bool = False):
         return super().increase_indent(flow, False)
 
 
 # --------------------------------------------------------------------------- strict models
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-
-class WinGetPackageSettings(_Strict):
+class WinGetPackageSettings(StrictModel):
     id: str = Field(min_length=1)
     source: Literal["winget", "msstore"] = "winget"
     version: str | None = None
@@ -131,13 +136,13 @@ class WinGetPackageSettings(_Strict):
     ensure: Literal["Present", "Absent"] = "Present"
 
     @model_validator(mode="after")
-    def _version_or_latest(self) -> "WinGetPackageSettings":
+    def _version_or_latest(self) -> WinGetPackageSettings:
         if self.version and self.useLatest:
             raise ValueError("version and useLatest together: winget silently takes useLatest; keep one")
         return self
 
 
-class VSComponentsSettings(_Strict):
+class VSComponentsSettings(StrictModel):
     productId: str = Field(pattern=r"^Microsoft\.VisualStudio\.Product\.")
     channelId: str = Field(pattern=r"^VisualStudio\.\d+\.")
     components: list[str] = Field(min_length=1)
@@ -145,7 +150,7 @@ class VSComponentsSettings(_Strict):
     vsConfigFile: str | None = None
 
 
-class RegistrySettings(_Strict):
+class RegistrySettings(StrictModel):
     Key: str
     ValueName: str = Field(min_length=1)
     ValueData: list[str] = Field(min_length=1)
@@ -163,17 +168,17 @@ class RegistrySettings(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _dword(self) -> "RegistrySettings":
+    def _dword(self) -> RegistrySettings:
         if self.ValueType in ("DWord", "QWord") and not all(v.isdigit() for v in self.ValueData):
             raise ValueError(f"a {self.ValueType} value must be a whole number")
         return self
 
 
-class OsVersionSettings(_Strict):
+class OsVersionSettings(StrictModel):
     MinVersion: str = Field(pattern=r"^\d+\.\d+\.\d+(\.\d+)?$")
 
 
-class ScriptSettings(_Strict):
+class ScriptSettings(StrictModel):
     GetScript: str
     TestScript: str
     SetScript: str
@@ -186,7 +191,7 @@ class Directives(BaseModel):
     module: str | None = None
 
 
-class Resource(_Strict):
+class Resource(StrictModel):
     resource: str = Field(pattern=r"^[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+$")
     id: str = Field(min_length=1, max_length=128)
     dependsOn: list[str] | None = None
@@ -203,14 +208,14 @@ SETTINGS: dict[str, type[BaseModel]] = {
 }
 
 
-class Properties(_Strict):
+class Properties(StrictModel):
     configurationVersion: Literal["0.2.0"]
     assertions: list[Resource] = []
     resources: list[Resource] = Field(min_length=1)
     parameters: list[Resource] = []
 
 
-class Configuration(_Strict):
+class Configuration(StrictModel):
     properties: Properties
 
 
@@ -223,7 +228,7 @@ class WinGetIssue(BaseModel):
     message: str
 
     def render(self, path: str) -> str:
-        return f"{path}:{self.line if self.line else '?'}: {self.key}: {self.message}"
+        return f"{path}:{self.line or '?'}: {self.key}: {self.message}"
 
 
 class WinGetCheckReport(VersionedModel):

@@ -7,11 +7,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from aipc_env.launch.plan import LaunchPlan
-from aipc_env.launch.render import write_launcher
 from aipc_env.procs import run_foreground
 
-__all__ = ["launcher_argv", "run_launcher", "write_and_run"]
+__all__ = ["launcher_argv", "run_launcher"]
 
 
 def launcher_argv(script: Path) -> list[str]:
@@ -27,11 +25,3 @@ def run_launcher(script: Path, stdout: TextIO | None = None) -> int:
     """Run the launcher in the foreground from its folder; its exit code is returned."""
     sys.stdout.flush()
     return run_foreground(launcher_argv(script), cwd=script.parent, stdout=stdout)
-
-
-def write_and_run(plan: LaunchPlan, *, dry_run: bool = False, stdout: TextIO | None = None) -> tuple[Path, int]:
-    """Write the run folder once, then (unless dry_run) run its launcher."""
-    script = write_launcher(plan)
-    if dry_run:
-        return script, 0
-    return script, run_launcher(script, stdout=stdout)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import re
-from pathlib import PureWindowsPath, PurePosixPath
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import ClassVar, Literal
 
 from pydantic import field_validator
 
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
-from aipc_env.matrix import Pair
 from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 
-__all__ = ["Phase", "LaunchPlan", "Activation", "choose_oneapi", "choose_vcvars", "base_env", "plan_run", "ENV_NAME"]
+__all__ = ["ENV_NAME", "Activation", "LaunchPlan", "Phase", "base_env", "choose_oneapi", "choose_vcvars", "plan_run"]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLAN_VERSION = 1

@@ -44,7 +44,7 @@ def run_lock(folder: Path, command: str) -> Iterator[Path]:
                 raise InputError(f"another run is writing into this folder ({where}, started {owner.get('started')})",
                                  path=folder, key="output_dir", exit_code=ExitCode.USAGE,
                                  fix=f"wait for it or stop it, or choose another output_dir; if no run is going, "
-                                 f"delete {path}")
+                                 f"delete {path}") from None
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # stale: its process is gone
             continue

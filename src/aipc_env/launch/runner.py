@@ -20,6 +20,7 @@ import threading
 import time
 
 from aipc_env import procs
+from aipc_env.errors import ExitCode
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -105,7 +106,7 @@ def run_phase(phase: dict, env: dict, log) -> int:
         msg = f"[aipc-env] cannot start {argv[0]}: {exc}\n"
         sys.stderr.write(msg)
         log.write(msg.encode("utf-8"))
-        return 127
+        return ExitCode.CANNOT_START
     _Current.proc = proc
     out = sys.stdout.buffer
     sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
@@ -135,7 +136,7 @@ def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
             started.append(procs.start(phase["argv"], cwd=phase.get("cwd") or None, env=env, stdout=log,
                                        stderr=log))
         except OSError as exc:
-            log.write(f"[aipc-env] cannot start {phase['name']}: {exc}\n".encode("utf-8"))
+            log.write(f"[aipc-env] cannot start {phase['name']}: {exc}\n".encode())
     return started
 
 
@@ -161,11 +162,11 @@ def _read_plan(path: str) -> dict | str:
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m aipc_env.launch.runner PLAN.json\n")
-        return 2
+        return ExitCode.USAGE
     plan = _read_plan(argv[0])
     if isinstance(plan, str):
         sys.stderr.write(f"aipc-env: error: {plan}\n")
-        return 2
+        return ExitCode.USAGE
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGBREAK", None)):
         if sig is not None:
             signal.signal(sig, _on_signal)
@@ -188,7 +189,7 @@ def main(argv: list[str]) -> int:
                     sys.stderr.write(msg)
                     log.write(msg.encode("utf-8"))
                     return code
-                if rc != 0:
+                if rc != ExitCode.OK:
                     msg = (f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run; "
                            f"log {log_path}\n")
                     sys.stderr.write(msg)
@@ -196,7 +197,7 @@ def main(argv: list[str]) -> int:
                     return rc
         finally:
             stop_background(background)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

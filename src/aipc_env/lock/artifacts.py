@@ -21,8 +21,15 @@ from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 from aipc_env.platforms import Platform, marker_environment
 
-__all__ = ["Artifact", "select_artifacts", "hashed_requirements", "fill_wheelhouse", "HashMismatch", "file_sha256",
-           "GLIBC_MAX_MINOR"]
+__all__ = [
+    "GLIBC_MAX_MINOR",
+    "Artifact",
+    "HashMismatch",
+    "file_sha256",
+    "fill_wheelhouse",
+    "hashed_requirements",
+    "select_artifacts",
+]
 
 GLIBC_MAX_MINOR = 36
 """Debian 12 ships glibc 2.36: manylinux wheels up to 2_36 install on it."""
@@ -96,7 +103,6 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-
 class HashMismatch(AipcError):
     exit_code = ExitCode.PROBLEMS
 
@@ -118,7 +124,7 @@ def _source(artifact: Artifact, lock_dir: Path, find_links: list[Path]) -> tuple
 
 
 def _download(url: str, target: Path) -> None:
-    with urllib.request.urlopen(url, timeout=120) as response, target.open("wb") as fh:  # noqa: S310 - lock URLs
+    with urllib.request.urlopen(url, timeout=120) as response, target.open("wb") as fh:
         shutil.copyfileobj(response, fh, 1 << 20)
 
 

@@ -12,8 +12,15 @@ from typing import ClassVar, Literal
 from aipc_env.errors import AipcError
 from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.lock import specs
-from aipc_env.lock.lockfile import (LOCK_HEADER, LockMeta, check_pylock, conda_lock_path, meta_path, pylock_path,
-                                    read_pylock)
+from aipc_env.lock.lockfile import (
+    LOCK_HEADER,
+    LockMeta,
+    check_pylock,
+    conda_lock_path,
+    meta_path,
+    pylock_path,
+    read_pylock,
+)
 from aipc_env.lock.tools import conda_lock_argv, find_uv, uv_compile_argv
 from aipc_env.matrix import Pair
 from aipc_env.platforms import PLATFORMS, Platform

@@ -12,14 +12,28 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from aipc_env.errors import InputError, validation_message
-from aipc_env.matrix import Matrix, Pair
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned
-from aipc_env.platforms import PLATFORMS, Platform
+from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
+from aipc_env.platforms import PLATFORMS, Platform
 
-__all__ = ["LockMeta", "PylockArtifact", "PylockPackage", "Pylock", "read_pylock", "pylock_path", "conda_lock_path",
-           "meta_path", "read_meta", "check_pair_lock", "available_locks", "LOCK_META_VERSION",
-           "LOCK_HEADER", "LockCheckReport", "PairLockStatus"]
+__all__ = [
+    "LOCK_HEADER",
+    "LOCK_META_VERSION",
+    "LockCheckReport",
+    "LockMeta",
+    "PairLockStatus",
+    "Pylock",
+    "PylockArtifact",
+    "PylockPackage",
+    "available_locks",
+    "check_pair_lock",
+    "conda_lock_path",
+    "meta_path",
+    "pylock_path",
+    "read_meta",
+    "read_pylock",
+]
 
 LOCK_META_VERSION = 1
 SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -12,8 +12,18 @@ from aipc_env.errors import InputError
 from aipc_env.matrix import Pair
 from aipc_env.paths import environments_dir
 
-__all__ = ["DEFAULT_PYTHON", "PYPI_URL", "XPU_INDEX_URL", "EXPLICIT_XPU_NAMES", "pair_python", "pip_layer",
-           "conda_environment", "uv_project", "row_hash", "common_requirements"]
+__all__ = [
+    "DEFAULT_PYTHON",
+    "EXPLICIT_XPU_NAMES",
+    "PYPI_URL",
+    "XPU_INDEX_URL",
+    "common_requirements",
+    "conda_environment",
+    "pair_python",
+    "pip_layer",
+    "row_hash",
+    "uv_project",
+]
 
 DEFAULT_PYTHON = "3.12"
 PYPI_URL = "https://pypi.org/simple"

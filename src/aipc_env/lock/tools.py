@@ -10,8 +10,18 @@ from pathlib import Path
 
 from aipc_env.errors import AipcError
 
-__all__ = ["CondaTool", "find_uv", "find_conda_tool", "uv_compile_argv", "uv_install_argv", "uv_venv_argv",
-           "conda_create_argv", "conda_render_argv", "conda_lock_argv", "MINIFORGE_HINT"]
+__all__ = [
+    "MINIFORGE_HINT",
+    "CondaTool",
+    "conda_create_argv",
+    "conda_lock_argv",
+    "conda_render_argv",
+    "find_conda_tool",
+    "find_uv",
+    "uv_compile_argv",
+    "uv_install_argv",
+    "uv_venv_argv",
+]
 
 MINIFORGE_HINT = "install Miniforge (https://conda-forge.org/download/) and open a new terminal"
 CONDA_FLAVOURS = ("conda-lock", "micromamba", "mamba", "conda")

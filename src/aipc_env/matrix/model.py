@@ -13,13 +13,12 @@ from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError, field_validator, model_validator
 
 from aipc_env.errors import InputError
-from aipc_env.formats import validate_versioned
 from aipc_env.fileio import read_yaml
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.paths import matrix_path
 from aipc_env.platforms import Platform, marker_environment
 
-__all__ = ["Pin", "Pair", "Matrix", "load_matrix", "versions_equal", "MATRIX_SCHEMA_VERSION"]
+__all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "load_matrix", "versions_equal"]
 
 MATRIX_SCHEMA_VERSION = 1
 
@@ -187,7 +186,7 @@ class Matrix(VersionedModel):
     pairs: list[Pair]
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "Matrix":
+    def _unique_ids(self) -> Matrix:
         seen: set[str] = set()
         for pair in self.pairs:
             if pair.id in seen:
@@ -248,6 +247,6 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
                 row = _row_prefix(raw, tuple(exc.errors()[0]["loc"]))
                 if row:
                     err.message = err.message.replace("invalid file: ", f"invalid file{row}: ", 1)
-            except Exception:  # noqa: BLE001 - only naming the row; the error itself is already built
+            except Exception:  # noqa: BLE001, S110 - only naming the row; the error itself is already built
                 pass
         raise

@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from aipc_env.errors import InputError
 
-__all__ = ["parse_pip_list", "read_pip_list", "DuplicatePackage"]
+__all__ = ["DuplicatePackage", "parse_pip_list", "read_pip_list"]
 
 _FREEZE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([^\s;#]+)")
 _TABLE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(?:\s+.*)?$")

@@ -12,8 +12,16 @@ from aipc_env.formats import VersionedModel
 from aipc_env.matrix.model import Matrix, Pair, versions_equal
 from aipc_env.platforms import Platform
 
-__all__ = ["PinMismatch", "Resolution", "resolve_pair", "TRITON_PACKAGES", "triton_packages", "ResolveReport",
-           "ToolkitReport", "resolve_report"]
+__all__ = [
+    "TRITON_PACKAGES",
+    "PinMismatch",
+    "Resolution",
+    "ResolveReport",
+    "ToolkitReport",
+    "resolve_pair",
+    "resolve_report",
+    "triton_packages",
+]
 
 TRITON_PACKAGES = ("pytorch-triton-xpu", "triton-xpu", "triton", "triton-windows", "pytorch-triton")
 """Every distribution that installs the top-level `triton` package; exactly one may be present."""
@@ -171,17 +179,9 @@ class ResolveReport(VersionedModel):
     """`aipc-env resolve --pip-list FILE`: the resolution of a pasted package list."""
 
     FORMAT: ClassVar[str] = "resolve report"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     platform: str
-    status: Status
-    pair: str | None = None
-    candidates: list[str] = []
-    torch: str | None = None
-    torch_is_xpu: bool = False
-    matched: list[str] = []
-    missing: list[str] = []
-    mismatches: list[PinMismatch] = []
-    evidence: list[str] = []
+    resolution: Resolution
     summary: str
     triton_packages: dict[str, str]
     oneapi: str | None = None
@@ -189,7 +189,8 @@ class ResolveReport(VersionedModel):
 
     @property
     def consistent(self) -> bool:
-        return self.status in ("exact", "partial") and self.torch_is_xpu and len(self.triton_packages) <= 1
+        res = self.resolution
+        return res.status in ("exact", "partial") and res.torch_is_xpu and len(self.triton_packages) <= 1
 
 
 class ToolkitReport(VersionedModel):
@@ -206,6 +207,6 @@ def resolve_report(installed: dict[str, str], matrix: Matrix, platform: Platform
                    torch_version_xpu: str | None = None) -> ResolveReport:
     res = resolve_pair(installed, matrix, platform, torch_version_xpu=torch_version_xpu)
     pair = matrix.by_id.get(res.pair) if res.pair else None
-    return ResolveReport(platform=platform, **res.model_dump(), summary=res.summary,
+    return ResolveReport(platform=platform, resolution=res, summary=res.summary,
                          triton_packages=triton_packages(installed),
                          oneapi=pair.oneapi if pair else None, certainty=pair.certainty if pair else None)

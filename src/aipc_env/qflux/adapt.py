@@ -19,11 +19,28 @@ from typing import ClassVar, Literal
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fileio import atomic_write_bytes
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, timestamp, write_model
-from aipc_env.qflux.patches import (CALL_REWRITES, CREATED, HELPER_NAMES, HELPERS_MODULE, PATCHES, SRC,
-                                    helper_import, import_anchor)
+from aipc_env.qflux.patches import (
+    CALL_REWRITES,
+    CREATED,
+    HELPER_NAMES,
+    HELPERS_MODULE,
+    PATCHES,
+    SRC,
+    helper_import,
+    import_anchor,
+)
 
-__all__ = ["AdaptManifest", "AnchorMismatch", "Plan", "plan_adaptation", "apply_adaptation", "revert_adaptation",
-           "STATE_DIR", "load_manifest", "is_adapted"]
+__all__ = [
+    "STATE_DIR",
+    "AdaptManifest",
+    "AnchorMismatch",
+    "Plan",
+    "apply_adaptation",
+    "is_adapted",
+    "load_manifest",
+    "plan_adaptation",
+    "revert_adaptation",
+]
 
 STATE_DIR = ".aipc-adapt"
 NO_HELPER_IMPORT = {f"{SRC}/data/config.py"}

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.qflux.patches import HELPERS_MODULE, SRC
 
-__all__ = ["Finding", "CheckReport", "check_clone"]
+__all__ = ["CheckReport", "Finding", "check_clone"]
 
 
 class Finding(StrictModel):
@@ -165,7 +165,7 @@ def _structure(texts: dict[str, str], add) -> None:
                 add("WARN", "no-epoch-break", base_rel, fit.lineno + seg[: loop.start()].count("\n"),
                     "the epoch loop does not break at max_train_steps: one redundant full checkpoint per remaining "
                     "epoch")
-            if re.search(r"^\s*mp\.set_start_method\(", seg, re.M) and "except RuntimeError" not in seg:
+            if re.search(r"^\s*mp\.set_start_method\(", seg, re.MULTILINE) and "except RuntimeError" not in seg:
                 add("WARN", "spawn-unguarded", base_rel, fit.lineno, "mp.set_start_method(..., force=True) is not "
                     "guarded")
         if "checkpoints_total_limit" not in base:

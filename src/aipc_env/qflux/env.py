@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.matrix import Pair
+from aipc_env.trainenv.record import EnvRecord
+from aipc_env.trainenv.torch_source import torch_source_fix, uv_environment
 
-__all__ = ["qflux_requirements", "ensure_qflux_env", "env_python"]
+__all__ = ["ensure_qflux_env", "env_python", "qflux_requirements", "record_path"]
 
 STAMP = ".aipc-qflux-env"
+RECORD = ".aipc-env.json"
 
 
 def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torchvision: bool) -> str:
@@ -38,12 +42,21 @@ def env_python(prefix: Path) -> Path:
     return prefix / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
-def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None, log=print) -> Path:
-    """The qflux env's interpreter, building the env when its requirements changed."""
+def record_path(prefix: Path) -> Path:
+    return prefix / RECORD
+
+
+def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None,
+                     log: Callable[[str], None] = print) -> tuple[Path, EnvRecord]:
+    """The qflux env (its prefix and record), built when its requirements changed. The record names the pair only
+    when the env holds the pair's XPU torch (a CPU build is no XPU env: nothing to activate)."""
     import os
 
+    from aipc_env.fileio import atomic_write_text
+    from aipc_env.formats import load_versioned, timestamp, write_model
     from aipc_env.lock.tools import find_uv
     from aipc_env.paths import cache_dir
+    from aipc_env.platforms import current_platform
     from aipc_env.procs import run_logged
     from aipc_env.trainenv.torch_source import detect
 
@@ -54,23 +67,29 @@ def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None, log=p
     digest = hashlib.sha256((text + " ".join(source.args) + sys.version).encode()).hexdigest()[:16]
     prefix = (root or cache_dir() / "qflux-envs") / digest
     python = env_python(prefix)
-    if (prefix / STAMP).is_file() and python.is_file():
-        return python
+    if (prefix / STAMP).is_file() and python.is_file() and record_path(prefix).is_file():
+        return prefix, load_versioned(EnvRecord, record_path(prefix))
     prefix.mkdir(parents=True, exist_ok=True)
     req = prefix / "requirements-qflux.txt"
-    req.write_text(text, encoding="utf-8")
+    atomic_write_text(req, text)
     uv = find_uv()
-    log(f"qflux env: building {prefix} ({source.describe()})")
     logfile = prefix / "build.log"
-    fix = "check the network (PyPI) and the torch source (AIPC_ENV_TORCH_WHEELS / AIPC_ENV_TORCH_INDEX); log " \
-          f"{logfile}"
+    count = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("#", "-")))
+    log(f"qflux env: building {prefix} for {pair.id} ({source.describe()})")
+    log(f"qflux env: installing {count} requirements with uv (about 2 GB and a few minutes the first time; "
+        f"progress in {logfile})")
+    fix = torch_source_fix(logfile)
     try:
         run_logged([uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)], logfile, echo=False,
-                   fix=fix)
+                   fix=fix, env=uv_environment())
         run_logged([uv, "pip", "install", "--python", str(python), "-r", str(req), *source.args], logfile,
-                   echo=False, fix=fix)
+                   echo=False, fix=fix, env=uv_environment())
     except AipcError as exc:
         raise AipcError(f"the qflux env could not be built: {exc.message}", path=req, exit_code=ExitCode.PROBLEMS,
                         fix=exc.fix) from None
-    (prefix / STAMP).write_text(digest)
-    return python
+    record = EnvRecord(prefix=str(prefix), python=str(python), pair=pair.id if source.build == "xpu" else None,
+                       platform=current_platform(), built_at=timestamp())
+    write_model(record_path(prefix), record)
+    atomic_write_text(prefix / STAMP, digest)
+    log(f"qflux env: ready ({python})")
+    return prefix, record

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode, InputError
 
-__all__ = ["validate_with_clone", "LOADER_SCRIPT"]
+__all__ = ["LOADER_SCRIPT", "validate_with_clone"]
 
 LOADER_SCRIPT = Path(__file__).with_name("loader_check.py")
 

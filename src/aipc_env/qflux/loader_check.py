@@ -8,6 +8,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+
+# The clone's interpreter does not have aipc-env on its path: the exit codes come from its errors.py by path,
+# appended last so the clone's own modules win every name.
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from aipc_env.errors import ExitCode
 
 
 def main(argv: list[str]) -> int:
@@ -16,24 +22,23 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("QFLUX_DOTENV_LOADED", "1")  # importing qflux otherwise logs in to the hub
     try:
         from pydantic import ValidationError
-
         from qflux.data.config import load_config_from_yaml
     except Exception as exc:  # noqa: BLE001 - reported as data
         print(json.dumps({"ok": False, "stage": "import", "error": f"{type(exc).__name__}: {exc}", "errors": []}))
-        return 3
+        return ExitCode.INTERNAL
     try:
         cfg = load_config_from_yaml(config)
     except ValidationError as exc:
         errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
         print(json.dumps({"ok": False, "stage": "load", "error": str(exc).splitlines()[0], "errors": errors}))
-        return 1
+        return ExitCode.PROBLEMS
     except Exception as exc:  # noqa: BLE001 - e.g. OmegaConf interpolation errors
         print(json.dumps({"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}", "errors": []}))
-        return 1
+        return ExitCode.PROBLEMS
     print(json.dumps({"ok": True, "trainer": getattr(cfg.trainer, "value", str(cfg.trainer)),
                       "quantization_type": cfg.quantization_type,
                       "config": cfg.model_dump(mode="json", exclude_none=True)}, default=str))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

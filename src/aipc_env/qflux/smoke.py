@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import yaml
 
 from aipc_env.errors import AipcError, ExitCode
+from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.platforms import Platform
 
-__all__ = ["SmokeCheck", "SmokeResult", "run_smoke", "smoke_config", "smoke_pair", "STEPS"]
+__all__ = ["STEPS", "SmokeCheck", "SmokeResult", "run_smoke", "smoke_config"]
 
 STEPS = 3
 RANK, ALPHA = 4, 8
@@ -59,18 +62,21 @@ class SmokeResult(VersionedModel):
     schema_version: Literal[1] = 1
     clone: str
     trainer: Literal["QwenImageEdit", "QwenImageEditPlus"]
-    pair: str
+    pair: str | None
+    """The pair whose oneAPI the launcher activates (none: the env holds a CPU build of the torch)."""
+    pair_why: str = ""
     env_python: str
     run_dir: str
     log: str
+    launcher: str = ""
     exit_code: int
     passed: bool
     checks: list[SmokeCheck]
     seconds: float
 
     def summary(self) -> str:
-        lines = [f"smoke ({self.trainer}, {STEPS} steps, pair {self.pair}): {'PASS' if self.passed else 'FAIL'} "
-                 f"in {self.seconds:.0f} s"]
+        lines = [f"smoke ({self.trainer}, {STEPS} steps, pair {self.pair or 'none'}: {self.pair_why}): "
+                 f"{'PASS' if self.passed else 'FAIL'} in {self.seconds:.0f} s"]
         lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
         lines.append(f"  log {self.log}")
         return "\n".join(lines)
@@ -101,79 +107,72 @@ def smoke_config(run_dir: Path, *, plus: bool) -> dict:
     }
 
 
-def smoke_pair(pair_id: str | None, matrix_path: Path | None):
-    from aipc_env.matrix import load_matrix
-    from aipc_env.paths import project_root
-    from aipc_env.trainenv.torch_source import pinned_torch
-
-    matrix = load_matrix(matrix_path)
-    if pair_id:
-        pair = next((p for p in matrix.pairs if p.id == pair_id), None)
-        if pair is None:
-            raise AipcError(f"no pair {pair_id!r} in the matrix", key="--pair", fix="aipc-env matrix lists them")
-        return pair
-    try:
-        version = pinned_torch(project_root() / "environments" / "constraints-dev.txt")
-    except (OSError, ValueError):
-        version = ""
-    return next((p for p in matrix.pairs if p.newest_torch == version), matrix.pairs[-1])
+def _say(text: str) -> None:
+    print(text, flush=True)
 
 
 def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | None = None, plus: bool = False,
-              run_dir: Path | None = None, python: Path | None = None, log=print) -> SmokeResult:
+              run_dir: Path | None = None, env_prefix: Path | None = None, dry_run: bool = False,
+              log: Callable[[str], None] | None = None, platform: Platform | None = None,
+              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> SmokeResult:
+    """The smoke through the run service: the clone's qflux env (or `env_prefix`) and its pair by the one policy,
+    the pair's oneAPI activated in the launcher, upstream's cache and fit phases between a prepare and a verify
+    phase. `platform`/`toolchain` as for start_run (tests render the Windows launcher and run it under Wine)."""
     import json
 
-    from aipc_env.facts.model import OneApiInfo
     from aipc_env.fileio import atomic_write_text
-    from aipc_env.launch.execute import write_and_run
-    from aipc_env.launch.plan import Phase, plan_run
+    from aipc_env.launch.plan import Phase
+    from aipc_env.launch.service import Chosen, RunRequest, start_run
     from aipc_env.paths import cache_dir, package_root
-    from aipc_env.platforms import current_platform
     from aipc_env.qflux.adapt import is_adapted
-    from aipc_env.qflux.env import ensure_qflux_env
     from aipc_env.qflux.loader import LOADER_SCRIPT
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.run import engine_phases
 
+    log = log or _say
     clone = Path(clone).absolute()
     if not is_adapted(clone):
         raise AipcError(f"{clone} is not adapted", exit_code=ExitCode.PROBLEMS, fix="run `aipc-env adapt CLONE` first")
     t0 = time.perf_counter()
-    pair = smoke_pair(pair_id, matrix_path)
-    python = python or ensure_qflux_env(clone, pair, log=log)
     run_dir = (run_dir or cache_dir() / "qflux-smoke" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")).absolute()
     (run_dir / "shim").mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "shim" / "sitecustomize.py", SHIM)
     config = run_dir / "config.yaml"
     atomic_write_text(config, yaml.safe_dump(smoke_config(run_dir, plus=plus), sort_keys=False))
-    py, src = str(python), str(clone / "src")
-    phases = [
-        Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir)]
-              + (["--plus"] if plus else [])),
-        Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
-        # the cache and fit phases exactly as `aipc-env train` runs a qflux config
-        *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
-                                   output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
-        Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
-                                   "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
-                                   str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK), "--alpha",
-                                   str(ALPHA)]),
-    ]
-    plan = plan_run(platform=current_platform(), run_dir=str(run_dir), python=py, pair=None, oneapi=OneApiInfo(),
-                    msvc=None, phases=phases, log_file=str(run_dir / "smoke.log"),
-                    pythonpath=[str(run_dir / "shim"), str(package_root())], device=None, engine="qflux",
-                    extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-                    files={"accelerate_config.yaml": ACCELERATE})
+
+    def phases(chosen: Chosen) -> list[Phase]:
+        py, src = chosen.python, str(clone / "src")
+        return [
+            Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir)]
+                  + (["--plus"] if plus else [])),
+            Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
+            # the cache and fit phases exactly as `aipc-env train` runs a qflux config
+            *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
+                                       output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
+            Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
+                                       "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
+                                       str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK),
+                                       "--alpha", str(ALPHA)]),
+        ]
+
     log(f"smoke: {clone} in {run_dir}")
-    _, rc = write_and_run(plan)
+    outcome = start_run(RunRequest(
+        command="smoke", run_dir=run_dir, log_file=run_dir / "smoke.log", phases=phases, env_flag=env_prefix,
+        pair_flag=pair_id, matrix_path=matrix_path, engine="qflux", qflux_clone=clone, dry_run=dry_run,
+        extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        files={"accelerate_config.yaml": ACCELERATE}, pythonpath=[str(run_dir / "shim"), str(package_root())],
+        say=log), platform=platform, toolchain=toolchain)
+    rc = outcome.exit_code
     checks: list[SmokeCheck] = []
     verify = run_dir / "verify.json"
     if verify.is_file():
         checks = [SmokeCheck(**c) for c in json.loads(verify.read_text(encoding="utf-8"))["checks"]]
-    else:
+    elif not dry_run:
         checks.append(SmokeCheck(name="phases", ok=False, detail=f"the run stopped with exit code {rc} before the "
-                                 f"checks; see {plan.log_file}"))
-    return SmokeResult(clone=str(clone), trainer="QwenImageEditPlus" if plus else "QwenImageEdit", pair=pair.id,
-                       env_python=py, run_dir=str(run_dir), log=plan.log_file, exit_code=rc,
-                       passed=rc == 0 and bool(checks) and all(c.ok for c in checks), checks=checks,
+                                 f"checks; see {outcome.plan.log_file}"))
+    pair = outcome.pair
+    return SmokeResult(clone=str(clone), trainer="QwenImageEditPlus" if plus else "QwenImageEdit",
+                       pair=pair.pair.id if pair.pair else None, pair_why=pair.why, env_python=str(outcome.env.python),
+                       run_dir=str(run_dir), log=outcome.plan.log_file, launcher=str(outcome.script), exit_code=rc,
+                       passed=rc == ExitCode.OK and bool(checks) and all(c.ok for c in checks), checks=checks,
                        seconds=round(time.perf_counter() - t0, 1))

@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from aipc_env.errors import ExitCode
+
 __all__ = ["main"]
 
 
@@ -108,12 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     quiet_bitsandbytes_notices()
     if args.step == "prepare":
         print(json.dumps(prepare(args.out, args.plus)))
-        return 0
+        return ExitCode.OK
     result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha)
     (args.run / "verify.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     for c in result["checks"]:
         print(f"smoke: {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}", flush=True)
-    return 0 if result["passed"] else 1
+    return ExitCode.OK if result["passed"] else ExitCode.PROBLEMS
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from aipc_env.errors import AipcError, InputError
 from aipc_env.formats import StrictModel, VersionedModel, write_model
 
-__all__ = ["CompareRequest", "CompareManifest", "CompareSample", "run_compare"]
+__all__ = ["CompareManifest", "CompareRequest", "CompareSample", "run_compare"]
 
 
 class CompareSample(StrictModel):
@@ -103,8 +103,8 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
     from diffusers import DiffusionPipeline
     from PIL import Image
 
-    from aipc_env.train.compat import processor_without_video
     from aipc_env.dataset import scan_dataset
+    from aipc_env.train.compat import processor_without_video
 
     if not (req.model_path / "model_index.json").is_file():
         raise InputError("not a diffusers model folder (no model_index.json)", path=req.model_path,

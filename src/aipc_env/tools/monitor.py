@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.errors import ExitCode
 from aipc_env.facts.memory import system_memory
 from aipc_env.formats import VersionedModel
 from aipc_env.procs import pid_alive
 
-__all__ = ["DeviceMemory", "run_monitor", "main", "FIELDS", "add_arguments", "MonitorReport"]
+__all__ = ["FIELDS", "DeviceMemory", "MonitorReport", "add_arguments", "main", "run_monitor"]
 
 FIELDS = ["time", "elapsed_s", "system_used_gb", "system_available_gb", "device_used_gb", "device_total_gb"]
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
     print(f"monitor: {n} samples in {args.out}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ from aipc_env.fileio import atomic_dir
 from aipc_env.formats import VersionedModel
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb
 
-__all__ = ["QuantizeResult", "quantize_transformer", "quantize_text_encoder", "load_nf4_transformer",
-           "is_prequantized"]
+__all__ = [
+    "QuantizeResult",
+    "is_prequantized",
+    "load_nf4_transformer",
+    "quantize_text_encoder",
+    "quantize_transformer",
+]
 
 MARKER = "aipc_nf4.json"
 

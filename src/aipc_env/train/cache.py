@@ -22,8 +22,17 @@ from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
 from aipc_env.train.progress import PhaseProgress
 
-__all__ = ["CACHE_SCHEMA_VERSION", "CacheIndex", "entry_key", "entry_path", "read_entry", "write_entry", "run_cache",
-           "list_entries", "load_index"]
+__all__ = [
+    "CACHE_SCHEMA_VERSION",
+    "CacheIndex",
+    "entry_key",
+    "entry_path",
+    "list_entries",
+    "load_index",
+    "read_entry",
+    "run_cache",
+    "write_entry",
+]
 
 CACHE_SCHEMA_VERSION = 1
 ENTRY_KIND = "aipc-env cache entry"
@@ -224,7 +233,11 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
         keys = [k for k, _ in entries]
         if todo:
             plus = json.loads((Path(cfg.model.path) / "model_index.json").read_text())["_class_name"].endswith("PlusPipeline")
+            log(f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
+                f"{len(todo)} sample(s) ...")
+            t_load = time.perf_counter()
             pipe = _load_encoders(cfg, device, dtype)
+            log(f"cache: encoders ready in {time.perf_counter() - t_load:.1f} s; encoding")
             with PhaseProgress("cache", len(todo), unit="samples", log=log) as progress:
                 for key, sample in todo:
                     t = time.perf_counter()

@@ -12,8 +12,18 @@ from aipc_env.errors import InputError
 from aipc_env.formats import VersionedModel, load_versioned
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 
-__all__ = ["CheckpointState", "checkpoint_dirs", "find_resume", "resume_dir", "training_fingerprint", "model_identity",
-           "check_resume", "save_checkpoint", "restore_checkpoint", "STATE_FILE"]
+__all__ = [
+    "STATE_FILE",
+    "CheckpointState",
+    "check_resume",
+    "checkpoint_dirs",
+    "find_resume",
+    "model_identity",
+    "restore_checkpoint",
+    "resume_dir",
+    "save_checkpoint",
+    "training_fingerprint",
+]
 
 STATE_FILE = "state.json"
 

@@ -23,7 +23,7 @@ def processor_without_video() -> bool:
             import torchvision  # noqa: F401
 
             return False
-        except Exception:  # noqa: BLE001 - a torchvision that does not import is as good as none
+        except Exception:  # noqa: BLE001, S110 - a torchvision that does not import is as good as none
             pass
     import transformers
 

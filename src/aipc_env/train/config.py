@@ -12,9 +12,20 @@ from aipc_env.errors import InputError
 from aipc_env.fileio import read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
-__all__ = ["TrainConfig", "load_config", "load_run_config", "check_run_inputs", "find_todos", "refuse_todos", "absolute_path",
-           "resolve_path_keys", "BUILTIN_TINY",
-           "BUILTIN_SYNTHETIC", "CONFIG_VERSION", "PATH_BASE_HELP"]
+__all__ = [
+    "BUILTIN_SYNTHETIC",
+    "BUILTIN_TINY",
+    "CONFIG_VERSION",
+    "PATH_BASE_HELP",
+    "TrainConfig",
+    "absolute_path",
+    "check_run_inputs",
+    "find_todos",
+    "load_config",
+    "load_run_config",
+    "refuse_todos",
+    "resolve_path_keys",
+]
 
 CONFIG_VERSION = 1
 MAX_CONFIG_BYTES = 1 << 20
@@ -124,7 +135,7 @@ class TrainConfig(VersionedModel):
         return value
 
     @model_validator(mode="after")
-    def _engine_sections(self) -> "TrainConfig":
+    def _engine_sections(self) -> TrainConfig:
         if self.engine == "qflux" and self.qflux is None:
             raise ValueError("engine qflux needs a 'qflux' section with 'clone' and 'config'")
         if self.engine == "builtin" and (self.model is None or self.data is None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["pick_device", "require_device", "compute_dtype", "device_memory_mb", "peak_rss_mb", "DEVICE_FIX"]
+__all__ = ["DEVICE_FIX", "compute_dtype", "device_memory_mb", "peak_rss_mb", "pick_device", "require_device"]
 
 DEVICE_FIX = ("run `aipc-env doctor --probe-device` and follow its fixes (GPU driver, ONEAPI_DEVICE_SELECTOR, the "
               "render group on Linux), or set `device: auto` to train on what this machine has")

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from aipc_env.errors import AipcError
+from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig, load_run_config
 
 
@@ -64,18 +64,18 @@ def main(argv: list[str] | None = None) -> int:
 
             device, dtype = _device_and_dtype(cfg)
             run_cache(cfg, device, dtype, log=_log)
-            return 0
+            return ExitCode.OK
         from aipc_env.train.fit import run_fit
 
         rc = run_fit(cfg, log=_log)
-        if rc == 0:
+        if rc == ExitCode.OK:
             check_reload(cfg)
         return rc
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        return 130  # the runner says so in one line
+        return ExitCode.INTERRUPTED  # the runner says so in one line
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
         import traceback
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 fh.write(traceback.format_exc())
         print(f"aipc-env: internal error in the {args.phase} phase: {type(exc).__name__}: {exc}"
               + (f" (traceback in {log})" if log else ""), file=sys.stderr)
-        return 3
+        return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

@@ -12,16 +12,23 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.errors import AipcError
+from aipc_env.errors import AipcError, ExitCode
+from aipc_env.fileio import respect_umask
 from aipc_env.formats import VersionedModel, write_model
-from aipc_env.train.checkpoint import (CheckpointState, model_identity, restore_checkpoint, resume_dir,
-                                       save_checkpoint, training_fingerprint)
+from aipc_env.train.checkpoint import (
+    CheckpointState,
+    model_identity,
+    restore_checkpoint,
+    resume_dir,
+    save_checkpoint,
+    training_fingerprint,
+)
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
 
-__all__ = ["run_fit", "load_transformer", "collate", "FitSummary"]
+__all__ = ["FitSummary", "collate", "load_transformer", "run_fit"]
 
 
 class FitSummary(VersionedModel):
@@ -177,7 +184,13 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     from accelerate.utils import set_seed
 
     set_seed(cfg.train.seed)  # LoRA init and everything after it is a function of the seed
+    assert cfg.model
+    how = ("pre-quantized NF4" if cfg.model.transformer_path else
+           "quantizing to NF4 on load" if device.type != "cpu" else "then quantizing its Linear layers to NF4")
+    log(f"fit: loading the transformer ({cfg.model.transformer_path or cfg.model.path}; {how}) ...")
+    t_load = time.perf_counter()
     model = load_transformer(cfg, device, dtype)
+    log(f"fit: transformer ready in {time.perf_counter() - t_load:.1f} s")
     model.requires_grad_(False)
     model.add_adapter(LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=cfg.lora.target_modules,
                                  init_lora_weights=cfg.lora.init if cfg.lora.init == "gaussian" else True))
@@ -214,6 +227,9 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
     t_step = time.perf_counter()
     progress = PhaseProgress("fit", cfg.train.max_train_steps, unit="steps", done=step, log=log)
+    if step < cfg.train.max_train_steps:
+        log(f"fit: step {step + 1} starting (the first one also compiles kernels: on an XPU Triton's JIT can take "
+            "a minute or more the first time)")
     with log_path.open("w", encoding="utf-8") as fh, progress:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
@@ -241,7 +257,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             step += 1
             if not math.isfinite(total):
                 log(f"fit: loss is {total} at step {step}; stopping")
-                return 1
+                return ExitCode.PROBLEMS
             smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
             now = time.perf_counter()
             row = {"step": step, "loss": round(total, 6), "smoothed_loss": round(smoothed, 6),
@@ -260,9 +276,10 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     QwenImageEditPipeline.save_lora_weights(
         lora_dir, transformer_lora_layers=get_peft_model_state_dict(model),
         transformer_lora_adapter_metadata=model.peft_config["default"].to_dict())
+    respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
     summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / "pytorch_lora_weights.safetensors"),
                          final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None)
     write_model(out / "fit_summary.json", summary)
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
-    return 0
+    return ExitCode.OK

@@ -17,7 +17,7 @@ def console_attached() -> bool:
 
 
 def _eta(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds} s"
 
 
@@ -33,8 +33,14 @@ class PhaseProgress:
         if console_attached() and total > 0:
             try:
                 from rich.console import Console
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                           TimeRemainingColumn)
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
+                    TimeRemainingColumn,
+                )
             except ImportError:  # rich is optional inside a training env
                 return
             console = Console(file=sys.stdout, force_terminal=True, highlight=False, soft_wrap=True)
@@ -43,7 +49,7 @@ class PhaseProgress:
                                   TimeRemainingColumn(), console=console, transient=False)
             self._task = self._rich.add_task(label, total=total, completed=done, rate="")
 
-    def __enter__(self) -> "PhaseProgress":
+    def __enter__(self) -> PhaseProgress:  # noqa: PYI034 - typing_extensions.Self is not in every training env
         if self._rich is not None:
             self._rich.start()
         return self

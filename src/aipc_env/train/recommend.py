@@ -8,13 +8,27 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from aipc_env.facts.memory import ram_tier_gb
 from aipc_env.errors import AipcError, InputError
+from aipc_env.facts.memory import ram_tier_gb
 from aipc_env.facts.model import Facts
 from aipc_env.formats import VersionedModel
 
-__all__ = ["Machine", "ProbeJson", "machine_from_facts", "machine_from_probe", "Recommendation", "recommend",
-           "qflux_config", "TODO_MODEL", "TODO_OUTPUT", "RecommendReport", "SelectedPattern"]
+__all__ = [
+    "SMOKE_FIX",
+    "SMOKE_STEPS",
+    "TODO_MODEL",
+    "TODO_OUTPUT",
+    "Machine",
+    "ProbeJson",
+    "RecommendReport",
+    "Recommendation",
+    "SelectedPattern",
+    "machine_from_facts",
+    "machine_from_probe",
+    "qflux_config",
+    "recommend",
+    "smoke_config",
+]
 
 TODO_MODEL = "TODO: local Qwen-Image-Edit-2511 folder (huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir ...)"
 TODO_CACHE = "TODO: cache folder (embeddings and latents)"
@@ -81,19 +95,27 @@ def _dataset_kind(path: str | None) -> str | None:
     return "local"
 
 
+SMOKE_FIX = ("to try the whole path on this machine first: `aipc-env recommend --smoke --out smoke.yaml`, then "
+             "`aipc-env train smoke.yaml` (this machine's settings on the built-in tiny model, under a minute)")
+
+
 def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool = False, fast: bool = False,
-              model_path: str | None = None, output_dir: str | None = None) -> Recommendation:
+              model_path: str | None = None, output_dir: str | None = None, smoke: bool = False) -> Recommendation:
+    """The §5 config for the machine's RAM tier. Below 32 GB it is refused unless forced, or written for the
+    tiny model (`smoke`: see smoke_config)."""
     if machine.ram_bytes is None:
         raise InputError("the machine's RAM is unknown", fix="pass facts from `aipc-env doctor --save-facts`")
     tier = ram_tier_gb(machine.ram_bytes)
     notes: list[str] = []
     selected: list[tuple[str, str]] = []
     if tier < 32:
-        if not force:
+        if not (force or smoke):
             raise AipcError(f"{tier} GB machines are not supported: the NF4 transformer alone needs ~10 GB of GPU "
                             "allocation, leaving no room for activations on unified memory",
-                            fix="use a 32 GB (or larger) machine, or pass --force to write a config anyway")
-        notes.append(f"{tier} GB is below the supported minimum (32 GB); forced")
+                            fix=f"use a 32 GB (or larger) machine, or pass --force to write a config anyway; "
+                                f"{SMOKE_FIX}")
+        notes.append(f"{tier} GB is below the supported minimum (32 GB); "
+                     + ("a smoke config for the tiny model only" if smoke else "forced"))
     if fast:
         size = [256, 448]
     elif tier >= 64:
@@ -133,6 +155,32 @@ def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool 
     if machine.xpu_available is False:
         notes.append("the probe saw no XPU device: training would run on the CPU (fix the driver first)")
     return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier)
+
+
+SMOKE_STEPS = 20
+
+
+def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[str]]:
+    """The recommended config changed only where the built-in tiny model must: the model and data (tiny random
+    model, synthetic samples, 64 px), the step counts, no workers, and the output folder. Optimizer, LoRA, gradient
+    checkpointing and accumulation, caption dropout and the device stay as recommended. Returns the config and
+    the keys it changed."""
+    import copy
+
+    from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY
+
+    cfg = copy.deepcopy(rec.config)
+    changed = {"model.path": BUILTIN_TINY, "data.datasets": [BUILTIN_SYNTHETIC], "data.target_size": [64, 64],
+               "data.synthetic_samples": 8, "data.num_workers": 0, "train.max_train_steps": SMOKE_STEPS,
+               "train.warmup_steps": 2, "train.checkpointing_steps": SMOKE_STEPS // 2, "output_dir": output_dir}
+    for dotted, value in changed.items():
+        node = cfg
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    dropped = [f"model.{key}" for key in ("text_encoder_path", "transformer_path") if cfg["model"].pop(key, None)]
+    return cfg, sorted([*changed, *dropped])
 
 
 def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = True,

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.fileio import atomic_write_text
-from aipc_env.launch.plan import LaunchPlan, Phase, plan_run
-from aipc_env.matrix import Pair
-from aipc_env.paths import package_root
-from aipc_env.platforms import Platform
+from aipc_env.launch.plan import Phase
+from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 
-__all__ = ["accelerate_config_text", "engine_phases", "plan_training", "default_config", "write_default_config",
-           "ACCELERATE_CONFIG"]
+__all__ = ["ACCELERATE_CONFIG", "accelerate_config_text", "default_config", "engine_phases", "training_request",
+           "write_default_config"]
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 
@@ -53,16 +51,23 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
             Phase(name="fit", argv=[*accel, "aipc_env.train.engine", "--phase", "fit", "--config", cfg_arg])]
 
 
-def plan_training(cfg: TrainConfig, config_path: Path, *, python: str, pair: Pair | None, oneapi: OneApiInfo,
-                  msvc: MsvcInfo | None, platform: Platform) -> LaunchPlan:
+def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> RunRequest:
+    """The run service's request for a training run: the engine's phases (cache, fit under accelerate), the memory
+    monitor beside them, the accelerate config, the config's device and env; a qflux config runs in its clone's
+    qflux env. `options`: the request's env_flag, pair_flag, matrix_path, dry_run, check, stdout, announce."""
     run_dir = Path(cfg.output_dir)
-    background = [Phase(name="monitor", argv=[python, "-m", "aipc_env.tools.monitor", "--out",
-                                              str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
-    return plan_run(platform=platform, run_dir=str(run_dir), python=python, pair=pair, oneapi=oneapi, msvc=msvc,
-                    phases=engine_phases(cfg, config_path, python, run_dir / ACCELERATE_CONFIG),
-                    log_file=str(run_dir / "train.log"), pythonpath=[str(package_root())],
-                    device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine, extra_env=cfg.env,
-                    background=background, files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)})
+
+    def background(chosen: Chosen) -> list[Phase]:
+        return [Phase(name="monitor", argv=[chosen.python, "-m", "aipc_env.tools.monitor", "--out",
+                                            str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
+
+    return RunRequest(command="train", run_dir=run_dir, log_file=run_dir / "train.log",
+                      phases=lambda chosen: engine_phases(cfg, config_path, chosen.python,
+                                                          run_dir / ACCELERATE_CONFIG),
+                      background=background, device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine,
+                      qflux_clone=Path(cfg.qflux.clone) if cfg.engine == "qflux" and cfg.qflux else None,
+                      extra_env=dict(cfg.env), files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)},
+                      **options)
 
 
 def default_config(run_dir: Path) -> dict:

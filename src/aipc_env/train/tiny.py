@@ -13,8 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["TINY_TRANSFORMER_CONFIG", "LORA_TARGETS", "build_tiny_transformer", "quantize_linear_layers_nf4",
-           "TinyBatch", "make_batch", "pack_latents"]
+__all__ = [
+    "LORA_TARGETS",
+    "TINY_TRANSFORMER_CONFIG",
+    "TinyBatch",
+    "build_tiny_transformer",
+    "make_batch",
+    "pack_latents",
+    "quantize_linear_layers_nf4",
+]
 
 TINY_TRANSFORMER_CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
                                num_attention_heads=4, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
@@ -87,7 +94,7 @@ class TinyBatch:
     img_shapes: list
     """[[(1, h, w), (1, h, w)]] * B: target then control."""
 
-    def to(self, device, dtype=None, **_kwargs) -> "TinyBatch":
+    def to(self, device, dtype=None, **_kwargs) -> TinyBatch:
         """Move (and cast) the tensors; accepts accelerate's send_to_device call (device only)."""
         return TinyBatch(self.target.to(device, dtype), self.control.to(device, dtype),
                          self.prompt_embeds.to(device, dtype),

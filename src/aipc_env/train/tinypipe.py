@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aipc_env.fileio import atomic_dir
 
-__all__ = ["build_tiny_pipeline", "SPECIAL_TOKENS", "EDIT_TEMPLATE_PREFIX_TOKENS"]
+__all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                   "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
@@ -70,9 +70,19 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
 
     import torch
     import transformers
-    from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline,
-                           QwenImageEditPlusPipeline, QwenImageTransformer2DModel)
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImageEditPipeline,
+        QwenImageEditPlusPipeline,
+        QwenImageTransformer2DModel,
+    )
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+    )
 
     legacy = int(transformers.__version__.split(".")[0]) < 5
     """transformers 4.x (qwen-image-finetune pins 4.52.4): the fast tokenizer class, rope_scaling for mrope."""

@@ -23,9 +23,24 @@ from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.lock import specs
 from aipc_env.lock.lock import Indexes, compile_pylock, tool_version
-from aipc_env.lock.lockfile import LockMeta, check_pylock, conda_lock_path, meta_path, pylock_path, read_meta, read_pylock
-from aipc_env.lock.tools import (MINIFORGE_HINT, CondaTool, conda_create_argv, conda_render_argv, find_uv,
-                                 uv_install_argv, uv_venv_argv)
+from aipc_env.lock.lockfile import (
+    LockMeta,
+    check_pylock,
+    conda_lock_path,
+    meta_path,
+    pylock_path,
+    read_meta,
+    read_pylock,
+)
+from aipc_env.lock.tools import (
+    MINIFORGE_HINT,
+    CondaTool,
+    conda_create_argv,
+    conda_render_argv,
+    find_uv,
+    uv_install_argv,
+    uv_venv_argv,
+)
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 from aipc_env.procs import ProbeFailed, run_capture, run_logged
@@ -33,7 +48,7 @@ from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, comput
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 from aipc_env.trainenv.select import env_python
 
-__all__ = ["EnvRequest", "EnvResult", "EnvBuildReport", "build_env", "check_env", "install_bundle", "MANIFEST_NAME"]
+__all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_bundle"]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
 

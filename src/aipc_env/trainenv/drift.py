@@ -13,8 +13,15 @@ from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import versions_equal
 from aipc_env.platforms import Platform, marker_environment
 
-__all__ = ["DriftItem", "compute_drift", "IGNORED", "Manifest", "ManifestPackage", "EnvCheckReport",
-           "locked_packages"]
+__all__ = [
+    "IGNORED",
+    "DriftItem",
+    "EnvCheckReport",
+    "Manifest",
+    "ManifestPackage",
+    "compute_drift",
+    "locked_packages",
+]
 
 IGNORED = {"pip", "setuptools", "wheel"}
 """Installed by the conda layer (or venv seeding), not by the pip layer."""

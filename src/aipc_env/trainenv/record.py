@@ -10,9 +10,20 @@ from aipc_env.facts.model import VerifyRecord
 from aipc_env.formats import VersionedModel, load_versioned, write_model
 from aipc_env.paths import state_dir
 
-__all__ = ["EnvRecord", "UsedEnvRecord", "VerifyState", "read_env_record", "write_env_record",
-           "read_used_env", "write_used_env", "read_verify_record", "write_verify_record", "env_record_path",
-           "used_env_path", "verify_record_path"]
+__all__ = [
+    "EnvRecord",
+    "UsedEnvRecord",
+    "VerifyState",
+    "env_record_path",
+    "read_env_record",
+    "read_used_env",
+    "read_verify_record",
+    "used_env_path",
+    "verify_record_path",
+    "write_env_record",
+    "write_used_env",
+    "write_verify_record",
+]
 
 
 class EnvRecord(VersionedModel):

@@ -31,8 +31,16 @@ from aipc_env.fileio import atomic_write_bytes, decode_text
 from aipc_env.formats import VersionedModel
 from aipc_env.matrix import Pair
 
-__all__ = ["EditResult", "RequirementsReport", "edit_requirements", "apply_edits", "CUDA_ONLY", "MARK",
-           "specifiers_conflict", "split_lines"]
+__all__ = [
+    "CUDA_ONLY",
+    "MARK",
+    "EditResult",
+    "RequirementsReport",
+    "apply_edits",
+    "edit_requirements",
+    "specifiers_conflict",
+    "split_lines",
+]
 
 CUDA_ONLY = {"transformer-engine": "transformer_engine is CUDA-only (no XPU build; its source build needs nvcc)",
              "flash-attn": "flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)"}

@@ -1,42 +1,51 @@
 """THE env and pair policy: which training env a command uses, and which pair it is for. Used by doctor, train,
-verify, env and patch-requirements; nothing else decides either.
+verify, distill, the qflux smoke (through the run service), env, patch-requirements, fleet and container; nothing
+else decides either.
 
 Env, first match wins:
   1. `--env PREFIX` (flag)
-  2. the env built by `aipc-env env` (state: env.json)
-  3. the env the last `train`/`verify` ran in (used: last-env.json), when it still exists
-  4. the active conda env (CONDA_PREFIX), when it is not this interpreter's
-  5. this interpreter (current)
+  2. for a qflux run (`engine: qflux`, `adapt --smoke`): the clone's qflux env, built when missing (qflux)
+  3. the env built by `aipc-env env` (state: env.json)
+  4. the env the last `train`/`verify`/`distill` ran in (used: last-env.json), when it still exists
+  5. the active conda env (CONDA_PREFIX), when it is not this interpreter's
+  6. this interpreter (current)
 
-Pair, first match wins (`fallback=True` adds 4 and 5 for commands that build or edit for a pair):
+Pair, first match wins (`fallback=True` adds 4-6 for commands that build or edit for a pair):
   1. `--pair ID`
-  2. the pair recorded when aipc-env built the chosen env
-  3. the pair resolved from the env's installed packages
+  2. the pair resolved from the env's installed packages (what is installed decides what is activated)
+  3. the pair recorded when aipc-env built the chosen env (its packages no longer say: a drifted env)
   4. the newest confirmed pair matching an installed oneAPI toolkit
-  5. the newest confirmed pair for this platform
+  5. the pair whose torch the local wheel folder holds (AIPC_ENV_TORCH_WHEELS), so an offline machine gets a
+     pair it can install
+  6. the newest confirmed pair for this platform
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from aipc_env.errors import InputError
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.platforms import Platform
 from aipc_env.trainenv.record import EnvRecord, read_env_record, read_used_env
 
-__all__ = ["EnvSource", "EnvChoice", "PairChoice", "choose_env", "choose_pair", "env_and_pair", "env_python",
-           "SOURCE_WORDS"]
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.matrix.resolve import Resolution
 
-EnvSource = Literal["flag", "state", "used", "conda", "current"]
+__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "PairChoice", "choose_env", "choose_pair", "env_and_pair",
+           "env_python", "offered_torch_versions"]
+
+EnvSource = Literal["flag", "qflux", "state", "used", "conda", "current"]
 SOURCE_WORDS: dict[str, str] = {
     "flag": "given with --env",
+    "qflux": "the clone's qflux env, built by aipc-env",
     "state": "built by `aipc-env env`",
-    "used": "the env the last `aipc-env train`/`verify` ran in",
+    "used": "the env the last `aipc-env train`/`verify`/`distill` ran in",
     "conda": "the active conda env",
     "current": "this interpreter; no training env is built or recorded",
 }
@@ -115,35 +124,73 @@ def _release_key(release: str) -> tuple[int, ...]:
 
 
 def choose_pair(matrix: Matrix, platform: Platform, *, flag: str | None = None, env: EnvChoice | None = None,
-                distributions: dict[str, str] | None = None, toolkits: list[str] | None = None,
-                fallback: bool = False) -> PairChoice:
-    """The pair by the policy above (None: the env is not an XPU env and no fallback was asked for)."""
+                distributions: dict[str, str] | None = None, recorded: str | None = None,
+                resolution: Resolution | None = None, toolkits: list[str] | None = None,
+                offered_torch: list[str] | None = None, fallback: bool = False) -> PairChoice:
+    """The pair by the policy above (None: the env is not an XPU env and no fallback was asked for). `recorded`
+    (else the env's record) is the pair an env was built for; `resolution` a resolution of `distributions` made
+    already (the doctor's); `offered_torch` the torch versions a local wheel folder holds."""
     if flag:
         return PairChoice(matrix.get(flag), "--pair")
-    if env is not None and env.record is not None and env.record.pair:
-        pair = matrix.by_id.get(env.record.pair)
-        if pair is not None:
-            return PairChoice(pair, "recorded when aipc-env built the env")
-    if distributions:
+    if resolution is None and distributions:
         from aipc_env.matrix.resolve import resolve_pair
 
-        res = resolve_pair(distributions, matrix, platform)
-        if res.pair:
-            return PairChoice(matrix.by_id[res.pair], "resolved from the env's packages")
+        resolution = resolve_pair(distributions, matrix, platform)
+    if resolution is not None and resolution.pair:
+        return PairChoice(matrix.by_id[resolution.pair], "resolved from the env's packages")
+    recorded = recorded or (env.record.pair if env is not None and env.record is not None else None)
+    if recorded and recorded in matrix.by_id:
+        return PairChoice(matrix.by_id[recorded], "recorded when aipc-env built the env")
     if not fallback:
         return PairChoice(None, "the env has no torch+xpu or Intel runtime packages")
     for release in sorted(toolkits or [], key=_release_key, reverse=True):
         usable = [p for p in matrix.for_toolkit(release) if p.certainty == "confirmed" and p.supports(platform)]
         if usable:
             return PairChoice(usable[0], f"matches the installed oneAPI {release}")
+    for version in offered_torch or []:
+        usable = [p for p in matrix.pairs if p.newest_torch == version and p.supports(platform)]
+        if usable:
+            return PairChoice(usable[-1], f"its torch {version} is in the local wheel folder")
     return PairChoice(matrix.newest(platform), "newest supported pair")
 
 
-def env_and_pair(matrix: Matrix, platform: Platform, *, env_flag: Path | None,
-                 pair_flag: str | None) -> tuple[EnvChoice, PairChoice]:
-    """The env a run uses and its pair (no fallback: a CPU/CUDA env has no pair), for train and verify."""
+def offered_torch_versions(environ: dict[str, str] | None = None) -> list[str]:
+    """The torch versions of the wheels in AIPC_ENV_TORCH_WHEELS (newest first); [] without a folder."""
+    from packaging.version import InvalidVersion, Version
+
+    from aipc_env.trainenv.torch_source import ENV_VARS
+
+    folder = (os.environ if environ is None else environ).get(ENV_VARS["wheels"])
+    if not folder or not Path(folder).is_dir():
+        return []
+    versions = set()
+    for wheel in Path(folder).glob("torch-*.whl"):
+        try:
+            versions.add(Version(wheel.name.split("-")[1]).base_version)
+        except (IndexError, InvalidVersion):
+            continue
+    return sorted(versions, key=Version, reverse=True)
+
+
+def env_and_pair(matrix: Matrix, platform: Platform, *, env_flag: Path | None, pair_flag: str | None,
+                 qflux_clone: Path | None = None, toolkits: list[str] | None = None,
+                 log: Callable[[str], None] = print) -> tuple[EnvChoice, PairChoice]:
+    """The env a run uses and its pair, by the policy above: train, verify, distill and the qflux smoke (through
+    the run service). A qflux run without --env gets the clone's qflux env, built for the pair the policy picks
+    (with fallback: the env is made for it); other envs have a pair only if they are XPU envs."""
     from aipc_env.facts.gather import inspect_env
 
+    if qflux_clone is not None and env_flag is None:
+        from aipc_env.qflux.env import ensure_qflux_env
+
+        pair = choose_pair(matrix, platform, flag=pair_flag, toolkits=toolkits,
+                           offered_torch=offered_torch_versions(), fallback=True)
+        assert pair.pair is not None
+        prefix, record = ensure_qflux_env(Path(qflux_clone), pair.pair, log=log)
+        env = EnvChoice(prefix, env_python(prefix), "qflux", record)
+        if record.pair is None:  # a CPU build of the pair's torch: not an XPU env, nothing to activate
+            return env, PairChoice(None, f"the qflux env has the CPU build of {pair.pair.id}'s torch")
+        return env, PairChoice(pair.pair, pair.why)
     env = choose_env(env_flag)
     installed = None if pair_flag else inspect_env(env.prefix, env.python, source=env.source,
                                                    current=env.is_current).distributions

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["TorchSource", "plan_torch_install", "detect", "pinned_torch", "PYTORCH_INDEX", "ENV_VARS", "take_options"]
+__all__ = ["ENV_VARS", "PYTORCH_INDEX", "UV_TLS", "TorchSource", "detect", "pinned_torch", "plan_torch_install",
+           "take_options", "torch_source_fix", "uv_environment"]
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 PYPI = "https://pypi.org/simple"
 ENV_VARS = {"build": "AIPC_ENV_TORCH", "index": "AIPC_ENV_TORCH_INDEX", "wheels": "AIPC_ENV_TORCH_WHEELS"}
 Build = Literal["xpu", "cpu"]
+UV_TLS = {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"}
+"""uv reads the system certificate store (corporate proxies that re-sign HTTPS): UV_SYSTEM_CERTS for uv >= 0.13,
+UV_NATIVE_TLS for older ones (a newer uv ignores it quietly when both are set)."""
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,21 @@ def take_options(posargs: list[str]) -> tuple[dict[str, str], list[str]]:
             rest.append(arg)
         i += 1
     return overrides, rest
+
+
+def uv_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment uv runs in: this one plus the system certificate store (unless the user chose otherwise)."""
+    env = dict(os.environ if environ is None else environ)
+    for name, value in UV_TLS.items():
+        env.setdefault(name, value)
+    return env
+
+
+def torch_source_fix(log: Path | str | None = None) -> str:
+    """What to do when torch could not be installed: the index is unreachable (offline, a firewall, a proxy) or
+    serves no such wheel. Names both ways around it."""
+    where = f"; uv's own words are in {log}" if log else ""
+    return (f"the PyTorch index ({PYTORCH_INDEX}) or PyPI could not be reached, or had no such wheel. Offline or "
+            f"behind a firewall, set {ENV_VARS['wheels']}=<folder holding the torch wheel> or "
+            f"{ENV_VARS['index']}=<URL of a mirror of the PyTorch index>; behind a proxy that re-signs HTTPS, add "
+            f"its certificate to the system store (uv reads it){where}")

@@ -25,10 +25,18 @@ from aipc_env.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 quiet_bitsandbytes_notices()
 import torch  # noqa: E402
 
+from aipc_env.errors import ExitCode  # noqa: E402
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
+PROGRESS_SECONDS = 5.0
+"""A long step says where it is at least this often."""
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -186,7 +194,7 @@ def step_adam8bit(ctx: dict) -> dict:
     first = None
     t0 = time.perf_counter()
     try:
-        for i in range(20):
+        for _ in range(20):
             for a, b in zip(p8, p32):
                 grad = (torch.randn(a.shape, generator=g) * 0.01 + 0.002).to(device)
                 a.grad, b.grad = grad.clone(), grad.clone()
@@ -286,8 +294,7 @@ def step_tiny_qlora(ctx: dict) -> dict:
     from peft import LoraConfig
 
     from aipc_env.train.objective import flow_matching_loss
-    from aipc_env.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch, \
-        quantize_linear_layers_nf4
+    from aipc_env.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch, quantize_linear_layers_nf4
 
     device = ctx["device"]
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -328,6 +335,9 @@ def step_tiny_qlora(ctx: dict) -> dict:
         sync(device)
         times.append(time.perf_counter() - t)
         losses.append(loss.item())
+        if time.perf_counter() - ctx["said"] > PROGRESS_SECONDS:
+            say(f"       tiny QLoRA step {step + 1}/{ctx['steps']}, loss {loss.item():.4f}")
+            ctx["said"] = time.perf_counter()
         if not torch.isfinite(loss):
             raise StepFailed(f"loss became {loss.item()} at step {step + 1}", {"losses": losses})
     after = held_out()
@@ -396,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, title, fn in STEPS:
         if args.only and key not in args.only:
             continue
-        t = time.perf_counter()
+        say(f"[....] {title} ...")
+        t = ctx["said"] = time.perf_counter()
         entry = {"id": key, "title": title}
         try:
             out = fn(ctx)
@@ -418,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.out, json.dumps(result, indent=2))
     else:
         print(json.dumps(result, indent=2))
-    return 0 if result["passed"] else 1
+    return ExitCode.OK if result["passed"] else ExitCode.PROBLEMS
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The registry is built here, explicitly, from those modules: importing a module r
 from aipc_env.doctor.checks import container, gpu, model_dir, pythonenv, system, toolchain
 from aipc_env.doctor.checks.base import CheckContext, CheckSpec, Finding, Status, specs_of
 
-__all__ = ["REGISTRY", "CheckContext", "CheckSpec", "Finding", "Status", "CATEGORIES"]
+__all__ = ["CATEGORIES", "REGISTRY", "CheckContext", "CheckSpec", "Finding", "Status"]
 
 CATEGORIES = ("System", "Windows settings", "Container", "GPU", "Toolchain", "Training env", "Model")
 _MODULES = (system, container, gpu, toolchain, pythonenv, model_dir)

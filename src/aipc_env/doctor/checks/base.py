@@ -11,11 +11,23 @@ from pydantic import BaseModel
 
 from aipc_env.facts.model import Facts
 from aipc_env.matrix import Matrix, Pair
-from aipc_env.platforms import Platform
 from aipc_env.matrix.resolve import Resolution, resolve_pair
+from aipc_env.platforms import Platform
 
-__all__ = ["Status", "Finding", "Verdict", "ok", "warn", "fail", "skip", "CheckContext", "CheckSpec", "check",
-           "specs_of"]
+__all__ = [
+    "CheckContext",
+    "CheckSpec",
+    "Finding",
+    "Status",
+    "Verdict",
+    "check",
+    "fail",
+    "ok",
+    "skip",
+    "specs_of",
+    "warn",
+]
+
 
 class Status(str, Enum):
     OK = "ok"
@@ -92,13 +104,24 @@ class CheckContext:
 
     @cached_property
     def pair(self) -> Pair | None:
-        """The env's pair: resolved from its packages, else the pair recorded when it was built."""
-        if self.resolution.pair:
-            return self.matrix.by_id.get(self.resolution.pair)
+        """The env's pair by the one policy (trainenv.select.choose_pair): resolved from its packages, else the
+        pair recorded when it was built."""
+        from aipc_env.trainenv.select import choose_pair
+
         env = self.facts.training_env
-        if env and env.pair:
-            return self.matrix.by_id.get(env.pair)
-        return None
+        return choose_pair(self.matrix, self.platform, resolution=self.resolution,
+                           recorded=env.pair if env else None).pair
+
+    @cached_property
+    def fallback_pair(self) -> Pair:
+        """The pair to build for when the env has none (the policy's fallback: installed toolkit, else newest)."""
+        from aipc_env.facts.gather import installed_toolkits
+        from aipc_env.trainenv.select import choose_pair
+
+        pair = choose_pair(self.matrix, self.platform, toolkits=installed_toolkits(self.facts.oneapi),
+                           fallback=True).pair
+        assert pair is not None
+        return pair
 
     @property
     def has_intel_gpu(self) -> bool:
@@ -108,7 +131,7 @@ class CheckContext:
     def env_fix(self, pair: Pair | None = None) -> str:
         """The command that builds or repairs the training env for a pair, and works on a fresh clone: from the
         lock where the checkout has one, else from the specs (recording this machine's lock)."""
-        pair = pair or self.pair or self.matrix.newest(self.platform)
+        pair = pair or self.pair or self.fallback_pair
         if (pair.id, self.platform) in self.locks:
             return f"nox -s env -- --pair {pair.id}"
         return (f"nox -s env -- --pair {pair.id} --unlocked (no lock for {pair.id} in this checkout: it resolves "

@@ -55,10 +55,10 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
     if not ctx.has_intel_gpu:
         return ok(f"torch {torch} ({'+' + local if local else 'default'} build); this machine has no Intel GPU, so "
                   "the built-in default runs on the CPU")
-    newest = ctx.matrix.newest(ctx.platform)
+    target = ctx.pair or ctx.fallback_pair
     return fail(f"torch {torch} ({'+' + local if local else 'default'} build)",
                 "only torch+xpu wheels from the PyTorch XPU index drive Intel GPUs",
-                f"{ctx.env_fix(ctx.pair or newest)} (or pip install torch=={newest.newest_torch} "
+                f"{ctx.env_fix(target)} (or pip install torch=={target.newest_torch} "
                 "--index-url https://download.pytorch.org/whl/xpu)")
 
 

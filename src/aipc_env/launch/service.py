@@ -1,0 +1,138 @@
+"""The run service: the one way a run starts. train, verify, distill and the qflux smoke build their phases and
+read their results; everything between is here, once:
+
+1. choose the env and the pair by the one policy (`trainenv.select.env_and_pair`; a qflux run gets the clone's
+   qflux env);
+2. read the toolchain (oneAPI installs, MSVC) and plan the launcher: the pair's oneAPI only, vcvars where kernels
+   compile (`launch.plan.plan_run`);
+3. take the run folder's lock, write the run folder, record the env the run used;
+4. start the launcher in the foreground (`launch.execute`);
+5. return the exit code with the plan, the env and the pair.
+
+`platform` and `toolchain` can be given (tests render a Windows launcher here and run it under Wine).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TextIO
+
+from aipc_env.errors import ExitCode
+from aipc_env.facts.model import MsvcInfo, OneApiInfo
+from aipc_env.launch.plan import LaunchPlan, Phase
+from aipc_env.platforms import Platform
+from aipc_env.trainenv.select import EnvChoice, PairChoice
+
+__all__ = ["Chosen", "RunCommand", "RunOutcome", "RunRequest", "start_run"]
+
+RunCommand = Literal["train", "verify", "distill", "smoke"]
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The env and pair the policy chose for a run; what phases are built from."""
+
+    env: EnvChoice
+    pair: PairChoice
+
+    @property
+    def python(self) -> str:
+        return str(self.env.python)
+
+
+@dataclass
+class RunRequest:
+    """What a command wants run. `phases` and `background` are built from the chosen env and pair."""
+
+    command: RunCommand
+    run_dir: Path
+    log_file: Path
+    phases: Callable[[Chosen], list[Phase]]
+    background: Callable[[Chosen], list[Phase]] | None = None
+    env_flag: Path | None = None
+    pair_flag: str | None = None
+    matrix_path: Path | None = None
+    device: str | None = None
+    engine: Literal["builtin", "qflux"] = "builtin"
+    qflux_clone: Path | None = None
+    """Run in this clone's qflux env (unless --env names another)."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    pythonpath: list[str] | None = None
+    """Default: the folder holding this aipc_env package (the env imports it without installing it)."""
+    dry_run: bool = False
+    check: Callable[[Chosen], None] | None = None
+    """Run before anything is written, with the chosen env (e.g. the clone's own config loader)."""
+    stdout: TextIO | None = None
+    """Where the launcher's output goes (stderr when the command prints JSON)."""
+    say: Callable[[str], None] | None = None
+    """Where the run's header goes (launcher, env, pair, phases, env builds); default: print to stdout."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    exit_code: int
+    plan: LaunchPlan
+    script: Path
+    env: EnvChoice
+    pair: PairChoice
+
+    @property
+    def started(self) -> bool:
+        """The launcher ran far enough to open its log."""
+        return Path(self.plan.log_file).is_file()
+
+
+def _print(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def start_run(request: RunRequest, *, platform: Platform | None = None,
+              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> RunOutcome:
+    """Choose, plan, lock, record and run (or only write, on a dry run). Input errors raise AipcError."""
+    from aipc_env.facts.gather import installed_toolkits, toolchain_facts
+    from aipc_env.formats import timestamp
+    from aipc_env.launch.execute import run_launcher
+    from aipc_env.launch.plan import plan_run
+    from aipc_env.launch.render import write_launcher
+    from aipc_env.launch.runlock import run_lock
+    from aipc_env.matrix import load_matrix
+    from aipc_env.paths import package_root
+    from aipc_env.platforms import current_platform
+    from aipc_env.trainenv.record import UsedEnvRecord, write_used_env
+    from aipc_env.trainenv.select import env_and_pair
+
+    say = request.say or _print
+    matrix = load_matrix(request.matrix_path)
+    platform = platform or current_platform()
+    oneapi, msvc = toolchain if toolchain is not None else toolchain_facts()
+    env, pair = env_and_pair(matrix, platform, env_flag=request.env_flag, pair_flag=request.pair_flag,
+                             qflux_clone=request.qflux_clone, toolkits=installed_toolkits(oneapi),
+                             log=lambda text: say(f"aipc-env: {text}"))
+    chosen = Chosen(env, pair)
+    if request.check is not None:
+        request.check(chosen)
+    python = chosen.python
+    plan = plan_run(platform=platform, run_dir=str(request.run_dir), python=python, pair=pair.pair, oneapi=oneapi,
+                    msvc=msvc, phases=request.phases(chosen), log_file=str(request.log_file),
+                    pythonpath=request.pythonpath or [str(package_root())], device=request.device,
+                    engine=request.engine, extra_env=request.extra_env,
+                    background=request.background(chosen) if request.background else [], files=request.files)
+    for warning in plan.warnings:
+        say(f"aipc-env: warning: {warning}")
+    with run_lock(request.run_dir, request.command):
+        script = write_launcher(plan)
+        say(f"aipc-env: launcher {script}")
+        say(f"aipc-env: env {env.describe()}, pair {pair.pair.id if pair.pair else 'none'} ({pair.why})")
+        for phase in plan.phases:
+            say(f"aipc-env:   {phase.name}: {' '.join(phase.argv)}" + (f"  (in {phase.cwd})" if phase.cwd else ""))
+        if request.dry_run:
+            return RunOutcome(ExitCode.OK, plan, script, env, pair)
+        if env.source not in ("state", "qflux") and request.command != "smoke":
+            write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=python, command=request.command,
+                                         when=timestamp()))
+        code = run_launcher(script, stdout=request.stdout)
+    return RunOutcome(code, plan, script, env, pair)

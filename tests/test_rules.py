@@ -1,0 +1,130 @@
+"""One home per rule (issue 24): one function chooses the pair, `--pair` is declared once, no command, worker,
+runner or launcher template returns a literal exit code, every run starts through the run service, and the code is
+ruff-clean."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+
+from aipc_env.errors import ExitCode
+from tests.conftest import ROOT, find_tool, require_tool
+
+SRC = ROOT / "src" / "aipc_env"
+DATA = SRC / "qflux" / "edits"  # another project's code, applied to a clone
+
+
+def _trees():
+    for path in sorted(SRC.rglob("*.py")):
+        if DATA not in path.parents:
+            yield path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _calls(tree: ast.AST, name: str) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called == name:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_one_function_chooses_the_pair():
+    """Only trainenv/select.py falls back to the newest pair or defines a chooser; resolution (which pair a package
+    set *is*) is asked for by the chooser, the doctor's report and the resolve command only."""
+    newest, choosers, resolvers = [], [], []
+    for path, tree in _trees():
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("matrix/"):
+            continue
+        newest += [f"{rel}:{n}" for n in _calls(tree, "newest")]
+        resolvers += [rel for _ in _calls(tree, "resolve_pair")]
+        choosers += [rel for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                     and re.fullmatch(r"(choose|pick|select|smoke)_pair|.*_pair_for", node.name)]
+    assert newest == [n for n in newest if n.startswith("trainenv/select.py")] and newest
+    assert choosers == ["trainenv/select.py"]
+    assert set(resolvers) <= {"trainenv/select.py", "doctor/checks/base.py"}
+
+
+def test_pair_is_declared_once():
+    declared = []
+    for path, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                if "--pair" in flags:
+                    declared.append(path.relative_to(SRC).as_posix())
+    assert declared == ["commands/options.py"]
+
+
+def _literal_exit_codes(tree: ast.AST) -> list[int]:
+    def ints(expr) -> list[ast.Constant]:
+        if isinstance(expr, ast.IfExp):
+            return ints(expr.body) + ints(expr.orelse)
+        is_int = isinstance(expr, ast.Constant) and type(expr.value) is int
+        return [expr] if is_int else []
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None:
+            found += [c.lineno for c in ints(node.value)]
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("exit", "SystemExit", "_exit"):
+                found += [c.lineno for c in ints(node.args[0])]
+    return found
+
+
+def test_no_command_worker_or_runner_returns_a_literal_exit_code():
+    modules = [*sorted((SRC / "commands").glob("*.py")), SRC / "cli.py", SRC / "train" / "engine.py",
+               SRC / "train" / "fit.py", SRC / "verify" / "worker.py", SRC / "distill" / "worker.py",
+               SRC / "qflux" / "smoke_worker.py", SRC / "qflux" / "loader_check.py", SRC / "launch" / "runner.py",
+               SRC / "tools" / "monitor.py", SRC / "doctor" / "__init__.py"]
+    offenders = {p.relative_to(SRC).as_posix(): lines for p in modules
+                 if (lines := _literal_exit_codes(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert offenders == {}
+
+
+def test_the_scan_finds_literals():
+    """The scan above is not vacuous: it sees each form it forbids."""
+    code = "def a():\n    return 1\ndef b(x):\n    return 0 if x else 2\nimport sys\nsys.exit(3)\nraise SystemExit(130)\n"
+    assert _literal_exit_codes(ast.parse(code)) == [2, 4, 4, 6, 7]
+    assert _literal_exit_codes(ast.parse("def a():\n    return ExitCode.OK\n")) == []
+
+
+def test_launcher_templates_name_their_exit_codes():
+    from aipc_env.launch.render import EXIT_MARKS
+
+    assert EXIT_MARKS["@AIPC_EXIT_USAGE@"] == str(ExitCode.USAGE)
+    for name in ("launch.sh", "launch.bat"):
+        text = (ROOT / "launchers" / name).read_text(encoding="utf-8")
+        literal = re.findall(r"\bexit(?: /b)? +(\d+)", text)
+        assert literal == [], f"{name}: exit {literal}"
+        assert set(re.findall(r"@AIPC_EXIT_[A-Z_]+@", text)) <= set(EXIT_MARKS)
+
+
+def test_every_run_starts_through_the_run_service():
+    """Only the run service writes and starts a launcher; the commands that run phases go through it."""
+    starters = {}
+    for path, tree in _trees():
+        rel = path.relative_to(SRC).as_posix()
+        for name in ("run_launcher", "write_launcher", "plan_run", "start_run"):
+            if _calls(tree, name):
+                starters.setdefault(name, set()).add(rel)
+    assert starters["run_launcher"] == {"launch/service.py"}
+    assert starters["write_launcher"] == {"launch/service.py"}
+    assert starters["plan_run"] == {"launch/service.py"}
+    assert starters["start_run"] == {"commands/train.py", "commands/verify.py", "commands/distill.py",
+                                     "qflux/smoke.py"}
+
+
+def test_ruff_is_clean():
+    ruff = find_tool("ruff")
+    require_tool(None if ruff else "ruff is not installed (the dev extra has it)")
+    result = subprocess.run([ruff, "check", "--no-cache", "src", "tests", "benchmarks", "noxfile.py"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-4000:]
