@@ -104,7 +104,7 @@ def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = TrajectoryMeta.model_validate_json((fh.metadata() or {})[META_KEY])
-            tensors = {k: fh.get_tensor(k) for k in fh}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open is not iterable
     except Exception:  # noqa: BLE001 - any damage (I/O, missing key, bad metadata) means: redo
         return None
     need = {"latents", "timesteps", "sigmas", "prompt_embeds", "prompt_mask", "image_pad_mask"}
