@@ -12,8 +12,8 @@ Sessions that need torch install the right build once: the pair's XPU build on a
 else the CPU build from the PyTorch CPU index (never PyPI's multi-GB CUDA build). Offline or air-gapped:
 AIPC_ENV_TORCH_WHEELS=<folder of wheels> or AIPC_ENV_TORCH_INDEX=<mirror URL> (or `-- --torch-wheels DIR`,
 `-- --torch-index URL`, `-- --torch cpu|xpu`). A session whose inputs did not change since its last install
-installs nothing (a stamp in its venv), so warm runs start at once. verify and distill run in the train
-session's env (installed first if needed): one training stack, not three.
+installs nothing (a stamp in its venv), so warm runs start at once. train runs in its session's env (`--env`);
+verify and distill run in that same env (installed first if needed): one training stack, not three.
 
 Exit codes: a session ends with aipc-env's own exit code (0 ok, 1 problems found, 2 bad input, 3 internal error,
 130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary is then not printed, and a failing
@@ -83,9 +83,8 @@ def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
 
 
 def _train_env(session: nox.Session) -> tuple[str, list[str]]:
-    """The train session's interpreter, installed or confirmed current first (verify and distill run in it, and
-    the env policy picks the env from there: one built by `nox -s env`, else the one the last run used, else this
-    one); and the posargs left for aipc-env."""
+    """The train session's interpreter, installed or confirmed current first (verify and distill run in it, as
+    train does: `--env` names it); and the posargs left for aipc-env."""
     overrides, rest = take_options(list(session.posargs))
     flags = {"AIPC_ENV_TORCH": "--torch", "AIPC_ENV_TORCH_INDEX": "--torch-index", "AIPC_ENV_TORCH_WHEELS": "--torch-wheels"}
     torch_args = [f"{flags[name]}={value}" for name, value in overrides.items()]
@@ -130,13 +129,14 @@ def patch_requirements(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """NF4 quantize/matmul, Adam8bit and LoRA round-trips on this device, in the train session's env."""
     python, rest = _train_env(session)
-    _aipc(session, "verify", *rest, python=python)
+    _aipc(session, "verify", "--env", str(Path(python).parent.parent), *rest, python=python)
 
 
 @nox.session
 def train(session: nox.Session) -> None:
     """Validate a config, write its launcher, run cache then fit. No config: the built-in tiny default."""
-    _aipc(session, "train", *_install(session, "train", torch=True))
+    rest = _install(session, "train", torch=True)
+    _aipc(session, "train", "--env", session.virtualenv.location, *rest)
 
 
 @nox.session
@@ -150,7 +150,9 @@ def distill(session: nox.Session) -> None:
     """Qwen-Image-2.1 4-step distillation stages, in the train session's env. No args: every stage on the built-in
     tiny random pipeline (no download). `-- gate g2 --config distill.yaml` runs one stage."""
     python, rest = _train_env(session)
-    _aipc(session, "distill", *(rest or ["all"]), python=python)
+    stage, *more = rest or ["all"]
+    env = ["--env", str(Path(python).parent.parent)] if stage in ("gate", "trajectories", "train", "all") else []
+    _aipc(session, "distill", stage, *env, *more, python=python)
 
 
 @nox.session

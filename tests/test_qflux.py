@@ -160,6 +160,22 @@ def test_train_runs_the_clones_loader_before_any_phase(adapted_clone, qflux_pyth
     assert not (tmp_path / "c" / "out" / "launch.sh").exists()
 
 
+def test_train_with_engine_qflux_runs_in_the_clones_qflux_env(adapted_clone, qflux_python, tmp_path):
+    """Without --env, `train` checks and runs a qflux config in the clone's qflux env (built by the run service when
+    missing, here from uv's warm cache), never in the default training env that cannot import the clone."""
+    from aipc_env.train.recommend import Machine, qflux_config, recommend
+
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"),
+                    dataset_path="/d")
+    config = _train_config(tmp_path / "b", adapted_clone, qflux_config(rec, dataset_path="/d"))
+    result = run_cli("train", str(config), "--dry-run", timeout=1200,
+                     env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "the clone's qflux env, built by aipc-env" in result.stdout
+    assert "the clone's loader accepts" in result.stdout
+    assert str(tmp_path / "cache" / "qflux-envs") in result.stdout
+
+
 PROBE = """
 import json, sys
 from qflux.data.config import DatasetInitArgs

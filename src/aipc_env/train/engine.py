@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", choices=["cache", "fit"], required=True)
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
+    _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
     from aipc_env.train.compat import quiet_bitsandbytes_notices
 
     quiet_bitsandbytes_notices()

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 T_START = time.perf_counter()
+print("[....] importing torch and bitsandbytes", flush=True)
 from aipc_env.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 
 quiet_bitsandbytes_notices()

@@ -1,0 +1,73 @@
+"""The longest silence (issue 24): the most seconds between two output lines of the commands a newcomer runs first,
+`aipc-env train` (the built-in default), `aipc-env verify` and `aipc-env distill all`, each run ROUNDS times,
+alternated, with a fresh output folder (so the cache phase and model loads happen every time).
+
+Target: no silence over 10 s on this machine. Run: python benchmarks/bench_silence.py [--rounds N]; writes
+benchmarks/results/silence.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import machine, spread, write_result  # noqa: E402
+
+TARGET_S = 10.0
+COMMANDS = {"train": ["train"], "verify": ["verify"], "distill": ["distill", "all"]}
+
+
+def longest_gap(argv: list[str], env: dict[str, str]) -> tuple[float, str, float]:
+    """(longest gap in seconds, the line that ended it, total seconds) of one run, stdout and stderr merged."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    last, worst, after = start, 0.0, ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.perf_counter()
+        if now - last > worst:
+            worst, after = now - last, line.strip()[:160]
+        last = now
+    code = proc.wait()
+    if code != 0:
+        raise SystemExit(f"{argv} exited with {code}")
+    return worst, after, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    gaps: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    worst_line: dict[str, tuple[float, str]] = {}
+    totals: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for _ in range(args.rounds):
+        for name, command in COMMANDS.items():  # alternated
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, AIPC_ENV_STATE_DIR=f"{tmp}/state", AIPC_ENV_CACHE_DIR=f"{tmp}/cache",
+                           AIPC_ENV_DATA_DIR=f"{tmp}/data", PYTHONUNBUFFERED="1")
+                gap, line, total = longest_gap([sys.executable, "-m", "aipc_env", *command, "--env", sys.prefix],
+                                               env)
+            gaps[name].append(gap)
+            totals[name].append(total)
+            if gap >= worst_line.get(name, (0.0, ""))[0]:
+                worst_line[name] = (gap, line)
+    result = {"benchmark": "longest silence between output lines", "target_s": TARGET_S, "rounds": args.rounds,
+              "longest_gap_s": {name: spread(values) for name, values in gaps.items()},
+              "line_after_the_longest_gap": {name: line for name, (_, line) in worst_line.items()},
+              "total_s": {name: spread(values) for name, values in totals.items()},
+              "machine": machine(pinned=False)}
+    write_result("silence", result)
+    return 0 if all(max(values) <= TARGET_S for values in gaps.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
