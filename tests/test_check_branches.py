@@ -146,6 +146,8 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
      "rebuild the env"),
     ("pair", W, _env_of("xpu-2.14"), Status.WARN, "provisional matrix row", "report the env"),
     ("pair", W, _env_of("xpu-2.11", umf=None), Status.WARN, "pinned package(s) missing", "repair the env"),
+    ("env-lock", W, _env_of("xpu-2.12", transformers="4.0.0"), Status.FAIL, "differ from the xpu-2.12 lock",
+     "--prefix"),
     ("runtime-mix", W, lambda f: _pkgs(f, umf="1.0.2"), Status.FAIL, "another release than xpu-2.11", "reinstall"),
     ("python", W, _set("training_env.python_version", "3.9.7"), Status.FAIL, "Python 3.9.7", "pair's Python"),
     ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes=None), Status.FAIL, "not installed", "bitsandbytes>=0.48.2"),
@@ -187,8 +189,15 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
 def _verdict(check: str, fixture: str, mutate: Callable[[Facts], None]):
     facts = load_facts(MACHINES / f"{fixture}.json")
     mutate(facts)
-    (finding,) = run_checks(facts, MATRIX, [check]).findings
+    (finding,) = run_checks(facts, MATRIX, [check], lock_for=_shipped_lock).findings
     return finding
+
+
+def _shipped_lock(pair: str, platform: str):
+    from aipc_env.lock.lockfile import pylock_path, read_pylock
+
+    path = pylock_path(ROOT / "lockfiles" / pair, platform)
+    return read_pylock(path) if path.is_file() else None
 
 
 @pytest.mark.parametrize("check,fixture,mutate,status,seen,fix", CASES,

@@ -122,7 +122,7 @@ def test_dry_run_prints_a_diff_and_changes_nothing(upstream_clone):
     result = run_cli("patch-requirements", str(path), "--dry-run", "--pair", "xpu-2.12")
     assert result.returncode == 0, result.stderr
     assert "-bitsandbytes\n" in result.stdout and "+# transformer_engine[pytorch]" in result.stdout
-    assert "+torch==2.12.0+xpu" in result.stdout
+    assert "+torch==2.12.1+xpu" in result.stdout  # the row's newest torch
     assert path.read_bytes() == before and not (upstream_clone / "requirements.txt.aipc-backup").exists()
     missing = run_cli("patch-requirements", str(upstream_clone / "missing.txt"))
     assert missing.returncode == 2 and "requirements file not found" in missing.stderr
@@ -137,7 +137,7 @@ def _stand_in_xpu_index(base: Path, pair) -> Path:
     requires = list(pair.torch_requires) + [f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else "")
                                             for p in pair.runtime_pins]
     wheels = [make_wheel(base / "w", "torch", f"{pair.newest_torch}+xpu", requires=requires),
-              make_wheel(base / "w", "torchvision", f"{pair.torchvision}+xpu",
+              make_wheel(base / "w", "torchvision", f"{pair.newest_torchvision}+xpu",
                          requires=["numpy", f"torch=={pair.newest_torch}", "pillow!=8.3.*,>=5.3.0"])]
     return write_simple_index(wheels, base / "xpu-index")
 
@@ -163,7 +163,7 @@ def test_patched_file_resolves_with_the_pairs_torch_and_no_cuda(upstream_clone, 
     assert result.returncode == 0, result.stderr[-3000:]
     pins = {line.split("==")[0]: line.split("==")[1].split()[0] for line in out.read_text().splitlines()
             if "==" in line and not line.startswith((" ", "#"))}
-    assert pins["torch"] == f"{pair.newest_torch}+xpu" and pins["torchvision"] == f"{pair.torchvision}+xpu"
+    assert pins["torch"] == f"{pair.newest_torch}+xpu" and pins["torchvision"] == f"{pair.newest_torchvision}+xpu"
     assert pins["transformers"] == "4.52.4" and "setuptools" in pins
     # nvidia-ml-py is the pure-Python NVML binding (one py3-none-any wheel) that wandb's GPU monitor imports;
     # it carries no CUDA library. Every other nvidia-* package is a CUDA runtime piece and must not appear.

@@ -29,6 +29,8 @@ def models() -> dict[str, type]:
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
+    from aipc_env.lock.verify import LockVerifyReport
+    from aipc_env.lock.wheels import WheelManifest
     from aipc_env.matrix import Matrix
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
     from aipc_env.qflux.adapt import AdaptManifest
@@ -63,7 +65,7 @@ def models() -> dict[str, type]:
             "distill-config": DistillConfig, "distill-verdict": DistillVerdict, "trajectory-meta": TrajectoryMeta,
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
             "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
-            "qflux-edit-set": EditSet}
+            "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport}
 
 
 def schemas() -> dict[str, dict]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, lock_root, print_json
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -39,9 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Render a build context from a lock, build it reproducibly with podman, buildah "
                        "or docker, run it with the GPU passed in, and check an image against a lock.")
     inner = p.add_subparsers(dest="container_command", metavar="ACTION", required=True)
-    r = inner.add_parser("render", parents=[JSON, LOCK_ROOT, MATRIX], help="write the build context")
+    r = inner.add_parser("render", parents=[JSON, PAIR, LOCK_ROOT, MATRIX], help="write the build context")
     _context_options(r)
-    b = inner.add_parser("build", parents=[JSON, LOCK_ROOT, MATRIX], help="render, fetch the wheels, build the image")
+    b = inner.add_parser("build", parents=[JSON, PAIR, LOCK_ROOT, MATRIX],
+                         help="render, fetch the wheels, build the image")
     _context_options(b)
     b.add_argument("--engine", choices=["podman", "buildah", "docker"], help="default: the first one found")
     b.add_argument("--tag", metavar="NAME", help="image name (default: localhost/aipc-env:<pair>)")
@@ -68,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="an extra option of `run` (e.g. --ulimit=nofile=20000:20000)")
     x.add_argument("--dry-run", action="store_true", help="print the command; run nothing")
     x.add_argument("cmd", nargs=argparse.REMAINDER, help="the aipc-env command to run in the image (after --)")
-    c = inner.add_parser("check", parents=[JSON, LOCK_ROOT], help="compare an image's packages with a lock")
+    c = inner.add_parser("check", parents=[JSON, PAIR, LOCK_ROOT, MATRIX], help="compare an image's packages with a lock")
     c.add_argument("image", help="the image to check")
     _source(c)
     for q in (r, b, x, c):

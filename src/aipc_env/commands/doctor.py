@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.facts import load_facts
     from aipc_env.facts.gather import GatherOptions, gather_facts
     from aipc_env.formats import write_model
-    from aipc_env.lock.lockfile import available_locks
+    from aipc_env.lock.lockfile import available_locks, pylock_path, read_pylock
     from aipc_env.matrix import load_matrix
-    from aipc_env.paths import project_root
+    from aipc_env.paths import lockfiles_dir
 
     if args.list_checks:
         specs = select_checks(None)
@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
                                            probe_device=args.probe_device))
     if args.save_facts:
         write_model(args.save_facts, facts)
-    report = run_checks(facts, matrix, args.check, locks=available_locks(project_root() / "lockfiles"))
+    root = lockfiles_dir()
+    report = run_checks(facts, matrix, args.check, locks=available_locks(root), lock_for=lambda pair, platform:
+                        read_pylock(p) if (p := pylock_path(root / pair, platform)).is_file() else None)
     if args.json:
         print_json(report)
     else:

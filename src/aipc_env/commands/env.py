@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "data folder/envs/<pair>)")
     p.add_argument("--check", action="store_true", help="compare the env with its lock (versions, hashes, "
                    "installed files); change nothing")
+    p.add_argument("--dry-run", action="store_true", help="print what the build would install from the lock (every "
+                   "artifact, its size, the host it comes from and where its hash came from); change nothing")
+    p.add_argument("--python", metavar="X.Y", help="with --dry-run: the env's Python (default: the lock's)")
     p.add_argument("--unlocked", action="store_true",
                    help="no lock yet: install from the specs and record what was installed as this pair's lock")
     p.add_argument("--base-python", metavar="PYTHON",
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{prefix} matches the {pair.id} lock")
         return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+    if args.dry_run:
+        return _dry_run(args, pair, root, platform)
     log = log_path(f"env-{pair.id}")
     if not args.json:
         print(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}", flush=True)
@@ -101,6 +106,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
     else:
         print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
+    return ExitCode.OK
+
+
+def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> int:
+    """The install plan of the pair's lock for this platform: nothing is fetched or changed."""
+    from aipc_env.errors import InputError
+    from aipc_env.lock.artifacts import install_plan
+    from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta, read_pylock
+
+    lockfile = pylock_path(root / pair.id, platform)
+    if not lockfile.is_file():
+        raise InputError(f"no {platform} lock for {pair.id}", path=lockfile,
+                         fix=f"make one: nox -s lock -- --pair {pair.id}")
+    python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else "3.12")
+    plan = install_plan(read_pylock(lockfile), python, lockfile, platform)
+    known = sum(a.size or 0 for a in plan)
+    unknown = [a for a in plan if a.size is None]
+    if args.json:
+        print_json({"schema_version": 1, "pair": pair.id, "platform": platform, "python": python,
+                    "lockfile": str(lockfile), "known_bytes": known, "size_unknown": [a.filename for a in unknown],
+                    "artifacts": [a.__dict__ for a in plan]})
+        return ExitCode.OK
+    print(f"{pair.id} on {platform}, Python {python}, from {lockfile}: {len(plan)} artifacts")
+    for a in plan:
+        size = f"{a.size / 2**20:8.1f} MB" if a.size is not None else "    size ?"
+        print(f"  {size}  {a.filename:<70} {a.where} ({a.provenance})")
+    hosts = sorted({a.where for a in plan})
+    print(f"total {known / 2**30:.2f} GB known" + (f", plus {len(unknown)} artifact(s) whose size no lock records "
+                                                   f"({', '.join(a.filename for a in unknown)})" if unknown else "")
+          + f"; from {', '.join(hosts)}; nothing was changed")
     return ExitCode.OK
 
 

@@ -1,4 +1,4 @@
-"""`aipc-env lock [--pair ID ...]` (admin, connected machine) and `aipc-env lock check`."""
+"""`aipc-env lock [--pair ID]` (admin), `aipc-env lock check` and `aipc-env lock verify` (connected machine)."""
 
 from __future__ import annotations
 
@@ -12,39 +12,97 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lock", parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
-                       help="resolve pairs into hash-pinned lockfiles; `lock check` validates them",
-                       description="(Admin, connected machine) resolve each pair's pip layer with uv into "
-                       "lockfiles/<pair>/pylock.<platform>.toml (torch and Triton only from the PyTorch XPU index) "
-                       "and its conda layer with conda-lock. `lock check` validates the lockfiles offline. Without --pair: every "
-                       "confirmed pair (check: every lock folder).")
-    p.add_argument("action", nargs="?", choices=["check"], help="check: validate the lockfiles, change nothing")
+                       help="resolve pairs into hash-pinned lockfiles; `lock check` validates them; `lock verify` "
+                            "re-hashes what came from public lockfiles",
+                       description="(Admin) resolve each pair's pip layer with uv into lockfiles/<pair>/pylock."
+                       "<platform>.toml and its conda layer with conda-lock. torch, torchvision and Triton come from "
+                       "the PyTorch XPU index, or, when it cannot be reached, from environments/xpu-wheels.yaml "
+                       "(hashes read from public lockfiles; every package records its provenance). `lock check` "
+                       "validates the lockfiles offline; `lock verify` (connected machine) fetches every artifact not "
+                       "hashed against the live index and compares. Without --pair: every confirmed pair (check and "
+                       "verify: every lock folder).")
+    p.add_argument("action", nargs="?", choices=["check", "verify"],
+                   help="check: validate the lockfiles, change nothing; verify: re-hash the public-lockfile artifacts")
     p.add_argument("--pip-only", action="store_true", help="skip the conda layer (conda-lock needs the channels)")
-    p.add_argument("--python", metavar="X.Y", help="Python of the env (default: 3.12, or the newest the pair allows)")
+    p.add_argument("--python", metavar="X.Y", help="Python the env is built with (default: 3.12, or the newest the "
+                   "pair allows)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--from-index", dest="source", action="store_const", const="index",
+                        help="resolve torch/Triton against the PyTorch XPU index (fail if it cannot be reached)")
+    source.add_argument("--from-manifest", dest="source", action="store_const", const="manifest",
+                        help="take torch/torchvision/Triton from environments/xpu-wheels.yaml even when the index "
+                             "can be reached")
+    p.set_defaults(source="auto")
+    p.add_argument("--mirror", metavar="URL", help="verify: fetch the artifacts from this mirror (URL/<file>) instead "
+                   "of their locked URLs")
     p.set_defaults(run=run)
 
 
-def _check(args: argparse.Namespace, matrix, root) -> int:
+def _lock_dirs(args: argparse.Namespace, root):
     from aipc_env.errors import InputError
-    from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, check_pair_lock
 
     if not root.is_dir():
         raise InputError("the lockfiles folder does not exist" if not root.exists() else "is a file, not a folder",
                          path=root, key="--lock-root", fix="pass the lockfiles/ folder of an aipc-env checkout")
-    dirs = [root / args.pair] if args.pair else sorted(d for d in root.iterdir()
-                                                                  if d.is_dir() and not d.name.startswith("."))
-    report = LockCheckReport(lock_root=str(root),
-                             pairs=[PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix)) for d in dirs])
+    if args.pair:
+        if not (root / args.pair).is_dir():
+            raise InputError(f"no lock folder for {args.pair}", path=root / args.pair, key="--pair",
+                             fix=f"make it: nox -s lock -- --pair {args.pair}")
+        return [root / args.pair]
+    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
+def _check(args: argparse.Namespace, matrix, root) -> int:
+    from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, check_pair_lock, lock_notes, meta_path, read_meta
+
+    dirs = _lock_dirs(args, root)
+    statuses = []
+    for d in dirs:
+        notes = lock_notes(read_meta(d)) if meta_path(d).is_file() else []
+        statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix), notes=notes))
+    report = LockCheckReport(lock_root=str(root), pairs=statuses)
     if args.json:
         print_json(report)
     elif not dirs:
-        print(f"no lockfiles in {root}: produce them on a connected machine with `nox -s lock`")
+        print(f"no lockfiles in {root}: produce them with `nox -s lock`")
     else:
         for status in report.pairs:
-            print(f"{'✗' if status.problems else '✓'} {status.pair}" + "".join(f"\n    {p}" for p in status.problems))
+            print(f"{'✗' if status.problems else '✓'} {status.pair}" + "".join(f"\n    {p}" for p in status.problems)
+                  + "".join(f"\n    note: {n}" for n in status.notes))
     return ExitCode.OK if report.clean else ExitCode.PROBLEMS
 
 
+def _verify(args: argparse.Namespace, matrix, root) -> int:
+    from aipc_env.lock.verify import verify_lock
+
+    code = ExitCode.OK
+    reports = []
+    for d in _lock_dirs(args, root):
+        report = verify_lock(d, matrix.get(d.name), mirror=args.mirror)
+        reports.append(report)
+        if not report.clean:
+            code = ExitCode.PROBLEMS
+        if args.json:
+            continue
+        counts = {k: sum(c.status == k for c in report.checked) for k in ("verified", "changed", "unverified")}
+        print(f"{'✓' if report.clean else '✗'} {report.pair}: {counts['verified']} verified, {counts['changed']} "
+              f"changed, {counts['unverified']} unverified")
+        for c in report.checked:
+            if c.status == "changed":
+                print(f"    CHANGED {c.file}: the lock has sha256 {c.locked_sha256}, {c.url} serves {c.fetched_sha256}")
+            elif c.status == "unverified":
+                print(f"    unverified {c.file} ({c.url}): {c.reason}")
+        for problem in report.requires_dist:
+            print(f"    Requires-Dist: {problem}")
+        if not report.checked:
+            print("    nothing to verify: every artifact was hashed against a live index")
+    if args.json:
+        print_json({"schema_version": 1, "reports": [r.model_dump(mode="json") for r in reports]})
+    return code
+
+
 def run(args: argparse.Namespace) -> int:
+    from aipc_env.errors import AipcError
     from aipc_env.lock.lock import Indexes, LockReport, lock_pair
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
@@ -54,18 +112,29 @@ def run(args: argparse.Namespace) -> int:
     root = lock_root(args)
     if args.action == "check":
         return _check(args, matrix, root)
+    if args.action == "verify":
+        return _verify(args, matrix, root)
     indexes = Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL)
     pairs = [matrix.get(args.pair)] if args.pair else [p for p in matrix.pairs if p.certainty == "confirmed"]
     log = log_path("lock")
-    written = []
+    written, failed = [], {}
+    say = (lambda m: None) if args.json else (lambda m: print(m, flush=True))
     for pair in pairs:
-        if not args.json:
-            print(f"locking {pair.id} (torch {pair.newest_torch}+xpu, oneAPI {pair.oneapi}) ...", flush=True)
-        out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log, python=args.python,
-                        common=common_requirements(args.pip_layer) if args.pip_layer else None)
+        say(f"locking {pair.id} (oneAPI {pair.oneapi}) ...")
+        try:
+            out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log, python=args.python,
+                            common=common_requirements(args.pip_layer) if args.pip_layer else None,
+                            source=args.source, say=say)
+        except AipcError as exc:
+            if args.pair:
+                raise
+            failed[pair.id] = exc.message  # the other pairs are still locked; this one keeps its old lock
+            say(f"  not locked: {exc.message}")
+            continue
         written.append(str(out))
-        if not args.json:
-            print(f"  wrote {out}")
+        say(f"  wrote {out}")
     if args.json:
-        print_json(LockReport(written=written, log=str(log)))
-    return ExitCode.OK
+        print_json(LockReport(written=written, log=str(log), failed=failed))
+    elif failed:
+        print(f"not locked: {', '.join(failed)} (see above; their lock folders are unchanged)")
+    return ExitCode.PROBLEMS if failed else ExitCode.OK

@@ -118,10 +118,19 @@ def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path) 
 
 def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, python: str, aipc_wheel: Path,
                  winget_yaml: str | None, cache: Path, find_links: list[Path] = (), log=print) -> BundleManifest:
-    """Write the bundle into `out` (a new or empty folder)."""
-    if out.exists() and any(out.iterdir()):
+    """Write the bundle into `out` (a new or empty folder), built beside it and renamed into place: a failed or
+    interrupted build leaves nothing behind."""
+    from aipc_env.fileio import atomic_dir
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("the bundle folder is not empty", path=out, fix="choose a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(out) as tmp:
+        return _build_into(tmp, pair, platform, lockfile, python=python, aipc_wheel=aipc_wheel,
+                           winget_yaml=winget_yaml, cache=cache, find_links=find_links, log=log)
+
+
+def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, python: str, aipc_wheel: Path,
+                winget_yaml: str | None, cache: Path, find_links: list[Path], log) -> BundleManifest:
     lock = read_pylock(lockfile)
     artifacts = select_artifacts(lock, python, lockfile, platform)
     log(f"fetching {len(artifacts)} wheels (sha256-checked)")

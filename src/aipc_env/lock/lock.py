@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.errors import AipcError
+from aipc_env.fileio import atomic_write_text, respect_umask
 from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.lock import specs
 from aipc_env.lock.lockfile import (
@@ -18,23 +19,37 @@ from aipc_env.lock.lockfile import (
     check_pylock,
     conda_lock_path,
     meta_path,
+    provenance_of,
     pylock_path,
     read_pylock,
 )
+from aipc_env.lock.offline import (
+    merge_pylock,
+    plan_offline,
+    pypi_requirements,
+    read_universal,
+    stub_wheels,
+    uv_universal_argv,
+    uv_universal_project,
+)
 from aipc_env.lock.tools import conda_lock_argv, find_uv, uv_compile_argv
+from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
 from aipc_env.platforms import PLATFORMS, Platform
 from aipc_env.procs import ProbeFailed, run_capture, run_logged
 
-__all__ = ["Indexes", "LockReport", "compile_pylock", "lock_pair", "tool_version"]
+__all__ = ["Indexes", "LockReport", "LockSource", "compile_pylock", "lock_pair", "reachable", "tool_version"]
 
 
 def tool_version(argv: list[str]) -> str:
-    """The last word of a tool's `--version` (informative only)."""
+    """The first version number a tool's `--version` prints (informative only)."""
+    import re
+
     try:
-        return run_capture(argv, timeout=30).stdout.strip().split()[-1]
-    except (ProbeFailed, IndexError):
+        found = re.search(r"\d+(?:\.\d+)+", run_capture(argv, timeout=30).stdout)
+    except ProbeFailed:
         return "unknown"
+    return found.group(0) if found else "unknown"
 
 
 @dataclass(frozen=True)
@@ -57,45 +72,142 @@ def compile_pylock(uv: str, pair: Pair, reqs: list[str], platform: Platform, pyt
     return out
 
 
+LockSource = Literal["auto", "index", "manifest"]
+CONDA_CHANNEL_PROBE = "https://conda.anaconda.org/conda-forge/noarch/repodata.json"
+
+
+def reachable(url: str, timeout: float = 8.0) -> bool:
+    """Whether a URL answers at all (any HTTP status counts; a DNS, connection or TLS failure does not)."""
+    import urllib.error
+    import urllib.request
+
+    if url.startswith("file:"):  # a local index (mirrors, tests): there when its folder is
+        from urllib.parse import unquote, urlparse
+
+        return Path(unquote(urlparse(url).path)).exists()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | None = None,
               platforms: tuple[Platform, ...] = PLATFORMS, conda_layer: bool = True, log: Path,
-              common: list[str] | None = None) -> Path:
+              common: list[str] | None = None, source: LockSource = "auto", say=print,
+              manifest: WheelManifest | None = None) -> Path:
     """Resolve the pair into lockfiles/<pair>/. Everything is made in a temporary folder, checked against the
-    matrix row, and only then moved into place: a failed lock leaves the old one untouched."""
+    matrix row, and only then moved into place: a failed lock leaves the old one untouched. `source`: `index`
+    resolves torch/Triton from the PyTorch XPU index, `manifest` takes them from environments/xpu-wheels.yaml,
+    `auto` asks the index and falls back to the manifest when it cannot be reached."""
     uv = find_uv()
-    python = python or specs.pair_python(pair)
-    reqs = specs.pip_layer(pair, common)
+    if source == "auto":
+        source = "index" if reachable(indexes.xpu_index_url.rstrip("/") + "/torch/") else "manifest"
+        if source == "manifest":
+            say(f"  the PyTorch XPU index ({indexes.xpu_index_url}) cannot be reached: torch, torchvision and Triton "
+                "come from environments/xpu-wheels.yaml (hashes from public lockfiles; `aipc-env lock verify` "
+                "re-checks them on a connected machine)")
     lock_dir = lock_root / pair.id
     lock_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{pair.id}-", dir=lock_root) as tmp:
         work = Path(tmp)
+        (work / "in").mkdir()
+        if source == "manifest":
+            meta_extra = _lock_from_manifest(uv, pair, work, indexes=indexes, python=python, platforms=platforms,
+                                             common=common, log=log, manifest=manifest or load_wheel_manifest())
+            python = meta_extra.pop("python")
+        else:
+            python = python or specs.pair_python(pair)
+            reqs = specs.pip_layer(pair, common)
+            for platform in platforms:
+                out = compile_pylock(uv, pair, reqs, platform, python, indexes, work / "in", log)
+                _mark_index_provenance(out, pair, indexes)
+                shutil.move(str(out), pylock_path(work, platform))
+            meta_extra = {"torch": pair.newest_torch, "pythons": [python], "provenance": {"index": 0}}
         problems: list[str] = []
+        counts: dict[str, int] = {}
         for platform in platforms:
-            out = compile_pylock(uv, pair, reqs, platform, python, indexes, work / "in", log)
-            problems += check_pylock(read_pylock(out), out, pair, platform)
-            shutil.move(str(out), pylock_path(work, platform))
+            lock = read_pylock(pylock_path(work, platform))
+            problems += check_pylock(lock, pylock_path(work, platform), pair, platform)
+            for pkg in lock.packages:
+                kind = provenance_of(pkg)["provenance"]
+                counts[kind] = counts.get(kind, 0) + 1
         if problems:
             raise AipcError("the resolved lock does not match the matrix row:\n  " + "\n  ".join(problems),
                             fix="check the indexes and environments/matrix.yaml; nothing was written")
+        meta_extra["provenance"] = counts
         tools = {"uv": tool_version([uv, "--version"])}
+        conda_status: dict[str, str] = {"status": "skipped", "reason": "--pip-only"}
         if conda_layer:
-            conda_lock = shutil.which("conda-lock")
-            if not conda_lock:
-                raise AipcError("conda-lock is not installed", fix="pip install conda-lock, or pass --pip-only")
-            env_file = work / "in" / "environment.yml"
-            env_file.write_text(specs.conda_environment(pair, python), encoding="utf-8")
-            run_logged(conda_lock_argv(conda_lock, env_file, conda_lock_path(work), list(platforms)), log)
-            tools["conda-lock"] = tool_version([conda_lock, "--version"])
+            conda_status = _conda_layer(pair, python, work, list(platforms), log, tools, say)
         shutil.rmtree(work / "in")
         meta = LockMeta(pair=pair.id, matrix_row_hash=specs.row_hash(pair), python=python, platforms=list(platforms),
                         pypi_url=indexes.pypi_url, xpu_index_url=indexes.xpu_index_url, tools=tools,
-                        created_at=timestamp())
+                        created_at=timestamp(), xpu_source=source, conda_layer=conda_status, **meta_extra)
         write_model(meta_path(work), meta)
+        respect_umask(work)  # TemporaryDirectory made it 0700
         if lock_dir.exists():
             shutil.rmtree(lock_dir)
         shutil.move(tmp, lock_dir)
         Path(tmp).mkdir()  # let TemporaryDirectory clean up an empty folder
     return lock_dir
+
+
+def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes) -> None:
+    """Record in each package of a live lock that uv hashed it against the index it resolved from."""
+    import tomllib
+
+    import tomli_w
+    from packaging.utils import canonicalize_name
+
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    for pkg in data.get("packages", []):
+        xpu = canonicalize_name(pkg["name"]) in specs.EXPLICIT_XPU_NAMES
+        pkg["tool"] = {"aipc-env": {"provenance": "index", "index": indexes.xpu_index_url if xpu else indexes.pypi_url}}
+    atomic_write_text(path, LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
+
+
+def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log: Path, tools: dict[str, str],
+                 say) -> dict[str, str]:
+    """Lock the conda layer with conda-lock, or record why it was not: no conda-lock, or the channels cannot be
+    reached (a conda lock is never invented)."""
+    conda_lock = shutil.which("conda-lock")
+    if not conda_lock:
+        raise AipcError("conda-lock is not installed", fix="pip install conda-lock, or pass --pip-only")
+    if not reachable(CONDA_CHANNEL_PROBE):
+        say(f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: no conda layer; lock-meta.json says so "
+            "and `lock check` reports it")
+        return {"status": "unavailable", "reason": f"the conda channels could not be reached ({CONDA_CHANNEL_PROBE})"}
+    env_file = work / "in" / "environment.yml"
+    env_file.write_text(specs.conda_environment(pair, python), encoding="utf-8")
+    run_logged(conda_lock_argv(conda_lock, env_file, conda_lock_path(work), platforms), log)
+    tools["conda-lock"] = tool_version([conda_lock, "--version"])
+    return {"status": "locked", "reason": ""}
+
+
+def _lock_from_manifest(uv: str, pair: Pair, work: Path, *, indexes: Indexes, python: str | None,
+                        platforms: tuple[Platform, ...], common: list[str] | None, log: Path,
+                        manifest: WheelManifest) -> dict:
+    """The pylocks of `pair` with torch/torchvision/Triton from the manifest (see lock/offline.py)."""
+    import tomli_w
+
+    plan = plan_offline(pair, manifest, platforms, python)
+    project = work / "in" / "universal" / "pyproject.toml"
+    project.parent.mkdir(parents=True)
+    stubs = stub_wheels(work / "in" / "stubs", pair, plan.torch)
+    project.write_text(uv_universal_project(pypi_requirements(pair, plan.torch, common), pypi_url=indexes.pypi_url,
+                                            pythons=plan.pythons, stubs=stubs), encoding="utf-8")
+    universal = work / "in" / "pylock.universal.toml"
+    run_logged(uv_universal_argv(uv, project, universal, pythons=plan.pythons, default_index=indexes.pypi_url),
+               log, cwd=project.parent, echo=False)
+    resolved = read_universal(universal)
+    for platform in platforms:
+        data = merge_pylock(resolved, platform, plan.pythons, plan.artifacts[platform], pair, indexes.pypi_url)
+        atomic_write_text(pylock_path(work, platform), LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
+    return {"python": plan.default_python, "torch": plan.torch, "pythons": plan.pythons,
+            "uncovered_pythons": plan.uncovered}
 
 
 class LockReport(VersionedModel):
@@ -105,3 +217,5 @@ class LockReport(VersionedModel):
     schema_version: Literal[1] = 1
     written: list[str]
     log: str
+    failed: dict[str, str] = {}
+    """Pairs that could not be locked (all confirmed pairs were asked for), and why."""

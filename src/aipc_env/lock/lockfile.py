@@ -58,6 +58,20 @@ class LockMeta(VersionedModel):
     created_at: str
     source: str = "nox -s lock"
     """`nox -s lock` (resolved from specs) or `env --unlocked` (recorded from a golden machine)."""
+    xpu_source: Literal["index", "manifest"] = "index"
+    """Where torch, torchvision and Triton came from: resolved against the PyTorch XPU index, or taken from
+    environments/xpu-wheels.yaml (hashes read from public lockfiles) when that index could not be reached."""
+    torch: str | None = None
+    """The torch release locked (a pair may name two)."""
+    pythons: list[str] = []
+    """The Python versions the pylocks cover (python is the one envs are built with)."""
+    provenance: dict[str, int] = {}
+    """Packages per provenance over all platforms: index (hashed by the resolver against the live index),
+    public-lockfile (hash read from public lockfiles, to be re-checked by `aipc-env lock verify`)."""
+    conda_layer: dict[str, str] = {"status": "locked", "reason": ""}
+    """status locked | unavailable (the channels could not be reached: no conda lock was made) | skipped."""
+    uncovered_pythons: list[str] = []
+    """Python versions the matrix row allows but no public hash covers on every platform (not in the lock)."""
 
 
 class _Loose(BaseModel):
@@ -84,6 +98,14 @@ class PylockPackage(_Loose):
     @property
     def artifacts(self) -> list[PylockArtifact]:
         return self.wheels + ([self.sdist] if self.sdist else [])
+
+
+def provenance_of(pkg: PylockPackage) -> dict:
+    """aipc-env's record of where a locked package's hashes came from (`[packages.tool.aipc-env]`); a package
+    without one was resolved by uv against a live index."""
+    tool = (pkg.model_extra or {}).get("tool") or {}
+    found = tool.get("aipc-env") if isinstance(tool, dict) else None
+    return found if isinstance(found, dict) and "provenance" in found else {"provenance": "index"}
 
 
 class Pylock(_Loose):
@@ -186,10 +208,48 @@ def check_pylock(lock: Pylock, path: Path, pair: Pair, platform: Platform) -> li
     return problems
 
 
-def check_pair_lock(lock_dir: Path, matrix: Matrix) -> list[str]:
-    """Every problem of lockfiles/<pair>/: both platforms, hashes, torch and runtime pins, one Triton."""
+def check_public_artifacts(lock: Pylock, path: Path, manifest) -> list[str]:
+    """Every package whose hashes came from public lockfiles must be, wheel for wheel, a current entry of the
+    manifest (environments/xpu-wheels.yaml): an edited hash or a superseded file is refused, naming both."""
+    problems = []
+    known = manifest.by_file()
+    for pkg in lock.packages:
+        if provenance_of(pkg)["provenance"] != "public-lockfile":
+            continue
+        for wheel in pkg.wheels:
+            name = (wheel.model_extra or {}).get("name") or (wheel.url or "").rsplit("/", 1)[-1].replace("%2B", "+")
+            entry = known.get(name)
+            sha = wheel.hashes.get("sha256")
+            if entry is None:
+                problems.append(f"{path}: {pkg.name} {pkg.version}: {name} is not a current entry of "
+                                "environments/xpu-wheels.yaml (superseded, unhashed or unknown)")
+            elif sha != entry.sha256 or wheel.url != entry.url:
+                problems.append(f"{path}: {pkg.name} {pkg.version}: {name} has sha256 {sha} in the lock, "
+                                f"{entry.sha256} in environments/xpu-wheels.yaml ({'; '.join(entry.sources)})")
+    return problems
+
+
+def lock_notes(meta: LockMeta) -> list[str]:
+    """What a reader of a clean lock should still know (not problems)."""
+    notes = []
+    if meta.conda_layer.get("status") == "unavailable":
+        notes.append(f"no conda layer: {meta.conda_layer.get('reason')}; envs get their Python from `conda create` "
+                     "or --base-python; lock it on a connected machine: nox -s lock -- --pair " + meta.pair)
+    if meta.uncovered_pythons:
+        notes.append(f"covers Python {', '.join(meta.pythons)}; the matrix row also allows "
+                     f"{', '.join(meta.uncovered_pythons)}, for which no public hash of every wheel is known")
+    if meta.provenance.get("public-lockfile"):
+        notes.append(f"{meta.provenance['public-lockfile']} package(s) hashed from public lockfiles, not against the "
+                     "live index: `aipc-env lock verify --pair " + meta.pair + "` re-checks them on a connected machine")
+    return notes
+
+
+def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest=None) -> list[str]:
+    """Every problem of lockfiles/<pair>/: both platforms, hashes, torch and runtime pins, one Triton, the public
+    artifacts against the manifest, the conda layer (unless lock-meta.json says why there is none), completeness."""
     pair = matrix.get(lock_dir.name)
     problems: list[str] = []
+    meta = None
     if not meta_path(lock_dir).is_file():
         problems.append(f"{meta_path(lock_dir)}: missing")
     else:
@@ -197,15 +257,25 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix) -> list[str]:
 
         meta = read_meta(lock_dir)
         if meta.matrix_row_hash != row_hash(pair):
-            problems.append(f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id}; re-lock")
+            problems.append(f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id} "
+                            f"(environments/matrix.yaml, pairs: {pair.id}); re-lock: nox -s lock -- --pair {pair.id}")
+    if manifest is None:
+        from aipc_env.lock.wheels import load_wheel_manifest
+
+        manifest = load_wheel_manifest()
     for platform in PLATFORMS:
         path = pylock_path(lock_dir, platform)
         if not path.is_file():
             problems.append(f"{path}: missing")
             continue
-        problems += check_pylock(read_pylock(path), path, pair, platform)
+        lock = read_pylock(path)
+        problems += check_pylock(lock, path, pair, platform)
+        problems += check_public_artifacts(lock, path, manifest)
     conda = conda_lock_path(lock_dir)
-    if not conda.is_file():
+    if meta is not None and meta.conda_layer.get("status") == "unavailable":  # said, and noted by lock_notes
+        if conda.is_file():
+            problems.append(f"{conda}: present, but lock-meta.json says the conda channels were unreachable")
+    elif not conda.is_file():
         problems.append(f"{conda}: missing (conda layer)")
     else:
         missing = [p for p in PLATFORMS if p not in conda_lock_platforms(conda)]
@@ -217,6 +287,7 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix) -> list[str]:
 class PairLockStatus(StrictModel):
     pair: str
     problems: list[str]
+    notes: list[str] = []
 
 
 class LockCheckReport(VersionedModel):

@@ -96,8 +96,11 @@ class Pair(StrictModel):
     triton: Pin
     triton_alternatives: list[str] = []
     bitsandbytes_min: str
-    torchvision: str | None = None
-    """torchvision built with the newest torch of the pair (for qflux envs, which import it)."""
+    torchvision: dict[str, str] = {}
+    """torch version -> the torchvision built with it (each torchvision+xpu requires one exact torch)."""
+    triton_by_torch: dict[str, str] = {}
+    """torch version -> its Triton version, where the pair's torch releases pin different ones (default:
+    triton.version)."""
     torch_requires: list[str] = []
     """torch's own Requires-Dist besides the runtime pins, where read from a wheel's METADATA."""
     torch_version_xpu: str | None = None
@@ -119,10 +122,18 @@ class Pair(StrictModel):
     def _bnb(cls, value: str) -> str:
         return _check_version(value)
 
-    @field_validator("torchvision")
+    @field_validator("torchvision", "triton_by_torch")
     @classmethod
-    def _tv(cls, value: str | None) -> str | None:
-        return _check_version(value) if value is not None else None
+    def _per_torch(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_check_version(k): _check_version(v) for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _per_torch_keys(self) -> Pair:
+        for field in ("torchvision", "triton_by_torch"):
+            unknown = sorted(set(getattr(self, field)) - set(self.torch))
+            if unknown:
+                raise ValueError(f"{field}: {', '.join(unknown)} is not one of the pair's torch versions {self.torch}")
+        return self
 
     @field_validator("torch_requires")
     @classmethod
@@ -156,6 +167,17 @@ class Pair(StrictModel):
     @property
     def newest_torch(self) -> str:
         return max(self.torch, key=Version)
+
+    def torchvision_for(self, torch: str) -> str | None:
+        return self.torchvision.get(torch)
+
+    @property
+    def newest_torchvision(self) -> str | None:
+        """The torchvision of the newest torch (what patch-requirements and the qflux env pin)."""
+        return self.torchvision_for(self.newest_torch)
+
+    def triton_for(self, torch: str) -> str:
+        return self.triton_by_torch.get(torch, self.triton.version)
 
     @property
     def python_specifier(self) -> SpecifierSet:

@@ -33,8 +33,8 @@ def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torch
             if not line.startswith(("--extra-index-url", "torch==", "torchvision=="))]
     build = torch_requirement.rsplit("+", 1)[-1]
     keep.append(f"{torch_requirement}  # aipc-env: this machine's torch source")
-    if torchvision and pair.torchvision:
-        keep.append(f"torchvision=={pair.torchvision}+{build}")
+    if torchvision and pair.newest_torchvision:
+        keep.append(f"torchvision=={pair.newest_torchvision}+{build}")
     return "\n".join(keep) + "\n"
 
 

@@ -110,8 +110,8 @@ def _pinned_block(pair: Pair, xpu_index: str, ending: str) -> list[tuple[str, st
               "keeps it and never", ending),
              (f"{MARK} takes PyPI's CUDA build (and its nvidia-* packages) instead", ending),
              (f"--extra-index-url {xpu_index}", ending), (torch, ending)]
-    if pair.torchvision:
-        lines.append((f"torchvision=={pair.torchvision}+xpu", ending))
+    if pair.newest_torchvision:
+        lines.append((f"torchvision=={pair.newest_torchvision}+xpu", ending))
     return lines
 
 
@@ -181,8 +181,8 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
         if out and not out[-1][1]:
             out[-1] = (out[-1][0], ending)
         out += _pinned_block(pair, xpu_index, ending)
-        result.edits.append(f"appended torch=={pair.newest_torch}+xpu" + (f", torchvision=={pair.torchvision}+xpu"
-                            if pair.torchvision else "") + f" with the XPU index line ({xpu_index})")
+        result.edits.append(f"appended torch=={pair.newest_torch}+xpu" + (f", torchvision=={pair.newest_torchvision}+xpu"
+                            if pair.newest_torchvision else "") + f" with the XPU index line ({xpu_index})")
     result.text = "".join(content + eol for content, eol in out)
     result.changed = result.text != text
     return result

@@ -10,6 +10,7 @@ from functools import cached_property
 from pydantic import BaseModel
 
 from aipc_env.facts.model import Facts
+from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import Resolution, resolve_pair
 from aipc_env.platforms import Platform
@@ -86,6 +87,8 @@ class CheckContext:
     matrix: Matrix
     locks: frozenset[tuple[str, str]] = frozenset()
     """(pair, platform) of every lockfile in the checkout: fixes point at `nox -s env` only where it works."""
+    lock_for: Callable[[str, str], Pylock | None] | None = None
+    """The checkout's lock of (pair, platform), read by the caller (checks do no I/O themselves)."""
 
     @property
     def platform(self) -> Platform:

@@ -89,6 +89,35 @@ def check_pair(ctx: CheckContext) -> Verdict:
     return ok(seen, *details)
 
 
+@check("env-lock", "Training env", "Packages match the pair's lock")
+def check_env_lock(ctx: CheckContext) -> Verdict:
+    """The env's installed distributions against the checkout's lock of its pair (versions; extras are noted)."""
+    from aipc_env.trainenv.drift import compute_drift
+
+    if (early := _env_missing(ctx)):
+        return early
+    pair = ctx.pair
+    if pair is None:
+        return skip("not an XPU env (no pair)")
+    lock = ctx.lock_for(pair.id, ctx.platform) if ctx.lock_for else None
+    if lock is None:
+        return skip(f"no {ctx.platform} lock of {pair.id} in this checkout")
+    env = ctx.facts.training_env
+    assert env is not None
+    drift = compute_drift(lock, env.distributions, None, ctx.platform, env.python_version or "3.12")
+    wrong = [d for d in drift if d.kind in ("missing", "version")]
+    extra = [d for d in drift if d.kind == "extra"]
+    if wrong:
+        shown = [d.describe() for d in wrong]
+        return fail(f"{len(wrong)} package(s) differ from the {pair.id} lock", "an env that drifted from its lock "
+                    "is not the env that was verified and locked: the next run may fail where the lock works",
+                    f"{ctx.env_fix(pair)} --prefix \"{env.prefix}\" (repairs exactly these; `nox -s env -- --check` "
+                    "lists them)", *shown[:20])
+    return ok(f"every locked package of {pair.id} at its locked version"
+              + (f"; {len(extra)} extra package(s) not in the lock" if extra else ""),
+              *[d.describe() for d in extra[:10]])
+
+
 @check("runtime-mix", "Training env", "Intel runtime from one release")
 def check_runtime_mix(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):

@@ -1,0 +1,195 @@
+"""Lock a pair without the PyTorch XPU index (`nox -s lock` when it cannot be reached, or `--from-manifest`).
+
+Everything from PyPI is resolved for real by uv (one universal resolution per platform, forked by Python version
+where needed); torch, torchvision and Triton come from environments/xpu-wheels.yaml (hashes read from public
+lockfiles); torch's own dependencies come from the matrix row (its runtime pins and torch_requires). Every package
+in the written pylock says where its hash came from in `[packages.tool.aipc-env]`: `index` (hashed by uv against
+the live index it resolved from) or `public-lockfile` (with the repositories it was read from). The torch release
+is the one of the pair with wheels for the most Python versions on both platforms (newest on a tie); the lock
+covers those Python versions.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from aipc_env.errors import AipcError, ExitCode
+from aipc_env.lock import specs
+from aipc_env.lock.wheels import PLATFORM_TAGS, PairArtifacts, WheelManifest, pair_artifacts
+from aipc_env.matrix import Pair
+from aipc_env.platforms import PLATFORMS, Platform, marker_environment
+
+__all__ = ["PROVENANCE_TOOL", "OfflinePlan", "merge_pylock", "plan_offline", "pypi_requirements", "stub_wheels",
+           "torch_requires_dist"]
+
+PROVENANCE_TOOL = "aipc-env"
+CANDIDATE_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+
+
+@dataclass(frozen=True)
+class OfflinePlan:
+    torch: str
+    pythons: list[str]
+    default_python: str
+    artifacts: dict[Platform, PairArtifacts]
+    uncovered: list[str]
+    """Pythons the row allows that no public hash covers on every platform."""
+
+
+def plan_offline(pair: Pair, manifest: WheelManifest, platforms: tuple[Platform, ...] = PLATFORMS,
+                 python: str | None = None) -> OfflinePlan:
+    """Which torch release and Python versions a manifest-based lock of the pair covers (pure). Refuses a pair
+    whose public hashes do not cover one Python on every platform, listing what is missing."""
+    allowed = [p for p in CANDIDATE_PYTHONS if f"{p}.0" in pair.python_specifier]
+    best: OfflinePlan | None = None
+    for torch in sorted(pair.torch, key=Version):
+        arts = {pl: pair_artifacts(pair, pl, torch, manifest, allowed) for pl in platforms}
+        pythons = [p for p in allowed if all(p in a.pythons for a in arts.values())]
+        missing = {pl: a.missing for pl, a in arts.items()}
+        if pythons and (best is None or len(pythons) >= len(best.pythons)):
+            default = python or (specs.DEFAULT_PYTHON if specs.DEFAULT_PYTHON in pythons else pythons[-1])
+            best = OfflinePlan(torch, pythons, default, arts, [p for p in allowed if p not in pythons])
+        elif best is None and torch == pair.newest_torch:
+            problems = [f"{pl}: {m}" for pl, items in missing.items() for m in items] or ["no common Python"]
+            raise AipcError(f"{pair.id} cannot be locked from public hashes: " + "; ".join(problems),
+                            exit_code=ExitCode.PROBLEMS,
+                            fix="lock it on a machine that reaches the PyTorch XPU index (nox -s lock -- --pair "
+                                f"{pair.id}), or add the missing hashes to environments/xpu-wheels.yaml with their "
+                                "sources")
+    assert best is not None
+    if python and python not in best.pythons:
+        raise AipcError(f"Python {python} has no public {pair.id} wheels (covered: {', '.join(best.pythons)})",
+                        key="--python", fix=f"pass one of {', '.join(best.pythons)}")
+    return best
+
+
+def torch_requires_dist(pair: Pair, torch: str) -> list[str]:
+    """torch's own dependencies as the matrix row states them: the runtime pins (exact, with their markers), its
+    Triton and torch_requires."""
+    reqs = [f"{pin.name}=={pin.version}" + (f"; {pin.marker}" if pin.marker else "") for pin in pair.runtime_pins]
+    reqs.append(f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker
+                                                                     else ""))
+    return reqs + (pair.torch_requires or ["filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec"])
+
+
+def stub_wheels(folder: Path, pair: Pair, torch: str) -> dict[str, Path]:
+    """Metadata-only wheels of torch+xpu, torchvision+xpu and the pair's Triton, whose Requires-Dist is what the
+    matrix row says: uv resolves everything else against PyPI around them; they never reach a lock (the real
+    artifacts come from the manifest)."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = {"torch": (f"{torch}+xpu", torch_requires_dist(pair, torch)),
+              pair.triton.name: (pair.triton_for(torch), [])}
+    if pair.torchvision_for(torch):
+        wanted["torchvision"] = (f"{pair.torchvision_for(torch)}+xpu", ["numpy", f"torch=={torch}+xpu",
+                                                                         "pillow!=8.3.*,>=5.3.0"])
+    stubs = {}
+    for name, (version, requires) in wanted.items():
+        dist = name.replace("-", "_")
+        info = f"{dist}-{version}.dist-info"
+        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+            f"Requires-Dist: {r}\n" for r in requires)
+        path = folder / f"{dist}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr(f"{info}/METADATA", meta)
+            zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: aipc-env (stub)\nRoot-Is-Purelib: true\n"
+                                         "Tag: py3-none-any\n")
+            zf.writestr(f"{info}/RECORD", "")
+        stubs[name] = path
+    return stubs
+
+
+def pypi_requirements(pair: Pair, torch: str, common: list[str] | None = None) -> list[str]:
+    """The env's requirements for the universal resolution: torch (and torchvision) of the chosen release, which
+    resolve to the stub wheels, then the pip layer."""
+    reqs = [f"torch=={torch}+xpu",  # uv applies path sources to direct requirements only: Triton is one too
+            f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker else "")]
+    if pair.torchvision_for(torch):
+        reqs.append(f"torchvision=={pair.torchvision_for(torch)}+xpu")
+    return reqs + [r for r in specs.pip_layer(pair, common) if Requirement(r).name not in specs.EXPLICIT_XPU_NAMES]
+
+
+def _python_range(pythons: list[str]) -> str:
+    low, high = pythons[0], pythons[-1]
+    return f">={low},<3.{int(high.split('.')[1]) + 1}"
+
+
+def uv_universal_project(requirements: list[str], *, pypi_url: str, pythons: list[str],
+                         stubs: dict[str, Path]) -> str:
+    """A pyproject uv resolves universally: the stub wheels stand for the XPU index's packages (path sources), every
+    other name comes from PyPI."""
+    deps = ",\n".join(f"    {json.dumps(r)}" for r in requirements)
+    sources = "\n".join(f"{name} = {{ path = {json.dumps(str(path))} }}" for name, path in stubs.items())
+    return (f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = "{_python_range(pythons)}"\n'
+            f"dependencies = [\n{deps},\n]\n\n"
+            f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
+            f"[tool.uv.sources]\n{sources}\n")
+
+
+def uv_universal_argv(uv: str, project: Path, out: Path, *, pythons: list[str], default_index: str) -> list[str]:
+    return [uv, "pip", "compile", str(project), "--format", "pylock.toml", "-o", str(out), "--universal",
+            "--python-version", pythons[0], "--default-index", default_index, "--no-header", "--quiet"]
+
+
+def _applies(marker: str | None, platform: Platform, pythons: list[str]) -> bool:
+    return marker is None or any(Marker(marker).evaluate(marker_environment(platform, p)) for p in pythons)
+
+
+def _wheel_fits(filename: str, platform: Platform) -> bool:
+    try:
+        _, _, _, tags = parse_wheel_filename(filename.replace("%2B", "+"))
+    except ValueError:
+        return False
+    return any(t.platform == "any" or t.platform in PLATFORM_TAGS[platform] or
+               (platform == "linux-64" and t.platform.startswith(("manylinux", "linux")) and
+                t.platform.endswith("x86_64")) for t in tags)
+
+
+def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifacts: PairArtifacts,
+                 pair: Pair, pypi_url: str) -> dict:
+    """The platform's pylock: the universal resolution's packages that can install there (their wheels for this
+    platform only), each marked `index`, plus the XPU index's packages from the manifest, marked
+    `public-lockfile` with their sources."""
+    packages = []
+    for pkg in universal.get("packages", []):
+        if pkg["name"] in specs.EXPLICIT_XPU_NAMES or pkg["name"] == "aipc-training-env":
+            continue  # the stubs: their real artifacts are added from the manifest below
+        if not _applies(pkg.get("marker"), platform, pythons):
+            continue
+        pkg = dict(pkg)
+        wheels = [w for w in pkg.get("wheels", []) if _wheel_fits(w["url"].rsplit("/", 1)[-1], platform)]
+        if wheels:
+            pkg["wheels"] = wheels
+        elif "wheels" in pkg:
+            del pkg["wheels"]
+        if "wheels" not in pkg and "sdist" not in pkg:
+            raise AipcError(f"{pkg['name']} {pkg.get('version')}: nothing installs on {platform}",
+                            exit_code=ExitCode.PROBLEMS, fix="check the pip layer; nothing was written")
+        pkg["tool"] = {PROVENANCE_TOOL: {"provenance": "index", "index": pypi_url}}
+        packages.append(pkg)
+    for key, (version, wheels) in artifacts.packages.items():
+        entry: dict = {"name": key, "version": version}
+        if key == pair.triton.key and pair.triton.marker:
+            entry["marker"] = pair.triton.marker
+        entry["wheels"] = [{"name": w.file, "url": w.url, "hashes": {"sha256": w.sha256}} for w in wheels]
+        entry["tool"] = {PROVENANCE_TOOL: {
+            "provenance": "public-lockfile",
+            "sources": {w.file: {"repositories": w.sources, "independent-sources": w.independent_sources}
+                        for w in wheels}}}
+        packages.append(entry)
+    packages.sort(key=lambda p: (p["name"], Version(p["version"])))
+    return {"lock-version": "1.0", "created-by": "aipc-env", "requires-python": _python_range(pythons),
+            "packages": packages}
+
+
+def read_universal(path: Path) -> dict:
+    return tomllib.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,320 @@
+"""The shipped locks (issue 19): every one passes `lock check`, its torch/torchvision/Triton entries are the
+manifest's (never a superseded hash), its PyPI pins and hashes are what PyPI serves, uv accepts it, tampering is
+refused naming the row, `lock verify` never passes without fetching, and env, container and bundle use them."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import random
+import shutil
+import subprocess
+import threading
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from aipc_env.errors import ExitCode
+from aipc_env.lock.lockfile import check_pair_lock, provenance_of, pylock_path, read_meta, read_pylock
+from aipc_env.lock.wheels import WheelEntry, WheelManifest, load_wheel_manifest
+from tests.conftest import ROOT, find_tool, require_tool, run_cli
+
+SHIPPED = ("xpu-2.7", "xpu-2.9", "xpu-2.10", "xpu-2.12")
+LOCKS = ROOT / "lockfiles"
+PLATFORMS = ("win-64", "linux-64")
+
+
+def _copy_lock(tmp_path: Path, pair: str) -> Path:
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / pair, root / pair)
+    return root
+
+
+def test_the_four_complete_pairs_are_shipped_and_pass_lock_check(matrix):
+    assert sorted(p.name for p in LOCKS.iterdir() if p.is_dir()) == sorted(SHIPPED)
+    result = run_cli("lock", "check", "--json")
+    assert result.returncode == ExitCode.OK, result.stdout[-3000:]
+    report = json.loads(result.stdout)
+    assert {p["pair"] for p in report["pairs"]} == set(SHIPPED)
+    for status in report["pairs"]:
+        assert status["problems"] == []
+        assert any("no conda layer" in n for n in status["notes"])  # said, not invented
+
+
+@pytest.mark.parametrize("pair", SHIPPED)
+def test_public_artifacts_are_the_manifests_current_entries(pair, matrix):
+    manifest = load_wheel_manifest()
+    current = manifest.by_file()
+    superseded = {w.sha256 for w in manifest.wheels if w.status == "superseded"}
+    meta = read_meta(LOCKS / pair)
+    row = matrix.get(pair)
+    assert meta.xpu_source == "manifest" and meta.torch in row.torch and meta.conda_layer["status"] == "unavailable"
+    for platform in PLATFORMS:
+        lock = read_pylock(pylock_path(LOCKS / pair, platform))
+        public = {p.key: p for p in lock.packages if provenance_of(p)["provenance"] == "public-lockfile"}
+        expected = {"torch", "torchvision"} | ({row.triton.key} if row.triton.applies_to(platform) else set())
+        assert set(public) == expected
+        assert public["torch"].version == f"{meta.torch}+xpu"
+        assert public["torchvision"].version == f"{row.torchvision_for(meta.torch)}+xpu"
+        for pkg in public.values():
+            names = set()
+            for wheel in pkg.wheels:
+                entry = current[wheel.model_extra["name"]]
+                assert (wheel.url, wheel.hashes["sha256"]) == (entry.url, entry.sha256)
+                assert wheel.hashes["sha256"] not in superseded
+                names |= set(entry.python_minors)
+            assert names >= set(meta.pythons), (pkg.name, names)
+            sources = provenance_of(pkg)["sources"]
+            assert all(sources[w.model_extra["name"]]["repositories"] for w in pkg.wheels)
+        others = [p for p in lock.packages if provenance_of(p)["provenance"] != "public-lockfile"]
+        assert all(provenance_of(p) == {"provenance": "index", "index": meta.pypi_url} for p in others)
+
+
+def test_superseded_hashes_exist_in_the_manifest_and_in_no_lock():
+    manifest = load_wheel_manifest()
+    superseded = [w for w in manifest.wheels if w.status == "superseded"]
+    assert len(superseded) == 8 and all(w.package == "triton-xpu" and w.version == "3.7.1" for w in superseded)
+    text = "".join(p.read_text(encoding="utf-8") for p in LOCKS.rglob("pylock.*.toml"))
+    assert not [w.file for w in superseded if w.sha256 in text]
+
+
+def _pypi_sample(count: int) -> list[tuple[str, str, str, str]]:
+    rng = random.Random(19)
+    rows = []
+    for pair in SHIPPED:
+        for platform in PLATFORMS:
+            for pkg in read_pylock(pylock_path(LOCKS / pair, platform)).packages:
+                if provenance_of(pkg)["provenance"] == "index":
+                    for wheel in pkg.wheels:
+                        rows.append((pkg.name, pkg.version, wheel.url.rsplit("/", 1)[-1], wheel.hashes["sha256"]))
+    rows = sorted(set(rows))
+    return rng.sample(rows, count)
+
+
+def _pypi_json(name: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"https://pypi.org/pypi/{name}/json", timeout=60) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
+def test_pypi_artifacts_are_what_pypi_serves():
+    """A sample of the locked PyPI wheels, asked of PyPI's JSON API: the version exists and the file's sha256 is
+    the one PyPI publishes."""
+    sample = _pypi_sample(12)
+    answers = {n: _pypi_json(n) for n, _, _, _ in sample}
+    require_tool(None if all(answers.values()) else "PyPI's JSON API cannot be reached")
+    for name, version, filename, sha in sample:
+        files = {f["filename"]: f["digests"]["sha256"] for f in answers[name]["releases"][version]}
+        assert files.get(filename) == sha, (name, version, filename)
+
+
+@pytest.mark.parametrize("pair", SHIPPED)
+def test_uv_accepts_the_linux_pylock(pair, tmp_path):
+    """uv reads the pylock (tool tables, the manifest's wheels, per-Python markers) and plans an install on this
+    machine's Python; nothing is downloaded."""
+    uv = find_tool("uv")
+    require_tool(None if uv else "uv is not installed")
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    result = subprocess.run([uv, "pip", "sync", "--preview-features", "pylock", "--dry-run", "--python",
+                             str(venv / "bin" / "python"), str(pylock_path(LOCKS / pair, "linux-64"))],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = read_meta(LOCKS / pair)
+    assert f"+ torch=={meta.torch}+xpu" in result.stderr
+
+
+def test_an_edited_manifest_hash_is_refused_naming_the_file_and_both_hashes(tmp_path, matrix):
+    root = _copy_lock(tmp_path, "xpu-2.12")
+    path = pylock_path(root / "xpu-2.12", "win-64")
+    lock = tomllib.loads(path.read_text(encoding="utf-8"))
+    torch = next(p for p in lock["packages"] if p["name"] == "torch")
+    old = torch["wheels"][0]["hashes"]["sha256"]
+    new = hashlib.sha256(b"another file").hexdigest()
+    path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+    result = run_cli("lock", "check", "--lock-root", str(root))
+    assert result.returncode == ExitCode.PROBLEMS
+    assert torch["wheels"][0]["name"] in result.stdout and old in result.stdout and new in result.stdout
+    assert "environments/xpu-wheels.yaml" in result.stdout
+
+
+def test_a_changed_matrix_row_is_refused_naming_the_row(tmp_path):
+    import yaml
+
+    root = _copy_lock(tmp_path, "xpu-2.9")
+    data = yaml.safe_load((ROOT / "environments" / "matrix.yaml").read_text(encoding="utf-8"))
+    row = next(p for p in data["pairs"] if p["id"] == "xpu-2.9")
+    row["bitsandbytes_min"] = "0.49.0"
+    changed = tmp_path / "matrix.yaml"
+    changed.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli("lock", "check", "--lock-root", str(root), "--matrix", str(changed))
+    assert result.returncode == ExitCode.PROBLEMS and "older matrix row of xpu-2.9" in result.stdout
+    assert run_cli("lock", "check", "--lock-root", str(root)).returncode == ExitCode.OK
+
+
+def test_a_superseded_or_unknown_wheel_is_refused(tmp_path, matrix):
+    root = _copy_lock(tmp_path, "xpu-2.12")
+    manifest = load_wheel_manifest()
+    stale = next(w for w in manifest.wheels if w.status == "superseded" and "cp312" in w.file and "win" in w.file)
+    good = manifest.by_file()[stale.file]
+    path = pylock_path(root / "xpu-2.12", "win-64")
+    path.write_text(path.read_text(encoding="utf-8").replace(good.sha256, stale.sha256), encoding="utf-8")
+    problems = check_pair_lock(root / "xpu-2.12", matrix, manifest)
+    assert any(stale.file in p and stale.sha256 in p and good.sha256 in p for p in problems)
+
+
+def test_lock_verify_here_lists_every_unverified_artifact():
+    result = run_cli("lock", "verify", "--pair", "xpu-2.12", timeout=300)
+    assert result.returncode == ExitCode.PROBLEMS
+    assert "0 verified, 0 changed, 24 unverified" in result.stdout  # torch, torchvision, Triton x 4 Pythons x 2
+    assert result.stdout.count("unverified torch-2.12.0+xpu-cp3") == 8
+    assert "download.pytorch.org" in result.stdout
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_lock_verify_names_a_reuploaded_file_and_both_hashes(tmp_path):
+    """A mirror serves the locked files: the one whose bytes differ (a re-upload) is an error with both hashes;
+    the others verify."""
+    root = _copy_lock(tmp_path, "xpu-2.12")
+    served = tmp_path / "mirror"
+    served.mkdir()
+    for platform in PLATFORMS:
+        path = pylock_path(root / "xpu-2.12", platform)
+        text = path.read_text(encoding="utf-8")
+        for pkg in read_pylock(path).packages:
+            if provenance_of(pkg)["provenance"] != "public-lockfile":
+                continue
+            for wheel in pkg.wheels:
+                body = f"stand-in of {wheel.model_extra['name']}".encode()
+                (served / wheel.model_extra["name"]).write_bytes(body)
+                text = text.replace(wheel.hashes["sha256"], hashlib.sha256(body).hexdigest())
+        path.write_text(text, encoding="utf-8")
+    changed = next(served.glob("torchvision-*cp311*win_amd64.whl"))
+    changed.write_bytes(b"re-uploaded")
+    handler = lambda *a, **k: _Quiet(*a, directory=str(served), **k)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = run_cli("lock", "verify", "--pair", "xpu-2.12", "--lock-root", str(root), "--mirror",
+                         f"http://127.0.0.1:{server.server_address[1]}", timeout=300)
+    finally:
+        server.shutdown()
+    assert result.returncode == ExitCode.PROBLEMS
+    line = next(ln for ln in result.stdout.splitlines() if "CHANGED" in ln)
+    assert changed.name in line and hashlib.sha256(b"re-uploaded").hexdigest() in line
+    assert "23 verified, 1 changed, 0 unverified" in result.stdout
+
+
+def test_requires_dist_is_compared_with_the_row(matrix):
+    from aipc_env.lock.verify import requires_dist_problems
+
+    pair = matrix.get("xpu-2.12")
+    requires = ["intel-cmplr-lib-rt==2025.3.2", "intel-cmplr-lib-ur==2025.3.2", "intel-cmplr-lic-rt==2025.3.2",
+                "intel-sycl-rt==2025.3.2", "onemkl-sycl-blas==2025.3.1", "onemkl-sycl-dft==2025.3.1",
+                "onemkl-sycl-lapack==2025.3.1", "onemkl-sycl-rng==2025.3.1", "onemkl-sycl-sparse==2025.3.1",
+                "dpcpp-cpp-rt==2025.3.2", "intel-opencl-rt==2025.3.2", "intel-openmp==2025.3.2", "mkl==2025.3.1",
+                "tbb==2022.3.1", "tcmlib==1.4.1", "umf==1.0.3", "intel-pti==0.16.0",
+                "oneccl==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+                "oneccl-devel==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+                "impi-rt==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+                "triton-xpu==3.7.1", "filelock", "typing-extensions>=4.10.0",
+                "setuptools; python_version >= '3.12'", "sympy>=1.13.3", "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5",
+                "opt-einsum>=3.3; extra == 'opt-einsum'"]
+    assert requires_dist_problems(requires, pair, "linux-64", "3.12") == []
+    assert requires_dist_problems(requires, pair, "win-64", "3.12") == []
+    drifted = [r.replace("umf==1.0.3", "umf==1.0.4") for r in requires] + ["numpy"]
+    problems = requires_dist_problems(drifted, pair, "linux-64", "3.12")
+    assert any("umf" in p and "1.0.4" in p for p in problems) and any("numpy" in p for p in problems)
+    assert any("tcmlib" in p for p in requires_dist_problems([r for r in requires if "tcmlib" not in r], pair,
+                                                             "linux-64", "3.12"))
+
+
+def test_partial_pairs_are_refused_with_what_is_missing(tmp_path):
+    result = run_cli("lock", "--pair", "xpu-2.13", "--from-manifest", "--pip-only", "--lock-root",
+                     str(tmp_path / "locks"), timeout=300)
+    assert result.returncode == ExitCode.PROBLEMS
+    assert "xpu-2.13 cannot be locked from public hashes" in result.stderr and "win-64" in result.stderr
+    assert not (tmp_path / "locks" / "xpu-2.13").exists()
+
+
+@pytest.mark.slow
+def test_an_offline_lock_is_made_for_real_and_checks_clean(tmp_path, matrix):
+    root = tmp_path / "locks"
+    result = run_cli("lock", "--pair", "xpu-2.10", "--from-manifest", "--lock-root", str(root), timeout=600)
+    assert result.returncode == ExitCode.OK, result.stderr[-3000:]
+    assert check_pair_lock(root / "xpu-2.10", matrix) == []
+    meta = read_meta(root / "xpu-2.10")
+    assert meta.provenance["public-lockfile"] == 6 and meta.pythons == ["3.10", "3.11", "3.12", "3.13"]
+    assert oct((root / "xpu-2.10").stat().st_mode)[-3:] != "700"
+
+
+def test_manifest_model_refuses_inconsistent_entries():
+    base = load_wheel_manifest().wheels[0].model_dump()
+    with pytest.raises(ValueError, match="not torch"):
+        WheelEntry.model_validate({**base, "package": "torch"})
+    with pytest.raises(ValueError, match="needs its sha256"):
+        WheelEntry.model_validate({**base, "sha256": None})
+    with pytest.raises(ValueError, match="two current entries"):
+        WheelManifest.model_validate({"schema_version": 1, "index": "x", "wheels": [base, base]})
+
+
+def test_env_dry_run_prints_the_plan():
+    result = run_cli("env", "--pair", "xpu-2.12", "--dry-run")
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert "download.pytorch.org (public-lockfile)" in result.stdout and "files.pythonhosted.org (index)" in result.stdout
+    assert "size ?" in result.stdout and "GB known" in result.stdout and "nothing was changed" in result.stdout
+
+
+def test_container_render_uses_the_shipped_lock(tmp_path):
+    result = run_cli("container", "render", "--pair", "xpu-2.12", "--out", str(tmp_path / "ctx"))
+    assert result.returncode == ExitCode.OK, result.stderr
+    requirements = (tmp_path / "ctx" / "requirements.lock.txt").read_text(encoding="utf-8")
+    cp311 = load_wheel_manifest().by_file()["torch-2.12.0+xpu-cp311-cp311-linux_x86_64.whl"]
+    assert f"torch==2.12.0+xpu --hash=sha256:{cp311.sha256}" in requirements
+
+
+def test_bundle_names_the_unreachable_artifact_and_leaves_nothing(tmp_path):
+    out = tmp_path / "bundle"
+    result = run_cli("fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", str(out),
+                     timeout=600)
+    assert result.returncode == ExitCode.PROBLEMS, result.stderr[-2000:]
+    assert "torch-2.12.0+xpu-cp312-cp312-linux_x86_64.whl" in result.stderr
+    assert "https://download.pytorch.org/whl/xpu/torch-2.12.0%2Bxpu-cp312-cp312-linux_x86_64.whl" in result.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".bundle")]
+
+
+def test_the_doctor_judges_an_env_against_its_pairs_lock(matrix):
+    from aipc_env.doctor import run_checks
+    from aipc_env.doctor.checks.base import Status
+    from aipc_env.facts.model import Facts
+    from aipc_env.trainenv.drift import locked_packages
+    from tests.conftest import MACHINES
+
+    facts = Facts.model_validate_json((MACHINES / "linux_arc_a770.json").read_text(encoding="utf-8"))
+    lock = read_pylock(pylock_path(LOCKS / "xpu-2.12", "linux-64"))
+    env = facts.training_env
+    env.python_version = "3.12.7"
+    env.distributions = {name: version for name, (version, _) in locked_packages(lock, "linux-64", "3.12").items()}
+    env.distributions["jupyter"] = "1.1.1"
+
+    def lock_for(pair, platform):
+        return read_pylock(pylock_path(LOCKS / pair, platform)) if (LOCKS / pair).is_dir() else None
+
+    (good,) = run_checks(facts, matrix, ["env-lock"], lock_for=lock_for).findings
+    assert good.status == Status.OK and "1 extra" in good.seen
+    env.distributions["transformers"] = "4.0.0"
+    del env.distributions["umf"]
+    (bad,) = run_checks(facts, matrix, ["env-lock"], lock_for=lock_for).findings
+    assert bad.status == Status.FAIL and "2 package(s) differ from the xpu-2.12 lock" in bad.seen
+    assert "--prefix" in bad.fix and any("transformers" in d for d in bad.details)
