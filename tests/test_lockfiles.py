@@ -113,19 +113,21 @@ def test_pypi_artifacts_are_what_pypi_serves():
         assert files.get(filename) == sha, (name, version, filename)
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("pair", SHIPPED)
-def test_uv_accepts_the_linux_pylock(pair, tmp_path):
-    """uv reads the pylock (tool tables, the manifest's wheels, per-Python markers) and plans an install on this
-    machine's Python; nothing is downloaded."""
+def test_uv_accepts_each_pylock(pair, platform, tmp_path):
+    """uv reads the pylock (tool tables, the manifest's wheels, per-Python markers) and plans an install for this
+    machine's Python on the lock's platform; nothing is downloaded."""
     uv = find_tool("uv")
     require_tool(None if uv else "uv is not installed")
     import sys
 
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    target = {"win-64": "x86_64-pc-windows-msvc", "linux-64": "x86_64-unknown-linux-gnu"}[platform]
     result = subprocess.run([uv, "pip", "sync", "--preview-features", "pylock", "--dry-run", "--python",
-                             str(venv / "bin" / "python"), str(pylock_path(LOCKS / pair, "linux-64"))],
-                            capture_output=True, text=True, timeout=300)
+                             str(venv / "bin" / "python"), "--python-platform", target,
+                             str(pylock_path(LOCKS / pair, platform))], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     meta = read_meta(LOCKS / pair)
     assert f"+ torch=={meta.torch}+xpu" in result.stderr
