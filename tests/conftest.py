@@ -103,11 +103,24 @@ def fleet_bundle(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("fleet-lock")
     lock = stand_in_lock(base, load_matrix().get("xpu-2.13"))
     out = tmp_path_factory.mktemp("fleet-bundle") / "bundle-linux-64"
+    keys = out.parent / "admin keys"  # the admin's, kept outside the bundle
+    keys.mkdir()
+    admin_keys(keys)
     result = run_cli("fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(lock), "--platform", "linux-64",
-                     "--python", "3.11", "--out", str(out), "--json", timeout=900,
+                     "--python", "3.11", "--out", str(out), "--json", "--sign", str(keys / "admin.key"), timeout=900,
                      env={"AIPC_ENV_CACHE_DIR": str(base / "cache")})
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+def admin_keys(folder: Path) -> Path:
+    """An admin's key pair made by the real minisign CLI (unencrypted: -W): folder/admin.key, folder/admin.pub."""
+    import shutil
+
+    require_tool(None if shutil.which("minisign") else "minisign is not installed (apt-get install minisign)")
+    subprocess.run(["minisign", "-G", "-W", "-p", str(folder / "admin.pub"), "-s", str(folder / "admin.key")],
+                   check=True, capture_output=True, timeout=60)
+    return folder
 
 
 def distro_python_with_venv() -> str | None:

@@ -33,7 +33,7 @@ def _copy(bundle: Path, dest: Path) -> Path:
 def test_the_bundle_lists_every_file_with_its_hash(fleet_bundle):
     manifest = json.loads((fleet_bundle / "bundle-manifest.json").read_text())
     files = {p.relative_to(fleet_bundle).as_posix() for p in fleet_bundle.rglob("*") if p.is_file()}
-    assert set(manifest["files"]) == files - {"bundle-manifest.json"}
+    assert set(manifest["files"]) == files - {"bundle-manifest.json", "bundle-manifest.json.minisig"}
     assert any(f.startswith("wheels/aipc_env-") for f in files) and "bootstrap.sh" in files
     assert "bootstrap.ps1" in files and "&&" not in (fleet_bundle / "bootstrap.ps1").read_text()
     assert manifest["pair"] == "xpu-2.13" and manifest["platform"] == "linux-64"
@@ -51,8 +51,9 @@ def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path):
     stub = subprocess.run([str(prefix / "bin" / "python"), "-c", "import torch_stub; print(torch_stub.VALUE)"],
                           capture_output=True, text=True)
     assert stub.stdout.strip() == "XPU"
-    check = _offline([str(bundle / ".tool" / "bin" / "aipc-env"), "env", "--check", "--bundle", str(bundle),
-                      "--prefix", str(prefix), "--json"], env)
+    assert not [p for p in bundle.rglob("*") if p.name == ".tool"]  # the bootstrap's tool env lives outside
+    check = _offline([sys.executable, "-m", "aipc_env", "env", "--check", "--bundle", str(bundle), "--prefix",
+                      str(prefix), "--json"], env)
     assert check.returncode == 0 and json.loads(check.stdout)["drift"] == [], check.stdout[-2000:]
 
 
@@ -71,6 +72,103 @@ def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp
     boot = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)], {**env, "PATH": "/usr/bin:/bin"})
     assert boot.returncode != 0 and "damaged or tampered" in boot.stderr
     assert not prefix.exists() and not (bundle / ".tool").exists()
+
+
+def _resign(bundle: Path, keys: Path) -> None:
+    subprocess.run(["minisign", "-S", "-s", str(keys / "admin.key"), "-m", str(bundle / "bundle-manifest.json")],
+                   check=True, capture_output=True, timeout=60)
+
+
+def _keys(fleet_bundle: Path) -> Path:
+    return fleet_bundle.parent / "admin keys"
+
+
+def _rehash(bundle: Path, rel: str) -> None:
+    import hashlib
+
+    manifest = json.loads((bundle / "bundle-manifest.json").read_text())
+    manifest["files"][rel] = hashlib.sha256((bundle / rel).read_bytes()).hexdigest()
+    (bundle / "bundle-manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def _install(bundle: Path, tmp_path: Path, *extra: str, env_extra: dict | None = None):
+    prefix = tmp_path / "env"
+    env = {**os.environ, "AIPC_ENV_STATE_DIR": str(tmp_path / "state"), "AIPC_ENV_CACHE_DIR": str(tmp_path / "c"),
+           **(env_extra or {})}
+    env.pop("AIPC_ENV_BUNDLE_TRUST", None) if not env_extra else None
+    result = subprocess.run([sys.executable, "-m", "aipc_env", "env", "--bundle", str(bundle), "--prefix", str(prefix),
+                             "--base-python", sys.executable, *extra], capture_output=True, text=True, env=env,
+                            timeout=600)
+    return result, prefix
+
+
+def test_the_signature_verifies_with_the_real_minisign(fleet_bundle):
+    keys = _keys(fleet_bundle)
+    result = subprocess.run(["minisign", "-Vm", str(fleet_bundle / "bundle-manifest.json"), "-p",
+                             str(keys / "admin.pub")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "Signature and comment signature verified" in result.stdout
+    assert "aipc-env bundle xpu-2.13 linux-64" in result.stdout
+
+
+def test_rehashed_files_and_manifest_without_a_valid_signature_are_refused(fleet_bundle, tmp_path):
+    """An attacker who can write the bundle re-hashes the changed file into the manifest: the hashes agree, the
+    signature does not; nothing runs, nothing is installed."""
+    keys = _keys(fleet_bundle)
+    bundle = _copy(fleet_bundle, tmp_path / "bundle")
+    victim = bundle / "requirements.linux-64.txt"
+    victim.write_text(victim.read_text() + "evil==1.0\n")
+    _rehash(bundle, "requirements.linux-64.txt")
+    result, prefix = _install(bundle, tmp_path, "--trust", str(keys / "admin.pub"))
+    assert result.returncode == 1 and "does not verify" in result.stderr and not prefix.exists()
+    require_tool(distro_python_with_venv())
+    boot = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)],
+                    {**os.environ, "PATH": "/usr/bin:/bin", "AIPC_ENV_BUNDLE_TRUST": str(keys / "admin.pub")})
+    assert boot.returncode == 1 and "signature does not verify" in boot.stderr and not prefix.exists()
+
+
+def test_an_unsigned_bundle_is_refused_with_a_trust_key_and_warned_about_without(fleet_bundle, tmp_path):
+    keys = _keys(fleet_bundle)
+    bundle = _copy(fleet_bundle, tmp_path / "bundle")
+    (bundle / "bundle-manifest.json.minisig").unlink()
+    refused, prefix = _install(bundle, tmp_path, "--trust", str(keys / "admin.pub"))
+    assert refused.returncode == 1 and "no signature" in refused.stderr and not prefix.exists()
+    from aipc_env.fleet.bundle import verify_bundle
+
+    warnings: list[str] = []
+    verify_bundle(bundle, None, warn=warnings.append)
+    assert warnings and "not signed" in warnings[0]
+
+
+@pytest.mark.parametrize("attack", ["parent-path", "absolute-path", "symlinked-wheel", "planted-pth"])
+def test_paths_leave_nothing_inside_the_bundle(fleet_bundle, tmp_path, attack):
+    """Signed by the admin's own key after the change, so only the path guard can catch it."""
+    keys = _keys(fleet_bundle)
+    bundle = _copy(fleet_bundle, tmp_path / "bundle")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("payload")
+    manifest = json.loads((bundle / "bundle-manifest.json").read_text())
+    if attack in ("parent-path", "absolute-path"):
+        import hashlib
+
+        rel = "../outside.txt" if attack == "parent-path" else str(outside)
+        manifest["files"][rel] = hashlib.sha256(b"payload").hexdigest()
+        (bundle / "bundle-manifest.json").write_text(json.dumps(manifest))
+        _resign(bundle, keys)
+        expected = "not a path inside the bundle"
+    elif attack == "symlinked-wheel":
+        wheel = min((bundle / "wheels").glob("pydantic-*.whl"))
+        shutil.copy(wheel, outside)
+        wheel.unlink()
+        wheel.symlink_to(outside)
+        expected = "holds links"
+    else:
+        pth = bundle / ".tool" / "lib" / "python3.11" / "site-packages" / "evil.pth"
+        pth.parent.mkdir(parents=True)
+        pth.write_text("import os; os.system('touch pwned')\n")
+        expected = "not in the manifest"
+    result, prefix = _install(bundle, tmp_path, "--trust", str(keys / "admin.pub"))
+    assert result.returncode == 1 and expected in result.stderr, result.stderr[-2000:]
+    assert not prefix.exists()
 
 
 def test_a_bundle_needs_an_empty_folder(fleet_bundle, tmp_path):

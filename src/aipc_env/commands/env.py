@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bundle", type=Path, metavar="DIR",
                    help="install from an offline bundle (aipc-env fleet bundle) with no network; every file is "
                         "checked against the bundle's manifest first; with --check: check against its lock")
+    p.add_argument("--trust", type=Path, metavar="PUBKEY", help="with --bundle: the admin's minisign public key; the "
+                   "bundle's signature must verify with it [env AIPC_ENV_BUNDLE_TRUST]")
     p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
                    help="which conda flavour creates the interpreter layer (default: the first found)")
     p.set_defaults(run=run)
@@ -140,14 +142,19 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
+    import os
     import sys
 
     from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.fleet.sign import read_public_key
     from aipc_env.paths import data_dir, log_path
     from aipc_env.trainenv.build import EnvBuildReport, check_env, install_bundle
     from aipc_env.trainenv.drift import EnvCheckReport
 
-    manifest = verify_bundle(args.bundle)
+    trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST")
+                                else None)
+    trust = read_public_key(trust_path) if trust_path else None
+    manifest = verify_bundle(args.bundle, trust, warn=lambda text: print(f"aipc-env: {text}", file=sys.stderr))
     prefix = Path(args.prefix).absolute() if args.prefix else data_dir() / "envs" / manifest.pair
     lockfile = args.bundle / manifest.lockfile
     if args.check:
@@ -160,7 +167,7 @@ def _bundle(args: argparse.Namespace) -> int:
                   "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift))
         return ExitCode.OK if report.clean else ExitCode.PROBLEMS
     log = log_path("env-bundle")
-    result = install_bundle(args.bundle, prefix, base_python=args.base_python or sys.executable, log=log)
+    result = install_bundle(args.bundle, manifest, prefix, base_python=args.base_python or sys.executable, log=log)
     if args.json:
         print_json(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix),
                                   lockfile=str(lockfile), changed=True, repaired=[], seconds=round(result.seconds, 3),

@@ -40,6 +40,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new, empty folder")
     b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
                    help="folders holding the lock's wheels (searched before their URLs)")
+    b.add_argument("--sign", type=Path, metavar="SECRET_KEY", help="sign the manifest with this minisign secret key "
+                   "(password from AIPC_ENV_SIGN_PASSWORD when it is encrypted); machines check it with the public "
+                   "key: env --bundle DIR --trust PUBKEY, or `minisign -Vm bundle-manifest.json -p PUBKEY`")
+    k = inner.add_parser("keygen", help="write a minisign key pair for signing bundles",
+                         description="An Ed25519 key pair in minisign's format (the `minisign` CLI reads and checks "
+                         "both). The secret key is encrypted with the password in AIPC_ENV_SIGN_PASSWORD when set.")
+    k.add_argument("--secret", type=Path, required=True, metavar="FILE", help="the secret key (new file, mode 0600)")
+    k.add_argument("--public", type=Path, required=True, metavar="FILE", help="the public key to give the machines")
+    k.set_defaults(run=run)
     r = inner.add_parser("report", parents=[JSON], help="one report over many `doctor --json` reports",
                          description="Which machines fail which checks (grouped by check and fix), and which "
                          "drifted from a golden machine's pair and env. Writes a static HTML page and a CSV. Exit 1 "
@@ -53,7 +62,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report}[args.fleet_command](args)
+    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report,
+            "keygen": _keygen}[args.fleet_command](args)
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    import os
+
+    from aipc_env.errors import InputError
+    from aipc_env.fleet.sign import generate_keypair, write_keypair
+
+    for path, key in ((args.secret, "--secret"), (args.public, "--public")):
+        if path.exists():
+            raise InputError("exists: a key is never overwritten", path=path, key=key, fix="choose a new file name")
+    secret, public = generate_keypair()
+    write_keypair(secret, public, args.secret, args.public, password=os.environ.get("AIPC_ENV_SIGN_PASSWORD") or None)
+    print(f"wrote {args.secret} (keep it secret) and {args.public} (key {public.key_id_hex}: give it to the machines)")
+    return ExitCode.OK
 
 
 def _pair(args: argparse.Namespace, platform: str = "win-64"):
@@ -137,7 +162,14 @@ def _bundle(args: argparse.Namespace) -> int:
     wheel = build_aipc_wheel(wheel_dir, log)
     winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel,
+    sign_key = None
+    if args.sign:
+        import os
+
+        from aipc_env.fleet.sign import read_secret_key
+
+        sign_key = read_secret_key(args.sign, os.environ.get("AIPC_ENV_SIGN_PASSWORD"))
+    manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel, sign_key=sign_key,
                             winget_yaml=winget, cache=cache_dir() / "wheels", find_links=args.find_links, log=say)
     if args.json:
         print_json(manifest)

@@ -5,20 +5,23 @@ wheel, the WinGet configuration (Windows), bootstrap scripts, and a manifest wit
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.errors import AipcError, ExitCode, InputError
+from aipc_env.fleet.sign import PublicKey, SecretKey, sign_file, verify_file
 from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.lock.artifacts import Artifact, file_sha256, fill_wheelhouse, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 
-__all__ = ["MANIFEST", "BundleManifest", "BundleTampered", "build_bundle", "verify_bundle"]
+__all__ = ["MANIFEST", "SIGNATURE", "BundleManifest", "BundleTampered", "build_bundle", "verify_bundle"]
 
 MANIFEST = "bundle-manifest.json"
+SIGNATURE = MANIFEST + ".minisig"
 WHEELS = "wheels"
 
 
@@ -47,52 +50,104 @@ class BundleManifest(VersionedModel):
 
 BOOTSTRAP_SH = """#!/bin/sh
 # aipc-env offline bundle ({pair}, {platform}): build the training env with no network.
-# Usage: sh bootstrap.sh [--prefix DIR]   (needs python3 {python} with venv)
+# Usage: AIPC_ENV_BUNDLE_TRUST=/path/admin.pub sh bootstrap.sh [--prefix DIR]   (needs python3 {python} with venv)
+# With AIPC_ENV_BUNDLE_TRUST (the admin's minisign public key, kept outside the bundle) the manifest's signature is
+# checked with the minisign CLI before anything from the bundle runs; without it an unsigned bundle is warned about.
 set -eu
 here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-# every file against the manifest before anything is installed (aipc-env checks it again)
-python3 - "$here" <<'PY'
-import hashlib, json, pathlib, sys
+if [ -n "${{AIPC_ENV_BUNDLE_TRUST:-}}" ]; then
+    if ! command -v minisign >/dev/null 2>&1; then
+        echo "aipc-env bundle: a trust key is set but minisign is not installed (apt install minisign)" >&2
+        exit 1
+    fi
+    if ! minisign -Vm "$here/{manifest}" -p "$AIPC_ENV_BUNDLE_TRUST" -q; then
+        echo "aipc-env bundle: the manifest's signature does not verify with $AIPC_ENV_BUNDLE_TRUST; nothing was run" >&2
+        exit 1
+    fi
+else
+    echo "aipc-env bundle: warning: no AIPC_ENV_BUNDLE_TRUST key: the bundle's signature is not checked" >&2
+fi
+# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
+python3 -I - "$here" <<'PY'
+import hashlib, json, os, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 files = json.loads((root / "{manifest}").read_text(encoding="utf-8"))["files"]
-bad = [f for f, h in files.items()
-       if not (root / f).is_file() or hashlib.sha256((root / f).read_bytes()).hexdigest() != h]
+bad = [f for f in files if f.startswith(("/", "\\\\")) or ".." in f.split("/") or ":" in f or "\\\\" in f]
+bad += [f for f, h in files.items() if f not in bad and (os.path.islink(root / f) or not (root / f).is_file()
+        or hashlib.sha256((root / f).read_bytes()).hexdigest() != h)]
+known = set(files) | {{"{manifest}", "{manifest}.minisig"}}
+for dirpath, dirnames, filenames in os.walk(root):
+    for name in dirnames + filenames:
+        rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+        if os.path.islink(os.path.join(dirpath, name)) or (name in filenames and rel not in known):
+            bad.append(rel)
 if bad:
     sys.exit("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ", ".join(bad[:5]))
 PY
-python3 -m venv "$here/.tool"
-"$here/.tool/bin/python" -m pip install --no-index --find-links "$here/{wheels}" --quiet \\
+tool=$(mktemp -d "${{TMPDIR:-/tmp}}/aipc-bundle-tool.XXXXXX")
+trap 'rm -rf "$tool"' EXIT
+python3 -m venv "$tool/venv"
+"$tool/venv/bin/python" -m pip install --no-index --find-links "$here/{wheels}" --quiet \\
     "$here/{wheels}/{aipc_wheel}" uv
-exec "$here/.tool/bin/aipc-env" env --bundle "$here" --base-python python3 "$@"
+"$tool/venv/bin/aipc-env" env --bundle "$here" --base-python python3 "$@"
 """
 
 BOOTSTRAP_PS1 = """# aipc-env offline bundle ({pair}, {platform}): build the training env with no network.
-# Usage (Windows PowerShell 5.1): powershell -ExecutionPolicy Bypass -File bootstrap.ps1 [-Prefix DIR]
-param([string]$Prefix = "")
+# Usage (Windows PowerShell 5.1): powershell -ExecutionPolicy Bypass -File bootstrap.ps1 [-Prefix DIR] [-Trust admin.pub]
+# With -Trust (or AIPC_ENV_BUNDLE_TRUST: the admin's minisign public key, kept outside the bundle) the manifest's
+# signature is checked with minisign.exe before anything from the bundle runs.
+param([string]$Prefix = "", [string]$Trust = $env:AIPC_ENV_BUNDLE_TRUST)
 $ErrorActionPreference = "Stop"
 $here = Split-Path -Parent $MyInvocation.MyCommand.Path
-# every file against the manifest before anything is installed (aipc-env checks it again)
+if ($Trust) {{
+    if (-not (Get-Command minisign.exe -ErrorAction SilentlyContinue)) {{
+        Write-Error "aipc-env bundle: a trust key is set but minisign.exe is not on PATH (winget install jedisct1.minisign)"
+        exit 1
+    }}
+    & minisign.exe -Vm "$here\\{manifest}" -p $Trust -q
+    if ($LASTEXITCODE -ne 0) {{
+        Write-Error "aipc-env bundle: the manifest's signature does not verify; nothing was run"
+        exit 1
+    }}
+}} else {{
+    Write-Warning "aipc-env bundle: no trust key (-Trust): the bundle's signature is not checked"
+}}
+# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
 $manifest = Get-Content -Raw -Encoding UTF8 "$here\\{manifest}" | ConvertFrom-Json
 $bad = @()
+$known = @{{"{manifest}" = 1; "{manifest}.minisig" = 1}}
 foreach ($entry in $manifest.files.PSObject.Properties) {{
+    $known[$entry.Name] = 1
+    if ($entry.Name -match '(^[/\\\\])|(\\.\\.)|:|\\\\') {{ $bad += $entry.Name; continue }}
     $path = Join-Path $here $entry.Name
-    if (-not (Test-Path -LiteralPath $path -PathType Leaf)) {{ $bad += $entry.Name; continue }}
+    $item = Get-Item -LiteralPath $path -Force -ErrorAction SilentlyContinue
+    if (-not $item -or $item.PSIsContainer -or $item.LinkType) {{ $bad += $entry.Name; continue }}
     $hash = (Get-FileHash -LiteralPath $path -Algorithm SHA256).Hash.ToLower()
     if ($hash -ne $entry.Value) {{ $bad += $entry.Name }}
+}}
+foreach ($item in Get-ChildItem -LiteralPath $here -Recurse -Force) {{
+    $rel = $item.FullName.Substring($here.Length + 1).Replace("\\", "/")
+    if ($item.LinkType -or (-not $item.PSIsContainer -and -not $known.ContainsKey($rel))) {{ $bad += $rel }}
 }}
 if ($bad.Count -gt 0) {{
     Write-Error ("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ($bad -join ", "))
     exit 1
 }}
-py -{python} -m venv "$here\\.tool"
-if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
-& "$here\\.tool\\Scripts\\python.exe" -m pip install --no-index --find-links "$here\\{wheels}" --quiet `
-    "$here\\{wheels}\\{aipc_wheel}" uv
-if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
-$argv = @("env", "--bundle", $here)
-if ($Prefix) {{ $argv += @("--prefix", $Prefix) }}
-& "$here\\.tool\\Scripts\\aipc-env.exe" @argv
-exit $LASTEXITCODE
+$tool = Join-Path ([System.IO.Path]::GetTempPath()) ("aipc-bundle-tool-" + [guid]::NewGuid())
+try {{
+    py -{python} -m venv "$tool"
+    if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
+    & "$tool\\Scripts\\python.exe" -m pip install --no-index --find-links "$here\\{wheels}" --quiet `
+        "$here\\{wheels}\\{aipc_wheel}" uv
+    if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
+    $argv = @("env", "--bundle", $here)
+    if ($Prefix) {{ $argv += @("--prefix", $Prefix) }}
+    if ($Trust) {{ $argv += @("--trust", $Trust) }}
+    & "$tool\\Scripts\\aipc-env.exe" @argv
+    exit $LASTEXITCODE
+}} finally {{
+    Remove-Item -LiteralPath $tool -Recurse -Force -ErrorAction SilentlyContinue
+}}
 """
 
 
@@ -117,16 +172,21 @@ def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path) 
 
 
 def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, python: str, aipc_wheel: Path,
-                 winget_yaml: str | None, cache: Path, find_links: list[Path] = (), log=print) -> BundleManifest:
+                 winget_yaml: str | None, cache: Path, find_links: list[Path] = (), log=print,
+                 sign_key: SecretKey | None = None) -> BundleManifest:
     """Write the bundle into `out` (a new or empty folder), built beside it and renamed into place: a failed or
-    interrupted build leaves nothing behind."""
+    interrupted build leaves nothing behind. With `sign_key` the manifest gets a minisign signature."""
     from aipc_env.fileio import atomic_dir
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("the bundle folder is not empty", path=out, fix="choose a new folder")
     with atomic_dir(out) as tmp:
-        return _build_into(tmp, pair, platform, lockfile, python=python, aipc_wheel=aipc_wheel,
-                           winget_yaml=winget_yaml, cache=cache, find_links=find_links, log=log)
+        manifest = _build_into(tmp, pair, platform, lockfile, python=python, aipc_wheel=aipc_wheel,
+                               winget_yaml=winget_yaml, cache=cache, find_links=find_links, log=log)
+        if sign_key is not None:
+            sign_file(tmp / MANIFEST, sign_key, f"aipc-env bundle {pair.id} {platform} {manifest.created_at}",
+                      untrusted_comment=f"aipc-env bundle signature (key {sign_key.key_id[::-1].hex().upper()})")
+        return manifest
 
 
 def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, python: str, aipc_wheel: Path,
@@ -159,24 +219,59 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     return manifest
 
 
-def verify_bundle(bundle: Path) -> BundleManifest:
-    """The manifest, after proving every file it lists is there with its sha256 and no other file was added."""
+def _safe_relative(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and "\\" not in rel and ":" not in rel and \
+        all(part not in ("", ".", "..") for part in parts)
+
+
+def _links(bundle: Path) -> list[str]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(bundle):
+        for name in dirnames + filenames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                found.append(Path(dirpath, name).relative_to(bundle).as_posix())
+    return found
+
+
+def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> BundleManifest:
+    """The manifest, after proving: no link anywhere in the bundle; the manifest's signature verifies with the
+    trusted key (required when one is given; without one an unsigned bundle is warned about); every path is
+    relative and inside the bundle; every file it lists is there with its sha256, and nothing else is."""
     if not (bundle / MANIFEST).is_file():
         raise InputError(f"not an aipc-env bundle (no {MANIFEST})", path=bundle,
                          fix="pass the folder made by `aipc-env fleet bundle`")
+    links = _links(bundle)
+    if links:
+        raise BundleTampered(f"the bundle holds links ({', '.join(links[:5])}): a bundle is plain files", path=bundle,
+                             fix="get an intact copy of the bundle; nothing was installed")
+    signature = bundle / SIGNATURE
+    if trust is not None:
+        verify_file(bundle / MANIFEST, trust, signature)
+    elif signature.is_file():
+        warn("warning: the bundle is signed, but no trust key is set (--trust or AIPC_ENV_BUNDLE_TRUST): its "
+             "signature was not checked")
+    else:
+        warn("warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle could have "
+             "changed it (files and manifest alike)")
     manifest = load_versioned(BundleManifest, bundle / MANIFEST)
-    problems = []
+    problems = [f"{rel}: not a path inside the bundle" for rel in manifest.files if not _safe_relative(rel)]
     for rel, sha in manifest.files.items():
+        if not _safe_relative(rel):
+            continue
         path = bundle / rel
         if not path.is_file():
             problems.append(f"{rel}: missing")
         elif file_sha256(path) != sha:
             problems.append(f"{rel}: sha256 differs from the manifest")
-    ignore = {MANIFEST}
+    ignore = {MANIFEST, SIGNATURE}
     for path in sorted(bundle.rglob("*")):
         rel = path.relative_to(bundle).as_posix()
-        if path.is_file() and rel not in manifest.files and rel not in ignore and not rel.startswith(".tool/"):
+        if path.is_file() and rel not in manifest.files and rel not in ignore:
             problems.append(f"{rel}: not in the manifest")
+    for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
+        if rel not in manifest.files:
+            problems.append(f"{rel}: named by the manifest but not one of its files")
     if problems:
         shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
         raise BundleTampered(f"the bundle does not match its manifest: {shown}", path=bundle,

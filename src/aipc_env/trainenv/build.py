@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.gather import inspect_env, modified_files
@@ -47,6 +47,9 @@ from aipc_env.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 from aipc_env.trainenv.select import env_python
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.fleet.bundle import BundleManifest
 
 __all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_bundle"]
 
@@ -267,15 +270,14 @@ class EnvBuildReport(VersionedModel):
     log: str
 
 
-def install_bundle(bundle: Path, prefix: Path, *, base_python: str, log: Path) -> EnvResult:
-    """Build the env from an offline bundle, with no network: the bundle is verified file by file against its
-    manifest first (a mismatch installs nothing), then the interpreter layer is a venv of `base_python` and the
-    pip layer the bundle's hash-pinned wheels."""
-    from aipc_env.fleet.bundle import verify_bundle
+def install_bundle(bundle: Path, manifest: BundleManifest, prefix: Path, *, base_python: str,
+                   log: Path) -> EnvResult:
+    """Build the env from an offline bundle that fleet.bundle.verify_bundle proved intact (signature, paths, every
+    file's sha256), with no network: the interpreter layer is a venv of `base_python`, the pip layer the bundle's
+    hash-pinned wheels."""
     from aipc_env.matrix import load_matrix
 
     start = time.perf_counter()
-    manifest = verify_bundle(bundle)
     lockfile = bundle / manifest.lockfile
     if env_python(prefix).is_file():
         raise InputError("an env already exists here; a bundle installs into a new prefix", path=prefix,
