@@ -27,8 +27,13 @@ def _context_options(p: argparse.ArgumentParser) -> None:
                    help="install the Intel GPU user space (Level Zero loader, compute runtime, OpenCL ICD) with apt "
                         "(default), or nothing (CPU images, tests)")
     p.add_argument("--gpu-runtime-source", metavar="APT-LINE",
-                   help="an extra apt source for the GPU packages, e.g. Intel's graphics repository (Debian 12's "
-                        "own are too old for Core Ultra / Arc B)")
+                   help="one apt source line for the GPU packages, e.g. Intel's graphics repository (Debian 12's "
+                        "own are too old for Core Ultra / Arc B); needs --gpu-runtime-key and its fingerprint; "
+                        "trusted=yes is refused")
+    p.add_argument("--gpu-runtime-key", type=Path, metavar="FILE", help="the public key that signs that source "
+                   "(armored or binary); it becomes the source's only signed-by key")
+    p.add_argument("--gpu-runtime-key-fingerprint", metavar="FPR", help="the key's OpenPGP fingerprint, pinned: a "
+                   "key file with another fingerprint is refused")
     p.add_argument("--python", default="3.11", metavar="X.Y",
                    help="the base image's Python, which the lock must be for (default 3.11: Debian 12)")
     p.add_argument("--out", type=Path, metavar="DIR", help="the build context folder (default: per-user cache)")
@@ -106,6 +111,8 @@ def _render(args: argparse.Namespace):
     out = args.out or cache_dir() / "images" / pair
     return render_context(RenderRequest(lockfile=lockfile, pair=pair, out=out, base=args.base,
                                         gpu_runtime=args.gpu_runtime, gpu_runtime_source=args.gpu_runtime_source,
+                                        gpu_runtime_key=args.gpu_runtime_key,
+                                        gpu_runtime_key_fingerprint=args.gpu_runtime_key_fingerprint,
                                         python=args.python)), out, lockfile
 
 

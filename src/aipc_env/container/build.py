@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
+from aipc_env.container.inputs import APT_KEY, APT_LIST, check_pinned, parse_apt_source, validate_image_reference
 from aipc_env.container.render import (
     CONTAINERFILE,
     LOCK_COPY,
@@ -49,22 +50,53 @@ class RenderRequest:
     base: str = "localhost/aipc-base:bookworm"
     gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
     gpu_runtime_source: str | None = None
+    gpu_runtime_key: Path | None = None
+    gpu_runtime_key_fingerprint: str | None = None
     python: str = "3.11"
 
 
+def _check_out(out: Path) -> None:
+    """--out is new, empty, or an earlier render (its spec file is there): never someone's own folder."""
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder", path=out, key="--out", fix="choose a new folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / SPEC_NAME).is_file():
+        raise InputError(f"the folder is not empty and holds no earlier render ({SPEC_NAME})", path=out, key="--out",
+                         fix="choose a new or empty folder: a render writes a Containerfile and would replace yours")
+
+
 def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
-    """Write the build context (Containerfile, the lock, the hashed requirements, .containerignore, the spec)."""
+    """Write the build context (Containerfile, the lock, the hashed requirements, .containerignore, the spec, and the
+    GPU runtime's apt source and pinned key when given). Every user value is validated first."""
     from aipc_env import __version__
 
+    validate_image_reference(req.base)
+    _check_out(req.out)
+    source = key_name = fingerprint = None
+    if req.gpu_runtime_source:
+        if req.gpu_runtime != "intel-apt":
+            raise InputError("an apt source is only used with --gpu-runtime intel-apt", key="--gpu-runtime-source")
+        source = parse_apt_source(req.gpu_runtime_source)
+        if req.gpu_runtime_key is None:
+            raise InputError("an apt source needs the key that signs it", key="--gpu-runtime-key",
+                             fix="pass the repository's public key file and its fingerprint")
+        fingerprint = check_pinned(req.gpu_runtime_key, req.gpu_runtime_key_fingerprint)
+        armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
+        key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
     lock = read_pylock(req.lockfile)
     artifacts = select_artifacts(lock, req.python, req.lockfile)
     spec = ContextSpec(pair=req.pair, base=req.base, gpu_runtime=req.gpu_runtime,
-                       gpu_runtime_source=req.gpu_runtime_source, python=req.python,
-                       lock_sha256=file_sha256(req.lockfile), aipc_env_wheel=AIPC_WHEEL.format(version=__version__),
-                       wheels=sorted(a.filename for a in artifacts))
+                       gpu_runtime_source=source.line().strip().replace(APT_KEY, key_name or APT_KEY)
+                       if source else None, gpu_runtime_key=key_name, gpu_runtime_key_fingerprint=fingerprint,
+                       python=req.python, lock_sha256=file_sha256(req.lockfile),
+                       aipc_env_wheel=AIPC_WHEEL.format(version=__version__), wheels=sorted(a.filename for a in artifacts))
     req.out.mkdir(parents=True, exist_ok=True)
+    extra: tuple[str, ...] = ()
+    if source is not None and key_name and req.gpu_runtime_key is not None:
+        atomic_write_text(req.out / APT_LIST, (spec.gpu_runtime_source or "") + "\n")
+        shutil.copyfile(req.gpu_runtime_key, req.out / key_name)
+        extra = (APT_LIST, key_name)
     atomic_write_text(req.out / CONTAINERFILE, containerfile(spec))
-    atomic_write_text(req.out / ".containerignore", containerignore())
+    atomic_write_text(req.out / ".containerignore", containerignore(extra))
     shutil.copyfile(req.lockfile, req.out / LOCK_COPY)
     atomic_write_text(req.out / REQUIREMENTS, hashed_requirements(artifacts))
     write_model(req.out / SPEC_NAME, spec)

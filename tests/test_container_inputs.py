@@ -1,0 +1,121 @@
+"""User values that reach a Containerfile (issue 20): the base is an OCI reference or refused, the GPU runtime's apt
+source is one signed line whose key fingerprint is pinned (checked by the real gpg), trusted=yes never appears,
+labels are quoted, and --out never replaces a folder that is not an earlier render."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from aipc_env.container.inputs import parse_apt_source, validate_image_reference
+from aipc_env.errors import ExitCode, InputError
+from tests.conftest import ROOT, require_tool, run_cli
+
+LOCK = ["--lock", str(ROOT / "lockfiles" / "xpu-2.12" / "pylock.linux-64.toml")]
+
+
+@pytest.mark.parametrize("good", ["localhost/aipc-base:bookworm", "ubuntu:24.04", "docker.io/library/ubuntu:24.04",
+                                  "registry.example.com:5000/team/aipc-env:v1.2_3",
+                                  "ghcr.io/org/img@sha256:" + "a" * 64])
+def test_image_references_are_accepted(good):
+    assert validate_image_reference(good) == good
+
+
+@pytest.mark.parametrize("bad", ["evil\nRUN touch /pwned", "ubuntu:24.04 AS x", 'ubuntu"', "$(id)", "host/Upper-Path",
+                                 "", "a" * 300, "ubuntu:24.04\r", "img:tag:more"])
+def test_anything_else_is_refused(bad):
+    with pytest.raises(InputError, match="not an OCI image reference"):
+        validate_image_reference(bad)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("deb [trusted=yes] https://repo.example/ubuntu noble main", "trusted=yes"),
+    ("deb [allow-insecure=yes] https://repo.example/ubuntu noble main", "not allowed"),
+    ("deb http://repo.example/ubuntu noble main", "not an https URL"),
+    ("deb https://repo.example/ubuntu noble main\nRUN touch /x", "one line"),
+    ("deb-src https://repo.example/ubuntu noble main", "not an apt source line"),
+    ("deb https://repo.example/ubuntu no$ble main", "characters apt does not use"),
+])
+def test_unsafe_apt_sources_are_refused(line, message):
+    with pytest.raises(InputError, match=message.replace("$", r"\$")):
+        parse_apt_source(line)
+
+
+def test_a_good_apt_source_is_rewritten_to_the_pinned_keyring():
+    source = parse_apt_source("deb [arch=amd64 signed-by=/anything.gpg] https://repositories.intel.com/gpu/ubuntu "
+                              "noble unified")
+    assert source.line() == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.gpg arch=amd64] "
+                             "https://repositories.intel.com/gpu/ubuntu noble unified\n")
+
+
+@pytest.fixture(scope="module")
+def signing_key(tmp_path_factory) -> tuple[Path, str]:
+    """A real OpenPGP key made by gpg in a throwaway home: (armored public key file, fingerprint)."""
+    require_tool(None if shutil.which("gpg") else "gpg is not installed (apt-get install gnupg)")
+    home = tmp_path_factory.mktemp("gnupg")
+    home.chmod(0o700)
+    env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Repo Test <repo@example.org>",
+                    "ed25519", "sign", "never"], check=True, capture_output=True, env=env, timeout=120)
+    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], check=True, capture_output=True,
+                             text=True, env=env).stdout
+    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    key = tmp_path_factory.mktemp("key") / "repo.asc"
+    key.write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True,
+                                   capture_output=True, env=env).stdout)
+    return key, fingerprint
+
+
+def test_a_pinned_key_goes_in_as_the_sources_only_key(signing_key, tmp_path):
+    key, fingerprint = signing_key
+    spaced = " ".join(fingerprint[i:i + 4] for i in range(0, 40, 4)).lower()
+    result = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--gpu-runtime-source",
+                     "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble unified", "--gpu-runtime-key",
+                     str(key), "--gpu-runtime-key-fingerprint", spaced, "--base", "docker.io/library/ubuntu:24.04")
+    assert result.returncode == ExitCode.OK, result.stderr
+    ctx = tmp_path / "ctx"
+    containerfile = (ctx / "Containerfile").read_text()
+    assert "trusted=yes" not in containerfile and "COPY aipc-gpu.list /etc/apt/sources.list.d/" in containerfile
+    assert fingerprint in containerfile
+    assert (ctx / "aipc-gpu.list").read_text() == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.asc "
+                                                   "arch=amd64] https://repositories.intel.com/gpu/ubuntu noble "
+                                                   "unified\n")
+    assert (ctx / "aipc-gpu-keyring.asc").read_bytes() == key.read_bytes()
+    assert "!aipc-gpu-keyring.asc" in (ctx / ".containerignore").read_text()
+
+
+def test_a_key_with_another_fingerprint_is_refused(signing_key, tmp_path):
+    key, fingerprint = signing_key
+    other = ("0" if fingerprint[0] != "0" else "1") + fingerprint[1:]
+    result = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--gpu-runtime-source",
+                     "deb https://repositories.intel.com/gpu/ubuntu noble unified", "--gpu-runtime-key", str(key),
+                     "--gpu-runtime-key-fingerprint", other)
+    assert result.returncode == ExitCode.USAGE and f"not the pinned {other}" in result.stderr
+    assert not (tmp_path / "ctx").exists()
+    missing = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--gpu-runtime-source",
+                      "deb https://repositories.intel.com/gpu/ubuntu noble unified", "--gpu-runtime-key", str(key))
+    assert missing.returncode == ExitCode.USAGE and "pinned fingerprint" in missing.stderr
+
+
+def test_out_never_replaces_a_users_folder_but_may_rerender(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "Containerfile").write_text("FROM mine\n")
+    refused = run_cli("container", "render", *LOCK, "--out", str(mine))
+    assert refused.returncode == ExitCode.USAGE and (mine / "Containerfile").read_text() == "FROM mine\n"
+    ctx = tmp_path / "ctx"
+    assert run_cli("container", "render", *LOCK, "--out", str(ctx)).returncode == ExitCode.OK
+    again = run_cli("container", "render", *LOCK, "--out", str(ctx), "--gpu-runtime", "none")
+    assert again.returncode == ExitCode.OK
+
+
+def test_labels_are_quoted(tmp_path):
+    from aipc_env.container.render import ContextSpec, containerfile
+
+    spec = ContextSpec(pair='x" && touch /pwned "', base="ubuntu:24.04", gpu_runtime="none", python="3.11",
+                       lock_sha256="0" * 64, aipc_env_wheel="a.whl", wheels=[])
+    text = containerfile(spec)
+    assert 'io.aipc-env.pair="x\\" && touch /pwned \\""' in text
