@@ -183,3 +183,64 @@ def test_checker_runs_on_the_helpers_names_not_the_manifest(clone):
     os.remove(clone / "src/qflux/utils/device_utils.py")
     assert any(f.rule == "no-device-helpers" for f in check_clone(clone).findings)
     assert re.search(r"device_manual_seed_all", (clone / "src/qflux/utils/seed.py").read_text())
+
+
+@pytest.fixture(scope="module")
+def adapted_reference(upstream_pristine, tmp_path_factory) -> dict[str, str]:
+    dest = tmp_path_factory.mktemp("reference") / "clone"
+    shutil.copytree(upstream_pristine, dest)
+    apply_adaptation(dest, log=lambda m: None)
+    return tree_hashes(dest)
+
+
+@pytest.mark.parametrize("signal_kind", ["INT", "KILL"])
+@pytest.mark.parametrize("instant", ["adapt:after-backup", "adapt:after-journal", "adapt:after-replace",
+                                     "adapt:before-applied"])
+def test_an_interrupt_at_any_instant_is_recovered(clone, adapted_reference, instant, signal_kind):
+    """A real SIGINT (Ctrl-C) or SIGKILL (power cut) at each critical instant of apply: the next `adapt` finishes
+    to exactly the adapted tree, and `--revert` from there restores every pristine byte."""
+    pristine = tree_hashes(clone)
+    stopped = run_cli("adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": instant,
+                                                "AIPC_ENV_INTERRUPT_SIGNAL": signal_kind})
+    assert stopped.returncode in (130, -9), stopped.stderr
+    if signal_kind == "INT":
+        assert tree_hashes(clone) == pristine  # rolled back on the spot
+    again = run_cli("adapt", str(clone))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert tree_hashes(clone) == adapted_reference
+    reverted = run_cli("adapt", str(clone), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert tree_hashes(clone) == pristine and not (clone / STATE_DIR).exists()
+
+
+def test_revert_works_from_an_interrupted_apply(clone):
+    pristine = tree_hashes(clone)
+    stopped = run_cli("adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": "adapt:after-replace",
+                                                "AIPC_ENV_INTERRUPT_SIGNAL": "KILL"})
+    assert stopped.returncode == -9 and (clone / STATE_DIR / "manifest.json").is_file()
+    assert tree_hashes(clone) != pristine  # one file was replaced when the power went
+    reverted = run_cli("adapt", str(clone), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert tree_hashes(clone) == pristine
+
+
+def test_a_file_that_leads_outside_the_clone_is_refused(clone, tmp_path):
+    outside = tmp_path / "outside logger.py"
+    target = clone / "src" / "qflux" / "utils" / "logger.py"
+    shutil.copy(target, outside)
+    before = outside.read_bytes()
+    target.unlink()
+    target.symlink_to(outside)
+    result = run_cli("adapt", str(clone))
+    assert result.returncode == 2 and "leads outside the clone" in result.stderr
+    assert outside.read_bytes() == before and not (clone / STATE_DIR).exists()
+
+
+def test_revert_checks_every_backup_before_changing_anything(clone):
+    assert run_cli("adapt", str(clone)).returncode == 0
+    adapted = tree_hashes(clone)
+    backups = sorted((clone / STATE_DIR / "backup").rglob("*.py"))
+    backups[-1].write_bytes(backups[-1].read_bytes() + b"# damaged\n")
+    result = run_cli("adapt", str(clone), "--revert")
+    assert result.returncode == 2 and "missing or damaged; nothing was reverted" in result.stderr
+    assert tree_hashes(clone) == adapted  # not one file restored

@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fileio import atomic_write_bytes
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.interrupts import checkpoint
 from aipc_env.qflux.patches import (
     CALL_REWRITES,
     CREATED,
@@ -201,15 +202,49 @@ def is_adapted(clone: Path) -> bool:
                for f in manifest.files)
 
 
+def _inside(clone: Path, rel: str) -> Path:
+    """The clone's file `rel`, refused when its real path (links followed) leaves the clone."""
+    target = clone / rel
+    real = Path(os.path.realpath(target))
+    if not real.is_relative_to(Path(os.path.realpath(clone))):
+        raise InputError(f"{rel} leads outside the clone (to {real})", path=target,
+                         fix="replace the link with the file itself; adapt never edits files outside the clone")
+    return target
+
+
+def _rollback(clone: Path, manifest: AdaptManifest) -> list[str]:
+    """Put every file the journal names back to its pristine bytes when it holds the adapted ones (whether or not
+    this process wrote it), created files removed; the journal stays until every file is pristine again."""
+    undone = []
+    for rec in manifest.files:
+        target = clone / rec.path
+        current = _sha(target.read_bytes()) if target.is_file() else None
+        if current != rec.adapted_sha256:
+            continue
+        if rec.pristine_sha256 is None:
+            target.unlink(missing_ok=True)
+        else:
+            atomic_write_bytes(target, (clone / STATE_DIR / "backup" / rec.path).read_bytes())
+        undone.append(rec.path)
+    return undone
+
+
 def apply_adaptation(clone: Path, *, log=print) -> list[str]:
-    """Adapt the clone (see the module doc). Returns the files written (empty when it was already adapted)."""
+    """Adapt the clone (see the module doc). Returns the files written (empty when it was already adapted).
+
+    Transactional: the backups and a journal (the manifest in state `applying`, listing every file's pristine and
+    adapted hash) are on disk before the first file is replaced. An interrupt at any instant leaves a journal the
+    next run resumes from (it plans from the backups, so adapted files are never taken for pristine ones), and
+    `--revert` undoes. A failure rolls back every journaled file that holds its adapted bytes."""
     clone = Path(clone)
+    require_clone(clone)
+    _inside(clone, STATE_DIR)
     plan = plan_adaptation(clone)
     manifest = load_manifest(clone)
     recorded = {f.path: f for f in manifest.files} if manifest else {}
     todo = []
     for item in plan.files:
-        target = clone / item.path
+        target = _inside(clone, item.path)
         current = target.read_bytes() if target.is_file() else None
         if current == item.adapted:
             continue
@@ -229,50 +264,61 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
         backup = state / "backup" / item.path
         if item.pristine is not None and not backup.is_file():
             atomic_write_bytes(backup, item.pristine)
-    _write_manifest(clone, plan, "applying")
-    written: list[Planned] = []
+    checkpoint("adapt:after-backup")
+    journal = _write_manifest(clone, plan, "applying")
+    checkpoint("adapt:after-journal")
     try:
         for item in todo:
-            target = clone / item.path
-            atomic_write_bytes(target, item.adapted)
-            written.append(item)
+            atomic_write_bytes(clone / item.path, item.adapted)
+            checkpoint("adapt:after-replace")
+        checkpoint("adapt:before-applied")
+        _write_manifest(clone, plan, "applied")
     except BaseException:
-        for item in written:
-            target = clone / item.path
-            if item.pristine is None:
-                target.unlink(missing_ok=True)
-            else:
-                atomic_write_bytes(target, item.pristine)
-        if manifest is None:
+        _rollback(clone, journal)
+        if manifest is None:  # nothing of this clone was adapted before this run: no journal needed any more
             shutil.rmtree(state, ignore_errors=True)
         raise
-    _write_manifest(clone, plan, "applied")
     for item in todo:
         log(f"adapt: {item.path}: {', '.join(item.edits)}")
     return [item.path for item in todo]
 
 
-def _write_manifest(clone: Path, plan: Plan, state: str) -> None:
-    write_model(clone / STATE_DIR / "manifest.json", AdaptManifest(
+def _write_manifest(clone: Path, plan: Plan, state: str) -> AdaptManifest:
+    manifest = AdaptManifest(
         patch_set=PATCH_SET, state=state, when=timestamp(),  # type: ignore[arg-type]
         files=[FileRecord(path=i.path, pristine_sha256=_sha(i.pristine), adapted_sha256=_sha(i.adapted) or "",
-                          edits=i.edits) for i in plan.files]))
+                          edits=i.edits) for i in plan.files])
+    write_model(clone / STATE_DIR / "manifest.json", manifest)
+    return manifest
 
 
 def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[str]:
     """Restore every edited file's pristine bytes and remove created files; refuses (unless force) when a file was
-    edited after the adaptation. Returns the files restored or removed."""
+    edited after the adaptation, and before changing anything when a backup is missing or damaged. Works from an
+    `applying` journal too (an interrupted adapt). Returns the files restored or removed."""
     clone = Path(clone)
+    _inside(clone, STATE_DIR)
     manifest = load_manifest(clone)
     if manifest is None:
         raise InputError(f"{clone} was not adapted by aipc-env (no {STATE_DIR}/manifest.json)", path=clone,
                          fix="nothing to revert")
-    changed = []
+    changed, damaged = [], []
+    backups: dict[str, bytes] = {}
     for rec in manifest.files:
-        target = clone / rec.path
+        target = _inside(clone, rec.path)
         current = target.read_bytes() if target.is_file() else None
         if current is not None and _sha(current) not in (rec.adapted_sha256, rec.pristine_sha256) and not force:
             changed.append(rec.path)
+        if rec.pristine_sha256 is not None:
+            backup = clone / STATE_DIR / "backup" / rec.path
+            data = backup.read_bytes() if backup.is_file() and not backup.is_symlink() else None
+            if data is None or _sha(data) != rec.pristine_sha256:
+                damaged.append(rec.path)
+            else:
+                backups[rec.path] = data
+    if damaged:  # checked for every file before any file is changed
+        raise InputError(f"the backup of {', '.join(damaged)} is missing or damaged; nothing was reverted",
+                         path=clone / STATE_DIR, fix=AdaptManifest.FIX)
     if changed:
         raise AipcError(f"edited after the adaptation: {', '.join(changed)}; nothing was reverted", path=clone,
                         exit_code=ExitCode.PROBLEMS,
@@ -286,12 +332,11 @@ def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[st
                 done.append(rec.path)
                 log(f"adapt: removed {rec.path} (created by the adaptation)")
             continue
-        data = (clone / STATE_DIR / "backup" / rec.path).read_bytes()
-        if _sha(data) != rec.pristine_sha256:
-            raise InputError(f"the backup of {rec.path} is damaged", path=clone / STATE_DIR, fix=AdaptManifest.FIX)
+        data = backups[rec.path]
         if not target.is_file() or target.read_bytes() != data:
             atomic_write_bytes(target, data)
             done.append(rec.path)
             log(f"adapt: restored {rec.path}")
+            checkpoint("adapt:revert-after-restore")
     shutil.rmtree(clone / STATE_DIR)
     return done
