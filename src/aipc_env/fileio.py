@@ -15,8 +15,9 @@ from typing import Any
 
 from aipc_env.errors import InputError
 
-__all__ = ["atomic_dir", "atomic_write_bytes", "atomic_write_text", "decode_text", "default_mode", "read_json",
-           "read_text", "read_yaml", "respect_umask", "write_json"]
+__all__ = ["MAX_DEPTH", "MAX_INPUT_BYTES", "MAX_YAML_NODES", "atomic_dir", "atomic_write_bytes", "atomic_write_text",
+           "check_depth", "decode_text", "default_mode", "parse_json", "parse_yaml", "read_json", "read_text",
+           "read_yaml", "respect_umask", "write_json"]
 
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
@@ -138,9 +139,13 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
             from None
 
 
-def read_text(path: str | Path, what: str = "file") -> str:
+def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None) -> str:
     path = Path(path)
+    limit = max_bytes or 64 * 2**20
     try:
+        if path.is_file() and path.stat().st_size > limit:
+            raise InputError(f"{what} is larger than {limit // 2**20} MiB", path=path,
+                             fix="aipc-env's input files are small; check the path")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{what} not found", path=path, fix="check the path") from None
@@ -153,24 +158,102 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return decode_text(raw, path, what)
 
 
-def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+MAX_INPUT_BYTES = 64 * 2**20
+"""The largest JSON or YAML file aipc-env reads from a user (a doctor report is ~100 KB, a lock ~200 KB)."""
+MAX_DEPTH = 64
+"""The deepest nesting of a user's JSON or YAML (aipc-env's own formats nest at most ~8 levels)."""
+MAX_YAML_NODES = 200_000
+"""YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions."""
+
+
+def _too_deep(path: str | Path, what: str) -> InputError:
+    return InputError(f"{what} is nested deeper than {MAX_DEPTH} levels", path=path,
+                      fix="aipc-env's files nest a few levels; this is not one of them")
+
+
+def check_depth(data: Any, path: str | Path, what: str, limit: int = MAX_DEPTH) -> Any:
+    """Refuse data nested deeper than `limit` (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise _too_deep(path, what)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return data
+
+
+def parse_json(text: str, path: str | Path, what: str = "JSON file") -> Any:
+    """json.loads with the limits of every user file: size, depth; errors name the file and the place."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _too_deep(path, what) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
+    return check_depth(data, path, what)
+
+
+def _check_yaml_graph(root: Any, path: str | Path, what: str) -> None:
+    """Depth and the node count as the aliases expand (a shared node counts each time it is used), computed on the
+    composed graph before anything is built from it."""
     import yaml
 
-    path = Path(path)
-    text = read_text(path, what)
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(path, what)
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            size[id(node)] = 1
+            continue
+        if done:
+            total = 1 + sum(size[id(c)] for c in children)
+            if total > MAX_YAML_NODES:
+                raise InputError(f"{what} expands to more than {MAX_YAML_NODES} values (anchors and aliases)",
+                                 path=path, fix="write the values out; aipc-env's files are small")
+            size[id(node)] = total
+        elif id(node) not in size:
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in size)
+
+
+def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
+    """yaml.safe_load with the limits of every user file: size, depth, alias expansion; errors name the place."""
+    import yaml
+
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
+    loader = yaml.SafeLoader(text)
     try:
-        return yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_yaml_graph(node, path, what)
+        return loader.construct_document(node)
+    except RecursionError:
+        raise _too_deep(path, what) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"not valid YAML{where}: {problem}", path=path) from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    return parse_yaml(read_text(path, what), Path(path), what)
 
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    path = Path(path)
-    text = read_text(path, what)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
+    return parse_json(read_text(path, what), Path(path), what)

@@ -5,11 +5,8 @@ cannot be read, or that a newer aipc-env wrote, is listed as such and never stop
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import html
-import io
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -93,10 +90,10 @@ def _files(paths: Iterable[Path]) -> list[Path]:
 def _load(path: Path):
     """(DoctorReport | None, problem state, problem text)."""
     from aipc_env.doctor import REPORT_SCHEMA_VERSION, DoctorReport
-    from aipc_env.fileio import decode_text
+    from aipc_env.fileio import parse_json, read_text
 
     try:
-        raw = json.loads(decode_text(path.read_bytes(), path, "doctor report"))
+        raw = parse_json(read_text(path, "doctor report"), path, "doctor report")
     except (OSError, ValueError, AipcError) as exc:
         return None, "unreadable", f"not a readable JSON file: {getattr(exc, 'message', exc)}"
     if not isinstance(raw, dict) or "findings" not in raw or "facts" not in raw:
@@ -177,14 +174,12 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
 
 
 def render_csv(report: FleetReport) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["machine", "state", "hostname", "machine_id", "pair", "env_hash", "failed_checks",
-                     "warned_checks", "drift", "problem", "file"])
-    for m in report.machines:
-        writer.writerow([m.key, m.state, m.hostname or "", m.machine_id or "", m.pair or "", m.env_hash or "",
-                         " ".join(m.failed), " ".join(m.warned), "; ".join(m.drift), m.problem or "", m.file])
-    return buf.getvalue()
+    from aipc_env.tabular import csv_text
+
+    return csv_text(["machine", "state", "hostname", "machine_id", "pair", "env_hash", "failed_checks", "warned_checks",
+                     "drift", "problem", "file"],
+                    ([m.key, m.state, m.hostname, m.machine_id, m.pair, m.env_hash, " ".join(m.failed),
+                      " ".join(m.warned), "; ".join(m.drift), m.problem, m.file] for m in report.machines))
 
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;width:100%}

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aipc_env.doctor.checks.gpu import MIN_WINDOWS_DRIVER_BUILD
 from aipc_env.doctor.checks.system import CEILING_MIN, TDR_MIN_SECONDS
-from aipc_env.errors import InputError
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.matrix import Pair
 
@@ -244,22 +243,20 @@ def _lines(text: str) -> dict[tuple, int]:
     """YAML node paths (keys and list indexes) to 1-based line numbers."""
     found: dict[tuple, int] = {}
 
-    def walk(node, path: tuple) -> None:
+    try:
+        root = yaml.compose(text)
+    except (yaml.YAMLError, RecursionError):
+        return found
+    stack = [(root, ())] if root is not None else []
+    while stack:  # iterative: a hostile file may nest or chain deeper than Python's recursion limit
+        node, path = stack.pop()
         found.setdefault(path, node.start_mark.line + 1)  # a key's own line wins over its value's
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 found[path + (key.value,)] = key.start_mark.line + 1
-                walk(value, path + (key.value,))
+                stack.append((value, path + (key.value,)))
         elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return found
-    if root is not None:
-        walk(root, ())
+            stack.extend((item, path + (i,)) for i, item in enumerate(node.value))
     return found
 
 
@@ -342,40 +339,33 @@ def validate_configuration(data: Any, text: str = "") -> list[WinGetIssue]:
 
 
 def _cycle(graph: dict[str, list[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, []):
+    """The first dependency cycle found by a depth-first walk, as ids ending where they began; iterative, so a
+    chain of thousands of dependsOn is no RecursionError."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    for start in graph:
+        if state.get(start):
+            continue
+        path: list[str] = [start]
+        todo: list[list[str]] = [list(graph.get(start, []))]
+        state[start] = 1
+        while path:
+            if not todo[-1]:
+                state[path.pop()] = 2
+                todo.pop()
+                continue
+            dep = todo[-1].pop(0)
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return path[path.index(dep):] + [dep]
             if dep in graph and not state.get(dep):
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if not state.get(node):
-            found = visit(node)
-            if found:
-                return found
+                state[dep] = 1
+                path.append(dep)
+                todo.append(list(graph.get(dep, [])))
     return None
 
 
 def check_file(path: Path) -> list[WinGetIssue]:
     """Validate a (hand-edited) configuration file; a file that is not YAML is an input error."""
-    from aipc_env.fileio import read_text
+    from aipc_env.fileio import parse_yaml, read_text
 
     text = read_text(path, "WinGet configuration")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML{f' at line {mark.line + 1}' if mark else ''}: "
-                         f"{getattr(exc, 'problem', exc)}", path=path) from None
-    return validate_configuration(data, text)
+    return validate_configuration(parse_yaml(text, path, "WinGet configuration"), text)
