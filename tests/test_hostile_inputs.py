@@ -143,3 +143,183 @@ def test_a_hostile_hostname_reaches_the_fleet_csv_as_text(tmp_path):
     assert "'=cmd|\"/c calc\"!A1" in hostnames
     assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())
     assert "=cmd|&quot;/c calc&quot;!A1" in (tmp_path / "out.html").read_text(encoding="utf-8")
+
+
+# --- every invalid value is exit 2, naming the file and key (or the option) -----------------------------------
+
+def _assert_input_error(result, *needles: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout[-1000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr[-2000:]
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("value, ok", [("NaN", False), ("Infinity", False), ("-Infinity", False), ("-0.5", False),
+                                       ("0", True), ("32", True), ("1048576", True), ("1048577", False)])
+def test_probe_numbers_must_be_finite_and_in_range(tmp_path, value, ok):
+    probe = tmp_path / "probe.json"
+    probe.write_text('{"gpu_name": "Intel(R) Arc(TM) Graphics", "xpu_available": true, "ram_gb": ' + value + "}")
+    result = run_cli("recommend", "--facts", str(probe), "--force")
+    if ok:
+        assert result.returncode == 0, result.stderr[-2000:]
+    else:
+        _assert_input_error(result, "probe.json", "ram_gb")
+
+
+@pytest.mark.parametrize("argv", [["lock", "--pair", "xpu-2.12"], ["env", "--dry-run", "--pair", "xpu-2.12"],
+                                  ["fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", "b"],
+                                  ["container", "render", "--pair", "xpu-2.12"]])
+@pytest.mark.parametrize("python", ["abc", "3", "3.7", "4.0", "3.100", "3.12.1"])
+def test_a_malformed_python_is_a_usage_error(tmp_path, argv, python):
+    _assert_input_error(run_cli(*argv, "--python", python, cwd=tmp_path), "argument --python", repr(python))
+    assert not any(tmp_path.iterdir())  # refused before any work
+
+
+def test_python_minor_bounds():
+    from aipc_env.specs import check_python_minor
+
+    assert [check_python_minor(v) for v in ("3.8", "3.12", "3.99", " 3.13 ")] == ["3.8", "3.12", "3.99", "3.13"]
+    for bad in ("3.7", "3.100", "3.x", "", "3.12.0", "2.7"):
+        with pytest.raises(ValueError, match=r"X\.Y"):
+            check_python_minor(bad)
+
+
+def test_an_invalid_marker_in_a_pylock_names_the_file_and_package(tmp_path):
+    import shutil
+
+    from tests.conftest import ROOT
+
+    shutil.copytree(ROOT / "lockfiles" / "xpu-2.12", tmp_path / "xpu-2.12")
+    lock = tmp_path / "xpu-2.12" / "pylock.linux-64.toml"
+    text = lock.read_text()
+    start = text.index('marker = "')
+    lock.write_text(text[:start] + "marker = \"python_version >>> '3.10'\"" + text[text.index("\n", start):])
+    for argv in (["lock", "check"], ["env", "--dry-run"]):
+        _assert_input_error(run_cli(*argv, "--pair", "xpu-2.12", "--lock-root", str(tmp_path)),
+                            "pylock.linux-64.toml", "packages[", "marker", "invalid PEP 508 marker")
+
+
+@pytest.mark.parametrize("length, ok", [(131_071, True), (131_072, True), (131_073, False)])
+def test_an_over_long_csv_field_is_a_named_error(tmp_path, length, ok):
+    csv_file = tmp_path / "train.csv"
+    csv_file.write_text("path_target,prompt\na.png,short\nb.png," + "x" * length + "\n", encoding="utf-8")
+    result = run_cli("dataset", "validate", str(csv_file))
+    if ok:
+        assert result.returncode == 1 and "line 3" in result.stdout, result.stderr[-1000:]  # invalid, but read
+    else:
+        _assert_input_error(result, "train.csv", "line 3", "field larger than field limit")
+
+
+@pytest.fixture(scope="module")
+def smoke_config(tmp_path_factory):
+    base = tmp_path_factory.mktemp("smoke")
+    result = run_cli("recommend", "--smoke", "--force", "--out", str(base / "smoke.yaml"), cwd=base)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return base / "smoke.yaml"
+
+
+def _edited(src, dst, old: str, new: str):
+    text = src.read_text(encoding="utf-8")
+    assert old in text, old
+    dst.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return dst
+
+
+@pytest.mark.parametrize("seed, ok", [("0", True), ("4294967295", True), ("4294967296", False), ("-1", False),
+                                      ("99999999999999999999999999", False)])
+def test_seed_bounds_in_a_config(smoke_config, tmp_path, seed, ok):
+    config = _edited(smoke_config, tmp_path / "c.yaml", "seed: 42", f"seed: {seed}")
+    result = run_cli("train", str(config), "--dry-run")
+    if ok:
+        assert result.returncode == 0, result.stderr[-2000:]
+    else:
+        _assert_input_error(result, "c.yaml", "train.seed")
+
+
+@pytest.mark.parametrize("seed, ok", [("4294967295", True), ("4294967296", False), ("-1", False), ("x", False)])
+def test_seed_bounds_of_an_option(tmp_path, seed, ok):
+    result = run_cli("compare", "--config", str(tmp_path / "none.yaml"), "--lora", "l", "--test-set", "t", "--out",
+                     str(tmp_path / "o"), f"--seed={seed}")
+    _assert_input_error(result, *([] if ok else ["argument --seed"]))
+    if ok:
+        assert "none.yaml" in result.stderr  # got past --seed to the missing config
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_numbers_in_configs_name_the_key(smoke_config, tmp_path, value):
+    import yaml
+
+    from aipc_env.distill.config import default_distill_config
+
+    config = _edited(smoke_config, tmp_path / "t.yaml", "learning_rate: ", f"learning_rate: {value} #")
+    _assert_input_error(run_cli("train", str(config), "--dry-run"), "t.yaml", "train.learning_rate", "finite")
+    data = default_distill_config(tmp_path)
+    data["student"]["alpha"] = float(value.replace(".", ""))
+    (tmp_path / "distill.yaml").write_text(yaml.safe_dump(data))
+    _assert_input_error(run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml")),
+                        "distill.yaml", "student.alpha", "finite")
+
+
+def _read_only_folder(tmp_path):
+    """A folder no one can write: a chmod 555 folder for a normal user; for root (who ignores modes), /sys, which
+    Linux mounts read-only for everyone in a container and refuses new files in elsewhere."""
+    import os
+
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    return __import__("pathlib").Path("/sys/aipc-env-test")
+
+
+def test_outputs_in_a_read_only_folder_are_refused_before_any_work(smoke_config, tmp_path):
+    ro = _read_only_folder(tmp_path)
+    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(ro / "sub" / "c.yaml")),
+                        "argument --out", "not writable")
+    _assert_input_error(run_cli("distill", "init", str(ro / "run")), "argument folder", "not writable")
+    _assert_input_error(run_cli("fleet", "report", str(tmp_path), "--csv", str(ro / "r.csv")), "argument --csv")
+    config = _edited(smoke_config, tmp_path / "t.yaml", "output_dir: ", f"output_dir: {ro / 'run'} #")
+    result = run_cli("train", str(config))
+    _assert_input_error(result, "t.yaml", "output_dir", "not writable")
+    assert "engine" not in result.stderr.lower()  # nothing started
+    assert not (ro / "run").exists()
+
+
+def test_a_folder_given_as_an_output_file_and_the_reverse(tmp_path):
+    (tmp_path / "x.py").mkdir()
+    (tmp_path / "file").write_text("keep")
+    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "x.py")),
+                        "argument --out", "is a folder")
+    _assert_input_error(run_cli("distill", "init", str(tmp_path / "file")), "argument folder", "is a file")
+    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "file" / "c.yaml")),
+                        "is a file, not a folder")
+    assert (tmp_path / "file").read_text() == "keep"
+
+
+def test_the_last_net_through_the_cli(tmp_path):
+    """An OSError a user's path causes that no check caught first (a folder read as a file) is exit 2 naming it."""
+    (tmp_path / "layer.txt").mkdir()
+    result = run_cli("lock", "--pair", "xpu-2.12", "--pip-layer", str(tmp_path / "layer.txt"), "--lock-root",
+                     str(tmp_path / "locks"))
+    _assert_input_error(result, "layer.txt", "Is a directory")
+
+
+# --- distill init keeps the user's work ---------------------------------------------------------------------
+
+def test_distill_init_refuses_to_overwrite_and_writes_paths_as_typed(tmp_path):
+    (tmp_path / "work").mkdir()
+    first = run_cli("distill", "init", "runs/x.py", cwd=tmp_path / "work")
+    assert first.returncode == 0, first.stderr
+    config = tmp_path / "work" / "runs" / "x.py" / "distill.yaml"
+    edited = config.read_text(encoding="utf-8").replace("max_train_steps: 20", "max_train_steps: 7")
+    config.write_text(edited, encoding="utf-8")
+    again = run_cli("distill", "init", "runs/x.py", cwd=tmp_path / "work")
+    _assert_input_error(again, "distill.yaml", "already there", "--force")
+    assert config.read_text(encoding="utf-8") == edited
+    from aipc_env.distill.config import load_distill_config
+
+    assert load_distill_config(config).out == config.parent  # output_dir resolves to the folder the user typed
+    forced = run_cli("distill", "init", "runs/x.py", "--force", cwd=tmp_path / "work")
+    assert forced.returncode == 0 and (config.parent / "distill.yaml.bak").read_text(encoding="utf-8") == edited
+    assert "max_train_steps: 20" in config.read_text(encoding="utf-8")

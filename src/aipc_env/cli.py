@@ -4,6 +4,7 @@ exit codes of errors.ExitCode, and never shows a bare traceback (--debug shows i
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -85,9 +86,19 @@ def main(argv: list[str] | None = None) -> int:
             _quiet_stdout()
             print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
             return ExitCode.USAGE
+        if exc.filename is not None and exc.errno in _USER_ERRNOS:
+            print(f"error: {exc.filename}: {exc.strerror}\n  fix: check the path and its permissions, or choose "
+                  "another folder", file=sys.stderr)
+            return ExitCode.USAGE
         return _internal(args, exc)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, not a traceback
         return _internal(args, exc)
+
+
+_USER_ERRNOS = {getattr(errno, name) for name in ("EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EISDIR", "ENOTDIR",
+                                                  "ENOENT", "ENAMETOOLONG", "ELOOP") if hasattr(errno, name)}
+"""What a path the user gave can cause (no permission, read-only or full disk, a folder for a file): exit 2
+naming the path, the last net under the checks each command makes before it starts."""
 
 
 def _is_stdout_error(exc: OSError) -> bool:

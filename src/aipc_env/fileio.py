@@ -16,23 +16,42 @@ from typing import Any
 from aipc_env.errors import InputError
 
 __all__ = ["MAX_DEPTH", "MAX_INPUT_BYTES", "MAX_YAML_NODES", "atomic_dir", "atomic_write_bytes", "atomic_write_text",
-           "check_depth", "decode_text", "default_mode", "parse_json", "parse_yaml", "read_json", "read_text",
+           "check_depth", "check_writable", "decode_text", "default_mode", "parse_json", "parse_yaml", "read_json", "read_text",
            "read_yaml", "respect_umask", "write_json"]
 
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
 
-def _check_target(path: Path) -> None:
-    if path.is_dir():
-        raise InputError("is a folder; expected a file name to write", path=path,
-                         fix="pass a file path (e.g. add a file name to the folder)")
-    parent = path.parent
-    probe = parent
+def check_writable(path: str | Path, what: str = "output", *, folder: bool = False, key: str | None = None,
+                   config: str | Path | None = None) -> Path:
+    """Refuse, before any work, an output that cannot be written: a folder where a file is meant (or the reverse),
+    a parent that is a file, a folder that is read-only or on a read-only file system (probed by creating and
+    removing a temp file in the nearest existing folder; nothing is left). Errors name `config` and `key` when the
+    path came from a config file, else the path."""
+    path = Path(path)
+    where = {"path": config, "key": key} if config is not None else {"path": path, "key": key}
+    if path.exists() and path.is_dir() != folder:
+        raise InputError(f"{what} {str(path)!r} is a {'file' if folder else 'folder'}; expected a "
+                         f"{'folder' if folder else 'file name to write'}", **where,
+                         fix="choose another path" if folder else "pass a file path (e.g. add a file name to the folder)")
+    probe = path if folder and path.is_dir() else path.parent
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise InputError(f"cannot write here: {probe} is a file, not a folder", path=path,
+        raise InputError(f"cannot write {what} {str(path)!r}: {probe} is a file, not a folder", **where,
                          fix="choose a path inside a folder")
+    try:
+        with tempfile.TemporaryFile(prefix=".aipc-env-write-probe-", dir=probe):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write {what} {str(path)!r}: {probe} is not writable ({exc.strerror})", **where,
+                         fix="choose a folder you can write (e.g. under your home folder), or fix its permissions") \
+            from None
+    return path
+
+
+def _check_target(path: Path) -> None:
+    check_writable(path, "the file")
 
 
 def default_mode(*, folder: bool = False) -> int:

@@ -12,14 +12,18 @@ import datetime as _dt
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aipc_env.errors import InputError, validation_message
 
 __all__ = [
+    "SEED_MAX",
+    "InputModel",
+    "Seed",
     "StrictModel",
+    "VersionedInput",
     "VersionedModel",
     "dump_json",
     "load_versioned",
@@ -37,6 +41,18 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class InputModel(StrictModel):
+    """A file a person writes (a config): strict, and a number must be finite (`.inf` and `.nan` are YAML floats
+    that pass every `gt=0` bound and fail a run much later, without naming the key)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed every generator takes (numpy's limit; torch takes 64 bits)."""
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description=f"random seed, 0 to {SEED_MAX}")]
+
+
 class VersionedModel(StrictModel):
     """A file format: strict, with `schema_version: Literal[N]` and FORMAT naming it in messages."""
 
@@ -46,6 +62,12 @@ class VersionedModel(StrictModel):
     """Old names of the version key (read back as schema_version)."""
     FIX: ClassVar[str | None] = None
     """How to get a good file (e.g. the command that writes it)."""
+
+
+class VersionedInput(VersionedModel):
+    """A versioned file a person writes: as VersionedModel, with InputModel's finite numbers."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 def timestamp() -> str:

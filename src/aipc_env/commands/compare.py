@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, print_json
+from aipc_env.commands.options import JSON, output_folder, print_json, seed
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -29,9 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, required=True, help="the training config (model, device)")
     p.add_argument("--lora", type=Path, required=True, help="the LoRA file or the run's lora/ folder")
     p.add_argument("--test-set", type=Path, required=True, help="held-out samples (any dataset format)")
-    p.add_argument("--out", type=Path, required=True, help="output folder for images, grid.png and manifest.json")
+    p.add_argument("--out", type=output_folder, required=True, help="output folder for images, grid.png and manifest.json")
     p.add_argument("--num-inference-steps", type=_positive, default=20, help="sampling steps (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed for base and LoRA (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="noise seed for base and LoRA (default 0)")
     p.add_argument("--max-samples", type=_positive, help="compare at most this many samples")
     p.set_defaults(run=run)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, print_json, python_minor
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -34,9 +34,9 @@ def _context_options(p: argparse.ArgumentParser) -> None:
                    "(armored or binary); it becomes the source's only signed-by key")
     p.add_argument("--gpu-runtime-key-fingerprint", metavar="FPR", help="the key's OpenPGP fingerprint, pinned: a "
                    "key file with another fingerprint is refused")
-    p.add_argument("--python", default="3.11", metavar="X.Y",
+    p.add_argument("--python", type=python_minor, default="3.11", metavar="X.Y",
                    help="the base image's Python, which the lock must be for (default 3.11: Debian 12)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="the build context folder (default: per-user cache)")
+    p.add_argument("--out", type=output_folder, metavar="DIR", help="the build context folder (default: per-user cache)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--device", action="append", metavar="DEV", help="device to pass in (default /dev/dri)")
     x.add_argument("--dataset", type=Path, metavar="DIR", help="mounted read-only at /data")
     x.add_argument("--models", type=Path, metavar="DIR", help="mounted read-only at /models")
-    x.add_argument("--output", type=Path, metavar="DIR", help="mounted read-write at /output (runs write there, as "
+    x.add_argument("--output", type=output_folder, metavar="DIR", help="mounted read-write at /output (runs write there, as "
                    "the folder's owner)")
     x.add_argument("--network", default="none", help="container network (default: none)")
     x.add_argument("--engine-option", action="append", default=[], metavar="OPT",

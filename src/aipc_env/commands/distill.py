@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, print_json, say_to_stderr
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, print_json, say_to_stderr
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
                         "G0; wrong-sigmas: G2)")
     init = stages.add_parser("init", help="write the built-in default config to edit")
-    init.add_argument("folder", type=Path, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
+    init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
+    init.add_argument("--force", action="store_true", help="replace an existing distill.yaml (kept as distill.yaml.bak)")
     init.set_defaults(run=run)
     gate = stages.add_parser("gate", parents=[common], help="run gate g0, g2 or g3",
                              description="\n".join(f"{k}: {v}" for k, v in GATES.items()),
@@ -61,7 +62,7 @@ def _config_path(args: argparse.Namespace) -> Path:
 
     if args.config is not None:
         return args.config
-    path = write_default_distill_config(data_dir() / "runs" / "distill-default")
+    path = write_default_distill_config(data_dir() / "runs" / "distill-default", replace=True)  # aipc-env's own
     print(f"aipc-env: no config given; using the built-in default ({path})", file=sys.stderr)
     return path
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stage == "init":
         from aipc_env.paths import data_dir
 
-        path = write_default_distill_config(args.folder or data_dir() / "runs" / "distill-default")
+        path = write_default_distill_config(args.folder or data_dir() / "runs" / "distill", replace=args.force)
         print(f"aipc-env: wrote {path}; edit model, prompts and student settings, then "
               f"`aipc-env distill all --config \"{path}\"`")
         return ExitCode.OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, print_json
+from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, output_file, print_json
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "1: something failed; 2: bad input.")
     p.add_argument("--facts", type=Path, metavar="FILE", help="re-run the checks on saved facts (or a saved "
                    "`doctor --json` report) instead of this machine")
-    p.add_argument("--save-facts", type=Path, metavar="FILE", help="also write the gathered facts to FILE")
+    p.add_argument("--save-facts", type=output_file, metavar="FILE", help="also write the gathered facts to FILE")
     p.add_argument("--list-checks", action="store_true", help="list the checks and exit")
     p.add_argument("--check", action="append", metavar="NAME", help="run only this check (repeatable)")
     p.add_argument("--model-dir", type=Path, metavar="DIR", help="local Qwen-Image-Edit model directory to check")

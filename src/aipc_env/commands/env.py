@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json, python_minor
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "installed files); change nothing")
     p.add_argument("--dry-run", action="store_true", help="print what the build would install from the lock (every "
                    "artifact, its size, the host it comes from and where its hash came from); change nothing")
-    p.add_argument("--python", metavar="X.Y", help="with --dry-run: the env's Python (default: the lock's)")
+    p.add_argument("--python", type=python_minor, metavar="X.Y", help="with --dry-run: the env's Python (default: the lock's)")
     p.add_argument("--unlocked", action="store_true",
                    help="no lock yet: install from the specs and record what was installed as this pair's lock")
     p.add_argument("--base-python", metavar="PYTHON",

@@ -6,7 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, PLATFORM, lock_root, print_json
+from aipc_env.commands.options import (
+    JSON,
+    LOCK_ROOT,
+    MATRIX,
+    PAIR,
+    PLATFORM,
+    lock_root,
+    output_file,
+    output_folder,
+    print_json,
+    python_minor,
+)
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -23,21 +34,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          "of the pair's release, VS Build Tools with C++, Miniforge, Git, the registry items) as a "
                          "WinGet configuration, validated against the official schema and strict models. With "
                          "--check FILE: validate a hand-edited file, errors located by line (exit 1).")
-    w.add_argument("--out", type=Path, metavar="FILE", help="write it here (default: stdout)")
+    w.add_argument("--out", type=output_file, metavar="FILE", help="write it here (default: stdout)")
     w.add_argument("--check", type=Path, metavar="FILE", help="validate this file instead of writing one")
     a = inner.add_parser("ansible", parents=[PAIR, MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
                          description="site.yml, an inventory example, group_vars and the WinGet configuration: "
                          "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
                          "runtime, the bundle and a doctor report. Idempotent.")
-    a.add_argument("--out", type=Path, required=True, metavar="DIR", help="the playbook folder")
+    a.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the playbook folder")
     b = inner.add_parser("bundle", parents=[JSON, PAIR, PLATFORM, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
                          "platform", description="The lock, every wheel it names (sha256-checked), the conda "
                          "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
                          "manifest of every file's sha256. Install with `aipc-env env --bundle DIR` (no network).")
     b.add_argument("--lock", type=Path, metavar="PYLOCK", help="bundle this pylock instead of the pair's lock in "
                    "lockfiles/ (e.g. a golden machine's)")
-    b.add_argument("--python", metavar="X.Y", help="the target's Python (default: the lock's, from lock-meta.json)")
-    b.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new, empty folder")
+    b.add_argument("--python", type=python_minor, metavar="X.Y",
+                   help="the target's Python (default: the lock's, from lock-meta.json)")
+    b.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="a new, empty folder")
     b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
                    help="folders holding the lock's wheels (searched before their URLs)")
     b.add_argument("--sign", type=Path, metavar="SECRET_KEY", help="sign the manifest with this minisign secret key "
@@ -46,8 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     k = inner.add_parser("keygen", help="write a minisign key pair for signing bundles",
                          description="An Ed25519 key pair in minisign's format (the `minisign` CLI reads and checks "
                          "both). The secret key is encrypted with the password in AIPC_ENV_SIGN_PASSWORD when set.")
-    k.add_argument("--secret", type=Path, required=True, metavar="FILE", help="the secret key (new file, mode 0600)")
-    k.add_argument("--public", type=Path, required=True, metavar="FILE", help="the public key to give the machines")
+    k.add_argument("--secret", type=output_file, required=True, metavar="FILE", help="the secret key (new file, mode 0600)")
+    k.add_argument("--public", type=output_file, required=True, metavar="FILE", help="the public key to give the machines")
     k.set_defaults(run=run)
     r = inner.add_parser("report", parents=[JSON], help="one report over many `doctor --json` reports",
                          description="Which machines fail which checks (grouped by check and fix), and which "
@@ -55,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          "when any machine fails, drifted or could not be read.")
     r.add_argument("reports", nargs="+", type=Path, metavar="DIR", help="folders (or files) of doctor --json reports")
     r.add_argument("--golden", type=Path, metavar="FILE", help="the golden machine's doctor --json report")
-    r.add_argument("--out", type=Path, metavar="HTML", help="write the HTML page here")
-    r.add_argument("--csv", type=Path, metavar="FILE", help="write the CSV here")
+    r.add_argument("--out", type=output_file, metavar="HTML", help="write the HTML page here")
+    r.add_argument("--csv", type=output_file, metavar="FILE", help="write the CSV here")
     for q in (w, a, b, r):
         q.set_defaults(run=run)
 

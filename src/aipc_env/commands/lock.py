@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json, python_minor
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", nargs="?", choices=["check", "verify"],
                    help="check: validate the lockfiles, change nothing; verify: re-hash the public-lockfile artifacts")
     p.add_argument("--pip-only", action="store_true", help="skip the conda layer (conda-lock needs the channels)")
-    p.add_argument("--python", metavar="X.Y", help="Python the env is built with (default: 3.12, or the newest the "
+    p.add_argument("--python", type=python_minor, metavar="X.Y",
+                   help="Python the env is built with (default: 3.12, or the newest the "
                    "pair allows)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--from-index", dest="source", action="store_const", const="index",

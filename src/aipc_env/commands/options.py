@@ -12,8 +12,24 @@ from typing import TextIO
 
 from pydantic import BaseModel
 
-__all__ = ["DEVICE", "ENV", "INDEXES", "JSON", "LOCK_ROOT", "MATRIX", "PAIR", "PLATFORM", "console_for", "device_of",
-           "lock_root", "parents", "platform_of", "print_json", "say_to_stderr"]
+__all__ = [
+    "DEVICE",
+    "ENV",
+    "INDEXES",
+    "JSON",
+    "LOCK_ROOT",
+    "MATRIX",
+    "PAIR",
+    "PLATFORM",
+    "console_for",
+    "device_of",
+    "lock_root",
+    "parents",
+    "platform_of",
+    "print_json",
+    "python_minor",
+    "say_to_stderr",
+]
 
 
 def _parent() -> argparse.ArgumentParser:
@@ -130,3 +146,47 @@ def print_json(data: BaseModel | dict | list) -> None:
 def say_to_stderr(text: str) -> None:
     """A progress line on stderr (commands whose stdout is JSON)."""
     print(text, file=sys.stderr, flush=True)
+
+
+def python_minor(value: str) -> str:
+    """argparse type of every --python option: a bad value is a usage error (exit 2) naming the option."""
+    from aipc_env.specs import check_python_minor
+
+    try:
+        return check_python_minor(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seed(value: str) -> int:
+    """argparse type of every --seed option: an integer from 0 to SEED_MAX, else a usage error (exit 2)."""
+    from aipc_env.formats import SEED_MAX
+
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if not 0 <= number <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: a seed is 0 to {SEED_MAX}")
+    return number
+
+
+def _output(value: str, folder: bool) -> Path:
+    from aipc_env.errors import InputError
+    from aipc_env.fileio import check_writable
+
+    try:
+        return check_writable(Path(value), "the output", folder=folder)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message + (f" (fix: {exc.fix})" if exc.fix else "")) from None
+
+
+def output_file(value: str) -> Path:
+    """argparse type of a file an option names for writing: checked writable when the command line is parsed,
+    before any work (exit 2 naming the option)."""
+    return _output(value, folder=False)
+
+
+def output_folder(value: str) -> Path:
+    """argparse type of a folder an option names for writing (see output_file)."""
+    return _output(value, folder=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import DEVICE, JSON, print_json
+from aipc_env.commands.options import DEVICE, JSON, output_folder, print_json
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "written beside its target and renamed at the end (an interrupted run leaves nothing).")
     p.add_argument("part", choices=["transformer", "text-encoder"], help="which model part to quantize")
     p.add_argument("--src", type=Path, required=True, help="the Qwen-Image-Edit model folder")
-    p.add_argument("--dst", type=Path, required=True, help="output folder (written atomically)")
+    p.add_argument("--dst", type=output_folder, required=True, help="output folder (written atomically)")
     p.set_defaults(run=run)
 
 

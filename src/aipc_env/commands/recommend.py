@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, print_json
+from aipc_env.commands.options import JSON, output_file, print_json
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="write a config even below 32 GB RAM")
     p.add_argument("--smoke", action="store_true", help="this machine's settings on the built-in tiny model and "
                    "synthetic data (no download, any RAM, under a minute): `aipc-env train` it to try the whole path")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the YAML here (default: stdout)")
+    p.add_argument("--out", type=output_file, metavar="FILE", help="write the YAML here (default: stdout)")
     p.set_defaults(run=run)
 
 

@@ -4,12 +4,10 @@ decoded. (aipc-env's own trainer handles all of these.)"""
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 
-from aipc_env.dataset.scan import CONTROL_DIRS, EXTRA_CONTROL, IMAGE_EXTS, TARGET_DIRS, Scan, csv_dialect, read_csv_text
+from aipc_env.dataset.scan import CONTROL_DIRS, EXTRA_CONTROL, IMAGE_EXTS, TARGET_DIRS, Scan, csv_rows, read_csv_text
 
 __all__ = ["qflux_warnings"]
 
@@ -50,12 +48,11 @@ def _local(root: Path) -> list[str]:
 
 def _csv(path: Path, text: str) -> list[str]:
     relative = []
-    with io.StringIO(text, newline="") as fh:
-        for i, row in enumerate(csv.DictReader(fh, dialect=csv_dialect(text)), start=2):
-            for col, value in row.items():
-                if col and col.startswith("path_") and value and value.strip() and not Path(value.strip()).is_absolute() \
-                        and not re.match(r"^[A-Za-z]:[\\/]", value.strip()):
-                    relative.append(f"line {i} {col}")
+    for i, row in csv_rows(path, text):
+        for col, value in row.items():
+            if col and col.startswith("path_") and value and value.strip() and not Path(value.strip()).is_absolute() \
+                    and not re.match(r"^[A-Za-z]:[\\/]", value.strip()):
+                relative.append(f"line {i} {col}")
     if not relative:
         return []
     return [f"qflux: {path.name}: {len(relative)} relative path(s) ({', '.join(relative[:3])}): upstream resolves "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -156,6 +157,37 @@ def _scan_parquet(root: Path) -> Scan:
     return scan
 
 
+MAX_CSV_BYTES = 256 * 2**20
+"""A dataset CSV's size limit (a million rows of paths and prompts is ~200 MiB)."""
+
+
+def csv_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, str | None]]]:
+    """(line number, row) of a dataset CSV; a malformed row (a field over the csv module's limit of 131,072
+    characters, a NUL byte, an unclosed quote) is an input error naming the file and the line."""
+    import io
+
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.DictReader(fh, dialect=csv_dialect(text))
+        try:
+            reader.fieldnames  # noqa: B018 - reads the header, which can be malformed too
+            for row in reader:
+                yield reader.line_num, row
+        except csv.Error as exc:
+            line = reader.reader.line_num  # DictReader's own count lags behind a failed row
+            raise InputError(f"not a readable CSV row: {exc}", path=path, key=f"line {line}",
+                             fix="a field holds a path or a prompt; check the quoting of that line") from None
+
+
+def csv_header(path: Path, text: str) -> list[str]:
+    import io
+
+    with io.StringIO(text, newline="") as fh:
+        try:
+            return list(next(csv.reader(fh, dialect=csv_dialect(text)), []))
+        except csv.Error as exc:
+            raise InputError(f"not a readable CSV header: {exc}", path=path, key="line 1") from None
+
+
 def csv_dialect(text: str) -> str:
     """excel, or excel-tab for a tab-separated header (Excel's "Unicode text" is TSV)."""
     header = text.splitlines()[0] if text.strip() else ""
@@ -165,6 +197,9 @@ def csv_dialect(text: str) -> str:
 def read_csv_text(path: Path) -> str:
     """A CSV in UTF-8 (with or without BOM), UTF-16 (with BOM; what Excel's "Unicode text" writes) or, failing
     both, the Windows ANSI code page cp1252 (what Excel's plain "CSV" writes on Western Windows)."""
+    if path.stat().st_size > MAX_CSV_BYTES:
+        raise InputError(f"the CSV is larger than {MAX_CSV_BYTES // 2**20} MiB", path=path,
+                         fix="a dataset CSV lists paths and prompts; split it or check the path")
     raw = path.read_bytes()
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         return raw.decode("utf-16")
@@ -179,27 +214,23 @@ def read_csv_text(path: Path) -> str:
 
 
 def _scan_csv(path: Path) -> Scan:
-    import io
-
     scan = Scan("csv", path, [])
     text = read_csv_text(path)
-    with io.StringIO(text, newline="") as fh:
-        reader = csv.DictReader(fh, dialect=csv_dialect(text))
-        cols = reader.fieldnames or []
-        if "path_target" not in cols or "prompt" not in cols:
-            scan.issues.append(f"{path.name}: needs columns path_target and prompt (got {', '.join(cols)})")
-            return scan
-        extra_cols = sorted((c for c in cols if re.fullmatch(r"path_control_\d+", c)),
-                            key=lambda c: int(c.rsplit("_", 1)[1]))
-        base = path.parent  # relative paths are relative to the CSV (upstream: the current folder)
-        for i, row in enumerate(reader, start=2):
-            def p(col: str, row: dict = row) -> Path | None:
-                v = (row.get(col) or "").strip()
-                return (base / v) if v else None
-            controls = [c for c in [p("path_control"), *[p(c) for c in extra_cols]] if c is not None]
-            scan.samples.append(Sample(id=f"line {i}", target=p("path_target"), controls=controls,  # type: ignore[arg-type]
-                                       mask=p("path_mask"), prompt=(row.get("prompt") or "").strip() or None,
-                                       where=f"{path.name} line {i}"))
+    cols = csv_header(path, text)
+    if "path_target" not in cols or "prompt" not in cols:
+        scan.issues.append(f"{path.name}: needs columns path_target and prompt (got {', '.join(cols)})")
+        return scan
+    extra_cols = sorted((c for c in cols if re.fullmatch(r"path_control_\d+", c)),
+                        key=lambda c: int(c.rsplit("_", 1)[1]))
+    base = path.parent  # relative paths are relative to the CSV (upstream: the current folder)
+    for i, row in csv_rows(path, text):
+        def p(col: str, row: dict = row) -> Path | None:
+            v = (row.get(col) or "").strip()
+            return (base / v) if v else None
+        controls = [c for c in [p("path_control"), *[p(c) for c in extra_cols]] if c is not None]
+        scan.samples.append(Sample(id=f"line {i}", target=p("path_target"), controls=controls,  # type: ignore[arg-type]
+                                   mask=p("path_mask"), prompt=(row.get("prompt") or "").strip() or None,
+                                   where=f"{path.name} line {i}"))
     return scan
 
 

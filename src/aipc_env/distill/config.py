@@ -4,6 +4,7 @@ Relative paths are resolved against the config file's folder, as for training co
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -11,8 +12,8 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from aipc_env.errors import InputError
-from aipc_env.fileio import atomic_write_text, read_yaml
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.fileio import atomic_write_text, check_writable, read_yaml
+from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = [
@@ -42,13 +43,13 @@ def default_teacher_sigmas(steps: int = 8) -> list[float]:
     return [struct.unpack("f", struct.pack("f", x))[0] for x in grid]  # as float32
 
 
-class PromptsSection(StrictModel):
+class PromptsSection(InputModel):
     train: str = Field(BUILTIN_PROMPTS, description="JSONL, one {\"prompt\": ...} per line (\"seed\" optional)")
     eval: str = Field(BUILTIN_EVAL_PROMPTS, description="held-out prompts for G3, same format")
     limit: int | None = Field(None, ge=1, description="use only the first N training prompts")
 
 
-class DivergenceSection(StrictModel):
+class DivergenceSection(InputModel):
     """When a training run is stopped as diverged (the seed's 128-prompt run went to loss 1.2 and a velocity MSE
     2.2 while it kept training)."""
 
@@ -58,14 +59,14 @@ class DivergenceSection(StrictModel):
     velocity_tolerance: float = Field(1.5, gt=1, description="stop when it exceeds the best so far times this")
 
 
-class OnPolicySection(StrictModel):
+class OnPolicySection(InputModel):
     """Seed next step 2: roll the student to sigma_2k, take the teacher two steps from there, train on that."""
 
     start_step: int = Field(0, ge=0, description="on-policy pairs are used from this optimizer step on")
     fraction: float = Field(0.5, ge=0, le=1, description="share of micro-batches that are on-policy")
 
 
-class StudentSection(StrictModel):
+class StudentSection(InputModel):
     max_train_steps: int = Field(1000, ge=1)
     learning_rate: float = Field(1e-4, gt=0)
     batch_size: int = Field(1, ge=1)
@@ -85,15 +86,15 @@ class StudentSection(StrictModel):
     divergence: DivergenceSection = DivergenceSection()
 
 
-class EvalSection(StrictModel):
-    seeds: list[int] = Field([0], min_length=1, description="noise seeds per eval prompt")
+class EvalSection(InputModel):
+    seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
     lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
                                       "without it G3 measures PSNR/MSE to the teacher")
     decode_device: str = Field("cpu", description="where the VAE decodes (seed lesson 3: the bf16 GPU decode of "
                                "this video VAE needs ~76 GB of transients at 512 px)")
 
 
-class DistillConfig(VersionedModel):
+class DistillConfig(VersionedInput):
     """A distillation config (YAML). Paths are absolute after loading."""
 
     FORMAT: ClassVar[str] = "distillation config"
@@ -109,7 +110,7 @@ class DistillConfig(VersionedModel):
                                         description="the teacher grid without the terminal 0 (8 entries for 8 steps)")
     student_stride: int = Field(2, ge=2, description="student step k spans teacher steps stride*k .. stride*(k+1)")
     use_kv_cache: bool = True
-    seed: int = 0
+    seed: Seed = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads (pin in CI: timings vary 20x otherwise)")
     prompts: PromptsSection = PromptsSection()
     student: StudentSection = StudentSection()
@@ -179,10 +180,7 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
     if cfg.model.startswith("builtin:") and cfg.model != BUILTIN_TINY21:
         raise InputError(f"unknown built-in model {cfg.model!r}", path=path, key="model",
                          fix=f"use {BUILTIN_TINY21} or a model folder")
-    out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output_dir {cfg.output_dir!r} is a file", path=path, key="output_dir",
-                         fix="name a folder for the run")
+    check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
 
 
 def default_distill_config(run_dir: Path) -> dict:
@@ -207,8 +205,19 @@ def default_distill_config(run_dir: Path) -> dict:
     }
 
 
-def write_default_distill_config(run_dir: Path) -> Path:
-    path = run_dir / "distill.yaml"
+def write_default_distill_config(run_dir: Path, *, replace: bool = False) -> Path:
+    """Write run_dir/distill.yaml, the built-in default, with output_dir "." (the config's own folder, so the
+    run lands beside it however the folder was typed). An existing distill.yaml is the user's: refused, or with
+    `replace` kept as distill.yaml.bak first."""
+    path = Path(run_dir) / "distill.yaml"
+    check_writable(path, "the config")
+    if path.exists():
+        if not replace:
+            raise InputError("a distillation config is already there (perhaps edited); it was left as it is",
+                             path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
+                             "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
+        shutil.copy2(path, path.with_name("distill.yaml.bak"))
     atomic_write_text(path, "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n"
-                      + yaml.safe_dump(default_distill_config(run_dir), sort_keys=False, allow_unicode=True))
+                      "# relative paths are resolved against this file's folder\n"
+                      + yaml.safe_dump(default_distill_config(Path(".")), sort_keys=False, allow_unicode=True))
     return path

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from aipc_env.errors import InputError
-from aipc_env.formats import StrictModel
+from aipc_env.fileio import read_text
+from aipc_env.formats import SEED_MAX, Seed, StrictModel
 
 __all__ = ["BUILTIN", "PromptRecord", "load_prompts"]
 
@@ -21,7 +22,7 @@ BUILTIN = {
 
 class PromptRecord(StrictModel):
     prompt: str
-    seed: int | None = None
+    seed: Seed | None = None
     """Noise seed of this prompt's trajectory (default: the config's seed plus the line index)."""
 
 
@@ -34,11 +35,7 @@ def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]
         return records[:limit] if limit else records
     path = Path(source)
     records: list[PromptRecord] = []
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the prompts file: {exc}", path=path,
-                         fix="a UTF-8 JSONL file, one {\"prompt\": \"...\"} per line") from None
+    text = read_text(path, "prompts file")
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -54,8 +51,8 @@ def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]
             raise InputError(f"line {number} has no non-empty \"prompt\"", path=path, key=f"line {number}",
                              fix='give each line {"prompt": "..."}')
         seed = row.get("seed")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise InputError(f"line {number}: seed must be a non-negative integer, got {seed!r}", path=path,
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX):
+            raise InputError(f"line {number}: seed must be an integer from 0 to {SEED_MAX}, got {seed!r}", path=path,
                              key=f"line {number}")
         records.append(PromptRecord(prompt=prompt, seed=seed))
         if limit and len(records) >= limit:

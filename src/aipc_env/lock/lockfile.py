@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from aipc_env.errors import InputError, validation_message
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
 from aipc_env.platforms import PLATFORMS, Platform
+from aipc_env.specs import PythonMinor, check_marker, check_version
 
 __all__ = [
     "LOCK_HEADER",
@@ -50,7 +51,7 @@ class LockMeta(VersionedModel):
     schema_version: Literal[1] = LOCK_META_VERSION
     pair: str
     matrix_row_hash: str
-    python: str
+    python: PythonMinor
     platforms: list[Platform]
     pypi_url: str
     xpu_index_url: str
@@ -63,7 +64,7 @@ class LockMeta(VersionedModel):
     environments/xpu-wheels.yaml (hashes read from public lockfiles) when that index could not be reached."""
     torch: str | None = None
     """The torch release locked (a pair may name two)."""
-    pythons: list[str] = []
+    pythons: list[PythonMinor] = []
     """The Python versions the pylocks cover (python is the one envs are built with)."""
     provenance: dict[str, int] = {}
     """Packages per provenance over all platforms: index (hashed by the resolver against the live index),
@@ -90,6 +91,16 @@ class PylockPackage(_Loose):
     marker: str | None = None
     wheels: list[PylockArtifact] = []
     sdist: PylockArtifact | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        return None if value is None else check_version(value)
+
+    @field_validator("marker")
+    @classmethod
+    def _marker(cls, value: str | None) -> str | None:
+        return check_marker(value)
 
     @property
     def key(self) -> str:

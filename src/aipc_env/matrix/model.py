@@ -6,7 +6,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from packaging.markers import InvalidMarker, Marker
+from packaging.markers import Marker
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -17,6 +17,7 @@ from aipc_env.fileio import read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.paths import matrix_path
 from aipc_env.platforms import Platform, marker_environment
+from aipc_env.specs import check_marker, check_version
 
 __all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "load_matrix", "versions_equal"]
 
@@ -31,14 +32,6 @@ def versions_equal(a: str | None, b: str | None) -> bool:
         return a == b
 
 
-def _check_version(value: str) -> str:
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a version (PEP 440)") from None
-    return value
-
-
 class Pin(StrictModel):
     """One exact package pin of a pair, optionally limited to some platforms by a PEP 508 marker."""
 
@@ -50,22 +43,17 @@ class Pin(StrictModel):
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        return _check_version(value)
+        return check_version(value)
 
     @field_validator("alternatives")
     @classmethod
     def _alts(cls, value: list[str]) -> list[str]:
-        return [_check_version(v) for v in value]
+        return [check_version(v) for v in value]
 
     @field_validator("marker")
     @classmethod
     def _marker(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                Marker(value)
-            except InvalidMarker as exc:
-                raise ValueError(f"invalid PEP 508 marker: {exc}") from None
-        return value
+        return check_marker(value)
 
     @property
     def key(self) -> str:
@@ -115,17 +103,17 @@ class Pair(StrictModel):
     def _torch(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("at least one torch version is required")
-        return [_check_version(v) for v in value]
+        return [check_version(v) for v in value]
 
     @field_validator("bitsandbytes_min")
     @classmethod
     def _bnb(cls, value: str) -> str:
-        return _check_version(value)
+        return check_version(value)
 
     @field_validator("torchvision", "triton_by_torch")
     @classmethod
     def _per_torch(cls, value: dict[str, str]) -> dict[str, str]:
-        return {_check_version(k): _check_version(v) for k, v in value.items()}
+        return {check_version(k): check_version(v) for k, v in value.items()}
 
     @model_validator(mode="after")
     def _per_torch_keys(self) -> Pair:

@@ -9,8 +9,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from aipc_env.errors import InputError
-from aipc_env.fileio import read_yaml
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.fileio import check_writable, read_yaml
+from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
 
 __all__ = [
     "BUILTIN_SYNTHETIC",
@@ -40,21 +40,21 @@ BUILTIN_SYNTHETIC = "builtin:synthetic"
 """A small synthetic dataset of latents and prompt embeddings (for the built-in default run)."""
 
 
-class ModelSection(StrictModel):
+class ModelSection(InputModel):
     path: str = Field(description="local diffusers Qwen-Image-Edit dir, or builtin:tiny")
     quantize: Literal["nf4"] = "nf4"
     transformer_path: str | None = Field(None, description="pre-quantized NF4 transformer dir (aipc-env quantize)")
     text_encoder_path: str | None = Field(None, description="pre-quantized NF4 text encoder dir")
 
 
-class LoraSection(StrictModel):
+class LoraSection(InputModel):
     rank: int = Field(16, ge=1, le=256)
     alpha: float = Field(16, gt=0)
     target_modules: list[str] = ["to_q", "to_k", "to_v", "to_out.0"]
     init: Literal["gaussian", "default"] = "gaussian"
 
 
-class DataSection(StrictModel):
+class DataSection(InputModel):
     datasets: list[str] = Field(min_length=1)
     target_size: tuple[int, int] = (384, 672)
     batch_size: int = Field(1, ge=1)
@@ -71,14 +71,14 @@ class DataSection(StrictModel):
         return value
 
 
-class TrainSection(StrictModel):
+class TrainSection(InputModel):
     max_train_steps: int = Field(1000, ge=1)
     gradient_accumulation_steps: int = Field(2, ge=1)
     gradient_checkpointing: bool = True
     learning_rate: float = Field(1e-4, gt=0)
     lr_scheduler: Literal["constant", "constant_with_warmup", "cosine", "linear"] = "constant"
     warmup_steps: int = Field(0, ge=0)
-    seed: int = 42
+    seed: Seed = 42
     checkpointing_steps: int = Field(250, ge=1)
     checkpoints_total_limit: int | None = Field(3, ge=1)
     mixed_precision: Literal["no"] = "no"
@@ -86,18 +86,18 @@ class TrainSection(StrictModel):
     resume: str | None = Field(None, description="'auto' (latest checkpoint in output_dir) or a checkpoint dir")
 
 
-class OptimizerSection(StrictModel):
+class OptimizerSection(InputModel):
     type: Literal["adam8bit", "adamw"] = "adam8bit"
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
 
 
-class QfluxSection(StrictModel):
+class QfluxSection(InputModel):
     clone: str = Field(description="a qwen-image-finetune clone (its src/ holds the qflux package)")
     config: str = Field(description="the qflux training config (its own schema)")
 
 
-class TrainConfig(VersionedModel):
+class TrainConfig(VersionedInput):
     """A training config (YAML). Paths are absolute after `load_config` (relative ones are resolved against the
     config file's folder)."""
 
@@ -239,10 +239,9 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
         if kind == "file" and not p.is_file():
             raise InputError(f"{what} {value!r} is a folder, expected a file", path=path, key=key)
 
-    out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output_dir {cfg.output_dir!r} is a file", path=path, key="output_dir",
-                         fix="name a folder for the run")
+    check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
+    if cfg.cache_dir:
+        check_writable(cfg.cache_dir, "cache_dir", folder=True, key="cache_dir", config=path)
     if cfg.model:
         must_exist(cfg.model.path, "model.path", "model directory", "dir")
         must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")

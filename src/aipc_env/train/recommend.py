@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.memory import ram_tier_gb
@@ -49,14 +49,14 @@ class Machine:
 class ProbeJson(BaseModel):
     """The runbook's probe_hw.py output; unknown keys are ignored (the probe evolves)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     xpu_available: bool | None = None
     torch_version: str | None = None
     bnb_version: str | None = None
-    ram_gb: float | None = None
-    total_ram_gb: float | None = None
+    ram_gb: float | None = Field(None, ge=0, le=2**20)
+    total_ram_gb: float | None = Field(None, ge=0, le=2**20)
     gpu_name: str | None = None
-    free_disk_gb: float | None = None
+    free_disk_gb: float | None = Field(None, ge=0, le=2**30)
 
 
 def machine_from_facts(facts: Facts) -> Machine:
