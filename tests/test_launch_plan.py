@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from aipc_env import __version__
+from aipc_env.errors import ExitCode
 from aipc_env.facts import load_facts
 from aipc_env.facts.model import MsvcInfo, OneApiInfo, OneApiInstall
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env, choose_oneapi, choose_vcvars
@@ -29,9 +30,13 @@ def test_scripts_hold_no_user_data():
     for plan_ in (p, p.model_copy(update={"platform": "linux-64"})):
         name, text = render_launcher(plan_)
         assert "Zoë" not in text and "INJECTED" not in text and "100%" not in text
-        # the launcher is the template in launchers/, with only the version filled in
-        assert text.replace("\r\n", "\n").splitlines() == \
-            template_text(name).replace("@AIPC_ENV_VERSION@", __version__).splitlines()
+        # the launcher is the template in launchers/, with only the version and the exit codes filled in
+        expected = template_text(name).replace("@AIPC_ENV_VERSION@", __version__)
+        assert "@AIPC_EXIT_USAGE@" in expected
+        expected = expected.replace("@AIPC_EXIT_USAGE@", str(int(ExitCode.USAGE)))
+        for code in ExitCode:
+            expected = expected.replace(f"@AIPC_EXIT_{code.name}@", str(int(code)))
+        assert text.replace("\r\n", "\n").splitlines() == expected.splitlines()
     env = render_env_bat(p)
     assert f"AIPC_PYTHON={NASTY}\\env\\python.exe" in env.splitlines()
     assert "\r\n" in env
