@@ -321,3 +321,67 @@ def test_conda_lock_render_works_offline(tmp_path):
                    timeout=120)
     text = (tmp_path / "conda-win-64.explicit.txt").read_text()
     assert "@EXPLICIT" in text and "win-64/python-3.12.12-h0159041_1_cpython.conda#" in text
+
+
+def _cli_build(prefix: Path, locked: Path, idx, *, at: str | None = None, kill: bool = False):
+    env = {"AIPC_ENV_INTERRUPT_AT": at or "", "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""}
+    return run_cli("env", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked), "--pypi-url",
+                   idx.pypi_url, "--xpu-index-url", idx.xpu_index_url, "--base-python", sys.executable, env=env,
+                   timeout=300)
+
+
+@pytest.mark.parametrize("at, kill", [("env:after-interpreter", False), ("env:after-interpreter", True),
+                                      ("env:after-install", True), ("env:before-commit", True)])
+def test_an_interrupted_fresh_build_leaves_nothing_or_is_finished_by_the_next_run(locked, indexes, tmp_path, at,
+                                                                                    kill):
+    """Ctrl-C (SIGINT: the handlers run) leaves no prefix; a power cut (SIGKILL: nothing runs) leaves a
+    half-built prefix with its building mark, which the next run removes before building again."""
+    from aipc_env.trainenv.build import building_mark
+
+    idx, _ = indexes
+    prefix = tmp_path / "new env"
+    stopped = _cli_build(prefix, locked, idx, at=at, kill=kill)
+    assert stopped.returncode == (-9 if kill else 130), stopped.stderr[-2000:]
+    if kill:
+        assert prefix.exists() and building_mark(prefix).exists()
+    else:
+        assert not prefix.exists() and not building_mark(prefix).exists()
+    again = _cli_build(prefix, locked, idx)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert ("removed the half-built env" in again.stderr) == kill
+    assert not building_mark(prefix).exists() and _stub(prefix, "torch_stub") == "XPU"
+    check = run_cli("env", "--check", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("at, kill", [("env:after-snapshot", True), ("env:after-install", False),
+                                      ("env:after-install", True), ("env:rollback-after-remove", True)])
+def test_an_interrupted_repair_is_rolled_back_then_repaired(locked, indexes, matrix, tmp_path, at, kill):
+    """A repair stopped at any instant: Ctrl-C restores the snapshot at once; after a power cut the next run puts
+    the snapshot back (even when the site-packages was already removed) and repairs."""
+    idx, base = indexes
+    prefix = tmp_path / "env"
+    build_env(_request(matrix, locked, prefix, idx))
+    py = str(prefix / "bin" / "python")
+    subprocess.run([find_uv(), "pip", "install", "--python", py, "--index-url", idx.pypi_url, "tinydep==1.0",
+                    "--reinstall-package", "tinydep"], check=True, capture_output=True)
+    drifted = _state(prefix)
+    if at == "env:rollback-after-remove":  # the rollback runs only on a failure: the repair meets a tampered wheel
+        wheel = base / "pypi" / "files" / "tinydep-2.0-py3-none-any.whl"
+        subprocess.run([find_uv(), "cache", "clean"], capture_output=True)
+        original = _tamper(wheel)
+        try:
+            stopped = _cli_build(prefix, locked, idx, at=at, kill=kill)
+        finally:
+            wheel.write_bytes(original)
+    else:
+        stopped = _cli_build(prefix, locked, idx, at=at, kill=kill)
+    assert stopped.returncode == (-9 if kill else 130), stopped.stderr[-2000:]
+    if not kill:
+        assert _state(prefix) == drifted  # rolled back at once
+    again = _cli_build(prefix, locked, idx)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert ("restored" in again.stderr) == kill
+    assert not list(prefix.glob("lib/python*/.*aipc-snapshot*"))
+    assert _stub(prefix, "tinydep_stub") == "2.0"
+    assert check_env(prefix, pylock_path(locked / PAIR, "linux-64"), "linux-64") == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.gather import inspect_env, modified_files
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.interrupts import checkpoint
 from aipc_env.lock import specs
 from aipc_env.lock.lock import Indexes, compile_pylock, tool_version
 from aipc_env.lock.lockfile import (
@@ -174,31 +176,84 @@ def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None
                         path=lockfile, fix="re-lock: nox -s lock -- --pair " + req.pair.id)
 
 
+def building_mark(prefix: Path) -> Path:
+    """Beside a prefix while aipc-env creates it (not inside: venv and conda refuse a folder that is not empty): a
+    prefix whose mark is still there after a crash is aipc-env's own half-built env, which the next run removes."""
+    return prefix.with_name(f".{prefix.name}.aipc-env-building")
+SNAPSHOT_SUFFIX = ".aipc-snapshot"
+
+
+def _snapshots(prefix: Path) -> list[Path]:
+    return [p for pattern in ("lib/python*/.*" + SNAPSHOT_SUFFIX, "Lib/.*" + SNAPSHOT_SUFFIX) for p in prefix.glob(pattern)
+            if p.is_dir()]
+
+
+def recover_interrupted(prefix: Path) -> list[str]:
+    """Finish what an interrupted run (a crash, a power cut: no handler ran) left: a half-built new prefix is
+    removed; a repair's site-packages snapshot is put back, so the env is as it was before that repair (the drift
+    check that follows repairs it properly). Returns what was done."""
+    done: list[str] = []
+    mark = building_mark(prefix)
+    if mark.exists():
+        if prefix.exists():
+            shutil.rmtree(prefix)
+        mark.unlink()
+        return [f"removed the half-built env {prefix} an interrupted build left"]
+    for snap in _snapshots(prefix):
+        site = snap.with_name(snap.name[1:-len(SNAPSHOT_SUFFIX)])
+        if site.exists():
+            shutil.rmtree(site)
+        os.replace(snap, site)
+        done.append(f"restored {site} from the snapshot an interrupted repair left")
+    return done
+
+
+def _tell(log: Path, lines: list[str]) -> None:
+    for line in lines:
+        print(f"aipc-env: {line}", file=sys.stderr)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
 @contextlib.contextmanager
 def _rollback(prefix: Path) -> Iterator[None]:
-    """Undo a failed build: remove a prefix that did not exist; restore a hard-link snapshot of an existing env's
-    site-packages (the pip layer is all a repair touches)."""
+    """Undo a failed or interrupted build: remove a prefix that did not exist; restore a hard-link snapshot of an
+    existing env's site-packages (the pip layer is all a repair touches). What a killed process cannot undo here,
+    recover_interrupted undoes on the next run."""
     existed = prefix.exists()
     snapshots: list[tuple[Path, Path]] = []
-    if existed and env_python(prefix).is_file():
+    if not existed:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        building_mark(prefix).write_text(f"aipc-env is building {prefix.name}; a new run removes it if it stopped\n",
+                                         encoding="utf-8")
+    elif env_python(prefix).is_file():
         env = inspect_env(prefix, env_python(prefix), timeout=60.0)
         for site in env.site_packages:
             site_path = Path(site)
             if site_path.is_dir() and prefix.resolve() in site_path.resolve().parents:
-                snap = site_path.with_name(f".{site_path.name}.aipc-snapshot")
-                shutil.rmtree(snap, ignore_errors=True)
-                shutil.copytree(site_path, snap, symlinks=True, copy_function=_link_or_copy)
+                snap = site_path.with_name(f".{site_path.name}{SNAPSHOT_SUFFIX}")
+                partial = snap.with_name(snap.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                shutil.copytree(site_path, partial, symlinks=True, copy_function=_link_or_copy)
+                os.replace(partial, snap)  # a snapshot exists only once it is complete
                 snapshots.append((site_path, snap))
+        checkpoint("env:after-snapshot")
     try:
         yield
+        checkpoint("env:before-commit")
     except BaseException:
         if not existed:
             shutil.rmtree(prefix, ignore_errors=True)
+            building_mark(prefix).unlink(missing_ok=True)
         for site_path, snap in snapshots:
             shutil.rmtree(site_path, ignore_errors=True)
+            checkpoint("env:rollback-after-remove")
             os.replace(snap, site_path)
         raise
     else:
+        if not existed:
+            building_mark(prefix).unlink()
         for _, snap in snapshots:
             shutil.rmtree(snap, ignore_errors=True)
 
@@ -215,6 +270,7 @@ def build_env(req: EnvRequest) -> EnvResult:
     lock_dir = req.lock_root / req.pair.id
     lockfile = pylock_path(lock_dir, req.platform)
     python_version = _python_version(req.base_python) if req.base_python else specs.pair_python(req.pair)
+    _tell(req.log, recover_interrupted(req.prefix))
     drift: list[DriftItem] = []
     if not req.unlocked:
         _validate_lock(req, lockfile, python_version)
@@ -230,6 +286,7 @@ def build_env(req: EnvRequest) -> EnvResult:
         if not env_python(req.prefix).is_file():
             conda_lock = conda_lock_path(lock_dir)
             _interpreter_layer(req, conda_lock if conda_lock.is_file() else None, python_version)
+            checkpoint("env:after-interpreter")
         if req.unlocked:
             lockfile = _record_unlocked(req, python_version)
         python = env_python(req.prefix)
@@ -237,6 +294,7 @@ def build_env(req: EnvRequest) -> EnvResult:
         for name in (d.name for d in drift if d.kind == "modified"):
             argv += ["--reinstall-package", name]
         run_logged(argv, req.log)
+        checkpoint("env:after-install")
         lock = read_pylock(lockfile)
         manifest = Manifest(pair=req.pair.id, platform=req.platform, lockfile=str(lockfile), installed_at=timestamp(),
                             packages={n: ManifestPackage(version=v, sha256=s)
@@ -279,6 +337,7 @@ def install_bundle(bundle: Path, manifest: BundleManifest, prefix: Path, *, base
 
     start = time.perf_counter()
     lockfile = bundle / manifest.lockfile
+    _tell(log, recover_interrupted(prefix))
     if env_python(prefix).is_file():
         raise InputError("an env already exists here; a bundle installs into a new prefix", path=prefix,
                          key="--prefix", fix="choose a new --prefix, or check it: aipc-env env --check --bundle DIR")
