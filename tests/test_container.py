@@ -66,10 +66,16 @@ def _lock(box, name: str, *extra: str) -> Path:
     return out
 
 
-def _build(box, lock: Path, tag: str, *extra: str) -> subprocess.CompletedProcess:
+def _build(box, lock: Path, tag: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_cli("container", "build", "--lock", str(lock), "--gpu-runtime", "none", "--find-links",
                    box["wheels"], "--out", str(box["base"] / f"ctx-{tag}"), "--tag", f"localhost/aipc-env:{tag}",
-                   "--json", *extra, env=box["env"], timeout=1200)
+                   "--json", *extra, env={**box["env"], **(env or {})}, timeout=1200)
+
+
+def _image_id(box, image: str) -> str | None:
+    found = subprocess.run(["buildah", "images", "--quiet", "--no-trunc", image], env={**os.environ, **box["env"]},
+                           capture_output=True, text=True)
+    return found.stdout.strip().removeprefix("sha256:") or None if found.returncode == 0 else None
 
 
 def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(box):
@@ -108,6 +114,18 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     second = _build(box, lock, "a", "--base-from-mirror")
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["image_id"] == ident
+    # interrupted builds (hooks, not timing): Ctrl-C before the image step leaves the tag on the image it had; a
+    # power cut right after it leaves the new image tagged; a context left mid-render is finished by the next
+    # build; each next build ends with the same image
+    assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:")
+    for at, kill, code in (("container:render-partial", True, -9), ("container:before-image", False, 130),
+                           ("container:after-image", True, -9)):
+        stopped = _build(box, lock, "a", env={"AIPC_ENV_INTERRUPT_AT": at,
+                                              "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
+        assert stopped.returncode == code, (at, stopped.stderr[-2000:])
+        assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:"), at
+        again = _build(box, lock, "a")
+        assert again.returncode == 0 and json.loads(again.stdout)["image_id"] == ident, (at, again.stderr[-2000:])
     # one pin changed: another image, and `container check` against the first lock names the drift
     changed_lock = _lock(box, "c", "pyyaml==6.0.3")
     changed = _build(box, changed_lock, "c")

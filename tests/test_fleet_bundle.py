@@ -177,3 +177,25 @@ def test_a_bundle_needs_an_empty_folder(fleet_bundle, tmp_path):
     result = run_cli("fleet", "bundle", "--lock", str(fleet_bundle / "pylock.linux-64.toml"), "--platform",
                      "linux-64", "--python", "3.11", "--out", str(tmp_path / "used"))
     assert result.returncode == 2 and "not empty" in result.stderr
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_an_interrupted_bundle_build_leaves_no_bundle_and_the_next_run_recovers(fleet_bundle, tmp_path, kill):
+    """Ctrl-C after the wheels were fetched leaves nothing; a power cut leaves only a hidden partial folder beside
+    --out (no bundle, nothing that blocks), which the next run removes before it builds."""
+    from aipc_env.fleet.bundle import verify_bundle
+
+    out = tmp_path / "bundle"
+    argv = ["fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(fleet_bundle / "pylock.linux-64.toml"),
+            "--platform", "linux-64", "--python", "3.11", "--out", str(out), "--find-links",
+            str(fleet_bundle / "wheels")]
+    env = {"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")}
+    stopped = run_cli(*argv, env={**env, "AIPC_ENV_INTERRUPT_AT": "bundle:after-wheels",
+                                  "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""}, timeout=600)
+    assert stopped.returncode == (-9 if kill else 130), stopped.stderr[-2000:]
+    assert not out.exists()
+    assert bool(list(tmp_path.glob(".bundle-partial-*"))) == kill
+    again = run_cli(*argv, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not list(tmp_path.glob(".bundle-*"))
+    verify_bundle(out, warn=lambda _m: None)

@@ -128,3 +128,28 @@ def test_ruff_is_clean():
     result = subprocess.run([ruff, "check", "--no-cache", "src", "tests", "benchmarks", "noxfile.py"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:]
+
+
+def _test_references(text: str) -> list[tuple[str, str]]:
+    """(file, test) for every `FILE.py::test_name` in a doc; a bare `::test_name` means the file named last."""
+    found, current = [], None
+    for match in re.finditer(r"(?:tests/)?(test_\w+\.py)?::(test_\w+)", text):
+        current = match.group(1) or current
+        found.append((current, match.group(2)))
+    return found
+
+
+def test_every_guard_in_the_security_model_names_a_test_that_exists():
+    refs = _test_references((ROOT / "docs" / "security.md").read_text(encoding="utf-8"))
+    assert len(refs) > 40
+    missing = []
+    for file, name in refs:
+        source = (ROOT / "tests" / file).read_text(encoding="utf-8") if file and (ROOT / "tests" / file).is_file() else ""
+        if not re.search(rf"^def {name}\(", source, re.MULTILINE):
+            missing.append(f"{file}::{name}")
+    assert not missing, missing
+
+
+def test_the_reference_scan_follows_the_last_named_file():
+    assert _test_references("`tests/test_a.py::test_x`, `::test_y`; `test_b.py::test_z`") == \
+        [("test_a.py", "test_x"), ("test_a.py", "test_y"), ("test_b.py", "test_z")]

@@ -4,6 +4,7 @@ encoding is a named input error, never a traceback."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -15,9 +16,26 @@ from typing import Any
 
 from aipc_env.errors import InputError
 
-__all__ = ["MAX_DEPTH", "MAX_INPUT_BYTES", "MAX_YAML_NODES", "atomic_dir", "atomic_write_bytes", "atomic_write_text",
-           "check_depth", "check_writable", "decode_text", "default_mode", "parse_json", "parse_yaml", "read_json", "read_text",
-           "read_yaml", "respect_umask", "write_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INPUT_BYTES",
+    "MAX_YAML_NODES",
+    "atomic_dir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "check_depth",
+    "check_writable",
+    "decode_text",
+    "default_mode",
+    "parse_json",
+    "parse_yaml",
+    "read_json",
+    "read_text",
+    "read_yaml",
+    "recover_atomic_dir",
+    "respect_umask",
+    "write_json",
+]
 
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
@@ -116,27 +134,67 @@ def write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 
 
+def _owner_pid(name: str, marker: str) -> int | None:
+    """The process id in `.NAME-partial-PID-xxxx` / `.NAME-old-PID`."""
+    rest = name.split(marker, 1)[1]
+    digits = rest.split("-", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def recover_atomic_dir(dst: str | Path) -> list[str]:
+    """Finish what a killed atomic_dir left beside dst (a crash or power cut: no handler ran): a partial folder of
+    a process that is gone is removed; an old copy moved aside just before the rename is put back when dst is
+    missing, else removed. Folders of a live process (another run at work) are left alone."""
+    from aipc_env.procs import pid_alive
+
+    dst = Path(dst)
+    done: list[str] = []
+    if not dst.parent.is_dir():
+        return done
+    for marker in ("-partial-", "-old-"):
+        for item in sorted(dst.parent.glob(f".{glob.escape(dst.name)}{marker}*")):
+            pid = _owner_pid(item.name, f".{dst.name}{marker}")
+            if pid is None or pid_alive(pid) or not item.is_dir() or item.is_symlink():
+                continue
+            if marker == "-old-" and not dst.exists():
+                os.replace(item, dst)
+                done.append(f"put back {dst} from {item.name} (an interrupted replace)")
+            else:
+                shutil.rmtree(item, ignore_errors=True)
+                done.append(f"removed {item.name}, left by an interrupted run")
+    return done
+
+
 @contextlib.contextmanager
 def atomic_dir(dst: str | Path) -> Iterator[Path]:
-    """Yield a hidden temporary folder beside dst; on success it replaces dst, on any error it is removed."""
+    """Yield a hidden temporary folder beside dst; on success it replaces dst, on any error it is removed. What a
+    killed process leaves (the partial folder, an old copy moved aside) the next atomic_dir of dst cleans up."""
+    from aipc_env.interrupts import checkpoint
+
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():
         raise InputError("exists and is a file; expected a folder", path=dst, fix="choose another output folder")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}-partial-", dir=dst.parent))
+    recover_atomic_dir(dst)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}-partial-{os.getpid()}-", dir=dst.parent))
+    old = dst.with_name(f".{dst.name}-old-{os.getpid()}")
+    moved = False
     try:
         yield tmp
-        old = None
+        checkpoint("atomic-dir:before-rename")
         if dst.exists():
-            old = dst.with_name(f".{dst.name}-old-{os.getpid()}")
             os.replace(dst, old)
+            moved = True
+            checkpoint("atomic-dir:after-old-moved")
         respect_umask(tmp)  # mkdtemp made it 0700; libraries write some files 0600
         os.replace(tmp, dst)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
+        if moved and not dst.exists():
+            os.replace(old, dst)  # the old folder back where it was
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if moved:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def decode_text(raw: bytes, path: str | Path, what: str) -> str:

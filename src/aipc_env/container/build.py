@@ -23,6 +23,7 @@ from aipc_env.container.render import (
 from aipc_env.errors import AipcError, InputError
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, write_model
+from aipc_env.interrupts import checkpoint
 from aipc_env.lock.artifacts import Artifact, file_sha256, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import read_pylock
 from aipc_env.procs import run_logged
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 SPEC_NAME = "aipc-image.json"
+RENDERING_MARK = ".aipc-render-incomplete"
+"""In a context folder while a render writes it (written first, removed after the spec): a folder holding it is an
+interrupted render of aipc-env's, which the next render finishes and a build refuses."""
 AIPC_WHEEL = "aipc_env-{version}-py3-none-any.whl"
 
 
@@ -59,7 +63,7 @@ def _check_out(out: Path) -> None:
     """--out is new, empty, or an earlier render (its spec file is there): never someone's own folder."""
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder", path=out, key="--out", fix="choose a new folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / SPEC_NAME).is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / SPEC_NAME).is_file() and not (out / RENDERING_MARK).is_file():
         raise InputError(f"the folder is not empty and holds no earlier render ({SPEC_NAME})", path=out, key="--out",
                          fix="choose a new or empty folder: a render writes a Containerfile and would replace yours")
 
@@ -90,17 +94,20 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
                        python=req.python, lock_sha256=file_sha256(req.lockfile),
                        aipc_env_wheel=AIPC_WHEEL.format(version=__version__), wheels=sorted(a.filename for a in artifacts))
     req.out.mkdir(parents=True, exist_ok=True)
+    (req.out / RENDERING_MARK).write_text("aipc-env is rendering this build context\n", encoding="utf-8")
     extra: tuple[str, ...] = ()
     if source is not None and key_name and req.gpu_runtime_key is not None:
         atomic_write_text(req.out / APT_LIST, (spec.gpu_runtime_source or "") + "\n")
         shutil.copyfile(req.gpu_runtime_key, req.out / key_name)
         extra = (APT_LIST, key_name)
     atomic_write_text(req.out / CONTAINERFILE, containerfile(spec))
+    checkpoint("container:render-partial")
     atomic_write_text(req.out / ".containerignore", containerignore(extra))
     shutil.copyfile(req.lockfile, req.out / LOCK_COPY)
     atomic_write_text(req.out / REQUIREMENTS, hashed_requirements(artifacts))
-    write_model(req.out / SPEC_NAME, spec)
     (req.out / WHEELS).mkdir(exist_ok=True)
+    write_model(req.out / SPEC_NAME, spec)
+    (req.out / RENDERING_MARK).unlink()
     return spec, artifacts
 
 
@@ -145,11 +152,13 @@ class ImageBuildReport(VersionedModel):
 
 def build_image(engine: Engine, context: Path, tag: str, log: Path) -> str:
     """Run the engine's build (the wheelhouse must be full); returns the image id."""
-    if not (context / CONTAINERFILE).is_file():
-        raise InputError("not a rendered context (no Containerfile)", path=context,
-                         fix="aipc-env container render --out DIR")
+    if not (context / CONTAINERFILE).is_file() or (context / RENDERING_MARK).exists():
+        raise InputError("not a rendered context (no Containerfile, or a render was interrupted)", path=context,
+                         fix="aipc-env container render --out DIR (or container build, which renders first)")
+    checkpoint("container:before-image")
     run_logged(build_argv(engine, context, tag), log, echo=False,
                fix="read the log; a hash error means the wheelhouse does not match the lock")
+    checkpoint("container:after-image")
     return image_id(engine, tag)
 
 

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fleet.sign import PublicKey, SecretKey, sign_file, verify_file
 from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.interrupts import checkpoint
 from aipc_env.lock.artifacts import Artifact, file_sha256, fill_wheelhouse, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
@@ -196,6 +197,7 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     log(f"fetching {len(artifacts)} wheels (sha256-checked)")
     fill_wheelhouse(artifacts, out / WHEELS, lock_dir=lockfile.parent, cache=cache, find_links=list(find_links),
                     log=log)
+    checkpoint("bundle:after-wheels")
     shutil.copyfile(aipc_wheel, out / WHEELS / aipc_wheel.name)
     conda = _conda_packages(lockfile.parent, platform, out / "conda", cache)
     if conda:
