@@ -199,3 +199,24 @@ def test_an_interrupted_bundle_build_leaves_no_bundle_and_the_next_run_recovers(
     assert again.returncode == 0, again.stderr[-2000:]
     assert not list(tmp_path.glob(".bundle-*"))
     verify_bundle(out, warn=lambda _m: None)
+
+
+def test_a_lock_that_cannot_install_aipc_env_is_refused_before_anything_is_fetched(fleet_bundle, tmp_path):
+    """The bootstrap installs aipc-env offline from the bundle: every dependency its wheel declares must be in the
+    lock (here cryptography and uv are cut out of it)."""
+    text = (fleet_bundle / "pylock.linux-64.toml").read_text(encoding="utf-8")
+    blocks = text.split("\n[[packages]]\n")
+    kept = [b for b in blocks if not b.startswith(('name = "cryptography"', 'name = "uv"'))]
+    assert len(kept) == len(blocks) - 2
+    lock = tmp_path / "lock" / "pylock.linux-64.toml"
+    lock.parent.mkdir()
+    lock.write_text("\n[[packages]]\n".join(kept), encoding="utf-8")
+    out = tmp_path / "bundle"
+    result = run_cli("fleet", "bundle", "--lock", str(lock), "--platform", "linux-64", "--python", "3.11", "--out",
+                     str(out), env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "cannot install aipc-env offline" in result.stderr and "cryptography is not in the lock" in result.stderr
+    assert "uv is not in the lock" in result.stderr
+    assert not out.exists()
+    fetched = [p.name for p in (tmp_path / "cache").rglob("*.whl") if not p.name.startswith("aipc_env-")]
+    assert fetched == []  # only aipc-env's own wheel was built (its Requires-Dist is what is checked)

@@ -87,7 +87,7 @@ def test_a_long_dependency_chain_is_checked_without_recursion(tmp_path):
 
 
 def test_cycle_finder_agrees_on_small_graphs():
-    from aipc_env.fleet.winget import _cycle
+    from aipc_env.fleet.winget_check import _cycle
 
     assert _cycle({"a": ["b"], "b": ["c"], "c": []}) is None
     assert _cycle({"a": ["a"]}) == ["a", "a"]

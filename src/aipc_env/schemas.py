@@ -25,7 +25,8 @@ def models() -> dict[str, type]:
     from aipc_env.facts.model import Facts
     from aipc_env.fleet.bundle import BundleManifest
     from aipc_env.fleet.report import FleetReport
-    from aipc_env.fleet.winget import WinGetCheckReport
+    from aipc_env.fleet.winget_check import WinGetCheckReport
+    from aipc_env.fleet.winget_pins import WinGetPins
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
@@ -65,7 +66,8 @@ def models() -> dict[str, type]:
             "distill-config": DistillConfig, "distill-verdict": DistillVerdict, "trajectory-meta": TrajectoryMeta,
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
             "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
-            "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport}
+            "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport,
+            "winget-pins": WinGetPins}
 
 
 def schemas() -> dict[str, dict]:

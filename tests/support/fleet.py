@@ -10,8 +10,16 @@ from pathlib import Path
 
 from tests.support.wheels import make_wheel, write_simple_index
 
-TOOL_DEPS = ["pydantic>=2.7", "pyyaml>=6", "platformdirs>=4", "packaging>=23", "rich>=13", "pillow>=10",
-             "jsonschema>=4.18", "uv>=0.9"]
+
+def _tool_deps() -> list[str]:
+    """aipc-env's own dependencies, read from pyproject.toml (what its wheel will ask for), not a copy."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    return list(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
+
+
+TOOL_DEPS = _tool_deps()
 
 
 def stand_in_lock(base: Path, pair, python: str = "3.11") -> Path:

@@ -24,7 +24,7 @@ from aipc_env.errors import AipcError, InputError
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import VersionedModel, write_model
 from aipc_env.interrupts import checkpoint
-from aipc_env.lock.artifacts import Artifact, file_sha256, hashed_requirements, select_artifacts
+from aipc_env.lock.artifacts import Artifact, check_holds_aipc_env, file_sha256, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import read_pylock
 from aipc_env.procs import run_logged
 from aipc_env.trainenv.drift import DriftItem, compute_drift
@@ -87,6 +87,7 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
         armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
         key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
     lock = read_pylock(req.lockfile)
+    check_holds_aipc_env(lock, req.python, req.lockfile, "linux-64")
     artifacts = select_artifacts(lock, req.python, req.lockfile)
     spec = ContextSpec(pair=req.pair, base=req.base, gpu_runtime=req.gpu_runtime,
                        gpu_runtime_source=source.line().strip().replace(APT_KEY, key_name or APT_KEY)

@@ -46,12 +46,12 @@ SITE = """---
       ansible.builtin.command:
         cmd: sh "{{{{ aipc_root }}}}/bundle/bootstrap.sh" --prefix "{{{{ aipc_root }}}}/env"
         creates: "{{{{ aipc_root }}}}/env/aipc-env-manifest.json"
-      environment: "{{{{ aipc_environment }}}}"
+      environment: "{{{{ aipc_environment | combine({{'AIPC_BUNDLE_TOOL': aipc_root + '/tool'}}) }}}}"
 
     - name: Check the env against its lock
       ansible.builtin.command:
         cmd: >-
-          "{{{{ aipc_root }}}}/bundle/.tool/bin/aipc-env" env --check --bundle "{{{{ aipc_root }}}}/bundle"
+          "{{{{ aipc_root }}}}/tool/bin/aipc-env" env --check --bundle "{{{{ aipc_root }}}}/bundle"
           --prefix "{{{{ aipc_root }}}}/env"
       environment: "{{{{ aipc_environment }}}}"
       changed_when: false
@@ -59,7 +59,7 @@ SITE = """---
     - name: Run the doctor
       ansible.builtin.command:
         cmd: >-
-          "{{{{ aipc_root }}}}/bundle/.tool/bin/aipc-env" doctor --json --env "{{{{ aipc_root }}}}/env"
+          "{{{{ aipc_root }}}}/tool/bin/aipc-env" doctor --json --env "{{{{ aipc_root }}}}/env"
           --save-facts "{{{{ aipc_root }}}}/facts.json"
       environment: "{{{{ aipc_environment }}}}"
       register: aipc_doctor
@@ -120,14 +120,17 @@ SITE = """---
       ansible.windows.win_command:
         cmd: >-
           powershell -NoProfile -ExecutionPolicy Bypass -File "{{{{ aipc_win_root }}}}\\\\bundle\\\\bootstrap.ps1"
-          -Prefix "{{{{ aipc_win_root }}}}\\\\env"
+          -Prefix "{{{{ aipc_win_root }}}}\\\\env" -Tool "{{{{ aipc_win_root }}}}\\\\tool"
         creates: "{{{{ aipc_win_root }}}}\\\\env\\\\aipc-env-manifest.json"
 
-    - name: Run the doctor
+    - name: Run the doctor (exit 1 means problems found, and the report is fetched all the same)
       ansible.windows.win_shell: >-
-        & "{{{{ aipc_win_root }}}}\\\\bundle\\\\.tool\\\\Scripts\\\\aipc-env.exe" doctor --json
-        --env "{{{{ aipc_win_root }}}}\\\\env" | Set-Content -Encoding utf8 "{{{{ aipc_win_root }}}}\\\\doctor.json"
+        & "{{{{ aipc_win_root }}}}\\\\tool\\\\Scripts\\\\aipc-env.exe" doctor --json
+        --env "{{{{ aipc_win_root }}}}\\\\env" | Set-Content -Encoding utf8 "{{{{ aipc_win_root }}}}\\\\doctor.json";
+        exit $LASTEXITCODE
+      register: aipc_doctor_win
       changed_when: false
+      failed_when: aipc_doctor_win.rc not in [0, 1]
 
     - name: Fetch the doctor report
       ansible.builtin.fetch:

@@ -14,7 +14,14 @@ from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fleet.sign import PublicKey, SecretKey, sign_file, verify_file
 from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.interrupts import checkpoint
-from aipc_env.lock.artifacts import Artifact, file_sha256, fill_wheelhouse, hashed_requirements, select_artifacts
+from aipc_env.lock.artifacts import (
+    Artifact,
+    check_holds_aipc_env,
+    file_sha256,
+    fill_wheelhouse,
+    hashed_requirements,
+    select_artifacts,
+)
 from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
@@ -85,19 +92,32 @@ for dirpath, dirnames, filenames in os.walk(root):
 if bad:
     sys.exit("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ", ".join(bad[:5]))
 PY
-tool=$(mktemp -d "${{TMPDIR:-/tmp}}/aipc-bundle-tool.XXXXXX")
-trap 'rm -rf "$tool"' EXIT
-python3 -m venv "$tool/venv"
-"$tool/venv/bin/python" -m pip install --no-index --find-links "$here/{wheels}" --quiet \\
+# the aipc-env that installs the env lives outside the bundle: a temporary venv, or AIPC_BUNDLE_TOOL (kept, for
+# the commands that follow, e.g. an Ansible play's env --check and doctor)
+if [ -n "${{AIPC_BUNDLE_TOOL:-}}" ]; then
+    case "$AIPC_BUNDLE_TOOL" in
+        "$here"|"$here"/*) echo "aipc-env bundle: AIPC_BUNDLE_TOOL must be outside the bundle" >&2; exit 2 ;;
+    esac
+    if [ -e "$AIPC_BUNDLE_TOOL" ] && [ ! -f "$AIPC_BUNDLE_TOOL/pyvenv.cfg" ]; then
+        echo "aipc-env bundle: AIPC_BUNDLE_TOOL=$AIPC_BUNDLE_TOOL exists and is not a venv" >&2; exit 2
+    fi
+    venv=$AIPC_BUNDLE_TOOL
+else
+    tool=$(mktemp -d "${{TMPDIR:-/tmp}}/aipc-bundle-tool.XXXXXX")
+    trap 'rm -rf "$tool"' EXIT
+    venv=$tool/venv
+fi
+python3 -m venv --clear "$venv"
+"$venv/bin/python" -m pip install --no-index --find-links "$here/{wheels}" --quiet \\
     "$here/{wheels}/{aipc_wheel}" uv
-"$tool/venv/bin/aipc-env" env --bundle "$here" --base-python python3 "$@"
+"$venv/bin/aipc-env" env --bundle "$here" --base-python python3 "$@"
 """
 
 BOOTSTRAP_PS1 = """# aipc-env offline bundle ({pair}, {platform}): build the training env with no network.
 # Usage (Windows PowerShell 5.1): powershell -ExecutionPolicy Bypass -File bootstrap.ps1 [-Prefix DIR] [-Trust admin.pub]
 # With -Trust (or AIPC_ENV_BUNDLE_TRUST: the admin's minisign public key, kept outside the bundle) the manifest's
 # signature is checked with minisign.exe before anything from the bundle runs.
-param([string]$Prefix = "", [string]$Trust = $env:AIPC_ENV_BUNDLE_TRUST)
+param([string]$Prefix = "", [string]$Trust = $env:AIPC_ENV_BUNDLE_TRUST, [string]$Tool = $env:AIPC_BUNDLE_TOOL)
 $ErrorActionPreference = "Stop"
 $here = Split-Path -Parent $MyInvocation.MyCommand.Path
 if ($Trust) {{
@@ -134,9 +154,22 @@ if ($bad.Count -gt 0) {{
     Write-Error ("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ($bad -join ", "))
     exit 1
 }}
-$tool = Join-Path ([System.IO.Path]::GetTempPath()) ("aipc-bundle-tool-" + [guid]::NewGuid())
+# the aipc-env that installs the env lives outside the bundle: a temporary venv, or -Tool DIR (kept)
+$keep = [bool]$Tool
+if ($keep) {{
+    $full = [System.IO.Path]::GetFullPath($Tool)
+    if ($full -eq $here -or $full.StartsWith($here + "\\")) {{
+        Write-Error "aipc-env bundle: -Tool must be outside the bundle"; exit 2
+    }}
+    if ((Test-Path -LiteralPath $full) -and -not (Test-Path -LiteralPath (Join-Path $full "pyvenv.cfg"))) {{
+        Write-Error "aipc-env bundle: -Tool $full exists and is not a venv"; exit 2
+    }}
+    $tool = $full
+}} else {{
+    $tool = Join-Path ([System.IO.Path]::GetTempPath()) ("aipc-bundle-tool-" + [guid]::NewGuid())
+}}
 try {{
-    py -{python} -m venv "$tool"
+    py -{python} -m venv --clear "$tool"
     if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
     & "$tool\\Scripts\\python.exe" -m pip install --no-index --find-links "$here\\{wheels}" --quiet `
         "$here\\{wheels}\\{aipc_wheel}" uv
@@ -147,7 +180,7 @@ try {{
     & "$tool\\Scripts\\aipc-env.exe" @argv
     exit $LASTEXITCODE
 }} finally {{
-    Remove-Item -LiteralPath $tool -Recurse -Force -ErrorAction SilentlyContinue
+    if (-not $keep) {{ Remove-Item -LiteralPath $tool -Recurse -Force -ErrorAction SilentlyContinue }}
 }}
 """
 
@@ -193,6 +226,7 @@ def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, p
 def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, python: str, aipc_wheel: Path,
                 winget_yaml: str | None, cache: Path, find_links: list[Path], log) -> BundleManifest:
     lock = read_pylock(lockfile)
+    check_holds_aipc_env(lock, python, lockfile, platform, aipc_wheel)
     artifacts = select_artifacts(lock, python, lockfile, platform)
     log(f"fetching {len(artifacts)} wheels (sha256-checked)")
     fill_wheelhouse(artifacts, out / WHEELS, lock_dir=lockfile.parent, cache=cache, find_links=list(find_links),

@@ -59,6 +59,61 @@ def _tags(python: str, platform: Platform) -> list[Tag]:
             *compatible_tags((major, minor), platforms=platforms)]
 
 
+def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
+    """aipc-env's own runtime dependencies (no extras): the Requires-Dist of the wheel that will be installed when
+    one is given, else the checkout's pyproject.toml, else the installed metadata."""
+    import email.parser
+    import tomllib
+    import zipfile
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    from aipc_env.paths import project_root
+
+    if wheel is not None:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+            lines = email.parser.Parser().parsestr(zf.read(name).decode("utf-8")).get_all("Requires-Dist") or []
+    else:
+        pyproject = project_root() / "pyproject.toml"
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}) if pyproject.is_file() else {}
+        if project.get("name") == "aipc-env":
+            lines = list(project.get("dependencies", []))
+        else:
+            lines = metadata.requires("aipc-env") or []
+    found = []
+    for line in lines:
+        req = Requirement(line)
+        if req.marker is None or "extra" not in str(req.marker):
+            found.append(str(req))
+    return found
+
+
+def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Platform,
+                         wheel: Path | None = None) -> None:
+    """A bundle or an image installs aipc-env itself offline from the lock's wheels, so the lock must hold every
+    dependency aipc-env declares, at a version it accepts: refused by name before anything is fetched."""
+    from packaging.requirements import Requirement
+
+    env = marker_environment(platform, python)
+    locked = {p.key: p for p in lock.packages if not p.marker or Marker(p.marker).evaluate(env)}
+    problems = []
+    for line in aipc_env_requirements(wheel):
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        pkg = locked.get(canonicalize_name(req.name))
+        if pkg is None:
+            problems.append(f"{req.name} is not in the lock")
+        elif pkg.version and not req.specifier.contains(pkg.version, prereleases=True):
+            problems.append(f"{req.name} {pkg.version} does not satisfy aipc-env's {req}")
+    if problems:
+        raise InputError("the lock cannot install aipc-env offline: " + "; ".join(problems), path=lockfile,
+                         fix="re-lock the pair (environments/pip-layer.txt lists aipc-env's dependencies): "
+                             "nox -s lock -- --pair PAIR")
+
+
 def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platform = "linux-64") -> list[Artifact]:
     """One installable wheel per locked package for a platform and Python (the best tag), with its sha256."""
     env = marker_environment(platform, python)
