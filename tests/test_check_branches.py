@@ -79,12 +79,14 @@ def _verify(**kw) -> Callable[[Facts], None]:
     return mutate
 
 
-def _in_container(nodes: list[tuple[str, str, bool]], groups: list[str]) -> Callable[[Facts], None]:
+def _in_container(nodes: list[tuple], groups: list[str]) -> Callable[[Facts], None]:
+    """nodes: (path, group name, readable_writable[, numeric gid])."""
     from aipc_env.facts.model import ContainerInfo, DriNode
 
     def mutate(f: Facts) -> None:
         f.container = ContainerInfo(engine="podman", dri_nodes=[n[0] for n in nodes], groups=groups,
-                                    nodes=[DriNode(path=p, group=g, readable_writable=rw) for p, g, rw in nodes])
+                                    nodes=[DriNode(path=n[0], group=n[1], readable_writable=n[2],
+                                                   gid=n[3] if len(n) > 3 else None) for n in nodes])
     return mutate
 
 
@@ -182,7 +184,9 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
      "NoDefaultCurrentDirectoryInExePath="),
     ("dri-access", L, _in_container([], ["aipc"]), Status.FAIL, "no /dev/dri/renderD*", "--device /dev/dri"),
     ("dri-access", L, _in_container([("/dev/dri/renderD128", "render", False)], ["aipc"]), Status.FAIL,
-     "not usable (group render", "--group-add render"),
+     "not usable (group render", "--group-add <the node's numeric gid>"),
+    ("dri-access", L, _in_container([("/dev/dri/renderD128", None, False, 108)], ["aipc"]), Status.FAIL,
+     "(gid 108)", "--group-add 108"),
 ]
 
 

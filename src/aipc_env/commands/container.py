@@ -55,14 +55,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="first bootstrap the Debian base from the distro mirror (no registry needed)")
     b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
                    help="folders holding the lock's wheels (searched before their URLs)")
-    x = inner.add_parser("run", help="run the image with /dev/dri, the render group and no network",
-                         description="Run the image: the GPU device passed in, the render and video groups, "
-                         "dataset/models read-only and the output folder mounted, --network none unless asked. "
-                         "Prints the exact command. `aipc-env container run -- train` is the image form of "
-                         "`nox -s train`.")
+    x = inner.add_parser("run", help="run the image with /dev/dri, its numeric groups and no network",
+                         description="Run the image: the GPU device passed in with the host's numeric group of each "
+                         "render and card node (a group name resolves inside the image, to another number), "
+                         "dataset/models read-only and the output folder mounted (the run is its owner; root only "
+                         "with --allow-root), --network none unless asked. With podman, rlimits the host cannot "
+                         "raise are set to its hard limits (pass --run-option=--ulimit=... to choose). Prints the "
+                         "exact command. `aipc-env container run -- train` is the image form of `nox -s train`.")
     x.add_argument("--image", default="localhost/aipc-env:xpu-2.13", help="the image (default: %(default)s)")
     x.add_argument("--engine", choices=["podman", "docker"], help="default: the first one found")
     x.add_argument("--device", action="append", metavar="DEV", help="device to pass in (default /dev/dri)")
+    x.add_argument("--dev-root", type=Path, default=Path("/dev"), metavar="DIR",
+                   help="where the host's device nodes are (default /dev): the render nodes under DIR/dri are passed "
+                   "in, with their numeric groups")
+    x.add_argument("--ipc-host", action="store_true",
+                   help="share the host's IPC namespace (--ipc=host; Intel's recipes use it for shared memory)")
+    x.add_argument("--allow-root", action="store_true",
+                   help="accept running as root when the output folder is owned by root (refused otherwise)")
     x.add_argument("--dataset", type=Path, metavar="DIR", help="mounted read-only at /data")
     x.add_argument("--models", type=Path, metavar="DIR", help="mounted read-only at /models")
     x.add_argument("--output", type=output_folder, metavar="DIR", help="mounted read-write at /output (runs write there, as "
@@ -142,10 +151,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     engine = find_engine(args.engine)
     log = log_path("container-build")
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    (spec, artifacts), out, lockfile = _render(args)  # the lock and every input are checked before any long step
     if args.base_from_mirror:
         say(f"bootstrapping {args.base} from the distro mirror (log {log})")
         base_from_mirror(engine, args.base, cache_dir() / "images" / "base", log)
-    (spec, artifacts), out, lockfile = _render(args)
     say(f"fetching {len(artifacts)} wheels (sha256-checked) into {out / 'wheels'}")
     fill_wheelhouse(artifacts, out / "wheels", lock_dir=lockfile.parent, cache=cache_dir() / "wheels",
                     find_links=args.find_links, log=say)
@@ -164,6 +173,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from aipc_env.container.engine import find_engine, run_argv
+    from aipc_env.container.gpu_access import device_nodes, group_options, rlimit_options, user_options
     from aipc_env.errors import InputError
     from aipc_env.procs import command_line, run_foreground
 
@@ -182,12 +192,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         config = Path(cmd[1]).resolve()
         mounts.append((config.parent, "/config", True))
         cmd[1] = f"/config/{config.name}"
-    run_options = list(args.run_option)
-    if args.output is not None and hasattr(__import__("os"), "getuid"):
-        st = args.output.stat()  # files written into the output folder belong to its owner
-        run_options = ["--user", f"{st.st_uid}:{st.st_gid}", *run_options]
-    argv = run_argv(engine, args.image, cmd, devices=args.device or ["/dev/dri"], mounts=mounts,
-                    network=args.network, engine_options=args.engine_option, run_options=run_options)
+    devices = args.device or [f"{args.dev_root / 'dri'}:/dev/dri" if args.dev_root != Path("/dev") else "/dev/dri"]
+    nodes = device_nodes(devices)
+    if not any(n.target.rsplit("/", 1)[-1].startswith("renderD") for n in nodes):
+        print(f"aipc-env: warning: no render node among {', '.join(devices)}: the container will see no GPU",
+              file=sys.stderr)
+    limits, notes = rlimit_options(engine.name, args.run_option)
+    for note in notes:
+        print(f"aipc-env: {note}", file=sys.stderr)
+    run_options = [*user_options(args.output, allow_root=args.allow_root), *limits, *args.run_option]
+    argv = run_argv(engine, args.image, cmd, devices=devices, mounts=mounts, network=args.network,
+                    engine_options=args.engine_option, run_options=run_options, groups=group_options(nodes),
+                    ipc_host=args.ipc_host)
     print(f"aipc-env: {command_line(argv)}", file=sys.stderr)
     if args.dry_run:
         return ExitCode.OK

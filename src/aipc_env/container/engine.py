@@ -59,13 +59,16 @@ def build_argv(engine: Engine, context: Path, tag: str) -> list[str]:
 
 
 def run_argv(engine: Engine, image: str, command: list[str], *, devices: list[str], mounts: list[tuple[Path, str, bool]],
-             network: str = "none", engine_options: list[str] = (), run_options: list[str] = ()) -> list[str]:
-    """`<engine> run` with the GPU passed in (`--device`, the render and video groups), the folders mounted
-    (read-only where marked), no network unless asked."""
+             network: str = "none", engine_options: list[str] = (), run_options: list[str] = (),
+             groups: list[str] = (), ipc_host: bool = False) -> list[str]:
+    """`<engine> run` with the GPU passed in (`--device` and the host's numeric groups of its nodes), the folders
+    mounted (read-only where marked), no network unless asked, the host's IPC namespace only when asked."""
     argv = [engine.path, *engine_options, "run", "--rm"]
     for device in devices:
         argv += ["--device", device]
-    argv += ["--group-add", "render", "--group-add", "video", "--network", network]
+    argv += [*groups, "--network", network]
+    if ipc_host:
+        argv += ["--ipc=host"]
     for host, target, read_only in mounts:
         argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
     return argv + [*run_options, image, *command]

@@ -576,10 +576,15 @@ def _container() -> ContainerInfo | None:
     nodes = []
     for node in sorted(Path("/dev/dri").glob("*")) if Path("/dev/dri").is_dir() else []:
         try:
-            group = grp.getgrgid(node.stat().st_gid).gr_name
-        except (KeyError, OSError):
+            gid = node.stat().st_gid
+        except OSError:
+            gid = None
+        try:
+            group = grp.getgrgid(gid).gr_name if gid is not None else None
+        except KeyError:
             group = None
-        nodes.append(DriNode(path=str(node), group=group, readable_writable=os.access(node, os.R_OK | os.W_OK)))
+        nodes.append(DriNode(path=str(node), group=group, gid=gid,
+                             readable_writable=os.access(node, os.R_OK | os.W_OK)))
     groups = []
     for gid in os.getgroups():
         try:

@@ -209,6 +209,8 @@ class VerifyRecord(StrictModel):
 class DriNode(StrictModel):
     path: str
     group: str | None = None
+    gid: int | None = None
+    """The node's numeric group (the host's, as the container sees it): what `--group-add` must name."""
     readable_writable: bool = False
     """Whether this process may open it for reading and writing (the render group is what usually grants it)."""
 

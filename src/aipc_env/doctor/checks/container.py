@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
 
-RUN_FIX = ("start the container with the GPU passed in: aipc-env container run (it adds --device /dev/dri "
-           "--group-add render --group-add video)")
+RUN_FIX = ("start the container with the GPU passed in: aipc-env container run (it adds --device /dev/dri and "
+           "--group-add with the host's numeric group of each render node)")
 
 
 @check("container", "Container", "Running in a container")
@@ -28,9 +28,12 @@ def check_dri_access(ctx: CheckContext) -> Verdict:
                     "and everything runs on the CPU", RUN_FIX)
     blocked = [n for n in render if not n.readable_writable]
     if blocked:
-        groups = sorted({n.group or "?" for n in blocked})
+        groups = sorted({f"{n.group or '?'} (gid {n.gid})" if n.gid is not None else (n.group or "?") for n in blocked})
+        gids = sorted({n.gid for n in blocked if n.gid is not None})
+        add = " ".join(f"--group-add {g}" for g in gids) or "--group-add <the node's numeric gid>"
         return fail(f"{', '.join(n.path for n in blocked)} not usable (group {', '.join(groups)}; this process is in "
                     f"{', '.join(info.groups) or 'no group'})", "the render node is opened read-write by the GPU "
-                    "runtime", "add the node's group: --group-add render (aipc-env container run does), or run as "
-                    "a user in that group")
+                    "runtime; a group name such as 'render' resolves inside the image, to another number than the "
+                    "host's", f"start the container with {add} (the host's numeric gid; aipc-env container run adds "
+                    "it), or run as a user in that group")
     return ok(", ".join(n.path for n in render))
