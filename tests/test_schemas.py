@@ -35,7 +35,7 @@ def test_every_versioned_format_has_a_schema():
 
     listed = set(models().values())
     missing = [c.__qualname__ for c in subclasses(VersionedModel) if c.__module__.startswith("aipc_env") and
-               c not in listed]
+               c.__module__ != "aipc_env.formats" and c not in listed]  # formats holds the base classes
     assert not missing, f"add to aipc_env.schemas.models(): {missing}"
 
 

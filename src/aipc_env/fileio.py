@@ -250,15 +250,14 @@ def _too_deep(path: str | Path, what: str) -> InputError:
 
 def check_depth(data: Any, path: str | Path, what: str, limit: int = MAX_DEPTH) -> Any:
     """Refuse data nested deeper than `limit` (walked without recursion)."""
-    stack = [(data, 1)]
-    while stack:
+    containers = (dict, list)
+    stack = [(data, 1)] if isinstance(data, containers) else []
+    while stack:  # only containers are pushed: scalars cannot deepen anything
         item, depth = stack.pop()
         if depth > limit:
             raise _too_deep(path, what)
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+        values = item.values() if isinstance(item, dict) else item
+        stack.extend((v, depth + 1) for v in values if isinstance(v, containers))
     return data
 
 

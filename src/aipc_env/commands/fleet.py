@@ -208,11 +208,17 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print(f"{len(report.machines)} machines: " + ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())))
+        from aipc_env.fleet.report import STATE_ORDER
+
+        machines = [m for m in report.machines if m.state != "superseded"]
+        print(f"{len(machines)} machines: " + ", ".join(f"{k} {report.counts[k]}" for k in STATE_ORDER
+                                                         if report.counts.get(k)))
+        if report.drift_counts:
+            print("  drift: " + ", ".join(f"{k} {v}" for k, v in report.drift_counts.items()))
         for group in report.groups[:15]:
             print(f"  {group.status:5} {group.check}: {len(group.machines)} machine(s); fix: {group.fix}")
-        for m in report.machines:
-            if m.state in ("unreadable", "newer"):
+        for m in machines:
+            if m.state in ("unreadable", "newer", "older"):
                 print(f"  {m.state}: {m.file}: {m.problem}")
         if args.out:
             print(f"wrote {args.out}")

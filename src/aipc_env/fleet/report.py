@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import html
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -21,27 +23,48 @@ __all__ = [
     "MachineRow",
     "build_fleet_report",
     "env_hash",
-    "read_reports",
     "render_csv",
     "render_html",
 ]
+
+
+DRIFT_KINDS = ("driver", "oneapi", "os", "aipc-env", "pair", "env")
+"""Every provisioned fact compared with the golden machine: the Intel GPU driver, the oneAPI releases installed,
+the OS build, the aipc-env release, the torch+xpu / oneAPI pair and the env's packages."""
+STATE_ORDER = ("failing+drifted", "failing", "drifted", "older", "newer", "unreadable", "ok", "superseded")
+"""Problems first: the order rows are listed and counted in."""
+UPGRADE = "pipx upgrade aipc-env on that machine, then collect again: aipc-env doctor --json"
+
+
+class DriftEntry(StrictModel):
+    kind: Literal["driver", "oneapi", "os", "aipc-env", "pair", "env"]
+    value: str | None
+    golden: str | None
+    detail: str = ""
+
+    def describe(self) -> str:
+        text = f"{self.kind} {self.value or 'none'} (golden {self.golden or 'none'})"
+        return text + (f": {self.detail}" if self.detail else "")
 
 
 class MachineRow(StrictModel):
     key: str
     """machine id, else hostname, else the file name."""
     file: str
-    state: Literal["ok", "failing", "drifted", "failing+drifted", "unreadable", "newer"]
+    state: Literal["ok", "failing", "drifted", "failing+drifted", "unreadable", "newer", "older", "superseded"]
     hostname: str | None = None
     machine_id: str | None = None
     collected_at: str | None = None
     pair: str | None = None
     env_hash: str | None = None
+    facts: dict[str, str | None] = {}
+    """The provisioned facts of this machine, by drift kind."""
     failed: list[str] = []
     warned: list[str] = []
-    drift: list[str] = []
+    drift: list[DriftEntry] = []
     problem: str | None = None
-    """Why the report could not be used (unreadable or newer)."""
+    """Why the report could not be used (unreadable, newer, older) or which report replaced it (superseded)."""
+    superseded_by: str | None = None
 
 
 class CheckGroup(StrictModel):
@@ -56,17 +79,21 @@ class FleetReport(VersionedModel):
     """`aipc-env fleet report --json`."""
 
     FORMAT: ClassVar[str] = "fleet report"
-    schema_version: Literal[1] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
+    schema_version: Literal[2] = 2
     machines: list[MachineRow]
+    """One row per machine (its newest report), problems first; then the superseded reports."""
     groups: list[CheckGroup]
     golden: str | None = None
     golden_pair: str | None = None
     golden_env_hash: str | None = None
+    golden_facts: dict[str, str | None] = {}
     counts: dict[str, int]
+    drift_counts: dict[str, int] = {}
 
     @property
     def problems(self) -> bool:
-        return any(m.state != "ok" for m in self.machines)
+        return any(m.state not in ("ok", "superseded") for m in self.machines)
 
 
 def env_hash(distributions: dict[str, str]) -> str:
@@ -88,28 +115,38 @@ def _files(paths: Iterable[Path]) -> list[Path]:
 
 
 def _load(path: Path):
-    """(DoctorReport | None, problem state, problem text)."""
+    """(DoctorReport | None, problem state, problem text). A good report is parsed and validated in one step by
+    pydantic's JSON parser (typed all the way down, with its own nesting limit); anything else is read again the
+    careful way, to say exactly what is wrong with it."""
     from aipc_env.doctor import REPORT_SCHEMA_VERSION, DoctorReport
     from aipc_env.fileio import parse_json, read_text
 
     try:
-        raw = parse_json(read_text(path, "doctor report"), path, "doctor report")
+        text = read_text(path, "doctor report")
     except (OSError, ValueError, AipcError) as exc:
+        return None, "unreadable", f"not a readable JSON file: {getattr(exc, 'message', exc)}"
+    try:
+        return DoctorReport.model_validate_json(text), None, None
+    except ValidationError:
+        pass
+    try:
+        raw = parse_json(text, path, "doctor report")
+    except (ValueError, AipcError) as exc:
         return None, "unreadable", f"not a readable JSON file: {getattr(exc, 'message', exc)}"
     if not isinstance(raw, dict) or "findings" not in raw or "facts" not in raw:
         return None, "unreadable", "not an aipc-env doctor --json report"
+    legacy = "schema_version" not in raw and "report_schema_version" in raw
     version = raw.get("schema_version", raw.get("report_schema_version"))
     if isinstance(version, int) and version > REPORT_SCHEMA_VERSION:
         return None, "newer", f"written by a newer aipc-env (report schema_version {version}); update aipc-env"
+    if legacy or (isinstance(version, int) and version < REPORT_SCHEMA_VERSION):
+        return None, "older", (f"written by an older aipc-env (report format {version}, this one reads "
+                               f"{REPORT_SCHEMA_VERSION}): {UPGRADE}")
     try:
         return DoctorReport.model_validate(raw), None, None
     except ValidationError as exc:
         first = exc.errors()[0]
         return None, "unreadable", f"invalid report: {'.'.join(map(str, first['loc']))}: {first['msg']}"
-
-
-def read_reports(paths: Iterable[Path]) -> list[tuple[Path, object, str | None, str | None]]:
-    return [(p, *_load(p)) for p in _files(paths)]
 
 
 def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
@@ -119,87 +156,226 @@ def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
     return path.stem, None, None
 
 
-def _pair_and_env(report) -> tuple[str | None, str | None, dict[str, str]]:
-    env = report.facts.training_env
-    pair = report.resolution.pair or (env.pair if env else None)
+def provisioned(report) -> tuple[dict[str, str | None], dict[str, str]]:
+    """(the provisioned facts by drift kind, the env's distributions) of one report."""
+    facts = report.facts
+    intel = [g for g in facts.gpus if (g.vendor_id or "").lower() == "8086" or "intel" in g.name.lower()]
+    drivers = sorted({g.driver_version for g in intel if g.driver_version})
+    releases = sorted({i.version for i in facts.oneapi.installs if i.version})
+    env = facts.training_env
     dists = env.distributions if env and not env.error else {}
-    return pair, env_hash(dists) if dists else None, dists
+    os_build = " ".join(x for x in (facts.os.system, facts.os.version or facts.os.release) if x)
+    return {"driver": ", ".join(drivers) or None, "oneapi": ", ".join(releases) or None, "os": os_build or None,
+            "aipc-env": facts.aipc_env_version or None,
+            "pair": report.resolution.pair or (env.pair if env else None),
+            "env": env_hash(dists) if dists else None}, dists
+
+
+def _drift(mine: dict[str, str | None], dists: dict[str, str], golden: dict[str, str | None],
+           golden_dists: dict[str, str]) -> list[DriftEntry]:
+    out = []
+    for kind in DRIFT_KINDS:
+        if mine.get(kind) == golden.get(kind):
+            continue
+        detail = ""
+        if kind == "env":
+            names = sorted({name for name, _ in set(dists.items()) ^ set(golden_dists.items())})
+            detail = (f"{len(names)} package(s) differ: "
+                      + ", ".join(f"{n} {dists.get(n, '-')}/{golden_dists.get(n, '-')}" for n in names[:6])
+                      + (" ..." if len(names) > 6 else ""))
+        out.append(DriftEntry(kind=kind, value=mine.get(kind), golden=golden.get(kind), detail=detail))  # type: ignore[arg-type]
+    return out
+
+
+def _when(collected_at: str | None) -> float:
+    import datetime as dt
+
+    try:
+        stamp = dt.datetime.fromisoformat(collected_at or "")
+    except ValueError:
+        return float("-inf")
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
+
+
+@dataclass
+class Seen:
+    """What the fleet view needs of one good report (small, picklable: workers read reports in parallel)."""
+
+    path: str
+    key: str
+    hostname: str | None
+    machine_id: str | None
+    collected_at: str | None
+    facts: dict[str, str | None]
+    dists: dict[str, str]
+    findings: list[tuple[str, str, str, str]]
+    """(id, title, status, fix) of every warn, fail or crash."""
+
+    @property
+    def when(self) -> float:
+        return _when(self.collected_at)
+
+
+def _summarize(path: Path) -> Seen | MachineRow:
+    report, state, problem = _load(path)
+    if report is None:
+        return MachineRow(key=path.stem, file=str(path), state=state, problem=problem)  # type: ignore[arg-type]
+    key, hostname, machine_id = _identity(report, path)
+    facts, dists = provisioned(report)
+    findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings
+                if f.status.value in ("fail", "crash", "warn")]
+    return Seen(str(path), key, hostname, machine_id, report.facts.collected_at, facts, dists, findings)
+
+
+PARALLEL_FROM = 2000
+"""Reports from which reading them is spread over the CPU cores (pydantic's validation is the cost)."""
+
+
+def _summarize_all(files: list[Path]) -> list[Seen | MachineRow]:
+    workers = min(os.cpu_count() or 1, 8)
+    if len(files) < PARALLEL_FROM or workers < 2:
+        return [_summarize(p) for p in files]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_summarize, files, chunksize=max(len(files) // (workers * 4), 1)))
 
 
 def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> FleetReport:
-    golden_pair = golden_hash = None
+    golden_facts: dict[str, str | None] = {}
     golden_dists: dict[str, str] = {}
     if golden is not None:
         report, state, problem = _load(golden)
         if report is None:
             raise InputError(f"the golden report is {state}: {problem}", path=golden, key="--golden")
-        golden_pair, golden_hash, golden_dists = _pair_and_env(report)
+        golden_facts, golden_dists = provisioned(report)
+    golden_real = golden.resolve() if golden is not None else None
+    files = [p for p in _files(paths)
+             if not (golden_real is not None and p.name == golden_real.name and p.resolve() == golden_real)]
+    unusable: list[MachineRow] = []
+    newest: dict[str, Seen] = {}
+    losers: list[Seen] = []
+    for seen in _summarize_all(files):
+        if isinstance(seen, MachineRow):
+            unusable.append(seen)
+            continue
+        current = newest.get(seen.key)
+        if current is None or (seen.when, seen.path) > (current.when, current.path):
+            newest[seen.key] = seen
+            if current is not None:
+                losers.append(current)
+        else:
+            losers.append(seen)
     rows: list[MachineRow] = []
     groups: dict[tuple[str, str], CheckGroup] = {}
-    for path, report, state, problem in read_reports(paths):
-        if golden is not None and path.resolve() == golden.resolve():
-            continue
-        if report is None:
-            rows.append(MachineRow(key=path.stem, file=str(path), state=state, problem=problem))  # type: ignore[arg-type]
-            continue
-        key, hostname, machine_id = _identity(report, path)
-        pair, ehash, dists = _pair_and_env(report)
-        failed = [f.id for f in report.findings if f.status.value in ("fail", "crash")]
-        warned = [f.id for f in report.findings if f.status.value == "warn"]
-        for f in report.findings:
-            if f.status.value in ("fail", "crash", "warn"):
-                group = groups.setdefault((f.id, f.fix), CheckGroup(check=f.id, title=f.title, status=f.status.value,
-                                                                    fix=f.fix, machines=[]))
-                group.machines.append(hostname or key)
-        drift = []
-        if golden is not None:
-            if pair != golden_pair:
-                drift.append(f"pair {pair or 'none'} (golden {golden_pair or 'none'})")
-            if ehash != golden_hash:
-                changed = sorted(set(dists.items()) ^ set(golden_dists.items()))
-                names = sorted({name for name, _ in changed})
-                drift.append(f"env {ehash} (golden {golden_hash}): {len(names)} package(s) differ: "
-                             + ", ".join(f"{n} {dists.get(n, '-')}/{golden_dists.get(n, '-')}" for n in names[:6])
-                             + (" ..." if len(names) > 6 else ""))
+    for key, seen in newest.items():
+        failed = [i for i, _, status, _ in seen.findings if status in ("fail", "crash")]
+        warned = [i for i, _, status, _ in seen.findings if status == "warn"]
+        for check, title, status, fix in seen.findings:
+            group = groups.setdefault((check, fix), CheckGroup(check=check, title=title, status=status, fix=fix,
+                                                               machines=[]))
+            group.machines.append(seen.hostname or key)
+        drift = _drift(seen.facts, seen.dists, golden_facts, golden_dists) if golden is not None else []
         state_name = "failing+drifted" if failed and drift else "failing" if failed else "drifted" if drift else "ok"
-        rows.append(MachineRow(key=key, file=str(path), state=state_name, hostname=hostname, machine_id=machine_id,  # type: ignore[arg-type]
-                               collected_at=report.facts.collected_at, pair=pair, env_hash=ehash, failed=failed,
-                               warned=warned, drift=drift))
+        rows.append(MachineRow(key=key, file=seen.path, state=state_name, hostname=seen.hostname,  # type: ignore[arg-type]
+                               machine_id=seen.machine_id, collected_at=seen.collected_at, pair=seen.facts["pair"],
+                               env_hash=seen.facts["env"], facts=seen.facts, failed=failed, warned=warned, drift=drift))
+    superseded = [MachineRow(key=s.key, file=s.path, state="superseded", hostname=s.hostname,
+                             machine_id=s.machine_id, collected_at=s.collected_at, pair=s.facts["pair"],
+                             env_hash=s.facts["env"], facts=s.facts, superseded_by=newest[s.key].path,
+                             problem=f"superseded by the newer report {newest[s.key].path}") for s in losers]
+    rows += unusable
+    rows.sort(key=lambda r: (STATE_ORDER.index(r.state), r.key))
+    superseded.sort(key=lambda r: (r.key, r.collected_at or ""))
     counts: dict[str, int] = {}
-    for row in rows:
+    drift_counts: dict[str, int] = {}
+    for row in rows + superseded:
         counts[row.state] = counts.get(row.state, 0) + 1
+        for d in row.drift if row.state != "superseded" else []:
+            drift_counts[d.kind] = drift_counts.get(d.kind, 0) + 1
     ordered = sorted(groups.values(), key=lambda g: (g.status != "fail", -len(g.machines), g.check))
-    return FleetReport(machines=rows, groups=ordered, golden=str(golden) if golden else None, golden_pair=golden_pair,
-                       golden_env_hash=golden_hash, counts=counts)
+    return FleetReport(machines=rows + superseded, groups=ordered, golden=str(golden) if golden else None,
+                       golden_pair=golden_facts.get("pair"), golden_env_hash=golden_facts.get("env"),
+                       golden_facts=golden_facts, counts=counts, drift_counts=drift_counts)
 
 
 def render_csv(report: FleetReport) -> str:
     from aipc_env.tabular import csv_text
 
-    return csv_text(["machine", "state", "hostname", "machine_id", "pair", "env_hash", "failed_checks", "warned_checks",
-                     "drift", "problem", "file"],
-                    ([m.key, m.state, m.hostname, m.machine_id, m.pair, m.env_hash, " ".join(m.failed),
-                      " ".join(m.warned), "; ".join(m.drift), m.problem, m.file] for m in report.machines))
+    return csv_text(["machine", "state", "hostname", "machine_id", "collected_at", "pair", "env_hash", "driver",
+                     "oneapi", "os", "aipc_env", "failed_checks", "warned_checks", "drift_kinds", "drift", "problem",
+                     "file"],
+                    ([m.key, m.state, m.hostname, m.machine_id, m.collected_at, m.pair, m.env_hash,
+                      m.facts.get("driver"), m.facts.get("oneapi"), m.facts.get("os"), m.facts.get("aipc-env"),
+                      " ".join(m.failed), " ".join(m.warned), " ".join(d.kind for d in m.drift),
+                      "; ".join(d.describe() for d in m.drift), m.problem, m.file] for m in report.machines))
 
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
-tr[data-state=ok] td.state{color:#1a7f37}tr[data-state^=failing] td.state{color:#cf222e;font-weight:600}
-tr[data-state=drifted] td.state{color:#9a6700;font-weight:600}tr[data-state=unreadable] td.state,
-tr[data-state=newer] td.state{color:#8250df}code{font-size:12px}#filter{margin:8px 0;padding:4px;width:320px}"""
+th[data-sort]{cursor:pointer}th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{
+content:" \\25BC"}tr[data-state=ok] td.state{color:#1a7f37}tr[data-state^=failing] td.state{color:#cf222e;
+font-weight:600}tr[data-state=drifted] td.state{color:#9a6700;font-weight:600}tr[data-state=unreadable] td.state,
+tr[data-state=newer] td.state,tr[data-state=older] td.state{color:#8250df}tr[data-state=superseded]{color:#777}
+code{font-size:12px}.controls{margin:8px 0}.controls input,.controls select{margin-right:8px;padding:4px}
+#filter{width:320px}.drift{color:#9a6700}"""
 
-SCRIPT = """document.getElementById('filter').addEventListener('input', function (e) {
-  var q = e.target.value.toLowerCase();
-  document.querySelectorAll('#machines tbody tr').forEach(function (tr) {
-    tr.style.display = tr.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
+SCRIPT = """(function () {
+  var table = document.getElementById('machines');
+  var body = table.tBodies[0];
+  var text = document.getElementById('filter'), state = document.getElementById('state'),
+      drift = document.getElementById('drift');
+  function apply() {
+    var q = text.value.toLowerCase(), s = state.value, d = drift.value, shown = 0;
+    Array.prototype.forEach.call(body.rows, function (tr) {
+      var ok = (!q || tr.textContent.toLowerCase().indexOf(q) >= 0) &&
+               (!s || tr.getAttribute('data-state') === s) &&
+               (!d || (' ' + tr.getAttribute('data-drift') + ' ').indexOf(' ' + d + ' ') >= 0);
+      tr.style.display = ok ? '' : 'none';
+      if (ok) { shown++; }
+    });
+    document.getElementById('shown').textContent = shown;
+  }
+  function sortBy(th, descending) {
+    var index = th.cellIndex, numeric = th.getAttribute('data-sort') === 'number';
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = a.cells[index].getAttribute('data-key') || a.cells[index].textContent;
+      var y = b.cells[index].getAttribute('data-key') || b.cells[index].textContent;
+      var c = numeric ? (parseFloat(x) || 0) - (parseFloat(y) || 0) :
+              x.localeCompare(y, undefined, {numeric: true, sensitivity: 'base'});
+      return descending ? -c : c;
+    });
+    rows.forEach(function (tr) { body.appendChild(tr); });
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) { h.removeAttribute('aria-sort'); });
+    th.setAttribute('aria-sort', descending ? 'descending' : 'ascending');
+  }
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+    if (!th.hasAttribute('data-sort')) { return; }
+    th.addEventListener('click', function () { sortBy(th, th.getAttribute('aria-sort') === 'ascending'); });
   });
-});"""
+  [text, state, drift].forEach(function (el) { el.addEventListener('input', apply); });
+  /* a link can open the page filtered and sorted: #state=drifted&drift=driver&q=text&sort=collected-desc */
+  location.hash.replace(/^#/, '').split('&').forEach(function (part) {
+    var kv = part.split('='), key = kv[0], value = decodeURIComponent(kv[1] || '');
+    if (key === 'state') { state.value = value; }
+    if (key === 'drift') { drift.value = value; }
+    if (key === 'q') { text.value = value; }
+    if (key === 'sort') {
+      var name = value.replace(/-desc$/, ''), th = table.querySelector('th[data-col="' + name + '"]');
+      if (th) { sortBy(th, /-desc$/.test(value)); }
+    }
+  });
+  apply();
+})();"""
 
 
 def _chart(counts: dict[str, int]) -> str:
-    colours = {"ok": "#2da44e", "failing": "#cf222e", "drifted": "#bf8700", "failing+drifted": "#a40e26",
-               "unreadable": "#8250df", "newer": "#6e40c9"}
-    total = max(sum(counts.values()), 1)
+    colours = {"failing+drifted": "#a40e26", "failing": "#cf222e", "drifted": "#bf8700", "older": "#8250df",
+               "newer": "#6e40c9", "unreadable": "#57606a", "ok": "#2da44e"}
+    total = max(sum(counts.get(s, 0) for s in colours), 1)
     x, bars, legend = 0.0, [], []
     for state, colour in colours.items():
         n = counts.get(state, 0)
@@ -208,40 +384,78 @@ def _chart(counts: dict[str, int]) -> str:
         width = 600 * n / total
         bars.append(f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="24" fill="{colour}"><title>{state}: {n}'
                     "</title></rect>")
-        legend.append(f'<span style="color:{colour}">&#9632;</span> {state} {n}')
+        legend.append(f'<a href="#state={state}" style="color:{colour}">&#9632;</a> {state} {n}')
         x += width
     return (f'<svg id="chart" width="600" height="24" role="img" aria-label="machines by state">{"".join(bars)}'
             f'</svg><p>{" &nbsp; ".join(legend)}</p>')
 
 
+COLUMNS = (("machine", "text"), ("state", "text"), ("hostname", "text"), ("collected", "text"), ("pair", "text"),
+           ("driver", "text"), ("oneapi", "text"), ("os", "text"), ("aipc-env", "text"), ("failed", "text"),
+           ("drift / problem", "text"))
+
+
+def _machine_row(m: MachineRow) -> str:
+    esc = html.escape
+    detail = "; ".join(d.describe() for d in m.drift) or m.problem or ""
+    state_key = str(STATE_ORDER.index(m.state))
+    cells = [esc(m.key), esc(m.state), esc(m.hostname or ""), esc(m.collected_at or ""), esc(m.pair or "")]
+    cells += [esc(m.facts.get(k) or "") for k in ("driver", "oneapi", "os", "aipc-env")]
+    cells += [esc(" ".join(m.failed)), esc(detail)]
+    tds = "".join(f'<td class="state" data-key="{state_key}">{c}</td>' if i == 1 else
+                  f'<td class="drift">{c}</td>' if i == 10 and m.drift else f"<td>{c}</td>"
+                  for i, c in enumerate(cells))
+    kinds = " ".join(d.kind for d in m.drift)
+    return (f'<tr data-state="{esc(m.state)}" data-machine="{esc(m.key)}" data-drift="{esc(kinds)}">{tds}</tr>')
+
+
 def render_html(report: FleetReport) -> str:
     esc = html.escape
-    rows = []
-    for m in report.machines:
-        detail = "; ".join(m.drift) or m.problem or ""
-        rows.append(f'<tr data-state="{esc(m.state)}" data-machine="{esc(m.key)}"><td>{esc(m.key)}</td>'
-                    f'<td class="state">{esc(m.state)}</td><td>{esc(m.hostname or "")}</td><td>{esc(m.pair or "")}</td>'
-                    f'<td><code>{esc(m.env_hash or "")}</code></td><td>{esc(" ".join(m.failed))}</td>'
-                    f'<td>{esc(detail)}</td></tr>')
+    current = [m for m in report.machines if m.state != "superseded"]
+    old = [m for m in report.machines if m.state == "superseded"]
+    rows = "".join(_machine_row(m) for m in current)
     groups = "".join(f'<tr data-check="{esc(g.check)}"><td>{esc(g.check)}</td><td>{esc(g.status)}</td>'
                      f"<td>{len(g.machines)}</td><td>{esc(g.fix)}</td><td>{esc(', '.join(g.machines[:8]))}"
                      f"{' …' if len(g.machines) > 8 else ''}</td></tr>" for g in report.groups)
-    golden = (f"<p>Golden machine: <code>{esc(report.golden or '')}</code> — pair {esc(report.golden_pair or 'none')}, "
-              f"env <code>{esc(report.golden_env_hash or '')}</code></p>") if report.golden else \
-        "<p>No golden machine given: drift is not judged (--golden FILE).</p>"
+    if report.golden:
+        facts = ", ".join(f"{esc(k)} <code>{esc(report.golden_facts.get(k) or 'none')}</code>" for k in DRIFT_KINDS)
+        golden = f"<p>Golden machine: <code>{esc(report.golden)}</code>: {facts}</p>"
+        drift = ("<p>Drift by kind: " + (" &nbsp; ".join(
+            f'<a href="#drift={k}" data-drift-kind="{k}">{k}</a> {report.drift_counts.get(k, 0)}' for k in DRIFT_KINDS))
+            + "</p>")
+    else:
+        golden, drift = "<p>No golden machine given: drift is not judged (--golden FILE).</p>", ""
+    head = "".join(f'<th data-sort="{kind}" data-col="{esc(name.split(" ")[0])}">{esc(name)}</th>'
+                   for name, kind in COLUMNS)
+    state_options = "".join(f'<option value="{s}">{s} ({report.counts.get(s, 0)})</option>' for s in STATE_ORDER
+                            if s != "superseded")
+    drift_options = "".join(f'<option value="{k}">{k} ({report.drift_counts.get(k, 0)})</option>' for k in DRIFT_KINDS)
+    superseded = ""
+    if old:
+        items = "".join(f'<tr data-state="superseded"><td>{esc(m.key)}</td><td>{esc(m.collected_at or "")}</td>'
+                        f"<td>{esc(m.file)}</td><td>{esc(m.superseded_by or '')}</td></tr>" for m in old)
+        superseded = (f"<h2>Superseded reports ({len(old)})</h2><p>Older reports of machines that sent a newer one; "
+                      "only the newest counts.</p><table id=\"superseded\"><thead><tr><th>machine</th><th>collected"
+                      f"</th><th>file</th><th>replaced by</th></tr></thead><tbody>{items}</tbody></table>")
+    counts = ", ".join(f"{esc(k)}: {report.counts[k]}" for k in STATE_ORDER if report.counts.get(k))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>aipc-env fleet report</title><style>{STYLE}</style></head>
 <body><h1>aipc-env fleet report</h1>
-<p>{len(report.machines)} machines. {", ".join(f"{esc(k)}: {v}" for k, v in sorted(report.counts.items()))}</p>
+<p>{len(current)} machines. {counts}</p>
 {_chart(report.counts)}
 {golden}
+{drift}
 <h2>Problems by check and fix</h2>
 <table id="groups"><thead><tr><th>check</th><th>status</th><th>machines</th><th>fix</th><th>which</th></tr></thead>
 <tbody>{groups}</tbody></table>
 <h2>Machines</h2>
-<input id="filter" placeholder="filter machines, checks, pairs">
-<table id="machines"><thead><tr><th>machine</th><th>state</th><th>hostname</th><th>pair</th><th>env</th>
-<th>failed checks</th><th>drift / problem</th></tr></thead><tbody>{"".join(rows)}</tbody></table>
+<p>Problems first; click a column to sort. Older reports: {esc(UPGRADE)}.</p>
+<div class="controls"><input id="filter" placeholder="filter machines, checks, pairs">
+<select id="state"><option value="">every state</option>{state_options}</select>
+<select id="drift"><option value="">any drift</option>{drift_options}</select>
+<span id="shown">{len(current)}</span> shown</div>
+<table id="machines"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>
+{superseded}
 <script>{SCRIPT}</script>
 </body></html>
 """
