@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,21 @@ def distro_python_with_venv() -> str | None:
     """Why the distro Python cannot make venvs here (the bundle's bootstrap needs python3 -m venv), or None."""
     probe = subprocess.run(["/usr/bin/python3", "-c", "import ensurepip, venv"], capture_output=True)
     return None if probe.returncode == 0 else "the distro python3 has no venv module (apt-get install python3-venv)"
+
+
+@pytest.fixture(scope="session")
+def signing_key(tmp_path_factory) -> tuple[Path, str]:
+    """A real OpenPGP key made by gpg in a throwaway home: (armored public key file, fingerprint)."""
+    require_tool(None if shutil.which("gpg") else "gpg is not installed (apt-get install gnupg)")
+    home = tmp_path_factory.mktemp("gnupg")
+    home.chmod(0o700)
+    env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Repo Test <repo@example.org>",
+                    "ed25519", "sign", "never"], check=True, capture_output=True, env=env, timeout=120)
+    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], check=True, capture_output=True,
+                             text=True, env=env).stdout
+    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    key = tmp_path_factory.mktemp("key") / "repo.asc"
+    key.write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True,
+                                   capture_output=True, env=env).stdout)
+    return key, fingerprint

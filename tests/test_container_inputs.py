@@ -4,15 +4,11 @@ labels are quoted, and --out never replaces a folder that is not an earlier rend
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from aipc_env.container.inputs import parse_apt_source, validate_image_reference
 from aipc_env.errors import ExitCode, InputError
-from tests.conftest import ROOT, require_tool, run_cli
+from tests.conftest import ROOT, run_cli
 
 LOCK = ["--lock", str(ROOT / "lockfiles" / "xpu-2.12" / "pylock.linux-64.toml")]
 
@@ -49,24 +45,6 @@ def test_a_good_apt_source_is_rewritten_to_the_pinned_keyring():
                               "noble unified")
     assert source.line() == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.gpg arch=amd64] "
                              "https://repositories.intel.com/gpu/ubuntu noble unified\n")
-
-
-@pytest.fixture(scope="module")
-def signing_key(tmp_path_factory) -> tuple[Path, str]:
-    """A real OpenPGP key made by gpg in a throwaway home: (armored public key file, fingerprint)."""
-    require_tool(None if shutil.which("gpg") else "gpg is not installed (apt-get install gnupg)")
-    home = tmp_path_factory.mktemp("gnupg")
-    home.chmod(0o700)
-    env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
-    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Repo Test <repo@example.org>",
-                    "ed25519", "sign", "never"], check=True, capture_output=True, env=env, timeout=120)
-    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], check=True, capture_output=True,
-                             text=True, env=env).stdout
-    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-    key = tmp_path_factory.mktemp("key") / "repo.asc"
-    key.write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True,
-                                   capture_output=True, env=env).stdout)
-    return key, fingerprint
 
 
 def test_a_pinned_key_goes_in_as_the_sources_only_key(signing_key, tmp_path):
@@ -107,7 +85,7 @@ def test_out_never_replaces_a_users_folder_but_may_rerender(tmp_path):
     refused = run_cli("container", "render", *LOCK, "--out", str(mine))
     assert refused.returncode == ExitCode.USAGE and (mine / "Containerfile").read_text() == "FROM mine\n"
     ctx = tmp_path / "ctx"
-    assert run_cli("container", "render", *LOCK, "--out", str(ctx)).returncode == ExitCode.OK
+    assert run_cli("container", "render", *LOCK, "--out", str(ctx), "--gpu-runtime", "none").returncode == ExitCode.OK
     again = run_cli("container", "render", *LOCK, "--out", str(ctx), "--gpu-runtime", "none")
     assert again.returncode == ExitCode.OK
 
@@ -119,3 +97,25 @@ def test_labels_are_quoted(tmp_path):
                        lock_sha256="0" * 64, aipc_env_wheel="a.whl", wheels=[])
     text = containerfile(spec)
     assert 'io.aipc-env.pair="x\\" && touch /pwned \\""' in text
+
+
+def test_the_default_gpu_runtime_needs_a_source_on_a_distribution_without_one(tmp_path):
+    """Debian 12 (the default base) has no Level Zero GPU driver: intel-apt without Intel's repository is refused
+    by name, before anything is written; a base the table does not know is refused too."""
+    result = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"))
+    assert result.returncode == ExitCode.USAGE and "Debian 12 (bookworm) cannot provide" in result.stderr
+    assert "libze-intel-gpu1" in result.stderr and "--gpu-runtime-source" in result.stderr
+    assert not (tmp_path / "ctx").exists()
+    other = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--base", "docker.io/library/fedora:41")
+    assert other.returncode == ExitCode.USAGE and "not known to aipc-env" in other.stderr
+
+
+def test_base_images_name_their_distribution():
+    from aipc_env.gpu_runtime import distribution_of_image
+
+    assert distribution_of_image("localhost/aipc-base:bookworm") == "debian-12"
+    assert distribution_of_image("docker.io/library/debian:12.7-slim") == "debian-12"
+    assert distribution_of_image("debian:trixie-slim") == "debian-13"
+    assert distribution_of_image("ubuntu:24.04") == "ubuntu-24.04"
+    assert distribution_of_image("ghcr.io/x/ubuntu:noble@sha256:" + "0" * 64) == "ubuntu-24.04"
+    assert distribution_of_image("fedora:41") is None and distribution_of_image("ubuntu:latest") is None

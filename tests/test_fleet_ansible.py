@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import distro_python_with_venv, require_tool, run_cli
+from tests.conftest import ROOT, distro_python_with_venv, require_tool, run_cli
 from tests.support.ansible import collections_path
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def _inventory(out: Path, hosts: int) -> Path:
                "UV_CACHE_DIR": str(root / "uv-cache"), "PATH": "/usr/bin:/bin"}
         lines += [f"    aipc-pc-{i:03d}:", "      ansible_connection: local",
                   f"      ansible_python_interpreter: {sys.executable}", f"      aipc_root: {json.dumps(str(root))}",
-                  "      aipc_install_gpu_runtime: false", f"      aipc_environment: {json.dumps(env)}"]
+                  f"      aipc_environment: {json.dumps(env)}"]  # the GPU runtime variables stay at their defaults
     path = out / "inventory.test.yml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -124,6 +124,7 @@ def test_the_linux_play_on_five_hosts_is_idempotent_and_check_mode_writes_nothin
     assert not any((out.parent / f"host root {i}").exists() for i in range(1, HOSTS + 1))  # ... and writes nothing
     first, recap = _play(out, env, inventory)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    assert "NOT INSTALLED: Debian 12 (bookworm)" in first.stdout  # default variables: said, not failed
     assert all(r["failed"] == 0 and r["changed"] >= 3 for r in recap.values()) and len(recap) == HOSTS
     again, recap = _play(out, env, inventory)
     assert again.returncode == 0 and all(r["changed"] == 0 for r in recap.values()), again.stdout[-3000:]
@@ -151,3 +152,43 @@ def test_doctor_tasks_accept_problems_found_so_the_report_is_always_fetched(play
         assert task["failed_when"].split(".")[0] == task["register"]
         command = str(task.get("ansible.builtin.command", task.get("ansible.windows.win_shell")))
         assert "bundle/.tool" not in command and "bundle\\.tool" not in command and "tool" in command
+
+
+def test_the_gpu_runtime_follows_the_distribution_table(playbook):
+    """This Debian 12 host cannot provide the runtime: with default variables the play says why and goes on (the
+    main play test runs it through); an unknown distribution is refused by name."""
+    import yaml
+
+    out, env = playbook
+    linux = yaml.safe_load((out / "group_vars" / "aipc_linux.yml").read_text(encoding="utf-8"))
+    table = yaml.safe_load((ROOT / "environments" / "gpu-runtime.yaml").read_text(encoding="utf-8"))
+    assert linux["aipc_gpu_packages"] == table["packages"] and linux["aipc_gpu_runtime_source"] == ""
+    assert set(linux["aipc_gpu_runtime_by_distribution"]) == set(table["distributions"])
+    inventory = _inventory(out, 1)
+    said, _ = _play(out, env, inventory, "--tags", "gpu")
+    assert said.returncode == 0 and "NOT INSTALLED: Debian 12 (bookworm) cannot provide" in said.stdout, said.stdout
+    refused, _ = _play(out, env, inventory, "--tags", "gpu", "-e", "ansible_distribution=Fedora",
+                       "-e", "ansible_distribution_major_version=41")
+    assert refused.returncode == 2 and "does not know where fedora-41 gets the Intel GPU runtime" in refused.stdout
+
+
+def test_intel_repository_given_when_written(tmp_path, signing_key):
+    import yaml
+
+    key, fingerprint = signing_key
+    line = "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble unified"
+    out = tmp_path / "play"
+    wrong = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source", line,
+                    "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", "0" * 40)
+    assert wrong.returncode == 2 and "fingerprint" in wrong.stderr and not out.exists()
+    unsafe = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source",
+                     line.replace("[arch=amd64]", "[trusted=yes]"), "--gpu-runtime-key", str(key),
+                     "--gpu-runtime-key-fingerprint", fingerprint)
+    assert unsafe.returncode == 2 and not out.exists()
+    ok = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source", line,
+                 "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", fingerprint)
+    assert ok.returncode == 0, ok.stderr
+    linux = yaml.safe_load((out / "group_vars" / "aipc_linux.yml").read_text(encoding="utf-8"))
+    assert linux["aipc_gpu_runtime_source"] == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.asc arch=amd64] "
+                                                "https://repositories.intel.com/gpu/ubuntu noble unified")
+    assert (out / "files" / linux["aipc_gpu_runtime_key"]).read_bytes() == key.read_bytes()

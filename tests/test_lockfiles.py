@@ -279,7 +279,7 @@ def test_env_dry_run_prints_the_plan():
 
 
 def test_container_render_uses_the_shipped_lock(tmp_path):
-    result = run_cli("container", "render", "--pair", "xpu-2.12", "--out", str(tmp_path / "ctx"))
+    result = run_cli("container", "render", "--pair", "xpu-2.12", "--gpu-runtime", "none", "--out", str(tmp_path / "ctx"))
     assert result.returncode == ExitCode.OK, result.stderr
     requirements = (tmp_path / "ctx" / "requirements.lock.txt").read_text(encoding="utf-8")
     cp311 = load_wheel_manifest().by_file()["torch-2.12.0+xpu-cp311-cp311-linux_x86_64.whl"]

@@ -27,6 +27,7 @@ def models() -> dict[str, type]:
     from aipc_env.fleet.report import FleetReport
     from aipc_env.fleet.winget_check import WinGetCheckReport
     from aipc_env.fleet.winget_pins import WinGetPins
+    from aipc_env.gpu_runtime import GpuRuntimeTable
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
@@ -67,7 +68,7 @@ def models() -> dict[str, type]:
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
             "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
             "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport,
-            "winget-pins": WinGetPins}
+            "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable}
 
 
 def schemas() -> dict[str, dict]:

@@ -41,8 +41,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a = inner.add_parser("ansible", parents=[PAIR, MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
                          description="site.yml, an inventory example, group_vars and the WinGet configuration: "
                          "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
-                         "runtime, the bundle and a doctor report. Idempotent.")
+                         "runtime (from their distribution where it is current, from Intel's graphics repository "
+                         "given here, or a named note why not: environments/gpu-runtime.yaml), the bundle and a "
+                         "doctor report. Idempotent.")
     a.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the playbook folder")
+    a.add_argument("--gpu-runtime-source", metavar="APT-LINE",
+                   help="Intel's graphics repository for the Linux hosts: one `deb [arch=amd64] https://...` line "
+                   "(signed-by is set to the key below; trusted=yes is refused)")
+    a.add_argument("--gpu-runtime-key", type=Path, metavar="FILE", help="the repository's public key file")
+    a.add_argument("--gpu-runtime-key-fingerprint", metavar="FPR", help="its OpenPGP fingerprint, pinned")
     b = inner.add_parser("bundle", parents=[JSON, PAIR, PLATFORM, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
                          "platform", description="The lock, every wheel it names (sha256-checked), the conda "
                          "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
@@ -142,11 +149,18 @@ def _winget(args: argparse.Namespace) -> int:
 
 
 def _ansible(args: argparse.Namespace) -> int:
-    from aipc_env.fleet.ansible import write_playbook
+    from aipc_env.errors import InputError
+    from aipc_env.fleet.ansible import gpu_source, write_playbook
     from aipc_env.fleet.winget import render_yaml, winget_configuration
 
     pair = _pair(args)
-    written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair))
+    gpu = None
+    if args.gpu_runtime_source:
+        gpu = gpu_source(args.gpu_runtime_source, args.gpu_runtime_key, args.gpu_runtime_key_fingerprint)
+    elif args.gpu_runtime_key or args.gpu_runtime_key_fingerprint:
+        raise InputError("a key without its apt source", key="--gpu-runtime-source",
+                         fix="pass the repository's apt line with --gpu-runtime-source")
+    written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair), gpu)
     print(f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
           f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
           "site.yml")

@@ -37,8 +37,6 @@ REQUIREMENTS = "requirements.lock.txt"
 WHEELS = "wheels"
 VENV = "/opt/aipc-env"
 GPU_RUNTIMES = ("intel-apt", "none")
-INTEL_GPU_PACKAGES = ("libze1", "intel-opencl-icd", "libze-intel-gpu1")
-"""The Level Zero loader, the OpenCL ICD and the GPU compute runtime (Level Zero driver)."""
 
 
 class ContextSpec(VersionedModel):
@@ -70,10 +68,13 @@ def containerfile(spec: ContextSpec) -> str:
                   f"COPY {APT_LIST} /etc/apt/sources.list.d/{APT_LIST}\n"
                   f"COPY {spec.gpu_runtime_key} /usr/share/keyrings/{spec.gpu_runtime_key}\n"
                   ) if spec.gpu_runtime_source else ""
-        gpu = (f"# the Intel GPU user space: {', '.join(INTEL_GPU_PACKAGES)} (the SYCL runtime comes from the pip "
+        from aipc_env.gpu_runtime import load_gpu_runtime
+
+        packages = load_gpu_runtime().packages
+        gpu = (f"# the Intel GPU user space: {', '.join(packages)} (the SYCL runtime comes from the pip "
                "layer)\n" + source +
                "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-               f"{' '.join(INTEL_GPU_PACKAGES)} && rm -rf /var/lib/apt/lists/*\n")
+               f"{' '.join(packages)} && rm -rf /var/lib/apt/lists/*\n")
     labels = {"org.opencontainers.image.title": "aipc-env training env",
               "org.opencontainers.image.version": spec.aipc_env_version,
               "org.opencontainers.image.base.name": spec.base,

@@ -155,10 +155,10 @@ def render_yaml(config: dict, pair: Pair, pins: WinGetPins | None = None) -> str
               + provision +
               "# Apply (elevated): winget configure --file <this file> --accept-configuration-agreements\n"
               "# Drift:  winget configure test --file <this file> --accept-configuration-agreements\n")
-    return header + yaml.dump(config, Dumper=_IndentedDumper, sort_keys=False, allow_unicode=True, width=110)
+    return header + yaml.dump(config, Dumper=IndentedDumper, sort_keys=False, allow_unicode=True, width=110)
 
 
-class _IndentedDumper(yaml.SafeDumper):
+class IndentedDumper(yaml.SafeDumper):
     """Lists indented under their key (what yamllint and ansible-lint expect of the playbook folder)."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False):

@@ -1,0 +1,68 @@
+"""environments/gpu-runtime.yaml: the Intel GPU user space on Linux and where each distribution gets it (one home
+for the image and the Ansible play)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from aipc_env.errors import InputError
+from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+
+__all__ = ["Distribution", "GpuRuntimeTable", "distribution_of_image", "load_gpu_runtime"]
+
+
+class Distribution(StrictModel):
+    name: str
+    source: Literal["distro", "intel-repo"]
+    why: str
+
+
+class GpuRuntimeTable(VersionedModel):
+    FORMAT: ClassVar[str] = "GPU runtime table"
+    schema_version: Literal[1] = 1
+    checked: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")
+    packages: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.+-]+$")]] = Field(min_length=1)
+    """Debian package names (written into Containerfiles and plays: the pattern keeps them names)."""
+    distributions: dict[str, Distribution]
+    """`<os-release ID>-<VERSION_ID>` (Debian by major version) -> where the runtime comes from."""
+
+    def needs_source(self, key: str | None, *, what: str, key_name: str) -> None:
+        """Refuse, by name, installing the runtime from the distribution where it cannot come from there."""
+        entry = self.distributions.get(key or "")
+        if entry is None:
+            raise InputError(f"{what}: the Intel GPU runtime on {key or 'this distribution'} is not known to aipc-env "
+                             f"(known: {', '.join(sorted(self.distributions))})", key=key_name,
+                             fix="give Intel's graphics repository (--gpu-runtime-source, its key and fingerprint), "
+                             "or --gpu-runtime none")
+        if entry.source == "intel-repo":
+            raise InputError(f"{what}: {entry.name} cannot provide the Intel GPU runtime ({entry.why})", key=key_name,
+                             fix="give Intel's graphics repository: --gpu-runtime-source 'deb [arch=amd64 "
+                             "signed-by=...] https://...' with --gpu-runtime-key and --gpu-runtime-key-fingerprint "
+                             "(see docs/fleet.md), or --gpu-runtime none for a CPU image")
+
+
+def distribution_of_image(reference: str) -> str | None:
+    """The distribution key of a base image reference (debian:bookworm, debian:12, ubuntu:24.04, ubuntu:noble), or
+    None when the name does not say."""
+    name = reference.rsplit("/", 1)[-1].split("@", 1)[0]
+    repo, _, tag = name.partition(":")
+    codenames = {"bookworm": "debian-12", "trixie": "debian-13", "noble": "ubuntu-24.04"}
+    for word in tag.replace("_", "-").split("-"):
+        if word in codenames:
+            return codenames[word]
+    if repo == "debian" and tag.split(".")[0].isdigit():
+        return f"debian-{tag.split('.')[0]}"
+    if repo == "ubuntu" and tag.replace(".", "").isdigit():
+        return f"ubuntu-{tag}"
+    return None
+
+
+def load_gpu_runtime(path: Path | None = None) -> GpuRuntimeTable:
+    from aipc_env.fileio import read_yaml
+    from aipc_env.paths import environments_dir
+
+    path = path or environments_dir() / "gpu-runtime.yaml"
+    return validate_versioned(GpuRuntimeTable, read_yaml(path, "GPU runtime table"), path)
