@@ -114,6 +114,7 @@ def _play(out: Path, env: dict, inventory: Path, *extra: str) -> tuple[subproces
     return result, recap
 
 
+@pytest.mark.timeout(1500)  # four plays over five hosts on two cores: about 6.5 minutes here
 def test_the_linux_play_on_five_hosts_is_idempotent_and_check_mode_writes_nothing(playbook):
     require_tool(distro_python_with_venv())
     out, env = playbook
