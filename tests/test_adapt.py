@@ -39,8 +39,11 @@ def test_check_fails_on_the_pristine_clone_with_located_findings(clone):
                      ("ERROR", "device-type-cuda-only"), ("ERROR", "no-nf4-schema"), ("ERROR", "no-nf4-loader"),
                      ("ERROR", "no-max-steps-guard"), ("ERROR", "hub-id"), ("ERROR", "num-workers-positive"),
                      ("WARN", "no-epoch-break"), ("WARN", "checkpoints-total-limit-unused"),
-                     ("WARN", "no-xpu-seed"), ("WARN", "lora-without-metadata")]:
+                     ("WARN", "no-xpu-seed"), ("WARN", "lora-without-metadata"), ("WARN", "cuda-sdp-switch"),
+                     ("WARN", "no-xpu-accelerate-config")]:
         assert expected in rules, expected
+    sdp = [f for f in report["findings"] if f["rule"] == "cuda-sdp-switch"]
+    assert len(sdp) == 3 and all("enable_" in f["message"] for f in sdp)  # the FSDP path's three switches
     cuda = [f for f in report["findings"] if f["rule"] == "cuda-call"]
     assert len(cuda) >= 30 and all(f["line"] > 0 and f["fix"] for f in cuda)
     sync = next(f for f in cuda if "synchronize" in f["message"] and f["file"].endswith("qwen_image_edit_trainer.py"))
@@ -244,3 +247,18 @@ def test_revert_checks_every_backup_before_changing_anything(clone):
     result = run_cli("adapt", str(clone), "--revert")
     assert result.returncode == 2 and "missing or damaged; nothing was reverted" in result.stderr
     assert tree_hashes(clone) == adapted  # not one file restored
+
+
+@pytest.mark.parametrize("text, ok", [("distributed_type: 'NO'\nmixed_precision: 'no'\n", True),
+                                      ("distributed_type: NO\nmixed_precision: 'no'\n", False),
+                                      ("distributed_type: 'NO'\nmixed_precision: no\n", False),
+                                      ("distributed_type: 'NO'\nmixed_precision: fp4\n", False),
+                                      ("distributed_type: 'XPU_ONLY'\n", False)])
+def test_the_created_accelerate_config_is_judged_by_accelerates_own_types(clone, text, ok):
+    """An unquoted NO is the YAML boolean false: accelerate's file loader takes it and `accelerate launch` fails
+    later; the checker says so, and checks every value against accelerate's own enums."""
+    (clone / "accelerate_config_xpu.yaml").write_text("compute_environment: LOCAL_MACHINE\nnum_processes: 1\n" + text)
+    report = json.loads(run_cli("adapt", str(clone), "--check", "--json").stdout)
+    bad = [f for f in report["findings"] if f["rule"] == "accelerate-config"]
+    assert (bad == []) == ok, bad
+    assert all(f["file"] == "accelerate_config_xpu.yaml" and f["line"] > 0 for f in bad)

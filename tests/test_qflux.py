@@ -124,6 +124,16 @@ def test_the_loader_checks_devices_for_real(adapted_clone, qflux_python, tmp_pat
     with pytest.raises(InputError) as info:
         validate_with_clone(qflux_python, adapted_clone, file)
     assert info.value.key == "cache.devices.vae" and "XPU not available" in info.value.message
+    assert "doctor --probe-device" in info.value.fix and "recommend" not in info.value.fix  # the config is not wrong
+
+
+def test_the_fix_for_a_rejected_config_tells_a_missing_device_from_a_bad_config():
+    from aipc_env.qflux.loader import rejection_fix
+
+    missing = [{"loc": "cache.devices.vae", "msg": "Value error, XPU not available but got device=xpu:0."}]
+    assert "doctor --probe-device" in rejection_fix(missing) and "cache.devices.vae" in rejection_fix(missing)
+    assert "doctor --probe-device" in rejection_fix([], "ValueError: XPU not available but got device=xpu")
+    assert "recommend --engine qflux" in rejection_fix([{"loc": "train.lr", "msg": "Field required"}])
 
 
 def _train_config(tmp_path: Path, clone: Path, qcfg: dict) -> Path:

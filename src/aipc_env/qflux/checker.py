@@ -85,10 +85,17 @@ def check_clone(clone: Path) -> CheckReport:
         except SyntaxError as exc:
             tree, syntax_error = None, exc
         demo = _main_block_lines(tree) if tree is not None else set()
+        cuda_guarded = _cuda_guarded_lines(tree) if tree is not None else set()
         for number, code in _code_lines(text):
             if "torch.cuda." in code:
                 add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
                     "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
+            elif re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and number not in cuda_guarded:
+                add("WARN", "cuda-sdp-switch", rel, number, f"CUDA attention-backend switch: {code.strip()}: it "
+                    "does nothing for an XPU, and enable_math_sdp(False) also takes away the math fallback other "
+                    "devices use (the FSDP path, which one AI PC does not take)",
+                    "leave the FSDP path alone on one XPU (distributed_type NO); for multi-XPU FSDP guard these "
+                    "calls with a CUDA check")
             if "flash_attention_2" in code:
                 add("ERROR", "flash-attention-2", rel, number, "attn_implementation flash_attention_2 is CUDA-only",
                     'use attn_implementation="sdpa" (' + FIX_ADAPT + ")")
@@ -116,7 +123,63 @@ def check_clone(clone: Path) -> CheckReport:
                     add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
                         "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
     _structure(texts, add)
+    _accelerate_config(clone, add)
     return CheckReport(clone=str(clone), adapted=is_adapted(clone), findings=findings)
+
+
+ACCELERATE_XPU = "accelerate_config_xpu.yaml"
+
+
+def _accelerate_config(clone: Path, add) -> None:
+    """The accelerate config adapt creates, judged by accelerate's own enums (its file loader accepts an unquoted
+    NO, which YAML reads as the boolean false, and `accelerate launch` then fails on .upper())."""
+    path = clone / ACCELERATE_XPU
+    if not path.is_file():
+        add("WARN", "no-xpu-accelerate-config", ACCELERATE_XPU, 0, "no single-XPU accelerate config: upstream's "
+            "accelerate_config.yaml asks for 2 processes on MULTI_GPU")
+        return
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, f"not YAML: {exc}", "restore the file (" + FIX_ADAPT + ")")
+        return
+    if not isinstance(data, dict):
+        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, "not a mapping", "restore the file (" + FIX_ADAPT + ")")
+        return
+    try:
+        from accelerate.utils import DistributedType, DynamoBackend, PrecisionType
+    except ImportError:  # aipc-env without the train extra: the YAML types are still checked
+        DistributedType = DynamoBackend = PrecisionType = None
+    lines = {k: i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for k in data if line.startswith(f"{k}:")}
+    rules = (("distributed_type", DistributedType), ("mixed_precision", PrecisionType),
+             ("dynamo_backend", DynamoBackend))
+    for key, enum in rules:
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, str):
+            add("ERROR", "accelerate-config", ACCELERATE_XPU, lines.get(key, 0), f"{key} is {value!r}, not a string "
+                "(an unquoted NO or no is a YAML boolean): accelerate launch fails", f"quote it: {key}: 'NO'")
+        elif enum is not None and value.upper() not in {e.value.upper() for e in enum}:
+            add("ERROR", "accelerate-config", ACCELERATE_XPU, lines.get(key, 0), f"{key}: {value} is not one of "
+                f"accelerate's {', '.join(e.value for e in enum)}", "use one of those")
+    if data.get("num_processes", 1) != 1 or data.get("distributed_type", "NO") not in ("NO", "no"):
+        add("WARN", "accelerate-multi-process", ACCELERATE_XPU, lines.get("num_processes", 0), "more than one "
+            "process or a distributed backend: an AI PC has one XPU", "num_processes: 1, distributed_type: 'NO'")
+
+
+def _cuda_guarded_lines(tree: ast.Module) -> set[int]:
+    """Lines inside an `if` whose test keeps them off an XPU: it names cuda, or excludes xpu (`not in ("xpu", ...)`)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+        if "cuda" in test or ("xpu" in test and "not in" in test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
 
 
 def _main_block_lines(tree: ast.Module) -> set[int]:

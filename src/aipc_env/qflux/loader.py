@@ -47,6 +47,22 @@ def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
     shown = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:4]) or data.get("error", "rejected")
     more = f" (+{len(errors) - 4} more)" if len(errors) > 4 else ""
     raise InputError(f"qwen-image-finetune's own loader rejects this config: {shown}{more}", path=config,
-                     key=errors[0]["loc"] if errors else None,
-                     fix="`aipc-env recommend --engine qflux` writes a config upstream accepts (after `aipc-env "
-                         "adapt`, which adds quantize_type / transformer_path to its schema)")
+                     key=errors[0]["loc"] if errors else None, fix=rejection_fix(errors, data.get("error", "")))
+
+
+DEVICE_MISSING = "not available but got device="
+"""How upstream's device validator (with adapt's xpu branch) says a configured device is missing on this machine."""
+
+
+def rejection_fix(errors: list[dict], error: str = "") -> str:
+    """The fix for a config upstream's loader rejects: a device this machine lacks is not a config problem (the
+    config may be right for the PC it was written for), anything else is."""
+    missing = [e for e in errors if DEVICE_MISSING in str(e.get("msg", ""))] or \
+        ([{"loc": "", "msg": error}] if DEVICE_MISSING in error else [])
+    if missing:
+        where = ", ".join(sorted({str(e["loc"]) for e in missing if e.get("loc")})) or "the devices"
+        return ("this machine does not have the device the config names (" + where + "): on the PC it is for, run "
+                "`aipc-env doctor --probe-device` and follow its fixes; to check the config here, set those "
+                "devices to cpu in a copy")
+    return ("`aipc-env recommend --engine qflux` writes a config upstream accepts (after `aipc-env adapt`, which "
+            "adds quantize_type / transformer_path to its schema)")
