@@ -347,3 +347,35 @@ def test_smoke_launcher_activates_its_pairs_oneapi_under_wine(adapted_clone, tmp
         assert env["HF_HUB_OFFLINE"] == "1" and env["QFLUX_DOTENV_LOADED"] == "1"
     finally:
         stop_wine(wine)
+
+
+@pytest.mark.parametrize("zero_cond_t, refused", [(True, True), (False, False), (None, False)])
+def test_a_2511_checkpoint_is_refused_for_the_qflux_engine(tmp_path, zero_cond_t, refused):
+    """Upstream's transformer class has no zero_cond_t: a 2511 checkpoint would load as another model."""
+    import json as _json
+
+    from aipc_env.errors import InputError
+    from aipc_env.qflux.loader import check_variant
+
+    model = tmp_path / "model"
+    (model / "transformer").mkdir(parents=True)
+    (model / "model_index.json").write_text(_json.dumps({"_class_name": "QwenImageEditPlusPipeline"}))
+    tconfig = {"_class_name": "QwenImageTransformer2DModel"}
+    if zero_cond_t is not None:
+        tconfig["zero_cond_t"] = zero_cond_t
+    (model / "transformer" / "config.json").write_text(_json.dumps(tconfig))
+    if refused:
+        with pytest.raises(InputError) as info:
+            check_variant(tmp_path / "q.yaml", str(model))
+        assert info.value.key == "model.pretrained_model_name_or_path" and "2511" in info.value.message
+        assert "built-in engine" in info.value.fix
+    else:
+        check_variant(tmp_path / "q.yaml", str(model))
+
+
+def test_recommend_for_qflux_offers_2509_and_says_why_not_2511(tmp_path):
+    out = tmp_path / "q.yaml"
+    result = run_cli("recommend", "--engine", "qflux", "--force", "--out", str(out), "--json")
+    report = json.loads(result.stdout)
+    assert "Qwen-Image-Edit-2509" in report["config"]["model"]["pretrained_model_name_or_path"]
+    assert any("not 2511" in note and "zero_cond_t" in note for note in report["notes"])

@@ -82,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         config, changed = smoke_config(rec, output_dir=args.output_dir or str(data_dir() / "runs" / "recommend-smoke"))
         rec.notes.append(f"smoke config: changed from the recommendation only {', '.join(changed)}")
     elif args.engine == "qflux":
+        from aipc_env.train.recommend import QFLUX_NO_2511
+
         config = qflux_config(rec, dataset_path=args.dataset_path, cache_dir=args.cache_dir)
+        rec.notes.append(QFLUX_NO_2511)
     header = ("# Written by `aipc-env recommend` for a "
               f"{rec.tier_gb} GB machine ({args.engine} engine). Replace every TODO before training.\n"
               if not args.smoke else f"# Written by `aipc-env recommend --smoke`: this {rec.tier_gb} GB machine's "

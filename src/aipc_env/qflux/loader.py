@@ -37,6 +37,7 @@ def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
                         exit_code=ExitCode.PROBLEMS, fix=f"run {python} -c 'import qflux.data.config' in "
                         f"{Path(clone) / 'src'} to see why") from None
     if data.get("ok"):
+        check_variant(config, (data.get("config") or {}).get("model", {}).get("pretrained_model_name_or_path"))
         return data
     if data.get("stage") == "import":
         raise AipcError(f"the clone's config loader does not import in {python}: {data.get('error')}",
@@ -66,3 +67,21 @@ def rejection_fix(errors: list[dict], error: str = "") -> str:
                 "devices to cpu in a copy")
     return ("`aipc-env recommend --engine qflux` writes a config upstream accepts (after `aipc-env adapt`, which "
             "adds quantize_type / transformer_path to its schema)")
+
+
+def check_variant(config: Path, model_dir: str | None) -> None:
+    """Refuse a model the clone would train as another model: a 2511 checkpoint (its transformer config sets
+    zero_cond_t, which upstream's transformer class does not have and ignores)."""
+    from aipc_env.facts.parse import model_variant
+    from aipc_env.fileio import read_json
+    from aipc_env.train.recommend import QFLUX_NO_2511, QFLUX_VARIANTS
+
+    if not model_dir or not (Path(model_dir) / "model_index.json").is_file():
+        return
+    index = read_json(Path(model_dir) / "model_index.json", "model index")
+    tconfig = Path(model_dir) / "transformer" / "config.json"
+    _, variant = model_variant(index, read_json(tconfig, "transformer config") if tconfig.is_file() else None)
+    if variant == "edit-2511":  # what the flag says; a folder that says less (edit-plus, unknown) is not judged
+        raise InputError(f"{model_dir} is Qwen-Image-Edit-2511 (its transformer config sets zero_cond_t), which "
+                         f"the qflux engine cannot train as itself (it trains {' and '.join(QFLUX_VARIANTS)})",
+                         path=config, key="model.pretrained_model_name_or_path", fix=QFLUX_NO_2511)

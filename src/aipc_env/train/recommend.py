@@ -31,6 +31,14 @@ __all__ = [
 ]
 
 TODO_MODEL = "TODO: local Qwen-Image-Edit-2511 folder (huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir ...)"
+TODO_MODEL_QFLUX = ("TODO: local Qwen-Image-Edit-2509 folder (huggingface-cli download Qwen/Qwen-Image-Edit-2509 "
+                    "--local-dir ...); not 2511 with this engine")
+QFLUX_VARIANTS = ("edit", "edit-2509")
+"""The model variants the qflux engine trains as themselves. Not 2511: upstream's QwenImageTransformer2DModel has
+no zero_cond_t, so it ignores the flag in a 2511 checkpoint's config and would train another model."""
+QFLUX_NO_2511 = ("qflux engine: Qwen-Image-Edit-2509 (or the original Edit), not 2511: upstream's transformer "
+                 "class has no zero_cond_t and ignores that setting of a 2511 checkpoint, so the run would train "
+                 "another model; train 2511 with the built-in engine")
 TODO_CACHE = "TODO: cache folder (embeddings and latents)"
 TODO_OUTPUT = "TODO: output folder for checkpoints, the LoRA and logs"
 TODO_DATASET = "TODO: dataset folder, parquet folder or CSV (aipc-env dataset validate PATH)"
@@ -198,7 +206,8 @@ def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = 
     if cache_dir is None:
         cache_dir = TODO_CACHE if output_dir.startswith("TODO") else str(Path(output_dir) / "cache")
     device = "cpu" if cfg.get("device") == "cpu" else "xpu:0"
-    model: dict = {"pretrained_model_name_or_path": cfg["model"]["path"], "quantize": False, "quantize_type": "nf4",
+    path = TODO_MODEL_QFLUX if cfg["model"]["path"] == TODO_MODEL else cfg["model"]["path"]
+    model: dict = {"pretrained_model_name_or_path": path, "quantize": False, "quantize_type": "nf4",
                    "lora": {"r": cfg["lora"]["rank"], "lora_alpha": int(cfg["lora"]["alpha"]),
                             "init_lora_weights": "gaussian", "target_modules": cfg["lora"]["target_modules"]}}
     for key in ("transformer_path", "text_encoder_path"):
