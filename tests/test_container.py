@@ -95,6 +95,7 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     # the doctor runs inside, and sees the container and the stand-in render node
     out = box["base"] / "host output ü"
     out.mkdir()
+    os.chown(out, 1000, 1000)  # a user's folder: the run is its owner (a root-owned one needs --allow-root)
     doctor = run_cli("container", "run", "--image", "localhost/aipc-env:a", "--device", "/dev/null:/dev/dri/renderD128",
                      *RUNTIME, "--", "doctor", "--json", env=box["env"], timeout=300)
     assert doctor.returncode in (0, 1), doctor.stderr[-2000:]

@@ -283,7 +283,8 @@ def test_smoke_trains_three_nf4_steps_with_upstreams_own_phases(adapted_clone, q
                        log=lambda m: None)
     assert result.passed, result.summary() + "\n" + Path(result.log).read_text(errors="replace")[-3000:]
     names = {c.name for c in result.checks}
-    assert names == {"nf4-linear-layers", "fit-phase-ran-nf4", "final-checkpoint", "lora-reloads-with-alpha"}
+    assert names == {"nf4-linear-layers", "fit-phase-ran-nf4", "final-checkpoint", "checkpoints-pruned",
+                     "lora-reloads-with-alpha"}
     log = Path(result.log).read_text(errors="replace")
     assert "qflux.main" in log and "3/3" in log
     assert Path(result.env_python).parent == qflux_python.parent

@@ -23,6 +23,8 @@ from aipc_env.platforms import Platform
 __all__ = ["STEPS", "SmokeCheck", "SmokeResult", "run_smoke", "smoke_config"]
 
 STEPS = 3
+KEEP = 1
+"""checkpoints_total_limit: periodic checkpoints at every step, so the adapted pruning must remove all but one."""
 RANK, ALPHA = 4, 8
 """alpha != rank, so a reload that loses the metadata (alpha falls back to r) is caught."""
 
@@ -98,7 +100,7 @@ def smoke_config(run_dir: Path, *, plus: bool) -> dict:
                   "cache_dir": str(run_dir / "cache"),
                   "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"]},
         "train": {"gradient_accumulation_steps": 1, "max_train_steps": STEPS, "num_epochs": 10,
-                  "checkpointing_steps": 2, "checkpoints_total_limit": 1, "mixed_precision": "no",
+                  "checkpointing_steps": 1, "checkpoints_total_limit": KEEP, "mixed_precision": "no",
                   "gradient_checkpointing": False},
         "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}},
         "lr_scheduler": {"scheduler_type": "constant"},
@@ -152,7 +154,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
             Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
                                        "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
                                        str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK),
-                                       "--alpha", str(ALPHA)]),
+                                       "--alpha", str(ALPHA), "--keep", str(KEEP)]),
         ]
 
     log(f"smoke: {clone} in {run_dir}")

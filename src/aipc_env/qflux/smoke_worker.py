@@ -37,7 +37,7 @@ def prepare(out: Path, plus: bool) -> dict:
     return {"model": str(out / "model"), "data": str(out / "data")}
 
 
-def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int) -> dict:
+def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int, keep: int = 1) -> dict:
     import bitsandbytes as bnb
     import torch
 
@@ -68,6 +68,11 @@ def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: 
     check("final-checkpoint", bool(lasts) and state.get("global_step") == steps and state.get("is_last"),
           f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
           f"{len(lasts)} final and {len(others)} periodic checkpoint(s)")
+    steps_kept = sorted(int(p.rsplit("-", 1)[-1]) for p in others if p.rsplit("-", 1)[-1].isdigit())
+    newest = list(range(1, steps + 1))[-keep:]  # checkpointing_steps 1: a periodic checkpoint at every step
+    check("checkpoints-pruned", steps_kept == newest,
+          f"periodic checkpoints left at steps {steps_kept}: checkpoints_total_limit {keep} keeps the newest "
+          f"{newest} of steps 1-{steps} (the adapted pruning; upstream never prunes)")
     ok_reload, detail = False, "no final checkpoint"
     if lasts:
         from diffusers import QwenImageEditPipeline, QwenImageTransformer2DModel
@@ -104,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--steps", type=int, required=True)
     v.add_argument("--rank", type=int, required=True)
     v.add_argument("--alpha", type=int, required=True)
+    v.add_argument("--keep", type=int, default=1)
     args = parser.parse_args(argv)
     from aipc_env.train.compat import quiet_bitsandbytes_notices
 
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "prepare":
         print(json.dumps(prepare(args.out, args.plus)))
         return ExitCode.OK
-    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha)
+    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha, args.keep)
     (args.run / "verify.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     for c in result["checks"]:
         print(f"smoke: {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}", flush=True)
