@@ -1,7 +1,8 @@
 """The qflux path against the real upstream (460ba1a) in a real qflux env (the patched requirements plus this
 machine's torch, built with uv): the adapted clone imports without transformer_engine, its own loader accepts
 every config `recommend --engine qflux` writes, `train` runs that loader before any phase, upstream's dataset
-loader really mishandles what `dataset validate --engine qflux` warns about, and the smoke trains 3 NF4 steps."""
+loader really mishandles what `dataset validate --engine qflux` warns about, and the smoke trains recommend's
+config for 5 NF4 steps."""
 
 from __future__ import annotations
 
@@ -275,19 +276,56 @@ def test_local_parquet_dict_form_fails_upstream_and_loads_once_adapted(upstream_
     assert [r["prompt"] for r in adapted["rows"]] == ["Add a hat", "Remove the hat"]
 
 
-@pytest.mark.parametrize("plus", [False, True], ids=["edit", "edit-plus"])
-def test_smoke_trains_three_nf4_steps_with_upstreams_own_phases(adapted_clone, qflux_python, tmp_path, plus):
-    from aipc_env.qflux.smoke import run_smoke
+def _dotted(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
-    result = run_smoke(adapted_clone, plus=plus, run_dir=tmp_path / "smoke run & ü", env_prefix=qflux_python.parent.parent,
-                       log=lambda m: None)
+
+@pytest.mark.parametrize("plus", [False, True], ids=["edit", "edit-plus"])
+def test_smoke_trains_recommends_config_with_upstreams_own_phases(adapted_clone, qflux_python, tmp_path, plus):
+    """The smoke trains what `recommend --engine qflux` writes for a 32 GB AI PC (its CLI output, read here),
+    changed only in the keys it records; optimizer, checkpointing, caption dropout and NF4 stay."""
+    from aipc_env.qflux.smoke import run_smoke
+    from aipc_env.train.recommend import Machine
+
+    run_dir = tmp_path / "smoke run & ü"
+    result = run_smoke(adapted_clone, plus=plus, run_dir=run_dir, env_prefix=qflux_python.parent.parent,
+                       log=lambda m: None, machine=Machine(ram_bytes=int(31.6 * GiB)))
     assert result.passed, result.summary() + "\n" + Path(result.log).read_text(errors="replace")[-3000:]
     names = {c.name for c in result.checks}
     assert names == {"nf4-linear-layers", "fit-phase-ran-nf4", "final-checkpoint", "checkpoints-pruned",
                      "lora-reloads-with-alpha"}
     log = Path(result.log).read_text(errors="replace")
-    assert "qflux.main" in log and "3/3" in log
+    assert "qflux.main" in log and "5/5" in log
     assert Path(result.env_python).parent == qflux_python.parent
+    pruned = next(c for c in result.checks if c.name == "checkpoints-pruned")
+    assert "[3, 4, 5]" in pruned.detail  # limit 3 of 5 periodic checkpoints
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"ram_gb": 31.6}), encoding="utf-8")
+    cli = run_cli("recommend", "--engine", "qflux", "--json", "--facts", str(probe))
+    assert cli.returncode == 0, cli.stderr
+    recommended = _dotted(json.loads(cli.stdout)["config"])
+    trained = _dotted(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    differ = {k for k in recommended.keys() | trained.keys() if recommended.get(k, "<absent>") != trained.get(k, "<absent>")}
+    assert differ == set(result.changed), (differ ^ set(result.changed))
+    expected = {"model.pretrained_model_name_or_path", "data.init_args.dataset_path", "data.init_args.cache_dir",
+                "cache.cache_dir", "logging.output_dir", "data.init_args.processor.init_args.target_size",
+                "data.init_args.processor.init_args.controls_size", "train.max_train_steps",
+                "train.checkpointing_steps", "lr_scheduler.warmup_steps", "cache.devices.vae",
+                "cache.devices.text_encoder", "model.text_encoder_path"} | (set() if plus else {"trainer"})
+    assert set(result.changed) == expected
+    assert "validate_environment" in result.changed["model.text_encoder_path"]
+    for key, value in {"optimizer.class_path": "bitsandbytes.optim.Adam8bit", "train.gradient_checkpointing": True,
+                       "data.init_args.caption_dropout_rate": 0.05, "train.checkpoints_total_limit": 3,
+                       "model.quantize_type": "nf4", "train.gradient_accumulation_steps": 2,
+                       "data.num_workers": 1, "model.lora.r": 16}.items():
+        assert trained[key] == value, key
+    assert "changed only 13" in result.summary() or "changed only 14" in result.summary()
 
 
 def test_smoke_cli_refuses_a_pristine_clone(upstream_pristine, tmp_path):
@@ -380,3 +418,120 @@ def test_recommend_for_qflux_offers_2509_and_says_why_not_2511(tmp_path):
     report = json.loads(result.stdout)
     assert "Qwen-Image-Edit-2509" in report["config"]["model"]["pretrained_model_name_or_path"]
     assert any("not 2511" in note and "zero_cond_t" in note for note in report["notes"])
+
+
+VARIANT_SCRIPT = r"""
+import json, sys
+from qflux.models.transformer_qwenimage import QwenImageTransformer2DModel
+out = {}
+for name, path in json.loads(sys.argv[1]).items():
+    config = json.load(open(path, encoding="utf-8"))
+    _, unused, _ = QwenImageTransformer2DModel.extract_init_dict(config)
+    out[name] = sorted(k for k in unused if not k.startswith("_"))
+print(json.dumps(out))
+"""
+
+
+def test_upstreams_transformer_ignores_no_attribute_of_an_offered_variant(adapted_clone, qflux_python, tmp_path):
+    """For each published checkpoint's transformer config: diffusers' own class accepts every key (the fixtures
+    name real attributes), upstream's class (in the clone's env, as from_pretrained decides it) ignores none of
+    a variant the qflux path offers, and ignores 2511's zero_cond_t, which is why the qflux path refuses 2511."""
+    from diffusers import QwenImageTransformer2DModel
+
+    from aipc_env.errors import InputError
+    from aipc_env.qflux.loader import check_variant
+    from aipc_env.train.recommend import QFLUX_VARIANTS
+
+    fixtures = Path(__file__).parent / "fixtures" / "qwen-image-edit"
+    files = {f.name.split(".")[0]: str(f) for f in sorted(fixtures.glob("*.transformer-config.json"))}
+    assert set(files) == {"edit", "edit-2509", "edit-2511"}
+    for path in files.values():
+        _, unused, _ = QwenImageTransformer2DModel.extract_init_dict(json.loads(Path(path).read_text()))
+        assert not [k for k in unused if not k.startswith("_")], (path, unused)
+    ran = subprocess.run([str(qflux_python), "-c", VARIANT_SCRIPT, json.dumps(files)], capture_output=True, text=True,
+                         cwd=adapted_clone / "src", env={**os.environ, "PYTHONPATH": str(adapted_clone / "src"),
+                                                          "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1"},
+                         timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ignored = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert ignored == {"edit": [], "edit-2509": [], "edit-2511": ["zero_cond_t"]}
+    assert set(QFLUX_VARIANTS) == {"edit", "edit-2509"} and all(not ignored[v] for v in QFLUX_VARIANTS)
+    for name, path in files.items():  # the refusal follows what upstream ignores, variant by variant
+        model = tmp_path / name
+        (model / "transformer").mkdir(parents=True)
+        (model / "model_index.json").write_text(json.dumps({"_class_name": "QwenImageEditPlusPipeline"}))
+        shutil.copy(path, model / "transformer" / "config.json")
+        if ignored[name]:
+            with pytest.raises(InputError, match="zero_cond_t"):
+                check_variant(tmp_path / "c.yaml", str(model))
+        else:
+            check_variant(tmp_path / "c.yaml", str(model))
+
+
+XPU_LOAD_SCRIPT = r"""
+import json, sys, traceback
+from pathlib import Path
+import torch
+from aipc_env.train.compat import processor_without_video
+processor_without_video()
+from aipc_env.train.tinypipe import build_tiny_pipeline
+out = Path(sys.argv[1])
+build_tiny_pipeline(out / "model", plus=True)
+from qflux.utils.nf4 import nf4_config
+import diffusers, transformers
+from diffusers import QwenImageTransformer2DModel
+from transformers import Qwen2_5_VLForConditionalGeneration
+config = nf4_config(torch.bfloat16)
+result = {"diffusers": diffusers.__version__, "transformers": transformers.__version__,
+          "config": {"load_in_4bit": config.load_in_4bit, "quant_type": config.bnb_4bit_quant_type,
+                     "compute_dtype": str(config.bnb_4bit_compute_dtype)}}
+
+def refusal(call):
+    try:
+        call()
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        return {"type": type(exc).__name__, "message": str(exc)[:300], "function": frames[-1].name,
+                "file": frames[-1].filename.split("site-packages/")[-1],
+                "through": [f.name for f in frames]}
+    return None
+
+# the adapted clone's XPU branch: diffusers' bitsandbytes loader with the device map it passes
+result["transformer"] = refusal(lambda: QwenImageTransformer2DModel.from_pretrained(
+    str(out / "model"), subfolder="transformer", quantization_config=config, torch_dtype=torch.bfloat16,
+    device_map={"": "xpu"}, use_safetensors=True))
+result["text_encoder"] = refusal(lambda: Qwen2_5_VLForConditionalGeneration.from_pretrained(
+    sys.argv[2], torch_dtype=torch.bfloat16))
+print(json.dumps(result))
+"""
+
+
+def test_the_xpu_nf4_load_path_runs_up_to_the_call_that_needs_an_accelerator(adapted_clone, qflux_python, tmp_path):
+    """On an XPU the adapted clone loads the transformer through diffusers' BitsAndBytesConfig and a pre-quantized
+    NF4 text encoder through transformers. In the clone's env both run on this CPU up to one call each, which
+    refuses without an accelerator: the calls the smoke names when it drops the pre-quantized folders. Should a
+    release lift either refusal, this fails, and the smoke can take the XPU path on the CPU too."""
+    from aipc_env.qflux.smoke import PREQUANTIZED_NEEDS_AN_ACCELERATOR
+    from aipc_env.train.tinypipe import build_tiny_pipeline
+
+    te = tmp_path / "te-nf4"  # made as a user makes it (this env's transformers quantizes on the CPU)
+    model = build_tiny_pipeline(tmp_path / "tiny", plus=True)
+    made = run_cli("quantize", "text-encoder", "--src", str(model), "--dst", str(te), "--device", "cpu")
+    assert made.returncode == 0, made.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(adapted_clone / "src"), str(Path(__file__).parents[1] / "src")]),
+           "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1"}
+    ran = subprocess.run([str(qflux_python), "-c", XPU_LOAD_SCRIPT, str(tmp_path / "clone-side"), str(te)],
+                         capture_output=True, text=True, env=env, cwd=adapted_clone / "src", timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert result["config"] == {"load_in_4bit": True, "quant_type": "nf4", "compute_dtype": "torch.bfloat16"}
+    transformer, text_encoder = result["transformer"], result["text_encoder"]
+    assert transformer and transformer["function"] == "validate_environment", transformer
+    assert transformer["file"].endswith("diffusers/quantizers/bitsandbytes/bnb_quantizer.py")
+    assert "No GPU found" in transformer["message"] and "from_pretrained" in transformer["through"]
+    assert text_encoder and "validate_bnb_backend_availability" in text_encoder["through"], text_encoder
+    assert "validate_environment" in text_encoder["through"] and "intel_extension_for_pytorch" in text_encoder["message"]
+    # the smoke's stated reason names these versions and calls
+    assert f"diffusers {result['diffusers']}" in PREQUANTIZED_NEEDS_AN_ACCELERATOR
+    assert f"transformers {result['transformers']}" in PREQUANTIZED_NEEDS_AN_ACCELERATOR
+    assert "BnB4BitDiffusersQuantizer.validate_environment" in PREQUANTIZED_NEEDS_AN_ACCELERATOR

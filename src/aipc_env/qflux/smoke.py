@@ -1,12 +1,19 @@
-"""`aipc-env adapt CLONE --smoke`: prove the adapted clone trains before the user downloads 40 GB. Upstream's own
-cache and fit phases (`python -m qflux.main --cache`, then `accelerate launch -m qflux.main`) run offline for
-exactly 3 steps on a tiny random Qwen-Image-Edit(-Plus) pipeline, in the qflux env (the patched requirements plus
-the pair's torch), through a generated launcher like any training run. Then: the DiT's Linear layers are
-bitsandbytes Linear4bit (nf4), one final checkpoint at step 3 exists, the LoRA reloads through diffusers with its
-alpha intact."""
+"""`aipc-env adapt CLONE --smoke`: prove the adapted clone trains before the user downloads 40 GB. It trains the
+config `recommend --engine qflux` writes for this machine, changed only where a tiny model must (paths, sizes,
+step counts; without an XPU the devices and the pre-quantized folders), and records every key it changed.
+Upstream's own cache and fit phases (`python -m qflux.main --cache`, then `accelerate launch -m qflux.main`) run
+offline on a tiny random Qwen-Image-Edit(-Plus) pipeline, in the qflux env (the patched requirements plus the
+pair's torch), through a generated launcher like any training run. Then: the DiT's Linear layers are bitsandbytes
+Linear4bit (nf4), the final checkpoint exists, the periodic ones are pruned to the recommended limit, the LoRA
+reloads through diffusers with its alpha intact.
+
+On a CPU the clone's NF4 load goes layer by layer (aipc-env's created nf4.py): diffusers' BitsAndBytesConfig path
+refuses without an accelerator (see PREQUANTIZED_NEEDS_AN_ACCELERATOR; tests/test_qflux.py pins both refusals).
+"""
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import time
 from collections.abc import Callable
@@ -19,14 +26,13 @@ from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.platforms import Platform
+from aipc_env.train.recommend import Machine
 
 __all__ = ["STEPS", "SmokeCheck", "SmokeResult", "run_smoke", "smoke_config"]
 
-STEPS = 3
-KEEP = 1
-"""checkpoints_total_limit: periodic checkpoints at every step, so the adapted pruning must remove all but one."""
-RANK, ALPHA = 4, 8
-"""alpha != rank, so a reload that loses the metadata (alpha falls back to r) is caught."""
+STEPS = 5
+"""max_train_steps; with a checkpoint at every step, the recommended checkpoints_total_limit (3) prunes two."""
+TINY_SIDE = 64
 
 SHIM = '''\
 # aipc-env smoke (test-environment shim): aipc_env.train.compat's Qwen2VLProcessor shim, for the clone's processes.
@@ -74,52 +80,112 @@ class SmokeResult(VersionedModel):
     exit_code: int
     passed: bool
     checks: list[SmokeCheck]
+    changed: dict[str, str] = {}
+    """Every key of the recommended config the smoke changed, and why (recommended.yaml, config.yaml beside)."""
     seconds: float
 
     def summary(self) -> str:
         lines = [f"smoke ({self.trainer}, {STEPS} steps, pair {self.pair or 'none'}: {self.pair_why}): "
                  f"{'PASS' if self.passed else 'FAIL'} in {self.seconds:.0f} s"]
+        lines.append(f"  trained recommend's qflux config; changed only {len(self.changed)} key(s):")
+        lines += [f"    {key}: {why}" for key, why in self.changed.items()]
         lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
         lines.append(f"  log {self.log}")
         return "\n".join(lines)
 
 
-def smoke_config(run_dir: Path, *, plus: bool) -> dict:
-    """The smoke's qflux config, in upstream's layout (the adapted schema: quantize_type nf4)."""
-    return {
-        "trainer": "QwenImageEditPlus" if plus else "QwenImageEdit",
-        "model": {"pretrained_model_name_or_path": str(run_dir / "model"), "quantize": False, "quantize_type": "nf4",
-                  "lora": {"r": RANK, "lora_alpha": ALPHA, "init_lora_weights": "gaussian",
-                           "target_modules": ["to_q", "to_k", "to_v", "to_out.0"]}},
-        "data": {"class_path": "qflux.data.dataset.ImageDataset", "batch_size": 1, "num_workers": 0, "shuffle": False,
-                 "init_args": {"dataset_path": str(run_dir / "data"),
-                               "processor": {"class_path": "qflux.data.preprocess.ImageProcessor",
-                                             "init_args": {"process_type": "resize", "target_size": [64, 64],
-                                                           "controls_size": [[64, 64]]}}}},
-        "cache": {"devices": {"vae": "cpu", "text_encoder": "cpu"}, "use_cache": True,
-                  "cache_dir": str(run_dir / "cache"),
-                  "prompt_empty_drop_keys": ["empty_prompt_embeds", "empty_prompt_embeds_mask"]},
-        "train": {"gradient_accumulation_steps": 1, "max_train_steps": STEPS, "num_epochs": 10,
-                  "checkpointing_steps": 1, "checkpoints_total_limit": KEEP, "mixed_precision": "no",
-                  "gradient_checkpointing": False},
-        "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}},
-        "lr_scheduler": {"scheduler_type": "constant"},
-        "validation": {"enabled": False},
-        "logging": {"output_dir": str(run_dir / "output"), "report_to": "tensorboard", "tracker_project_name": "smoke"},
+DROP = object()
+"""A changed key that the smoke removes."""
+
+PREQUANTIZED_NEEDS_AN_ACCELERATOR = (
+    "removed: this env has no XPU, and the clone's pinned libraries load a bitsandbytes NF4 folder only on an "
+    "accelerator (transformers 4.52.4: Bnb4BitHfQuantizer.validate_environment needs intel_extension_for_pytorch "
+    "for the CPU; diffusers 0.39.0: BnB4BitDiffusersQuantizer.validate_environment raises 'No GPU found'); the "
+    "transformer is quantized to NF4 on load instead")
+
+
+def _get(cfg: dict, dotted: str) -> object:
+    node: object = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _set(cfg: dict, dotted: str, value: object) -> None:
+    *parents, leaf = dotted.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is DROP:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
+def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool,
+                 plus: bool = True) -> tuple[dict, dict[str, str]]:
+    """`recommend --engine qflux`'s config for this machine, changed only where a tiny model must: paths, sizes,
+    step counts, and (without an XPU) the devices and the pre-quantized folders. Optimizer, LoRA, gradient
+    checkpointing and accumulation, caption dropout, quantization, workers and the checkpoint limit stay as
+    recommended. Returns the config and {dotted key: why} for every key it changed."""
+    cfg = copy.deepcopy(recommended)
+    out = Path(run_dir)
+    size = [TINY_SIDE, TINY_SIDE]
+    changes: dict[str, tuple[object, str]] = {
+        "model.pretrained_model_name_or_path": (str(out / "model"), "path: the tiny random pipeline"),
+        "data.init_args.dataset_path": (str(out / "data"), "path: 3 synthetic samples"),
+        "data.init_args.cache_dir": (str(out / "cache"), "path: the run's cache folder"),
+        "cache.cache_dir": (str(out / "cache"), "path: the run's cache folder"),
+        "logging.output_dir": (str(out / "output"), "path: the run's output folder"),
+        "data.init_args.processor.init_args.target_size": (size, "size: the tiny model's images"),
+        "data.init_args.processor.init_args.controls_size": ([size], "size: the tiny model's images"),
+        "train.max_train_steps": (STEPS, "steps"),
+        "train.checkpointing_steps": (1, "steps: a periodic checkpoint at every step, so the recommended "
+                                         "checkpoints_total_limit must prune"),
+        "lr_scheduler.warmup_steps": (1, "steps: the warmup ends within the smoke"),
     }
+    if not plus and recommended.get("trainer") != "QwenImageEdit":
+        changes["trainer"] = ("QwenImageEdit", "variant: the original Qwen-Image-Edit trainer (--smoke without "
+                              "--plus); recommend offers Edit-2509, which is the Plus trainer")
+    if not accelerator:
+        for key in ("cache.devices.vae", "cache.devices.text_encoder"):
+            if _get(cfg, key) not in (None, "cpu"):
+                changes[key] = ("cpu", "device: this env has no XPU (torch.xpu.is_available() is False)")
+    for key, folder in (("model.text_encoder_path", "text-encoder-nf4"), ("model.transformer_path", "transformer-nf4")):
+        if _get(cfg, key) is not None:
+            changes[key] = ((str(out / folder), "path: the tiny model, pre-quantized by aipc-env quantize")
+                            if accelerator else (DROP, PREQUANTIZED_NEEDS_AN_ACCELERATOR))
+    for key, (value, _) in changes.items():
+        _set(cfg, key, value)
+    return cfg, {key: why for key, (_, why) in changes.items()}
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def recommended_for(machine: Machine | None) -> dict:
+    """What `aipc-env recommend --engine qflux` writes for the machine (this one when None; below 32 GB as forced)."""
+    from aipc_env.train.recommend import machine_from_facts, qflux_config, recommend
+
+    if machine is None:
+        from aipc_env.facts.gather import GatherOptions, gather_facts
+
+        machine = machine_from_facts(gather_facts(GatherOptions()))
+    return qflux_config(recommend(machine, force=True), dataset_path=None)
+
+
 def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | None = None, plus: bool = False,
               run_dir: Path | None = None, env_prefix: Path | None = None, dry_run: bool = False,
               log: Callable[[str], None] | None = None, platform: Platform | None = None,
-              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> SmokeResult:
+              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None,
+              machine: Machine | None = None) -> SmokeResult:
     """The smoke through the run service: the clone's qflux env (or `env_prefix`) and its pair by the one policy,
-    the pair's oneAPI activated in the launcher, upstream's cache and fit phases between a prepare and a verify
-    phase. `platform`/`toolchain` as for start_run (tests render the Windows launcher and run it under Wine)."""
+    the pair's oneAPI activated in the launcher, upstream's cache and fit phases between a prepare phase (tiny
+    model, data, and the smoke config from the machine's recommendation) and a verify phase. `platform` and
+    `toolchain` as for start_run (tests render the Windows launcher and run it under Wine)."""
     import json
 
     from aipc_env.fileio import atomic_write_text
@@ -140,21 +206,21 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     (run_dir / "shim").mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "shim" / "sitecustomize.py", SHIM)
     config = run_dir / "config.yaml"
-    atomic_write_text(config, yaml.safe_dump(smoke_config(run_dir, plus=plus), sort_keys=False))
+    recommended = run_dir / "recommended.yaml"
+    atomic_write_text(recommended, yaml.safe_dump(recommended_for(machine), sort_keys=False))
 
     def phases(chosen: Chosen) -> list[Phase]:
         py, src = chosen.python, str(clone / "src")
         return [
-            Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir)]
+            Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir),
+                                        "--recommended", str(recommended), "--config", str(config)]
                   + (["--plus"] if plus else [])),
             Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
             # the cache and fit phases exactly as `aipc-env train` runs a qflux config
             *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
                                        output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
             Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
-                                       "--clone", str(clone), "--model", str(run_dir / "model"), "--output",
-                                       str(run_dir / "output"), "--steps", str(STEPS), "--rank", str(RANK),
-                                       "--alpha", str(ALPHA), "--keep", str(KEEP)]),
+                                       "--clone", str(clone), "--config", str(config)]),
         ]
 
     log(f"smoke: {clone} in {run_dir}")
@@ -172,9 +238,11 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     elif not dry_run:
         checks.append(SmokeCheck(name="phases", ok=False, detail=f"the run stopped with exit code {rc} before the "
                                  f"checks; see {outcome.plan.log_file}"))
+    changes = run_dir / "changes.json"
+    changed = json.loads(changes.read_text(encoding="utf-8")) if changes.is_file() else {}
     pair = outcome.pair
     return SmokeResult(clone=str(clone), trainer="QwenImageEditPlus" if plus else "QwenImageEdit",
                        pair=pair.pair.id if pair.pair else None, pair_why=pair.why, env_python=str(outcome.env.python),
                        run_dir=str(run_dir), log=outcome.plan.log_file, launcher=str(outcome.script), exit_code=rc,
                        passed=rc == ExitCode.OK and bool(checks) and all(c.ok for c in checks), checks=checks,
-                       seconds=round(time.perf_counter() - t0, 1))
+                       changed=changed, seconds=round(time.perf_counter() - t0, 1))

@@ -1,7 +1,10 @@
 """The smoke run's own steps, run inside the qflux env by the smoke launcher:
-`python -m aipc_env.qflux.smoke_worker prepare --out DIR [--plus]` builds the tiny random Qwen-Image-Edit(-Plus)
-pipeline (with the env's transformers, so upstream's pinned 4.52.4 reads it) and a 3-sample dataset;
-`... verify --run DIR --clone CLONE ...` checks what upstream's own cache and fit phases left behind."""
+`python -m aipc_env.qflux.smoke_worker prepare --out DIR --recommended FILE --config FILE [--plus]` builds the
+tiny random Qwen-Image-Edit(-Plus) pipeline (with the env's transformers, so upstream's pinned 4.52.4 reads it)
+and a 3-sample dataset, and writes the smoke config from the recommended one for the device this env has (with
+an XPU, the pre-quantized folders the recommendation names are made from the tiny model with aipc-env's own
+quantize); `... verify --run DIR --clone CLONE --config FILE` checks what upstream's own cache and fit phases
+left behind."""
 
 from __future__ import annotations
 
@@ -18,28 +21,58 @@ from aipc_env.errors import ExitCode
 __all__ = ["main"]
 
 
-def prepare(out: Path, plus: bool) -> dict:
+def has_xpu() -> bool:
+    import torch
+
+    return hasattr(torch, "xpu") and torch.xpu.is_available()
+
+
+def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict:
     import numpy as np
+    import yaml
     from PIL import Image
 
+    from aipc_env.fileio import atomic_write_text
+    from aipc_env.qflux.smoke import TINY_SIDE, smoke_config
     from aipc_env.train.tinypipe import build_tiny_pipeline
 
+    accelerator = has_xpu()
+    cfg, changed = smoke_config(yaml.safe_load(recommended.read_text(encoding="utf-8")), out, accelerator=accelerator,
+                                plus=plus)
     build_tiny_pipeline(out / "model", plus=plus)
+    if accelerator:  # the recommendation's pre-quantized folders, made from the tiny model as a user makes them
+        import torch
+
+        from aipc_env.tools.quantize import quantize_text_encoder, quantize_transformer
+
+        if cfg["model"].get("text_encoder_path"):
+            quantize_text_encoder(out / "model", Path(cfg["model"]["text_encoder_path"]), torch.device("xpu"))
+        if cfg["model"].get("transformer_path"):
+            quantize_transformer(out / "model", Path(cfg["model"]["transformer_path"]), torch.device("xpu"))
     rng = np.random.default_rng(0)
     images, control = out / "data" / "images", out / "data" / "control"
     images.mkdir(parents=True, exist_ok=True)
     control.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(("a", "b", "c")):
-        base = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+        base = rng.integers(0, 255, (TINY_SIDE, TINY_SIDE, 3), dtype=np.uint8)
         Image.fromarray(base).save(control / f"{name}.png")
         Image.fromarray(np.flip(base, axis=1).copy()).save(images / f"{name}.png")
         (images / f"{name}.txt").write_text(f"mirror the picture {i}", encoding="utf-8")
-    return {"model": str(out / "model"), "data": str(out / "data")}
+    atomic_write_text(out / "changes.json", json.dumps(changed, indent=2))
+    atomic_write_text(config, yaml.safe_dump(cfg, sort_keys=False))
+    return {"model": str(out / "model"), "data": str(out / "data"), "xpu": accelerator, "changed": sorted(changed)}
 
 
-def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: int, alpha: int, keep: int = 1) -> dict:
+def verify(run: Path, clone: Path, config: Path) -> dict:
     import bitsandbytes as bnb
     import torch
+    import yaml
+
+    cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
+    model, output = Path(cfg["model"]["pretrained_model_name_or_path"]), Path(cfg["logging"]["output_dir"])
+    steps, every = cfg["train"]["max_train_steps"], cfg["train"]["checkpointing_steps"]
+    keep = cfg["train"]["checkpoints_total_limit"]
+    rank, alpha = cfg["model"]["lora"]["r"], cfg["model"]["lora"]["lora_alpha"]
 
     sys.path.insert(0, str(clone / "src"))
     checks = []
@@ -49,7 +82,8 @@ def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: 
 
     from qflux.models.load_model import load_transformer
 
-    dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4")
+    dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4",
+                           transformer_path=cfg["model"].get("transformer_path"))
     linears = {n: m for n, m in dit.transformer_blocks.named_modules() if isinstance(m, torch.nn.Linear)}
     nf4 = [n for n, m in linears.items() if isinstance(m, bnb.nn.Linear4bit) and m.weight.quant_type == "nf4"]
     check("nf4-linear-layers", linears and len(nf4) == len(linears),
@@ -69,7 +103,7 @@ def verify(run: Path, clone: Path, model: Path, output: Path, steps: int, rank: 
           f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
           f"{len(lasts)} final and {len(others)} periodic checkpoint(s)")
     steps_kept = sorted(int(p.rsplit("-", 1)[-1]) for p in others if p.rsplit("-", 1)[-1].isdigit())
-    newest = list(range(1, steps + 1))[-keep:]  # checkpointing_steps 1: a periodic checkpoint at every step
+    newest = list(range(every, steps + 1, every))[-keep:]
     check("checkpoints-pruned", steps_kept == newest,
           f"periodic checkpoints left at steps {steps_kept}: checkpoints_total_limit {keep} keeps the newest "
           f"{newest} of steps 1-{steps} (the adapted pruning; upstream never prunes)")
@@ -101,23 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prepare")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--plus", action="store_true")
+    p.add_argument("--recommended", type=Path, required=True)
+    p.add_argument("--config", type=Path, required=True)
     v = sub.add_parser("verify")
     v.add_argument("--run", type=Path, required=True)
     v.add_argument("--clone", type=Path, required=True)
-    v.add_argument("--model", type=Path, required=True)
-    v.add_argument("--output", type=Path, required=True)
-    v.add_argument("--steps", type=int, required=True)
-    v.add_argument("--rank", type=int, required=True)
-    v.add_argument("--alpha", type=int, required=True)
-    v.add_argument("--keep", type=int, default=1)
+    v.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     from aipc_env.train.compat import quiet_bitsandbytes_notices
 
     quiet_bitsandbytes_notices()
     if args.step == "prepare":
-        print(json.dumps(prepare(args.out, args.plus)))
+        print(json.dumps(prepare(args.out, args.plus, args.recommended, args.config)))
         return ExitCode.OK
-    result = verify(args.run, args.clone, args.model, args.output, args.steps, args.rank, args.alpha, args.keep)
+    result = verify(args.run, args.clone, args.config)
     (args.run / "verify.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     for c in result["checks"]:
         print(f"smoke: {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}", flush=True)

@@ -91,6 +91,13 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
                           peak_device_mb=device_memory_mb(device, peak=True), method=method)
 
 
+def _dtype_kwarg(dtype) -> dict:
+    """transformers 5 names it `dtype`; 4.x (the qflux clone pins 4.52.4) only knows `torch_dtype`."""
+    import transformers
+
+    return {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
+
+
 def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
     import torch
     from transformers import BitsAndBytesConfig, Qwen2_5_VLForConditionalGeneration
@@ -100,7 +107,8 @@ def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
     with atomic_dir(dst) as tmp:
         dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(source), quantization_config=qcfg, dtype=dtype,
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(source), quantization_config=qcfg,
+                                                                   **_dtype_kwarg(dtype),
                                                                    device_map={"": device})
         model.save_pretrained(str(tmp))
         (tmp / MARKER).write_text(json.dumps({"method": "transformers-bitsandbytes", "source": str(source),
