@@ -1,6 +1,6 @@
 """The package's structure holds: the environment side never imports torch, only the process layer (and the
-runner) import subprocess, no private name crosses modules, the wheel's package list is complete, and the launchers
-are the templates in launchers/."""
+runner) import subprocess, no private name crosses modules, the wheel's package list is complete, the built wheel
+ships the launcher templates and data, and no test skips under CI=true."""
 
 from __future__ import annotations
 
@@ -72,9 +72,56 @@ def test_wheel_package_list_is_complete():
     assert listed == found
 
 
-def test_launchers_are_the_templates():
-    from aipc_env.launch.render import TEMPLATES, template_text
+def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
+    """pip builds the wheel from a copy of the checkout's sources (setuptools writes build/ beside them); each
+    launcher template and each environments/ data file is read out of the zip and must equal the checkout's."""
+    import shutil
+    import zipfile
 
-    for name in TEMPLATES.values():
-        assert template_text(name) == (ROOT / "launchers" / name).read_text(encoding="utf-8")
-        assert "@AIPC_ENV_VERSION@" in template_text(name)
+    from aipc_env.launch.render import TEMPLATES
+
+    src = tmp_path / "src tree"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for folder in ("src", "launchers", "environments"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
+    out = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = out.glob("aipc_env-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert set(TEMPLATES.values()) and all(f"aipc_env/launchers/{n}" in names for n in TEMPLATES.values())
+        for name in TEMPLATES.values():
+            shipped = archive.read(f"aipc_env/launchers/{name}").decode("utf-8")
+            assert shipped == (ROOT / "launchers" / name).read_text(encoding="utf-8"), name
+            assert "@AIPC_ENV_VERSION@" in shipped
+        for data in sorted((ROOT / "environments").glob("*.yaml")):
+            assert archive.read(f"aipc_env/environments/{data.name}") == data.read_bytes(), data.name
+
+
+def test_no_test_skips_under_ci():
+    """A test may skip only through conftest.require_tool (which fails under CI=true) or on a platform
+    condition (skipif on sys.platform); never a bare pytest.skip, importorskip or an unconditional mark."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name == "conftest.py" and path.parent == ROOT / "tests":
+            continue  # require_tool lives there
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute) or not isinstance(node.value, (ast.Name, ast.Attribute)):
+                continue
+            owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if owner == "pytest" and node.attr in ("skip", "importorskip", "xfail"):
+                offenders.append(f"{where}: pytest.{node.attr}")
+            elif owner == "mark" and node.attr in ("skip", "xfail"):
+                offenders.append(f"{where}: mark.{node.attr}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "skipif":
+                condition = ast.unparse(node.args[0]) if node.args else ""
+                if "sys.platform" not in condition:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: skipif({condition})")
+    assert not offenders, offenders

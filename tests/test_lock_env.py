@@ -312,9 +312,10 @@ package:
 def test_conda_lock_render_works_offline(tmp_path):
     import shutil
 
+    from tests.conftest import require_tool
+
     conda_lock = shutil.which("conda-lock") or str(Path(sys.executable).parent / "conda-lock")
-    if not Path(conda_lock).exists():
-        pytest.skip("conda-lock is not installed")
+    require_tool(None if Path(conda_lock).exists() else "conda-lock is not installed (pip install -e .[lock])")
     lock = tmp_path / "conda-lock.yml"
     lock.write_text(CONDA_LOCK_FIXTURE)
     subprocess.run(conda_render_argv(conda_lock, lock, "win-64", tmp_path), check=True, capture_output=True,
