@@ -249,6 +249,23 @@ def test_revert_checks_every_backup_before_changing_anything(clone):
     assert tree_hashes(clone) == adapted  # not one file restored
 
 
+@pytest.mark.parametrize("damage", ["changed", "missing"])
+def test_readapting_from_a_damaged_backup_is_refused(clone, damage):
+    """Re-adapting plans from the pristine backups (an adapted file is never taken for a pristine one); a backup
+    whose bytes no longer match its recorded hash stops it before any file changes."""
+    assert run_cli("adapt", str(clone)).returncode == 0
+    adapted = tree_hashes(clone)
+    backup = min((clone / STATE_DIR / "backup").rglob("*.py"))
+    if damage == "changed":
+        backup.write_bytes(backup.read_bytes() + b"# damaged\n")
+    else:
+        backup.unlink()
+    for argv in (["--dry-run"], []):
+        result = run_cli("adapt", str(clone), *argv)
+        assert result.returncode == 2 and "missing or damaged" in result.stderr, (argv, result.stderr[-1500:])
+    assert tree_hashes(clone) == adapted
+
+
 @pytest.mark.parametrize("text, ok", [("distributed_type: 'NO'\nmixed_precision: 'no'\n", True),
                                       ("distributed_type: NO\nmixed_precision: 'no'\n", False),
                                       ("distributed_type: 'NO'\nmixed_precision: no\n", False),

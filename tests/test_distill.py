@@ -140,6 +140,7 @@ def test_trajectories_are_resumable_and_hash_keyed(finished_run, quiet):
     ("rgba", "g0", "teacher-8-step-rgb", "rgba-not-sliced"),
     ("no-lora-metadata", "g0", "lora-save-reload", "lora-metadata-missing"),
     ("wrong-sigmas", "g2", "sigmas-verbatim-teacher", "sigmas-not-verbatim"),
+    ("parity-ulp", "g2", "parity-teacher", "sampler-parity-broken"),  # just above the bound (0.0)
 ])
 def test_injected_fault_fails_the_matching_gate_with_a_named_error(tmp_path, fault, stage, check, error):
     out = tmp_path / "run"
@@ -153,6 +154,8 @@ def test_injected_fault_fails_the_matching_gate_with_a_named_error(tmp_path, fau
     if fault == "wrong-sigmas":  # the parity itself still holds: only the grid is warped
         assert verdict["metrics"]["teacher_max_abs_diff"] == 0.0
         assert verdict["metrics"]["teacher_effective_sigmas"][-2] == pytest.approx(0.02, abs=1e-6)
+    if fault == "parity-ulp":  # one float step, far below any tolerance a loosened check would allow
+        assert 0.0 < verdict["metrics"]["teacher_max_abs_diff"] < 1e-5
 
 
 def test_train_stage_refuses_a_lora_without_metadata(finished_run, tmp_path, quiet):

@@ -34,9 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "built-in tiny default)")
     common.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     common.add_argument("--inject", action="append", default=[], metavar="FAULT",
-                        choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas"],
+                        choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
                         help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
-                        "G0; wrong-sigmas: G2)")
+                        "G0; wrong-sigmas, parity-ulp: G2)")
     init = stages.add_parser("init", help="write the built-in default config to edit")
     init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
     init.add_argument("--force", action="store_true", help="replace an existing distill.yaml (kept as distill.yaml.bak)")

@@ -1,7 +1,8 @@
 """Gates G0 (plumbing), G2 (sampler parity) and G3 (quality), each a list of named checks. A violated seed-003
 lesson fails its check with the lesson's error name; a failed check stops the checks that depend on it.
 `inject` names faults to plant (tests prove each gate catches its fault):
-grad-embeddings, rgba, no-lora-metadata (G0); wrong-sigmas (G2)."""
+grad-embeddings, rgba, no-lora-metadata (G0); wrong-sigmas, parity-ulp (G2: the own loop's first value moved
+by one float step, the smallest difference parity must refuse)."""
 
 from __future__ import annotations
 
@@ -228,6 +229,10 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         pipe_sigmas = [float(s) for s in pipe.scheduler.sigmas]
         own, _, _, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, grid, cfg.height, cfg.width,
                                        use_kv_cache=cfg.use_kv_cache)
+        if "parity-ulp" in inject:
+            flat = own.flatten().clone()
+            flat[0] = torch.nextafter(flat[0], flat[0] + 1)
+            own = flat.view_as(own)
         diff = float((own - ref).abs().max())
         metrics[f"{name}_max_abs_diff"] = diff
         metrics[f"{name}_effective_sigmas"] = [float(s) for s in eff]
