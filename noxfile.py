@@ -7,6 +7,7 @@
     nox -s adapt -- CLONE [--smoke]    adapt a qwen-image-finetune clone for XPU + NF4 (runbook step 5)
     nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
+    nox -s mutate [-- MODULE ...]      mutation testing of the guard modules (mutmut); scores in benchmarks/results
 
 Sessions that need torch install the right build once: the pair's XPU build on a machine with an Intel GPU,
 else the CPU build from the PyTorch CPU index (never PyPI's multi-GB CUDA build). Offline or air-gapped:
@@ -163,3 +164,15 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "--cov", "--cov-branch", "--cov-report=", *rest)
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(f"branch coverage of src/aipc_env (in-process, statements + branches): {total.strip()}%")
+
+
+@nox.session
+def mutate(session: nox.Session) -> None:
+    """Mutation testing (mutmut; its config is [tool.mutmut] in pyproject.toml) of the modules whose job is to
+    refuse or detect, then the per-module scores in benchmarks/results/mutation.json. `-- aipc_env.matrix.resolve`
+    limits the run to that module's mutants. Not part of CI: it reruns the area tests once per mutant."""
+    rest = _install(session, "train,lock,dev", torch=True)
+    session.install("mutmut>=3.8", env=UV_TLS)
+    globs = [f"{name}.*" for name in rest]
+    session.run("python", "-m", "mutmut", "run", *globs, env={"AIPC_ENV_HOME": str(ROOT)})
+    session.run("python", str(ROOT / "benchmarks" / "mutation_scores.py"))

@@ -121,3 +121,82 @@ def test_env_drift_kinds_one_by_one():
     assert _drift({"tinydep": "2.0", "stray": "1"}) == [("extra", "stray")]
     # a version drift is reported as such even when the hash differs too (the version says more)
     assert _drift({"tinydep": "1.0"}, manifest_sha="b" * 64) == [("version", "tinydep")]
+
+
+# -- requirements: which specifier pairs conflict, and the in-place edit with its backup ---------------------------
+
+@pytest.mark.parametrize("a, b, conflict", [
+    ("", ">=1", False),                 # no constraint on one side
+    (">=1.0", "<1.0", True),
+    ("<=1.0", ">=1.0", False),          # 1.0 satisfies both: at the bound
+    ("==2.0", ">=1.5", False),
+    ("<2", ">=2", True),
+    ("==69.5.1", ">=77.0.3", True),     # the runbook's setuptools case
+    ("~=1.4", ">=1.5", False),
+    ("==1.*", ">=2", True),
+    ("==1.4.*", "<1.4.1", False),
+    ("==1.2.3", ">1.2.3", True),
+    (">1.2.3", "<1.2.5", False),        # 1.2.4: the next micro
+    (">1.2.9", "<1.4", False),          # 1.3.0: the next minor
+    (">1.9.9", "<2.1", False),
+    ("==2.0.0rc1", ">=1.0", False),     # a pre-release satisfies both
+    (">=2.0.0rc1", "<2.0.0", True),     # PEP 440: <2.0.0 excludes 2.0.0's own pre-releases
+    ("===weird", ">=1", False),         # not a version: never called a conflict
+])
+def test_specifiers_conflict(a, b, conflict):
+    from packaging.specifiers import SpecifierSet
+
+    from aipc_env.trainenv.requirements import specifiers_conflict
+
+    assert specifiers_conflict(SpecifierSet(a), SpecifierSet(b)) is conflict
+    assert specifiers_conflict(SpecifierSet(b), SpecifierSet(a)) is conflict
+
+
+ORIGINAL = b"\xef\xbb\xbftorch==2.3.0\r\nbitsandbytes==0.43.0\r\ndiffusers\r\n"
+
+
+def _apply(path, matrix, dry_run=False):
+    from aipc_env.trainenv.requirements import apply_edits
+
+    return apply_edits(path, pair=matrix.get("xpu-2.10"), xpu_index="https://download.pytorch.org/whl/xpu",
+                       pip_layer=None, locked=None, dry_run=dry_run)
+
+
+def test_apply_edits_dry_run_then_real_then_again(tmp_path, matrix):
+    import stat
+
+    path = tmp_path / "requirements.txt"
+    path.write_bytes(ORIGINAL)
+    path.chmod(0o640)
+    result, diff, backup = _apply(path, matrix, dry_run=True)
+    assert result.changed and backup is None and path.read_bytes() == ORIGINAL
+    assert not (tmp_path / "requirements.txt.aipc-backup").exists()
+    assert diff.startswith(f"--- {path}\n+++ {path} (aipc-env)\n") and "-torch==2.3.0" in diff
+    result, diff, backup = _apply(path, matrix)
+    assert backup == tmp_path / "requirements.txt.aipc-backup" and backup.read_bytes() == ORIGINAL
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o640 and stat.S_IMODE(path.stat().st_mode) == 0o640
+    edited = path.read_bytes()
+    assert edited.startswith(b"\xef\xbb\xbf") and b"\r\n" in edited and b"bitsandbytes>=0.48.2" in edited
+    assert b"torch==2.10.0+xpu" in edited and edited.count(b"\xef\xbb\xbf") == 1
+    again, diff, backup = _apply(path, matrix)
+    assert not again.changed and diff == "" and path.read_bytes() == edited
+    assert backup is None and (tmp_path / "requirements.txt.aipc-backup").read_bytes() == ORIGINAL
+
+
+def test_apply_edits_refusals_change_nothing(tmp_path, matrix):
+    from aipc_env.errors import InputError
+
+    with pytest.raises(InputError, match="requirements file not found") as missing:
+        _apply(tmp_path / "nope.txt", matrix)
+    assert "requirements.txt" in missing.value.fix
+    with pytest.raises(InputError, match="is a folder, expected a requirements file"):
+        _apply(tmp_path, matrix)
+    path = tmp_path / "requirements.txt"
+    path.write_bytes(ORIGINAL)
+    path.chmod(0o444)
+    with pytest.raises(InputError, match="read-only; nothing was changed") as ro:
+        _apply(path, matrix)
+    assert "chmod u+w" in ro.value.fix and "--dry-run" in ro.value.fix
+    assert path.read_bytes() == ORIGINAL and not (tmp_path / "requirements.txt.aipc-backup").exists()
+    result, _, backup = _apply(path, matrix, dry_run=True)  # a dry run of a read-only file is fine
+    assert result.changed and backup is None

@@ -96,3 +96,84 @@ def test_two_different_torch_lines_are_a_named_error(tmp_path):
     result = run_cli("resolve", "--pip-list", str(path))
     assert result.returncode == 2 and "torch appears twice with different versions" in result.stderr
     assert "line 1" in result.stderr and "line 3" in result.stderr and "Traceback" not in result.stderr
+
+
+# Whole verdicts as literals (reviewed by hand against environments/matrix.yaml): every field a user or the doctor
+# reads, so a dropped field, a swapped flag or a lost evidence line fails here.
+
+def _verdict(installed, matrix, platform, tv=None):
+    res = resolve_pair(installed, matrix, platform, tv)
+    return (res.status, res.pair, res.candidates, res.torch, res.torch_is_xpu, len(res.matched), len(res.missing),
+            [(m.name, m.installed, m.expected, m.belongs_to) for m in res.mismatches], res.evidence, res.summary)
+
+
+WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025.3.2", "intel-cmplr-lic-rt": "2025.3.2",
+                   "intel-sycl-rt": "2025.3.2", "onemkl-sycl-blas": "2025.3.1", "onemkl-sycl-dft": "2025.3.1",
+                   "onemkl-sycl-lapack": "2025.3.1", "onemkl-sycl-rng": "2025.3.1", "onemkl-sycl-sparse": "2025.3.1",
+                   "dpcpp-cpp-rt": "2025.3.2", "intel-opencl-rt": "2025.3.2", "intel-openmp": "2025.3.2",
+                   "mkl": "2025.3.1", "tbb": "2022.3.1", "tcmlib": "1.4.1", "umf": "1.0.3", "intel-pti": "0.16.0",
+                   "triton-xpu": "3.7.0"}
+
+
+@pytest.mark.parametrize("installed, platform, tv, expected", [
+    ({**WIN_211_RUNTIME, "torch": "2.11.0+xpu"}, "win-64", None,
+     ("exact", "xpu-2.11", ["xpu-2.11"], "2.11.0+xpu", True, 18, 0, [], ["torch 2.11.0+xpu belongs to xpu-2.11"],
+      "xpu-2.11: every runtime pin matches")),
+    ({**WIN_211_RUNTIME, "torch": "2.11.0+cpu"}, "win-64", None,
+     ("not-xpu", "xpu-2.11", ["xpu-2.11"], "2.11.0+cpu", False, 18, 0, [],
+      ["torch 2.11.0+cpu belongs to xpu-2.11", "torch 2.11.0+cpu has no '+xpu' local version"],
+      "torch 2.11.0+cpu is not an XPU build")),
+    ({"torch": "2.13.0+cpu"}, "linux-64", None,
+     ("not-xpu", None, [], "2.13.0+cpu", False, 0, 0, [],
+      ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
+      "torch 2.13.0+cpu is not an XPU build")),
+    ({"torch": "2.13.0+cpu", "intel-sycl-rt": "2026.0.0", "tcmlib": "1.5.0"}, "linux-64", None,
+     ("partial", "xpu-2.13", ["xpu-2.13"], "2.13.0+cpu", False, 2, 21, [],
+      ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
+      "xpu-2.13: matches, but 21 pinned package(s) are not installed")),
+    ({"torch": "banana", "tcmlib": "1.5.0"}, "win-64", None,
+     ("ambiguous", None, ["xpu-2.13", "xpu-2.14"], "banana", False, 0, 0, [],
+      ["torch version 'banana' is not a PEP 440 version"],
+      "runtime matches several pairs: xpu-2.13, xpu-2.14 (torch not installed)")),
+    ({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "intel-pti": "0.15.0"}, "win-64", None,
+     ("mixed", "xpu-2.10", ["xpu-2.10"], None, False, 2, 16, [("onemkl-license", "2099.1.0", ["2025.3.0"], [])],
+      ["2 runtime fingerprint(s) match xpu-2.10"], "xpu-2.10: runtime packages from several releases "
+      "(onemkl-license 2099.1.0)")),
+    ({"torch": "2.8.0+xpu"}, "win-64", "20250101",
+     ("partial", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [], ["torch 2.8.0+xpu belongs to xpu-2.8"],
+      "xpu-2.8: matches, but 18 pinned package(s) are not installed")),
+    ({"torch": "2.8.0+xpu"}, "win-64", "19990101",
+     ("mixed", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [("torch.version.xpu", "19990101", ["20250101"], [])],
+      ["torch 2.8.0+xpu belongs to xpu-2.8", "torch.version.xpu is 19990101, xpu-2.8 was built with 20250101"],
+      "xpu-2.8: runtime packages from several releases (torch.version.xpu 19990101)")),
+    ({"torch": "2.13.0+xpu"}, "linux-64", "20990101",  # the row records no torch.version.xpu: nothing to compare
+     ("partial", "xpu-2.13", ["xpu-2.13"], "2.13.0+xpu", True, 0, 23, [], ["torch 2.13.0+xpu belongs to xpu-2.13"],
+      "xpu-2.13: matches, but 23 pinned package(s) are not installed")),
+    ({"torch": "2.99.0+xpu", "tcmlib": "1.4.1"}, "win-64", None,  # an XPU torch no row lists
+     ("ambiguous", None, ["xpu-2.10", "xpu-2.11", "xpu-2.12"], "2.99.0+xpu", True, 0, 0, [], [],
+      "runtime matches several pairs: xpu-2.10, xpu-2.11, xpu-2.12 (torch not installed)")),
+    # contradictions counted, not flagged: 2.10 has three (onemkl-license, umf, mkl), 2.11 and 2.12 two each
+    ({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "umf": "9.9", "mkl": "9.9"}, "win-64", None,
+     ("ambiguous", None, ["xpu-2.11", "xpu-2.12"], None, False, 0, 0, [], [],
+      "runtime matches several pairs: xpu-2.11, xpu-2.12 (torch not installed)")),
+])
+def test_whole_verdicts(matrix, installed, platform, tv, expected):
+    assert _verdict(installed, matrix, platform, tv) == expected
+
+
+def test_resolve_report_fields(matrix):
+    from aipc_env.matrix.resolve import resolve_report
+
+    report = resolve_report({"torch": "2.13.0+xpu", "triton-xpu": "3.7.2", "pytorch-triton-xpu": "3.7.2",
+                             "numpy": "2.1"}, matrix, "linux-64")
+    assert (report.platform, report.oneapi, report.certainty) == ("linux-64", "2026.0", "confirmed")
+    assert report.triton_packages == {"pytorch-triton-xpu": "3.7.2", "triton-xpu": "3.7.2"}
+    assert report.summary == report.resolution.summary and report.resolution.pair == "xpu-2.13"
+    assert not report.consistent  # two Triton packages
+    single = resolve_report({"torch": "2.13.0+xpu", "triton-xpu": "3.7.2"}, matrix, "linux-64")
+    assert single.consistent and single.triton_packages == {"triton-xpu": "3.7.2"}
+    none = resolve_report({"numpy": "2.1"}, matrix, "linux-64")
+    assert (none.resolution.status, none.oneapi, none.certainty, none.triton_packages) == ("none", None, None, {})
+    assert not none.consistent
+    built = resolve_report({"torch": "2.8.0+xpu"}, matrix, "win-64", torch_version_xpu="19990101")
+    assert [m.name for m in built.resolution.mismatches] == ["torch.version.xpu"]
