@@ -174,5 +174,9 @@ def mutate(session: nox.Session) -> None:
     rest = _install(session, "train,lock,dev", torch=True)
     session.install("mutmut>=3.8", env=UV_TLS)
     globs = [f"{name}.*" for name in rest]
+    # a fresh copy each time: mutmut's cached map of which test reaches which function goes stale when tests change
+    import shutil
+
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     session.run("python", "-m", "mutmut", "run", *globs, env={"AIPC_ENV_HOME": str(ROOT)})
     session.run("python", str(ROOT / "benchmarks" / "mutation_scores.py"))
