@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -175,8 +176,6 @@ def mutate(session: nox.Session) -> None:
     session.install("mutmut>=3.8", env=UV_TLS)
     globs = [f"{name}.*" for name in rest]
     # a fresh copy each time: mutmut's cached map of which test reaches which function goes stale when tests change
-    import shutil
-
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     session.run("python", "-m", "mutmut", "run", *globs, env={"AIPC_ENV_HOME": str(ROOT)})
     session.run("python", str(ROOT / "benchmarks" / "mutation_scores.py"))

@@ -26,9 +26,7 @@ KILLED = {"killed"}
 
 def module_of(mutant: str) -> str:
     """aipc_env.matrix.resolve.x_resolve_pair__mutmut_9 -> aipc_env.matrix.resolve (class methods: xǁClassǁm)."""
-    head = mutant.split("__mutmut_")[0]
-    parts = head.split(".")
-    return ".".join(p for p in parts[:-1])
+    return mutant.split("__mutmut_")[0].rsplit(".", 1)[0]
 
 
 def scores(lines: list[str], equivalents: dict[str, str]) -> dict[str, dict]:

@@ -26,7 +26,7 @@ from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.platforms import Platform
-from aipc_env.train.recommend import Machine
+from aipc_env.train.recommend import Machine, get_dotted, set_dotted
 
 __all__ = ["STEPS", "SmokeCheck", "SmokeResult", "run_smoke", "smoke_config"]
 
@@ -104,26 +104,6 @@ PREQUANTIZED_NEEDS_AN_ACCELERATOR = (
     "transformer is quantized to NF4 on load instead")
 
 
-def _get(cfg: dict, dotted: str) -> object:
-    node: object = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _set(cfg: dict, dotted: str, value: object) -> None:
-    *parents, leaf = dotted.split(".")
-    node = cfg
-    for part in parents:
-        node = node.setdefault(part, {})
-    if value is DROP:
-        node.pop(leaf, None)
-    else:
-        node[leaf] = value
-
-
 def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool,
                  plus: bool = True) -> tuple[dict, dict[str, str]]:
     """`recommend --engine qflux`'s config for this machine, changed only where a tiny model must: paths, sizes,
@@ -151,14 +131,14 @@ def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool,
                               "--plus); recommend offers Edit-2509, which is the Plus trainer")
     if not accelerator:
         for key in ("cache.devices.vae", "cache.devices.text_encoder"):
-            if _get(cfg, key) not in (None, "cpu"):
+            if get_dotted(cfg, key) not in (None, "cpu"):
                 changes[key] = ("cpu", "device: this env has no XPU (torch.xpu.is_available() is False)")
     for key, folder in (("model.text_encoder_path", "text-encoder-nf4"), ("model.transformer_path", "transformer-nf4")):
-        if _get(cfg, key) is not None:
+        if get_dotted(cfg, key) is not None:
             changes[key] = ((str(out / folder), "path: the tiny model, pre-quantized by aipc-env quantize")
                             if accelerator else (DROP, PREQUANTIZED_NEEDS_AN_ACCELERATOR))
     for key, (value, _) in changes.items():
-        _set(cfg, key, value)
+        set_dotted(cfg, key, value, remove=value is DROP)
     return cfg, {key: why for key, (_, why) in changes.items()}
 
 

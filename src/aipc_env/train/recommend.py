@@ -23,10 +23,12 @@ __all__ = [
     "RecommendReport",
     "Recommendation",
     "SelectedPattern",
+    "get_dotted",
     "machine_from_facts",
     "machine_from_probe",
     "qflux_config",
     "recommend",
+    "set_dotted",
     "smoke_config",
 ]
 
@@ -168,6 +170,28 @@ def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool 
 SMOKE_STEPS = 20
 
 
+def get_dotted(tree: dict, dotted: str) -> object:
+    """tree["a"]["b"] for "a.b"; None where a part is missing."""
+    node: object = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def set_dotted(tree: dict, dotted: str, value: object, *, remove: bool = False) -> None:
+    """Set (or with `remove`, drop) tree["a"]["b"] for "a.b", creating missing parents."""
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for part in parents:
+        node = node.setdefault(part, {})
+    if remove:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
 def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[str]]:
     """The recommended config changed only where the built-in tiny model must: the model and data (tiny random
     model, synthetic samples, 64 px), the step counts, no workers, and the output folder. Optimizer, LoRA, gradient
@@ -182,11 +206,7 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[st
                "data.synthetic_samples": 8, "data.num_workers": 0, "train.max_train_steps": SMOKE_STEPS,
                "train.warmup_steps": 2, "train.checkpointing_steps": SMOKE_STEPS // 2, "output_dir": output_dir}
     for dotted, value in changed.items():
-        node = cfg
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+        set_dotted(cfg, dotted, value)
     dropped = [f"model.{key}" for key in ("text_encoder_path", "transformer_path") if cfg["model"].pop(key, None)]
     return cfg, sorted([*changed, *dropped])
 
