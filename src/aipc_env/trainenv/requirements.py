@@ -66,8 +66,10 @@ def split_lines(text: str) -> list[tuple[str, str]]:
 
 
 def _parse(line: str) -> Requirement | None:
+    """The requirement on a line, or None for comments, options (-e, -r, --index-url), URLs and direct references
+    (`name @ https://...`, left as written)."""
     body = line.split(" #", 1)[0].strip()
-    if not body or body.startswith(("#", "-")) or "://" in body or "\x00" in body:
+    if "://" in body:
         return None
     try:
         return Requirement(body)
@@ -77,7 +79,7 @@ def _parse(line: str) -> Requirement | None:
 
 def _admits_older(spec: SpecifierSet, minimum: Version) -> bool:
     """Whether a specifier still allows a version below the minimum (no lower bound at or above it)."""
-    for item in spec:
+    for item in sorted(spec, key=str):  # a SpecifierSet's own order follows the string hash seed
         try:
             bound = Version(item.version.rstrip(".*"))
         except InvalidVersion:
