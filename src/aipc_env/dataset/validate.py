@@ -30,9 +30,6 @@ class Verdict(VersionedModel):
     issues: list[str] = []
     warnings: list[str] = []
 
-    def as_dict(self) -> dict:
-        return self.model_dump(mode="json")
-
 
 def _open(part: Path | bytes):
     from PIL import Image
@@ -63,10 +60,8 @@ def _image_problems(sample: Sample, part: Path | bytes | None, role: str, target
 def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
     issues, warnings = list(scan.issues), list(scan.warnings)
     small: list[str] = []
-    usable = 0
     counts: dict[int, list[str]] = {}
     for s in scan.samples:
-        ok = True
         if not s.prompt:
             if s.prompt_file is not None:
                 issues.append(f"{s.where}: its prompt file {s.prompt_file.name} is empty; write the edit instruction "
@@ -76,16 +71,12 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
                               "the edit instruction")
             else:
                 issues.append(f"{s.where}: empty prompt")
-            ok = False
         if not s.controls:
             issues.append(f"{s.where}: no control image (the input of the edit)")
-            ok = False
         counts.setdefault(len(s.controls), []).append(s.id)
         for role, part in [("target", s.target), *[(f"control {i}", c) for i, c in enumerate(s.controls)],
                            ("mask", s.mask)]:
-            before = len(issues)
             _image_problems(s, part, role, target_size, issues, small)
-            ok = ok and len(issues) == before
         if s.prompt:
             words = len(s.prompt.split())
             if s.prompt.strip().lower().rstrip(".") in VAGUE:
@@ -95,7 +86,6 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
             if s.prompt.lower().startswith(CAPTION_START):
                 warnings.append(f"{s.where}: prompt reads like a caption of the result; write the edit instruction "
                                 "(\"Add the character to the image\")")
-        usable += ok
     if len(counts) > 1:
         first = scan.samples[0]
         detail = "; ".join(f"{n} control(s): {', '.join(ids[:3])}{'…' if len(ids) > 3 else ''}"
