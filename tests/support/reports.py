@@ -1,5 +1,7 @@
-"""Generate many doctor reports (fleet tests and benchmarks): the real doctor run on whole-machine fixtures, each
-copy given its own machine identity, some with failures and some with another env or pair."""
+"""Generate many doctor reports (fleet tests and benchmarks) from two recorded ones (fixtures/reports/: the output
+of `aipc-env doctor --facts fixtures/machines/<name>.json --json`, kept as written, so a change of the doctor does
+not change what the fleet report is tested on), each copy given its own machine identity, some with failures
+and some with another env."""
 
 from __future__ import annotations
 
@@ -7,25 +9,19 @@ import json
 import uuid
 from pathlib import Path
 
-MACHINES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
+REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
 
 
 def generate_reports(folder: Path, count: int, *, drifted_every: int = 97, failing_every: int = 31) -> dict:
     """Write `count` reports into folder; returns {"golden": path, "drifted": [...], "failing": [...]}."""
-    from aipc_env.doctor import run_checks
-    from aipc_env.facts import load_facts
-    from aipc_env.facts.model import MachineIdentity
-    from aipc_env.matrix import load_matrix
-
-    matrix = load_matrix()
-    good = load_facts(MACHINES / "win11_core_ultra_32gb.json")
-    sixteen = load_facts(MACHINES / "win11_16gb.json")
+    good = json.loads((REPORTS / "win11_core_ultra_32gb.report.json").read_text(encoding="utf-8"))
+    sixteen = json.loads((REPORTS / "win11_16gb.report.json").read_text(encoding="utf-8"))
     folder.mkdir(parents=True, exist_ok=True)
     golden = folder.parent / "golden.json"
-    good.machine = MachineIdentity(hostname="golden-pc", machine_id=str(uuid.UUID(int=0)))
-    golden.write_text(run_checks(good, matrix).model_dump_json(indent=1))
-    base_good = run_checks(good, matrix).model_dump(mode="json")
-    base_bad = run_checks(sixteen, matrix).model_dump(mode="json")
+    good_golden = json.loads(json.dumps(good))
+    good_golden["facts"]["machine"] = {"hostname": "golden-pc", "machine_id": str(uuid.UUID(int=0)), "source": None}
+    golden.write_text(json.dumps(good_golden, indent=1))
+    base_good, base_bad = good, sixteen
     drifted, failing = [], []
     for i in range(count):
         failing_one = i % failing_every == 5
