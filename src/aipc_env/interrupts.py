@@ -21,4 +21,6 @@ def checkpoint(name: str) -> None:
     if wanted and wanted == name:
         os.environ.pop(ENV_VAR, None)  # once: the recovery run in the same process must not stop again
         hard = os.environ.get("AIPC_ENV_INTERRUPT_SIGNAL", "").upper() == "KILL"
+        if not hard:  # a Ctrl+C even where the process was started with SIGINT ignored (a background job)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM) if hard else signal.SIGINT)
