@@ -1,0 +1,160 @@
+"""The fleet report in process, on recorded doctor reports (fixtures/reports/) changed one fact at a time: each drift
+kind on its own with its exact text, the states and their order, the newest report per machine (ties broken by
+the path), unreadable, newer and older reports, and the golden report's refusal. Expected values are literals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aipc_env.errors import InputError
+from aipc_env.fleet.report import build_fleet_report, env_hash
+
+REPORTS = Path(__file__).parent / "fixtures" / "reports"
+GOOD = json.loads((REPORTS / "win11_core_ultra_32gb.report.json").read_text(encoding="utf-8"))
+SIXTEEN = json.loads((REPORTS / "win11_16gb.report.json").read_text(encoding="utf-8"))
+GOLDEN_ENV = "0b9d3f1f782eb227"  # sha256sum of its sorted name==version lines, first 16 hex digits
+
+
+def _write(folder: Path, name: str, report: dict, machine_id: str | None = None, **facts) -> Path:
+    report = json.loads(json.dumps(report))
+    report["facts"]["machine"] = {"hostname": name, "machine_id": machine_id, "source": "test"}
+    for dotted, value in facts.items():
+        obj = report
+        *parents, last = dotted.split("__")
+        for part in parents:
+            obj = obj[int(part)] if part.isdigit() else obj[part]
+        obj[last] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def golden(tmp_path) -> Path:
+    return _write(tmp_path, "golden", GOOD)
+
+
+def test_the_recorded_env_hash():
+    assert env_hash(GOOD["facts"]["training_env"]["distributions"]) == GOLDEN_ENV
+    assert env_hash({"a": "1", "b": "2"}) == env_hash({"b": "2", "a": "1"}) != env_hash({"a": "1", "b": "3"})
+
+
+def _bnb(version: str) -> dict:
+    return {**GOOD["facts"]["training_env"]["distributions"], "bitsandbytes": version}
+
+
+@pytest.mark.parametrize(("facts", "described"), [
+    ({"facts__gpus__0__driver_version": "31.0.101.5590"},
+     "driver 31.0.101.5590 (golden 32.0.101.6874)"),
+    ({"facts__gpus__0__driver_version": None}, "driver none (golden 32.0.101.6874)"),
+    ({"facts__oneapi__installs__0__version": "2025.2"}, "oneapi 2025.2 (golden 2025.3)"),
+    ({"facts__os__version": "10.0.22631"}, "os Windows 10.0.22631 (golden Windows 10.0.26100)"),
+    ({"facts__aipc_env_version": "0.0.9"}, "aipc-env 0.0.9 (golden 0.1.0)"),
+    ({"resolution__pair": "xpu-2.12"}, "pair xpu-2.12 (golden xpu-2.11)"),
+    ({"facts__training_env__distributions": _bnb("0.49.1")},
+     f"env {env_hash(_bnb('0.49.1'))} (golden {GOLDEN_ENV}): 1 package(s) differ: bitsandbytes 0.49.1/0.50.2"),
+])
+def test_each_drift_kind_alone(tmp_path, golden, facts, described):
+    _write(tmp_path / "r", "pc", GOOD, **facts)
+    report = build_fleet_report([tmp_path / "r"], golden)
+    (row,) = report.machines
+    assert (row.state, [d.describe() for d in row.drift]) == ("drifted", [described])
+    assert report.counts == {"drifted": 1} and report.drift_counts == {described.split()[0]: 1}
+
+
+def test_a_machine_without_a_golden_is_never_drifted(tmp_path):
+    _write(tmp_path / "r", "pc", GOOD, facts__aipc_env_version="0.0.9")
+    (row,) = build_fleet_report([tmp_path / "r"]).machines
+    assert (row.state, row.drift) == ("ok", [])
+
+
+def test_env_drift_lists_six_packages_then_an_ellipsis(tmp_path, golden):
+    dists = dict(GOOD["facts"]["training_env"]["distributions"])
+    changed = sorted(dists)[:7]
+    for name in changed:
+        dists[name] = "0.0.1"
+    _write(tmp_path / "r", "pc", GOOD, facts__training_env__distributions=dists)
+    (row,) = build_fleet_report([tmp_path / "r"], golden).machines
+    (entry,) = row.drift
+    assert entry.detail == ("7 package(s) differ: " + ", ".join(
+        f"{n} 0.0.1/{GOOD['facts']['training_env']['distributions'][n]}" for n in changed[:6]) + " ...")
+    del dists[changed[0]]
+    dists = {n: v for n, v in dists.items() if n not in changed[1:]} | {
+        n: GOOD["facts"]["training_env"]["distributions"][n] for n in changed[1:6]}
+    _write(tmp_path / "r", "pc", GOOD, facts__training_env__distributions=dists)
+    (row,) = build_fleet_report([tmp_path / "r"], golden).machines
+    was = GOOD["facts"]["training_env"]["distributions"]
+    assert row.drift[0].detail == (f"2 package(s) differ: {changed[0]} -/{was[changed[0]]}, "
+                                   f"{changed[6]} -/{was[changed[6]]}")
+
+
+def test_states_counts_groups_and_their_order(tmp_path, golden):
+    r = tmp_path / "r"
+    _write(r, "b-ok", GOOD)
+    _write(r, "a-ok", GOOD)
+    _write(r, "c-failing", SIXTEEN)
+    _write(r, "d-both", SIXTEEN, facts__aipc_env_version="0.0.9")
+    _write(r, "e-drifted", GOOD, resolution__pair="xpu-2.12")
+    (r / "f-broken.json").write_text("{not json")
+    newer = json.loads(json.dumps(GOOD))
+    newer["schema_version"] = 99
+    (r / "g-newer.json").write_text(json.dumps(newer))
+    older = json.loads(json.dumps(GOOD))
+    del older["schema_version"]
+    older["report_schema_version"] = 1
+    (r / "h-older.json").write_text(json.dumps(older))
+    (r / "i-other.json").write_text(json.dumps({"hello": 1}))
+    report = build_fleet_report([r], golden)
+    assert [(m.key, m.state) for m in report.machines] == [
+        ("d-both", "failing+drifted"), ("c-failing", "failing"), ("e-drifted", "drifted"), ("h-older", "older"),
+        ("g-newer", "newer"), ("f-broken", "unreadable"), ("i-other", "unreadable"), ("a-ok", "ok"), ("b-ok", "ok")]
+    problems = {m.key: m.problem for m in report.machines if m.problem}
+    assert problems["g-newer"] == "written by a newer aipc-env (report schema_version 99); update aipc-env"
+    assert problems["h-older"] == ("written by an older aipc-env (report format 1, this one reads 1): pipx upgrade "
+                                   "aipc-env on that machine, then collect again: aipc-env doctor --json")
+    assert problems["i-other"] == "not an aipc-env doctor --json report"
+    assert problems["f-broken"].startswith("not a readable JSON file: ")
+    assert report.counts == {"failing+drifted": 1, "failing": 1, "drifted": 1, "older": 1, "newer": 1,
+                             "unreadable": 2, "ok": 2}
+    assert [(g.check, g.status, g.fix, g.machines) for g in report.groups] == [
+        ("ram", "fail", "use a machine with 32 GB or more", ["c-failing", "d-both"])]
+    assert report.problems and (report.golden_pair, report.golden_env_hash) == ("xpu-2.11", GOLDEN_ENV)
+
+
+def test_the_newest_report_per_machine_wins_and_ties_go_to_the_later_path(tmp_path):
+    r = tmp_path / "r"
+    _write(r / "1", "pc", GOOD, machine_id="m-1", facts__collected_at="2026-11-20T10:00:00+00:00")
+    _write(r / "2", "pc", SIXTEEN, machine_id="m-1", facts__collected_at="2026-11-20T09:00:00+00:00")
+    _write(r / "3", "pc", GOOD, machine_id="m-2", facts__collected_at="2026-11-20T09:00:00")  # naive: read as UTC
+    _write(r / "4", "pc", SIXTEEN, machine_id="m-2", facts__collected_at="2026-11-20T09:00:00+00:00")
+    _write(r / "5", "pc", SIXTEEN, machine_id="m-3", facts__collected_at="not a time")
+    _write(r / "6", "pc", GOOD, machine_id="m-3", facts__collected_at="2000-01-01T00:00:00+00:00")
+    report = build_fleet_report([r])
+    rows = [(m.key, m.state, Path(m.file).parent.name) for m in report.machines]
+    assert rows == [("m-2", "failing", "4"), ("m-1", "ok", "1"), ("m-3", "ok", "6"),
+                    ("m-1", "superseded", "2"), ("m-2", "superseded", "3"), ("m-3", "superseded", "5")]
+    assert report.machines[3].problem == f"superseded by the newer report {r / '1' / 'pc.json'}"
+    assert report.counts == {"failing": 1, "ok": 2, "superseded": 3}
+
+
+def test_a_bad_golden_or_path_is_refused_naming_it(tmp_path):
+    bad = tmp_path / "golden.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError) as caught:
+        build_fleet_report([tmp_path], bad)
+    assert (caught.value.key, caught.value.path) == ("--golden", str(bad))
+    assert caught.value.message.startswith("the golden report is unreadable: not a readable JSON file: ")
+    with pytest.raises(InputError) as caught:
+        build_fleet_report([tmp_path / "nope"])
+    assert (caught.value.message, caught.value.path) == ("no such file or folder", str(tmp_path / "nope"))
+
+
+def test_the_golden_inside_the_folder_is_not_a_machine(tmp_path):
+    golden = _write(tmp_path / "r", "golden", GOOD)
+    _write(tmp_path / "r", "pc", GOOD)
+    report = build_fleet_report([tmp_path / "r"], golden)
+    assert [(m.key, m.state) for m in report.machines] == [("pc", "ok")]
