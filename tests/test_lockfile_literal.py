@@ -147,11 +147,11 @@ def test_public_artifacts_against_the_manifest(raw_linux, change):
     if change == "sha":
         wheel.hashes["sha256"] = "ab" * 32
         expected = [f"{P}: torch 2.10.0+xpu: {name} has sha256 {'ab' * 32} in the lock, {entry.sha256} in "
-                    f"environments/xpu-wheels.yaml ({'; '.join(entry.sources)})"]
+                    "environments/xpu-wheels.yaml (unslothai/unsloth:pyproject.toml@d7186efdd03d)"]
     elif change == "url":
         wheel.url = "https://mirror.example.org/" + name
         expected = [f"{P}: torch 2.10.0+xpu: {name} has sha256 {entry.sha256} in the lock, {entry.sha256} in "
-                    f"environments/xpu-wheels.yaml ({'; '.join(entry.sources)})"]
+                    "environments/xpu-wheels.yaml (unslothai/unsloth:pyproject.toml@d7186efdd03d)"]
     elif change == "name":
         wheel.model_extra["name"] = "torch-2.10.0+xpu-cp39-cp39-linux_x86_64.whl"
         expected = [f"{P}: torch 2.10.0+xpu: torch-2.10.0+xpu-cp39-cp39-linux_x86_64.whl is not a current entry of "
@@ -284,3 +284,73 @@ def test_available_locks(tmp_path):
 def test_lock_meta_round_trip_is_the_shipped_file():
     meta = read_meta(LOCK)
     assert isinstance(meta, LockMeta) and meta.pair == "xpu-2.10" and meta.xpu_source == "manifest"
+
+
+@pytest.mark.parametrize(("reader", "name", "what"), [(read_pylock, "pylock.win-64.toml", "lockfile"),
+                                                      (conda_lock_platforms, "conda-lock.yml", "conda-lock file")])
+def test_a_lock_that_is_not_utf8_is_named_by_what_it_is(tmp_path, reader, name, what):
+    path = tmp_path / name
+    path.write_bytes(b"a = 1\n# caf\xe9\n")
+    with pytest.raises(InputError) as caught:
+        reader(path)
+    assert caught.value.message == (f"{what} is not UTF-8 text (invalid continuation byte at byte 11; it looks like a "
+                                    "Windows ANSI code page (cp1252))")
+
+
+def test_two_tritons_where_the_pair_ships_none_are_both_named(raw_linux, matrix):
+    pair = matrix.get("xpu-2.10")
+    linux_only = pair.model_copy(update={"triton": pair.triton.model_copy(
+        update={"marker": "platform_system == 'Linux'"})})
+    lock = _lock(raw_linux, _add("pytorch-triton-xpu", "3.6.0"))
+    assert check_pylock(lock, Path(P), linux_only, "win-64") == [
+        f"{P}: pytorch-triton-xpu, triton-xpu present but xpu-2.10 ships no Triton on win-64"]
+
+
+def test_a_public_wheel_with_two_sources_names_both(raw_linux):
+    name = "pytorch_triton_xpu-3.5.0-cp311-cp311-win_amd64.whl"
+    manifest = load_wheel_manifest()
+    entry = manifest.by_file()[name]
+    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [{
+        "name": "pytorch-triton-xpu", "version": "3.5.0", "tool": {"aipc-env": {"provenance": "public-lockfile"}},
+        "wheels": [{"name": name, "url": entry.url, "hashes": {"sha256": "ab" * 32}}]}]})
+    assert check_public_artifacts(lock, Path(P), manifest) == [
+        f"{P}: pytorch-triton-xpu 3.5.0: {name} has sha256 {'ab' * 32} in the lock, {entry.sha256} in "
+        "environments/xpu-wheels.yaml (unslothai/unsloth:pyproject.toml@8bb4a0cf63fc; "
+        "HANK572718/torch-xpu-patch:poetry.lock@ac39b116c5d1)"]
+
+
+@pytest.mark.parametrize(("url", "shown"), [(None, ""), ("torch-9.whl", "torch-9.whl"),
+                                            ("https://x.org/a/torch-9%2Bxpu.whl", "torch-9+xpu.whl")])
+def test_a_public_wheel_without_a_name_is_named_by_its_url(url, shown):
+    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [{
+        "name": "torch", "version": "9", "tool": {"aipc-env": {"provenance": "public-lockfile"}},
+        "wheels": [{"url": url, "hashes": {"sha256": "ab" * 32}}]}]})
+    assert check_public_artifacts(lock, Path(P), load_wheel_manifest()) == [
+        f"{P}: torch 9: {shown} is not a current entry of environments/xpu-wheels.yaml (superseded, unhashed or "
+        "unknown)"]
+
+
+def test_two_uncovered_pythons_are_listed():
+    meta = read_meta(LOCK).model_copy(update={"uncovered_pythons": ["3.9", "3.14"]})
+    assert lock_notes(meta)[1] == ("covers Python 3.10, 3.11, 3.12, 3.13; the matrix row also allows 3.9, 3.14, for "
+                                   "which no public hash of every wheel is known")
+
+
+def test_every_platform_is_checked_after_a_missing_one(lock_dir, matrix):
+    (lock_dir / "pylock.win-64.toml").rename(lock_dir / "moved.toml")  # win-64 is checked first
+    linux = lock_dir / "pylock.linux-64.toml"
+    text = linux.read_text()
+    start = text.index('name = "torch-2.10.0+xpu-cp310-cp310-linux_x86_64.whl"')
+    sha_at = text.index("sha256 = ", start) + len('sha256 = "')
+    linux.write_text(text[:sha_at] + "ab" * 32 + text[sha_at + 64:])
+    assert check_pair_lock(lock_dir, matrix) == [
+        f"{lock_dir / 'pylock.win-64.toml'}: missing",
+        f"{linux}: torch 2.10.0+xpu: torch-2.10.0+xpu-cp310-cp310-linux_x86_64.whl has sha256 {'ab' * 32} in the "
+        "lock, abb1d1ec1ac672bac0ff35420c965f2df0c636ef9d94e2a830e34578489d0a57 in environments/xpu-wheels.yaml "
+        "(unslothai/unsloth:pyproject.toml@d7186efdd03d)"]
+
+
+def test_a_conda_layer_for_no_platform_names_both(lock_dir, matrix):
+    _meta(lock_dir, conda_layer={"status": "locked", "reason": ""})
+    (lock_dir / "conda-lock.yml").write_text(CONDA.format(platforms=""))
+    assert check_pair_lock(lock_dir, matrix) == [f"{lock_dir / 'conda-lock.yml'}: no conda layer for win-64, linux-64"]
