@@ -102,6 +102,7 @@ def _pypi_json(name: str) -> dict | None:
         return None
 
 
+@pytest.mark.pypi
 def test_pypi_artifacts_are_what_pypi_serves():
     """A sample of the locked PyPI wheels, asked of PyPI's JSON API: the version exists and the file's sha256 is
     the one PyPI publishes."""

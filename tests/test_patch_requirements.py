@@ -150,6 +150,7 @@ def _uv_compile(req: Path, tmp_path: Path, platform: str, *extra: str) -> subpro
                           timeout=600, env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
 
 
+@pytest.mark.pypi
 @pytest.mark.parametrize("platform", ["x86_64-pc-windows-msvc", "x86_64-unknown-linux-gnu"])
 def test_patched_file_resolves_with_the_pairs_torch_and_no_cuda(upstream_clone, pair, tmp_path, platform):
     index = _stand_in_xpu_index(tmp_path, pair)
@@ -172,6 +173,7 @@ def test_patched_file_resolves_with_the_pairs_torch_and_no_cuda(upstream_clone, 
     assert "transformer-engine" not in pins and "flash-attn" not in pins
 
 
+@pytest.mark.pypi
 def test_the_unpatched_file_does_not_resolve_with_the_pairs_torch(upstream_clone, pair, tmp_path):
     """The evidence for the setuptools edit: upstream's own file, with the pair's torch, has no solution."""
     index = _stand_in_xpu_index(tmp_path, pair)
