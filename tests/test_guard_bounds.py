@@ -367,3 +367,11 @@ def test_prompt_length_bounds(tmp_path, words, warned):
     assert (len(lengths) == 30) is warned and (not lengths) is (not warned)
     if warned:
         assert lengths[0].endswith(f"s000.png: prompt has {words} words (10–200 recommended)")
+
+
+def test_a_non_xpu_torch_beside_runtime_packages_is_not_called_not_xpu(matrix):
+    """Runtime packages that only match (tcmlib 1.2.0: xpu-2.6 and xpu-2.7) are evidence of an XPU env too."""
+    res = resolve_pair({"torch": "2.5.1", "tcmlib": "1.2.0"}, matrix, "linux-64")
+    assert (res.status, res.candidates, res.evidence) == ("ambiguous", ["xpu-2.6", "xpu-2.7"], [])
+    bare = resolve_pair({"torch": "2.5.1"}, matrix, "linux-64")
+    assert (bare.status, bare.evidence) == ("not-xpu", ["torch 2.5.1 has no '+xpu' local version"])

@@ -354,3 +354,16 @@ def test_a_conda_layer_for_no_platform_names_both(lock_dir, matrix):
     _meta(lock_dir, conda_layer={"status": "locked", "reason": ""})
     (lock_dir / "conda-lock.yml").write_text(CONDA.format(platforms=""))
     assert check_pair_lock(lock_dir, matrix) == [f"{lock_dir / 'conda-lock.yml'}: no conda layer for win-64, linux-64"]
+
+
+def test_locked_packages_follow_the_python_and_platform_markers():
+    from aipc_env.trainenv.drift import locked_packages
+
+    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [
+        {"name": "Old_Only", "version": "1.0", "marker": "python_version < '3.11'",
+         "wheels": [{"url": "https://x.org/o.whl", "hashes": {"sha256": "ab" * 32}}]},
+        {"name": "win-only", "version": "2.0", "marker": "sys_platform == 'win32'",
+         "sdist": {"url": "https://x.org/w.tar.gz", "hashes": {"sha256": "cd" * 32}}},
+        {"name": "no-version", "wheels": [{"path": "w/n.whl", "hashes": {}}]}]})
+    assert locked_packages(lock, "linux-64", "3.10") == {"old-only": ("1.0", "ab" * 32), "no-version": ("", "")}
+    assert locked_packages(lock, "win-64", "3.12") == {"win-only": ("2.0", "cd" * 32), "no-version": ("", "")}

@@ -118,7 +118,7 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
             evidence.append(f"torch {torch} belongs to {by_torch.id}")
 
     scores = {p.id: _score(p, installed, platform) for p in matrix.pairs}
-    any_runtime = any(good + bad for good, bad in scores.values())
+    any_runtime = any(good or bad for good, bad in scores.values())
     if torch and not torch_is_xpu and not any_runtime:
         return Resolution(status="not-xpu", torch=torch, torch_is_xpu=False,
                           evidence=evidence + [f"torch {torch} has no '+xpu' local version"])
