@@ -164,6 +164,8 @@ def test_modified_files_are_listed_up_to_three(count, shown):
     (">1.2.9", "<1.4", False),          # 1.3.0: the next minor
     (">1.9.9", "<2.1", False),
     ("==2.0.0rc1", ">=1.0", False),     # a pre-release satisfies both
+    (">2.0", "<2.0.2", False),          # 2.0.1: the next micro of a two-part version (padded with 0)
+    (">2.0,!=2.0.0.1", "<2.0.2", False),  # 2.0.1 again: the next micro has three parts
     (">=2.0.0rc1", "<2.0.0", True),     # PEP 440: <2.0.0 excludes 2.0.0's own pre-releases
     ("===weird", ">=1", False),         # not a version: never called a conflict
 ])
@@ -233,7 +235,8 @@ def test_apply_edits_without_a_bom_writes_none(tmp_path, matrix):
     path = tmp_path / "requirements.txt"
     path.write_bytes(ORIGINAL[3:])
     _apply(path, matrix)
-    assert not path.read_bytes().startswith(b"\xef\xbb\xbf") and b"torch==2.10.0+xpu" in path.read_bytes()
+    assert path.read_bytes().startswith(b"# aipc-env: torch comes from the pair's XPU pins below\r\n# torch==2.3.0")
+    assert b"torch==2.10.0+xpu" in path.read_bytes()
 
 
 
