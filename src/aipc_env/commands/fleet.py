@@ -212,7 +212,8 @@ def _bundle(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from aipc_env.fileio import atomic_write_text
-    from aipc_env.fleet.report import build_fleet_report, render_csv, render_html
+    from aipc_env.fleet.render import render_csv, render_html
+    from aipc_env.fleet.report import build_fleet_report
 
     report = build_fleet_report(args.reports, args.golden)
     if args.out:
