@@ -31,10 +31,12 @@ def _write(folder: Path, data, name: str = "c.yaml") -> Path:
     return path
 
 
-def _refusal(call) -> tuple:
+def _refusal(call, path: Path) -> tuple:
+    """(message, key, fix) of the InputError call raises, which must name the config file."""
     with pytest.raises(InputError) as caught:
         call()
     e = caught.value
+    assert e.path == str(path)
     return e.message, e.key, e.fix
 
 
@@ -57,7 +59,7 @@ def test_config_size_bound(tmp_path, extra, fits):
     if fits:
         assert load_config(path).output_dir == str(tmp_path / "out")
     else:
-        assert _refusal(lambda: load_config(path)) == (
+        assert _refusal(lambda: load_config(path), path) == (
             "the config is 1.0 MiB; a training config is a few KiB (limit 1 MiB)", None,
             "pass the training config, not a dataset or a model file")
 
@@ -73,7 +75,7 @@ def test_config_size_bound(tmp_path, extra, fits):
 ])
 def test_load_config_refusals(tmp_path, text, refusal):
     path = _write(tmp_path, text)
-    assert _refusal(lambda: load_config(path)) == refusal
+    assert _refusal(lambda: load_config(path), path) == refusal
 
 
 def test_find_todos_walks_nested_sections_and_lists():
@@ -99,7 +101,7 @@ def test_env_values_and_names(tmp_path, env, error):
     if error is None:
         assert load_config(path).env == env
     else:
-        message, _, _ = _refusal(lambda: load_config(path))
+        message, _, _ = _refusal(lambda: load_config(path), path)
         assert message.startswith(f"invalid file: env: {error} (got "), message
 
 
@@ -110,7 +112,7 @@ def test_target_size_bounds(tmp_path, size, ok):
     if ok:
         assert load_config(path).data.target_size == tuple(size)
     else:
-        message, _, _ = _refusal(lambda: load_config(path))
+        message, _, _ = _refusal(lambda: load_config(path), path)
         assert message == ("invalid file: data.target_size: both sides must be multiples of 16 (the VAE's 8x times "
                            f"the 2x2 packing) (got {size})")
 
@@ -122,7 +124,7 @@ def test_target_size_bounds(tmp_path, size, ok):
 ])
 def test_engine_sections(tmp_path, data, ending):
     path = _write(tmp_path, data)
-    message, _, _ = _refusal(lambda: load_config(path))
+    message, _, _ = _refusal(lambda: load_config(path), path)
     assert message.startswith(f"invalid file: (top level): {ending} (got "), message
 
 
@@ -140,7 +142,7 @@ def test_check_run_inputs_refusals_one_by_one(tmp_path):
 
     def refusal(data: dict) -> tuple:
         path = _write(tmp_path, data)
-        return _refusal(lambda: check_run_inputs(load_config(path), path, datasets=False))
+        return _refusal(lambda: check_run_inputs(load_config(path), path, datasets=False), path)
 
     missing = str(tmp_path / "missing")
     assert refusal({**real, "model": {"path": missing}}) == (
@@ -159,6 +161,11 @@ def test_check_run_inputs_refusals_one_by_one(tmp_path):
         f"checkpoint {missing!r} does not exist", "train.resume", "fix the path")
     assert refusal({**real, "data": {"datasets": [str(tmp_path / "ds"), missing]}}) == (
         f"dataset {missing!r} does not exist", "data.datasets[1]", "fix the path")
+    assert refusal({**real, "output_dir": str(tmp_path / "afile")}) == (
+        f"output_dir {str(tmp_path / 'afile')!r} is a file; expected a folder", "output_dir", "choose another path")
+    assert refusal({**real, "cache_dir": str(tmp_path / "afile" / "sub")}) == (
+        f"cannot write cache_dir {str(tmp_path / 'afile' / 'sub')!r}: {tmp_path / 'afile'} is a file, not a folder",
+        "cache_dir", "choose a path inside a folder")
     assert refusal({**real, "data": {"datasets": ["builtin:synthetic"]}}) == (
         "builtin:synthetic goes with model builtin:tiny", "data.datasets",
         "use your dataset folder, parquet folder or CSV")
@@ -204,7 +211,33 @@ def test_an_invalid_dataset_shows_three_issues_then_a_count(tmp_path, flaws, mor
     t = ds / "training_images"
     shown = "; ".join(f"{t / f's{i}.png'}: its prompt file s{i}.txt is empty; write the edit instruction into it"
                       for i in range(3))
-    assert _refusal(lambda: load_run_config(path)) == (
+    assert _refusal(lambda: load_run_config(path), path) == (
         f"dataset {ds} is invalid: {shown}{more}", "data.datasets[0]", f'aipc-env dataset validate "{ds}" lists every '
         "problem")
     assert load_run_config(path, datasets=False).data.datasets == [str(ds)]
+
+
+def test_a_config_that_is_not_utf8_is_named_as_a_training_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"output_dir: caf\xe9\n")
+    assert _refusal(lambda: load_config(path), path) == (
+        "training config is not UTF-8 text (invalid continuation byte at byte 15; it looks like a Windows ANSI code "
+        "page (cp1252))", None, "save it as UTF-8 (in PowerShell: Get-Content F | Set-Content -Encoding utf8 F2)")
+
+
+def test_a_legacy_config_version_key_still_loads(tmp_path):
+    cfg = load_config(_write(tmp_path, {"config_version": 1, **BASE}))
+    assert cfg.schema_version == 1 and cfg.output_dir == str(tmp_path / "out")
+
+
+def test_datasets_in_a_list_and_in_sections_are_all_resolved(tmp_path):
+    cfg = load_config(_write(tmp_path, {"model": {"path": "m", "transformer_path": "t"},
+                                        "data": {"datasets": ["a", "/abs/b", "builtin:synthetic"]},
+                                        "output_dir": "o", "train": {"resume": "ck"}}))
+    assert cfg.data.datasets == [str(tmp_path / "a"), "/abs/b", "builtin:synthetic"]
+    assert (cfg.model.path, cfg.model.transformer_path, cfg.train.resume) == (
+        str(tmp_path / "m"), str(tmp_path / "t"), str(tmp_path / "ck"))
+
+
+def test_todos_in_lists_are_all_found(tmp_path):
+    assert find_todos({"a": ["TODO 1", "TODO 2"], "b": "todo"}) == ["a[0]", "a[1]", "b"]
