@@ -1,4 +1,4 @@
-"""Doctor checks: pure functions of the facts (and the matrix), declared with `@check` in one module per area.
+"""Doctor checks: pure functions of the facts (and the matrix), declared with `check(...)` in one module per area.
 The registry is built here, explicitly, from those modules: importing a module registers nothing."""
 
 from aipc_env.doctor.checks import container, gpu, model_dir, pythonenv, system, toolchain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -150,20 +151,26 @@ class CheckSpec:
     category: str
     title: str
     fn: CheckFn
+    order: int = 0
+
+
+_DECLARED = itertools.count()
 
 
 def check(id: str, category: str, title: str) -> Callable[[CheckFn], CheckFn]:
     """Declare a check: a pure function of the context returning a Verdict (`ok`, `warn`, `fail`, `skip`).
-    The spec is attached to the function; aipc_env.doctor.checks lists the modules whose checks run."""
+    The spec is attached to the function; aipc_env.doctor.checks lists the modules whose checks run. The check
+    modules call it after each def (`check("ram", ...)(check_ram)`) rather than as a decorator: mutmut leaves
+    decorated functions unmutated, and the checks are what mutation testing must reach."""
 
     def deco(fn: CheckFn) -> CheckFn:
-        fn.spec = CheckSpec(id=id, category=category, title=title, fn=fn)  # type: ignore[attr-defined]
+        fn.spec = CheckSpec(id=id, category=category, title=title, fn=fn, order=next(_DECLARED))  # type: ignore[attr-defined]
         return fn
 
     return deco
 
 
 def specs_of(module: object) -> list[CheckSpec]:
-    """The checks a module declares, in source order."""
+    """The checks a module declares, in the order they were declared."""
     found = [v.spec for v in vars(module).values() if callable(v) and isinstance(getattr(v, "spec", None), CheckSpec)]
-    return sorted(found, key=lambda s: s.fn.__code__.co_firstlineno)
+    return sorted(found, key=lambda s: s.order)

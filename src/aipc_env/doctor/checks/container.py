@@ -9,15 +9,14 @@ RUN_FIX = ("start the container with the GPU passed in: aipc-env container run (
            "--group-add with the host's numeric group of each render node)")
 
 
-@check("container", "Container", "Running in a container")
 def check_container(ctx: CheckContext) -> Verdict:
     info = ctx.facts.container
     if info is None:
         return skip("not in a container")
     return ok(f"inside a {info.engine} container; groups {', '.join(info.groups) or 'none'}")
+check("container", "Container", "Running in a container")(check_container)
 
 
-@check("dri-access", "Container", "GPU device nodes (/dev/dri)")
 def check_dri_access(ctx: CheckContext) -> Verdict:
     info = ctx.facts.container
     if info is None:
@@ -37,3 +36,4 @@ def check_dri_access(ctx: CheckContext) -> Verdict:
                     "host's", f"start the container with {add} (the host's numeric gid; aipc-env container run adds "
                     "it), or run as a user in that group")
     return ok(", ".join(n.path for n in render))
+check("dri-access", "Container", "GPU device nodes (/dev/dri)")(check_dri_access)

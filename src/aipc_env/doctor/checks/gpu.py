@@ -26,7 +26,6 @@ def _windows_intel(ctx: CheckContext) -> list[GpuInfo]:
     return [g for g in ctx.facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
 
 
-@check("intel-gpu", "GPU", "Intel GPU")
 def check_intel_gpu(ctx: CheckContext) -> Verdict:
     names = intel_gpus(ctx)
     if not names:
@@ -40,9 +39,9 @@ def check_intel_gpu(ctx: CheckContext) -> Verdict:
         return fail(", ".join(f"{g.name}: status {g.status}" for g in broken),
                     "Device Manager reports a problem with the GPU", f"reinstall the driver from {DRIVER_URL}")
     return ok(", ".join(names))
+check("intel-gpu", "GPU", "Intel GPU")(check_intel_gpu)
 
 
-@check("gpu-driver", "GPU", "GPU driver")
 def check_driver(ctx: CheckContext) -> Verdict:
     if ctx.facts.is_windows:
         gpus = _windows_intel(ctx)
@@ -70,9 +69,9 @@ def check_driver(ctx: CheckContext) -> Verdict:
                     "install intel-opencl-icd and libze1 (or Intel's client GPU packages)")
     return warn(f"kernel driver {', '.join(sorted(drivers))}", "Intel GPUs need the i915 or xe kernel driver",
                 "install a kernel with the xe/i915 driver for this GPU")
+check("gpu-driver", "GPU", "GPU driver")(check_driver)
 
 
-@check("multi-gpu", "GPU", "Device selection")
 def check_multi_gpu(ctx: CheckContext) -> Verdict:
     names = intel_gpus(ctx)
     if not names:
@@ -88,9 +87,9 @@ def check_multi_gpu(ctx: CheckContext) -> Verdict:
                 "memory) when an Arc card is present",
                 f"pin one: set `device: xpu:{discrete}` in the training config, or "
                 f"ONEAPI_DEVICE_SELECTOR=level_zero:{discrete}", *listing)
+check("multi-gpu", "GPU", "Device selection")(check_multi_gpu)
 
 
-@check("device-probe", "GPU", "Live XPU probe")
 def check_device_probe(ctx: CheckContext) -> Verdict:
     probe = ctx.facts.device_probe
     if probe is None:
@@ -109,9 +108,9 @@ def check_device_probe(ctx: CheckContext) -> Verdict:
                     "BIOS; on Linux add your user to the 'render' group")
     return fail(f"torch {probe.torch_version}: not an XPU build", "only torch+xpu wheels drive Intel GPUs",
                 f"rebuild the env: {ctx.env_fix()}")
+check("device-probe", "GPU", "Live XPU probe")(check_device_probe)
 
 
-@check("bnb-backend", "GPU", "bitsandbytes backend")
 def check_bnb_backend(ctx: CheckContext) -> Verdict:
     probe = ctx.facts.device_probe
     if probe is None or not probe.ran:
@@ -123,3 +122,4 @@ def check_bnb_backend(ctx: CheckContext) -> Verdict:
         return warn(seen, "without the native XPU library every op goes through Triton (slower, and needs the "
                     "compiler toolchain)", "install bitsandbytes >= 0.48.2 built with the XPU library")
     return ok(seen)
+check("bnb-backend", "GPU", "bitsandbytes backend")(check_bnb_backend)

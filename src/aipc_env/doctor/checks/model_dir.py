@@ -8,7 +8,6 @@ VARIANTS = {"edit": "Qwen-Image-Edit (original)", "edit-2509": "Qwen-Image-Edit-
             "edit-2511": "Qwen-Image-Edit-2511", "edit-plus": "Qwen-Image-Edit Plus (2509/2511)"}
 
 
-@check("model-dir", "Model", "Qwen-Image-Edit model directory")
 def check_model_dir(ctx: CheckContext) -> Verdict:
     model = ctx.facts.model
     if model is None:
@@ -26,3 +25,4 @@ def check_model_dir(ctx: CheckContext) -> Verdict:
                     "QwenImageEditPlusPipeline repos are supported", f"download a Qwen-Image-Edit repo: {download}")
     size = f", {model.size_bytes / 1e9:.0f} GB" if model.size_bytes else ""
     return ok(f"{VARIANTS[model.variant]} ({model.pipeline_class}{size})")
+check("model-dir", "Model", "Qwen-Image-Edit model directory")(check_model_dir)

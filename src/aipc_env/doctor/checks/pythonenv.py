@@ -22,7 +22,6 @@ def _env_missing(ctx: CheckContext) -> Verdict | None:
     return None
 
 
-@check("training-env", "Training env", "Training environment")
 def check_training_env(ctx: CheckContext) -> Verdict:
     env = ctx.facts.training_env
     if env is None:
@@ -36,9 +35,9 @@ def check_training_env(ctx: CheckContext) -> Verdict:
                     "run `nox -s train` once (it records its env), or build one: " + ctx.env_fix()
                     + "; or point the doctor at an env: --env PREFIX")
     return ok(seen, "inspect another env with --env PREFIX")
+check("training-env", "Training env", "Training environment")(check_training_env)
 
 
-@check("torch-xpu", "Training env", "torch build")
 def check_torch_xpu(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -60,9 +59,9 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
                 "only torch+xpu wheels from the PyTorch XPU index drive Intel GPUs",
                 f"{ctx.env_fix(target)} (or pip install torch=={target.newest_torch} "
                 "--index-url https://download.pytorch.org/whl/xpu)")
+check("torch-xpu", "Training env", "torch build")(check_torch_xpu)
 
 
-@check("pair", "Training env", "torch+xpu / oneAPI pair")
 def check_pair(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -87,9 +86,9 @@ def check_pair(ctx: CheckContext) -> Verdict:
                     "import or when a kernel loads", f"repair the env: {ctx.env_fix()}",
                     *details, f"missing: {', '.join(res.missing)}")
     return ok(seen, *details)
+check("pair", "Training env", "torch+xpu / oneAPI pair")(check_pair)
 
 
-@check("env-lock", "Training env", "Packages match the pair's lock")
 def check_env_lock(ctx: CheckContext) -> Verdict:
     """The env's installed distributions against the checkout's lock of its pair (versions; extras are noted)."""
     from aipc_env.trainenv.drift import compute_drift
@@ -116,9 +115,9 @@ def check_env_lock(ctx: CheckContext) -> Verdict:
     return ok(f"every locked package of {pair.id} at its locked version"
               + (f"; {len(extra)} extra package(s) not in the lock" if extra else ""),
               *[d.describe() for d in extra[:10]])
+check("env-lock", "Training env", "Packages match the pair's lock")(check_env_lock)
 
 
-@check("runtime-mix", "Training env", "Intel runtime from one release")
 def check_runtime_mix(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -132,9 +131,9 @@ def check_runtime_mix(ctx: CheckContext) -> Verdict:
     return fail(f"{len(res.mismatches)} package(s) from another release than {res.pair}",
                 "mixed oneAPI runtime libraries crash native extensions (bitsandbytes) or load the wrong SYCL "
                 "library", f"reinstall: {ctx.env_fix()}", *odd)
+check("runtime-mix", "Training env", "Intel runtime from one release")(check_runtime_mix)
 
 
-@check("python", "Training env", "Python version")
 def check_python(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -149,9 +148,9 @@ def check_python(ctx: CheckContext) -> Verdict:
         return ok(f"Python {version} ({pair.id} supports {pair.python})")
     return fail(f"Python {version}; {pair.id} supports {pair.python}", "no torch+xpu wheel exists for this "
                 "Python", f"rebuild the env with the pair's Python: {ctx.env_fix()}")
+check("python", "Training env", "Python version")(check_python)
 
 
-@check("bitsandbytes", "Training env", "bitsandbytes version")
 def check_bitsandbytes(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -167,9 +166,9 @@ def check_bitsandbytes(ctx: CheckContext) -> Verdict:
         return fail(f"bitsandbytes {got} < {minimum}" + (f" (minimum for {pair.id})" if pair else ""),
                     reason, f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
     return ok(f"bitsandbytes {got} (≥ {minimum})")
+check("bitsandbytes", "Training env", "bitsandbytes version")(check_bitsandbytes)
 
 
-@check("triton", "Training env", "Exactly one Triton")
 def check_triton(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early
@@ -196,9 +195,9 @@ def check_triton(ctx: CheckContext) -> Verdict:
                     "another torch (or for CUDA) cannot compile XPU kernels for this one",
                     f"pip uninstall -y {name}; reinstall from the lock ({ctx.env_fix()})")
     return ok(listing)
+check("triton", "Training env", "Exactly one Triton")(check_triton)
 
 
-@check("kernel-cache", "Training env", "Triton / inductor kernel caches")
 def check_kernel_cache(ctx: CheckContext) -> Verdict:
     caches = [c for c in ctx.facts.kernel_caches if c.exists]
     if not caches:
@@ -214,9 +213,9 @@ def check_kernel_cache(ctx: CheckContext) -> Verdict:
     return warn(f"kernels compiled before the env was (re)built at {env.built_at}", "kernels compiled for "
                 "another torch/Triton/oneAPI cause errors after a version change",
                 f"delete {paths}" + (" (rmdir /s /q on Windows)" if ctx.facts.is_windows else " (rm -rf)"))
+check("kernel-cache", "Training env", "Triton / inductor kernel caches")(check_kernel_cache)
 
 
-@check("last-verify", "Training env", "Last verification")
 def check_last_verify(ctx: CheckContext) -> Verdict:
     record = ctx.facts.last_verify
     env = ctx.facts.training_env
@@ -235,3 +234,4 @@ def check_last_verify(ctx: CheckContext) -> Verdict:
     return fail(f"failed on {record.device} at {record.when}: {record.summary}",
                 "a stack that fails verification fails training later, after hours of caching",
                 "see `aipc-env verify` output for the failing step")
+check("last-verify", "Training env", "Last verification")(check_last_verify)

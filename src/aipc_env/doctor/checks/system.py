@@ -15,7 +15,6 @@ TDR_MIN_SECONDS = 10
 REG_GFX = r"HKLM\SYSTEM\CurrentControlSet\Control\GraphicsDrivers"
 
 
-@check("os", "System", "Operating system")
 def check_os(ctx: CheckContext) -> Verdict:
     os_ = ctx.facts.os
     name = os_.pretty_name or f"{os_.system} {os_.release}"
@@ -28,9 +27,9 @@ def check_os(ctx: CheckContext) -> Verdict:
     if os_.system == "Linux":
         return ok(name)
     return fail(name, "torch+xpu wheels exist only for Windows and Linux", "use a Windows 11 or Linux AI PC")
+check("os", "System", "Operating system")(check_os)
 
 
-@check("cpu", "System", "CPU")
 def check_cpu(ctx: CheckContext) -> Verdict:
     brand = ctx.facts.cpu.brand or "unknown CPU"
     if re.search(r"Core\(?T?M?\)?\s*Ultra", brand, re.IGNORECASE):
@@ -39,9 +38,9 @@ def check_cpu(ctx: CheckContext) -> Verdict:
         return ok(f"{brand} (with an Intel Arc GPU)")
     return warn(brand, "the runbook targets Intel Core Ultra (Series 1/2/3) AI PCs with an Intel iGPU, "
                 "or an Intel Arc discrete card", "run on a Core Ultra laptop or a PC with an Intel Arc GPU")
+check("cpu", "System", "CPU")(check_cpu)
 
 
-@check("ram", "System", "Memory (RAM)")
 def check_ram(ctx: CheckContext) -> Verdict:
     total = ctx.facts.memory.total_bytes
     if not total:
@@ -55,9 +54,9 @@ def check_ram(ctx: CheckContext) -> Verdict:
     if tier <= 32:
         return ok(seen, "32 GB tier: an NF4 text encoder is recommended (aipc-env quantize text-encoder)")
     return ok(seen)
+check("ram", "System", "Memory (RAM)")(check_ram)
 
 
-@check("disk", "System", "Free disk space")
 def check_disk(ctx: CheckContext) -> Verdict:
     disk = ctx.facts.disk
     if disk is None or disk.free_bytes is None:
@@ -71,6 +70,7 @@ def check_disk(ctx: CheckContext) -> Verdict:
         return warn(seen, f"both NF4 pre-quantizations (transformer ~10 GB, text encoder ~5.5 GB) need "
                     f"≥ {DISK_BOTH_NF4_GIB} GB", f"free {DISK_BOTH_NF4_GIB - free:.0f} GiB more to pre-quantize both")
     return ok(seen)
+check("disk", "System", "Free disk space")(check_disk)
 
 
 def _registry_unreadable(ctx: CheckContext, value: str) -> Verdict | None:
@@ -83,7 +83,6 @@ def _registry_unreadable(ctx: CheckContext, value: str) -> Verdict | None:
     return None
 
 
-@check("long-paths", "Windows settings", "Long path support")
 def check_long_paths(ctx: CheckContext) -> Verdict:
     early = _registry_unreadable(ctx, "LongPathsEnabled")
     if early:
@@ -96,6 +95,7 @@ def check_long_paths(ctx: CheckContext) -> Verdict:
                 "in an admin terminal: powershell -Command \"Set-ItemProperty -Path "
                 "'HKLM:\\SYSTEM\\CurrentControlSet\\Control\\FileSystem' -Name 'LongPathsEnabled' -Value 1\", "
                 "then reboot")
+check("long-paths", "Windows settings", "Long path support")(check_long_paths)
 
 
 def _at_least(ctx: CheckContext, name: str, attr: str, minimum: int, unset: str, why: str, fix: str) -> Verdict:
@@ -107,7 +107,6 @@ def _at_least(ctx: CheckContext, name: str, attr: str, minimum: int, unset: str,
     return ok(seen) if value is not None and value >= minimum else warn(seen, why, fix)
 
 
-@check("gpu-memory-ceiling", "Windows settings", "Shared GPU memory ceiling")
 def check_ceiling(ctx: CheckContext) -> Verdict:
     return _at_least(ctx, "SystemPartitionCommitLimitPercentage", "commit_limit_percentage", CEILING_MIN,
                      "not set (default ~57)",
@@ -115,21 +114,22 @@ def check_ceiling(ctx: CheckContext) -> Verdict:
                      "UR_RESULT_ERROR_DEVICE_LOST / OUT_OF_RESOURCES (driver updates can reset it)",
                      f"in an admin terminal: reg add \"{REG_GFX}\\MemoryManager\" /v "
                      "SystemPartitionCommitLimitPercentage /t REG_DWORD /d 75 /f, then reboot")
+check("gpu-memory-ceiling", "Windows settings", "Shared GPU memory ceiling")(check_ceiling)
 
 
-@check("tdr", "Windows settings", "GPU timeout (TDR)")
 def check_tdr(ctx: CheckContext) -> Verdict:
     return _at_least(ctx, "TdrDelay", "tdr_delay", TDR_MIN_SECONDS, "not set (default 2 s)",
                      "Windows resets the GPU when one kernel runs longer than TdrDelay; long NF4 kernels on an "
                      "iGPU can trip the 2 s default",
                      f"in an admin terminal: reg add \"{REG_GFX}\" /v TdrDelay /t REG_DWORD /d 60 /f, then reboot")
+check("tdr", "Windows settings", "GPU timeout (TDR)")(check_tdr)
 
 
-@check("probes", "System", "Fact collection")
 def check_probes(ctx: CheckContext) -> Verdict:
     errors = ctx.facts.probe_errors
     if not errors:
         return ok("every probe answered")
     return warn(f"{len(errors)} probe(s) failed", "checks that depend on them may be incomplete",
                 "see the details; re-run with -v", *[f"{e.probe}: {e.error}" for e in errors])
+check("probes", "System", "Fact collection")(check_probes)
 

@@ -9,13 +9,13 @@ VS_URL = "https://visualstudio.microsoft.com/vs/community/"
 ONEAPI_URL = "https://www.intel.com/content/www/us/en/developer/tools/oneapi/base-toolkit-download.html"
 
 
-@check("conda", "Toolchain", "conda / mamba")
 def check_conda(ctx: CheckContext) -> Verdict:
     tools = [t for t in ctx.facts.conda if t.name != "conda-lock"]
     if tools:
         return ok(", ".join(f"{t.name} {t.version or ''}".strip() for t in tools))
     return fail("none of conda, mamba, micromamba found", "the training env (the pair's Python + pip layer) "
                 "is built with a conda tool", f"install Miniforge: {MINIFORGE_URL}, then open a new terminal")
+check("conda", "Toolchain", "conda / mamba")(check_conda)
 
 
 def _needs_kernels(ctx: CheckContext) -> bool:
@@ -23,7 +23,6 @@ def _needs_kernels(ctx: CheckContext) -> bool:
     return pair is None or pair.compiles_kernels_on(ctx.platform)
 
 
-@check("msvc", "Toolchain", "MSVC C++ build tools")
 def check_msvc(ctx: CheckContext) -> Verdict:
     msvc = ctx.facts.msvc
     if msvc is None:
@@ -40,9 +39,9 @@ def check_msvc(ctx: CheckContext) -> Verdict:
                     "Visual Studio Installer > Modify > check 'Desktop development with C++'")
     return fail("no Visual Studio or Build Tools found", why,
                 f"install Visual Studio Community with 'Desktop development with C++': {VS_URL}")
+check("msvc", "Toolchain", "MSVC C++ build tools")(check_msvc)
 
 
-@check("oneapi-installed", "Toolchain", "oneAPI toolkit for the env's pair")
 def check_oneapi_installed(ctx: CheckContext) -> Verdict:
     installs = ctx.facts.oneapi.installs
     versions = sorted({r for i in installs for r in (i.releases or [i.version]) if r})
@@ -67,9 +66,9 @@ def check_oneapi_installed(ctx: CheckContext) -> Verdict:
         fix += f", or rebuild the env for a pair that matches your toolkit: {ctx.env_fix(ctx.matrix.get(alt[0]))}"
     return warn(f"{seen}; {pair.id} needs {pair.oneapi}", "a toolkit of another release must not be activated "
                 "over this env (mixed runtime libraries)", fix)
+check("oneapi-installed", "Toolchain", "oneAPI toolkit for the env's pair")(check_oneapi_installed)
 
 
-@check("oneapi-activated", "Toolchain", "Activated oneAPI (setvars)")
 def check_oneapi_activated(ctx: CheckContext) -> Verdict:
     active = ctx.facts.oneapi.active_version
     if not active:
@@ -86,9 +85,9 @@ def check_oneapi_activated(ctx: CheckContext) -> Verdict:
                 "two SYCL runtimes in one process break native extensions (bitsandbytes) and Triton kernels",
                 "open a fresh terminal without setvars; launch through aipc-env, which activates only the "
                 "matching release")
+check("oneapi-activated", "Toolchain", "Activated oneAPI (setvars)")(check_oneapi_activated)
 
 
-@check("level-zero", "Toolchain", "Level Zero headers")
 def check_level_zero(ctx: CheckContext) -> Verdict:
     lz = ctx.facts.level_zero
     if lz.header:
@@ -100,9 +99,9 @@ def check_level_zero(ctx: CheckContext) -> Verdict:
            "apt install libze-dev (or level-zero-devel)")
     return warn(f"level_zero/ze_api.h not found (searched: {', '.join(lz.searched) or 'nothing'})",
                 "Triton-XPU includes level_zero/ze_api.h when compiling kernels", fix)
+check("level-zero", "Toolchain", "Level Zero headers")(check_level_zero)
 
 
-@check("setvars-quirk", "Toolchain", "NoDefaultCurrentDirectoryInExePath")
 def check_setvars_quirk(ctx: CheckContext) -> Verdict:
     if not ctx.facts.is_windows:
         return skip("not Windows")
@@ -113,3 +112,4 @@ def check_setvars_quirk(ctx: CheckContext) -> Verdict:
                     "nothing to do for aipc-env launchers (they clear it around setvars); for a manual "
                     "session run: set NoDefaultCurrentDirectoryInExePath= before setvars.bat")
     return ok("not set")
+check("setvars-quirk", "Toolchain", "NoDefaultCurrentDirectoryInExePath")(check_setvars_quirk)
