@@ -4,6 +4,7 @@ the table takes an arc into every such call in the source."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -211,6 +212,39 @@ def test_branch(check, fixture, mutate, status, seen, fix):
     finding = _verdict(check, fixture, mutate)
     assert finding.status == status, (finding.seen, finding.fix)
     assert seen in finding.seen and fix in finding.fix and finding.why, (finding.seen, finding.fix)
+
+
+def _finding_record(finding) -> dict:
+    record = {"status": finding.status.value, "seen": finding.seen, "why": finding.why, "fix": finding.fix,
+              "details": finding.details}
+    return json.loads(json.dumps(record).replace(json.dumps(str(ROOT))[1:-1], "<ROOT>"))
+
+
+def all_verdicts() -> dict:
+    """{"cases": {"<check>-<i>": finding}, "machines": {"<fixture>": {"<check>": finding}}} as plain data."""
+    cases = {f"{c[0]}-{i}": _finding_record(_verdict(c[0], c[1], c[2])) for i, c in enumerate(CASES)}
+    machines = {}
+    for path in sorted(MACHINES.glob("*.json")):
+        report = run_checks(load_facts(path), MATRIX, lock_for=_shipped_lock)
+        machines[path.stem] = {f.id: _finding_record(f) for f in report.findings}
+    return {"cases": cases, "machines": machines}
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "doctor-verdicts.json"
+
+
+def test_every_verdict_is_the_recorded_one():
+    """The whole finding of every table case and of every check on every machine fixture, against the verdicts
+    recorded once and reviewed (fixtures/doctor-verdicts.json): a changed message, fix or threshold is a diff to
+    review. After an intended change: python tests/fixtures/record_doctor_verdicts.py, then read the diff."""
+    recorded = json.loads(RECORDED.read_text(encoding="utf-8"))
+    now = all_verdicts()
+    assert sorted(now["cases"]) == sorted(recorded["cases"]), "the table changed: record again and review"
+    assert sorted(now["machines"]) == sorted(recorded["machines"])
+    for name, finding in now["cases"].items():
+        assert finding == recorded["cases"][name], name
+    for machine, findings in now["machines"].items():
+        assert findings == recorded["machines"][machine], machine
 
 
 def _problem_lines() -> set[tuple[str, int]]:

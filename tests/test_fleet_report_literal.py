@@ -158,3 +158,123 @@ def test_the_golden_inside_the_folder_is_not_a_machine(tmp_path):
     _write(tmp_path / "r", "pc", GOOD)
     report = build_fleet_report([tmp_path / "r"], golden)
     assert [(m.key, m.state) for m in report.machines] == [("pc", "ok")]
+
+
+def _with_findings(report: dict, **statuses: tuple[str, str]) -> dict:
+    report = json.loads(json.dumps(report))
+    for finding in report["findings"]:
+        if finding["id"] in statuses:
+            finding["status"], finding["fix"] = statuses[finding["id"]]
+            finding["why"] = finding["why"] or "because"
+    return report
+
+
+def test_warnings_crashes_and_their_groups(tmp_path):
+    r = tmp_path / "r"
+    _write(r, "pc-1", _with_findings(GOOD, tdr=("warn", "raise TdrDelay"), cpu=("crash", "report this")),
+           machine_id="m-1")
+    _write(r, "pc-2", _with_findings(GOOD, tdr=("warn", "raise TdrDelay"), os=("fail", "use Windows 11")))
+    report = build_fleet_report([r])
+    rows = {m.key: (m.state, m.hostname, m.machine_id, m.failed, m.warned) for m in report.machines}
+    assert rows == {"m-1": ("failing", "pc-1", "m-1", ["cpu"], ["tdr"]),
+                    "pc-2": ("failing", "pc-2", None, ["os"], ["tdr"])}
+    assert [(g.check, g.status, g.fix, g.machines) for g in report.groups] == [
+        ("cpu", "crash", "report this", ["pc-1"]), ("os", "fail", "use Windows 11", ["pc-2"]),
+        ("tdr", "warn", "raise TdrDelay", ["pc-1", "pc-2"])]
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"{not json", "not a readable JSON file: not valid JSON at line 1, column 2: Expecting property name enclosed in "
+                   "double quotes"),
+    (b'{"a": "caf\xe9"}', "not a readable JSON file: doctor report is not UTF-8 text (invalid continuation byte at "
+                          "byte 10; it looks like a Windows ANSI code page (cp1252))"),
+    (b'{"findings": []}', "not an aipc-env doctor --json report"),
+    (b'{"facts": {}}', "not an aipc-env doctor --json report"),
+    (b'[{"findings": [], "facts": {}}]', "not an aipc-env doctor --json report"),
+])
+def test_unreadable_reports_say_why(tmp_path, content, problem):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.json").write_bytes(content)
+    (row,) = build_fleet_report([tmp_path / "r"]).machines
+    assert (row.key, row.state, row.problem, row.file) == ("x", "unreadable", problem, str(tmp_path / "r" / "x.json"))
+
+
+@pytest.mark.parametrize(("change", "state", "problem"), [
+    ({"findings__0__status": "maybe"}, "unreadable",
+     "invalid report: findings.0.status: Input should be 'ok', 'warn', 'fail', 'skip' or 'crash'"),
+    ({"schema_version": "1"}, "unreadable", "invalid report: schema_version: Input should be 1"),
+    ({"schema_version": 1, "report_schema_version": 1, "findings__0__status": "maybe"}, "unreadable",
+     "invalid report: findings.0.status: Input should be 'ok', 'warn', 'fail', 'skip' or 'crash'"),
+    ({"schema_version": 0}, "older", "written by an older aipc-env (report format 0, this one reads 1): pipx upgrade "
+                                     "aipc-env on that machine, then collect again: aipc-env doctor --json"),
+])
+def test_invalid_and_older_reports(tmp_path, change, state, problem):
+    _write(tmp_path / "r", "x", GOOD, **change)
+    (row,) = build_fleet_report([tmp_path / "r"]).machines
+    assert (row.state, row.problem) == (state, problem)
+
+
+def test_identity_machine_id_then_hostname_then_file_name(tmp_path):
+    r = tmp_path / "r"
+    _write(r, "host-only", GOOD)
+    nobody = json.loads(json.dumps(GOOD))
+    nobody["facts"]["machine"] = None
+    (r / "nameless.json").write_text(json.dumps(nobody))
+    _write(r, "both", GOOD, machine_id="id-1")
+    assert sorted((m.key, m.hostname, m.machine_id) for m in build_fleet_report([r]).machines) == [
+        ("host-only", "host-only", None), ("id-1", "both", "id-1"), ("nameless", None, None)]
+
+
+def test_provisioned_facts_of_intel_gpus_releases_and_envs(tmp_path):
+    r = tmp_path / "r"
+    gpus = [{"name": "Intel(R) Arc(TM) A770", "vendor_id": None, "driver_version": "32.0.101.1"},
+            {"name": "NVIDIA RTX", "vendor_id": "10de", "driver_version": "560.1"},
+            {"name": "Display", "vendor_id": "8086", "driver_version": "31.0.101.9"}]
+    installs = [dict(GOOD["facts"]["oneapi"]["installs"][0], version=v) for v in ("2025.3", "2025.0")]
+    _write(r, "pc", GOOD, facts__gpus=gpus, facts__oneapi__installs=installs, resolution__pair=None,
+           facts__training_env__error="python crashed")
+    (row,) = build_fleet_report([r]).machines
+    assert {k: row.facts[k] for k in ("driver", "oneapi", "pair", "env")} == {
+        "driver": "31.0.101.9, 32.0.101.1", "oneapi": "2025.0, 2025.3", "pair": "xpu-2.11", "env": None}
+    _write(r, "pc", GOOD, resolution__pair=None, facts__training_env=None)
+    (row,) = build_fleet_report([r]).machines
+    assert (row.facts["pair"], row.facts["env"]) == (None, None)
+
+
+def test_a_golden_without_oneapi_and_six_differing_packages(tmp_path):
+    golden = _write(tmp_path, "golden", GOOD, facts__oneapi__installs=[])
+    dists = dict(GOOD["facts"]["training_env"]["distributions"])
+    changed = sorted(dists)[:6]
+    dists.update(dict.fromkeys(changed, "0.0.1"))
+    _write(tmp_path / "r", "pc", GOOD, facts__training_env__distributions=dists)
+    (row,) = build_fleet_report([tmp_path / "r"], golden).machines
+    assert row.drift[0].describe() == "oneapi 2025.3 (golden none)"
+    assert not row.drift[1].detail.endswith("...") and row.drift[1].detail.startswith("6 package(s) differ: ")
+
+
+def test_folders_and_files_are_all_read_and_a_namesake_of_the_golden_is_a_machine(tmp_path):
+    golden = _write(tmp_path, "golden", GOOD)
+    _write(tmp_path / "a", "golden", GOOD, machine_id="namesake")  # another machine whose file has the same name
+    _write(tmp_path / "b", "pc-b", GOOD)
+    single = _write(tmp_path / "c", "pc-c", GOOD)
+    report = build_fleet_report([tmp_path / "a", tmp_path / "b", single], golden)
+    assert sorted(m.key for m in report.machines) == ["namesake", "pc-b", "pc-c"]
+    with pytest.raises(InputError) as caught:
+        build_fleet_report([tmp_path / "missing"])
+    assert caught.value.fix == "pass folders of `aipc-env doctor --json` reports"
+
+
+def test_a_naive_time_is_read_as_utc_whatever_the_local_zone(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        r = tmp_path / "r"
+        _write(r / "1", "pc", GOOD, machine_id="m", facts__collected_at="2026-11-20T09:00:00")  # 09:00 UTC
+        _write(r / "2", "pc", SIXTEEN, machine_id="m", facts__collected_at="2026-11-20T05:00:00+00:00")
+        newest = build_fleet_report([r]).machines[0]
+        assert (newest.state, Path(newest.file).parent.name) == ("ok", "1")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

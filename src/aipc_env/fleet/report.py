@@ -292,7 +292,7 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
         counts[row.state] = counts.get(row.state, 0) + 1
         for d in row.drift if row.state != "superseded" else []:
             drift_counts[d.kind] = drift_counts.get(d.kind, 0) + 1
-    ordered = sorted(groups.values(), key=lambda g: (g.status != "fail", -len(g.machines), g.check))
+    ordered = sorted(groups.values(), key=lambda g: (g.status not in ("fail", "crash"), -len(g.machines), g.check))
     return FleetReport(machines=rows + superseded, groups=ordered, golden=str(golden) if golden else None,
                        golden_pair=golden_facts.get("pair"), golden_env_hash=golden_facts.get("env"),
                        golden_facts=golden_facts, counts=counts, drift_counts=drift_counts)
