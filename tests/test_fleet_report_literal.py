@@ -278,3 +278,32 @@ def test_a_naive_time_is_read_as_utc_whatever_the_local_zone(tmp_path, monkeypat
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+SMALL_FLEET = Path(__file__).parent / "fixtures" / "fleet-report-small.json"
+
+
+def _small_fleet(base: Path) -> tuple[list[Path], Path]:
+    golden = _write(base, "golden", GOOD)
+    r = base / "reports"
+    _write(r / "old", "pc-1", SIXTEEN, machine_id="m-1", facts__collected_at="2026-11-19T09:00:00+00:00")
+    _write(r / "new", "pc-1", _with_findings(GOOD, tdr=("warn", "raise TdrDelay")), machine_id="m-1",
+           facts__collected_at="2026-11-20T09:00:00+00:00", resolution__pair="xpu-2.12")
+    _write(r / "new", "pc-2", _with_findings(SIXTEEN, tdr=("warn", "raise TdrDelay"), cpu=("warn", "use a Core Ultra")),
+           facts__aipc_env_version="0.0.9")
+    _write(r / "new", "pc-3", _with_findings(GOOD, tdr=("warn", "raise TdrDelay")), facts__collected_at=None)
+    _write(r / "old", "pc-3", GOOD, facts__collected_at="2026-11-01T00:00:00+00:00")
+    (r / "new" / "broken.json").write_text("[1, 2")
+    return [r], golden
+
+
+def _relative(value, base: str):
+    return json.loads(json.dumps(value).replace(base, "<base>"))
+
+
+def test_a_small_fleet_whole(tmp_path):
+    """The whole report of a small fleet (superseded reports, a collected_at missing, drift, failures and warnings
+    in groups of different sizes) against the one recorded and reviewed in fixtures/fleet-report-small.json."""
+    paths, golden = _small_fleet(tmp_path)
+    report = _relative(build_fleet_report(paths, golden).model_dump(mode="json"), str(tmp_path))
+    assert report == json.loads(SMALL_FLEET.read_text(encoding="utf-8"))
