@@ -280,3 +280,45 @@ def test_the_table_reaches_every_warn_and_fail_branch():
     assert {f for f, _ in wanted} <= {str(Path(f)) for f in data.measured_files()}, "a check module was not measured"
     missing = sorted((Path(f).name, n) for f, n in wanted - taken)
     assert not missing, f"warn/fail branches no table case reaches: {missing}"
+
+
+def _gpus(*gpus: tuple[str, str | None, str | None, str | None]) -> Callable[[Facts], None]:
+    """(name, vendor id, kernel driver, status) of each GPU."""
+    return _set("gpus", [GpuInfo(name=n, vendor_id=v, driver=d, status=s, source="test") for n, v, d, s in gpus])
+
+
+@pytest.mark.parametrize(("check", "fixture", "mutate", "status", "seen"), [
+    # the Windows driver bound (build 6000): at, below and above
+    ("gpu-driver", W, _set("gpus.0.driver_version", "32.0.101.6000"), "ok", "Intel(R) Arc(TM) Graphics 32.0.101.6000"),
+    ("gpu-driver", W, _set("gpus.0.driver_version", "32.0.101.5999"), "warn", "Intel(R) Arc(TM) Graphics 32.0.101.5999"),
+    ("gpu-driver", W, _set("gpus.0.driver_version", "32.0.101.6001"), "ok", "Intel(R) Arc(TM) Graphics 32.0.101.6001"),
+    ("gpu-driver", W, _set("gpus.0.driver_version", None), "warn", "Intel(R) Arc(TM) Graphics unknown"),
+    ("gpu-driver", W, _gpus(("NVIDIA RTX 4090", "10de", None, "OK")), "skip", "no Intel GPU"),
+    ("gpu-driver", L, _all(_set("sycl_devices", None), _gpus(("Intel GPU 56a0", "8086", "vfio-pci", None),
+                                                             ("Intel GPU a780", "8086", "i915-old", None),
+                                                             ("NVIDIA", "10de", "nvidia", None))),
+     "warn", "kernel driver i915-old, vfio-pci"),
+    ("gpu-driver", L, _all(_set("sycl_devices", None), _gpus(("Intel GPU 56a0", "8086", "xe", None))),
+     "warn", "kernel driver xe; no compute runtime seen (sycl-ls missing)"),
+    ("gpu-driver", L, _all(_set("sycl_devices", None), _gpus(("Intel GPU 56a0", "8086", "i915", None))),
+     "warn", "kernel driver i915; no compute runtime seen (sycl-ls missing)"),
+    ("multi-gpu", L, _set("env_vars", {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}), "ok",
+     "2 Intel GPUs, ONEAPI_DEVICE_SELECTOR=level_zero:0"),
+    ("device-probe", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, devices=[
+        {"name": "Intel(R) Arc(TM) Graphics", "total_memory": 16_000_000_000}, {"name": "B580", "total_memory": None}]),
+     "ok", "torch 2.11.0+xpu: Intel(R) Arc(TM) Graphics (16.0 GB), B580 (0.0 GB)"),
+    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, bnb_version="0.50.2",
+                              bnb_backend="xpu-native"), "ok", "bitsandbytes 0.50.2, xpu-native library"),
+    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=False, bnb_version="0.50.2"), "ok",
+     "bitsandbytes 0.50.2, unknown library"),
+    ("intel-gpu", W, _all(_set("sycl_devices", []), _gpus(("Intel(R) Arc(TM) Graphics", None, None, "OK"))), "ok",
+     "Intel(R) Arc(TM) Graphics"),
+    ("intel-gpu", W, _all(_set("sycl_devices", []), _gpus(("NVIDIA RTX 4090", "10de", None, "OK"),
+                                                          ("AMD", "1002", None, None))),
+     "fail", "no Intel GPU (NVIDIA RTX 4090, AMD)"),
+    ("intel-gpu", W, _gpus(("Intel A", "8086", None, "Error"), ("Intel B", "8086", None, "Degraded")), "fail",
+     "Intel A: status Error, Intel B: status Degraded"),
+])
+def test_gpu_bounds_and_ok_paths(check, fixture, mutate, status, seen):
+    finding = _verdict(check, fixture, mutate)
+    assert (finding.status.value, finding.seen) == (status, seen)
