@@ -13,7 +13,7 @@ import pytest
 from aipc_env.doctor import run_checks
 from aipc_env.doctor.checks import Status
 from aipc_env.facts import load_facts
-from aipc_env.facts.model import DeviceProbe, Facts, GpuInfo, MsvcInstall, ProbeError, VerifyRecord
+from aipc_env.facts.model import CondaTool, DeviceProbe, Facts, GpuInfo, MsvcInstall, ProbeError, VerifyRecord
 from aipc_env.matrix import load_matrix
 from tests.conftest import MACHINES, ROOT
 
@@ -322,3 +322,54 @@ def _gpus(*gpus: tuple[str, str | None, str | None, str | None]) -> Callable[[Fa
 def test_gpu_bounds_and_ok_paths(check, fixture, mutate, status, seen):
     finding = _verdict(check, fixture, mutate)
     assert (finding.status.value, finding.seen) == (status, seen)
+
+
+@pytest.mark.parametrize(("check", "fixture", "mutate", "status", "seen"), [
+    # Windows 11 starts at build 22000: at, below, above, unknown
+    ("os", W, _set("os.version", "10.0.22000"), "ok", "Windows 11 (build 10.0.26100)"),
+    ("os", W, _set("os.version", "10.0.21999"), "warn", "Windows 11 (build 10.0.26100)"),
+    ("os", W, _set("os.version", "10.0.22001"), "ok", "Windows 11 (build 10.0.26100)"),
+    ("os", W, _set("os.version", None), "ok", "Windows 11 (build 10.0.26100)"),
+    ("cpu", W, _set("cpu.brand", None), "ok", "unknown CPU (with an Intel Arc GPU)"),
+    ("cpu", W, _all(_set("cpu.brand", "Intel(R) Core(TM) ULTRA 5 125U"), _set("gpus.0.name", "Intel(R) Graphics")),
+     "ok", "Intel(R) Core(TM) ULTRA 5 125U"),
+    # kernels compiled at the very second the env was built are not stale; one second before they are
+    ("kernel-cache", W, _set("training_env.built_at", "2026-11-20T08:00:00+00:00"), "ok",
+     "C:\\Users\\Zoë Müller\\.triton\\cache"),
+    ("kernel-cache", W, _set("training_env.built_at", "2026-11-20T08:00:01+00:00"), "warn",
+     "kernels compiled before the env was (re)built at 2026-11-20T08:00:01+00:00"),
+    ("bitsandbytes", W, _env_of("xpu-2.12", bitsandbytes="0.49.0"), "ok", "bitsandbytes 0.49.0 (≥ 0.48.2)"),
+    ("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.49.0"), "fail",
+     "bitsandbytes 0.49.0 < 0.50.0 (minimum for xpu-2.14)"),
+    ("python", W, _set("training_env.python_version", None), "skip", "unknown"),
+    ("python", W, _set("training_env", None), "skip", "no training env"),
+    ("torch-xpu", "ci_machine", lambda f: None, "ok",
+     "torch 2.13.0+cpu (+cpu build); this machine has no Intel GPU, so the built-in default runs on the CPU"),
+    ("triton", W, _env_of("xpu-2.10", triton_xpu=None, triton="3.5.0", pytorch_triton_xpu="3.5.0"), "fail",
+     "pytorch-triton-xpu 3.5.0, triton 3.5.0"),
+    ("conda", W, _set("conda", [CondaTool(name="conda-lock", path="x", version="3.0"),
+                               CondaTool(name="micromamba", path="y", version=None)]), "ok", "micromamba"),
+    ("msvc", W, _set("msvc.installs", [MsvcInstall(path="C:\\VS", has_vc_tools=True)]), "ok",
+     "Visual Studio with C++ tools"),
+    ("msvc", W, _set("msvc.installs", [MsvcInstall(path="C:\\BT")]), "fail", "Visual Studio without the C++ workload"),
+    ("oneapi-installed", W, lambda f: None, "ok", "2025.3 installed (xpu-2.11 needs 2025.3)"),
+    ("level-zero", L, _all(_set("level_zero.header", None), _set("level_zero.searched", [])), "warn",
+     "level_zero/ze_api.h not found (searched: nothing)"),
+    ("runtime-mix", W, lambda f: _pkgs(f, umf="1.0.2", tcmlib="1.2.0"), "fail",
+     "2 package(s) from another release than xpu-2.11"),
+    ("pair", W, _env_of("xpu-2.11", umf=None, tcmlib=None), "warn",
+     "xpu-2.11: torch 2.11.0 + oneAPI 2025.3 runtime; 2 pinned package(s) missing"),
+])
+def test_system_env_and_toolchain_bounds_and_ok_paths(check, fixture, mutate, status, seen):
+    finding = _verdict(check, fixture, mutate)
+    assert (finding.status.value, finding.seen) == (status, seen)
+
+
+def test_the_details_that_name_what_to_fix():
+    mix = _verdict("runtime-mix", W, lambda f: _pkgs(f, umf="1.0.2", tcmlib="1.2.0"))
+    assert mix.details == ["tcmlib 1.2.0 (expected 1.4.1; belongs to xpu-2.6, xpu-2.7)",
+                           "umf 1.0.2 (expected 1.0.3; belongs to xpu-2.10)"]
+    pair = _verdict("pair", W, _env_of("xpu-2.11", umf=None, tcmlib=None))
+    assert pair.details[-1] == "missing: tcmlib, umf"
+    bnb = _verdict("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.49.0"))
+    assert bnb.why == "the oneAPI 2026 library variant needed by torch >= 2.13 arrived in 0.50"

@@ -30,7 +30,7 @@ def check_msvc(ctx: CheckContext) -> Verdict:
     with_tools = [i for i in msvc.installs if i.has_vc_tools]
     if with_tools:
         best = with_tools[-1]
-        return ok(f"{best.display_name or 'Visual Studio'} {best.version or ''} with C++ tools".strip())
+        return ok(" ".join(x for x in (best.display_name or "Visual Studio", best.version, "with C++ tools") if x))
     if msvc.cl_on_path:
         return ok(f"cl.exe on PATH: {msvc.cl_on_path}")
     why = "Triton compiles its XPU launcher with cl.exe: bitsandbytes NF4 quantize and Adam8bit fail without it"
