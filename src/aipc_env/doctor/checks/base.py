@@ -76,8 +76,8 @@ def fail(seen: str, why: str, fix: str, *details: str) -> Verdict:
     return Verdict(Status.FAIL, seen, why, fix, details)
 
 
-def skip(seen: str, *details: str) -> Verdict:
-    return Verdict(Status.SKIP, seen, details=details)
+def skip(seen: str) -> Verdict:
+    return Verdict(Status.SKIP, seen)
 
 
 @dataclass
