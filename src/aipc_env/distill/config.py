@@ -3,7 +3,6 @@ Relative paths are resolved against the config file's folder, as for training co
 
 from __future__ import annotations
 
-import itertools
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -11,6 +10,7 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from aipc_env.distill.grid import check_sigmas
 from aipc_env.errors import InputError
 from aipc_env.fileio import atomic_write_text, check_writable, read_yaml
 from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
@@ -20,9 +20,9 @@ __all__ = [
     "BUILTIN_EVAL_PROMPTS",
     "BUILTIN_PROMPTS",
     "BUILTIN_TINY21",
+    "PROFILES",
     "DistillConfig",
     "default_distill_config",
-    "default_teacher_sigmas",
     "load_distill_config",
     "write_default_distill_config",
 ]
@@ -31,16 +31,6 @@ BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
 """A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
 BUILTIN_PROMPTS = "builtin:prompts"
 BUILTIN_EVAL_PROMPTS = "builtin:eval-prompts"
-
-
-def default_teacher_sigmas(steps: int = 8) -> list[float]:
-    """The pipeline's own default grid for `steps` steps (np.linspace(1, 1/steps, steps)), as float32 values.
-    Standard library only: the CLI env that writes configs has no numpy."""
-    import struct
-
-    step = (1 / steps - 1.0) / (steps - 1) if steps > 1 else 0.0
-    grid = [1.0 + i * step for i in range(steps - 1)] + [1 / steps]  # numpy.linspace's arithmetic, no numpy here
-    return [struct.unpack("f", struct.pack("f", x))[0] for x in grid]  # as float32
 
 
 class PromptsSection(InputModel):
@@ -53,7 +43,8 @@ class DivergenceSection(InputModel):
     """When a training run is stopped as diverged (the seed's 128-prompt run went to loss 1.2 and a velocity MSE
     2.2 while it kept training)."""
 
-    spike_factor: float = Field(4.0, gt=1, description="a loss above this times the median of the last `window`")
+    spike_factor: float = Field(4.0, gt=1, description="a pair's velocity error above this times the median of the "
+                                "last `window` errors of the same student step")
     window: int = Field(8, ge=2)
     velocity_every: int = Field(10, ge=1, description="measure the velocity MSE on the training pairs every N steps")
     velocity_tolerance: float = Field(1.5, gt=1, description="stop when it exceeds the best so far times this")
@@ -69,7 +60,13 @@ class OnPolicySection(InputModel):
 class StudentSection(InputModel):
     max_train_steps: int = Field(1000, ge=1)
     learning_rate: float = Field(1e-4, gt=0)
-    batch_size: int = Field(1, ge=1)
+    batch_size: int = Field(1, ge=1, description="pairs per optimizer step in all (split over the processes and "
+                            "the accumulation steps)")
+    processes: int = Field(1, ge=1, le=64, description="training processes under `accelerate launch` (gloo on "
+                           "CPU); an AI PC has one XPU: 1")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    log_with: Literal["tensorboard"] | None = Field(
+        None, description="accelerate tracker for loss, velocity MSE and G3 grids (offline, under output_dir/logs)")
     loss_weighting: Literal["uniform", "endpoint"] = Field(
         "endpoint", description="uniform velocity MSE, or endpoint: each step's error times its delta-sigma squared")
     rank: int = Field(64, ge=1, le=512)
@@ -85,9 +82,34 @@ class StudentSection(InputModel):
     on_policy: OnPolicySection | None = None
     divergence: DivergenceSection = DivergenceSection()
 
+    @model_validator(mode="after")
+    def _split(self) -> StudentSection:
+        per = self.processes * self.gradient_accumulation_steps
+        if self.batch_size % per:
+            raise ValueError(f"batch_size {self.batch_size} does not split into processes {self.processes} x "
+                             f"gradient_accumulation_steps {self.gradient_accumulation_steps} equal micro-batches")
+        return self
+
+
+class TeacherSection(InputModel):
+    """How the teacher (the base model, in trajectories and gates) is loaded."""
+
+    base: Literal["full", "nf4"] = Field("full", description="the sampling transformer as saved, or NF4 (the "
+                                         "engine's loader; on an AI PC's shared memory the full bf16 one may not fit)")
+    offload: Literal["none", "model"] = Field(
+        "none", description="model: diffusers' model CPU offload (each component on the device only while it runs)")
+    offload_text_encoder: bool = Field(True, description="move the text encoder off the device once prompts are "
+                                       "encoded (seed: 16 GB -> 1.3 GB)")
+
 
 class EvalSection(InputModel):
+    mode: Literal["auto", "quality", "plumbing"] = Field(
+        "auto", description="quality needs LPIPS weights and a real model; auto: quality when lpips_weights is set "
+        "and the model is not a tiny random one (aipc_tiny.json), else plumbing")
     seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
+    margin: float = Field(0.0, ge=0, description="quality: the student's mean LPIPS must be below naive's minus this")
+    min_win_rate: float = Field(0.5, ge=0, le=1, description="quality: share of prompt x seed pairs where the "
+                                "student's LPIPS is below naive's")
     lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
                                       "without it G3 measures PSNR/MSE to the teacher")
     decode_device: str = Field("cpu", description="where the VAE decodes (seed lesson 3: the bf16 GPU decode of "
@@ -106,13 +128,15 @@ class DistillConfig(VersionedInput):
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     height: int = Field(512, ge=32)
     width: int = Field(512, ge=32)
-    teacher_sigmas: list[float] = Field(default_factory=default_teacher_sigmas, min_length=2,
-                                        description="the teacher grid without the terminal 0 (8 entries for 8 steps)")
+    teacher_sigmas: list[float] | None = Field(
+        None, description="the teacher grid without the terminal 0; default: the model's sample_sigmas "
+        "(model_index.json), else the pipeline's linspace(1, 1/8)")
     student_stride: int = Field(2, ge=2, description="student step k spans teacher steps stride*k .. stride*(k+1)")
     use_kv_cache: bool = True
     seed: Seed = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads (pin in CI: timings vary 20x otherwise)")
     prompts: PromptsSection = PromptsSection()
+    teacher: TeacherSection = TeacherSection()
     student: StudentSection = StudentSection()
     eval: EvalSection = EvalSection()
 
@@ -123,24 +147,18 @@ class DistillConfig(VersionedInput):
             raise ValueError("must be a multiple of 32 (the pipeline floors sizes to 32; below 32 it crashes)")
         return value
 
-    @field_validator("teacher_sigmas")
-    @classmethod
-    def _descending(cls, value: list[float]) -> list[float]:
-        if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in itertools.pairwise(value)):
-            raise ValueError("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by the scheduler)")
-        return value
-
     @model_validator(mode="after")
     def _grid(self) -> DistillConfig:
-        if len(self.teacher_sigmas) % self.student_stride:
-            raise ValueError(f"teacher_sigmas has {len(self.teacher_sigmas)} entries, not a multiple of "
-                             f"student_stride {self.student_stride}")
+        if self.teacher_sigmas is not None and (problem := check_sigmas(self.teacher_sigmas, self.student_stride)):
+            raise ValueError(f"teacher_sigmas: {problem}")
         return self
 
     @property
     def student_sigmas(self) -> list[float]:
         """The student grid: every stride-th teacher sigma (4 of 8), so student step k lands where the teacher's
-        step stride*(k+1) lands."""
+        step stride*(k+1) lands. Only after the grid is resolved (aipc_env.distill.grid.resolve_grid)."""
+        if self.teacher_sigmas is None:
+            raise RuntimeError("the teacher grid is not resolved yet (resolve_grid)")
         return self.teacher_sigmas[:: self.student_stride]
 
     @property
@@ -180,11 +198,44 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
     if cfg.model.startswith("builtin:") and cfg.model != BUILTIN_TINY21:
         raise InputError(f"unknown built-in model {cfg.model!r}", path=path, key="model",
                          fix=f"use {BUILTIN_TINY21} or a model folder")
+    if cfg.eval.mode == "quality" and not cfg.eval.lpips_weights:
+        raise InputError("eval.mode quality needs LPIPS: G3 decides on LPIPS to the teacher", path=path,
+                         key="eval.lpips_weights", fix="set eval.lpips_weights to a folder holding "
+                         "hub/checkpoints/alexnet-owt-7be5be79.pth, or set eval.mode: plumbing")
+    if cfg.eval.mode == "quality" and cfg.model == BUILTIN_TINY21:
+        raise InputError("the built-in tiny model has random weights: G3 on it can only be a plumbing check",
+                         path=path, key="eval.mode", fix="set eval.mode: plumbing (or auto), or point model at the "
+                         "real Qwen-Image-2.1-Turbo")
     check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
 
 
-def default_distill_config(run_dir: Path) -> dict:
-    """The built-in default: the tiny random 2.1 pipeline at 64x64, built-in prompts, CPU-sized training."""
+PROFILES = ("tiny", "turbo")
+
+
+def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
+    """A profile's config. tiny (the built-in default): the tiny random 2.1 pipeline at 64x64, built-in prompts,
+    CPU-sized training. turbo: seed 003's settings for the real Qwen-Image-2.1-Turbo (rank 64, alpha 128, the
+    endpoint weighting that helped, lr 1e-4: the seed's 3e-4 diverged at 128 prompts and its next step is a sweep
+    at 1e-4 / 5e-5), its own sample_sigmas grid, an NF4 teacher and the text encoder offloaded."""
+    if profile == "turbo":
+        return {
+            "schema_version": 1,
+            "model": "TODO: your local copy of Qwen/Qwen-Image-2.1-Turbo (a folder with model_index.json)",
+            "output_dir": str(run_dir),
+            "device": "auto",
+            "height": 512,
+            "width": 512,
+            "seed": 0,
+            "prompts": {"train": "TODO: prompts_train.jsonl", "eval": "TODO: prompts_eval.jsonl"},
+            "teacher": {"base": "nf4", "offload": "none", "offload_text_encoder": True},
+            "student": {"max_train_steps": 1000, "learning_rate": 1e-4, "rank": 64, "alpha": 128,
+                        "loss_weighting": "endpoint", "base": "nf4", "batch_size": 1, "checkpointing_steps": 100,
+                        "checkpoints_total_limit": 3},
+            "eval": {"mode": "quality", "seeds": [0, 1], "lpips_weights": "TODO: folder holding "
+                     "hub/checkpoints/alexnet-owt-7be5be79.pth", "decode_device": "cpu"},
+        }
+    if profile != "tiny":
+        raise ValueError(f"unknown profile {profile!r}")
     return {
         "schema_version": 1,
         "model": BUILTIN_TINY21,
@@ -192,7 +243,6 @@ def default_distill_config(run_dir: Path) -> dict:
         "device": "auto",
         "height": 64,
         "width": 64,
-        "teacher_sigmas": default_teacher_sigmas(8),
         "seed": 0,
         "threads": 1,
         "prompts": {"train": BUILTIN_PROMPTS, "eval": BUILTIN_EVAL_PROMPTS},
@@ -205,10 +255,10 @@ def default_distill_config(run_dir: Path) -> dict:
     }
 
 
-def write_default_distill_config(run_dir: Path, *, replace: bool = False) -> Path:
-    """Write run_dir/distill.yaml, the built-in default, with output_dir "." (the config's own folder, so the
-    run lands beside it however the folder was typed). An existing distill.yaml is the user's: refused, or with
-    `replace` kept as distill.yaml.bak first."""
+def write_default_distill_config(run_dir: Path, *, replace: bool = False, profile: str = "tiny") -> Path:
+    """Write run_dir/distill.yaml from a profile, with output_dir "." (the config's own folder, so the run lands
+    beside it however the folder was typed). An existing distill.yaml is the user's: refused, or with `replace`
+    kept as distill.yaml.bak first."""
     path = Path(run_dir) / "distill.yaml"
     check_writable(path, "the config")
     if path.exists():
@@ -217,7 +267,10 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False) -> Pat
                              path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
                              "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
         shutil.copy2(path, path.with_name("distill.yaml.bak"))
-    atomic_write_text(path, "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n"
-                      "# relative paths are resolved against this file's folder\n"
-                      + yaml.safe_dump(default_distill_config(Path(".")), sort_keys=False, allow_unicode=True))
+    head = {"tiny": "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n",
+            "turbo": "# aipc-env distill, profile turbo: seed 003's settings for Qwen-Image-2.1-Turbo; fill each "
+                     "TODO\n"}[profile]
+    atomic_write_text(path, head + "# relative paths are resolved against this file's folder\n"
+                      + yaml.safe_dump(default_distill_config(Path("."), profile), sort_keys=False,
+                                       allow_unicode=True))
     return path

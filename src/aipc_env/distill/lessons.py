@@ -11,24 +11,26 @@ from aipc_env.errors import AipcError, ExitCode
 
 __all__ = [
     "EmbeddingsAttachedToGraph",
+    "GridNotHonoured",
     "LessonError",
     "LoraAfterPrepare",
     "LoraAlphaLost",
     "LoraMetadataMissing",
-    "NumInferenceStepsIgnored",
+    "ObjectiveRose",
     "ParityBroken",
     "RgbaNotSliced",
     "SigmasNotVerbatim",
     "StochasticSampler",
     "StudentNotBetter",
     "TrainingDiverged",
+    "VelocityDiverged",
     "check_deterministic_sampler",
     "check_embeddings_detached",
     "check_lora_before_prepare",
     "check_lora_metadata",
     "check_rgb",
     "check_sigmas_verbatim",
-    "check_steps_honoured",
+    "check_step_count",
     "mark_prepared",
 ]
 
@@ -68,8 +70,16 @@ class SigmasNotVerbatim(LessonError):
     name, seed_item = "sigmas-not-verbatim", 7
 
 
-class NumInferenceStepsIgnored(LessonError):
-    name, seed_item = "num-inference-steps-ignored", 7
+class GridNotHonoured(LessonError):
+    name, seed_item = "grid-not-honoured", 7
+
+
+class ObjectiveRose(LessonError):
+    name = "objective-rose"
+
+
+class VelocityDiverged(LessonError):
+    name = "velocity-diverged"
 
 
 class StochasticSampler(LessonError):
@@ -153,14 +163,24 @@ def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler
                 "null) in scheduler/scheduler_config.json")
 
 
-def check_steps_honoured(requested: int, ran: int, sample_sigmas) -> None:
-    """`num_inference_steps` is ignored when the pipeline has sample_sigmas configured (model_index.json)."""
-    if requested != ran:
-        raise NumInferenceStepsIgnored(
-            f"pipe(num_inference_steps={requested}) ran {ran} steps: the checkpoint configures sample_sigmas "
-            f"{sample_sigmas} in model_index.json, which override num_inference_steps silently",
-            fix="always pass sigmas= (the recipe does); at inference with the LoRA, pass the student grid as "
-                "sigmas=, or remove sample_sigmas from model_index.json")
+def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sample_sigmas) -> str:
+    """How many steps `pipe(num_inference_steps=requested, sigmas=passed)` must run, as the real pipeline does:
+    len(passed) when sigmas are passed, else len(sample_sigmas) when model_index.json configures them (both ignore
+    num_inference_steps: expected, not a fault), else `requested`. Returns the behaviour as a note; a different
+    count is a grid fault."""
+    if passed is not None:
+        want, why = len(passed), f"num_inference_steps={requested} ignored; sigmas= used verbatim ({len(passed)} steps)"
+    elif sample_sigmas:
+        want, why = len(sample_sigmas), (f"num_inference_steps={requested} ignored; the model's sample_sigmas "
+                                         f"({len(sample_sigmas)} steps, model_index.json) used verbatim")
+    else:
+        want, why = requested, f"num_inference_steps={requested} honoured (no sample_sigmas configured)"
+    if ran != want:
+        raise GridNotHonoured(
+            f"pipe(num_inference_steps={requested}" + (f", sigmas=<{len(passed)}>" if passed is not None else "")
+            + f") ran {ran} steps, expected {want} (sample_sigmas: {sample_sigmas})",
+            fix="use a QwenImage21Pipeline whose scheduler takes sigmas= as given (diffusers >= 0.42)")
+    return why
 
 
 def mark_prepared(model) -> None:

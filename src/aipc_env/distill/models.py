@@ -8,7 +8,21 @@ from pathlib import Path
 
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 
-__all__ = ["device_and_dtype", "load_pipeline", "load_transformer", "model_dir", "model_key"]
+__all__ = ["device_and_dtype", "is_tiny_random", "load_pipeline", "load_transformer", "model_dir", "model_key",
+           "model_path", "offload_text_encoder"]
+
+TINY_MARK = "aipc_tiny.json"
+
+
+def model_path(cfg: DistillConfig) -> Path:
+    """Where the model folder is (the built-in tiny one lives in the run folder); builds nothing."""
+    return cfg.out / "tiny-qwen-image-2.1" if cfg.model == BUILTIN_TINY21 else Path(cfg.model)
+
+
+def is_tiny_random(path: Path) -> bool:
+    """The model's identity, not its path: a tiny random pipeline (built by aipc_env.distill.tinypipe21, wherever
+    it was saved) carries its mark file."""
+    return (Path(path) / TINY_MARK).is_file()
 
 
 def model_dir(cfg: DistillConfig, *, log=print) -> Path:
@@ -17,7 +31,7 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
         return Path(cfg.model)
     from aipc_env.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
 
-    path = cfg.out / "tiny-qwen-image-2.1"
+    path = model_path(cfg)
     stamp = path / "aipc_tiny.json"
     try:
         current = json.loads(stamp.read_text()).get("version") == TINY21_VERSION
@@ -33,7 +47,7 @@ def model_key(path: Path) -> str:
     """The model's identity for trajectory keys: its configs (the scheduler's included), not its location."""
     from aipc_env.train.checkpoint import model_identity
 
-    return model_identity(str(path), extra=("scheduler/scheduler_config.json", "aipc_tiny.json"))
+    return model_identity(str(path), extra=("scheduler/scheduler_config.json", TINY_MARK))
 
 
 def device_and_dtype(cfg: DistillConfig):
@@ -47,16 +61,37 @@ def device_and_dtype(cfg: DistillConfig):
     return device, compute_dtype(device, cfg.compute_dtype)
 
 
-def load_pipeline(path: Path, device, dtype):
-    """QwenImage21Pipeline from a local folder (offline); the processor shim applies where torchvision is absent."""
+def load_pipeline(path: Path, device, dtype, teacher=None):
+    """QwenImage21Pipeline from a local folder (offline); the processor shim applies where torchvision is absent.
+    `teacher` (a TeacherSection): the transformer in NF4 (the training loader), diffusers' model CPU offload."""
     from diffusers import QwenImage21Pipeline
 
     from aipc_env.train.compat import processor_without_video
 
     processor_without_video()
-    pipe = QwenImage21Pipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    extra = {}
+    if teacher is not None and teacher.base == "nf4":
+        extra["transformer"] = load_transformer(path, device, dtype, base="nf4")
+    pipe = QwenImage21Pipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True, **extra)
     pipe.set_progress_bar_config(disable=True)
+    if teacher is not None and teacher.offload == "model" and device.type != "cpu":
+        pipe.enable_model_cpu_offload(device=device)
+        return pipe
     return pipe.to(device)
+
+
+def offload_text_encoder(pipe, teacher) -> bool:
+    """Move the text encoder to the CPU once prompts are encoded (the seed's 16 GB -> 1.3 GB). True when moved."""
+    if teacher is None or not teacher.offload_text_encoder or pipe.text_encoder.device.type == "cpu":
+        return False
+    pipe.text_encoder.to("cpu")
+    import torch
+
+    for backend in ("cuda", "xpu"):
+        mod = getattr(torch, backend, None)
+        if mod is not None and mod.is_available():
+            mod.empty_cache()
+    return True
 
 
 def load_transformer(path: Path, device, dtype, *, base: str):

@@ -1,5 +1,7 @@
 """`distill report`: the gate table in seed 003's format, the G3 evidence, the velocity diagnostic (adapter on vs
-off) and the loss plot, from the verdicts the stages wrote. Torch-free."""
+off) and the loss plot, from the verdicts the stages wrote. Only current verdicts count: one whose inputs changed
+since (config, model, grid, LoRA) is stale, and one after a failed, missing or stale stage was not reached; both
+are named, never shown as results. Torch-free."""
 
 from __future__ import annotations
 
@@ -7,10 +9,37 @@ import json
 from pathlib import Path
 
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
-from aipc_env.distill.verdict import STAGES, Verdict, read_verdict
+from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
 from aipc_env.fileio import atomic_write_text
 
-__all__ = ["build_report", "gate_rows", "status_line"]
+__all__ = ["build_report", "current_verdicts", "gate_rows", "status_line"]
+
+
+def current_verdicts(cfg: DistillConfig) -> tuple[dict[str, Verdict], dict[str, str]]:
+    """(the verdicts that count, in stage order; stage -> why it does not count) for the stages with a verdict
+    on disk that does not count."""
+    from aipc_env.distill.inputs import current_inputs, stale_reasons
+
+    shown: dict[str, Verdict] = {}
+    ignored: dict[str, str] = {}
+    blocker = None
+    for stage in STAGES:
+        v = read_verdict(cfg.out, stage)
+        if v is None:
+            blocker = blocker or f"{STAGE_TITLES[stage]} has not run"
+            continue
+        if blocker:
+            ignored[stage] = f"not current: {blocker}"
+            continue
+        reasons = stale_reasons(v.inputs, current_inputs(cfg, stage))
+        if reasons:
+            ignored[stage] = "stale: " + ", ".join(reasons) + " since it ran"
+            blocker = f"{STAGE_TITLES[stage]} is stale"
+            continue
+        shown[stage] = v
+        if not v.passed:
+            blocker = f"{STAGE_TITLES[stage]} failed"
+    return shown, ignored
 
 
 def _where(cfg: DistillConfig, v: Verdict) -> str:
@@ -34,18 +63,17 @@ def _g2(cfg: DistillConfig, v: Verdict) -> str:
             parts.append(f"own {steps}-step Euler loop vs pipe(...) max diff {m[f'{grid}_max_abs_diff']:g}")
     for c in v.checks:
         if c.name.startswith("sigmas-verbatim") and c.ok:
-            parts.append(f"{c.name.split('-')[-1]}: scheduler.sigmas == passed + [0]")
-        elif c.name == "num-inference-steps-honoured" and c.ok:
-            parts.append("num_inference_steps honoured")
+            parts.append(f"{c.name.split('-')[-1]}: scheduler.sigmas == given grid + [0]")
         elif not c.ok:
             parts.append(f"{c.name} FAILED [{c.error}]")
+    parts += m.get("behaviour", [])
     return f"{v.status.upper()} — " + "; ".join(parts)
 
 
 def _g3(cfg: DistillConfig, v: Verdict) -> str:
     text = f"{v.status.upper()} — {v.metrics.get('comparison', '')}"
     if v.mode == "plumbing":
-        text += " (plumbing check on tiny random weights: the comparison is not a quality result)"
+        text += " (plumbing: these numbers judge nothing about the student)"
     failed = [f"{c.name} [{c.error}]" for c in v.checks if not c.ok]
     return text + (("; failed: " + "; ".join(failed)) if failed else "")
 
@@ -58,8 +86,7 @@ def gate_rows(cfg: DistillConfig, verdicts: dict[str, Verdict]) -> list[tuple[st
         rows.append((f"G2 sampler parity ({_where(cfg, verdicts['g2'])})", _g2(cfg, verdicts["g2"])))
     if "g3" in verdicts:
         v = verdicts["g3"]
-        label = "G3 plumbing" if v.mode == "plumbing" else "G3 quality gate"
-        rows.append((f"{label} ({_where(cfg, v)})", _g3(cfg, v)))
+        rows.append((f"{v.title} ({_where(cfg, v)})", _g3(cfg, v)))
     return rows
 
 
@@ -71,20 +98,27 @@ def status_line(verdicts: dict[str, Verdict]) -> str:
             return f"paused at {gate}-FAIL" + (f" ({v.error.name})" if v.error else "")
     missing = [s for s in STAGES if s not in verdicts]
     if missing:
-        return f"in progress: {', '.join(missing)} not run yet"
+        return f"in progress: {', '.join(missing)} not run or not current"
     if verdicts["g3"].mode == "plumbing":
-        return "every stage passed on the tiny random model (plumbing); G3 needs the real model"
+        return ("every stage ran without a failure; G3 ran as a plumbing check only (judging the student needs the "
+                "real model and LPIPS)")
     return "every gate passed"
 
 
 def build_report(cfg: DistillConfig) -> tuple[str, Path]:
-    verdicts = {s: v for s in STAGES if (v := read_verdict(cfg.out, s)) is not None}
+    verdicts, ignored = current_verdicts(cfg)
     lines = [f"# Distillation report: {cfg.model}", "", f"Status: {status_line(verdicts)}.", "",
              "Goal: a LoRA so that, with it on, the model at "
              f"{len(cfg.student_sigmas)} steps matches its own {len(cfg.teacher_sigmas)}-step output from the same "
              "noise.", "", "What was verified (gates)", "", "Gate\tResult"]
     rows = gate_rows(cfg, verdicts)
-    lines += [f"{a}\t{b}" for a, b in rows] or ["(no gate has run yet)"]
+    lines += [f"{a}\t{b}" for a, b in rows] or ["(no current gate verdict)"]
+    if ignored:
+        lines += ["", "Verdicts on disk that do not count"] + [f"- {STAGE_TITLES[s]}: {why}" for s, why in
+                                                                 ignored.items()]
+    grid_from = next((v.grid for v in verdicts.values() if v.grid), None)
+    if grid_from:
+        lines += ["", f"Grid: teacher {grid_from['teacher']} ({grid_from['source']}); student {grid_from['student']}"]
     tr, train, g3 = verdicts.get("trajectories"), verdicts.get("train"), verdicts.get("g3")
     if tr is not None:
         m = tr.metrics
@@ -94,7 +128,8 @@ def build_report(cfg: DistillConfig) -> tuple[str, Path]:
     if g3 is not None and train is not None and "mean" in g3.metrics:
         metric = g3.metrics["metric"]
         m = train.metrics
-        lines += ["", f"G3 evidence ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
+        head = "G3 evidence" if g3.mode != "plumbing" else "G3 plumbing numbers (they judge nothing about the student)"
+        lines += ["", f"{head} ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
                   "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {metric.upper()}\tNaive {metric.upper()}",
                   f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
                   f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
@@ -122,7 +157,7 @@ def build_report(cfg: DistillConfig) -> tuple[str, Path]:
     text = "\n".join(lines) + "\n"
     path = cfg.out / "report.md"
     atomic_write_text(path, text)
-    atomic_write_text(cfg.out / "report.json", json.dumps({"status": status_line(verdicts),
-                                                           "gates": [{"gate": a, "result": b} for a, b in rows]},
-                                                          indent=2) + "\n")
+    atomic_write_text(cfg.out / "report.json", json.dumps({
+        "status": status_line(verdicts), "gates": [{"gate": a, "result": b} for a, b in rows],
+        "current": list(verdicts), "ignored": ignored}, indent=2) + "\n")
     return text, path

@@ -91,7 +91,8 @@ def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cach
              attention_kwargs=None):
     """One transformer call as the pipeline makes it; returns the image tokens' velocity [B, N, C]."""
     timestep = t.expand(latents.shape[0]).to(latents.dtype) if t.ndim == 0 else t.to(latents.dtype)
-    with transformer.cache_context("cond"):
+    inner = getattr(transformer, "module", transformer)  # under DDP the cache context is the wrapped module's
+    with inner.cache_context("cond"):
         out = transformer(hidden_states=latents, timestep=timestep / 1000, encoder_hidden_states=prompted.embeds,
                           encoder_hidden_states_mask=prompted.mask, img_shapes=img_shapes,
                           img_mask=with_target_slots(prompted.image_pad_mask, latents.shape[1]),

@@ -25,7 +25,13 @@ import torch
 
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
-from aipc_env.distill.lessons import TrainingDiverged, check_lora_before_prepare, mark_prepared
+from aipc_env.distill.lessons import (
+    ObjectiveRose,
+    TrainingDiverged,
+    VelocityDiverged,
+    check_lora_before_prepare,
+    mark_prepared,
+)
 from aipc_env.errors import InputError
 
 __all__ = [
@@ -263,11 +269,24 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
         save_checkpoint,
     )
 
+    s = cfg.student
     device, dtype = device_and_dtype(cfg)
+    out = cfg.out
+    accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu",
+                              gradient_accumulation_steps=s.gradient_accumulation_steps,
+                              log_with=s.log_with, project_dir=str(out / "logs") if s.log_with else None)
+    if accelerator.num_processes != s.processes:
+        raise InputError(f"student.processes is {s.processes}, but {accelerator.num_processes} processes run",
+                         key="student.processes", fix="run the train stage through `aipc-env distill` (it starts "
+                         "`accelerate launch` with student.processes processes)")
+    if accelerator.num_processes > 1:
+        device = accelerator.device
+    main = accelerator.is_main_process
+    if not main:
+        log = _silent
     path = model_dir(cfg, log=log)
     mkey = model_key(path)
     trajs = load_trajectories(cfg, mkey)
-    s = cfg.student
     stride = cfg.student_stride
     n_steps = len(cfg.teacher_sigmas) // stride
     h, w = cfg.height // 32 * 32, cfg.width // 32 * 32
@@ -285,10 +304,9 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     else:
         opt = torch.optim.AdamW(params, lr=s.learning_rate, weight_decay=0.0)
     sched = get_scheduler("constant", opt)
-    accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu")
     model, opt = prepare_student(accelerator, model, opt)
     n_lora = check_lora_before_prepare(accelerator.unwrap_model(model), opt)
-    out = cfg.out
+    bare = accelerator.unwrap_model(model)
     fingerprint = _fingerprint(cfg, mkey)
     step, rows, checks = 0, [], []
     resumed = None
@@ -306,13 +324,20 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
         log(f"train: resumed from {resumed} at step {step}")
     probe_picks = [(i, k) for i in range(min(len(trajs), 8)) for k in range(n_steps)]
     probe = [make_batch(trajs, [p], stride, shapes_one, device, dtype) for p in probe_picks]
-    vel_off = velocity_mse(model, probe, adapter=False)
-    objective_start = objective(model, probe, s.loss_weighting)
-    best_vel = velocity_mse(model, probe, adapter=True)
+    vel_off = velocity_mse(bare, probe, adapter=False)
+    objective_start = objective(bare, probe, s.loss_weighting)
+    best_vel = velocity_mse(bare, probe, adapter=True)
     checks.append({"step": step, "velocity_mse_on": best_vel, "velocity_mse_off": vel_off})
     log(f"train: {len(trajs)} trajectories, {n_steps} student steps each, {n_lora} LoRA tensors "
         f"({sum(p.numel() for p in params)} parameters), base {s.base}, device {device}, loss {s.loss_weighting}; "
-        f"velocity MSE adapter off {vel_off:.5g}")
+        f"velocity MSE adapter off {vel_off:.5g}; {s.batch_size} pairs per step over {accelerator.num_processes} "
+        f"process(es) x {s.gradient_accumulation_steps} accumulation step(s)")
+    if s.log_with:
+        accelerator.init_trackers("distill", config={"rank": s.rank, "alpha": s.alpha, "lr": s.learning_rate,
+                                                     "batch_size": s.batch_size, "loss_weighting": s.loss_weighting,
+                                                     "processes": s.processes,
+                                                     "gradient_accumulation_steps": s.gradient_accumulation_steps})
+    micro = s.batch_size // (accelerator.num_processes * s.gradient_accumulation_steps)
     last_good = checkpoint_dirs(out)[-1] if checkpoint_dirs(out) else None
     t0 = time.perf_counter()
 
@@ -326,45 +351,58 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
                        "last_good_checkpoint": str(last_good) if last_good else None, "checks": checks}
         return err
 
-    with (out / "train_log.jsonl").open("w", encoding="utf-8") as fh:
+    with _log_file(out / "train_log.jsonl", main) as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
         while step < s.max_train_steps:
             g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            picks = _picks(g, len(trajs), n_steps, s.batch_size)
+            picks = _picks(g, len(trajs), n_steps, s.batch_size)  # the same on every process
             kind = "offline"
-            if s.on_policy and step >= s.on_policy.start_step and \
-                    float(torch.rand(1, generator=g)) < s.on_policy.fraction:
-                kind = "on-policy"
-                starts, ends = _on_policy(accelerator.unwrap_model(model), trajs, picks, stride, shapes_one,
-                                          device, dtype)
-                batch = make_batch(trajs, picks, stride, shapes_one, device, dtype, starts=starts, ends=ends)
-            else:
-                batch = make_batch(trajs, picks, stride, shapes_one, device, dtype)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss, _ = step_loss(model, batch, s.loss_weighting)
-            accelerator.backward(loss)
+            on_policy = s.on_policy and step >= s.on_policy.start_step and \
+                float(torch.rand(1, generator=g)) < s.on_policy.fraction
+            total = torch.zeros((), device=device)
+            errs = []
+            for a in range(s.gradient_accumulation_steps):
+                chunk = a * accelerator.num_processes + accelerator.process_index
+                mine = picks[chunk * micro:(chunk + 1) * micro]
+                if on_policy:
+                    kind = "on-policy"
+                    starts, ends = _on_policy(bare, trajs, mine, stride, shapes_one, device, dtype)
+                    batch = make_batch(trajs, mine, stride, shapes_one, device, dtype, starts=starts, ends=ends)
+                else:
+                    batch = make_batch(trajs, mine, stride, shapes_one, device, dtype)
+                with accelerator.accumulate(model):
+                    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                        loss, err = step_loss(model, batch, s.loss_weighting)
+                    accelerator.backward(loss)
+                total += loss.detach().float() / s.gradient_accumulation_steps
+                errs.append(err.float())
+            errors = _in_pick_order(accelerator.gather(torch.cat(errs)), accelerator.num_processes,
+                                    s.gradient_accumulation_steps, micro)
             if s.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+                accelerator.clip_grad_norm_(params, s.max_grad_norm)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            value = float(loss.detach())
-            row = {"step": step, "loss": value, "kind": kind, "pairs": picks}
-            history = [r["loss"] for r in rows[-s.divergence.window:]]
+            value = float(accelerator.reduce(total, reduction="mean"))
+            row = {"step": step, "loss": value, "kind": kind, "pairs": picks, "velocity_errors": errors}
+            spike = _spike(rows, picks, errors, s.divergence.window, s.divergence.spike_factor)
             rows.append(row)
             fh.write(json.dumps(row) + "\n")
             fh.flush()
+            if s.log_with:
+                accelerator.log({"loss": value}, step=step)
             if not math.isfinite(value):
                 raise diverged(f"the loss is {value}")
-            if len(history) >= s.divergence.window and value > s.divergence.spike_factor * statistics.median(history):
-                raise diverged(f"loss spike: {value:.4g} > {s.divergence.spike_factor:g} x the median "
-                               f"{statistics.median(history):.4g} of the last {len(history)} steps")
+            if spike:
+                raise diverged(spike)
             save_now = step % s.checkpointing_steps == 0 and step < s.max_train_steps
             if step % s.divergence.velocity_every == 0 or save_now or step == s.max_train_steps:
-                vel = velocity_mse(model, probe, adapter=True)
+                vel = velocity_mse(bare, probe, adapter=True)
                 checks.append({"step": step, "velocity_mse_on": vel, "velocity_mse_off": vel_off})
+                if s.log_with:
+                    accelerator.log({"velocity_mse_on": vel, "velocity_mse_off": vel_off}, step=step)
                 log(f"train: step {step}/{s.max_train_steps} loss {value:.5g} velocity MSE on {vel:.5g} / "
                     f"off {vel_off:.5g}")
                 if vel > best_vel * s.divergence.velocity_tolerance:
@@ -374,20 +412,83 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
             if save_now:
                 state = CheckpointState(step=step, smoothed_loss=value, lora_rank=s.rank, lora_alpha=s.alpha,
                                         target_modules=s.target_modules, model=mkey, fingerprint=fingerprint)
-                last_good = save_checkpoint(out, state, accelerator.unwrap_model(model), opt, sched,
-                                            limit=s.checkpoints_total_limit)
-                log(f"train: checkpoint {last_good}")
-    student = accelerator.unwrap_model(model)
+                if main:
+                    last_good = save_checkpoint(out, state, bare, opt, sched, limit=s.checkpoints_total_limit)
+                    log(f"train: checkpoint {last_good}")
+                accelerator.wait_for_everyone()
+    student = bare
     objective_end = objective(student, probe, s.loss_weighting)
     vel_on = velocity_mse(student, probe, adapter=True)
-    lora_file = publish(student, out / "lora", metadata="no-lora-metadata" not in inject)
-    check_lora_metadata(out / "lora", rank=s.rank, alpha=s.alpha)
-    _plot(rows, checks, out / "loss.png")
-    return {"steps": step, "resumed_from": str(resumed) if resumed else None, "trajectories": len(trajs),
+    lora_file = out / "lora" / "pytorch_lora_weights.safetensors"
+    if main:
+        lora_file = publish(student, out / "lora", metadata="no-lora-metadata" not in inject)
+        check_lora_metadata(out / "lora", rank=s.rank, alpha=s.alpha)
+        _plot(rows, checks, out / "loss.png")
+    if s.log_with:
+        accelerator.end_training()
+    accelerator.wait_for_everyone()
+    metrics = {"steps": step, "resumed_from": str(resumed) if resumed else None, "trajectories": len(trajs),
             "loss_weighting": s.loss_weighting, "base": s.base, "device": str(device),
             "objective_start": objective_start, "objective_end": objective_end,
             "lowered_loss": objective_end < objective_start,
             "velocity_mse_on": vel_on, "velocity_mse_off": vel_off, "lora": str(lora_file),
             "lora_rank": s.rank, "lora_alpha": s.alpha, "seconds": round(time.perf_counter() - t0, 3),
             "on_policy_steps": sum(1 for r in rows if r["kind"] == "on-policy"), "checks": checks,
-            "loss_plot": str(out / "loss.png"), "last_checkpoint": str(last_good) if last_good else None}
+            "loss_plot": str(out / "loss.png"), "last_checkpoint": str(last_good) if last_good else None,
+            "processes": accelerator.num_processes, "gradient_accumulation_steps": s.gradient_accumulation_steps,
+            "batch_size": s.batch_size}
+    if objective_end >= objective_start:
+        err = ObjectiveRose(f"the student objective on the training pairs rose: {objective_start:.4g} -> "
+                            f"{objective_end:.4g} over {step} steps", fix="lower student.learning_rate, or train "
+                            "longer at a lower one; the LoRA was published for inspection only")
+        err.metrics = metrics  # type: ignore[attr-defined]
+        raise err
+    if vel_on > vel_off * s.divergence.velocity_tolerance:
+        err = VelocityDiverged(f"with the adapter on, the velocity MSE on the training pairs is {vel_on:.4g}, more "
+                               f"than {s.divergence.velocity_tolerance:g} x the adapter-off {vel_off:.4g}",
+                               fix="lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
+        err.metrics = metrics  # type: ignore[attr-defined]
+        raise err
+    return metrics
+
+
+def _in_pick_order(gathered: torch.Tensor, world: int, accum: int, micro: int) -> list[float]:
+    """Per-pair errors gathered as [rank][accumulation step][micro] back in the order of the step's picks (chunk
+    a * world + rank)."""
+    values = gathered.view(world, accum, micro).cpu().tolist()
+    return [values[rank][a][i] for a in range(accum) for rank in range(world) for i in range(micro)]
+
+
+def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], window: int, factor: float
+           ) -> str | None:
+    """A loss spike, judged per student step k: a pair's velocity error above `factor` x the median of the last
+    `window` errors of the same k. (Errors of different k differ by orders of magnitude on a non-uniform grid:
+    (0.70 / 0.046)^2 = 230x under endpoint weighting, so one history for all k calls every large-k pair a spike.)"""
+    for (_, k), err in zip(picks, errors):
+        history = [e for r in rows for (_, kk), e in zip(r["pairs"], r.get("velocity_errors", [])) if kk == k]
+        history = history[-window:]
+        if len(history) >= window and err > factor * statistics.median(history):
+            return (f"loss spike at student step k={k}: velocity error {err:.4g} > {factor:g} x the median "
+                    f"{statistics.median(history):.4g} of its last {len(history)}")
+        if not math.isfinite(err):
+            return f"the velocity error at student step k={k} is {err}"
+    return None
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _log_file(path: Path, main: bool):
+    """The training log, written by the main process only."""
+    import contextlib
+
+    return path.open("w", encoding="utf-8") if main else contextlib.nullcontext(_Discard())

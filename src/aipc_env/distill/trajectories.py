@@ -81,9 +81,12 @@ def noise_seed(cfg: DistillConfig, record: PromptRecord) -> int:
 
 
 def trajectory_key(*, model_key: str, prompt: str, seed: int, sigmas: list[float], height: int, width: int,
-                   use_kv_cache: bool, dtype: str) -> str:
-    blob = json.dumps({"v": 1, "model": model_key, "prompt": prompt, "seed": seed, "sigmas": sigmas,
-                       "size": [height, width], "kv": use_kv_cache, "dtype": dtype}, sort_keys=True)
+                   use_kv_cache: bool, dtype: str, teacher_base: str = "full") -> str:
+    blob = {"v": 1, "model": model_key, "prompt": prompt, "seed": seed, "sigmas": sigmas, "size": [height, width],
+            "kv": use_kv_cache, "dtype": dtype}
+    if teacher_base != "full":  # an NF4 teacher samples other trajectories
+        blob["teacher_base"] = teacher_base
+    blob = json.dumps(blob, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -124,7 +127,7 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
     import torch
 
     from aipc_env.distill import sampler
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, model_key
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder
 
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
@@ -137,7 +140,8 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
     for rec in records:
         seed = noise_seed(cfg, rec)
         key = trajectory_key(model_key=mkey, prompt=rec.prompt, seed=seed, sigmas=cfg.teacher_sigmas,
-                             height=cfg.height, width=cfg.width, use_kv_cache=cfg.use_kv_cache, dtype=dtype_name)
+                             height=cfg.height, width=cfg.width, use_kv_cache=cfg.use_kv_cache, dtype=dtype_name,
+                             teacher_base=cfg.teacher.base)
         entries.append(IndexEntry(key=key, prompt=rec.prompt, seed=seed))
         if read_trajectory(root / f"{key}.safetensors") is None:
             todo.append(entries[-1])
@@ -145,11 +149,14 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
     t0 = time.perf_counter()
     seconds_encode = seconds_sample = 0.0
     if todo:
-        pipe = load_pipeline(path, device, dtype)
-        for i, entry in enumerate(todo, 1):
+        pipe = load_pipeline(path, device, dtype, cfg.teacher)
+        encoded = []
+        for entry in todo:  # every prompt first: then the text encoder can leave the device
             t = time.perf_counter()
-            prompted = sampler.encode(pipe, [entry.prompt], device, grad="grad-embeddings" in inject)
+            encoded.append(sampler.encode(pipe, [entry.prompt], device, grad="grad-embeddings" in inject))
             seconds_encode += time.perf_counter() - t
+        offloaded = offload_text_encoder(pipe, cfg.teacher)
+        for i, (entry, prompted) in enumerate(zip(todo, encoded), 1):
             t = time.perf_counter()
             g = torch.Generator(device="cpu").manual_seed(entry.seed)
             noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
@@ -167,8 +174,11 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
                 "sigmas": eff.float(), "prompt_embeds": prompted.embeds[0],
                 "prompt_mask": mask.to(torch.uint8), "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8)})
             log(f"trajectories: {i}/{len(todo)} {entry.key[:12]} ({entry.prompt[:40]!r})")
+        if offloaded:
+            log("trajectories: text encoder offloaded to the CPU after encoding")
     write_model(root / INDEX, TrajectoryIndex(model_key=mkey, teacher_sigmas=cfg.teacher_sigmas, height=cfg.height,
                                              width=cfg.width, entries=entries))
     return {"prompts": len(entries), "computed": len(todo), "reused": len(entries) - len(todo),
             "seconds": round(time.perf_counter() - t0, 3), "seconds_encode": round(seconds_encode, 3),
-            "seconds_sample": round(seconds_sample, 3), "steps": len(cfg.teacher_sigmas), "dir": str(root)}
+            "seconds_sample": round(seconds_sample, 3), "steps": len(cfg.teacher_sigmas), "dir": str(root),
+            "teacher": cfg.teacher.model_dump()}

@@ -10,6 +10,7 @@ from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, write_model
 
 __all__ = [
+    "PLUMBING_TITLE",
     "STAGES",
     "STAGE_TITLES",
     "Check",
@@ -20,15 +21,18 @@ __all__ = [
     "Verdict",
     "read_verdict",
     "summary",
+    "take_out_after",
     "verdict_path",
     "write_verdict",
 ]
 
-Stage = Literal["g0", "trajectories", "train", "g2", "g3"]
-STAGES: tuple[str, ...] = ("g0", "trajectories", "train", "g2", "g3")
-"""The order of `distill all` (the seed's: plumbing first, quality last)."""
+Stage = Literal["g0", "g2", "trajectories", "train", "g3"]
+STAGES: tuple[str, ...] = ("g0", "g2", "trajectories", "train", "g3")
+"""The order of `distill all`, the seed's: G0 -> G2 -> trajectories -> train -> G3. A stage's verdict counts only
+while every stage before it has a current passing one."""
 STAGE_TITLES = {"g0": "G0 plumbing", "trajectories": "teacher trajectories", "train": "student training",
-                "g2": "G2 sampler parity", "g3": "G3 quality"}
+                "g2": "G2 sampler parity", "g3": "G3 quality gate"}
+PLUMBING_TITLE = "G3 plumbing check"
 
 
 class Check(StrictModel):
@@ -51,9 +55,18 @@ class Verdict(VersionedModel):
     FIX: ClassVar[str] = "run the stage again with `aipc-env distill`"
     schema_version: Literal[1] = 1
     stage: Stage
-    status: Literal["pass", "fail"]
+    status: Literal["pass", "fail", "ok"]
+    """ok: a G3 plumbing check whose checks held (never called a pass: it judges nothing about the student)."""
     mode: Literal["quality", "plumbing"] | None = None
-    """G3 only: plumbing on tiny random weights (student vs naive is reported but cannot be meaningful)."""
+    """G3 only: plumbing without LPIPS or on tiny random weights (student vs naive is reported, not judged)."""
+    run_id: str | None = None
+    """The `aipc-env distill` invocation that wrote it (its --json lists only its own verdicts)."""
+    inputs: dict[str, str] = {}
+    """Hashes of what the stage read: config, model, grid, lora (aipc_env.distill.inputs)."""
+    grid: dict[str, Any] | None = None
+    """The teacher and student sigma grids the stage ran on, and where the teacher grid came from."""
+    peak_memory: dict[str, Any] | None = None
+    """{"kind": "device" | "process-rss", "bytes": N, "device": ...}: the stage's peak."""
     model: str
     device: str | None = None
     dtype: str | None = None
@@ -69,7 +82,12 @@ class Verdict(VersionedModel):
 
     @property
     def passed(self) -> bool:
-        return self.status == "pass"
+        """The stage did not fail (a pass, or a plumbing check that held)."""
+        return self.status != "fail"
+
+    @property
+    def title(self) -> str:
+        return PLUMBING_TITLE if self.mode == "plumbing" else STAGE_TITLES[self.stage]
 
 
 def verdict_path(out: Path, stage: str) -> Path:
@@ -77,14 +95,18 @@ def verdict_path(out: Path, stage: str) -> Path:
 
 
 def summary(v: Verdict) -> str:
-    title = STAGE_TITLES[v.stage]
     ok = sum(c.ok for c in v.checks)
-    head = f"{title}: {v.status.upper()}"
+    head = f"{v.title}: {v.status.upper()}"
     if v.checks:
         head += f" {ok}/{len(v.checks)}"
     if v.mode == "plumbing":
-        head += " (plumbing check: tiny random weights)"
+        head += " (artifacts and plumbing only; it judges nothing about the student)"
     lines = [head + f"  [{v.device or '?'}, {v.dtype or '?'}, {v.seconds:.1f} s]"]
+    if v.grid:
+        lines.append(f"  grid: teacher {_fmt(v.grid['teacher'])} ({v.grid['source']}), student "
+                     f"{_fmt(v.grid['student'])}")
+    if v.peak_memory:
+        lines.append(f"  peak memory: {v.peak_memory['bytes'] / 2**20:.0f} MiB ({v.peak_memory['kind']})")
     for c in v.checks:
         mark = "ok  " if c.ok else "FAIL"
         lines.append(f"  {mark} {c.name}" + (f": {c.detail}" if c.detail else "")
@@ -102,11 +124,28 @@ def summary(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def _fmt(sigmas: list[float]) -> str:
+    return "[" + ", ".join(f"{s:.4g}" for s in sigmas) + "]"
+
+
 def write_verdict(out: Path, v: Verdict) -> Path:
     path = verdict_path(out, v.stage)
     write_model(path, v)
     atomic_write_text(path.with_suffix(".txt"), summary(v) + "\n")
     return path
+
+
+def take_out_after(out: Path, stage: str) -> list[str]:
+    """Remove the verdicts of the stages after `stage` (not reached in this run); returns the stages removed."""
+    removed = []
+    for later in STAGES[STAGES.index(stage) + 1:]:
+        path = verdict_path(out, later)
+        for p in (path, path.with_suffix(".txt")):
+            if p.exists():
+                p.unlink()
+                if p.suffix == ".json":
+                    removed.append(later)
+    return removed
 
 
 def read_verdict(out: Path, stage: str) -> Verdict | None:

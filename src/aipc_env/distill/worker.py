@@ -1,7 +1,9 @@
 """The distill stage worker, run inside the training env by the generated launcher:
-`python -m aipc_env.distill.worker --config C --stages g0,trajectories,train,g2,g3,report [--inject FAULT]`.
-Each stage writes its verdict and prints its summary; the run stops at the first failed stage. Exit code: 0 all
-passed, 1 a stage failed, 2 bad input, 3 an internal error."""
+`python -m aipc_env.distill.worker --config C --stages g0,g2,trajectories,train,g3,report [--inject FAULT]
+[--run-id ID]` (the train stage under `accelerate launch`, one or more processes). Each stage writes its verdict
+(the main process only) and prints its summary; the run stops at the first failed stage, and a failed stage takes
+the verdicts of the stages after it out (they were not reached: an earlier run's must not look current). Exit
+code: 0 no stage failed, 1 a stage failed, 2 bad input, 3 an internal error."""
 
 from __future__ import annotations
 
@@ -15,17 +17,39 @@ from aipc_env.errors import AipcError, ExitCode
 __all__ = ["main", "run_stage"]
 
 
-def run_stage(cfg, stage: str, inject: frozenset[str], log=print):
+def is_main_process() -> bool:
+    """Rank 0 under `accelerate launch` (RANK is set by torch's launcher), or a plain single process."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def prepare(cfg, log=print):
+    """(the config with its grid resolved, the grid, the model key): the model folder built if it is the tiny
+    built-in one, the teacher grid from the config or the model (aipc_env.distill.grid)."""
+    from aipc_env.distill.grid import resolve_grid
+    from aipc_env.distill.models import model_dir, model_key
+
+    path = model_dir(cfg, log=log)
+    grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
+    return cfg.model_copy(update={"teacher_sigmas": grid.teacher}), grid, model_key(path)
+
+
+def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str | None = None):
+    """Run one stage; its verdict records the grid and the hashes of its inputs."""
+    from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
     from aipc_env.distill.lessons import LessonError
     from aipc_env.distill.verdict import ErrorInfo, Verdict
     from aipc_env.formats import timestamp
 
     t0 = time.perf_counter()
-    checks, metrics, mode, error, device, dtype = [], {}, None, None, None, None
+    checks, metrics, mode, error, device, dtype, dev, peak = [], {}, None, None, None, None, None, None
+    cfg, grid, model_key = prepare(cfg, log)
+    inputs = stage_inputs(cfg, stage, model_key=model_key, grid=grid)
     try:
+        from aipc_env.distill.memory import reset_peak
         from aipc_env.distill.models import device_and_dtype
 
         dev, dt = device_and_dtype(cfg)
+        reset_peak(dev)
         device, dtype = str(dev), str(dt).replace("torch.", "")
         if stage == "g0":
             from aipc_env.distill.gates import gate_g0
@@ -52,16 +76,25 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print):
         metrics = getattr(exc, "metrics", metrics)
     except AipcError as exc:
         error = ErrorInfo(name="input", message=exc.render().removeprefix("error: ").split("\n")[0], fix=exc.fix)
-    status = "pass" if error is None and all(c.ok for c in checks) else "fail"
-    notes = []
+    if dev is not None:
+        from aipc_env.distill.memory import peak_memory
+
+        peak = peak_memory(dev)
+    failed = error is not None or not all(c.ok for c in checks)
+    status = "fail" if failed else "ok" if mode == "plumbing" else "pass"
+    notes = list(metrics.pop("notes", []))
     if stage == "g3" and mode == "plumbing":
-        notes.append("tiny random weights: G3 is a plumbing check here (artifacts, finite outputs); student vs naive "
-                     "is reported, not gated. The quality gate needs the real model, a GPU or XPU, and LPIPS weights")
+        notes.append("plumbing mode (" + metrics.get("mode_reason", "") + "): artifacts, a LoRA that changes the "
+                     "output, finite images; student vs naive is reported, not judged. Judging the student needs "
+                     "the real model, a GPU or XPU, and LPIPS weights")
     if stage == "g3" and metrics.get("metric") == "psnr":
         notes.append("distance measured as PSNR/MSE: no LPIPS weights configured (eval.lpips_weights)")
+    if stage == "train" and inputs:
+        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
     return Verdict(stage=stage, status=status, mode=mode, model=cfg.model, device=device, dtype=dtype,
                    when=timestamp(), seconds=round(time.perf_counter() - t0, 3), checks=checks, metrics=metrics,
-                   notes=notes, error=error, injected=sorted(inject))
+                   notes=notes, error=error, injected=sorted(inject), run_id=run_id, inputs=inputs,
+                   grid=grid.model_dump(), peak_memory=peak)
 
 
 def _quiet() -> None:
@@ -89,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--stages", required=True, help="comma-separated: g0,trajectories,train,g2,g3,report")
     parser.add_argument("--inject", action="append", default=[])
+    parser.add_argument("--run-id", default=None)
     args = parser.parse_args(argv)
     try:
         from aipc_env.distill.config import load_distill_config
@@ -96,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_distill_config(args.config)
         stages = [s for s in args.stages.split(",") if s]
         _quiet()
-        from aipc_env.distill.verdict import summary, write_verdict
+        from aipc_env.distill.verdict import summary, take_out_after, write_verdict
 
+        main_process = is_main_process()
+        say = (lambda m: print(m, flush=True)) if main_process else (lambda m: None)
         inject = frozenset(args.inject)
         for stage in stages:
             if stage == "report":
@@ -107,11 +143,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(text, flush=True)
                 print(f"distill: report {path}", flush=True)
                 continue
-            verdict = run_stage(cfg, stage, inject, log=lambda m: print(m, flush=True))
-            path = write_verdict(cfg.out, verdict)
-            print(summary(verdict), flush=True)
-            print(f"distill: verdict {path}", flush=True)
+            verdict = run_stage(cfg, stage, inject, log=say, run_id=args.run_id)
+            if main_process:
+                path = write_verdict(cfg.out, verdict)
+                print(summary(verdict), flush=True)
+                print(f"distill: verdict {path}", flush=True)
             if not verdict.passed:
+                if main_process:
+                    take_out_after(cfg.out, stage)
                 return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" \
                     else ExitCode.USAGE
         return ExitCode.OK

@@ -1,0 +1,97 @@
+"""The sigma grids of a distillation run. The teacher grid is the model's own `sample_sigmas` (model_index.json;
+the real Turbo ships a non-uniform 8-step grid) unless the config gives one; without either it is the pipeline's
+default linspace(1, 1/8). The student grid is every `student_stride`-th teacher sigma, so student step k jumps
+from teacher sigma s*k to s*(k+1) (the last one lands on the terminal 0). Torch-free.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Literal
+
+from aipc_env.errors import InputError
+from aipc_env.formats import StrictModel
+
+__all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigmas", "resolve_grid"]
+
+GridSource = Literal["config", "model sample_sigmas", "pipeline default linspace"]
+_MAX_MODEL_INDEX = 1 << 20
+
+
+class Grid(StrictModel):
+    """The grids a stage ran on; written into every verdict."""
+
+    teacher: list[float]
+    student: list[float]
+    stride: int
+    source: GridSource
+
+    @property
+    def student_deltas(self) -> list[float]:
+        """Delta-sigma of each student step (the last lands on 0)."""
+        ends = self.student[1:] + [0.0]
+        return [a - b for a, b in zip(self.student, ends)]
+
+
+def default_teacher_sigmas(steps: int = 8) -> list[float]:
+    """The pipeline's own default grid for `steps` steps (np.linspace(1, 1/steps, steps)), as float32 values.
+    Standard library only: the CLI env that writes configs has no numpy."""
+    import struct
+
+    step = (1 / steps - 1.0) / (steps - 1) if steps > 1 else 0.0
+    grid = [1.0 + i * step for i in range(steps - 1)] + [1 / steps]  # numpy.linspace's arithmetic, no numpy here
+    return [struct.unpack("f", struct.pack("f", x))[0] for x in grid]  # as float32
+
+
+def check_sigmas(value: list[float], stride: int) -> str | None:
+    """Why `value` is not a usable teacher grid for `stride`, or None."""
+    if len(value) < 2:
+        return "a grid needs at least 2 sigmas"
+    if any(isinstance(s, bool) or not isinstance(s, int | float) for s in value):
+        return "sigmas must be numbers"
+    if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in itertools.pairwise(value)):
+        return "sigmas must fall strictly, within (0, 1] (the terminal 0 is added by the scheduler)"
+    if len(value) % stride:
+        return f"{len(value)} sigmas is not a multiple of student_stride {stride}"
+    return None
+
+
+def model_sample_sigmas(model: Path) -> list[float] | None:
+    """The `sample_sigmas` of a diffusers model folder's model_index.json, or None when it configures none."""
+    index = Path(model) / "model_index.json"
+    try:
+        if index.stat().st_size > _MAX_MODEL_INDEX:
+            raise InputError("model_index.json is larger than 1 MiB", path=index, fix="point model at a real "
+                             "diffusers model folder")
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read it ({exc.strerror or exc})", path=index,
+                         fix="point model at a diffusers model folder") from None
+    except ValueError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=index, fix="restore the model's model_index.json") from None
+    sigmas = data.get("sample_sigmas") if isinstance(data, dict) else None
+    if sigmas is None:
+        return None
+    if not isinstance(sigmas, list):
+        raise InputError(f"sample_sigmas is {type(sigmas).__name__}, not a list", path=index, key="sample_sigmas",
+                         fix="restore the model's model_index.json, or set teacher_sigmas in the config")
+    return sigmas
+
+
+def resolve_grid(teacher_sigmas: list[float] | None, stride: int, model: Path) -> Grid:
+    """The run's grids: the config's teacher grid when it sets one, else the model's sample_sigmas, else the
+    pipeline's default linspace."""
+    if teacher_sigmas is not None:
+        teacher, source = list(teacher_sigmas), "config"
+    elif (sampled := model_sample_sigmas(model)) is not None:
+        problem = check_sigmas(sampled, stride)
+        if problem:
+            raise InputError(f"its sample_sigmas {sampled} cannot be the teacher grid: {problem}",
+                             path=Path(model) / "model_index.json", key="sample_sigmas",
+                             fix="set teacher_sigmas (and student_stride) in the distillation config")
+        teacher, source = [float(s) for s in sampled], "model sample_sigmas"
+    else:
+        teacher, source = default_teacher_sigmas(8), "pipeline default linspace"
+    return Grid(teacher=teacher, student=teacher[::stride], stride=stride, source=source)

@@ -1,0 +1,76 @@
+"""What each distill stage's verdict depends on, as hashes: the config (the sections that shape the stage), the
+model's identity, the grid, and the student LoRA. A verdict whose recorded inputs differ from the current ones is
+stale: `report` and `--json` ignore it and say why. Torch-free: `report` runs in the CLI's env.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from aipc_env.distill.config import DistillConfig
+from aipc_env.distill.grid import Grid
+
+__all__ = ["LORA_FILE", "config_hash", "current_inputs", "file_sha256", "grid_hash", "stage_inputs", "stale_reasons"]
+
+LORA_FILE = "pytorch_lora_weights.safetensors"
+_NOT_SHAPING = {"output_dir", "threads", "device", "teacher_sigmas"}
+"""Config keys that change where or how fast a run goes, not what it computes (output_dir moves with the folder);
+the teacher grid is hashed on its own, as resolved (the config's, or the model's)."""
+_EVAL_ONLY = {"eval"}
+
+
+def _digest(data) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_hash(cfg: DistillConfig, stage: str) -> str:
+    """The config as the stage sees it: G3 also depends on the eval section, the other stages do not."""
+    exclude = _NOT_SHAPING | (set() if stage == "g3" else _EVAL_ONLY)
+    return _digest(cfg.model_dump(mode="json", exclude=exclude))
+
+
+def grid_hash(grid: Grid) -> str:
+    return _digest({"teacher": grid.teacher, "stride": grid.stride})
+
+
+def file_sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid) -> dict[str, str]:
+    """The inputs a verdict records before its stage runs (train records the LoRA it wrote, g3 the LoRA it read)."""
+    inputs = {"config": config_hash(cfg, stage), "model": model_key, "grid": grid_hash(grid)}
+    if stage == "g3":
+        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+    return inputs
+
+
+def current_inputs(cfg: DistillConfig, stage: str) -> dict[str, str] | None:
+    """The inputs as they are now, or None when the model folder is not there (nothing can be current)."""
+    from aipc_env.distill.grid import resolve_grid
+    from aipc_env.distill.models import model_key, model_path
+
+    path = model_path(cfg)
+    if not (path / "model_index.json").is_file():
+        return None
+    grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
+    inputs = stage_inputs(cfg, stage, model_key=model_key(path), grid=grid)
+    if stage == "train":
+        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+    return inputs
+
+
+def stale_reasons(recorded: dict[str, str], current: dict[str, str] | None) -> list[str]:
+    """Which inputs changed since the verdict was written (empty: it is current)."""
+    if current is None:
+        return ["the model folder is gone"]
+    names = {"config": "the config", "model": "the model", "grid": "the sigma grid", "lora": "the student LoRA"}
+    return [f"{names.get(k, k)} changed" for k in sorted(current) if recorded.get(k) != current[k]]
