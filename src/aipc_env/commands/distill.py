@@ -57,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        ("all", "G0 -> G2 -> trajectories -> train -> G3 -> report, stopping at the first failure")):
         s = stages.add_parser(name, parents=[common], help=text, description=text)
         s.set_defaults(run=run)
+    exp = stages.add_parser("export", parents=[ENV, PAIR, MATRIX], help="write the student LoRA in another layout",
+                            description="Write the published student LoRA in the layout ComfyUI loads and "
+                            "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha).")
+    exp.add_argument("--config", type=Path, metavar="FILE")
+    exp.add_argument("--format", choices=["comfyui"], default="comfyui")
+    exp.add_argument("--out", type=Path, metavar="FILE", help="default: <output_dir>/export/student-comfyui.safetensors")
+    exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
+    exp.set_defaults(run=run, json=False, inject=[])
     rep = stages.add_parser("report", parents=[JSON], help="the gate table, velocity diagnostic and loss plot")
     rep.add_argument("--config", type=Path, metavar="FILE")
     rep.set_defaults(run=run)
@@ -98,8 +106,28 @@ def run(args: argparse.Namespace) -> int:
             print(text, end="")
             print(f"aipc-env: report {path}")
         return ExitCode.OK
+    if args.stage == "export":
+        return _export(args, cfg, config_path)
     stages = ALL + ["report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
     return _launch(args, cfg, config_path, stages)
+
+
+def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
+    """The export runs in the training env (it reads and writes tensors), through the launcher."""
+    from aipc_env.launch.plan import Phase
+    from aipc_env.launch.service import Chosen, RunRequest, start_run
+
+    def phases(chosen: Chosen) -> list:
+        argv = [chosen.python, "-m", "aipc_env.distill.export", "--config", str(Path(config_path).absolute()),
+                "--format", args.format]
+        if args.out:
+            argv += ["--out", str(Path(args.out).absolute())]
+        return [Phase(name="export", argv=argv)]
+
+    outcome = start_run(RunRequest(command="distill", run_dir=cfg.out, log_file=cfg.out / "distill.log",
+                                   phases=phases, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
+                                   device=None, dry_run=args.dry_run, say=say_to_stderr))
+    return ExitCode.OK if args.dry_run else outcome.exit_code
 
 
 def accelerate_config_text(device: str, processes: int, port: int) -> str:

@@ -87,11 +87,12 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
     LoRA train step runs; save then reload keeps alpha with bit-exact output."""
     from aipc_env.distill.lessons import check_lora_before_prepare
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key, resolve_run
     from aipc_env.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
     from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
 
     checks, metrics = CheckList(), {}
+    cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
     t = time.perf_counter()
@@ -208,9 +209,10 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     expected behaviour)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder, resolve_run
 
     checks, metrics = CheckList(), {}
+    cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(model_dir(cfg, log=log), device, dtype, cfg.teacher)
     if "wrong-sigmas" in inject:  # the tiny hub repo's scheduler (seed 003 item 7)
@@ -322,6 +324,22 @@ def _grid_image(rows: list[list[torch.Tensor]], path: Path) -> None:
     _write_png(canvas, path)
 
 
+def _log_grid(cfg: DistillConfig, grid_png: Path) -> None:
+    """The G3 grid into the run's tracker (accelerate's TensorBoard tracker, offline, output_dir/logs)."""
+    import numpy as np
+    from accelerate.tracking import TensorBoardTracker
+    from PIL import Image
+
+    from aipc_env.distill.student import require_tracker
+
+    require_tracker(cfg.student.log_with)
+    tracker = TensorBoardTracker("distill", str(cfg.out / "logs"))
+    tracker.start()
+    with Image.open(grid_png) as img:
+        tracker.log_images({"g3/grid": np.asarray(img.convert("RGB"))[None]}, step=0, dataformats="NHWC")
+    tracker.finish()
+
+
 def _write_png(image, path: Path) -> None:
     import io
 
@@ -347,6 +365,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         load_pipeline,
         model_dir,
         offload_text_encoder,
+        resolve_run,
     )
     from aipc_env.formats import load_versioned
 
@@ -362,6 +381,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     metric = "lpips" if scorer is not None else "psnr"
     metric_note = ("LPIPS (alex) to teacher@8, lower is better" if scorer is not None else
                    "PSNR/MSE to teacher@8, higher PSNR is better")
+    cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(path, device, dtype, cfg.teacher)
     records = load_prompts(cfg.prompts.eval)
@@ -394,6 +414,8 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
             k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in ("naive", "student")}})
     _grid_image(rows, out / "grid.png")
+    if cfg.student.log_with:
+        _log_grid(cfg, out / "grid.png")
     mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
                 for m in entries[0]["distance_to_teacher"][k]} for k in ("naive", "student")}
     key = "lpips" if metric == "lpips" else "mse"

@@ -15,10 +15,18 @@ from aipc_env.distill.grid import Grid
 __all__ = ["LORA_FILE", "config_hash", "current_inputs", "file_sha256", "grid_hash", "stage_inputs", "stale_reasons"]
 
 LORA_FILE = "pytorch_lora_weights.safetensors"
-_NOT_SHAPING = {"output_dir", "threads", "device", "teacher_sigmas"}
-"""Config keys that change where or how fast a run goes, not what it computes (output_dir moves with the folder);
-the teacher grid is hashed on its own, as resolved (the config's, or the model's)."""
-_EVAL_ONLY = {"eval"}
+_SAMPLING = {"compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts",
+             "teacher"}
+_READS: dict[str, set[str]] = {
+    "g0": _SAMPLING | {"student"},
+    "g2": _SAMPLING,
+    "trajectories": _SAMPLING,
+    "train": _SAMPLING | {"student"},
+    "g3": _SAMPLING | {"student", "eval"},
+}
+"""The config sections each stage's result depends on. Left out everywhere: model (its identity is hashed on its
+own, from its configs: a moved model folder stays the same model), output_dir (it moves with the folder),
+device and threads (where and how fast, not what), teacher_sigmas (the grid is hashed on its own, as resolved)."""
 
 
 def _digest(data) -> str:
@@ -26,9 +34,8 @@ def _digest(data) -> str:
 
 
 def config_hash(cfg: DistillConfig, stage: str) -> str:
-    """The config as the stage sees it: G3 also depends on the eval section, the other stages do not."""
-    exclude = _NOT_SHAPING | (set() if stage == "g3" else _EVAL_ONLY)
-    return _digest(cfg.model_dump(mode="json", exclude=exclude))
+    """The config as the stage reads it (the sections in _READS)."""
+    return _digest(cfg.model_dump(mode="json", include=_READS[stage]))
 
 
 def grid_hash(grid: Grid) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "check_rgb",
     "check_sigmas_verbatim",
     "check_step_count",
+    "check_training_outcome",
     "mark_prepared",
 ]
 
@@ -181,6 +182,20 @@ def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sa
             + f") ran {ran} steps, expected {want} (sample_sigmas: {sample_sigmas})",
             fix="use a QwenImage21Pipeline whose scheduler takes sigmas= as given (diffusers >= 0.42)")
     return why
+
+
+def check_training_outcome(*, objective_start: float, objective_end: float, velocity_on: float,
+                           velocity_off: float, tolerance: float) -> None:
+    """The train stage's end: the objective on the training pairs must fall, and the adapter's velocity MSE must
+    stay within `tolerance` x the adapter-off one (the seed's diverged run: 2.2 vs 0.025)."""
+    if not objective_end < objective_start:
+        raise ObjectiveRose(f"the student objective on the training pairs did not fall: {objective_start:.4g} -> "
+                            f"{objective_end:.4g}", fix="lower student.learning_rate, or train longer at a lower "
+                            "one; the LoRA was published for inspection only")
+    if velocity_on > velocity_off * tolerance:
+        raise VelocityDiverged(f"with the adapter on, the velocity MSE on the training pairs is {velocity_on:.4g}, "
+                               f"more than {tolerance:g} x the adapter-off {velocity_off:.4g}",
+                               fix="lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
 
 
 def mark_prepared(model) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 
 __all__ = ["device_and_dtype", "is_tiny_random", "load_pipeline", "load_transformer", "model_dir", "model_key",
-           "model_path", "offload_text_encoder"]
+           "model_path", "offload_text_encoder", "resolve_run"]
 
 TINY_MARK = "aipc_tiny.json"
 
@@ -41,6 +41,16 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
         log(f"distill: building the tiny random Qwen-Image-2.1 pipeline in {path}")
         build_tiny21_pipeline(path, seed=cfg.seed)
     return path
+
+
+def resolve_run(cfg: DistillConfig, *, log=print):
+    """(the config with its teacher grid resolved, the grid, the model key): the built-in tiny model built if
+    needed, the grid from the config or the model (aipc_env.distill.grid). Every stage starts here."""
+    from aipc_env.distill.grid import resolve_grid
+
+    path = model_dir(cfg, log=log)
+    grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
+    return cfg.model_copy(update={"teacher_sigmas": grid.teacher}), grid, model_key(path)
 
 
 def model_key(path: Path) -> str:

@@ -105,12 +105,26 @@ def status_line(verdicts: dict[str, Verdict]) -> str:
     return "every gate passed"
 
 
+def _grid(cfg: DistillConfig):
+    """The run's grid as it resolves now, or None before the model is there."""
+    from aipc_env.distill.grid import resolve_grid
+    from aipc_env.distill.models import model_path
+    from aipc_env.errors import InputError
+
+    try:
+        return resolve_grid(cfg.teacher_sigmas, cfg.student_stride, model_path(cfg))
+    except InputError:
+        return None
+
+
 def build_report(cfg: DistillConfig) -> tuple[str, Path]:
     verdicts, ignored = current_verdicts(cfg)
+    grid = _grid(cfg)
+    steps = (f"{len(grid.student)} steps matches its own {len(grid.teacher)}-step output" if grid else
+             "the student grid matches its own teacher-grid output")
     lines = [f"# Distillation report: {cfg.model}", "", f"Status: {status_line(verdicts)}.", "",
-             "Goal: a LoRA so that, with it on, the model at "
-             f"{len(cfg.student_sigmas)} steps matches its own {len(cfg.teacher_sigmas)}-step output from the same "
-             "noise.", "", "What was verified (gates)", "", "Gate\tResult"]
+             f"Goal: a LoRA so that, with it on, the model at {steps} from the same noise.", "",
+             "What was verified (gates)", "", "Gate\tResult"]
     rows = gate_rows(cfg, verdicts)
     lines += [f"{a}\t{b}" for a, b in rows] or ["(no current gate verdict)"]
     if ignored:

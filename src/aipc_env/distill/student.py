@@ -30,6 +30,7 @@ from aipc_env.distill.lessons import (
     TrainingDiverged,
     VelocityDiverged,
     check_lora_before_prepare,
+    check_training_outcome,
     mark_prepared,
 )
 from aipc_env.errors import InputError
@@ -260,7 +261,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     from diffusers.optimization import get_scheduler
 
     from aipc_env.distill.lessons import check_lora_metadata
-    from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key
+    from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key, resolve_run
     from aipc_env.train.checkpoint import (
         CheckpointState,
         checkpoint_dirs,
@@ -270,6 +271,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     )
 
     s = cfg.student
+    cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     out = cfg.out
     accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu",
@@ -342,7 +344,8 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     t0 = time.perf_counter()
 
     def diverged(reason: str) -> TrainingDiverged:
-        _plot(rows, checks, out / "loss.png")
+        if main:
+            _plot(rows, checks, out / "loss.png")
         err = TrainingDiverged(f"stopped at step {step}: {reason}; last good checkpoint: "
                                f"{last_good or 'none yet'}",
                                fix="lower student.learning_rate (the seed's 3e-4 run diverged; try 1e-4 or 5e-5) "
@@ -437,18 +440,12 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
             "loss_plot": str(out / "loss.png"), "last_checkpoint": str(last_good) if last_good else None,
             "processes": accelerator.num_processes, "gradient_accumulation_steps": s.gradient_accumulation_steps,
             "batch_size": s.batch_size}
-    if objective_end >= objective_start:
-        err = ObjectiveRose(f"the student objective on the training pairs rose: {objective_start:.4g} -> "
-                            f"{objective_end:.4g} over {step} steps", fix="lower student.learning_rate, or train "
-                            "longer at a lower one; the LoRA was published for inspection only")
+    try:
+        check_training_outcome(objective_start=objective_start, objective_end=objective_end, velocity_on=vel_on,
+                               velocity_off=vel_off, tolerance=s.divergence.velocity_tolerance)
+    except (ObjectiveRose, VelocityDiverged) as err:
         err.metrics = metrics  # type: ignore[attr-defined]
-        raise err
-    if vel_on > vel_off * s.divergence.velocity_tolerance:
-        err = VelocityDiverged(f"with the adapter on, the velocity MSE on the training pairs is {vel_on:.4g}, more "
-                               f"than {s.divergence.velocity_tolerance:g} x the adapter-off {vel_off:.4g}",
-                               fix="lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
-        err.metrics = metrics  # type: ignore[attr-defined]
-        raise err
+        raise
     return metrics
 
 
@@ -473,6 +470,15 @@ def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], 
         if not math.isfinite(err):
             return f"the velocity error at student step k={k} is {err}"
     return None
+
+
+def require_tracker(name: str) -> None:
+    from accelerate.utils import is_tensorboard_available
+
+    if name == "tensorboard" and not is_tensorboard_available():
+        raise InputError("student.log_with is tensorboard, but the tensorboard package is not in the training env",
+                         key="student.log_with", fix="pip install tensorboard in the training env, or remove "
+                         "student.log_with")
 
 
 def _silent(message: str) -> None:

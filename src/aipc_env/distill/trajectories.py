@@ -127,8 +127,9 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
     import torch
 
     from aipc_env.distill import sampler
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder
+    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder, resolve_run
 
+    cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
     mkey = model_key(path)

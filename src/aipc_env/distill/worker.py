@@ -22,17 +22,6 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def prepare(cfg, log=print):
-    """(the config with its grid resolved, the grid, the model key): the model folder built if it is the tiny
-    built-in one, the teacher grid from the config or the model (aipc_env.distill.grid)."""
-    from aipc_env.distill.grid import resolve_grid
-    from aipc_env.distill.models import model_dir, model_key
-
-    path = model_dir(cfg, log=log)
-    grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
-    return cfg.model_copy(update={"teacher_sigmas": grid.teacher}), grid, model_key(path)
-
-
 def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str | None = None):
     """Run one stage; its verdict records the grid and the hashes of its inputs."""
     from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
@@ -42,7 +31,9 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
 
     t0 = time.perf_counter()
     checks, metrics, mode, error, device, dtype, dev, peak = [], {}, None, None, None, None, None, None
-    cfg, grid, model_key = prepare(cfg, log)
+    from aipc_env.distill.models import resolve_run
+
+    cfg, grid, model_key = resolve_run(cfg, log=log)
     inputs = stage_inputs(cfg, stage, model_key=model_key, grid=grid)
     try:
         from aipc_env.distill.memory import reset_peak

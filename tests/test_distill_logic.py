@@ -1,0 +1,459 @@
+"""The distill decisions that need no model, in-process, as literals: the grid (model sample_sigmas, config,
+default), the step-count rule of G2, G3's mode and judgement at their bounds, the train stage's outcome bounds,
+per-stage input hashes and staleness, the report's current-verdict rule, the ComfyUI export's key layout and
+refusals, and `distill init --profile`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aipc_env.distill.config import default_distill_config, load_distill_config
+from aipc_env.distill.grid import Grid, check_sigmas, model_sample_sigmas, resolve_grid
+from aipc_env.errors import InputError
+from tests.conftest import run_cli
+
+TURBO_LIKE = [1.0, 0.977, 0.954, 0.92, 0.87, 0.8, 0.7, 0.45]
+"""A non-uniform 8-step grid shaped like seed 003's: first student pair delta 0.046, last 0.70."""
+
+
+def _model(folder: Path, sample_sigmas=None, *, tiny: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {"_class_name": "QwenImage21Pipeline"}
+    if sample_sigmas is not None:
+        index["sample_sigmas"] = sample_sigmas
+    (folder / "model_index.json").write_text(json.dumps(index))
+    if tiny:
+        (folder / "aipc_tiny.json").write_text("{}")
+    return folder
+
+
+def _cfg(tmp_path: Path, **changes):
+    data = default_distill_config(tmp_path / "run")
+    data["model"] = str(_model(tmp_path / "model", TURBO_LIKE))
+    for key, value in changes.items():
+        section, _, name = key.rpartition("__")
+        (data[section] if section else data)[name] = value
+    path = tmp_path / "distill.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_distill_config(path)
+
+
+# --- the grid ---------------------------------------------------------------------------------------------------
+
+def test_the_teacher_grid_is_the_models_sample_sigmas(tmp_path):
+    grid = resolve_grid(None, 2, _model(tmp_path / "m", TURBO_LIKE))
+    assert grid == Grid(teacher=TURBO_LIKE, student=[1.0, 0.954, 0.87, 0.7], stride=2, source="model sample_sigmas")
+    assert [round(d, 3) for d in grid.student_deltas] == [0.046, 0.084, 0.17, 0.7]  # seed 003's first and last
+
+
+def test_a_config_grid_wins_and_no_grid_means_the_pipeline_default(tmp_path):
+    model = _model(tmp_path / "m", TURBO_LIKE)
+    assert resolve_grid([1.0, 0.5], 2, model) == Grid(teacher=[1.0, 0.5], student=[1.0], stride=2, source="config")
+    plain = resolve_grid(None, 2, _model(tmp_path / "plain"))
+    assert plain.source == "pipeline default linspace"
+    assert plain.teacher == [1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+
+
+@pytest.mark.parametrize("sigmas, problem", [
+    ([1.0], "at least 2"),
+    ([1.0, 0.5, 0.25], "multiple of student_stride 2"),
+    ([1.0, 0.5, 0.5, 0.25], "fall strictly"),
+    ([1.0, 0.6, 0.3, 0.0], "within (0, 1]"),  # the terminal 0 is the scheduler's
+    ([1.01, 0.6, 0.3, 0.1], "within (0, 1]"),
+    ([1.0, "0.6", 0.3, 0.1], "numbers"),
+    ([1.0, True, 0.3, 0.1], "numbers"),
+])
+def test_unusable_grids_are_named(sigmas, problem):
+    assert problem in check_sigmas(sigmas, 2)
+
+
+def test_bounds_of_a_grid():
+    assert check_sigmas([1.0, 0.5], 2) is None  # 2 entries: the least, and a multiple of the stride
+    assert check_sigmas([1.0, 1e-9], 2) is None  # just above 0
+    assert check_sigmas([1.0, 0.5, 0.25, 0.1, 0.05, 0.01], 3) is None
+
+
+def test_a_model_grid_that_cannot_be_used_names_model_index_json(tmp_path):
+    model = _model(tmp_path / "m", [1.0, 0.8, 0.6])
+    with pytest.raises(InputError, match="multiple of student_stride") as err:
+        resolve_grid(None, 2, model)
+    assert err.value.key == "sample_sigmas" and "model_index.json" in str(err.value.path)
+    (model / "model_index.json").write_text('{"sample_sigmas": "fast"}')
+    with pytest.raises(InputError, match="str, not a list"):
+        model_sample_sigmas(model)
+    (model / "model_index.json").write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        model_sample_sigmas(model)
+    (model / "model_index.json").write_text(" " * (1 << 20) + "{}")
+    with pytest.raises(InputError, match="larger than 1 MiB"):
+        model_sample_sigmas(model)
+    (model / "model_index.json").write_text(" " * ((1 << 20) - 2) + "{}")  # at the bound: read
+    assert model_sample_sigmas(model) is None
+
+
+# --- G2's step count --------------------------------------------------------------------------------------------
+
+def test_an_ignored_num_inference_steps_is_the_expected_behaviour_not_a_fault():
+    from aipc_env.distill.lessons import check_step_count
+
+    assert check_step_count(4, 8, passed=TURBO_LIKE, sample_sigmas=None) == \
+        "num_inference_steps=4 ignored; sigmas= used verbatim (8 steps)"
+    assert check_step_count(4, 8, passed=None, sample_sigmas=TURBO_LIKE) == \
+        "num_inference_steps=4 ignored; the model's sample_sigmas (8 steps, model_index.json) used verbatim"
+    assert check_step_count(4, 4, passed=None, sample_sigmas=None) == \
+        "num_inference_steps=4 honoured (no sample_sigmas configured)"
+
+
+@pytest.mark.parametrize("ran", [7, 9])
+def test_a_step_count_off_by_one_either_way_is_a_grid_fault(ran):
+    from aipc_env.distill.lessons import GridNotHonoured, check_step_count
+
+    with pytest.raises(GridNotHonoured, match=f"ran {ran} steps, expected 8"):
+        check_step_count(4, ran, passed=TURBO_LIKE, sample_sigmas=None)
+    with pytest.raises(GridNotHonoured, match=f"ran {ran} steps, expected 8"):
+        check_step_count(4, ran, passed=None, sample_sigmas=TURBO_LIKE)
+    with pytest.raises(GridNotHonoured, match=f"ran {ran - 4} steps, expected 4"):
+        check_step_count(4, ran - 4, passed=None, sample_sigmas=None)
+
+
+# --- G3's mode and judgement ------------------------------------------------------------------------------------
+
+def test_g3_mode_comes_from_the_flag_or_the_models_identity_never_its_path():
+    from aipc_env.distill.judge import decide_mode
+
+    assert decide_mode("auto", lpips=True, tiny_random=False) == ("quality", "LPIPS weights and a real model")
+    assert decide_mode("auto", lpips=True, tiny_random=True) == \
+        ("plumbing", "the model is a tiny random pipeline (aipc_tiny.json)")
+    assert decide_mode("auto", lpips=False, tiny_random=False) == \
+        ("plumbing", "no LPIPS weights configured (eval.lpips_weights)")
+    assert decide_mode("plumbing", lpips=True, tiny_random=False) == ("plumbing", "eval.mode: plumbing")
+    assert decide_mode("quality", lpips=True, tiny_random=False) == ("quality", "eval.mode: quality")
+    with pytest.raises(InputError, match="tiny random pipeline"):
+        decide_mode("quality", lpips=True, tiny_random=True)
+    with pytest.raises(InputError, match="no LPIPS weights"):
+        decide_mode("quality", lpips=False, tiny_random=False)
+
+
+def test_a_tiny_model_saved_under_a_real_looking_name_is_still_tiny(tmp_path):
+    from aipc_env.distill.models import is_tiny_random
+
+    assert is_tiny_random(_model(tmp_path / "Qwen-Image-2.1-Turbo", tiny=True))
+    assert not is_tiny_random(_model(tmp_path / "tiny-qwen-image-2.1"))
+
+
+@pytest.mark.parametrize("margin, pairs, beats", [
+    (0.0, [(0.20, 0.30), (0.20, 0.30)], True),
+    (0.25, [(0.25, 0.5), (0.25, 0.5)], True),  # at the margin (binary-exact values)
+    (0.25 + 1e-9, [(0.25, 0.5), (0.25, 0.5)], False),  # just above it
+    (0.0, [(0.30, 0.30), (0.30, 0.30)], False),  # a tie does not beat naive
+    (0.0, [(0.10, 0.30), (0.40, 0.30)], True),  # win rate 0.5: at the bound
+    (0.0, [(0.05, 0.30), (0.40, 0.30), (0.40, 0.30)], False),  # mean better, win rate 1/3 below 0.5
+])
+def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
+    from aipc_env.distill.judge import judge
+
+    got, stats = judge(pairs, margin=margin, min_win_rate=0.5)
+    assert got is beats
+    assert stats["pairs"] == len(pairs) and stats["wins"] == sum(1 for s, n in pairs if s < n)
+
+
+def test_g3_win_rate_bound():
+    from aipc_env.distill.judge import judge
+
+    pairs = [(0.1, 0.3), (0.1, 0.3), (0.1, 0.3), (0.4, 0.3)]  # 3/4 wins
+    assert judge(pairs, margin=0.0, min_win_rate=0.75)[0] is True
+    assert judge(pairs, margin=0.0, min_win_rate=0.76)[0] is False
+    with pytest.raises(ValueError):
+        judge([], margin=0.0, min_win_rate=0.5)
+
+
+# --- the train stage's outcome ----------------------------------------------------------------------------------
+
+def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
+    from aipc_env.distill.lessons import ObjectiveRose, check_training_outcome
+
+    check_training_outcome(objective_start=1.0, objective_end=0.999, velocity_on=1.0, velocity_off=1.0, tolerance=1.5)
+    for end in (1.0, 1.001):
+        with pytest.raises(ObjectiveRose, match="did not fall"):
+            check_training_outcome(objective_start=1.0, objective_end=end, velocity_on=1.0, velocity_off=1.0,
+                                   tolerance=1.5)
+
+
+def test_a_diverged_velocity_fails_the_train_stage_by_name():
+    from aipc_env.distill.lessons import VelocityDiverged, check_training_outcome
+
+    ok = {"objective_start": 1.0, "objective_end": 0.5, "velocity_off": 2.0, "tolerance": 1.5}
+    check_training_outcome(velocity_on=3.0, **ok)  # at the bound
+    with pytest.raises(VelocityDiverged, match="more than 1.5 x"):
+        check_training_outcome(velocity_on=3.0000001, **ok)
+
+
+def test_loss_spikes_are_judged_per_student_step():
+    from aipc_env.distill.student import _spike
+
+    rows = [{"pairs": [[0, k]], "velocity_errors": [e]} for k, e in [(0, 1.0), (3, 100.0)] * 3]
+    # k=3's errors are 100x k=0's (a non-uniform grid): not a spike at k=3, one at k=0
+    assert _spike(rows, [(0, 3)], [100.0], 3, 4.0) is None
+    assert _spike(rows, [(0, 3)], [400.0], 3, 4.0) is None  # at the bound
+    assert "k=3" in _spike(rows, [(0, 3)], [400.1], 3, 4.0)
+    assert "k=0" in _spike(rows, [(0, 0)], [4.01], 3, 4.0)
+    assert _spike(rows[:4], [(0, 0)], [50.0], 3, 4.0) is None  # 2 errors of k=0 so far: below the window
+    assert "is nan" in _spike(rows, [(0, 0)], [float("nan")], 3, 4.0)
+
+
+def test_gathered_errors_come_back_in_pick_order():
+    import torch
+
+    from aipc_env.distill.student import _in_pick_order
+
+    # 2 processes x 2 accumulation steps x 1 pair: chunk a * 2 + rank holds pick a * 2 + rank
+    gathered = torch.tensor([0.0, 2.0, 1.0, 3.0])  # rank 0: picks 0, 2; rank 1: picks 1, 3
+    assert _in_pick_order(gathered, 2, 2, 1) == [0.0, 1.0, 2.0, 3.0]
+
+
+# --- inputs and staleness ---------------------------------------------------------------------------------------
+
+def test_each_stage_hashes_only_the_config_it_reads(tmp_path):
+    from aipc_env.distill.inputs import config_hash
+
+    base = _cfg(tmp_path / "a")
+    stages = ("g0", "g2", "trajectories", "train", "g3")
+    before = {s: config_hash(base, s) for s in stages}
+
+    def changed(**kw):
+        cfg = _cfg(tmp_path / f"c{len(kw)}{sorted(kw)[0]}", **kw)
+        return {s for s in stages if config_hash(cfg, s) != before[s]}
+
+    assert changed(student__learning_rate=1e-4) == {"g0", "train", "g3"}
+    assert changed(eval__seeds=[5]) == {"g3"}
+    assert changed(height=128) == set(stages)
+    assert changed(threads=2) == set()
+    assert changed(teacher_sigmas=[1.0, 0.5]) == set()  # the grid is hashed on its own
+
+
+def test_stale_reasons_name_what_changed():
+    from aipc_env.distill.inputs import stale_reasons
+
+    now = {"config": "a", "model": "m", "grid": "g", "lora": "l"}
+    assert stale_reasons(now, now) == []
+    assert stale_reasons({**now, "grid": "x"}, now) == ["the sigma grid changed"]
+    assert stale_reasons({**now, "lora": "x", "config": "y"}, now) == ["the config changed", "the student LoRA changed"]
+    assert stale_reasons({"config": "a", "model": "m", "grid": "g"}, now) == ["the student LoRA changed"]
+    assert stale_reasons(now, None) == ["the model folder is gone"]
+
+
+def _write(out: Path, stage: str, status: str, inputs: dict, mode=None) -> None:
+    from aipc_env.distill.verdict import Verdict, write_verdict
+
+    write_verdict(out, Verdict(stage=stage, status=status, mode=mode, model="m", when="t", seconds=0.0,
+                               inputs=inputs))
+
+
+def test_the_report_counts_only_current_verdicts_in_stage_order(tmp_path):
+    from aipc_env.distill.inputs import current_inputs
+    from aipc_env.distill.report import current_verdicts, status_line
+
+    cfg = _cfg(tmp_path)
+    (cfg.out / "lora").mkdir(parents=True)
+    (cfg.out / "lora" / "pytorch_lora_weights.safetensors").write_bytes(b"lora")
+    now = {s: current_inputs(cfg, s) for s in ("g0", "g2", "trajectories", "train", "g3")}
+    for stage, inputs in now.items():
+        _write(cfg.out, stage, "ok" if stage == "g3" else "pass", inputs, "plumbing" if stage == "g3" else None)
+    shown, ignored = current_verdicts(cfg)
+    assert list(shown) == ["g0", "g2", "trajectories", "train", "g3"] and ignored == {}
+    assert status_line(shown).startswith("every stage ran without a failure; G3 ran as a plumbing check only")
+    # a failed G2 (as an injected fault leaves it): nothing after it counts, whatever is on disk
+    _write(cfg.out, "g2", "fail", now["g2"])
+    shown, ignored = current_verdicts(cfg)
+    assert list(shown) == ["g0", "g2"] and status_line(shown) == "paused at G2-FAIL"
+    assert ignored == {s: "not current: G2 sampler parity failed" for s in ("trajectories", "train", "g3")}
+    # the LoRA replaced after G3 ran: G3 is stale
+    _write(cfg.out, "g2", "pass", now["g2"])
+    (cfg.out / "lora" / "pytorch_lora_weights.safetensors").write_bytes(b"another lora")
+    shown, ignored = current_verdicts(cfg)
+    assert list(shown) == ["g0", "g2", "trajectories"]
+    assert ignored == {"train": "stale: the student LoRA changed since it ran",
+                       "g3": "not current: student training is stale"}
+    assert status_line(shown) == "in progress: train, g3 not run or not current"
+
+
+def test_a_failed_stage_takes_the_later_verdicts_out(tmp_path):
+    from aipc_env.distill.verdict import take_out_after
+
+    for stage in ("g0", "g2", "trajectories", "train", "g3"):
+        _write(tmp_path, stage, "pass", {})
+    assert take_out_after(tmp_path, "g2") == ["trajectories", "train", "g3"]
+    assert sorted(p.name for p in (tmp_path / "verdicts").iterdir()) == ["g0.json", "g0.txt", "g2.json", "g2.txt"]
+    assert take_out_after(tmp_path, "g3") == []
+
+
+def test_a_plumbing_verdict_never_says_quality_or_passed(tmp_path):
+    from aipc_env.distill.verdict import Verdict, summary
+
+    v = Verdict(stage="g3", status="ok", mode="plumbing", model="m", when="t", seconds=1.0)
+    text = summary(v) + v.model_dump_json()
+    assert summary(v).startswith("G3 plumbing check: OK")
+    assert "quality" not in text.lower() and "pass" not in text.lower()
+    assert Verdict(stage="g3", status="pass", mode="quality", model="m", when="t", seconds=1.0).title == \
+        "G3 quality gate"
+
+
+# --- ComfyUI export ---------------------------------------------------------------------------------------------
+
+def _lora(tmp_path: Path, tensors: dict, meta: dict | None) -> Path:
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "lora"
+    folder.mkdir(parents=True, exist_ok=True)
+    metadata = {"format": "pt"}
+    if meta is not None:
+        metadata["lora_adapter_metadata"] = json.dumps(meta)
+    save_file(tensors, str(folder / "pytorch_lora_weights.safetensors"), metadata=metadata)
+    return folder
+
+
+def test_the_comfyui_layout_is_lightnings(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from aipc_env.distill.export import export_lora
+
+    a, b = torch.randn(4, 16), torch.randn(16, 4)
+    folder = _lora(tmp_path, {"transformer.transformer_blocks.0.attn.to_out.0.lora_A.weight": a,
+                              "transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight": b},
+                   {"transformer.r": 4, "transformer.lora_alpha": 8.0})
+    result = export_lora(folder, tmp_path / "out" / "x.safetensors")
+    got = load_file(str(tmp_path / "out" / "x.safetensors"))
+    assert sorted(got) == ["diffusion_model.transformer_blocks.0.attn.to_out.0.alpha",
+                           "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight",
+                           "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_up.weight"]
+    assert torch.equal(got["diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight"], a)
+    assert torch.equal(got["diffusion_model.transformer_blocks.0.attn.to_out.0.lora_up.weight"], b)
+    assert float(got["diffusion_model.transformer_blocks.0.attn.to_out.0.alpha"]) == 8.0
+    assert result["modules"] == 1 and result["rank"] == 4 and result["alpha"] == 8.0
+
+
+@pytest.mark.parametrize("tensors, meta, message", [
+    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)}, None, "no adapter metadata"),
+    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+     {"transformer.r": 4}, "unreadable"),
+    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"a": 2}}, "rank_pattern"),
+    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.use_dora": True}, "DoRA"),
+    ({"transformer.a.lora_A.weight": (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
+     "without its pair"),
+    ({"transformer.a.lora_A.weight": (3, 8), "transformer.a.lora_B.weight": (8, 3)},
+     {"transformer.r": 4, "transformer.lora_alpha": 8}, "do not have rank 4"),
+    ({"text_encoder.a.lora_A.weight": (4, 8), "text_encoder.a.lora_B.weight": (8, 4)},
+     {"transformer.r": 4, "transformer.lora_alpha": 8}, "not a transformer LoRA weight"),
+    ({"transformer.../x.lora_A.weight": (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
+     "not a transformer LoRA weight"),
+    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+     {"transformer.r": 4, "transformer.lora_alpha": 0}, "not usable"),
+])
+def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, message):
+    import torch
+
+    from aipc_env.distill.export import export_lora
+
+    folder = _lora(tmp_path, {k: torch.zeros(*shape) for k, shape in tensors.items()}, meta)
+    dest = tmp_path / "out.safetensors"
+    with pytest.raises(InputError, match=message):
+        export_lora(folder, dest)
+    assert not dest.exists()
+
+
+def test_export_of_a_missing_or_damaged_lora(tmp_path):
+    from aipc_env.distill.export import export_lora
+
+    with pytest.raises(InputError, match="no published LoRA"):
+        export_lora(tmp_path, tmp_path / "o.safetensors")
+    (tmp_path / "pytorch_lora_weights.safetensors").write_bytes(b"\x00" * 12)
+    with pytest.raises(InputError, match="not a readable safetensors file"):
+        export_lora(tmp_path, tmp_path / "o.safetensors")
+
+
+# --- init profiles ----------------------------------------------------------------------------------------------
+
+def test_init_turbo_writes_the_seeds_settings_and_refuses_to_run_until_filled(tmp_path):
+    result = run_cli("distill", "init", str(tmp_path / "turbo"), "--profile", "turbo")
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load((tmp_path / "turbo" / "distill.yaml").read_text())
+    assert data["student"]["rank"] == 64 and data["student"]["alpha"] == 128
+    assert data["student"]["learning_rate"] == 1e-4 and data["student"]["loss_weighting"] == "endpoint"
+    assert "teacher_sigmas" not in data and data["teacher"] == {"base": "nf4", "offload": "none",
+                                                                 "offload_text_encoder": True}
+    assert data["eval"]["mode"] == "quality" and (data["height"], data["width"]) == (512, 512)
+    with pytest.raises(InputError, match="placeholder left to fill") as err:
+        load_distill_config(tmp_path / "turbo" / "distill.yaml")
+    assert err.value.key == "model"
+    again = run_cli("distill", "init", str(tmp_path / "turbo"), "--profile", "tiny")
+    assert again.returncode == 2 and "already there" in again.stderr
+    assert yaml.safe_load((tmp_path / "turbo" / "distill.yaml").read_text()) == data  # untouched
+
+
+def test_init_tiny_keeps_the_cpu_template(tmp_path):
+    result = run_cli("distill", "init", str(tmp_path / "tiny"))
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load((tmp_path / "tiny" / "distill.yaml").read_text())
+    assert data["model"] == "builtin:tiny-qwen-image-2.1" and data["student"]["learning_rate"] == 3e-3
+    assert data["student"]["rank"] == 8 and "teacher_sigmas" not in data
+
+
+@pytest.mark.parametrize("student, ok", [
+    ({"batch_size": 4, "processes": 2, "gradient_accumulation_steps": 2}, True),
+    ({"batch_size": 2, "processes": 2, "gradient_accumulation_steps": 2}, False),
+    ({"batch_size": 6, "processes": 2, "gradient_accumulation_steps": 2}, False),
+    ({"batch_size": 8, "processes": 2, "gradient_accumulation_steps": 2}, True),
+])
+def test_the_batch_must_split_into_equal_micro_batches(tmp_path, student, ok):
+    if ok:
+        assert _cfg(tmp_path, student={**default_distill_config(tmp_path)["student"], **student})
+    else:
+        with pytest.raises(InputError, match="does not split"):
+            _cfg(tmp_path, student={**default_distill_config(tmp_path)["student"], **student})
+
+
+def test_quality_mode_on_the_builtin_tiny_model_is_refused(tmp_path):
+    data = default_distill_config(tmp_path / "run")
+    data["eval"] = {"mode": "quality", "lpips_weights": str(tmp_path)}
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="random weights") as err:
+        load_distill_config(tmp_path / "d.yaml")
+    assert err.value.key == "eval.mode"
+    data["eval"] = {"mode": "quality"}
+    data["model"] = str(_model(tmp_path / "real"))
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="needs LPIPS") as err:
+        load_distill_config(tmp_path / "d.yaml")
+    assert err.value.key == "eval.lpips_weights"
+
+
+def test_the_accelerate_config_for_the_train_stage():
+    from aipc_env.commands.distill import accelerate_config_text
+
+    one = yaml.safe_load(accelerate_config_text("cpu", 1, 29501))
+    assert one["distributed_type"] == "NO" and one["num_processes"] == 1 and one["use_cpu"] is True
+    two = yaml.safe_load(accelerate_config_text("cpu", 2, 29501))
+    assert two["distributed_type"] == "MULTI_GPU" and two["num_processes"] == 2 and two["use_cpu"] is False
+    assert yaml.safe_load(accelerate_config_text("xpu", 2, 1))["distributed_type"] == "MULTI_XPU"
+    assert two["main_process_port"] == 29501 and two["mixed_precision"] == "no"
+
+
+def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path):
+    from aipc_env.commands.distill import ALL, worker_phases
+
+    assert ALL == ["g0", "g2", "trajectories", "train", "g3"]
+    phases = worker_phases("py", tmp_path / "c.yaml", ALL + ["report"], run_id="r1", inject=["rgba"],
+                           accelerate_config=tmp_path / "a.yaml")
+    assert [p.name for p in phases] == ["distill-1", "distill-2-train", "distill-3"]
+    assert phases[0].argv[:5] == ["py", "-m", "aipc_env.distill.worker", "--stages", "g0,g2,trajectories"]
+    assert phases[1].argv[:8] == ["py", "-m", "accelerate.commands.launch", "--quiet", "--config_file",
+                                  str(tmp_path / "a.yaml"), "-m", "aipc_env.distill.worker"]
+    assert phases[2].argv[4] == "g3,report"
+    assert all(p.argv[-4:] == ["--run-id", "r1", "--inject", "rgba"] for p in phases)
