@@ -172,8 +172,8 @@ def tests(session: nox.Session) -> None:
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(f"branch coverage of src/aipc_env (in-process, statements + branches, "
                 f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%")
-    if not rest:
-        session.run("python", "-m", "pytest", "-m", "slow")
+    if not rest:  # two workers, a test file each (its module fixtures run once); the slowest files wait on I/O
+        session.run("python", "-m", "pytest", "-m", "slow", "-n", "2", "--dist", "loadfile")
 
 
 @nox.session
