@@ -141,6 +141,42 @@ def test_the_newest_report_per_machine_wins_and_ties_go_to_the_later_path(tmp_pa
     assert report.counts == {"failing": 1, "ok": 2, "superseded": 3}
 
 
+def test_superseded_reports_of_one_machine_oldest_undated_first(tmp_path):
+    r = tmp_path / "r"
+    _write(r / "1", "pc", GOOD, machine_id="m", facts__collected_at="2026-11-20T10:00:00+00:00")
+    _write(r / "2", "pc", GOOD, machine_id="m", facts__collected_at="2026-11-19T10:00:00+00:00")
+    _write(r / "3", "pc", GOOD, machine_id="m", facts__collected_at="")
+    report = build_fleet_report([r])
+    assert [(m.state, Path(m.file).parent.name) for m in report.machines] == [
+        ("ok", "1"), ("superseded", "3"), ("superseded", "2")]
+    assert report.golden is None and report.drift_counts == {}
+
+
+def test_drift_is_counted_per_machine(tmp_path, golden):
+    r = tmp_path / "r"
+    for name in ("pc-1", "pc-2"):
+        _write(r, name, GOOD, facts__aipc_env_version="0.0.9")
+    _write(r, "pc-3", GOOD, resolution__pair="xpu-2.12")
+    report = build_fleet_report([r], golden)
+    assert report.drift_counts == {"aipc-env": 2, "pair": 1} and report.golden == str(golden)
+
+
+def test_a_package_only_the_machine_has_is_env_drift(tmp_path, golden):
+    dists = {**GOOD["facts"]["training_env"]["distributions"], "extra-pkg": "1.0"}
+    _write(tmp_path / "r", "pc", GOOD, facts__training_env__distributions=dists)
+    (row,) = build_fleet_report([tmp_path / "r"], golden).machines
+    assert [(d.kind, d.detail) for d in row.drift] == [("env", "1 package(s) differ: extra-pkg 1.0/-")]
+
+
+def test_an_empty_hostname_falls_back_to_the_file_name(tmp_path):
+    path = _write(tmp_path / "r", "pc-file", GOOD)
+    report = json.loads(path.read_text())
+    report["facts"]["machine"] = {"hostname": "", "machine_id": None, "source": "test"}
+    path.write_text(json.dumps(report))
+    (row,) = build_fleet_report([tmp_path / "r"]).machines
+    assert (row.key, row.hostname) == ("pc-file", "")
+
+
 def test_a_bad_golden_or_path_is_refused_naming_it(tmp_path):
     bad = tmp_path / "golden.json"
     bad.write_text("{not json")
@@ -197,6 +233,27 @@ def test_unreadable_reports_say_why(tmp_path, content, problem):
     (tmp_path / "r" / "x.json").write_bytes(content)
     (row,) = build_fleet_report([tmp_path / "r"]).machines
     assert (row.key, row.state, row.problem, row.file) == ("x", "unreadable", problem, str(tmp_path / "r" / "x.json"))
+
+
+def test_a_report_nested_too_deep_is_named(tmp_path):
+    (tmp_path / "r").mkdir()
+    deep = '{"findings": [], "facts": {}, "x": ' + "[" * 70 + "]" * 70 + "}"
+    (tmp_path / "r" / "x.json").write_text(deep)
+    (row,) = build_fleet_report([tmp_path / "r"]).machines
+    assert (row.state, row.problem) == ("unreadable", "not a readable JSON file: doctor report is nested deeper than "
+                                                      "64 levels")
+
+
+def test_reading_in_worker_processes_gives_what_reading_in_order_gives(tmp_path):
+    """The parallel path (from 2000 reports on) lowered to 2 files here: same rows, same order, bad ones included."""
+    from aipc_env.fleet.report import _summarize, _summarize_all
+
+    files = [_write(tmp_path / "r", f"pc-{i}", GOOD if i % 2 else SIXTEEN) for i in range(5)]
+    (tmp_path / "r" / "bad.json").write_text("{not json")
+    files.append(tmp_path / "r" / "bad.json")
+    serial = [_summarize(p) for p in files]
+    assert _summarize_all(files, parallel_from=2) == serial
+    assert [getattr(x, "key", None) for x in serial] == ["pc-0", "pc-1", "pc-2", "pc-3", "pc-4", "bad"]
 
 
 @pytest.mark.parametrize(("change", "state", "problem"), [

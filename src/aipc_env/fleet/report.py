@@ -230,9 +230,10 @@ PARALLEL_FROM = 2000
 """Reports from which reading them is spread over the CPU cores (pydantic's validation is the cost)."""
 
 
-def _summarize_all(files: list[Path]) -> list[Seen | MachineRow]:
+def _summarize_all(files: list[Path], parallel_from: int = PARALLEL_FROM) -> list[Seen | MachineRow]:
+    """Every report summarized, in the files' order; from `parallel_from` files on, by worker processes."""
     workers = min(os.cpu_count() or 1, 8)
-    if len(files) < PARALLEL_FROM or workers < 2:
+    if len(files) < parallel_from or workers < 2:
         return [_summarize(p) for p in files]
     from concurrent.futures import ProcessPoolExecutor
 
@@ -290,7 +291,7 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
     drift_counts: dict[str, int] = {}
     for row in rows + superseded:
         counts[row.state] = counts.get(row.state, 0) + 1
-        for d in row.drift if row.state != "superseded" else []:
+        for d in row.drift:  # superseded rows carry none: only the newest report per machine is compared
             drift_counts[d.kind] = drift_counts.get(d.kind, 0) + 1
     ordered = sorted(groups.values(), key=lambda g: (g.status not in ("fail", "crash"), -len(g.machines), g.check))
     return FleetReport(machines=rows + superseded, groups=ordered, golden=str(golden) if golden else None,
