@@ -161,3 +161,66 @@ def test_machine_fixtures_are_what_the_builder_writes():
     for name, facts in machines().items():
         committed = json.loads((MACHINES / f"{name}.json").read_text(encoding="utf-8"))
         assert committed == facts.model_dump(mode="json"), f"{name}: run python tests/fixtures/build_machines.py"
+
+
+# the registry, recorded once and reviewed: every check's id, category and title, in the order the doctor runs them
+REGISTERED = [
+    ('os', 'System', 'Operating system'),
+    ('cpu', 'System', 'CPU'),
+    ('ram', 'System', 'Memory (RAM)'),
+    ('disk', 'System', 'Free disk space'),
+    ('long-paths', 'Windows settings', 'Long path support'),
+    ('gpu-memory-ceiling', 'Windows settings', 'Shared GPU memory ceiling'),
+    ('tdr', 'Windows settings', 'GPU timeout (TDR)'),
+    ('probes', 'System', 'Fact collection'),
+    ('container', 'Container', 'Running in a container'),
+    ('dri-access', 'Container', 'GPU device nodes (/dev/dri)'),
+    ('intel-gpu', 'GPU', 'Intel GPU'),
+    ('gpu-driver', 'GPU', 'GPU driver'),
+    ('multi-gpu', 'GPU', 'Device selection'),
+    ('device-probe', 'GPU', 'Live XPU probe'),
+    ('bnb-backend', 'GPU', 'bitsandbytes backend'),
+    ('conda', 'Toolchain', 'conda / mamba'),
+    ('msvc', 'Toolchain', 'MSVC C++ build tools'),
+    ('oneapi-installed', 'Toolchain', "oneAPI toolkit for the env's pair"),
+    ('oneapi-activated', 'Toolchain', 'Activated oneAPI (setvars)'),
+    ('level-zero', 'Toolchain', 'Level Zero headers'),
+    ('setvars-quirk', 'Toolchain', 'NoDefaultCurrentDirectoryInExePath'),
+    ('training-env', 'Training env', 'Training environment'),
+    ('torch-xpu', 'Training env', 'torch build'),
+    ('pair', 'Training env', 'torch+xpu / oneAPI pair'),
+    ('env-lock', 'Training env', "Packages match the pair's lock"),
+    ('runtime-mix', 'Training env', 'Intel runtime from one release'),
+    ('python', 'Training env', 'Python version'),
+    ('bitsandbytes', 'Training env', 'bitsandbytes version'),
+    ('triton', 'Training env', 'Exactly one Triton'),
+    ('kernel-cache', 'Training env', 'Triton / inductor kernel caches'),
+    ('last-verify', 'Training env', 'Last verification'),
+    ('model-dir', 'Model', 'Qwen-Image-Edit model directory'),
+]
+
+
+def test_the_registry_is_every_check_in_declaration_order():
+    assert [(s.id, s.category, s.title) for s in REGISTRY.values()] == REGISTERED
+
+
+def test_check_attaches_its_spec_and_specs_of_keeps_declaration_order():
+    """Called here, not at import, so that a change to check() or specs_of() shows in this test."""
+    import types
+
+    from aipc_env.doctor.checks.base import check, specs_of
+
+    def second(ctx):
+        return None
+
+    def first(ctx):
+        return None
+
+    assert check("zz-first", "GPU", "First")(first) is first
+    check("zz-second", "System", "Second")(second)
+    module = types.SimpleNamespace(second=second, first=first, number=3, builtin=len, plain=lambda ctx: None)
+    specs = specs_of(module)
+    assert [(s.id, s.category, s.title, s.fn) for s in specs] == [("zz-first", "GPU", "First", first),
+                                                                   ("zz-second", "System", "Second", second)]
+    assert specs[0].order + 1 == specs[1].order
+    assert specs_of(types.SimpleNamespace()) == []

@@ -6,6 +6,7 @@ refusals, and `distill init --profile`."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -457,3 +458,115 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
                                   str(tmp_path / "a.yaml"), "-m", "aipc_env.distill.worker"]
     assert phases[2].argv[4] == "g3,report"
     assert all(p.argv[-4:] == ["--run-id", "r1", "--inject", "rgba"] for p in phases)
+
+
+# --- the seed's lessons as checks, on small real tensors, modules and files --------------------------------------
+
+def test_embeddings_with_a_graph_are_refused():
+    import torch
+
+    from aipc_env.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+
+    leaf = torch.ones(2, requires_grad=True)
+    check_embeddings_detached(torch.ones(2), None, leaf.detach())
+    with pytest.raises(EmbeddingsAttachedToGraph, match="grad_fn MulBackward0"):
+        check_embeddings_detached(torch.ones(2), leaf * 2)
+    with pytest.raises(EmbeddingsAttachedToGraph, match="the prompt embeddings carry"):
+        check_embeddings_detached(leaf)
+
+
+@pytest.mark.parametrize("shape, ok", [((1, 3, 8, 8), True), ((2, 3, 4, 4), True), ((1, 4, 8, 8), False),
+                                       ((1, 2, 8, 8), False), ((3, 8, 8), False), ((1, 1, 3, 8, 8), False)])
+def test_only_rgb_batches_pass(shape, ok):
+    import torch
+
+    from aipc_env.distill.lessons import RgbaNotSliced, check_rgb
+
+    if ok:
+        check_rgb(torch.zeros(shape))
+    else:
+        with pytest.raises(RgbaNotSliced, match=rf"shape {re.escape(str(shape))}, expected \[B, 3, H, W\]"):
+            check_rgb(torch.zeros(shape))
+
+
+def test_a_stochastic_scheduler_is_refused():
+    from aipc_env.distill.lessons import StochasticSampler, check_deterministic_sampler
+
+    check_deterministic_sampler({})
+    check_deterministic_sampler({"stochastic_sampling": False})
+    with pytest.raises(StochasticSampler, match="stochastic_sampling on"):
+        check_deterministic_sampler({"stochastic_sampling": True})
+
+
+def test_sigmas_must_be_used_verbatim_to_the_last_float():
+    import numpy as np
+
+    from aipc_env.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+
+    passed = [1.0, 0.75, 0.5, 0.25]
+    check_sigmas_verbatim(passed, passed + [0.0], {}, grid="teacher")
+    one_ulp = float(np.nextafter(np.float32(0.5), np.float32(1)))
+    for effective in ([1.0, 0.75, one_ulp, 0.25, 0.0], passed, passed + [0.0, 0.0], [1.0, 0.75, 0.5, 0.25, 0.01]):
+        with pytest.raises(SigmasNotVerbatim, match="the scheduler warps the student grid") as err:
+            check_sigmas_verbatim(passed, effective, {"use_dynamic_shifting": True, "shift": 3.0}, grid="student")
+        assert "'use_dynamic_shifting': True, 'shift': 3.0" in err.value.message
+        assert "use_dynamic_shifting: false" in err.value.fix
+
+
+def _tiny_student(lora_names=("lora_A", "lora_B")):
+    import torch
+
+    module = torch.nn.Module()
+    module.base = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+    for name in lora_names:
+        setattr(module, name, torch.nn.Parameter(torch.zeros(2)))
+    return module
+
+
+def test_the_lora_must_exist_before_prepare_and_be_what_the_optimizer_holds():
+    import torch
+
+    from aipc_env.distill.lessons import LoraAfterPrepare, check_lora_before_prepare, mark_prepared
+
+    model = _tiny_student()
+    with pytest.raises(LoraAfterPrepare, match="never prepared"):
+        check_lora_before_prepare(model, torch.optim.SGD([model.lora_A], lr=1))
+    mark_prepared(model)
+    assert check_lora_before_prepare(model, torch.optim.SGD([model.lora_A, model.lora_B], lr=1)) == 2
+    with pytest.raises(LoraAfterPrepare, match="the optimizer holds 1 tensors, the LoRA has 2"):
+        check_lora_before_prepare(model, torch.optim.SGD([model.lora_A], lr=1))
+    with pytest.raises(LoraAfterPrepare, match="the optimizer holds 3 tensors, the LoRA has 2"):
+        check_lora_before_prepare(model, torch.optim.SGD([model.lora_A, model.lora_B, model.base], lr=1))
+    model.lora_C = torch.nn.Parameter(torch.zeros(2))  # added after prepare
+    with pytest.raises(LoraAfterPrepare, match="prepare saw 2 LoRA tensors, the model now has 3"):
+        check_lora_before_prepare(model, torch.optim.SGD([model.lora_A], lr=1))
+    frozen = _tiny_student()
+    frozen.lora_A.requires_grad_(False)
+    mark_prepared(frozen)
+    with pytest.raises(LoraAfterPrepare, match="prepare saw 2 LoRA tensors, the model now has 1"):
+        check_lora_before_prepare(frozen, torch.optim.SGD([frozen.lora_B], lr=1))
+    empty = _tiny_student(())
+    mark_prepared(empty)
+    with pytest.raises(LoraAfterPrepare, match="prepare saw 0 LoRA tensors, the model now has 0"):
+        check_lora_before_prepare(empty, torch.optim.SGD([empty.base], lr=1))
+
+
+@pytest.mark.parametrize("meta, error, message", [
+    ({"transformer.r": 4, "transformer.lora_alpha": 8.0}, None, None),
+    (None, "LoraMetadataMissing", "alpha = rank \\(4\\) instead of 8, a 0.5x-strength adapter"),
+    ({"transformer.r": 4, "transformer.lora_alpha": 4.0}, "LoraAlphaLost", "rank 4, alpha 4.0; trained with rank 4, "
+                                                                          "alpha 8"),
+    ({"transformer.r": 8, "transformer.lora_alpha": 8.0}, "LoraAlphaLost", "rank 8, alpha 8.0; trained with rank 4"),
+])
+def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message):
+    import torch
+
+    from aipc_env.distill import lessons
+
+    folder = _lora(tmp_path, {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
+                              "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)}, meta)
+    if error is None:
+        assert lessons.check_lora_metadata(folder, rank=4, alpha=8)["transformer.lora_alpha"] == 8.0
+    else:
+        with pytest.raises(getattr(lessons, error), match=message):
+            lessons.check_lora_metadata(folder, rank=4, alpha=8)
