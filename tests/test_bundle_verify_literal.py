@@ -1,0 +1,134 @@
+"""Bundle verification in process, on a small bundle written here (plain files and a manifest), changed one thing
+at a time: each tamper kind alone, with the whole message as a literal; the signature with a trusted key, a wrong
+key, a changed manifest; the warnings without a key. The end-to-end bundle (real wheels, real minisign) is in
+tests/test_fleet_bundle.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from aipc_env.errors import InputError
+from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, BundleManifest, BundleTampered, verify_bundle
+from aipc_env.fleet.sign import SignatureInvalid, generate_keypair, sign_file
+from aipc_env.formats import write_model
+
+FILES = {"pylock.linux-64.toml": b"lock", "requirements.txt": b"reqs", "wheels/aipc_env-1-py3-none-any.whl": b"w",
+         "wheels/torch-2.13.0.whl": b"t", "bootstrap.sh": b"#!/bin/sh\n"}
+
+
+def _bundle(root: Path, *, files: dict[str, bytes] | None = None, listed: dict[str, str] | None = None,
+            **fields) -> Path:
+    files = FILES if files is None else files
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    sums = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+    manifest = {"pair": "xpu-2.11", "platform": "linux-64", "python": "3.11", "lockfile": "pylock.linux-64.toml",
+                "requirements": "requirements.txt", "aipc_env_wheel": "aipc_env-1-py3-none-any.whl",
+                "created_at": "2026-12-01T00:00:00+00:00", "files": sums if listed is None else listed, **fields}
+    write_model(root / MANIFEST, BundleManifest.model_validate(manifest))
+    return root
+
+
+def _refused(bundle: Path, message: str, trust=None) -> None:
+    with pytest.raises(BundleTampered) as err:
+        verify_bundle(bundle, trust, warn=lambda _m: None)
+    assert err.value.message == message
+    assert err.value.fix == "get an intact copy of the bundle; nothing was installed"
+
+
+def test_an_intact_unsigned_bundle_verifies_with_a_warning(tmp_path):
+    warnings: list[str] = []
+    manifest = verify_bundle(_bundle(tmp_path), warn=warnings.append)
+    assert manifest.pair == "xpu-2.11" and sorted(manifest.files) == sorted(FILES)
+    assert warnings == ["warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle "
+                        "could have changed it (files and manifest alike)"]
+
+
+def test_a_signed_bundle_verifies_with_its_key_and_is_warned_about_without_one(tmp_path):
+    secret, public = generate_keypair()
+    bundle = _bundle(tmp_path)
+    sign_file(bundle / MANIFEST, secret, "aipc-env bundle")
+    warnings: list[str] = []
+    assert verify_bundle(bundle, public, warn=warnings.append).pair == "xpu-2.11" and warnings == []
+    verify_bundle(bundle, None, warn=warnings.append)
+    assert warnings == ["warning: the bundle is signed, but no trust key is set (--trust or "
+                        "AIPC_ENV_BUNDLE_TRUST): its signature was not checked"]
+
+
+def test_a_wrong_key_a_changed_manifest_or_no_signature_are_refused_with_a_key(tmp_path):
+    secret, public = generate_keypair()
+    _, other = generate_keypair()
+    bundle = _bundle(tmp_path)
+    with pytest.raises(SignatureInvalid, match="no signature"):  # a trust key and no signature file
+        verify_bundle(bundle, public, warn=lambda _m: None)
+    sign_file(bundle / MANIFEST, secret, "aipc-env bundle")
+    with pytest.raises(SignatureInvalid):
+        verify_bundle(bundle, other, warn=lambda _m: None)
+    (bundle / MANIFEST).write_text((bundle / MANIFEST).read_text().replace("xpu-2.11", "xpu-2.12"))
+    with pytest.raises(SignatureInvalid):
+        verify_bundle(bundle, public, warn=lambda _m: None)
+    assert (bundle / SIGNATURE).is_file()
+
+
+def test_not_a_bundle(tmp_path):
+    with pytest.raises(InputError, match=f"not an aipc-env bundle \\(no {MANIFEST}\\)"):
+        verify_bundle(tmp_path, warn=lambda _m: None)
+
+
+def test_each_tamper_kind_alone(tmp_path):
+    b = _bundle(tmp_path / "changed")
+    (b / "wheels" / "torch-2.13.0.whl").write_bytes(b"T")
+    _refused(b, "the bundle does not match its manifest: wheels/torch-2.13.0.whl: sha256 differs from the manifest")
+    b = _bundle(tmp_path / "missing")
+    (b / "bootstrap.sh").unlink()
+    _refused(b, "the bundle does not match its manifest: bootstrap.sh: missing")
+    b = _bundle(tmp_path / "extra")
+    (b / "wheels" / "evil.whl").write_bytes(b"e")
+    _refused(b, "the bundle does not match its manifest: wheels/evil.whl: not in the manifest")
+    b = _bundle(tmp_path / "unnamed-lock", lockfile="other.toml")
+    _refused(b, "the bundle does not match its manifest: other.toml: named by the manifest but not one of its files")
+    b = _bundle(tmp_path / "unnamed-reqs", requirements="r.txt")
+    _refused(b, "the bundle does not match its manifest: r.txt: named by the manifest but not one of its files")
+    b = _bundle(tmp_path / "unnamed-wheel", aipc_env_wheel="x.whl")
+    _refused(b, "the bundle does not match its manifest: wheels/x.whl: named by the manifest but not one of its "
+                "files")
+
+
+@pytest.mark.parametrize("rel", ["../outside", "/etc/passwd", "a\\b", "c:x", "a//b", "./a", "a/./b", "a/../b", "",
+                                 "wheels/"])
+def test_paths_outside_the_bundle_are_refused(tmp_path, rel):
+    sums = {r: hashlib.sha256(d).hexdigest() for r, d in FILES.items()}
+    b = _bundle(tmp_path, listed={**sums, rel: "0" * 64})
+    _refused(b, f"the bundle does not match its manifest: {rel}: not a path inside the bundle")
+
+
+def test_safe_nested_paths_are_accepted(tmp_path):
+    files = {**FILES, "conda/linux-64/pkg-1.conda": b"c", "a..b/c.d": b"x"}
+    assert verify_bundle(_bundle(tmp_path, files=files), warn=lambda _m: None).files.keys() == files.keys()
+
+
+def test_links_are_refused_before_anything_is_read(tmp_path):
+    b = _bundle(tmp_path / "b")
+    os.symlink(tmp_path, b / "wheels" / "up")
+    _refused(b, "the bundle holds links (wheels/up): a bundle is plain files")
+    c = _bundle(tmp_path / "c")
+    os.symlink(c / "bootstrap.sh", c / "alias.sh")
+    _refused(c, "the bundle holds links (alias.sh): a bundle is plain files")
+
+
+def test_five_problems_are_shown_then_a_count(tmp_path):
+    b = _bundle(tmp_path)
+    for i in range(7):
+        (b / f"extra-{i}").write_bytes(b"x")
+    _refused(b, "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
+                "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest (+2 more)")
+    c = _bundle(tmp_path / "five")
+    for i in range(5):
+        (c / f"extra-{i}").write_bytes(b"x")
+    _refused(c, "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
+                "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest")
