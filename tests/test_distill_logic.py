@@ -570,3 +570,120 @@ def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message)
     else:
         with pytest.raises(getattr(lessons, error), match=message):
             lessons.check_lora_metadata(folder, rank=4, alpha=8)
+
+
+# --- whole answers: every refusal's message, key and fix; the hashes as computed from their definition ----------
+
+def _error(exc: InputError) -> tuple:
+    return exc.message, exc.key, exc.fix
+
+
+def test_g3_mode_refusals_whole():
+    from aipc_env.distill.judge import decide_mode
+
+    with pytest.raises(InputError) as err:
+        decide_mode("quality", lpips=True, tiny_random=True)
+    assert _error(err.value) == (
+        "eval.mode is quality, but the model is a tiny random pipeline (it has aipc_tiny.json): nothing about its "
+        "student can be judged", "eval.mode",
+        "set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo")
+    with pytest.raises(InputError) as err:
+        decide_mode("quality", lpips=False, tiny_random=False)
+    assert _error(err.value) == ("eval.mode is quality, but no LPIPS weights are configured", "eval.lpips_weights",
+                                 "set eval.lpips_weights, or eval.mode: plumbing")
+    with pytest.raises(ValueError, match="^no prompt x seed pairs to judge$"):
+        from aipc_env.distill.judge import judge
+
+        judge([], margin=0.0, min_win_rate=0.5)
+
+
+def test_g3_statistics_whole_and_a_tie_never_beats():
+    from aipc_env.distill.judge import judge
+
+    assert judge([(0.25, 0.5), (0.75, 0.5)], margin=0.0, min_win_rate=0.5) == (False, {
+        "student_mean": 0.5, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 2, "win_rate": 0.5,
+        "min_win_rate": 0.5})
+    assert judge([(0.5, 0.5)], margin=0.0, min_win_rate=0.0)[0] is False  # a tie, whatever the win-rate bound
+    assert judge([(0.25, 0.5)], margin=0.0, min_win_rate=0.0) == (True, {
+        "student_mean": 0.25, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 1, "win_rate": 1.0,
+        "min_win_rate": 0.0})
+
+
+def test_grid_messages_whole():
+    assert check_sigmas([1.0], 2) == "a grid needs at least 2 sigmas"
+    assert check_sigmas([1.0, "x"], 2) == "sigmas must be numbers"
+    assert check_sigmas([0.5, 1.0], 2) == ("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by "
+                                          "the scheduler)")
+    assert check_sigmas([1.0, 0.5, 0.25], 2) == "3 sigmas is not a multiple of student_stride 2"
+
+
+def test_the_default_grid_for_one_to_four_steps():
+    from aipc_env.distill.grid import default_teacher_sigmas
+
+    assert default_teacher_sigmas(1) == [1.0]
+    assert default_teacher_sigmas(2) == [1.0, 0.5]
+    assert default_teacher_sigmas(4) == [1.0, 0.75, 0.5, 0.25]
+    assert default_teacher_sigmas(3)[1] == pytest.approx(2 / 3, rel=1e-7) and default_teacher_sigmas(3)[2] == \
+        pytest.approx(1 / 3, rel=1e-7)
+
+
+def test_model_index_refusals_whole(tmp_path):
+    model = _model(tmp_path / "m")
+    index = model / "model_index.json"
+    cases = [
+        (" " * (1 << 20) + "{}", ("model_index.json is larger than 1 MiB", None,
+                                  "point model at a real diffusers model folder")),
+        ("{not json", ("not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+                       None, "restore the model's model_index.json")),
+        ('{"sample_sigmas": 3}', ("sample_sigmas is int, not a list", "sample_sigmas",
+                                  "restore the model's model_index.json, or set teacher_sigmas in the config")),
+    ]
+    for text, expected in cases:
+        index.write_text(text)
+        with pytest.raises(InputError) as err:
+            model_sample_sigmas(model)
+        assert _error(err.value) == expected and err.value.path == str(index)
+    index.write_text('["sample_sigmas"]')  # JSON, but not a mapping: no grid configured
+    assert model_sample_sigmas(model) is None
+    index.write_text('{"sample_sigmas": [1.0, 0.5]}', encoding="utf-16")  # not UTF-8
+    with pytest.raises(InputError):
+        model_sample_sigmas(model)
+    with pytest.raises(InputError) as err:
+        model_sample_sigmas(tmp_path / "nowhere")
+    assert err.value.message == "cannot read it (No such file or directory)"
+    assert err.value.fix == "point model at a diffusers model folder"
+    assert err.value.path == str(tmp_path / "nowhere" / "model_index.json")
+    index.write_text('{"sample_sigmas": [1.0, 0.8, 0.6]}')
+    with pytest.raises(InputError) as err:
+        resolve_grid(None, 2, model)
+    assert _error(err.value) == ("its sample_sigmas [1.0, 0.8, 0.6] cannot be the teacher grid: 3 sigmas is not a "
+                                 "multiple of student_stride 2", "sample_sigmas",
+                                 "set teacher_sigmas (and student_stride) in the distillation config")
+    assert err.value.path == str(index)
+
+
+def test_input_hashes_from_their_definition(tmp_path):
+    """Each hash is the first 16 hex digits of sha256 over sorted-key JSON of what the stage reads."""
+    import hashlib
+
+    from aipc_env.distill.inputs import LORA_FILE, config_hash, file_sha256, grid_hash, stage_inputs
+
+    def digest(data) -> str:
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    cfg = _cfg(tmp_path)
+    dumped = json.loads(cfg.model_dump_json())
+    g2_keys = ("compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts", "teacher")
+    assert config_hash(cfg, "g2") == digest({k: dumped[k] for k in g2_keys})
+    assert config_hash(cfg, "g3") == digest({k: dumped[k] for k in (*g2_keys, "student", "eval")})
+    grid = Grid(teacher=[1.0, 0.5], student=[1.0], stride=2, source="config")
+    assert grid_hash(grid) == digest({"teacher": [1.0, 0.5], "stride": 2})
+    assert stage_inputs(cfg, "g2", model_key="mk", grid=grid) == {"config": config_hash(cfg, "g2"), "model": "mk",
+                                                                  "grid": grid_hash(grid)}
+    assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == "none"
+    (cfg.out / "lora").mkdir(parents=True)
+    big = bytes(range(256)) * 8193  # more than one 1 MiB block
+    (cfg.out / "lora" / LORA_FILE).write_bytes(big)
+    assert file_sha256(cfg.out / "lora" / LORA_FILE) == hashlib.sha256(big).hexdigest()
+    assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == hashlib.sha256(big).hexdigest()
+    assert file_sha256(tmp_path / "none") is None
