@@ -591,7 +591,7 @@ def test_g3_mode_refusals_whole():
         decide_mode("quality", lpips=False, tiny_random=False)
     assert _error(err.value) == ("eval.mode is quality, but no LPIPS weights are configured", "eval.lpips_weights",
                                  "set eval.lpips_weights, or eval.mode: plumbing")
-    with pytest.raises(ValueError, match="^no prompt x seed pairs to judge$"):
+    with pytest.raises(ValueError, match=r"^no prompt x seed pairs to judge$"):
         from aipc_env.distill.judge import judge
 
         judge([], margin=0.0, min_win_rate=0.5)
