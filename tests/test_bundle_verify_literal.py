@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import InputError
-from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, BundleManifest, BundleTampered, verify_bundle
+from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, BundleManifest
+from aipc_env.fleet.bundle_check import BundleTampered, verify_bundle
 from aipc_env.fleet.sign import SignatureInvalid, generate_keypair, sign_file
 from aipc_env.formats import write_model
 

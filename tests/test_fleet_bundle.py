@@ -132,7 +132,7 @@ def test_an_unsigned_bundle_is_refused_with_a_trust_key_and_warned_about_without
     (bundle / "bundle-manifest.json.minisig").unlink()
     refused, prefix = _install(bundle, tmp_path, "--trust", str(keys / "admin.pub"))
     assert refused.returncode == 1 and "no signature" in refused.stderr and not prefix.exists()
-    from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.fleet.bundle_check import verify_bundle
 
     warnings: list[str] = []
     verify_bundle(bundle, None, warn=warnings.append)
@@ -183,7 +183,7 @@ def test_a_bundle_needs_an_empty_folder(fleet_bundle, tmp_path):
 def test_an_interrupted_bundle_build_leaves_no_bundle_and_the_next_run_recovers(fleet_bundle, tmp_path, kill):
     """Ctrl-C after the wheels were fetched leaves nothing; a power cut leaves only a hidden partial folder beside
     --out (no bundle, nothing that blocks), which the next run removes before it builds."""
-    from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.fleet.bundle_check import verify_bundle
 
     out = tmp_path / "bundle"
     argv = ["fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(fleet_bundle / "pylock.linux-64.toml"),

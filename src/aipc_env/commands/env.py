@@ -145,7 +145,7 @@ def _bundle(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from aipc_env.fleet.bundle import verify_bundle
+    from aipc_env.fleet.bundle_check import verify_bundle
     from aipc_env.fleet.sign import read_public_key
     from aipc_env.paths import data_dir, log_path
     from aipc_env.trainenv.build import EnvBuildReport, check_env, install_bundle

@@ -1,18 +1,18 @@
 """Offline bundles: everything one platform needs to build a pair's training env with no network — the lock,
 every wheel it names (hash-checked), the conda layer's packages where a conda lock exists, aipc-env itself as a
 wheel, the WinGet configuration (Windows), bootstrap scripts, and a manifest with the sha256 of every file.
-`aipc-env env --bundle DIR` installs from it, after proving every file matches the manifest."""
+`aipc-env env --bundle DIR` installs from it, after proving every file matches the manifest
+(aipc_env.fleet.bundle_check)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.fleet.sign import PublicKey, SecretKey, sign_file, verify_file
-from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.errors import InputError
+from aipc_env.fleet.sign import SecretKey, sign_file
+from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.interrupts import checkpoint
 from aipc_env.lock.artifacts import (
     Artifact,
@@ -26,15 +26,11 @@ from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 
-__all__ = ["MANIFEST", "SIGNATURE", "BundleManifest", "BundleTampered", "build_bundle", "verify_bundle"]
+__all__ = ["MANIFEST", "SIGNATURE", "BundleManifest", "build_bundle"]
 
 MANIFEST = "bundle-manifest.json"
 SIGNATURE = MANIFEST + ".minisig"
 WHEELS = "wheels"
-
-
-class BundleTampered(AipcError):
-    exit_code = ExitCode.PROBLEMS
 
 
 class BundleManifest(VersionedModel):
@@ -252,64 +248,4 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
                               requirements=requirements, aipc_env_wheel=aipc_wheel.name, created_at=timestamp(),
                               files=files)
     write_model(out / MANIFEST, manifest)
-    return manifest
-
-
-def _safe_relative(rel: str) -> bool:
-    parts = rel.split("/")
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and ":" not in rel and \
-        all(part not in ("", ".", "..") for part in parts)
-
-
-def _links(bundle: Path) -> list[str]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(bundle):
-        for name in dirnames + filenames:
-            if os.path.islink(os.path.join(dirpath, name)):
-                found.append(Path(dirpath, name).relative_to(bundle).as_posix())
-    return found
-
-
-def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> BundleManifest:
-    """The manifest, after proving: no link anywhere in the bundle; the manifest's signature verifies with the
-    trusted key (required when one is given; without one an unsigned bundle is warned about); every path is
-    relative and inside the bundle; every file it lists is there with its sha256, and nothing else is."""
-    if not (bundle / MANIFEST).is_file():
-        raise InputError(f"not an aipc-env bundle (no {MANIFEST})", path=bundle,
-                         fix="pass the folder made by `aipc-env fleet bundle`")
-    links = _links(bundle)
-    if links:
-        raise BundleTampered(f"the bundle holds links ({', '.join(links[:5])}): a bundle is plain files", path=bundle,
-                             fix="get an intact copy of the bundle; nothing was installed")
-    signature = bundle / SIGNATURE
-    if trust is not None:
-        verify_file(bundle / MANIFEST, trust, signature)
-    elif signature.is_file():
-        warn("warning: the bundle is signed, but no trust key is set (--trust or AIPC_ENV_BUNDLE_TRUST): its "
-             "signature was not checked")
-    else:
-        warn("warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle could have "
-             "changed it (files and manifest alike)")
-    manifest = load_versioned(BundleManifest, bundle / MANIFEST)
-    problems = [f"{rel}: not a path inside the bundle" for rel in manifest.files if not _safe_relative(rel)]
-    for rel, sha in manifest.files.items():
-        if not _safe_relative(rel):
-            continue
-        path = bundle / rel
-        if not path.is_file():
-            problems.append(f"{rel}: missing")
-        elif file_sha256(path) != sha:
-            problems.append(f"{rel}: sha256 differs from the manifest")
-    ignore = {MANIFEST, SIGNATURE}
-    for path in sorted(bundle.rglob("*")):
-        rel = path.relative_to(bundle).as_posix()
-        if path.is_file() and rel not in manifest.files and rel not in ignore:
-            problems.append(f"{rel}: not in the manifest")
-    for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
-        if rel not in manifest.files:
-            problems.append(f"{rel}: named by the manifest but not one of its files")
-    if problems:
-        shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
-        raise BundleTampered(f"the bundle does not match its manifest: {shown}", path=bundle,
-                             fix="get an intact copy of the bundle; nothing was installed")
     return manifest
