@@ -687,3 +687,71 @@ def test_input_hashes_from_their_definition(tmp_path):
     assert file_sha256(cfg.out / "lora" / LORA_FILE) == hashlib.sha256(big).hexdigest()
     assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == hashlib.sha256(big).hexdigest()
     assert file_sha256(tmp_path / "none") is None
+
+
+def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, capsys):
+    import torch
+
+    from aipc_env.distill.export import main
+
+    cfg = _cfg(tmp_path)
+    _lora(cfg.out, {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
+                    "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)},
+          {"transformer.r": 4, "transformer.lora_alpha": 8.0})
+    assert main(["--config", str(tmp_path / "distill.yaml")]) == 0
+    dest = cfg.out / "export" / "student-comfyui.safetensors"
+    assert capsys.readouterr().out == (f"distill: exported 1 LoRA modules (rank 4, alpha 8) in the comfyui layout to "
+                                       f"{dest}\n")
+    assert dest.is_file()
+    other = tmp_path / "elsewhere" / "x.safetensors"
+    assert main(["--config", str(tmp_path / "distill.yaml"), "--format", "comfyui", "--out", str(other)]) == 0
+    assert other.is_file() and capsys.readouterr().out.endswith(f"to {other}\n")
+    (cfg.out / "lora" / "pytorch_lora_weights.safetensors").unlink()
+    assert main(["--config", str(tmp_path / "distill.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no published LoRA there" in err and "run `aipc-env distill train` first" in err
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_export_refusals_whole(tmp_path):
+    import torch
+
+    from aipc_env.distill.export import export_lora
+
+    def refused(tensors, meta) -> tuple:
+        folder = _lora(tmp_path / str(len(list(tmp_path.iterdir()))), tensors, meta)
+        with pytest.raises(InputError) as err:
+            export_lora(folder, tmp_path / "o.safetensors")
+        return err.value.message, err.value.fix
+
+    pair = {"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight": torch.zeros(8, 4)}
+    meta = {"transformer.r": 4, "transformer.lora_alpha": 8}
+    again = "publish it again with `aipc-env distill train`"
+    assert refused(pair, None) == ("the LoRA has no adapter metadata: its alpha is unknown, and an export would load "
+                                   "at the wrong strength", again)
+    assert refused(pair, {"transformer.r": 4}) == (
+        "its adapter metadata is unreadable (KeyError: 'transformer.lora_alpha')", again)
+    assert refused(pair, {**meta, "transformer.alpha_pattern": {"a": 2}}) == (
+        "per-module ranks or alphas (rank_pattern/alpha_pattern) are not exported",
+        "train with one rank and alpha for every module")
+    assert refused(pair, {**meta, "transformer.use_rslora": True}) == (
+        "DoRA or rsLoRA adapters have no ComfyUI LoRA layout", "train a plain LoRA (use_dora and use_rslora off)")
+    assert refused(pair, {**meta, "transformer.r": 0}) == ("rank 0 / alpha 8 in its metadata are not usable", again)
+    assert refused({"transformer.a.lora_B.weight": torch.zeros(8, 4)}, meta) == (
+        "module a has lora_B without its pair", "publish the LoRA again")
+    assert refused({"transformer.a.lora_A.weight": torch.zeros(4, 8, 1), "transformer.a.lora_B.weight":
+                    torch.zeros(8, 4)}, meta) == (
+        "module a: lora_A (4, 8, 1) / lora_B (8, 4) do not have rank 4", "publish the LoRA again")
+    assert refused({"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight":
+                    torch.zeros(8, 3)}, meta) == (
+        "module a: lora_A (4, 8) / lora_B (8, 3) do not have rank 4", "publish the LoRA again")
+    assert refused({"unet.a.lora_A.weight": torch.zeros(4, 8)}, meta) == (
+        "tensor 'unet.a.lora_A.weight' is not a transformer LoRA weight (transformer.<module>.lora_A/B.weight)",
+        "export only LoRAs published by `aipc-env distill train`")
+    from aipc_env.distill.export import comfyui_state_dict
+
+    with pytest.raises(InputError, match="100001 tensors: more than any Qwen-Image LoRA has"):
+        comfyui_state_dict(dict.fromkeys(range(100_001)), 4, 8.0, path=tmp_path)
+    with pytest.raises(InputError, match="unknown export format 'kohya'"):
+        export_lora(tmp_path, tmp_path / "o.safetensors", "kohya")
+    assert not (tmp_path / "o.safetensors").exists()
