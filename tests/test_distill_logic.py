@@ -755,3 +755,86 @@ def test_export_refusals_whole(tmp_path):
     with pytest.raises(InputError, match="unknown export format 'kohya'"):
         export_lora(tmp_path, tmp_path / "o.safetensors", "kohya")
     assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_every_lesson_error_whole():
+    """Each seed-003 lesson's error: its name in brackets, the message and the fix, written out."""
+    import numpy as np
+    import torch
+
+    from aipc_env.distill import lessons
+
+    def caught(fn, *args, **kwargs) -> tuple:
+        with pytest.raises(lessons.LessonError) as err:
+            fn(*args, **kwargs)
+        return type(err.value).__name__, err.value.message, err.value.fix
+
+    assert caught(lessons.check_deterministic_sampler, {"stochastic_sampling": True}) == (
+        "StochasticSampler", "[stochastic-sampler] the scheduler has stochastic_sampling on: trajectories and parity "
+        "need the deterministic Euler step", "set stochastic_sampling: false in scheduler/scheduler_config.json")
+    config = {"use_dynamic_shifting": True, "shift": 1.0, "shift_terminal": 0.02, "time_shift_type": "exponential",
+              "use_karras_sigmas": False, "use_exponential_sigmas": False, "use_beta_sigmas": False, "other": 1}
+    assert caught(lessons.check_sigmas_verbatim, [1.0, 0.123456], [1.0, np.float32(0.5), 0.0], config,
+                  grid="teacher") == (
+        "SigmasNotVerbatim", "[sigmas-not-verbatim] the scheduler warps the teacher grid: passed [1.0, 0.1235], it "
+        "runs [1.0, 0.5, 0.0] (scheduler config {'use_dynamic_shifting': True, 'shift': 1.0, 'shift_terminal': 0.02, "
+        "'time_shift_type': 'exponential', 'use_karras_sigmas': False, 'use_exponential_sigmas': False, "
+        "'use_beta_sigmas': False})",
+        "use the real Turbo scheduler config (use_dynamic_shifting: false, shift: 1.0, shift_terminal: null) in "
+        "scheduler/scheduler_config.json")
+    assert caught(lessons.check_step_count, 4, 5, passed=[1.0, 0.5], sample_sigmas=None) == (
+        "GridNotHonoured", "[grid-not-honoured] pipe(num_inference_steps=4, sigmas=<2>) ran 5 steps, expected 2 "
+        "(sample_sigmas: None)", "use a QwenImage21Pipeline whose scheduler takes sigmas= as given (diffusers >= "
+        "0.42)")
+    assert caught(lessons.check_step_count, 4, 5, passed=None, sample_sigmas=None)[1] == (
+        "[grid-not-honoured] pipe(num_inference_steps=4) ran 5 steps, expected 4 (sample_sigmas: None)")
+    assert caught(lessons.check_training_outcome, objective_start=1.0, objective_end=2.0, velocity_on=0.0,
+                  velocity_off=1.0, tolerance=1.5) == (
+        "ObjectiveRose", "[objective-rose] the student objective on the training pairs did not fall: 1 -> 2",
+        "lower student.learning_rate, or train longer at a lower one; the LoRA was published for inspection only")
+    assert caught(lessons.check_training_outcome, objective_start=1.0, objective_end=0.5, velocity_on=4.0,
+                  velocity_off=2.0, tolerance=1.5) == (
+        "VelocityDiverged", "[velocity-diverged] with the adapter on, the velocity MSE on the training pairs is 4, "
+        "more than 1.5 x the adapter-off 2", "lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
+    assert caught(lessons.check_rgb, torch.zeros(1, 4, 2, 2)) == (
+        "RgbaNotSliced", "[rgba-not-sliced] the decoded images have shape (1, 4, 2, 2), expected [B, 3, H, W] (the "
+        "2.1 VAE decodes 4 channels: RGBA)", "slice the decode as vae.decode(z)[0][:, :3, 0] "
+        "(aipc_env.distill.sampler.decode_rgb)")
+    leaf = torch.ones(1, requires_grad=True)
+    assert caught(lessons.check_embeddings_detached, leaf * 2, where="test embeddings") == (
+        "EmbeddingsAttachedToGraph", "[embeddings-attached-to-graph] the test embeddings carry the text encoder's "
+        "autograd graph (grad_fn MulBackward0)", "compute embeddings under torch.no_grad() "
+        "(aipc_env.distill.sampler.encode does), or detach them")
+    model = _tiny_student()
+    assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1)) == (
+        "LoraAfterPrepare", "[lora-added-after-prepare] the student was never prepared through "
+        "aipc_env.distill.student.prepare_student", "add the LoRA, build the optimizer, then prepare")
+    lessons.mark_prepared(model)
+    model.lora_C = torch.nn.Parameter(torch.zeros(1))
+    assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2] == \
+        "add the LoRA (transformer.add_adapter) before accelerator.prepare"
+    del model.lora_C
+    assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2] == \
+        "build the optimizer from the LoRA parameters after add_adapter"
+
+
+def test_lora_metadata_errors_whole(tmp_path):
+    import torch
+
+    from aipc_env.distill import lessons
+
+    tensors = {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
+               "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)}
+    bare = _lora(tmp_path / "bare", tensors, None)
+    with pytest.raises(lessons.LoraMetadataMissing) as err:
+        lessons.check_lora_metadata(bare, rank=4, alpha=8)
+    assert (err.value.message, err.value.fix, err.value.path) == (
+        f"[lora-metadata-missing] the LoRA in {bare} has no adapter metadata: diffusers would load it with alpha = "
+        "rank (4) instead of 8, a 0.5x-strength adapter",
+        "save with pipe.save_lora_weights(..., **_collate_lora_metadata({'transformer': transformer}))", str(bare))
+    lost = _lora(tmp_path / "lost", tensors, {"transformer.r": 4, "transformer.lora_alpha": 4.0})
+    with pytest.raises(lessons.LoraAlphaLost) as err:
+        lessons.check_lora_metadata(lost, rank=4, alpha=8)
+    assert (err.value.message, err.value.fix, err.value.path) == (
+        f"[lora-alpha-lost] the LoRA in {lost} loads with rank 4, alpha 4.0; trained with rank 4, alpha 8",
+        "publish from the trained module's peft_config (aipc_env.distill.student.publish)", str(lost))
