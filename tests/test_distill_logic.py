@@ -838,3 +838,65 @@ def test_lora_metadata_errors_whole(tmp_path):
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-alpha-lost] the LoRA in {lost} loads with rank 4, alpha 4.0; trained with rank 4, alpha 8",
         "publish from the trained module's peft_config (aipc_env.distill.student.publish)", str(lost))
+
+
+def test_export_bounds_paths_and_what_it_writes(tmp_path):
+    import torch
+    from safetensors import safe_open
+
+    from aipc_env.distill.export import comfyui_state_dict, export_lora
+
+    folder = _lora(tmp_path / "r1", {"transformer.a.lora_A.weight": torch.ones(1, 8),
+                                     "transformer.a.lora_B.weight": torch.ones(8, 1)},
+                   {"transformer.r": 1, "transformer.lora_alpha": 0.5})  # rank 1 and alpha below 1: both usable
+    dest = tmp_path / "out.safetensors"
+    src = folder / "pytorch_lora_weights.safetensors"
+    assert export_lora(folder, dest) == {"format": "comfyui", "path": str(dest), "modules": 1, "rank": 1,
+                                         "alpha": 0.5, "source": str(src)}
+    with safe_open(str(dest), framework="pt") as fh:
+        assert fh.metadata() == {"format": "pt", "aipc_env_export": "comfyui", "lora_rank": "1", "lora_alpha": "0.5"}
+        assert fh.get_tensor("diffusion_model.a.alpha").dtype == torch.float32
+    with pytest.raises(InputError, match="not a transformer LoRA weight"):  # 100000 tensors: at the bound, read on
+        comfyui_state_dict({f"x{i}": None for i in range(100_000)}, 1, 1.0, path=tmp_path)
+    bad = {"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight": torch.zeros(8, 4, 1)}
+    with pytest.raises(InputError, match=r"lora_B \(8, 4, 1\) do not have rank 4") as err:
+        comfyui_state_dict(bad, 4, 8.0, path=tmp_path / "p")
+    assert err.value.path == str(tmp_path / "p")
+    for meta, tensors in ((None, bad), ({"transformer.r": 4}, bad), ({"transformer.r": 4, "transformer.lora_alpha": 8,
+                                                                       "transformer.use_dora": True}, bad),
+                          ({"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"a": 1}},
+                           bad), ({"transformer.r": 0, "transformer.lora_alpha": 8}, bad),
+                          ({"transformer.r": 4, "transformer.lora_alpha": 8}, bad),
+                          ({"transformer.r": 4, "transformer.lora_alpha": 8}, {"u.lora_A.weight": torch.zeros(1)}),
+                          ({"transformer.r": 4, "transformer.lora_alpha": 8},
+                           {"transformer.a.lora_A.weight": torch.zeros(4, 8)})):
+        folder = _lora(tmp_path / f"m{len(list(tmp_path.iterdir()))}", tensors, meta)
+        with pytest.raises(InputError) as err:
+            export_lora(folder, dest)
+        assert err.value.path == str(folder / "pytorch_lora_weights.safetensors")
+    with pytest.raises(InputError) as err:
+        export_lora(tmp_path / "nowhere", dest)
+    assert err.value.path == str(tmp_path / "nowhere" / "pytorch_lora_weights.safetensors")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "pytorch_lora_weights.safetensors").write_bytes(b"\x00" * 12)
+    with pytest.raises(InputError) as err:
+        export_lora(damaged, dest)
+    assert err.value.message.startswith("not a readable safetensors file (SafetensorError: ")
+    assert (err.value.fix, err.value.path) == ("publish the LoRA again with `aipc-env distill train`",
+                                               str(damaged / "pytorch_lora_weights.safetensors"))
+    with pytest.raises(InputError) as err:
+        export_lora(damaged, dest, "kohya")
+    assert err.value.fix == "use one of: comfyui"
+
+
+def test_export_main_needs_a_config_and_knows_one_format(capsys):
+    from aipc_env.distill.export import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2 and "the following arguments are required: --config" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--config", "x", "--format", "kohya"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'kohya'" in err and err.startswith("usage: aipc_env.distill.export ")
