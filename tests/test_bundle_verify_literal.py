@@ -133,3 +133,41 @@ def test_five_problems_are_shown_then_a_count(tmp_path):
         (c / f"extra-{i}").write_bytes(b"x")
     _refused(c, "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
                 "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest")
+
+
+def test_six_links_name_five_and_every_refusal_names_the_bundle(tmp_path):
+    b = _bundle(tmp_path / "links")
+    for i in range(6):
+        os.symlink(b / "bootstrap.sh", b / f"l{i}")
+    _refused(b, "the bundle holds links (l0, l1, l2, l3, l4): a bundle is plain files")
+    with pytest.raises(BundleTampered) as err:
+        verify_bundle(b, warn=lambda _m: None)
+    assert err.value.path == str(b)
+    with pytest.raises(InputError) as err:
+        verify_bundle(tmp_path / "empty-dir", warn=lambda _m: None)
+    assert (err.value.path, err.value.fix) == (str(tmp_path / "empty-dir"),
+                                               "pass the folder made by `aipc-env fleet bundle`")
+    c = _bundle(tmp_path / "six")
+    for i in range(6):
+        (c / f"extra-{i}").write_bytes(b"x")
+    with pytest.raises(BundleTampered) as err:
+        verify_bundle(c, warn=lambda _m: None)
+    assert err.value.message.endswith("extra-4: not in the manifest (+1 more)") and err.value.path == str(c)
+
+
+def test_an_unsafe_path_does_not_stop_the_other_checks(tmp_path):
+    sums = {r: hashlib.sha256(d).hexdigest() for r, d in FILES.items()}
+    b = _bundle(tmp_path, listed={"../up": "0" * 64, **sums})
+    (b / "bootstrap.sh").write_bytes(b"changed")
+    _refused(b, "the bundle does not match its manifest: ../up: not a path inside the bundle; bootstrap.sh: sha256 "
+                "differs from the manifest")
+
+
+def test_a_signature_beside_the_manifest_is_the_one_checked(tmp_path):
+    secret, public = generate_keypair()
+    b = _bundle(tmp_path)
+    sign_file(b / MANIFEST, secret, "aipc-env bundle")
+    (b / "elsewhere.minisig").write_bytes((b / SIGNATURE).read_bytes())
+    (b / SIGNATURE).unlink()
+    with pytest.raises(SignatureInvalid, match="no signature"):
+        verify_bundle(b, public, warn=lambda _m: None)

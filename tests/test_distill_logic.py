@@ -900,3 +900,16 @@ def test_export_main_needs_a_config_and_knows_one_format(capsys):
         main(["--config", "x", "--format", "kohya"])
     err = capsys.readouterr().err
     assert "invalid choice: 'kohya'" in err and err.startswith("usage: aipc_env.distill.export ")
+
+
+def test_current_inputs_and_the_model_changing(tmp_path):
+    from aipc_env.distill.inputs import current_inputs, grid_hash, stale_reasons
+    from aipc_env.distill.models import model_key
+
+    cfg = _cfg(tmp_path, teacher_sigmas=[1.0, 0.5])
+    now = current_inputs(cfg, "train")
+    assert now["lora"] == "none" and now["model"] == model_key(tmp_path / "model")
+    assert now["grid"] == grid_hash(Grid(teacher=[1.0, 0.5], student=[1.0], stride=2, source="config"))
+    assert "lora" not in current_inputs(cfg, "g2")
+    assert stale_reasons({**now, "model": "other"}, now) == ["the model changed"]
+    assert stale_reasons({**now, "new": "x"}, {**now, "new": "y"}) == ["new changed"]

@@ -31,7 +31,7 @@ def _links(bundle: Path) -> list[str]:
         for name in dirnames + filenames:
             if os.path.islink(os.path.join(dirpath, name)):
                 found.append(Path(dirpath, name).relative_to(bundle).as_posix())
-    return found
+    return sorted(found)  # the directory's order is the file system's: name them the same way every time
 
 
 def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> BundleManifest:
