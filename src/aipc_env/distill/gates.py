@@ -385,6 +385,8 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(path, device, dtype, cfg.teacher)
     records = load_prompts(cfg.prompts.eval)
+    log(f"g3: {len(records)} eval prompts: sampling teacher@{len(cfg.teacher_sigmas)} and "
+        f"naive@{len(cfg.student_sigmas)} ({mode} mode: {why})")
     encoded = [(rec, sampler.encode(pipe, [rec.prompt], device)) for rec in records]
     offload_text_encoder(pipe, cfg.teacher)
     runs = []
@@ -395,9 +397,11 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             runs.append({"prompt": rec.prompt, "seed": seed, "prompted": prompted, "noise": noise,
                          "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_sigmas),
                          "naive": _pipe_latents(pipe, cfg, prompted, noise, cfg.student_sigmas)})
+    log(f"g3: student@{len(cfg.student_sigmas)} with the LoRA ({lora_file.name})")
     pipe.load_lora_weights(str(lora_file.parent), adapter_name="student")
     for run in runs:
         run["student"] = _pipe_latents(pipe, cfg, run["prompted"], run["noise"], cfg.student_sigmas)
+    log(f"g3: decoding {3 * len(runs)} images on {cfg.eval.decode_device} and measuring distances to the teacher")
     out = cfg.out / "g3"
     out.mkdir(parents=True, exist_ok=True)
     entries, rows, finite = [], [], True

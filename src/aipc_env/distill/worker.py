@@ -32,7 +32,9 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
     t0 = time.perf_counter()
     checks, metrics, mode, error, device, dtype, dev, peak = [], {}, None, None, None, None, None, None
     from aipc_env.distill.models import resolve_run
+    from aipc_env.distill.verdict import STAGE_TITLES
 
+    log(f"distill: {STAGE_TITLES[stage]} ...")
     cfg, grid, model_key = resolve_run(cfg, log=log)
     inputs = stage_inputs(cfg, stage, model_key=model_key, grid=grid)
     try:
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
         cfg = load_distill_config(args.config)
         stages = [s for s in args.stages.split(",") if s]
+        if is_main_process():
+            print(f"distill: {', '.join(stages)}: loading torch and diffusers ...", flush=True)
         _quiet()
         from aipc_env.distill.verdict import summary, take_out_after, write_verdict
 
