@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, print_json, say_to_stderr
 from aipc_env.errors import ExitCode
+from aipc_env.train.run import accelerate_config_text
 
 __all__ = ["add_parser", "run"]
 
@@ -128,28 +129,6 @@ def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
                                    phases=phases, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
                                    device=None, dry_run=args.dry_run, say=say_to_stderr))
     return ExitCode.OK if args.dry_run else outcome.exit_code
-
-
-def accelerate_config_text(device: str, processes: int, port: int) -> str:
-    """The train stage's accelerate config. More than one process: torchrun's launcher (accelerate's MULTI_GPU
-    type starts it; on the CPU the worker's Accelerator(cpu=True) then joins a gloo group), MULTI_XPU on XPUs.
-    'no' and 'NO' are quoted: unquoted YAML turns them into booleans."""
-    if processes == 1:
-        kind = "'NO'"
-    else:
-        kind = "MULTI_XPU" if device.startswith("xpu") else "MULTI_GPU"
-    return ("# written by aipc-env distill: the train stage's processes\n"
-            "compute_environment: LOCAL_MACHINE\n"
-            "debug: false\n"
-            f"distributed_type: {kind}\n"
-            "mixed_precision: 'no'\n"
-            "dynamo_backend: 'no'\n"
-            "num_machines: 1\n"
-            f"num_processes: {int(processes)}\n"
-            "machine_rank: 0\n"
-            f"main_process_port: {int(port)}\n"
-            "main_training_function: main\n"
-            f"use_cpu: {'true' if device == 'cpu' and processes == 1 else 'false'}\n")
 
 
 def _free_port() -> int:

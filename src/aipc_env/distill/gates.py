@@ -6,7 +6,6 @@ by one float step, the smallest difference parity must refuse)."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import tempfile
 import time
@@ -358,6 +357,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     student: the artifacts read back, the LoRA changes the output, every image is finite."""
     from PIL import Image
 
+    from aipc_env.distill.inputs import file_sha256
     from aipc_env.distill.judge import decide_mode, judge
     from aipc_env.distill.models import (
         device_and_dtype,
@@ -377,6 +377,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     if not lora_file.is_file():
         raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
     check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)
+    lora_sha = file_sha256(lora_file)  # the LoRA evaluated: read once, before it is loaded
     scorer = _lpips(cfg) if mode == "quality" else None
     metric = "lpips" if scorer is not None else "psnr"
     metric_note = ("LPIPS (alex) to teacher@8, lower is better" if scorer is not None else
@@ -426,7 +427,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     beats, stats = judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key])
                           for e in entries], margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
     manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
-                          lora_sha256=hashlib.sha256(lora_file.read_bytes()).hexdigest(),
+                          lora_sha256=lora_sha,
                           teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,
                           width=cfg.width, entries=entries, grid="grid.png (rows: prompt x seed; columns: teacher@8, "
                           "naive@4, student@4)", mean=mean)
@@ -440,7 +441,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         if len(back.entries) != len(runs) or missing or not (out / "grid.png").is_file():
             raise AipcError(f"the G3 artifacts are incomplete: {len(back.entries)} of {len(runs)} entries, missing "
                             f"{missing[:3] or 'grid.png'}")
-        if back.lora_sha256 != hashlib.sha256(lora_file.read_bytes()).hexdigest():
+        if back.lora_sha256 != lora_sha:
             raise AipcError("the manifest names another LoRA than the one evaluated")
         return None, f"{len(runs)} comparisons, every image and the grid on disk, manifest reads back"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.grid import Grid
 
-__all__ = ["LORA_FILE", "config_hash", "current_inputs", "file_sha256", "grid_hash", "stage_inputs", "stale_reasons"]
+__all__ = ["LORA_FILE", "all_current_inputs", "config_hash", "current_inputs", "file_sha256", "grid_hash",
+           "stage_inputs", "stale_reasons"]
 
 LORA_FILE = "pytorch_lora_weights.safetensors"
 _SAMPLING = {"compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts",
@@ -43,36 +44,44 @@ def grid_hash(grid: Grid) -> str:
 
 
 def file_sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The file's sha256 (the lock's hasher), or None when it is not there."""
+    from aipc_env.lock.artifacts import file_sha256 as sha256_of
+
+    return sha256_of(path) if path.is_file() else None
 
 
-def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid) -> dict[str, str]:
-    """The inputs a verdict records before its stage runs (train records the LoRA it wrote, g3 the LoRA it read)."""
+def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, lora: str | None = None
+                 ) -> dict[str, str]:
+    """The inputs a verdict records before its stage runs (train records the LoRA it wrote, g3 the LoRA it read;
+    `lora`: its hash when already read)."""
     inputs = {"config": config_hash(cfg, stage), "model": model_key, "grid": grid_hash(grid)}
     if stage == "g3":
-        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+        inputs["lora"] = lora if lora is not None else file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
     return inputs
 
 
 def current_inputs(cfg: DistillConfig, stage: str) -> dict[str, str] | None:
-    """The inputs as they are now, or None when the model folder is not there (nothing can be current)."""
+    """The inputs of one stage as they are now, or None when the model folder is not there."""
+    every = all_current_inputs(cfg)
+    return every[stage] if every is not None else None
+
+
+def all_current_inputs(cfg: DistillConfig) -> dict[str, dict[str, str]] | None:
+    """Every stage's inputs as they are now (the model, its grid and the LoRA read once), or None when the model
+    folder is not there (nothing can be current)."""
     from aipc_env.distill.grid import resolve_grid
     from aipc_env.distill.models import model_key, model_path
+    from aipc_env.distill.verdict import STAGES
 
     path = model_path(cfg)
     if not (path / "model_index.json").is_file():
         return None
     grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
-    inputs = stage_inputs(cfg, stage, model_key=model_key(path), grid=grid)
-    if stage == "train":
-        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
-    return inputs
+    key = model_key(path)
+    lora = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+    every = {stage: stage_inputs(cfg, stage, model_key=key, grid=grid, lora=lora) for stage in STAGES}
+    every["train"]["lora"] = lora  # the LoRA the train stage wrote
+    return every
 
 
 def stale_reasons(recorded: dict[str, str], current: dict[str, str] | None) -> list[str]:

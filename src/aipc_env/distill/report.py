@@ -18,8 +18,9 @@ __all__ = ["build_report", "current_verdicts", "gate_rows", "status_line"]
 def current_verdicts(cfg: DistillConfig) -> tuple[dict[str, Verdict], dict[str, str]]:
     """(the verdicts that count, in stage order; stage -> why it does not count) for the stages with a verdict
     on disk that does not count."""
-    from aipc_env.distill.inputs import current_inputs, stale_reasons
+    from aipc_env.distill.inputs import all_current_inputs, stale_reasons
 
+    now = all_current_inputs(cfg)
     shown: dict[str, Verdict] = {}
     ignored: dict[str, str] = {}
     blocker = None
@@ -31,7 +32,7 @@ def current_verdicts(cfg: DistillConfig) -> tuple[dict[str, Verdict], dict[str, 
         if blocker:
             ignored[stage] = f"not current: {blocker}"
             continue
-        reasons = stale_reasons(v.inputs, current_inputs(cfg, stage))
+        reasons = stale_reasons(v.inputs, now[stage] if now is not None else None)
         if reasons:
             ignored[stage] = "stale: " + ", ".join(reasons) + " since it ran"
             blocker = f"{STAGE_TITLES[stage]} is stale"
