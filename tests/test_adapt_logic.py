@@ -1,0 +1,624 @@
+"""adapt's refusals and the step-5 checker's rules, in process, on copies of the real upstream clone (460ba1a).
+
+Each rule and guard is tested at its bound: one defect put into an adapted clone gives exactly its finding at the
+line where it was put (and its near miss gives none); the pristine clone's report is a recorded fixture whose
+every line is also checked against the upstream file's own text. tests/test_adapt.py tests the same paths through
+the CLI and real signals; these are the fast in-process cases the mutation run (`nox -s mutate`) uses."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aipc_env.errors import AipcError, InputError
+from aipc_env.qflux import adapt
+from aipc_env.qflux.adapt import (
+    PATCH_SET,
+    STATE_DIR,
+    AnchorMismatch,
+    apply_adaptation,
+    is_adapted,
+    load_manifest,
+    plan_adaptation,
+    revert_adaptation,
+)
+from aipc_env.qflux.checker import _segment, check_clone
+
+FIXTURE = Path(__file__).parent / "fixtures" / "qflux" / "check-pristine-460ba1a.json"
+QUIET = {"log": lambda message: None}
+TRAINER = "src/qflux/trainer/qwen_image_edit_trainer.py"
+BASE = "src/qflux/trainer/base_trainer.py"
+CONFIG = "src/qflux/data/config.py"
+TOOLS = "src/qflux/utils/tools.py"
+SEED = "src/qflux/utils/seed.py"
+LOGGER = "src/qflux/utils/logger.py"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha(p.read_bytes()) for p in sorted(root.rglob("*"))
+            if p.is_file() and STATE_DIR not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def adapted_tree(upstream_pristine, tmp_path_factory) -> Path:
+    """Adapted once per module; tests copy it (never edit it)."""
+    dest = tmp_path_factory.mktemp("adapted") / "clone"
+    shutil.copytree(upstream_pristine, dest)
+    apply_adaptation(dest, **QUIET)
+    return dest
+
+
+@pytest.fixture
+def pristine(upstream_pristine, tmp_path) -> Path:
+    dest = tmp_path / "qwen image finetune (x86) & ü"
+    shutil.copytree(upstream_pristine, dest)
+    return dest
+
+
+@pytest.fixture
+def adapted(adapted_tree, tmp_path) -> Path:
+    dest = tmp_path / "adapted (x86) & ü"
+    shutil.copytree(adapted_tree, dest, symlinks=True)
+    return dest
+
+
+def append(clone: Path, rel: str, text: str) -> int:
+    """Append lines to a clone's file; returns the line number of the first appended line."""
+    path = clone / rel
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(old + text, encoding="utf-8")
+    return old.count("\n") + 1
+
+
+def findings(clone: Path) -> list[tuple[str, str, str, int]]:
+    return [(f.level, f.rule, f.file, f.line) for f in check_clone(clone).findings]
+
+
+# ---- the checker -------------------------------------------------------------------------------------------------
+
+def test_the_pristine_report_is_the_recorded_one_and_each_line_holds_what_it_names(pristine):
+    recorded = json.loads(FIXTURE.read_text(encoding="utf-8"))["findings"]
+    report = check_clone(pristine)
+    assert [f.model_dump() for f in report.findings] == recorded
+    assert report.errors == 52 and report.adapted is False and report.clone == str(pristine)
+    marker = {"cuda-call": "torch.cuda.", "flash-attention-2": "flash_attention_2", "hub-id": '"Qwen/',
+              "cuda-sdp-switch": "torch.backends.cuda.enable_", "device-type-cuda-only": '.type == "cuda"',
+              "torchvision-at-import": "import torchvision", "no-nf4-schema": "class ModelConfig(",
+              "num-workers-positive": '"num_workers"', "no-max-steps-guard": "def train_epoch(",
+              "no-epoch-break": "for epoch in range(", "spawn-unguarded": "def fit(",
+              "lora-without-metadata": "def save_lora(", "no-nf4-autocast": "def _compute_loss("}
+    for row in recorded:  # the line of each finding, read from upstream's own file, not from the checker
+        if row["rule"] in marker:
+            line = (pristine / row["file"]).read_text(encoding="utf-8").splitlines()[row["line"] - 1]
+            assert marker[row["rule"]] in line and not line.lstrip().startswith("#"), row
+        else:
+            assert row["line"] in (0, 1), row
+    demo = (pristine / "src/qflux/models/load_model.py").read_text(encoding="utf-8").splitlines()
+    main_at = demo.index('if __name__ == "__main__":') + 1
+    demo_ids = [n for n, line in enumerate(demo, 1) if n > main_at and '"Qwen/' in line]
+    assert demo_ids, "the demo block names hub IDs upstream"
+    assert not any(r["rule"] == "hub-id" and r["line"] in demo_ids for r in recorded)
+
+
+def test_the_adapted_clone_has_no_finding_and_is_adapted(adapted):
+    report = check_clone(adapted)
+    assert report.findings == [] and report.errors == 0 and report.adapted is True
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("x = torch.cuda.current_device()\n", ("ERROR", "cuda-call")),
+    ("# x = torch.cuda.current_device()\n", None),
+    ("x = 1  # torch.cuda.current_device()\n", None),
+    ('kw = dict(attn_implementation="flash_attention_2")\n', ("ERROR", "flash-attention-2")),
+    ('kw = dict()  # not "flash_attention_2"\n', None),
+    ("import transformer_engine\n", ("ERROR", "transformer-engine-import")),
+    ("from transformer_engine import pytorch\n", ("ERROR", "transformer-engine-import")),
+    ("import transformer_engine_extras\n", None),
+    ("def lazy():\n    import transformer_engine\n", None),
+    ("import torchvision\n", ("WARN", "torchvision-at-import")),
+    ("import torchvisionx\n", None),
+    ("def lazy():\n    import torchvision\n", None),
+    ('vae = load_vae("Qwen/Qwen-Image-Edit-2509")\n', ("ERROR", "hub-id")),
+    ('enc = load_qwenvl( "Qwen/Qwen-Image-Edit")\n', ("ERROR", "hub-id")),
+    ('name = "Qwen/Qwen2.5-VL-7B-Instruct"\n', ("ERROR", "hub-id")),
+    ('name = "Qwen/Qwen-Image-Edit-2509"\n', None),
+    ('if __name__ == "__main__":\n    vae = load_vae("Qwen/Qwen-Image-Edit-2509")\n', None),
+    ("torch.backends.cuda.enable_flash_sdp(False)\n", ("WARN", "cuda-sdp-switch")),
+    ('if device.type == "cuda":\n    torch.backends.cuda.enable_math_sdp(False)\n', None),
+    ('if device.type not in ("xpu", "cpu"):\n    torch.backends.cuda.enable_math_sdp(False)\n', None),
+    ('if device.type in ("xpu",):\n    torch.backends.cuda.enable_math_sdp(False)\n', ("WARN", "cuda-sdp-switch")),
+    ('if device.type != "cpu":\n    torch.backends.cuda.enable_math_sdp(False)\n', ("WARN", "cuda-sdp-switch")),
+])
+def test_each_line_rule_at_its_bound(adapted, code, expected):
+    line = append(adapted, TOOLS, "\n" + code) + 1
+    got = findings(adapted)
+    if expected is None:
+        assert got == []
+    else:
+        assert got == [(*expected, TOOLS, line + code.count("\n") - 1)]
+
+
+def test_a_finding_carries_its_message_and_fix(adapted):
+    line = append(adapted, TOOLS, "torch.backends.cuda.enable_flash_sdp(False)  # why\n")
+    (finding,) = check_clone(adapted).findings
+    assert finding.line == line
+    assert finding.message.startswith("CUDA attention-backend switch: torch.backends.cuda.enable_flash_sdp(False): ")
+    assert finding.fix.startswith("leave the FSDP path alone on one XPU")
+
+
+@pytest.mark.parametrize("body, offset", [
+    ('def pick(d):\n    """doc"""\n    if d.type == "cuda":\n        return 1\n', 2),
+    ('def pick(d):\n    return d.type  ==  "cuda"\n', 1),
+    ('def pick(d):\n    if d.type == "cuda" or d.type == "xpu":\n        return 1\n', None),
+    ('def pick(d):\n    return d.type == "cpu"\n', None),
+])
+def test_a_function_that_checks_for_cuda_with_no_xpu_branch(adapted, body, offset):
+    line = append(adapted, TOOLS, body)
+    got = findings(adapted)
+    assert got == ([] if offset is None else [("ERROR", "device-type-cuda-only", TOOLS, line + offset)])
+
+
+def test_a_file_that_does_not_parse_is_named_with_its_line(adapted):
+    line = append(adapted, TOOLS, "def broken(:\n")
+    (finding,) = check_clone(adapted).findings
+    assert (finding.level, finding.rule, finding.file, finding.line) == ("ERROR", "syntax", TOOLS, line)
+    assert finding.message.startswith("does not parse: ")
+
+
+def test_no_helpers_module_is_an_error(adapted):
+    (adapted / "src/qflux/utils/device_utils.py").unlink()
+    assert findings(adapted) == [("ERROR", "no-device-helpers", "src/qflux/utils/device_utils.py", 0)]
+
+
+@pytest.mark.parametrize("seed_text, warned", [
+    ("def seed_everything(seed):\n    torch.manual_seed(seed)\n", True),
+    ("def seed_everything(seed):\n    torch.xpu.manual_seed_all(seed)\n", False),
+    ("def seed_everything(seed):\n    device_manual_seed_all(seed)\n", False),
+])
+def test_the_seed_rule_takes_either_an_xpu_seed_or_the_helper(adapted, seed_text, warned):
+    (adapted / SEED).write_text("import torch\n\n\n" + seed_text, encoding="utf-8")
+    assert findings(adapted) == ([("WARN", "no-xpu-seed", SEED, 1)] if warned else [])
+
+
+def _replace(clone: Path, rel: str, old: str, new: str, count: int = 1) -> None:
+    path = clone / rel
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == count, (rel, old, text.count(old))
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _line_of(clone: Path, rel: str, needle: str) -> int:
+    lines = (clone / rel).read_text(encoding="utf-8").splitlines()
+    (number,) = [n for n, line in enumerate(lines, 1) if needle in line]
+    return number
+
+
+def test_structure_rules_each_found_when_their_edit_is_missing(adapted):
+    """Each structural edit taken out of an adapted clone, one rule at a time, by the upstream text it replaced."""
+    base = (adapted / BASE).read_text(encoding="utf-8")
+    (adapted / BASE).write_text(base.replace("checkpoints_total_limit", "checkpoints_kept"), encoding="utf-8")
+    assert findings(adapted) == [("WARN", "checkpoints-total-limit-unused", BASE, 1)]
+    (adapted / BASE).write_text(base.replace("lora_adapter_metadata", "adapter_meta"), encoding="utf-8")
+    assert findings(adapted) == [("WARN", "lora-without-metadata", BASE, _line_of(adapted, BASE, "def save_lora("))]
+    (adapted / BASE).write_text(base, encoding="utf-8")
+    qwen = (adapted / TRAINER).read_text(encoding="utf-8")
+    (adapted / TRAINER).write_text(qwen.replace("torch.autocast(", "torch.no_grad("), encoding="utf-8")
+    assert findings(adapted) == [("WARN", "no-nf4-autocast", TRAINER, _line_of(adapted, TRAINER,
+                                                                              "def _compute_loss("))]
+    (adapted / TRAINER).write_text(qwen.replace("quantize_type", "quant_kind"), encoding="utf-8")
+    assert findings(adapted) == [("ERROR", "nf4-not-wired", TRAINER, 1)]
+    (adapted / TRAINER).write_text(qwen, encoding="utf-8")
+    load = adapted / "src/qflux/models/load_model.py"
+    load.write_text(load.read_text(encoding="utf-8").replace("nf4", "q4"), encoding="utf-8")
+    assert findings(adapted) == [("ERROR", "no-nf4-loader", "src/qflux/models/load_model.py", 1)]
+
+
+def test_the_epoch_loop_and_spawn_rules_read_the_fit_method(adapted):
+    base = (adapted / BASE).read_text(encoding="utf-8")
+    fit_at = _line_of(adapted, BASE, "def fit(")
+    tree_ = ast.parse(base)
+    fit = next(n for n in ast.walk(tree_) if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    seg = ast.get_source_segment(base, fit)
+    loop_at = fit_at + seg[: seg.index("for epoch in range(")].count("\n")
+    loop_body = seg[seg.index("for epoch in range("):]
+    no_break = seg.replace(loop_body, loop_body.replace("max_train_steps", "max_steps"))
+    (adapted / BASE).write_text(base.replace(seg, no_break), encoding="utf-8")
+    assert findings(adapted) == [("WARN", "no-epoch-break", BASE, loop_at)]
+    assert "except RuntimeError" in seg and "mp.set_start_method(" in seg
+    (adapted / BASE).write_text(base.replace(seg, seg.replace("except RuntimeError", "except ValueError")),
+                                encoding="utf-8")
+    assert findings(adapted) == [("WARN", "spawn-unguarded", BASE, fit_at)]
+
+
+def test_the_max_steps_guard_is_read_in_train_epoch_only(adapted):
+    base = (adapted / BASE).read_text(encoding="utf-8")
+    tree_ = ast.parse(base)
+    fn = next(n for n in ast.walk(tree_) if isinstance(n, ast.FunctionDef) and n.name == "train_epoch")
+    seg = ast.get_source_segment(base, fn)
+    (adapted / BASE).write_text(base.replace(seg, seg.replace("max_train_steps", "max_steps")), encoding="utf-8")
+    assert findings(adapted) == [("ERROR", "no-max-steps-guard", BASE, fn.lineno)]
+
+
+def test_the_config_schema_rules(adapted, upstream_pristine):
+    pristine_config = (upstream_pristine / CONFIG).read_text(encoding="utf-8")
+    text = (adapted / CONFIG).read_text(encoding="utf-8")
+    tree_ = ast.parse(text)
+    model_cfg = next(n for n in ast.walk(tree_) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig")
+    seg = ast.get_source_segment(text, model_cfg)
+    (adapted / CONFIG).write_text(text.replace(seg, seg.replace("quantize_type", "quant_kind")), encoding="utf-8")
+    assert findings(adapted) == [("ERROR", "no-nf4-schema", CONFIG, model_cfg.lineno)]
+    validator = '    @field_validator("batch_size", "num_workers")\n'
+    assert validator in pristine_config
+    (adapted / CONFIG).write_text(text.replace('    @field_validator("batch_size")\n', validator, 1),
+                                  encoding="utf-8")
+    assert findings(adapted) == [("ERROR", "num-workers-positive", CONFIG, _line_of(adapted, CONFIG, validator.strip()))]
+    (adapted / CONFIG).write_text(text.replace('    @field_validator("batch_size")\n',
+                                               '    @field_validator("batch_size", "max_workers")\n', 1),
+                                  encoding="utf-8")
+    assert findings(adapted) == []
+
+
+@pytest.mark.parametrize("missing", [BASE, TRAINER, CONFIG, SEED, "src/qflux/models/load_model.py"])
+def test_a_file_the_structure_rules_read_may_be_absent(adapted, missing):
+    (adapted / missing).unlink()
+    assert [f for f in findings(adapted) if f[1] != "cuda-call"] == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, [("WARN", "no-xpu-accelerate-config", 0)]),
+    ("distributed_type: 'NO'\nnum_processes: 1\n", []),
+    ("distributed_type: 'no'\nmixed_precision: 'BF16'\ndynamo_backend: 'no'\n", []),
+    ("distributed_type: [\n", [("ERROR", "accelerate-config", 0)]),
+    ("- NO\n", [("ERROR", "accelerate-config", 0)]),
+    ("num_processes: 1\ndistributed_type: NO\n", [("ERROR", "accelerate-config", 2),
+                                                    ("WARN", "accelerate-multi-process", 1)]),
+    ("mixed_precision: fp7\n", [("ERROR", "accelerate-config", 1)]),
+    ("dynamo_backend: 'warp'\n", [("ERROR", "accelerate-config", 1)]),
+    ("distributed_type: 'XPU_ONLY'\n", [("ERROR", "accelerate-config", 1),
+                                        ("WARN", "accelerate-multi-process", 0)]),
+    ("compute_environment: LOCAL_MACHINE\nnum_processes: 2\n", [("WARN", "accelerate-multi-process", 2)]),
+    ("distributed_type: 'MULTI_XPU'\nnum_processes: 1\n", [("WARN", "accelerate-multi-process", 2)]),
+    ("{}\n", []),
+])
+def test_the_accelerate_config_by_accelerates_own_enums(adapted, text, expected):
+    path = adapted / "accelerate_config_xpu.yaml"
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text, encoding="utf-8")
+    report = check_clone(adapted)
+    assert [(f.level, f.rule, f.line) for f in report.findings] == expected
+    assert all(f.file == "accelerate_config_xpu.yaml" for f in report.findings)
+
+
+def test_an_unquoted_no_is_named_as_a_boolean(adapted):
+    (adapted / "accelerate_config_xpu.yaml").write_text("distributed_type: NO\n", encoding="utf-8")
+    (finding, _) = check_clone(adapted).findings
+    assert finding.message.startswith("distributed_type is False, not a string") and "'NO'" in finding.fix
+
+
+@pytest.mark.parametrize("source", [
+    "def f():\n    return 1\n",
+    "x = 1\r\ndef f(a,\r\n      b):  # ü\r\n    return 'é' + a\r\n",
+    "x = 1\rdef f():\r    return 2\r",
+    "\f\ndef f():\n    \f\n    return 'ß'\n\nclass C:\n    y = f()  # tail",
+    "class C: pass",
+])
+def test_segments_are_what_ast_gives(source):
+    nodes = [n for n in ast.walk(ast.parse(source)) if getattr(n, "end_lineno", None) is not None]
+    assert nodes
+    for node in nodes:
+        assert _segment(source, node) == ast.get_source_segment(source, node), ast.dump(node)
+
+
+# ---- planning ----------------------------------------------------------------------------------------------------
+
+PLAN = [  # recorded from 460ba1a; every anchored edit's id also appears in edits/edits.yaml
+    ("accelerate_config_xpu.yaml", True, 1),
+    ("src/qflux/data/config.py", False, ["device-type-xpu", "schema-nf4", "schema-nf4-type", "schema-num-workers"]),
+    ("src/qflux/data/dataset.py", False, ["local-parquet"]),
+    ("src/qflux/models/flux2_klein_loader.py", False, ["device_empty_cache x5"]),
+    ("src/qflux/models/flux_kontext_loader.py", False, ["device_empty_cache x6"]),
+    ("src/qflux/models/load_model.py", False, ["sdpa-text-encoder", "sdpa-transformer"]),
+    ("src/qflux/models/quantize.py", False, ["device_empty_cache x2", "device_available x1", "device_capability x1"]),
+    (BASE, False, ["max-steps-guard", "epoch-loop-break", "spawn-guard", "checkpoints-total-limit",
+                   "checkpoints-prune", "checkpoints-prune-def", "lora-metadata", "fsdp-sdp-cuda-only",
+                   "device_empty_cache x2"]),
+    ("src/qflux/trainer/flux2_klein_trainer.py", False, ["device_empty_cache x1"]),
+    ("src/qflux/trainer/flux_kontext_trainer.py", False, ["device_empty_cache x4", "device_synchronize x1"]),
+    ("src/qflux/trainer/qwen_image_edit_plus_trainer.py", False, ["plus-local-paths", "plus-nf4-load",
+                                                                 "device_empty_cache x1"]),
+    (TRAINER, False, ["local-paths", "nf4-load", "nf4-autocast", "device_empty_cache x7", "device_synchronize x1",
+                      "device_context x1"]),
+    ("src/qflux/trainer/validation.py", False, ["device_empty_cache x1", "device_synchronize x1"]),
+    ("src/qflux/utils/device_utils.py", True, 1),
+    ("src/qflux/utils/logger.py", False, ["torchvision-lazy", "torchvision-lazy-calls", "torchvision-lazy-grid"]),
+    ("src/qflux/utils/lora_utils.py", False, ["device_empty_cache x1", "device_synchronize x1"]),
+    ("src/qflux/utils/model_compare.py", False, ["device_empty_cache x1"]),
+    ("src/qflux/utils/nf4.py", True, 1),
+    (SEED, False, ["device_manual_seed_all x1"]),
+]
+
+
+def test_the_plan_of_the_pristine_clone(pristine):
+    before = tree(pristine)
+    plan = plan_adaptation(pristine)
+    got = [(p.path, p.pristine is None, len(p.edits) if p.pristine is None else p.edits) for p in plan.files]
+    assert got == PLAN
+    for item in plan.files:
+        if item.pristine is None:
+            assert item.edits[0].startswith("create (") and not (pristine / item.path).exists()
+        else:
+            assert sha(item.pristine) == before[item.path] and item.adapted != item.pristine
+    seed = next(p for p in plan.files if p.path == SEED).adapted.decode()
+    assert "torch.cuda" not in seed and "device_manual_seed_all(seed)" in seed
+    assert "import torch\nfrom qflux.utils.device_utils import device_manual_seed_all  # aipc-env\n" in seed
+    assert tree(pristine) == before  # planning reads only
+
+
+def _refused(clone: Path, match: str, error=AnchorMismatch):
+    before = tree(clone)
+    with pytest.raises(error, match=match):
+        apply_adaptation(clone, **QUIET)
+    assert tree(clone) == before and not (clone / STATE_DIR).exists()
+
+
+def test_not_a_clone_is_refused(tmp_path):
+    with pytest.raises(InputError, match="has no src/qflux package"):
+        plan_adaptation(tmp_path)
+    with pytest.raises(InputError, match="has no src/qflux package"):
+        check_clone(tmp_path)
+
+
+def test_a_file_the_adaptation_creates_already_upstream_is_refused(pristine):
+    append(pristine, "src/qflux/utils/nf4.py", "x = 1\n")
+    _refused(pristine, r"src/qflux/utils/nf4\.py already exists upstream")
+
+
+def test_a_missing_anchor_file_is_refused(pristine):
+    (pristine / "src/qflux/data/dataset.py").unlink()
+    _refused(pristine, r"anchor file src/qflux/data/dataset\.py does not exist")
+
+
+def test_a_file_that_is_not_utf8_is_refused(pristine):
+    path = pristine / SEED
+    path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
+    _refused(pristine, r"src/qflux/utils/seed\.py is not UTF-8")
+
+
+@pytest.mark.parametrize("times, ok", [(2, False), (3, True), (4, False)])
+def test_an_anchor_must_occur_exactly_as_often_as_stated(pristine, times, ok):
+    """torchvision-lazy-calls is stated to occur 3 times in logger.py: 2 and 4 are refused."""
+    from aipc_env.qflux.patches import PATCHES
+
+    (patch,) = [p for p in PATCHES if p.id == "torchvision-lazy-calls"]
+    assert patch.count == 3
+    path = pristine / patch.path
+    text = path.read_text(encoding="utf-8")
+    at = text.index(patch.old)
+    if times == 2:
+        text = text[:at] + text[at + len(patch.old):]
+    elif times == 4:
+        text = text + "\n" + patch.old
+    path.write_text(text, encoding="utf-8")
+    if ok:
+        assert [p.edits for p in plan_adaptation(pristine).files if p.path == patch.path] == [
+            ["torchvision-lazy", "torchvision-lazy-calls", "torchvision-lazy-grid"]]
+    else:
+        _refused(pristine, rf"anchor 'torchvision-lazy-calls' \(.*\) occurs {times} time\(s\) in "
+                           r"src/qflux/utils/logger\.py, expected 3: nothing was changed")
+
+
+def test_the_helpers_import_goes_after_the_first_torch_import(pristine):
+    append(pristine, TOOLS, "\ndef flush(x):\n    torch.cuda.empty_cache()\n    x.device_synchronize()\n"
+                            "    # torch.cuda.synchronize() is not needed\n")
+    text = (pristine / TOOLS).read_text(encoding="utf-8")
+    (item,) = [p for p in plan_adaptation(pristine).files if p.path == TOOLS]
+    assert item.edits == ["device_empty_cache x1", "device_synchronize x1"]
+    at = adapt.import_anchor(text)
+    expected = (text[:at] + "from qflux.utils.device_utils import device_empty_cache  # aipc-env\n" + text[at:]) \
+        .replace("torch.cuda.empty_cache()", "device_empty_cache()") \
+        .replace("# torch.cuda.synchronize()", "# device_synchronize()")
+    assert item.adapted.decode() == expected
+
+
+def test_a_file_that_defines_the_helper_itself_gets_no_import(pristine):
+    append(pristine, TOOLS, "\ndef device_empty_cache():\n    torch.cuda.empty_cache()\n")
+    (item,) = [p for p in plan_adaptation(pristine).files if p.path == TOOLS]
+    assert "from qflux.utils.device_utils" not in item.adapted.decode()
+
+
+def test_a_file_with_a_cuda_call_and_no_torch_import_is_refused(pristine):
+    append(pristine, "src/qflux/utils/extra.py", "def flush():\n    torch.cuda.empty_cache()\n")
+    _refused(pristine, r"src/qflux/utils/extra\.py uses torch\.cuda but has no top-level `import torch`")
+
+
+def test_the_config_module_cannot_take_the_helpers(pristine):
+    append(pristine, CONFIG, "\ndef flush():\n    torch.cuda.empty_cache()\n")
+    _refused(pristine, r"src/qflux/data/config\.py would need the device helpers, which it cannot import")
+
+
+def test_unknown_cuda_calls_are_counted_and_the_first_three_named(pristine):
+    line = append(pristine, TOOLS, "a = torch.cuda.mem_get_info()\nb = torch.cuda.current_device()\n"
+                                   "c = torch.cuda.device_count()\nd = torch.cuda.ipc_collect()\n")
+    _refused(pristine, rf"^4 torch\.cuda use\(s\) the adaptation does not know: {TOOLS}:{line}: a = torch\.cuda\."
+                       rf"mem_get_info\(\); {TOOLS}:{line + 1}: b = .*; {TOOLS}:{line + 2}: c = "
+                       r"torch\.cuda\.device_count\(\)$")
+
+
+def test_a_helper_call_in_a_comment_needs_no_import(pristine):
+    append(pristine, "src/qflux/utils/extra.py", "x = 1  # torch.cuda.empty_cache() used to be here\n")
+    (item,) = [p for p in plan_adaptation(pristine).files if p.path == "src/qflux/utils/extra.py"]
+    assert item.adapted == b"x = 1  # device_empty_cache() used to be here\n"
+
+
+# ---- apply, state, revert ----------------------------------------------------------------------------------------
+
+def test_apply_writes_backups_journal_and_logs(pristine, upstream_pristine):
+    before = tree(pristine)
+    logged: list[str] = []
+    written = apply_adaptation(pristine, log=logged.append)
+    assert written == [p for p, *_ in PLAN]
+    assert logged[0] == "adapt: accelerate_config_xpu.yaml: create (a single-device accelerate config (the shipped " \
+                        "one is MULTI_GPU x2, bf16, inductor))"
+    assert logged[-1] == f"adapt: {SEED}: device_manual_seed_all x1" and len(logged) == len(PLAN)
+    backups = pristine / STATE_DIR / "backup"
+    assert {str(p.relative_to(backups)): sha(p.read_bytes()) for p in backups.rglob("*") if p.is_file()} == {
+        p: before[p] for p, created, _ in PLAN if not created}
+    manifest = load_manifest(pristine)
+    assert manifest.state == "applied" and manifest.patch_set == PATCH_SET
+    for rec in manifest.files:
+        data = (pristine / rec.path).read_bytes()
+        assert rec.adapted_sha256 == sha(data)
+        assert rec.pristine_sha256 == before.get(rec.path)
+    assert apply_adaptation(pristine, **QUIET) == [] and load_manifest(pristine).when == manifest.when
+
+
+@pytest.mark.parametrize("change", ["applying", "old-patch-set"])
+def test_an_unfinished_or_older_manifest_is_completed_without_rewriting_files(adapted, change):
+    path = adapted / STATE_DIR / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if change == "applying":
+        data["state"] = "applying"
+    else:
+        data["patch_set"] = PATCH_SET - 1
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert not is_adapted(adapted)
+    before = tree(adapted)
+    assert apply_adaptation(adapted, **QUIET) == []
+    assert tree(adapted) == before and is_adapted(adapted)
+    manifest = load_manifest(adapted)
+    assert manifest.state == "applied" and manifest.patch_set == PATCH_SET
+
+
+def test_is_adapted_follows_every_recorded_file(adapted, pristine):
+    assert is_adapted(adapted) and not is_adapted(pristine)
+    (adapted / "src/qflux/utils/nf4.py").unlink()
+    assert not is_adapted(adapted)
+    shutil.copy(pristine / SEED, adapted / SEED)
+    assert not is_adapted(adapted)
+
+
+def test_a_file_restored_by_hand_is_adapted_again_from_its_backup(adapted, upstream_pristine):
+    adapted_seed = (adapted / SEED).read_bytes()
+    shutil.copy(upstream_pristine / SEED, adapted / SEED)
+    assert apply_adaptation(adapted, **QUIET) == [SEED]
+    assert (adapted / SEED).read_bytes() == adapted_seed and is_adapted(adapted)
+
+
+def test_a_file_edited_after_adapting_stops_a_new_apply(adapted):
+    append(adapted, SEED, "# mine\n")
+    path = adapted / STATE_DIR / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["patch_set"] = PATCH_SET - 1  # a newer aipc-env re-adapting
+    path.write_text(json.dumps(data), encoding="utf-8")
+    before = tree(adapted)
+    with pytest.raises(AipcError, match=r"src/qflux/utils/seed\.py was edited after the adaptation") as info:
+        apply_adaptation(adapted, **QUIET)
+    assert info.value.exit_code == 1 and tree(adapted) == before
+
+
+def test_a_damaged_backup_stops_planning(adapted):
+    backup = adapted / STATE_DIR / "backup" / SEED
+    backup.write_bytes(backup.read_bytes() + b"#\n")
+    with pytest.raises(InputError, match=r"the backup of src/qflux/utils/seed\.py is missing or damaged"):
+        plan_adaptation(adapted)
+    backup.unlink()
+    with pytest.raises(InputError, match=r"the backup of src/qflux/utils/seed\.py is missing or damaged"):
+        plan_adaptation(adapted)
+
+
+def test_a_failed_readapt_rolls_back_to_pristine_and_keeps_the_journal(adapted, adapted_tree, upstream_pristine,
+                                                                       monkeypatch):
+    """A clone adapted before, one file restored by hand, and the next apply fails: every journaled file holding
+    its adapted bytes goes back to pristine (all or nothing), and the state folder stays (its backups are the only
+    pristine copies left); the next apply finishes the adaptation."""
+    shutil.copy(upstream_pristine / SEED, adapted / SEED)
+    real = adapt.atomic_write_bytes
+
+    def failing(path, data, **kw):
+        if Path(path).name == "seed.py" and STATE_DIR not in Path(path).parts:
+            raise OSError(28, "No space left on device")
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(adapt, "atomic_write_bytes", failing)
+    with pytest.raises(OSError):
+        apply_adaptation(adapted, **QUIET)
+    assert tree(adapted) == tree(upstream_pristine)
+    assert (adapted / STATE_DIR / "backup" / SEED).is_file() and load_manifest(adapted).state == "applying"
+    monkeypatch.setattr(adapt, "atomic_write_bytes", real)
+    assert len(apply_adaptation(adapted, **QUIET)) == len(PLAN)
+    assert tree(adapted) == tree(adapted_tree) and is_adapted(adapted)
+
+
+def test_revert_restores_every_byte_and_names_what_it_did(adapted, upstream_pristine):
+    logged: list[str] = []
+    done = revert_adaptation(adapted, log=logged.append)
+    assert done == [p for p, *_ in PLAN]
+    assert tree(adapted) == tree(upstream_pristine) and not (adapted / STATE_DIR).exists()
+    assert "adapt: removed accelerate_config_xpu.yaml (created by the adaptation)" in logged
+    assert f"adapt: restored {SEED}" in logged
+
+
+def test_revert_skips_files_already_pristine_or_removed(adapted, upstream_pristine):
+    shutil.copy(upstream_pristine / SEED, adapted / SEED)
+    (adapted / "src/qflux/utils/nf4.py").unlink()
+    done = revert_adaptation(adapted, **QUIET)
+    assert SEED not in done and "src/qflux/utils/nf4.py" not in done and len(done) == len(PLAN) - 2
+    assert tree(adapted) == tree(upstream_pristine)
+
+
+def test_revert_without_a_manifest_is_refused(pristine):
+    with pytest.raises(InputError, match="was not adapted by aipc-env"):
+        revert_adaptation(pristine, **QUIET)
+
+
+def test_revert_refuses_edited_files_unless_forced(adapted, upstream_pristine):
+    append(adapted, SEED, "# mine\n")
+    append(adapted, LOGGER, "# mine too\n")
+    before = tree(adapted)
+    with pytest.raises(AipcError, match=rf"^edited after the adaptation: {LOGGER}, {SEED}; nothing was reverted$"):
+        revert_adaptation(adapted, **QUIET)
+    assert tree(adapted) == before
+    revert_adaptation(adapted, force=True, **QUIET)
+    assert tree(adapted) == tree(upstream_pristine)
+
+
+@pytest.mark.parametrize("damage", ["changed", "missing", "link"])
+def test_revert_checks_every_backup_first(adapted, damage):
+    backup = adapted / STATE_DIR / "backup" / SEED
+    if damage == "changed":
+        backup.write_bytes(backup.read_bytes() + b"#\n")
+    elif damage == "missing":
+        backup.unlink()
+    else:
+        real = backup.with_name("real.py")
+        backup.rename(real)
+        backup.symlink_to(real)
+    before = tree(adapted)
+    with pytest.raises(InputError, match=rf"^the backup of {SEED} is missing or damaged; nothing was reverted$"):
+        revert_adaptation(adapted, **QUIET)
+    assert tree(adapted) == before
+
+
+def test_a_state_folder_that_leads_outside_is_refused(pristine, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (pristine / STATE_DIR).symlink_to(outside)
+    with pytest.raises(InputError, match=r"\.aipc-adapt leads outside the clone"):
+        apply_adaptation(pristine, **QUIET)
+    with pytest.raises(InputError, match=r"\.aipc-adapt leads outside the clone"):
+        revert_adaptation(pristine, **QUIET)
+    assert list(outside.iterdir()) == []
