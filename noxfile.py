@@ -186,5 +186,9 @@ def mutate(session: nox.Session) -> None:
     globs = [f"{name}.*" for name in rest]
     # a fresh copy each time: mutmut's cached map of which test reaches which function goes stale when tests change
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
-    session.run("python", "-m", "mutmut", "run", *globs, env={"AIPC_ENV_HOME": str(ROOT)})
+    env = {"AIPC_ENV_HOME": str(ROOT)}
+    upstream = ROOT.parent / "shared" / "upstream" / "qwen-image-finetune-460ba1a.tar.gz"
+    if "AIPC_QFLUX_UPSTREAM" not in os.environ and upstream.is_file():  # the tests run from mutants/, not beside it
+        env["AIPC_QFLUX_UPSTREAM"] = str(upstream)
+    session.run("python", "-m", "mutmut", "run", *globs, env=env)
     session.run("python", str(ROOT / "benchmarks" / "mutation_scores.py"))

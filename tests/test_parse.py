@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from aipc_env.facts.memory import parse_meminfo
 from aipc_env.facts.parse import (
     model_variant,
@@ -66,3 +68,19 @@ def test_meminfo_and_model_variant():
     assert model_variant({"_class_name": "QwenImageEditPlusPipeline"}, {"zero_cond_t": True})[1] == "edit-2511"
     assert model_variant({"_class_name": "QwenImageEditPlusPipeline"}, {"zero_cond_t": False})[1] == "edit-2509"
     assert model_variant({"_class_name": "FluxPipeline"}, None)[1] == "unknown"
+
+
+@pytest.mark.parametrize("vendor, name, intel", [
+    ("8086", "Display adapter", True),
+    (None, "Intel(R) Arc(TM) Graphics", True),
+    (None, "INTEL GPU 7d55", True),
+    ("10de", "NVIDIA GeForce RTX 4090", False),
+    ("80860", "GPU", False),
+    ("808", "GPU", False),
+    (None, "Microsoft Basic Display Adapter", False),
+])
+def test_one_rule_tells_an_intel_gpu(vendor, name, intel):
+    """The one Intel-GPU rule the doctor's GPU checks, the fleet report and recommend all use."""
+    from aipc_env.facts.model import GpuInfo
+
+    assert GpuInfo(name=name, vendor_id=vendor).is_intel is intel

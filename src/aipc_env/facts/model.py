@@ -72,6 +72,9 @@ class DiskInfo(StrictModel):
     total_bytes: int | None = None
 
 
+INTEL_VENDOR_ID = "8086"
+
+
 class GpuInfo(StrictModel):
     name: str
     vendor_id: str | None = None
@@ -83,6 +86,11 @@ class GpuInfo(StrictModel):
     status: str | None = None
     """Windows device status ('OK' or the problem)."""
     source: str = ""
+
+    @property
+    def is_intel(self) -> bool:
+        """Intel's PCI vendor id (8086), or Intel in the name where a listing gives no vendor id."""
+        return (self.vendor_id or "").lower() == INTEL_VENDOR_ID or "intel" in self.name.lower()
 
 
 class SyclDevice(StrictModel):

@@ -156,7 +156,7 @@ def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
 def provisioned(report) -> tuple[dict[str, str | None], dict[str, str]]:
     """(the provisioned facts by drift kind, the env's distributions) of one report."""
     facts = report.facts
-    intel = [g for g in facts.gpus if (g.vendor_id or "").lower() == "8086" or "intel" in g.name.lower()]
+    intel = [g for g in facts.gpus if g.is_intel]
     drivers = sorted({g.driver_version for g in intel if g.driver_version})
     releases = sorted({i.version for i in facts.oneapi.installs if i.version})
     env = facts.training_env

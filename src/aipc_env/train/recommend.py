@@ -70,7 +70,7 @@ class ProbeJson(BaseModel):
 
 
 def machine_from_facts(facts: Facts) -> Machine:
-    gpus = [g.name for g in facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+    gpus = [g.name for g in facts.gpus if g.is_intel]
     probe = facts.device_probe
     return Machine(ram_bytes=facts.memory.total_bytes, gpu_names=gpus,
                    free_disk_bytes=facts.disk.free_bytes if facts.disk else None,

@@ -130,7 +130,7 @@ class CheckContext:
     @property
     def has_intel_gpu(self) -> bool:
         sycl_gpus = [d for d in self.facts.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()]
-        return bool(sycl_gpus) or any(g.vendor_id == "8086" or "intel" in g.name.lower() for g in self.facts.gpus)
+        return bool(sycl_gpus) or any(g.is_intel for g in self.facts.gpus)
 
     def env_fix(self, pair: Pair | None = None) -> str:
         """The command that builds or repairs the training env for a pair, and works on a fresh clone: from the

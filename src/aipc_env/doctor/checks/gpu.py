@@ -14,7 +14,7 @@ MIN_WINDOWS_DRIVER_BUILD = 6000
 
 def intel_gpus(ctx: CheckContext) -> list[str]:
     """Names of Intel GPUs, from the OS listing and sycl-ls (level_zero devices, else OpenCL)."""
-    names = [g.name for g in ctx.facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+    names = [g.name for g in ctx.facts.gpus if g.is_intel]
     sycl = ctx.facts.sycl_devices or []
     l0 = [d for d in sycl if d.kind == "gpu" and d.backend == "level_zero"]
     if l0 and (len(l0) >= len(names)):
@@ -23,7 +23,7 @@ def intel_gpus(ctx: CheckContext) -> list[str]:
 
 
 def _windows_intel(ctx: CheckContext) -> list[GpuInfo]:
-    return [g for g in ctx.facts.gpus if g.vendor_id == "8086" or "intel" in g.name.lower()]
+    return [g for g in ctx.facts.gpus if g.is_intel]
 
 
 def check_intel_gpu(ctx: CheckContext) -> Verdict:
@@ -57,7 +57,7 @@ def check_driver(ctx: CheckContext) -> Verdict:
             return warn(seen, "old Intel graphics drivers are reported to cause spontaneous reboots under "
                         "sustained GPU load", f"install the latest driver: {DRIVER_URL}")
         return ok(seen)
-    drivers = {g.driver for g in ctx.facts.gpus if g.vendor_id == "8086" and g.driver}
+    drivers = {g.driver for g in ctx.facts.gpus if g.is_intel and g.driver}
     sycl_gpus = [d for d in ctx.facts.sycl_devices or [] if d.kind == "gpu"]
     if not drivers and not sycl_gpus:
         return skip("no Intel GPU")

@@ -34,7 +34,7 @@ def check_cpu(ctx: CheckContext) -> Verdict:
     brand = ctx.facts.cpu.brand or "unknown CPU"
     if re.search(r"Core\(?T?M?\)?\s*Ultra", brand, re.IGNORECASE):
         return ok(brand)
-    if any(g.vendor_id == "8086" and "arc" in g.name.lower() for g in ctx.facts.gpus):
+    if any(g.is_intel and "arc" in g.name.lower() for g in ctx.facts.gpus):
         return ok(f"{brand} (with an Intel Arc GPU)")
     return warn(brand, "the runbook targets Intel Core Ultra (Series 1/2/3) AI PCs with an Intel iGPU, "
                 "or an Intel Arc discrete card", "run on a Core Ultra laptop or a PC with an Intel Arc GPU")
