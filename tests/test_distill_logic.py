@@ -913,3 +913,98 @@ def test_current_inputs_and_the_model_changing(tmp_path):
     assert "lora" not in current_inputs(cfg, "g2")
     assert stale_reasons({**now, "model": "other"}, now) == ["the model changed"]
     assert stale_reasons({**now, "new": "x"}, {**now, "new": "y"}) == ["new changed"]
+
+
+# --- G3's checks on what it wrote and measured (judge.py) --------------------------------------------------------
+
+def _g3_out(tmp_path: Path, runs: int = 2, lora: str = "ab" * 32) -> Path:
+    from aipc_env.distill.verdict import G3Entry, G3Manifest
+    from aipc_env.formats import write_model
+
+    out = tmp_path / "g3"
+    out.mkdir()
+    entries = []
+    for i in range(runs):
+        files = {k: f"{i:03d}-seed7-{k}.png" for k in ("teacher", "naive", "student")}
+        for name in files.values():
+            (out / name).write_bytes(b"png")
+        entries.append(G3Entry(prompt=f"p{i}", seed=7, files=files, distance_to_teacher={}))
+    (out / "grid.png").write_bytes(b"png")
+    write_model(out / "manifest.json", G3Manifest(
+        mode="plumbing", metric="psnr", metric_note="", lora="l", lora_sha256=lora, teacher_sigmas=[1.0],
+        student_sigmas=[1.0], height=32, width=32, entries=entries, grid="grid.png", mean={}))
+    return out
+
+
+def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
+    from aipc_env.distill.judge import artifacts_read_back
+    from aipc_env.errors import AipcError
+
+    out = _g3_out(tmp_path)
+    assert artifacts_read_back(out, 2, "ab" * 32) == "2 comparisons, every image and the grid on disk, manifest " \
+                                                   "reads back"
+    for runs in (1, 3):  # one entry fewer or more than the runs
+        with pytest.raises(AipcError, match=rf"^the G3 artifacts are incomplete: 2 of {runs} entries, missing "
+                                            r"grid\.png$"):
+            artifacts_read_back(out, runs, "ab" * 32)
+    with pytest.raises(AipcError, match=r"^the manifest names another LoRA than the one evaluated$"):
+        artifacts_read_back(out, 2, "cd" * 32)
+    (out / "001-seed7-naive.png").unlink()
+    with pytest.raises(AipcError, match=r"^the G3 artifacts are incomplete: 2 of 2 entries, missing "
+                                        r"\['001-seed7-naive\.png'\]$"):
+        artifacts_read_back(out, 2, "ab" * 32)
+    for name in ("000-seed7-teacher.png", "000-seed7-naive.png", "000-seed7-student.png"):
+        (out / name).unlink()
+    with pytest.raises(AipcError, match=r"missing \['000-seed7-teacher\.png', '000-seed7-naive\.png', "
+                                        r"'000-seed7-student\.png'\]$"):
+        artifacts_read_back(out, 2, "ab" * 32)
+    (tmp_path / "again").mkdir()
+    fresh = _g3_out(tmp_path / "again")
+    (fresh / "grid.png").unlink()
+    with pytest.raises(AipcError, match=r"2 of 2 entries, missing grid\.png$"):
+        artifacts_read_back(fresh, 2, "ab" * 32)
+
+
+def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
+    from aipc_env.distill.judge import lora_changes_output, outputs_finite, student_beats_naive
+    from aipc_env.distill.lessons import StudentNotBetter
+    from aipc_env.errors import AipcError
+
+    with pytest.raises(StudentNotBetter, match=r"^\[student-not-better-than-naive\] with the LoRA on, the 4-step output equals "
+                                               r"naive@4 bit for bit: the adapter is inactive or all zeros$"):
+        lora_changes_output(0.0)
+    assert lora_changes_output(5e-45) == "the LoRA moves the 4-step latents (max |student - naive| 5e-45)"
+    assert lora_changes_output(0.25) == "the LoRA moves the 4-step latents (max |student - naive| 0.25)"
+    assert outputs_finite(True) == "every teacher/naive/student image is finite"
+    with pytest.raises(AipcError, match=r"^an output image holds NaN or Inf values$"):
+        outputs_finite(False)
+    assert student_beats_naive(True, "d", margin=0.01, min_win_rate=0.5) == "d"
+    with pytest.raises(StudentNotBetter, match=r"^\[student-not-better-than-naive\] the student does not beat naive@4 by "
+                                               r"margin 0\.01 with win rate "
+                                               r">= 0\.5: d$") as info:
+        student_beats_naive(False, "d", margin=0.01, min_win_rate=0.5)
+    assert info.value.name == "student-not-better-than-naive" and "endpoint weighting" in info.value.fix
+
+
+def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing_else():
+    from aipc_env.distill.gates import CheckList
+    from aipc_env.distill.lessons import ParityBroken
+
+    checks = CheckList()
+    assert checks.ok is True
+    assert checks.run("a", lambda: (41, "fine")) == 41
+
+    def broken():
+        raise ParityBroken("off by one ulp", fix="mirror it")
+
+    def bad_input():
+        raise InputError("no such file", fix="make it")
+
+    assert checks.run("b", broken) is None and checks.ok is False
+    assert checks.run("c", bad_input) is None
+    assert [(c.name, c.ok, c.detail, c.error, c.fix) for c in checks.items] == [
+        ("a", True, "fine", None, None), ("b", False, "[sampler-parity-broken] off by one ulp", "sampler-parity-broken",
+                                         "mirror it"),
+        ("c", False, "no such file", "input", "make it")]
+    with pytest.raises(ZeroDivisionError):  # a bug is not a verdict
+        checks.run("d", lambda: (1 / 0, ""))

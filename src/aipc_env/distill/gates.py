@@ -20,7 +20,6 @@ from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (
     LessonError,
     ParityBroken,
-    StudentNotBetter,
     check_deterministic_sampler,
     check_lora_metadata,
     check_sigmas_verbatim,
@@ -358,7 +357,14 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     from PIL import Image
 
     from aipc_env.distill.inputs import file_sha256
-    from aipc_env.distill.judge import decide_mode, judge
+    from aipc_env.distill.judge import (
+        artifacts_read_back,
+        decide_mode,
+        judge,
+        lora_changes_output,
+        outputs_finite,
+        student_beats_naive,
+    )
     from aipc_env.distill.models import (
         device_and_dtype,
         is_tiny_random,
@@ -367,7 +373,6 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         offload_text_encoder,
         resolve_run,
     )
-    from aipc_env.formats import load_versioned
 
     checks, metrics = CheckList(), {}
     path = model_dir(cfg, log=log)
@@ -435,45 +440,14 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     metrics.update({"metric": metric, "metric_note": metric_note, "mean": mean, "statistics": stats,
                     "images": len(entries), "manifest": str(out / "manifest.json"), "grid": str(out / "grid.png")})
 
-    def artifacts():
-        back = load_versioned(G3Manifest, out / "manifest.json")
-        missing = [f for e in back.entries for f in e.files.values() if not (out / f).is_file()]
-        if len(back.entries) != len(runs) or missing or not (out / "grid.png").is_file():
-            raise AipcError(f"the G3 artifacts are incomplete: {len(back.entries)} of {len(runs)} entries, missing "
-                            f"{missing[:3] or 'grid.png'}")
-        if back.lora_sha256 != lora_sha:
-            raise AipcError("the manifest names another LoRA than the one evaluated")
-        return None, f"{len(runs)} comparisons, every image and the grid on disk, manifest reads back"
-
-    checks.run("artifacts-read-back", artifacts)
-
-    def lora_active():
-        moved = max(float((r["student"] - r["naive"]).abs().max()) for r in runs)
-        if moved == 0.0:
-            raise StudentNotBetter("with the LoRA on, the 4-step output equals naive@4 bit for bit: the adapter "
-                                   "is inactive or all zeros", fix="check the train stage's verdict (did the LoRA "
-                                   "change?) and the LoRA file's keys")
-        return None, f"the LoRA moves the 4-step latents (max |student - naive| {moved:.3g})"
-
-    checks.run("lora-changes-output", lora_active)
-
-    def all_finite():
-        if not finite:
-            raise AipcError("an output image holds NaN or Inf values")
-        return None, "every teacher/naive/student image is finite"
-
-    checks.run("outputs-finite", all_finite)
+    checks.run("artifacts-read-back", lambda: (None, artifacts_read_back(out, len(runs), lora_sha)))
+    moved = max(float((r["student"] - r["naive"]).abs().max()) for r in runs)
+    checks.run("lora-changes-output", lambda: (None, lora_changes_output(moved)))
+    checks.run("outputs-finite", lambda: (None, outputs_finite(finite)))
     detail = (f"student {metric} {mean['student'][metric]:.4g} vs naive {mean['naive'][metric]:.4g}; closer to the "
               f"teacher on {stats['wins']}/{stats['pairs']} pairs")
     if mode == "quality":
-        def beat():
-            if not beats:
-                raise StudentNotBetter(f"the student does not beat naive@4 by margin {cfg.eval.margin:g} with win "
-                                       f"rate >= {cfg.eval.min_win_rate:g}: {detail}",
-                                       fix="see the velocity diagnostic in `aipc-env distill report`; try endpoint "
-                                           "weighting, a lower lr, or the on-policy phase (student.on_policy)")
-            return None, detail
-
-        checks.run("student-beats-naive", beat)
+        checks.run("student-beats-naive", lambda: (None, student_beats_naive(
+            beats, detail, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)))
     metrics["comparison"] = detail
     return checks.items, metrics, mode

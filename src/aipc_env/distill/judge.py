@@ -1,4 +1,5 @@
-"""G3's decisions, pure: which mode it runs in, and whether the student beats naive@4. Torch-free.
+"""G3's decisions, pure: which mode it runs in, whether the student beats naive@4, and the checks on what G3
+wrote and measured (artifacts read back, the LoRA moves the output, the images are finite). Torch-free.
 
 Quality mode judges on LPIPS to teacher@8 (seed 003's statistic: the mean over held-out prompt x seed pairs,
 student vs naive), with two bounds: the student's mean must be below naive's by at least `margin`, and the student
@@ -7,11 +8,13 @@ must be closer than naive on at least `min_win_rate` of the pairs. Plumbing mode
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import fmean
 
-from aipc_env.errors import InputError
+from aipc_env.errors import AipcError, InputError
 
-__all__ = ["decide_mode", "judge"]
+__all__ = ["artifacts_read_back", "decide_mode", "judge", "lora_changes_output", "outputs_finite",
+           "student_beats_naive"]
 
 
 def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[str, str]:
@@ -45,3 +48,47 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     beats = student <= naive - margin and student < naive and win_rate >= min_win_rate
     return beats, {"student_mean": student, "naive_mean": naive, "margin": margin, "wins": wins,
                    "pairs": len(pairs), "win_rate": win_rate, "min_win_rate": min_win_rate}
+
+
+def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:
+    """G3's manifest reads back with one entry per run, every image it names and the grid are on disk, and it names
+    the LoRA that was evaluated."""
+    from aipc_env.distill.verdict import G3Manifest
+    from aipc_env.formats import load_versioned
+
+    back = load_versioned(G3Manifest, out / "manifest.json")
+    missing = [f for e in back.entries for f in e.files.values() if not (out / f).is_file()]
+    if len(back.entries) != runs or missing or not (out / "grid.png").is_file():
+        raise AipcError(f"the G3 artifacts are incomplete: {len(back.entries)} of {runs} entries, missing "
+                        f"{missing[:3] or 'grid.png'}")
+    if back.lora_sha256 != lora_sha256:
+        raise AipcError("the manifest names another LoRA than the one evaluated")
+    return f"{runs} comparisons, every image and the grid on disk, manifest reads back"
+
+
+def lora_changes_output(moved: float) -> str:
+    """moved: the largest |student - naive| over G3's 4-step latents."""
+    from aipc_env.distill.lessons import StudentNotBetter
+
+    if moved == 0.0:
+        raise StudentNotBetter("with the LoRA on, the 4-step output equals naive@4 bit for bit: the adapter is "
+                               "inactive or all zeros", fix="check the train stage's verdict (did the LoRA change?) "
+                               "and the LoRA file's keys")
+    return f"the LoRA moves the 4-step latents (max |student - naive| {moved:.3g})"
+
+
+def outputs_finite(finite: bool) -> str:
+    if not finite:
+        raise AipcError("an output image holds NaN or Inf values")
+    return "every teacher/naive/student image is finite"
+
+
+def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate: float) -> str:
+    """Quality mode's verdict from judge()'s `beats`."""
+    from aipc_env.distill.lessons import StudentNotBetter
+
+    if not beats:
+        raise StudentNotBetter(f"the student does not beat naive@4 by margin {margin:g} with win rate >= "
+                               f"{min_win_rate:g}: {detail}", fix="see the velocity diagnostic in `aipc-env distill "
+                               "report`; try endpoint weighting, a lower lr, or the on-policy phase (student.on_policy)")
+    return detail
