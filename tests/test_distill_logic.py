@@ -1008,3 +1008,20 @@ def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing
         ("c", False, "no such file", "input", "make it")]
     with pytest.raises(ZeroDivisionError):  # a bug is not a verdict
         checks.run("d", lambda: (1 / 0, ""))
+
+
+@pytest.mark.parametrize("diff", [5e-324, 1e-7, 0.5, float("inf"), float("nan")])
+def test_g2_parity_refuses_any_difference_even_one_float_step(diff):
+    from aipc_env.distill.lessons import ParityBroken, check_parity
+
+    with pytest.raises(ParityBroken, match=r"^\[sampler-parity-broken\] the own 4-step loop differs from pipe\(\.\.\.\) "
+                                           r"by up to \S+$") as info:
+        check_parity(diff, steps=4, batch=2)
+    assert info.value.fix == "mirror the pipeline exactly (see aipc_env.distill.sampler)"
+
+
+def test_g2_parity_holds_at_zero():
+    from aipc_env.distill.lessons import check_parity
+
+    assert check_parity(0.0, steps=8, batch=2) == "own 8-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 2)"
+    assert check_parity(-0.0, steps=4, batch=1) == "own 4-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 1)"

@@ -22,6 +22,7 @@ from aipc_env.distill.lessons import (
     ParityBroken,
     check_deterministic_sampler,
     check_lora_metadata,
+    check_parity,
     check_sigmas_verbatim,
     check_step_count,
 )
@@ -241,13 +242,8 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         metrics[f"{name}_effective_sigmas"] = [float(s) for s in eff]
         metrics[f"{name}_passed_sigmas"] = grid
 
-        def parity(diff=diff, name=name, grid=grid):
-            if diff != 0.0:
-                raise ParityBroken(f"the own {len(grid)}-step loop differs from pipe(...) by up to {diff:g}",
-                                   fix="mirror the pipeline exactly (see aipc_env.distill.sampler)")
-            return None, f"own {len(grid)}-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch {len(prompts)})"
-
-        checks.run(f"parity-{name}", parity)
+        checks.run(f"parity-{name}", lambda diff=diff, grid=grid: (
+            None, check_parity(diff, steps=len(grid), batch=len(prompts))))
         checks.run(f"sigmas-verbatim-{name}",
                    lambda grid=grid, name=name, eff=pipe_sigmas: (
                        check_sigmas_verbatim(grid, eff, sched_cfg, grid=name),

@@ -28,6 +28,7 @@ __all__ = [
     "check_embeddings_detached",
     "check_lora_before_prepare",
     "check_lora_metadata",
+    "check_parity",
     "check_rgb",
     "check_sigmas_verbatim",
     "check_step_count",
@@ -162,6 +163,15 @@ def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler
             f"{[round(float(x), 4) for x in got]} (scheduler config {settings})",
             fix="use the real Turbo scheduler config (use_dynamic_shifting: false, shift: 1.0, shift_terminal: "
                 "null) in scheduler/scheduler_config.json")
+
+
+def check_parity(max_abs_diff: float, *, steps: int, batch: int) -> str:
+    """G2: the own Euler loop must reproduce pipe(...) bit for bit: any difference, one float step included, breaks
+    parity (a loop that drifts from the pipeline trains the student on trajectories the pipeline never samples)."""
+    if max_abs_diff != 0.0:
+        raise ParityBroken(f"the own {steps}-step loop differs from pipe(...) by up to {max_abs_diff:g}",
+                           fix="mirror the pipeline exactly (see aipc_env.distill.sampler)")
+    return f"own {steps}-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch {batch})"
 
 
 def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sample_sigmas) -> str:
