@@ -474,6 +474,7 @@ def test_apply_writes_backups_journal_and_logs(pristine, upstream_pristine):
     assert logged[0] == "adapt: accelerate_config_xpu.yaml: create (a single-device accelerate config (the shipped " \
                         "one is MULTI_GPU x2, bf16, inductor))"
     assert logged[-1] == f"adapt: {SEED}: device_manual_seed_all x1" and len(logged) == len(PLAN)
+    assert f"adapt: {LOGGER}: torchvision-lazy, torchvision-lazy-calls, torchvision-lazy-grid" in logged
     backups = pristine / STATE_DIR / "backup"
     assert {str(p.relative_to(backups)): sha(p.read_bytes()) for p in backups.rglob("*") if p.is_file()} == {
         p: before[p] for p, created, _ in PLAN if not created}
@@ -483,7 +484,11 @@ def test_apply_writes_backups_journal_and_logs(pristine, upstream_pristine):
         data = (pristine / rec.path).read_bytes()
         assert rec.adapted_sha256 == sha(data)
         assert rec.pristine_sha256 == before.get(rec.path)
-    assert apply_adaptation(pristine, **QUIET) == [] and load_manifest(pristine).when == manifest.when
+    path = pristine / STATE_DIR / "manifest.json"
+    path.write_text(path.read_text(encoding="utf-8").replace(manifest.when, "2001-02-03T04:05:06+00:00"),
+                    encoding="utf-8")
+    assert apply_adaptation(pristine, **QUIET) == []  # already adapted: not even the manifest is rewritten
+    assert load_manifest(pristine).when == "2001-02-03T04:05:06+00:00"
 
 
 @pytest.mark.parametrize("change", ["applying", "old-patch-set"])
@@ -525,9 +530,11 @@ def test_a_file_edited_after_adapting_stops_a_new_apply(adapted):
     data["patch_set"] = PATCH_SET - 1  # a newer aipc-env re-adapting
     path.write_text(json.dumps(data), encoding="utf-8")
     before = tree(adapted)
-    with pytest.raises(AipcError, match=r"src/qflux/utils/seed\.py was edited after the adaptation") as info:
+    with pytest.raises(AipcError, match=r"^src/qflux/utils/seed\.py was edited after the adaptation \(its content is "
+                                        r"neither upstream's nor the adapted one\); nothing was changed$") as info:
         apply_adaptation(adapted, **QUIET)
-    assert info.value.exit_code == 1 and tree(adapted) == before
+    assert info.value.exit_code == 1 and tree(adapted) == before and info.value.path == str(adapted / SEED)
+    assert info.value.fix == "keep your edits elsewhere, then `aipc-env adapt --revert --force` and adapt again"
 
 
 def test_a_damaged_backup_stops_planning(adapted):
@@ -542,24 +549,88 @@ def test_a_damaged_backup_stops_planning(adapted):
 
 def test_a_failed_readapt_rolls_back_to_pristine_and_keeps_the_journal(adapted, adapted_tree, upstream_pristine,
                                                                        monkeypatch):
-    """A clone adapted before, one file restored by hand, and the next apply fails: every journaled file holding
-    its adapted bytes goes back to pristine (all or nothing), and the state folder stays (its backups are the only
-    pristine copies left); the next apply finishes the adaptation."""
-    shutil.copy(upstream_pristine / SEED, adapted / SEED)
+    """A clone adapted before, its first file (a created one) deleted by hand, and the next apply fails writing it:
+    every journaled file holding its adapted bytes goes back to pristine (all or nothing; the missing file is
+    skipped, not a stop), and the state folder stays (its backups are the only pristine copies left); the next
+    apply finishes the adaptation."""
+    first = "accelerate_config_xpu.yaml"
+    (adapted / first).unlink()
     real = adapt.atomic_write_bytes
 
     def failing(path, data, **kw):
-        if Path(path).name == "seed.py" and STATE_DIR not in Path(path).parts:
+        if Path(path).name == first:
             raise OSError(28, "No space left on device")
         return real(path, data, **kw)
 
     monkeypatch.setattr(adapt, "atomic_write_bytes", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="No space left on device"):
         apply_adaptation(adapted, **QUIET)
     assert tree(adapted) == tree(upstream_pristine)
     assert (adapted / STATE_DIR / "backup" / SEED).is_file() and load_manifest(adapted).state == "applying"
     monkeypatch.setattr(adapt, "atomic_write_bytes", real)
     assert len(apply_adaptation(adapted, **QUIET)) == len(PLAN)
+    assert tree(adapted) == tree(adapted_tree) and is_adapted(adapted)
+
+
+def test_a_failed_first_apply_leaves_no_state_and_names_its_error(pristine, monkeypatch):
+    before = tree(pristine)
+    real = adapt.atomic_write_bytes
+    written: list[str] = []
+
+    def failing(path, data, **kw):
+        if STATE_DIR not in Path(path).parts:
+            written.append(Path(path).name)
+            if Path(path).name == "nf4.py":  # created files before and after it in the plan
+                raise OSError(28, "No space left on device")
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(adapt, "atomic_write_bytes", failing)
+    with pytest.raises(OSError, match="No space left on device"):
+        apply_adaptation(pristine, **QUIET)
+    assert written.index("nf4.py") == len(PLAN) - 2  # second to last: created files before and after it
+    assert tree(pristine) == before and not (pristine / STATE_DIR).exists()
+
+
+@pytest.mark.parametrize("instant", ["adapt:after-backup", "adapt:after-journal", "adapt:after-replace",
+                                     "adapt:before-applied"])
+def test_ctrl_c_at_each_instant_of_apply_rolls_back_in_process(pristine, adapted_tree, monkeypatch, instant):
+    """A real SIGINT delivered to this process at each named instant (tests/test_adapt.py does it to a CLI
+    process, with SIGKILL too)."""
+    before = tree(pristine)
+    monkeypatch.setenv("AIPC_ENV_INTERRUPT_AT", instant)
+    with pytest.raises(KeyboardInterrupt):
+        apply_adaptation(pristine, **QUIET)
+    assert tree(pristine) == before  # no file of the clone changed, or each was rolled back
+    state = {"adapt:after-backup": "backups only", "adapt:after-journal": "applying"}.get(instant, "none")
+    if state == "none":  # stopped while replacing: rolled back, nothing kept
+        assert not (pristine / STATE_DIR).exists()
+    else:  # stopped before the first replace: the backups (and the journal) stay for the next run
+        assert (pristine / STATE_DIR / "backup" / SEED).is_file()
+        manifest = load_manifest(pristine)
+        assert (manifest.state if manifest else "backups only") == state
+    assert apply_adaptation(pristine, **QUIET) and tree(pristine) == tree(adapted_tree)
+
+
+def test_ctrl_c_during_revert_is_finished_by_the_next_revert(adapted, upstream_pristine, monkeypatch):
+    monkeypatch.setenv("AIPC_ENV_INTERRUPT_AT", "adapt:revert-after-restore")
+    with pytest.raises(KeyboardInterrupt):
+        revert_adaptation(adapted, **QUIET)
+    assert tree(adapted) != tree(upstream_pristine) and load_manifest(adapted) is not None
+    revert_adaptation(adapted, **QUIET)
+    assert tree(adapted) == tree(upstream_pristine) and not (adapted / STATE_DIR).exists()
+
+
+def test_files_an_older_aipc_env_adapted_are_adapted_again(adapted, adapted_tree):
+    """A clone adapted by an older patch set: a file holding that set's adapted bytes (recorded in its manifest) is
+    replaced, not taken for a user's edit."""
+    older = (adapted / SEED).read_bytes() + b"# an older patch set\n"
+    (adapted / SEED).write_bytes(older)
+    path = adapted / STATE_DIR / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["patch_set"] = PATCH_SET - 1
+    next(f for f in data["files"] if f["path"] == SEED)["adapted_sha256"] = sha(older)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert apply_adaptation(adapted, **QUIET) == [SEED]
     assert tree(adapted) == tree(adapted_tree) and is_adapted(adapted)
 
 
@@ -581,17 +652,20 @@ def test_revert_skips_files_already_pristine_or_removed(adapted, upstream_pristi
 
 
 def test_revert_without_a_manifest_is_refused(pristine):
-    with pytest.raises(InputError, match="was not adapted by aipc-env"):
+    with pytest.raises(InputError, match=r"was not adapted by aipc-env \(no \.aipc-adapt/manifest\.json\)$") as info:
         revert_adaptation(pristine, **QUIET)
+    assert info.value.path == str(pristine) and info.value.fix == "nothing to revert"
 
 
 def test_revert_refuses_edited_files_unless_forced(adapted, upstream_pristine):
     append(adapted, SEED, "# mine\n")
     append(adapted, LOGGER, "# mine too\n")
     before = tree(adapted)
-    with pytest.raises(AipcError, match=rf"^edited after the adaptation: {LOGGER}, {SEED}; nothing was reverted$"):
+    with pytest.raises(AipcError, match=rf"^edited after the adaptation: {LOGGER}, {SEED}; nothing was reverted$") \
+            as info:
         revert_adaptation(adapted, **QUIET)
-    assert tree(adapted) == before
+    assert tree(adapted) == before and info.value.exit_code == 1 and info.value.path == str(adapted)
+    assert info.value.fix == "copy your edits elsewhere, then `aipc-env adapt CLONE --revert --force`"
     revert_adaptation(adapted, force=True, **QUIET)
     assert tree(adapted) == tree(upstream_pristine)
 
@@ -608,9 +682,11 @@ def test_revert_checks_every_backup_first(adapted, damage):
         backup.rename(real)
         backup.symlink_to(real)
     before = tree(adapted)
-    with pytest.raises(InputError, match=rf"^the backup of {SEED} is missing or damaged; nothing was reverted$"):
+    with pytest.raises(InputError, match=rf"^the backup of {SEED} is missing or damaged; nothing was reverted$") \
+            as info:
         revert_adaptation(adapted, **QUIET)
-    assert tree(adapted) == before
+    assert tree(adapted) == before and info.value.path == str(adapted / STATE_DIR)
+    assert info.value.fix == adapt.AdaptManifest.FIX
 
 
 def test_a_state_folder_that_leads_outside_is_refused(pristine, tmp_path):

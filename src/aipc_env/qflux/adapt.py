@@ -212,10 +212,9 @@ def _inside(clone: Path, rel: str) -> Path:
     return target
 
 
-def _rollback(clone: Path, manifest: AdaptManifest) -> list[str]:
+def _rollback(clone: Path, manifest: AdaptManifest) -> None:
     """Put every file the journal names back to its pristine bytes when it holds the adapted ones (whether or not
     this process wrote it), created files removed; the journal stays until every file is pristine again."""
-    undone = []
     for rec in manifest.files:
         target = clone / rec.path
         current = _sha(target.read_bytes()) if target.is_file() else None
@@ -225,8 +224,6 @@ def _rollback(clone: Path, manifest: AdaptManifest) -> list[str]:
             target.unlink(missing_ok=True)
         else:
             atomic_write_bytes(target, (clone / STATE_DIR / "backup" / rec.path).read_bytes())
-        undone.append(rec.path)
-    return undone
 
 
 def apply_adaptation(clone: Path, *, log=print) -> list[str]:
@@ -286,8 +283,8 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
 def _write_manifest(clone: Path, plan: Plan, state: str) -> AdaptManifest:
     manifest = AdaptManifest(
         patch_set=PATCH_SET, state=state, when=timestamp(),  # type: ignore[arg-type]
-        files=[FileRecord(path=i.path, pristine_sha256=_sha(i.pristine), adapted_sha256=_sha(i.adapted) or "",
-                          edits=i.edits) for i in plan.files])
+        files=[FileRecord(path=i.path, pristine_sha256=_sha(i.pristine),
+                          adapted_sha256=hashlib.sha256(i.adapted).hexdigest(), edits=i.edits) for i in plan.files])
     write_model(clone / STATE_DIR / "manifest.json", manifest)
     return manifest
 
