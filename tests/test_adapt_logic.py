@@ -540,8 +540,9 @@ def test_a_file_edited_after_adapting_stops_a_new_apply(adapted):
 def test_a_damaged_backup_stops_planning(adapted):
     backup = adapted / STATE_DIR / "backup" / SEED
     backup.write_bytes(backup.read_bytes() + b"#\n")
-    with pytest.raises(InputError, match=r"the backup of src/qflux/utils/seed\.py is missing or damaged"):
+    with pytest.raises(InputError, match=r"^the backup of src/qflux/utils/seed\.py is missing or damaged$") as info:
         plan_adaptation(adapted)
+    assert info.value.path == str(backup) and info.value.fix == adapt.AdaptManifest.FIX
     backup.unlink()
     with pytest.raises(InputError, match=r"the backup of src/qflux/utils/seed\.py is missing or damaged"):
         plan_adaptation(adapted)
@@ -689,12 +690,35 @@ def test_revert_checks_every_backup_first(adapted, damage):
     assert info.value.fix == adapt.AdaptManifest.FIX
 
 
+def test_revert_names_every_damaged_backup(adapted):
+    for rel in (LOGGER, SEED):
+        (adapted / STATE_DIR / "backup" / rel).unlink()
+    with pytest.raises(InputError, match=rf"^the backup of {LOGGER}, {SEED} is missing or damaged; nothing was "
+                                         r"reverted$"):
+        revert_adaptation(adapted, **QUIET)
+
+
+def test_line_endings_are_kept_both_ways(pristine, adapted_tree, upstream_pristine):
+    """A CRLF checkout (git on Windows): anchors match through CRLF and the adapted file keeps CRLF, byte for byte
+    the LF adaptation with CRLF line ends; revert gives back the CRLF bytes."""
+    crlf = (pristine / SEED).read_bytes().replace(b"\n", b"\r\n")
+    (pristine / SEED).write_bytes(crlf)
+    apply_adaptation(pristine, **QUIET)
+    assert (pristine / SEED).read_bytes() == (adapted_tree / SEED).read_bytes().replace(b"\n", b"\r\n")
+    base = (upstream_pristine / BASE).read_bytes()
+    assert (pristine / BASE).read_bytes() == (adapted_tree / BASE).read_bytes() != base  # LF files stay LF
+    revert_adaptation(pristine, **QUIET)
+    assert (pristine / SEED).read_bytes() == crlf
+
+
 def test_a_state_folder_that_leads_outside_is_refused(pristine, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (pristine / STATE_DIR).symlink_to(outside)
-    with pytest.raises(InputError, match=r"\.aipc-adapt leads outside the clone"):
+    with pytest.raises(InputError, match=r"^\.aipc-adapt leads outside the clone \(to .*elsewhere\)$") as info:
         apply_adaptation(pristine, **QUIET)
+    assert info.value.path == str(pristine / STATE_DIR)
+    assert info.value.fix == "replace the link with the file itself; adapt never edits files outside the clone"
     with pytest.raises(InputError, match=r"\.aipc-adapt leads outside the clone"):
         revert_adaptation(pristine, **QUIET)
     assert list(outside.iterdir()) == []

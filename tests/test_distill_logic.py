@@ -513,6 +513,20 @@ def test_sigmas_must_be_used_verbatim_to_the_last_float():
         assert "use_dynamic_shifting: false" in err.value.fix
 
 
+def test_sigmas_are_compared_as_the_scheduler_holds_them_float32():
+    """The scheduler keeps float32 sigmas: a passed 0.1 (float64) is used verbatim when it runs float32(0.1)."""
+    import numpy as np
+
+    from aipc_env.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+
+    passed = [1.0, 0.1, 0.123456]
+    check_sigmas_verbatim(passed, [float(np.float32(x)) for x in passed] + [0.0], {}, grid="teacher")
+    with pytest.raises(SigmasNotVerbatim) as err:
+        check_sigmas_verbatim(passed, [1.0, 0.1, 0.12344, 0.0], {"shift": 1.0}, grid="teacher")
+    assert err.value.message.startswith("[sigmas-not-verbatim] the scheduler warps the teacher grid: passed "
+                                        "[1.0, 0.1, 0.1235], it runs [1.0, 0.1, 0.1234, 0.0] (scheduler config ")
+
+
 def _tiny_student(lora_names=("lora_A", "lora_B")):
     import torch
 
@@ -983,7 +997,12 @@ def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
                                                r"margin 0\.01 with win rate "
                                                r">= 0\.5: d$") as info:
         student_beats_naive(False, "d", margin=0.01, min_win_rate=0.5)
-    assert info.value.name == "student-not-better-than-naive" and "endpoint weighting" in info.value.fix
+    assert info.value.name == "student-not-better-than-naive"
+    assert info.value.fix == "see the velocity diagnostic in `aipc-env distill report`; try endpoint weighting, a " \
+                             "lower lr, or the on-policy phase (student.on_policy)"
+    with pytest.raises(StudentNotBetter) as info:
+        lora_changes_output(0.0)
+    assert info.value.fix == "check the train stage's verdict (did the LoRA change?) and the LoRA file's keys"
 
 
 def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing_else():

@@ -113,8 +113,8 @@ def _pristine(clone: Path, rel: str, manifest: AdaptManifest | None) -> bytes | 
             if rec.pristine_sha256 is None:
                 return None
             backup = clone / STATE_DIR / "backup" / rel
-            data = backup.read_bytes() if backup.is_file() else b""
-            if _sha(data) != rec.pristine_sha256:
+            data = backup.read_bytes() if backup.is_file() else None  # missing, even where upstream's file is empty
+            if data is None or _sha(data) != rec.pristine_sha256:
                 raise InputError(f"the backup of {rel} is missing or damaged", path=backup, fix=AdaptManifest.FIX)
             return data
     p = clone / rel
@@ -221,7 +221,7 @@ def _rollback(clone: Path, manifest: AdaptManifest) -> None:
         if current != rec.adapted_sha256:
             continue
         if rec.pristine_sha256 is None:
-            target.unlink(missing_ok=True)
+            target.unlink()  # it holds the adapted bytes, so it exists
         else:
             atomic_write_bytes(target, (clone / STATE_DIR / "backup" / rec.path).read_bytes())
 
