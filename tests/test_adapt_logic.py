@@ -368,10 +368,16 @@ def test_the_plan_of_the_pristine_clone(pristine):
     assert tree(pristine) == before  # planning reads only
 
 
-def _refused(clone: Path, match: str, error=AnchorMismatch):
+ANOTHER_COMMIT = "this clone is another upstream commit; update aipc-env"
+
+
+def _refused(clone: Path, message: str, path: str, fix: str) -> None:
+    """apply refuses with exactly this message, path and fix, and the clone is as it was."""
     before = tree(clone)
-    with pytest.raises(error, match=match):
+    with pytest.raises(AnchorMismatch) as info:
         apply_adaptation(clone, **QUIET)
+    assert (info.value.message, info.value.path, info.value.fix) == (message, path, fix)
+    assert info.value.exit_code == 1
     assert tree(clone) == before and not (clone / STATE_DIR).exists()
 
 
@@ -384,18 +390,22 @@ def test_not_a_clone_is_refused(tmp_path):
 
 def test_a_file_the_adaptation_creates_already_upstream_is_refused(pristine):
     append(pristine, "src/qflux/utils/nf4.py", "x = 1\n")
-    _refused(pristine, r"src/qflux/utils/nf4\.py already exists upstream")
+    _refused(pristine, "src/qflux/utils/nf4.py already exists upstream: this clone is not the upstream the "
+                       "adaptation was written for", "src/qflux/utils/nf4.py",
+             "adapt a clone of 460ba1a, or update aipc-env")
 
 
 def test_a_missing_anchor_file_is_refused(pristine):
     (pristine / "src/qflux/data/dataset.py").unlink()
-    _refused(pristine, r"anchor file src/qflux/data/dataset\.py does not exist")
+    _refused(pristine, "anchor file src/qflux/data/dataset.py does not exist", "src/qflux/data/dataset.py",
+             "this clone is another upstream layout; adapt a clone of 460ba1a")
 
 
 def test_a_file_that_is_not_utf8_is_refused(pristine):
     path = pristine / SEED
     path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
-    _refused(pristine, r"src/qflux/utils/seed\.py is not UTF-8")
+    _refused(pristine, "src/qflux/utils/seed.py is not UTF-8 (invalid continuation byte)", SEED,
+             "restore it from git (git checkout -- src/qflux/utils/seed.py): upstream's files are UTF-8")
 
 
 @pytest.mark.parametrize("times, ok", [(2, False), (3, True), (4, False)])
@@ -417,8 +427,9 @@ def test_an_anchor_must_occur_exactly_as_often_as_stated(pristine, times, ok):
         assert [p.edits for p in plan_adaptation(pristine).files if p.path == patch.path] == [
             ["torchvision-lazy", "torchvision-lazy-calls", "torchvision-lazy-grid"]]
     else:
-        _refused(pristine, rf"anchor 'torchvision-lazy-calls' \(.*\) occurs {times} time\(s\) in "
-                           r"src/qflux/utils/logger\.py, expected 3: nothing was changed")
+        _refused(pristine, f"anchor 'torchvision-lazy-calls' ('torchvision.utils.make_grid(') occurs {times} "
+                           f"time(s) in {LOGGER}, expected 3: nothing was changed", LOGGER,
+                 "this clone is another upstream commit; adapt a clone of 460ba1a, or update aipc-env")
 
 
 def test_the_helpers_import_goes_after_the_first_torch_import(pristine):
@@ -442,26 +453,38 @@ def test_a_file_that_defines_the_helper_itself_gets_no_import(pristine):
 
 def test_a_file_with_a_cuda_call_and_no_torch_import_is_refused(pristine):
     append(pristine, "src/qflux/utils/extra.py", "def flush():\n    torch.cuda.empty_cache()\n")
-    _refused(pristine, r"src/qflux/utils/extra\.py uses torch\.cuda but has no top-level `import torch`")
+    _refused(pristine, "src/qflux/utils/extra.py uses torch.cuda but has no top-level `import torch` line to "
+                       "anchor the helpers import on", "src/qflux/utils/extra.py", ANOTHER_COMMIT)
 
 
 def test_the_config_module_cannot_take_the_helpers(pristine):
     append(pristine, CONFIG, "\ndef flush():\n    torch.cuda.empty_cache()\n")
-    _refused(pristine, r"src/qflux/data/config\.py would need the device helpers, which it cannot import")
+    _refused(pristine, "src/qflux/data/config.py would need the device helpers, which it cannot import (its "
+                       "package imports it back)", CONFIG, "update aipc-env")
 
 
 def test_unknown_cuda_calls_are_counted_and_the_first_three_named(pristine):
-    line = append(pristine, TOOLS, "a = torch.cuda.mem_get_info()\nb = torch.cuda.current_device()\n"
-                                   "c = torch.cuda.device_count()\nd = torch.cuda.ipc_collect()\n")
-    _refused(pristine, rf"^4 torch\.cuda use\(s\) the adaptation does not know: {TOOLS}:{line}: a = torch\.cuda\."
-                       rf"mem_get_info\(\); {TOOLS}:{line + 1}: b = .*; {TOOLS}:{line + 2}: c = "
-                       r"torch\.cuda\.device_count\(\)$")
+    first = "src/qflux/models/extra.py"
+    append(pristine, first, "import torch\n\nfree = torch.cuda.mem_get_info()\n")
+    line = append(pristine, TOOLS, "b = torch.cuda.current_device()\nc = torch.cuda.device_count()\n"
+                                   "d = torch.cuda.ipc_collect()\n")
+    _refused(pristine, f"4 torch.cuda use(s) the adaptation does not know: {first}:3: free = "
+                       f"torch.cuda.mem_get_info(); {TOOLS}:{line}: b = torch.cuda.current_device(); "
+                       f"{TOOLS}:{line + 1}: c = torch.cuda.device_count()", first, ANOTHER_COMMIT)
 
 
 def test_a_helper_call_in_a_comment_needs_no_import(pristine):
-    append(pristine, "src/qflux/utils/extra.py", "x = 1  # torch.cuda.empty_cache() used to be here\n")
+    """Only code before a line's first # counts (the file has no `import torch`: an import would be refused)."""
+    append(pristine, "src/qflux/utils/extra.py", "x = 1  # torch.cuda.empty_cache() was here # and more\n")
     (item,) = [p for p in plan_adaptation(pristine).files if p.path == "src/qflux/utils/extra.py"]
-    assert item.adapted == b"x = 1  # device_empty_cache() used to be here\n"
+    assert item.adapted == b"x = 1  # device_empty_cache() was here # and more\n"
+
+
+def test_a_helper_call_at_the_start_of_a_line_needs_the_import(pristine):
+    append(pristine, "src/qflux/utils/extra.py", "import torch\ntorch.cuda.empty_cache()\n")
+    (item,) = [p for p in plan_adaptation(pristine).files if p.path == "src/qflux/utils/extra.py"]
+    assert item.adapted == (b"import torch\nfrom qflux.utils.device_utils import device_empty_cache  # aipc-env\n"
+                            b"device_empty_cache()\n")
 
 
 # ---- apply, state, revert ----------------------------------------------------------------------------------------

@@ -95,7 +95,8 @@ def _text(data: bytes, path: str) -> tuple[str, str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AnchorMismatch(f"{path} is not UTF-8 ({exc.reason})", path=path) from None
+        raise AnchorMismatch(f"{path} is not UTF-8 ({exc.reason})", path=path,
+                             fix=f"restore it from git (git checkout -- {path}): upstream's files are UTF-8") from None
     newline = "\r\n" if "\r\n" in text else "\n"
     return text.replace("\r\n", "\n"), newline
 
@@ -180,7 +181,8 @@ def plan_adaptation(clone: Path) -> Plan:
                 at = import_anchor(text)
                 if at is None:
                     raise AnchorMismatch(f"{rel} uses torch.cuda but has no top-level `import torch` line to "
-                                         "anchor the helpers import on", path=rel)
+                                         "anchor the helpers import on", path=rel,
+                                     fix="this clone is another upstream commit; update aipc-env")
                 text = text[:at] + helper_import(sorted(code_uses)) + text[at:]
             for number, line in enumerate(text.splitlines(), 1):
                 if "torch.cuda." in line:
