@@ -27,7 +27,13 @@ from aipc_env.qflux.adapt import (
     plan_adaptation,
     revert_adaptation,
 )
-from aipc_env.qflux.checker import _segment, check_clone
+from aipc_env.qflux.checker import (
+    _segment,
+    check_accelerate_config,
+    check_clone,
+    check_source,
+    check_structure,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qflux" / "check-pristine-460ba1a.json"
 QUIET = {"log": lambda message: None}
@@ -55,6 +61,13 @@ def adapted_tree(upstream_pristine, tmp_path_factory) -> Path:
     shutil.copytree(upstream_pristine, dest)
     apply_adaptation(dest, **QUIET)
     return dest
+
+
+@pytest.fixture(scope="module")
+def adapted_texts(adapted_tree) -> dict[str, str]:
+    """The adapted clone's source files, clone-relative path -> text (never edit it)."""
+    return {str(p.relative_to(adapted_tree)): p.read_text(encoding="utf-8")
+            for p in sorted((adapted_tree / "src/qflux").rglob("*.py"))}
 
 
 @pytest.fixture
@@ -141,21 +154,32 @@ def test_the_adapted_clone_has_no_finding_and_is_adapted(adapted):
     ('if device.type in ("xpu",):\n    torch.backends.cuda.enable_math_sdp(False)\n', ("WARN", "cuda-sdp-switch")),
     ('if device.type != "cpu":\n    torch.backends.cuda.enable_math_sdp(False)\n', ("WARN", "cuda-sdp-switch")),
 ])
-def test_each_line_rule_at_its_bound(adapted, code, expected):
-    line = append(adapted, TOOLS, "\n" + code) + 1
-    got = findings(adapted)
+def test_each_line_rule_at_its_bound(adapted_texts, code, expected):
+    base = adapted_texts[TOOLS]
+    assert check_source(TOOLS, base) == []
+    line = base.count("\n") + 2
+    got = [(f.level, f.rule, f.file, f.line) for f in check_source(TOOLS, base + "\n" + code)]
     if expected is None:
         assert got == []
     else:
         assert got == [(*expected, TOOLS, line + code.count("\n") - 1)]
 
 
-def test_a_finding_carries_its_message_and_fix(adapted):
-    line = append(adapted, TOOLS, "torch.backends.cuda.enable_flash_sdp(False)  # why\n")
-    (finding,) = check_clone(adapted).findings
-    assert finding.line == line
-    assert finding.message.startswith("CUDA attention-backend switch: torch.backends.cuda.enable_flash_sdp(False): ")
-    assert finding.fix.startswith("leave the FSDP path alone on one XPU")
+def _whole(findings) -> list[tuple]:
+    return [(f.level, f.rule, f.file, f.line, f.message, f.fix) for f in findings]
+
+
+def test_the_rules_no_upstream_file_breaks_say_what_and_how(adapted_texts):
+    """Whole findings of the rules the pristine clone does not show (its report pins the others' texts)."""
+    base = adapted_texts[TOOLS]
+    at = base.count("\n") + 1
+    assert _whole(check_source(TOOLS, base + "import transformer_engine\n")) == [
+        ("ERROR", "transformer-engine-import", TOOLS, at, "a top-level transformer_engine import fails on XPU",
+         "import it lazily (run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits))")]
+    assert _whole(check_source(TOOLS, base + "def broken(:\n")) == [
+        ("ERROR", "syntax", TOOLS, at, "does not parse: invalid syntax", "restore the file")]
+    assert _whole(check_source(TOOLS, "x = (\n")) == [
+        ("ERROR", "syntax", TOOLS, 1, "does not parse: '(' was never closed", "restore the file")]
 
 
 @pytest.mark.parametrize("body, offset", [
@@ -163,23 +187,40 @@ def test_a_finding_carries_its_message_and_fix(adapted):
     ('def pick(d):\n    return d.type  ==  "cuda"\n', 1),
     ('def pick(d):\n    if d.type == "cuda" or d.type == "xpu":\n        return 1\n', None),
     ('def pick(d):\n    return d.type == "cpu"\n', None),
+    ('class K:\n    def pick(self, d):\n        x = 1\n        return d.type == "cuda"\n', 3),
 ])
-def test_a_function_that_checks_for_cuda_with_no_xpu_branch(adapted, body, offset):
-    line = append(adapted, TOOLS, body)
-    got = findings(adapted)
-    assert got == ([] if offset is None else [("ERROR", "device-type-cuda-only", TOOLS, line + offset)])
-
-
-def test_a_file_that_does_not_parse_is_named_with_its_line(adapted):
-    line = append(adapted, TOOLS, "def broken(:\n")
-    (finding,) = check_clone(adapted).findings
-    assert (finding.level, finding.rule, finding.file, finding.line) == ("ERROR", "syntax", TOOLS, line)
-    assert finding.message.startswith("does not parse: ")
+def test_a_function_that_checks_for_cuda_with_no_xpu_branch(adapted_texts, body, offset):
+    base = adapted_texts[TOOLS]
+    line = base.count("\n") + 1
+    got = _whole(check_source(TOOLS, base + body))
+    name = "pick"
+    assert got == ([] if offset is None else [
+        ("ERROR", "device-type-cuda-only", TOOLS, line + offset, f"{name}() checks for CUDA devices with no XPU "
+         "branch", "add an xpu branch (run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits))")])
 
 
 def test_no_helpers_module_is_an_error(adapted):
     (adapted / "src/qflux/utils/device_utils.py").unlink()
-    assert findings(adapted) == [("ERROR", "no-device-helpers", "src/qflux/utils/device_utils.py", 0)]
+    assert _whole(check_clone(adapted).findings) == [
+        ("ERROR", "no-device-helpers", "src/qflux/utils/device_utils.py", 0,
+         "the device-agnostic helpers module is missing",
+         "run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits)")]
+
+
+def test_check_clone_reads_every_source_file_with_its_clone_path(adapted):
+    deep = "src/qflux/models/sub dir/extra.py"
+    append(adapted, deep, "import torch\nx = torch.cuda.current_device()\n")
+    assert findings(adapted) == [("ERROR", "cuda-call", deep, 2)]
+    append(adapted, "src/qflux/models/notes.txt", "torch.cuda.current_device()\n")  # only .py files are code
+    assert findings(adapted) == [("ERROR", "cuda-call", deep, 2)]
+
+
+def structure(texts: dict[str, str], rel: str | None = None, old: str = "", new: str = "") -> list[tuple]:
+    """check_structure over the adapted texts, `old` replaced by `new` (every occurrence) in `rel`."""
+    if rel is not None:
+        assert old in texts[rel], (rel, old)
+        texts = {**texts, rel: texts[rel].replace(old, new)}
+    return [(f.level, f.rule, f.file, f.line) for f in check_structure(texts)]
 
 
 @pytest.mark.parametrize("seed_text, warned", [
@@ -187,93 +228,90 @@ def test_no_helpers_module_is_an_error(adapted):
     ("def seed_everything(seed):\n    torch.xpu.manual_seed_all(seed)\n", False),
     ("def seed_everything(seed):\n    device_manual_seed_all(seed)\n", False),
 ])
-def test_the_seed_rule_takes_either_an_xpu_seed_or_the_helper(adapted, seed_text, warned):
-    (adapted / SEED).write_text("import torch\n\n\n" + seed_text, encoding="utf-8")
-    assert findings(adapted) == ([("WARN", "no-xpu-seed", SEED, 1)] if warned else [])
+def test_the_seed_rule_takes_either_an_xpu_seed_or_the_helper(adapted_texts, seed_text, warned):
+    texts = {**adapted_texts, SEED: "import torch\n\n\n" + seed_text}
+    assert structure(texts) == ([("WARN", "no-xpu-seed", SEED, 1)] if warned else [])
 
 
-def _replace(clone: Path, rel: str, old: str, new: str, count: int = 1) -> None:
-    path = clone / rel
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == count, (rel, old, text.count(old))
-    path.write_text(text.replace(old, new), encoding="utf-8")
-
-
-def _line_of(clone: Path, rel: str, needle: str) -> int:
-    lines = (clone / rel).read_text(encoding="utf-8").splitlines()
-    (number,) = [n for n, line in enumerate(lines, 1) if needle in line]
+def _line_of(text: str, needle: str) -> int:
+    (number,) = [n for n, line in enumerate(text.splitlines(), 1) if needle in line]
     return number
 
 
-def test_structure_rules_each_found_when_their_edit_is_missing(adapted):
-    """Each structural edit taken out of an adapted clone, one rule at a time, by the upstream text it replaced."""
-    base = (adapted / BASE).read_text(encoding="utf-8")
-    (adapted / BASE).write_text(base.replace("checkpoints_total_limit", "checkpoints_kept"), encoding="utf-8")
-    assert findings(adapted) == [("WARN", "checkpoints-total-limit-unused", BASE, 1)]
-    (adapted / BASE).write_text(base.replace("lora_adapter_metadata", "adapter_meta"), encoding="utf-8")
-    assert findings(adapted) == [("WARN", "lora-without-metadata", BASE, _line_of(adapted, BASE, "def save_lora("))]
-    (adapted / BASE).write_text(base, encoding="utf-8")
-    qwen = (adapted / TRAINER).read_text(encoding="utf-8")
-    (adapted / TRAINER).write_text(qwen.replace("torch.autocast(", "torch.no_grad("), encoding="utf-8")
-    assert findings(adapted) == [("WARN", "no-nf4-autocast", TRAINER, _line_of(adapted, TRAINER,
-                                                                              "def _compute_loss("))]
-    (adapted / TRAINER).write_text(qwen.replace("quantize_type", "quant_kind"), encoding="utf-8")
-    assert findings(adapted) == [("ERROR", "nf4-not-wired", TRAINER, 1)]
-    (adapted / TRAINER).write_text(qwen, encoding="utf-8")
-    load = adapted / "src/qflux/models/load_model.py"
-    load.write_text(load.read_text(encoding="utf-8").replace("nf4", "q4"), encoding="utf-8")
-    assert findings(adapted) == [("ERROR", "no-nf4-loader", "src/qflux/models/load_model.py", 1)]
+def _node(text: str, kind, name: str):
+    return next(n for n in ast.walk(ast.parse(text)) if isinstance(n, kind) and n.name == name)
 
 
-def test_the_epoch_loop_and_spawn_rules_read_the_fit_method(adapted):
-    base = (adapted / BASE).read_text(encoding="utf-8")
-    fit_at = _line_of(adapted, BASE, "def fit(")
-    tree_ = ast.parse(base)
-    fit = next(n for n in ast.walk(tree_) if isinstance(n, ast.FunctionDef) and n.name == "fit")
+def test_the_adapted_texts_break_no_structure_rule(adapted_texts):
+    assert structure(adapted_texts) == []
+
+
+def test_structure_rules_each_found_when_their_edit_is_missing(adapted_texts):
+    """Each structural edit taken out of the adapted texts, one rule at a time."""
+    t = adapted_texts
+    assert structure(t, BASE, "checkpoints_total_limit", "checkpoints_kept") == [
+        ("WARN", "checkpoints-total-limit-unused", BASE, 1)]
+    assert structure(t, BASE, "lora_adapter_metadata", "adapter_meta") == [
+        ("WARN", "lora-without-metadata", BASE, _line_of(t[BASE], "def save_lora("))]
+    assert structure(t, TRAINER, "torch.autocast(", "torch.no_grad(") == [
+        ("WARN", "no-nf4-autocast", TRAINER, _line_of(t[TRAINER], "def _compute_loss("))]
+    assert structure(t, TRAINER, "quantize_type", "quant_kind") == [("ERROR", "nf4-not-wired", TRAINER, 1)]
+    assert structure(t, "src/qflux/models/load_model.py", "nf4", "q4") == [
+        ("ERROR", "no-nf4-loader", "src/qflux/models/load_model.py", 1)]
+
+
+def test_the_epoch_loop_and_spawn_rules_read_the_fit_method(adapted_texts):
+    base = adapted_texts[BASE]
+    fit = _node(base, ast.FunctionDef, "fit")
     seg = ast.get_source_segment(base, fit)
-    loop_at = fit_at + seg[: seg.index("for epoch in range(")].count("\n")
+    loop_at = fit.lineno + seg[: seg.index("for epoch in range(")].count("\n")
     loop_body = seg[seg.index("for epoch in range("):]
-    no_break = seg.replace(loop_body, loop_body.replace("max_train_steps", "max_steps"))
-    (adapted / BASE).write_text(base.replace(seg, no_break), encoding="utf-8")
-    assert findings(adapted) == [("WARN", "no-epoch-break", BASE, loop_at)]
+    assert structure(adapted_texts, BASE, seg, seg.replace(loop_body, loop_body.replace("max_train_steps",
+                                                                                          "max_steps"))) == [
+        ("WARN", "no-epoch-break", BASE, loop_at)]
     assert "except RuntimeError" in seg and "mp.set_start_method(" in seg
-    (adapted / BASE).write_text(base.replace(seg, seg.replace("except RuntimeError", "except ValueError")),
-                                encoding="utf-8")
-    assert findings(adapted) == [("WARN", "spawn-unguarded", BASE, fit_at)]
+    assert structure(adapted_texts, BASE, seg, seg.replace("except RuntimeError", "except ValueError")) == [
+        ("WARN", "spawn-unguarded", BASE, fit.lineno)]
 
 
-def test_the_max_steps_guard_is_read_in_train_epoch_only(adapted):
-    base = (adapted / BASE).read_text(encoding="utf-8")
-    tree_ = ast.parse(base)
-    fn = next(n for n in ast.walk(tree_) if isinstance(n, ast.FunctionDef) and n.name == "train_epoch")
+def test_the_max_steps_guard_is_read_in_train_epoch_only(adapted_texts):
+    base = adapted_texts[BASE]
+    fn = _node(base, ast.FunctionDef, "train_epoch")
     seg = ast.get_source_segment(base, fn)
-    (adapted / BASE).write_text(base.replace(seg, seg.replace("max_train_steps", "max_steps")), encoding="utf-8")
-    assert findings(adapted) == [("ERROR", "no-max-steps-guard", BASE, fn.lineno)]
+    assert structure(adapted_texts, BASE, seg, seg.replace("max_train_steps", "max_steps")) == [
+        ("ERROR", "no-max-steps-guard", BASE, fn.lineno)]
 
 
-def test_the_config_schema_rules(adapted, upstream_pristine):
-    pristine_config = (upstream_pristine / CONFIG).read_text(encoding="utf-8")
-    text = (adapted / CONFIG).read_text(encoding="utf-8")
-    tree_ = ast.parse(text)
-    model_cfg = next(n for n in ast.walk(tree_) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig")
+def test_the_config_schema_rules(adapted_texts, upstream_pristine):
+    text = adapted_texts[CONFIG]
+    model_cfg = _node(text, ast.ClassDef, "ModelConfig")
     seg = ast.get_source_segment(text, model_cfg)
-    (adapted / CONFIG).write_text(text.replace(seg, seg.replace("quantize_type", "quant_kind")), encoding="utf-8")
-    assert findings(adapted) == [("ERROR", "no-nf4-schema", CONFIG, model_cfg.lineno)]
+    assert structure(adapted_texts, CONFIG, seg, seg.replace("quantize_type", "quant_kind")) == [
+        ("ERROR", "no-nf4-schema", CONFIG, model_cfg.lineno)]
     validator = '    @field_validator("batch_size", "num_workers")\n'
-    assert validator in pristine_config
-    (adapted / CONFIG).write_text(text.replace('    @field_validator("batch_size")\n', validator, 1),
-                                  encoding="utf-8")
-    assert findings(adapted) == [("ERROR", "num-workers-positive", CONFIG, _line_of(adapted, CONFIG, validator.strip()))]
-    (adapted / CONFIG).write_text(text.replace('    @field_validator("batch_size")\n',
-                                               '    @field_validator("batch_size", "max_workers")\n', 1),
-                                  encoding="utf-8")
-    assert findings(adapted) == []
+    assert validator in (upstream_pristine / CONFIG).read_text(encoding="utf-8")
+    adapted_validator = '    @field_validator("batch_size")\n'
+    assert text.count(adapted_validator) == 1
+    assert structure(adapted_texts, CONFIG, adapted_validator, validator) == [
+        ("ERROR", "num-workers-positive", CONFIG, _line_of(text, adapted_validator.strip()))]
+    assert structure(adapted_texts, CONFIG, adapted_validator,
+                     '    @field_validator("batch_size", "max_workers")\n') == []
 
 
 @pytest.mark.parametrize("missing", [BASE, TRAINER, CONFIG, SEED, "src/qflux/models/load_model.py"])
-def test_a_file_the_structure_rules_read_may_be_absent(adapted, missing):
-    (adapted / missing).unlink()
-    assert [f for f in findings(adapted) if f[1] != "cuda-call"] == []
+def test_a_file_the_structure_rules_read_may_be_absent(upstream_pristine, missing):
+    """Upstream's own texts (every structure rule fires on them), one file left out: its rules fall silent,
+    the others still fire."""
+    texts = {str(p.relative_to(upstream_pristine)): p.read_text(encoding="utf-8")
+             for p in sorted((upstream_pristine / "src/qflux").rglob("*.py"))}
+    everything = structure(texts)
+    assert {f[2] for f in everything} == {BASE, TRAINER, CONFIG, SEED, "src/qflux/models/load_model.py"}
+    without = structure({k: v for k, v in texts.items() if k != missing})
+    assert without == [f for f in everything if f[2] != missing]
+
+
+ACCEL = "accelerate_config_xpu.yaml"
+RESTORE = "restore the file (run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits))"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -292,21 +330,37 @@ def test_a_file_the_structure_rules_read_may_be_absent(adapted, missing):
     ("distributed_type: 'MULTI_XPU'\nnum_processes: 1\n", [("WARN", "accelerate-multi-process", 2)]),
     ("{}\n", []),
 ])
-def test_the_accelerate_config_by_accelerates_own_enums(adapted, text, expected):
-    path = adapted / "accelerate_config_xpu.yaml"
-    if text is None:
-        path.unlink()
-    else:
+def test_the_accelerate_config_by_accelerates_own_enums(tmp_path, text, expected):
+    path = tmp_path / ACCEL
+    if text is not None:
         path.write_text(text, encoding="utf-8")
-    report = check_clone(adapted)
-    assert [(f.level, f.rule, f.line) for f in report.findings] == expected
-    assert all(f.file == "accelerate_config_xpu.yaml" for f in report.findings)
+    found = check_accelerate_config(path)
+    assert [(f.level, f.rule, f.line) for f in found] == expected
+    assert all(f.file == ACCEL for f in found)
 
 
-def test_an_unquoted_no_is_named_as_a_boolean(adapted):
-    (adapted / "accelerate_config_xpu.yaml").write_text("distributed_type: NO\n", encoding="utf-8")
-    (finding, _) = check_clone(adapted).findings
-    assert finding.message.startswith("distributed_type is False, not a string") and "'NO'" in finding.fix
+def test_accelerate_config_findings_whole(tmp_path):
+    path = tmp_path / ACCEL
+    assert _whole(check_accelerate_config(path)) == [
+        ("WARN", "no-xpu-accelerate-config", ACCEL, 0, "no single-XPU accelerate config: upstream's "
+         "accelerate_config.yaml asks for 2 processes on MULTI_GPU",
+         "run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits)")]
+    path.write_text("- NO\n", encoding="utf-8")
+    assert _whole(check_accelerate_config(path)) == [("ERROR", "accelerate-config", ACCEL, 0, "not a mapping",
+                                                      RESTORE)]
+    path.write_text("a: [\n", encoding="utf-8")
+    ((level, rule, file, line, message, fix),) = _whole(check_accelerate_config(path))
+    assert file == ACCEL
+    assert (level, rule, line, fix) == ("ERROR", "accelerate-config", 0, RESTORE)
+    assert message.startswith("not YAML: while parsing a flow node\nexpected the node content")
+    path.write_text("distributed_type: NO\nnum_processes: 2\nmixed_precision: fp7\n", encoding="utf-8")
+    assert _whole(check_accelerate_config(path)) == [
+        ("ERROR", "accelerate-config", ACCEL, 1, "distributed_type is False, not a string (an unquoted NO or no is "
+         "a YAML boolean): accelerate launch fails", "quote it: distributed_type: 'NO'"),
+        ("ERROR", "accelerate-config", ACCEL, 3, "mixed_precision: fp7 is not one of accelerate's no, fp8, fp16, "
+         "bf16", "use one of those"),
+        ("WARN", "accelerate-multi-process", ACCEL, 2, "more than one process or a distributed backend: an AI PC "
+         "has one XPU", "num_processes: 1, distributed_type: 'NO'")]
 
 
 @pytest.mark.parametrize("source", [

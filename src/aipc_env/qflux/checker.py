@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.qflux.patches import HELPERS_MODULE, SRC
 
-__all__ = ["CheckReport", "Finding", "check_clone"]
+__all__ = ["CheckReport", "Finding", "check_accelerate_config", "check_clone", "check_source", "check_structure"]
 
 
 class Finding(StrictModel):
@@ -78,94 +78,105 @@ def _code_lines(text: str):
             yield number, code
 
 
+class _Findings(list):
+    def add(self, level, rule, rel, line, message, fix=FIX_ADAPT) -> None:
+        self.append(Finding(level=level, rule=rule, file=rel, line=line, message=message, fix=fix))
+
+
 def check_clone(clone: Path) -> CheckReport:
+    """Every rule over the clone: each source file (check_source), the files read together (check_structure), and
+    the created accelerate config (check_accelerate_config)."""
     from aipc_env.qflux.adapt import is_adapted, require_clone
 
     clone = Path(clone)
     require_clone(clone)
-    src = clone / SRC
-    findings: list[Finding] = []
-
-    def add(level, rule, rel, line, message, fix=FIX_ADAPT):
-        findings.append(Finding(level=level, rule=rule, file=rel, line=line, message=message, fix=fix))
-
     texts: dict[str, str] = {}
-    for path in sorted(src.rglob("*.py")):
+    for path in sorted((clone / SRC).rglob("*.py")):
         rel = str(path.relative_to(clone)).replace("\\", "/")
         texts[rel] = path.read_text(encoding="utf-8", errors="replace")
+    findings = _Findings()
     if HELPERS_MODULE not in texts:
-        add("ERROR", "no-device-helpers", HELPERS_MODULE, 0, "the device-agnostic helpers module is missing")
+        findings.add("ERROR", "no-device-helpers", HELPERS_MODULE, 0, "the device-agnostic helpers module is missing")
     for rel, text in texts.items():
-        if rel == HELPERS_MODULE:
-            continue
-        try:
-            tree: ast.Module | None = ast.parse(text)
-        except SyntaxError as exc:
-            tree, syntax_error = None, exc
-        demo = _main_block_lines(tree) if tree is not None else set()
-        cuda_guarded = _cuda_guarded_lines(tree) if tree is not None else set()
-        for number, code in _code_lines(text):
-            if "torch.cuda." in code:
-                add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
-                    "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
-            elif re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and number not in cuda_guarded:
-                add("WARN", "cuda-sdp-switch", rel, number, f"CUDA attention-backend switch: {code.strip()}: it "
-                    "does nothing for an XPU, and enable_math_sdp(False) also takes away the math fallback other "
-                    "devices use (the FSDP path, which one AI PC does not take)",
-                    "leave the FSDP path alone on one XPU (distributed_type NO); for multi-XPU FSDP guard these "
-                    "calls with a CUDA check")
-            if "flash_attention_2" in code:
-                add("ERROR", "flash-attention-2", rel, number, "attn_implementation flash_attention_2 is CUDA-only",
-                    'use attn_implementation="sdpa" (' + FIX_ADAPT + ")")
-            if re.match(r"(import|from)\s+transformer_engine\b", code):
-                add("ERROR", "transformer-engine-import", rel, number,
-                    "a top-level transformer_engine import fails on XPU", "import it lazily (" + FIX_ADAPT + ")")
-            if re.match(r"import torchvision\b", code):
-                add("WARN", "torchvision-at-import", rel, number, "torchvision is imported at module load: a "
-                    "torchvision that does not match torch breaks `import qflux.main`",
-                    "import it where images are logged (" + FIX_ADAPT + ")")
-            m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
-            if m and number not in demo:
-                add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
-                    "local model is not used (a download, or a failure offline)",
-                    "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
-        if tree is None:
-            add("ERROR", "syntax", rel, syntax_error.lineno or 0, f"does not parse: {syntax_error.msg}",
-                "restore the file")
-            continue
-        for fn in ast.walk(tree):
-            if isinstance(fn, ast.FunctionDef):
-                body = _segment(text, fn)
-                if re.search(r'\.type\s*==\s*"cuda"', body) and '"xpu"' not in body:
-                    line = fn.lineno + body[: re.search(r'\.type\s*==\s*"cuda"', body).start()].count("\n")
-                    add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
-                        "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
-    _structure(texts, add)
-    _accelerate_config(clone, add)
+        if rel != HELPERS_MODULE:
+            findings += check_source(rel, text)
+    findings += check_structure(texts)
+    findings += check_accelerate_config(clone / ACCELERATE_XPU)
     return CheckReport(clone=str(clone), adapted=is_adapted(clone), findings=findings)
+
+
+def check_source(rel: str, text: str) -> list[Finding]:
+    """The rules one source file is judged by on its own: CUDA-only calls and switches, flash-attention-2,
+    top-level imports that break on XPU, hard-coded hub IDs, CUDA-only device checks, and whether it parses."""
+    findings = _Findings()
+    add = findings.add
+    try:
+        tree: ast.Module | None = ast.parse(text)
+    except SyntaxError as exc:
+        tree, syntax_error = None, exc
+    demo = _main_block_lines(tree) if tree is not None else set()
+    cuda_guarded = _cuda_guarded_lines(tree) if tree is not None else set()
+    for number, code in _code_lines(text):
+        if "torch.cuda." in code:
+            add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
+                "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
+        elif re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and number not in cuda_guarded:
+            add("WARN", "cuda-sdp-switch", rel, number, f"CUDA attention-backend switch: {code.strip()}: it "
+                "does nothing for an XPU, and enable_math_sdp(False) also takes away the math fallback other "
+                "devices use (the FSDP path, which one AI PC does not take)",
+                "leave the FSDP path alone on one XPU (distributed_type NO); for multi-XPU FSDP guard these "
+                "calls with a CUDA check")
+        if "flash_attention_2" in code:
+            add("ERROR", "flash-attention-2", rel, number, "attn_implementation flash_attention_2 is CUDA-only",
+                'use attn_implementation="sdpa" (' + FIX_ADAPT + ")")
+        if re.match(r"(import|from)\s+transformer_engine\b", code):
+            add("ERROR", "transformer-engine-import", rel, number,
+                "a top-level transformer_engine import fails on XPU", "import it lazily (" + FIX_ADAPT + ")")
+        if re.match(r"import torchvision\b", code):
+            add("WARN", "torchvision-at-import", rel, number, "torchvision is imported at module load: a "
+                "torchvision that does not match torch breaks `import qflux.main`",
+                "import it where images are logged (" + FIX_ADAPT + ")")
+        m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
+        if m and number not in demo:
+            add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
+                "local model is not used (a download, or a failure offline)",
+                "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
+    if tree is None:
+        add("ERROR", "syntax", rel, syntax_error.lineno or 0, f"does not parse: {syntax_error.msg}",
+            "restore the file")
+        return findings
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef):
+            body = _segment(text, fn)
+            if re.search(r'\.type\s*==\s*"cuda"', body) and '"xpu"' not in body:
+                line = fn.lineno + body[: re.search(r'\.type\s*==\s*"cuda"', body).start()].count("\n")
+                add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
+                    "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
+    return findings
 
 
 ACCELERATE_XPU = "accelerate_config_xpu.yaml"
 
 
-def _accelerate_config(clone: Path, add) -> None:
+def check_accelerate_config(path: Path) -> list[Finding]:
     """The accelerate config adapt creates, judged by accelerate's own enums (its file loader accepts an unquoted
     NO, which YAML reads as the boolean false, and `accelerate launch` then fails on .upper())."""
-    path = clone / ACCELERATE_XPU
+    findings = _Findings()
+    add = findings.add
     if not path.is_file():
         add("WARN", "no-xpu-accelerate-config", ACCELERATE_XPU, 0, "no single-XPU accelerate config: upstream's "
             "accelerate_config.yaml asks for 2 processes on MULTI_GPU")
-        return
+        return findings
     import yaml
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, f"not YAML: {exc}", "restore the file (" + FIX_ADAPT + ")")
-        return
+        return findings
     if not isinstance(data, dict):
         add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, "not a mapping", "restore the file (" + FIX_ADAPT + ")")
-        return
+        return findings
     try:
         from accelerate.utils import DistributedType, DynamoBackend, PrecisionType
     except ImportError:  # aipc-env without the train extra: the YAML types are still checked
@@ -187,6 +198,7 @@ def _accelerate_config(clone: Path, add) -> None:
     if data.get("num_processes", 1) != 1 or data.get("distributed_type", "NO") not in ("NO", "no"):
         add("WARN", "accelerate-multi-process", ACCELERATE_XPU, lines.get("num_processes", 0), "more than one "
             "process or a distributed backend: an AI PC has one XPU", "num_processes: 1, distributed_type: 'NO'")
+    return findings
 
 
 def _cuda_guarded_lines(tree: ast.Module) -> set[int]:
@@ -209,7 +221,11 @@ def _main_block_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _structure(texts: dict[str, str], add) -> None:
+def check_structure(texts: dict[str, str]) -> list[Finding]:
+    """The rules that read named files together (texts: clone-relative path -> source): the NF4 schema and loader,
+    the step-budget guard, checkpoint pruning, LoRA metadata, autocast, XPU seeding."""
+    findings = _Findings()
+    add = findings.add
     config = texts.get(f"{SRC}/data/config.py", "")
     base = texts.get(f"{SRC}/trainer/base_trainer.py", "")
     qwen = texts.get(f"{SRC}/trainer/qwen_image_edit_trainer.py", "")
@@ -267,3 +283,4 @@ def _structure(texts: dict[str, str], add) -> None:
                 "the trainer never passes model.quantize_type to the transformer loader")
     if seed and "xpu" not in seed and "device_manual_seed_all" not in seed:
         add("WARN", "no-xpu-seed", f"{SRC}/utils/seed.py", 1, "seed_everything() does not seed the XPU")
+    return findings
