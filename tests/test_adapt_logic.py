@@ -134,6 +134,7 @@ def test_the_adapted_clone_has_no_finding_and_is_adapted(adapted):
     ("x = torch.cuda.current_device()\n", ("ERROR", "cuda-call")),
     ("# x = torch.cuda.current_device()\n", None),
     ("x = 1  # torch.cuda.current_device()\n", None),
+    ("x = 1  # torch.cuda.current_device() # twice\n", None),
     ('kw = dict(attn_implementation="flash_attention_2")\n', ("ERROR", "flash-attention-2")),
     ('kw = dict()  # not "flash_attention_2"\n', None),
     ("import transformer_engine\n", ("ERROR", "transformer-engine-import")),
@@ -148,6 +149,7 @@ def test_the_adapted_clone_has_no_finding_and_is_adapted(adapted):
     ('name = "Qwen/Qwen2.5-VL-7B-Instruct"\n', ("ERROR", "hub-id")),
     ('name = "Qwen/Qwen-Image-Edit-2509"\n', None),
     ('if __name__ == "__main__":\n    vae = load_vae("Qwen/Qwen-Image-Edit-2509")\n', None),
+    ('if __name__ == "__main__":\n    pass\nvae = load_vae("Qwen/Qwen-Image-Edit-2509")\n', ("ERROR", "hub-id")),
     ("torch.backends.cuda.enable_flash_sdp(False)\n", ("WARN", "cuda-sdp-switch")),
     ('if device.type == "cuda":\n    torch.backends.cuda.enable_math_sdp(False)\n', None),
     ('if device.type not in ("xpu", "cpu"):\n    torch.backends.cuda.enable_math_sdp(False)\n', None),
@@ -180,6 +182,44 @@ def test_the_rules_no_upstream_file_breaks_say_what_and_how(adapted_texts):
         ("ERROR", "syntax", TOOLS, at, "does not parse: invalid syntax", "restore the file")]
     assert _whole(check_source(TOOLS, "x = (\n")) == [
         ("ERROR", "syntax", TOOLS, 1, "does not parse: '(' was never closed", "restore the file")]
+    assert _whole(check_source(TOOLS, "x = 1\x00\n")) == [  # the parser gives no line for a null byte
+        ("ERROR", "syntax", TOOLS, 0, "does not parse: source code string cannot contain null bytes",
+         "restore the file")]
+
+
+def test_a_file_that_does_not_parse_keeps_its_line_rules_but_not_the_ones_needing_its_tree():
+    """Whether a switch is guarded or a hub ID is demo code needs the parsed file: not judged without it."""
+    code = ('x = torch.cuda.current_device()\ntorch.backends.cuda.enable_math_sdp(False)\n'
+            'vae = load_vae("Qwen/Qwen-Image-Edit-2509")\ndef broken(:\n')
+    assert [(f.rule, f.line) for f in check_source(TOOLS, code)] == [("cuda-call", 1), ("syntax", 4)]
+    assert [(f.rule, f.line) for f in check_source(TOOLS, code.replace("def broken(:", "pass"))] == [
+        ("cuda-call", 1), ("cuda-sdp-switch", 2), ("hub-id", 3)]
+
+
+@pytest.mark.parametrize("code, warned", [
+    ('torch.backends.cuda.enable_math_sdp(False)\nif d.type == "cuda":\n    torch.backends.cuda.enable_flash_sdp('
+     'False)\n', [1]),
+    ('if d.type == "cuda":\n    torch.backends.cuda.enable_flash_sdp(False)\ntorch.backends.cuda.enable_math_sdp('
+     'False)\n', [3]),
+    ('if d.type == "cuda":\n    if flag:\n        x = 1\n        torch.backends.cuda.enable_math_sdp(False)\n', []),
+    ('if flag:\n    torch.backends.cuda.enable_math_sdp(False)\nelif d.type == "cuda":\n    pass\n', [2]),
+])
+def test_a_cuda_guard_covers_its_block_and_nothing_around_it(code, warned):
+    assert [f.line for f in check_source(TOOLS, code)] == warned
+    assert {f.rule for f in check_source(TOOLS, code)} <= {"cuda-sdp-switch"}
+
+
+def test_a_file_that_is_not_utf8_is_checked_not_a_crash(adapted):
+    path = adapted / TOOLS
+    path.write_bytes(path.read_bytes() + b"# caf\xe9\nx = torch.cuda.current_device()\n")
+    line = path.read_bytes().count(b"\n")
+    assert findings(adapted) == [("ERROR", "cuda-call", TOOLS, line)]
+
+
+@pytest.mark.parametrize("broken", [BASE, TRAINER, CONFIG])
+def test_a_structure_file_that_does_not_parse_is_one_syntax_finding(adapted, broken):
+    line = append(adapted, broken, "def broken(:\n")
+    assert findings(adapted) == [("ERROR", "syntax", broken, line)]
 
 
 @pytest.mark.parametrize("body, offset", [
@@ -296,6 +336,12 @@ def test_the_config_schema_rules(adapted_texts, upstream_pristine):
         ("ERROR", "num-workers-positive", CONFIG, _line_of(text, adapted_validator.strip()))]
     assert structure(adapted_texts, CONFIG, adapted_validator,
                      '    @field_validator("batch_size", "max_workers")\n') == []
+    assert structure({**adapted_texts, CONFIG: "x = 1\n"}) == []  # neither ModelConfig nor DataConfig
+
+
+def test_methods_the_structure_rules_read_may_be_absent(adapted_texts):
+    assert structure({**adapted_texts, BASE: "x = 1\n", TRAINER: "y = 2  # quantize_type\n"}) == [
+        ("WARN", "checkpoints-total-limit-unused", BASE, 1)]
 
 
 @pytest.mark.parametrize("missing", [BASE, TRAINER, CONFIG, SEED, "src/qflux/models/load_model.py"])
@@ -329,6 +375,9 @@ RESTORE = "restore the file (run `aipc-env adapt CLONE` (it applies the runbook'
     ("compute_environment: LOCAL_MACHINE\nnum_processes: 2\n", [("WARN", "accelerate-multi-process", 2)]),
     ("distributed_type: 'MULTI_XPU'\nnum_processes: 1\n", [("WARN", "accelerate-multi-process", 2)]),
     ("{}\n", []),
+    ("{distributed_type: NO, num_processes: 1}\n", [("ERROR", "accelerate-config", 0),
+                                                    ("WARN", "accelerate-multi-process", 0)]),
+    ('"mixed_precision": fp7\n', [("ERROR", "accelerate-config", 0)]),
 ])
 def test_the_accelerate_config_by_accelerates_own_enums(tmp_path, text, expected):
     path = tmp_path / ACCEL
@@ -337,6 +386,19 @@ def test_the_accelerate_config_by_accelerates_own_enums(tmp_path, text, expected
     found = check_accelerate_config(path)
     assert [(f.level, f.rule, f.line) for f in found] == expected
     assert all(f.file == ACCEL for f in found)
+
+
+def test_without_accelerate_only_the_yaml_types_are_checked(tmp_path, monkeypatch):
+    """aipc-env without the train extra: no enum to check against, the unquoted NO is still caught."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "accelerate.utils", None)  # import accelerate.utils -> ImportError
+    path = tmp_path / ACCEL
+    path.write_text("mixed_precision: fp7\ndynamo_backend: warp\n", encoding="utf-8")
+    assert check_accelerate_config(path) == []
+    path.write_text("distributed_type: NO\n", encoding="utf-8")
+    assert [(f.rule, f.line) for f in check_accelerate_config(path)] == [("accelerate-config", 1),
+                                                                          ("accelerate-multi-process", 0)]
 
 
 def test_accelerate_config_findings_whole(tmp_path):

@@ -521,6 +521,7 @@ def test_sigmas_are_compared_as_the_scheduler_holds_them_float32():
 
     passed = [1.0, 0.1, 0.123456]
     check_sigmas_verbatim(passed, [float(np.float32(x)) for x in passed] + [0.0], {}, grid="teacher")
+    check_sigmas_verbatim(passed, passed + [0.0], {}, grid="teacher")  # float64 values equal once float32
     with pytest.raises(SigmasNotVerbatim) as err:
         check_sigmas_verbatim(passed, [1.0, 0.1, 0.12344, 0.0], {"shift": 1.0}, grid="teacher")
     assert err.value.message.startswith("[sigmas-not-verbatim] the scheduler warps the teacher grid: passed "

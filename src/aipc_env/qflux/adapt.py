@@ -171,7 +171,7 @@ def plan_adaptation(clone: Path) -> Plan:
                 text, n = re.subn(rw.pattern, rw.replacement, text)
                 if n:
                     edits.append(f"{rw.helper} x{n}")
-            code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())  # comments do not need imports
+            code = "\n".join(line.partition("#")[0] for line in text.splitlines())  # comments need no imports
             code_uses = {name for name in HELPER_NAMES
                          if re.search(rf"(?<![\w.]){name}\(", code) and f"def {name}(" not in code}
             if code_uses and rel in NO_HELPER_IMPORT:

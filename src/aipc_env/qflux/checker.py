@@ -42,8 +42,20 @@ class CheckReport(VersionedModel):
 FIX_ADAPT = "run `aipc-env adapt CLONE` (it applies the runbook's step-5 edits)"
 
 
-def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
-    out = {}
+def _tree(text: str | None) -> ast.Module | None:
+    """The parsed module, or None when the file is absent or does not parse (check_source reports that)."""
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def _functions(tree: ast.AST | None) -> dict[str, ast.FunctionDef]:
+    out: dict[str, ast.FunctionDef] = {}
+    if tree is None:
+        return out
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.setdefault(node.name, node)
@@ -73,7 +85,7 @@ def _segment(text: str, node: ast.AST) -> str:
 
 def _code_lines(text: str):
     for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0]
+        code = line.partition("#")[0]
         if code.strip():
             yield number, code
 
@@ -92,7 +104,7 @@ def check_clone(clone: Path) -> CheckReport:
     require_clone(clone)
     texts: dict[str, str] = {}
     for path in sorted((clone / SRC).rglob("*.py")):
-        rel = str(path.relative_to(clone)).replace("\\", "/")
+        rel = path.relative_to(clone).as_posix()
         texts[rel] = path.read_text(encoding="utf-8", errors="replace")
     findings = _Findings()
     if HELPERS_MODULE not in texts:
@@ -120,7 +132,8 @@ def check_source(rel: str, text: str) -> list[Finding]:
         if "torch.cuda." in code:
             add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
                 "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
-        elif re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and number not in cuda_guarded:
+        elif tree is not None and re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and \
+                number not in cuda_guarded:  # which lines a CUDA check guards is known only once the file parses
             add("WARN", "cuda-sdp-switch", rel, number, f"CUDA attention-backend switch: {code.strip()}: it "
                 "does nothing for an XPU, and enable_math_sdp(False) also takes away the math fallback other "
                 "devices use (the FSDP path, which one AI PC does not take)",
@@ -137,7 +150,7 @@ def check_source(rel: str, text: str) -> list[Finding]:
                 "torchvision that does not match torch breaks `import qflux.main`",
                 "import it where images are logged (" + FIX_ADAPT + ")")
         m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
-        if m and number not in demo:
+        if m and tree is not None and number not in demo:
             add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
                 "local model is not used (a download, or a failure offline)",
                 "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
@@ -195,7 +208,7 @@ def check_accelerate_config(path: Path) -> list[Finding]:
         elif enum is not None and value.upper() not in {e.value.upper() for e in enum}:
             add("ERROR", "accelerate-config", ACCELERATE_XPU, lines.get(key, 0), f"{key}: {value} is not one of "
                 f"accelerate's {', '.join(e.value for e in enum)}", "use one of those")
-    if data.get("num_processes", 1) != 1 or data.get("distributed_type", "NO") not in ("NO", "no"):
+    if data.get("num_processes", 1) != 1 or str(data.get("distributed_type", "NO")).upper() != "NO":
         add("WARN", "accelerate-multi-process", ACCELERATE_XPU, lines.get("num_processes", 0), "more than one "
             "process or a distributed backend: an AI PC has one XPU", "num_processes: 1, distributed_type: 'NO'")
     return findings
@@ -205,7 +218,9 @@ def _cuda_guarded_lines(tree: ast.Module) -> set[int]:
     """Lines inside an `if` whose test keeps them off an XPU: it names cuda, or excludes xpu (`not in ("xpu", ...)`)."""
     lines: set[int] = set()
     for node in ast.walk(tree):
-        test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+        if not isinstance(node, ast.If):
+            continue
+        test = ast.unparse(node.test)
         if "cuda" in test or ("xpu" in test and "not in" in test):
             for child in node.body:
                 lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
@@ -226,14 +241,14 @@ def check_structure(texts: dict[str, str]) -> list[Finding]:
     the step-budget guard, checkpoint pruning, LoRA metadata, autocast, XPU seeding."""
     findings = _Findings()
     add = findings.add
-    config = texts.get(f"{SRC}/data/config.py", "")
-    base = texts.get(f"{SRC}/trainer/base_trainer.py", "")
-    qwen = texts.get(f"{SRC}/trainer/qwen_image_edit_trainer.py", "")
-    load = texts.get(f"{SRC}/models/load_model.py", "")
-    seed = texts.get(f"{SRC}/utils/seed.py", "")
+    config = texts.get(f"{SRC}/data/config.py")
+    base = texts.get(f"{SRC}/trainer/base_trainer.py")
+    qwen = texts.get(f"{SRC}/trainer/qwen_image_edit_trainer.py")
+    load = texts.get(f"{SRC}/models/load_model.py")
+    seed = texts.get(f"{SRC}/utils/seed.py")
     cfg_rel, base_rel = f"{SRC}/data/config.py", f"{SRC}/trainer/base_trainer.py"
-    if config:
-        tree = ast.parse(config)
+    tree = _tree(config)
+    if tree is not None:
         model_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
         if model_cfg is not None and "quantize_type" not in _segment(config, model_cfg):
             add("ERROR", "no-nf4-schema", cfg_rel, model_cfg.lineno, "ModelConfig has no quantize_type: an NF4 "
@@ -250,7 +265,7 @@ def check_structure(texts: dict[str, str]) -> list[Finding]:
         add("ERROR", "no-nf4-loader", f"{SRC}/models/load_model.py", 1, "no NF4 path: the transformer cannot load "
             "in bitsandbytes nf4 (quantize: true is 8-bit)")
     if base:
-        fns = _functions(ast.parse(base))
+        fns = _functions(_tree(base))
         train_epoch, fit = fns.get("train_epoch"), fns.get("fit")
         if train_epoch is not None and "max_train_steps" not in _segment(base, train_epoch):
             add("ERROR", "no-max-steps-guard", base_rel, train_epoch.lineno, "train_epoch() never stops at "
@@ -273,7 +288,7 @@ def check_structure(texts: dict[str, str]) -> list[Finding]:
             add("WARN", "lora-without-metadata", base_rel, save_lora.lineno, "the LoRA is saved without adapter "
                 "metadata: diffusers reloads it with alpha = r")
     if qwen:
-        fns = _functions(ast.parse(qwen))
+        fns = _functions(_tree(qwen))
         loss = fns.get("_compute_loss")
         if loss is not None and "torch.autocast(" not in _segment(qwen, loss):
             add("WARN", "no-nf4-autocast", f"{SRC}/trainer/qwen_image_edit_trainer.py", loss.lineno,
