@@ -498,10 +498,12 @@ def _refused(clone: Path, message: str, path: str, fix: str) -> None:
 
 
 def test_not_a_clone_is_refused(tmp_path):
-    with pytest.raises(InputError, match="has no src/qflux package"):
-        plan_adaptation(tmp_path)
-    with pytest.raises(InputError, match="has no src/qflux package"):
-        check_clone(tmp_path)
+    for call in (plan_adaptation, check_clone, apply_adaptation):
+        with pytest.raises(InputError) as info:
+            call(tmp_path)
+        assert (info.value.message, info.value.path, info.value.fix) == (
+            f"{tmp_path} has no src/qflux package", str(tmp_path),
+            "point at a clone of tsiendragon/qwen-image-finetune (its root folder)")
 
 
 def test_a_file_the_adaptation_creates_already_upstream_is_refused(pristine):
@@ -729,6 +731,32 @@ def test_a_failed_first_apply_leaves_no_state_and_names_its_error(pristine, monk
         apply_adaptation(pristine, **QUIET)
     assert written.index("nf4.py") == len(PLAN) - 2  # second to last: created files before and after it
     assert tree(pristine) == before and not (pristine / STATE_DIR).exists()
+
+
+def test_a_state_folder_the_os_will_not_remove_keeps_the_original_error(pristine, monkeypatch):
+    """A failed first apply removes its state folder; where the OS refuses (a Windows lock, stood in for by os.rmdir
+    refusing that folder) the error the user sees is still the one that stopped the apply."""
+    import os
+
+    real_write, real_rmdir = adapt.atomic_write_bytes, os.rmdir
+
+    def failing(path, data, **kw):
+        if Path(path).name == "seed.py" and STATE_DIR not in Path(path).parts:
+            raise OSError(28, "No space left on device")
+        return real_write(path, data, **kw)
+
+    def locked(path, *args, **kw):
+        if str(path).endswith(STATE_DIR):
+            raise PermissionError(13, "The process cannot access the file because it is being used", str(path))
+        return real_rmdir(path, *args, **kw)
+
+    monkeypatch.setattr(adapt, "atomic_write_bytes", failing)
+    monkeypatch.setattr(os, "rmdir", locked)
+    with pytest.raises(OSError, match="No space left on device"):
+        apply_adaptation(pristine, **QUIET)
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    assert (pristine / STATE_DIR).is_dir()  # left behind, emptied: the next apply starts afresh
+    assert list((pristine / STATE_DIR).iterdir()) == []
 
 
 @pytest.mark.parametrize("instant", ["adapt:after-backup", "adapt:after-journal", "adapt:after-replace",
