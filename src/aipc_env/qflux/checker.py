@@ -48,7 +48,7 @@ def _tree(text: str | None) -> ast.Module | None:
         return None
     try:
         return ast.parse(text)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a null byte, before Python 3.11.4
         return None
 
 
@@ -124,7 +124,7 @@ def check_source(rel: str, text: str) -> list[Finding]:
     add = findings.add
     try:
         tree: ast.Module | None = ast.parse(text)
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError) as exc:  # ValueError: a null byte, before Python 3.11.4
         tree, syntax_error = None, exc
     demo = _main_block_lines(tree) if tree is not None else set()
     cuda_guarded = _cuda_guarded_lines(tree) if tree is not None else set()
@@ -155,7 +155,8 @@ def check_source(rel: str, text: str) -> list[Finding]:
                 "local model is not used (a download, or a failure offline)",
                 "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
     if tree is None:
-        add("ERROR", "syntax", rel, syntax_error.lineno or 0, f"does not parse: {syntax_error.msg}",
+        add("ERROR", "syntax", rel, getattr(syntax_error, "lineno", None) or 0,
+            f"does not parse: {getattr(syntax_error, 'msg', syntax_error)}",
             "restore the file")
         return findings
     for fn in ast.walk(tree):
