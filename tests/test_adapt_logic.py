@@ -71,10 +71,9 @@ def adapted_texts(adapted_tree) -> dict[str, str]:
 
 
 @pytest.fixture
-def pristine(upstream_pristine, tmp_path) -> Path:
-    dest = tmp_path / "qwen image finetune (x86) & ü"
-    shutil.copytree(upstream_pristine, dest)
-    return dest
+def pristine(upstream_clone) -> Path:
+    """A private copy of the pristine upstream clone (conftest's, in a folder with a space and non-ASCII)."""
+    return upstream_clone
 
 
 @pytest.fixture
