@@ -19,7 +19,6 @@ from aipc_env.lock.lockfile import (
     Pylock,
     PylockPackage,
     available_locks,
-    check_pair_lock,
     check_public_artifacts,
     check_pylock,
     conda_lock_platforms,
@@ -28,6 +27,7 @@ from aipc_env.lock.lockfile import (
     read_meta,
     read_pylock,
 )
+from aipc_env.lock.check import check_pair_lock
 from aipc_env.lock.wheels import load_wheel_manifest
 from tests.conftest import ROOT
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import ExitCode
-from aipc_env.lock.lockfile import check_pair_lock, provenance_of, pylock_path, read_meta, read_pylock
+from aipc_env.lock.check import check_pair_lock
+from aipc_env.lock.lockfile import provenance_of, pylock_path, read_meta, read_pylock
 from aipc_env.lock.wheels import WheelEntry, WheelManifest, load_wheel_manifest
 from tests.conftest import ROOT, find_tool, require_tool, run_cli
 

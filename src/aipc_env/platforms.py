@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-__all__ = ["PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu", "marker_environment"]
+__all__ = ["PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu", "marker_environment",
+           "wheel_platform_fits"]
 
 Platform = Literal["win-64", "linux-64"]
 PLATFORMS: tuple[Platform, ...] = ("win-64", "linux-64")
@@ -16,10 +17,21 @@ _MARKER_ENVS: dict[str, dict[str, str]] = {
     "linux-64": {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux",
                  "os_name": "posix"},
 }
+_CPYTHON = {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
+
+
+def wheel_platform_fits(tag: str, platform: Platform) -> bool:
+    """Whether a wheel's platform tag installs on a target: `any`; win_amd64 on win-64; on linux-64 (glibc x86_64)
+    linux_x86_64 and every manylinux x86_64 tag (torch <= 2.12 is tagged linux_x86_64, later manylinux)."""
+    if tag == "any":
+        return True
+    if platform == "win-64":
+        return tag == "win_amd64"
+    return tag == "linux_x86_64" or (tag.startswith("manylinux") and tag.endswith("_x86_64"))
 
 
 def marker_environment(platform: Platform, python_version: str = "3.12") -> dict[str, str]:
-    env = dict(_MARKER_ENVS[platform])
+    env = {**_MARKER_ENVS[platform], **_CPYTHON}
     env["python_version"] = ".".join(python_version.split(".")[:2])
     env["python_full_version"] = python_version if python_version.count(".") == 2 else python_version + ".0"
     return env

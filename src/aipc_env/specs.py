@@ -1,6 +1,7 @@
-"""The one home of the rules for version strings a user or a file can give: PEP 440 versions, PEP 508 markers and
-a Python's X.Y. Each check returns the value or raises ValueError with a sentence (pydantic validators and argparse
-types turn that into exit 2 naming the file and key, or the option)."""
+"""The one home of the rules for version strings a user or a file can give: PEP 440 versions, PEP 508 markers,
+a Python's X.Y, and file names taken from files (a plain name that cannot leave its folder). Each check returns the
+value or raises ValueError with a sentence (pydantic validators and argparse types turn that into exit 2 naming the
+file and key, or the option)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
-__all__ = ["PythonMinor", "check_marker", "check_python_minor", "check_version"]
+__all__ = ["PythonMinor", "check_file_name", "check_marker", "check_python_minor", "check_version"]
 
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
 
@@ -42,3 +43,17 @@ def check_python_minor(value: str) -> str:
 
 
 PythonMinor = Annotated[str, AfterValidator(check_python_minor)]
+
+
+MAX_FILE_NAME = 255
+
+
+def check_file_name(value: str, what: str = "file name") -> str:
+    """A plain file name from a file (a lock, a manifest): no folder separator, not `.` or `..`, no control
+    character, at most 255 characters; joined to a folder it stays in that folder."""
+    if not isinstance(value, str) or not value or len(value) > MAX_FILE_NAME:
+        raise ValueError(f"{what} {str(value)[:80]!r} is empty or longer than {MAX_FILE_NAME} characters")
+    if value in (".", "..") or any(c in value for c in "/\\:") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control "
+                         "character)")
+    return value

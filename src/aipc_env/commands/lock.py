@@ -54,13 +54,15 @@ def _lock_dirs(args: argparse.Namespace, root):
 
 
 def _check(args: argparse.Namespace, matrix, root) -> int:
-    from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, check_pair_lock, lock_notes, meta_path, read_meta
+    from aipc_env.lock.check import check_pair_lock, default_readers
+    from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, lock_notes, meta_path, read_meta
 
     dirs = _lock_dirs(args, root)
     statuses = []
+    readers = default_readers()  # only for locks that predate recorded metadata
     for d in dirs:
         notes = lock_notes(read_meta(d)) if meta_path(d).is_file() else []
-        statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix), notes=notes))
+        statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix, readers=readers), notes=notes))
     report = LockCheckReport(lock_root=str(root), pairs=statuses)
     if args.json:
         print_json(report)
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             out = lock_pair(pair, root, indexes=indexes, conda_layer=not args.pip_only, log=log, python=args.python,
                             common=common_requirements(args.pip_layer) if args.pip_layer else None,
-                            source=args.source, say=say)
+                            source=args.source, say=say, pythons=matrix.env_pythons(pair))
         except AipcError as exc:
             if args.pair:
                 raise

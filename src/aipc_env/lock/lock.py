@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.errors import AipcError
+from packaging.specifiers import SpecifierSet
+
+from aipc_env.errors import AipcError, ExitCode
 from aipc_env.fileio import atomic_write_text, respect_umask
 from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.lock import specs
@@ -32,6 +34,7 @@ from aipc_env.lock.offline import (
     uv_universal_argv,
     uv_universal_project,
 )
+from aipc_env.lock.requires import IndexReader, lock_closure, record_metadata
 from aipc_env.lock.tools import conda_lock_argv, find_uv, uv_compile_argv
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
@@ -97,12 +100,19 @@ def reachable(url: str, timeout: float = 8.0) -> bool:
 def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | None = None,
               platforms: tuple[Platform, ...] = PLATFORMS, conda_layer: bool = True, log: Path,
               common: list[str] | None = None, source: LockSource = "auto", say=print,
-              manifest: WheelManifest | None = None) -> Path:
-    """Resolve the pair into lockfiles/<pair>/. Everything is made in a temporary folder, checked against the
-    matrix row, and only then moved into place: a failed lock leaves the old one untouched. `source`: `index`
-    resolves torch/Triton from the PyTorch XPU index, `manifest` takes them from environments/xpu-wheels.yaml,
-    `auto` asks the index and falls back to the manifest when it cannot be reached."""
+              manifest: WheelManifest | None = None, pythons: SpecifierSet | None = None,
+              readers: dict[str, IndexReader] | None = None) -> Path:
+    """Resolve the pair into lockfiles/<pair>/. Everything is made in a temporary folder, each package's core
+    metadata recorded from its index, checked against the matrix row and closed over every Python and platform,
+    and only then moved into place: a failed lock leaves the old one untouched. `source`: `index` resolves
+    torch/Triton from the PyTorch XPU index, `manifest` takes them from environments/xpu-wheels.yaml, `auto` asks
+    the index and falls back to the manifest when it cannot be reached. `pythons`: what an env may have (default:
+    the pair's range)."""
     uv = find_uv()
+    manifest = manifest or load_wheel_manifest()
+    readers = readers or {}
+    for url in (indexes.pypi_url, indexes.xpu_index_url):
+        readers.setdefault(url, IndexReader.default(url))
     if source == "auto":
         source = "index" if reachable(indexes.xpu_index_url.rstrip("/") + "/torch/") else "manifest"
         if source == "manifest":
@@ -116,27 +126,33 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
         (work / "in").mkdir()
         if source == "manifest":
             meta_extra = _lock_from_manifest(uv, pair, work, indexes=indexes, python=python, platforms=platforms,
-                                             common=common, log=log, manifest=manifest or load_wheel_manifest())
+                                             common=common, log=log, manifest=manifest, pythons=pythons,
+                                             readers=readers)
             python = meta_extra.pop("python")
         else:
             python = python or specs.pair_python(pair)
             reqs = specs.pip_layer(pair, common)
             for platform in platforms:
                 out = compile_pylock(uv, pair, reqs, platform, python, indexes, work / "in", log)
-                _mark_index_provenance(out, pair, indexes)
+                _mark_index_provenance(out, pair, indexes, readers)
                 shutil.move(str(out), pylock_path(work, platform))
             meta_extra = {"torch": pair.newest_torch, "pythons": [python], "provenance": {"index": 0}}
         problems: list[str] = []
         counts: dict[str, int] = {}
         for platform in platforms:
-            lock = read_pylock(pylock_path(work, platform))
-            problems += check_pylock(lock, pylock_path(work, platform), pair, platform)
+            path = pylock_path(work, platform)
+            lock = read_pylock(path)
+            problems += check_pylock(lock, path, pair, platform)
+            problems += lock_closure(lock, path, platform, meta_extra["pythons"], manifest)
             for pkg in lock.packages:
                 kind = provenance_of(pkg)["provenance"]
                 counts[kind] = counts.get(kind, 0) + 1
         if problems:
-            raise AipcError("the resolved lock does not match the matrix row:\n  " + "\n  ".join(problems),
-                            fix="check the indexes and environments/matrix.yaml; nothing was written")
+            shown = [p.replace(str(work), str(lock_dir)) for p in problems[:20]]
+            raise AipcError(f"the resolved lock of {pair.id} does not hold ({len(problems)} problem(s)):\n  "
+                            + "\n  ".join(shown), exit_code=ExitCode.PROBLEMS,
+                            fix="check the indexes, environments/matrix.yaml and the metadata in "
+                                "environments/xpu-wheels.yaml; nothing was written")
         meta_extra["provenance"] = counts
         tools = {"uv": tool_version([uv, "--version"])}
         conda_status: dict[str, str] = {"status": "skipped", "reason": "--pip-only"}
@@ -155,8 +171,9 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
     return lock_dir
 
 
-def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes) -> None:
-    """Record in each package of a live lock that uv hashed it against the index it resolved from."""
+def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: dict[str, IndexReader]) -> None:
+    """Record in each package of a live lock that uv hashed it against the index it resolved from, and its core
+    metadata as that index serves it."""
     import tomllib
 
     import tomli_w
@@ -166,7 +183,17 @@ def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes) -> None:
     for pkg in data.get("packages", []):
         xpu = canonicalize_name(pkg["name"]) in specs.EXPLICIT_XPU_NAMES
         pkg["tool"] = {"aipc-env": {"provenance": "index", "index": indexes.xpu_index_url if xpu else indexes.pypi_url}}
+    _record(data, readers, pair)
     atomic_write_text(path, LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
+
+
+def _record(data: dict, readers: dict[str, IndexReader], pair: Pair) -> None:
+    problems = record_metadata(data, readers)
+    if problems:
+        raise AipcError(f"the core metadata of {len(problems)} locked package(s) of {pair.id} could not be read:\n  "
+                        + "\n  ".join(problems[:10]), exit_code=ExitCode.PROBLEMS,
+                        fix="check that the index serves PEP 658 metadata or wheels (a mirror may lag); nothing was "
+                            "written")
 
 
 def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log: Path, tools: dict[str, str],
@@ -189,14 +216,15 @@ def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log:
 
 def _lock_from_manifest(uv: str, pair: Pair, work: Path, *, indexes: Indexes, python: str | None,
                         platforms: tuple[Platform, ...], common: list[str] | None, log: Path,
-                        manifest: WheelManifest) -> dict:
+                        manifest: WheelManifest, pythons: SpecifierSet | None,
+                        readers: dict[str, IndexReader]) -> dict:
     """The pylocks of `pair` with torch/torchvision/Triton from the manifest (see lock/offline.py)."""
     import tomli_w
 
-    plan = plan_offline(pair, manifest, platforms, python)
+    plan = plan_offline(pair, manifest, platforms, python, pythons)
     project = work / "in" / "universal" / "pyproject.toml"
     project.parent.mkdir(parents=True)
-    stubs = stub_wheels(work / "in" / "stubs", pair, plan.torch)
+    stubs = stub_wheels(work / "in" / "stubs", pair, plan.torch, manifest, platforms)
     project.write_text(uv_universal_project(pypi_requirements(pair, plan.torch, common), pypi_url=indexes.pypi_url,
                                             pythons=plan.pythons, stubs=stubs), encoding="utf-8")
     universal = work / "in" / "pylock.universal.toml"
@@ -205,6 +233,7 @@ def _lock_from_manifest(uv: str, pair: Pair, work: Path, *, indexes: Indexes, py
     resolved = read_universal(universal)
     for platform in platforms:
         data = merge_pylock(resolved, platform, plan.pythons, plan.artifacts[platform], pair, indexes.pypi_url)
+        _record(data, readers, pair)
         atomic_write_text(pylock_path(work, platform), LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
     return {"python": plan.default_python, "torch": plan.torch, "pythons": plan.pythons,
             "uncovered_pythons": plan.uncovered}

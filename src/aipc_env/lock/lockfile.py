@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from aipc_env.errors import InputError, validation_message
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned
-from aipc_env.matrix import Matrix, Pair
+from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
 from aipc_env.platforms import PLATFORMS, Platform
 from aipc_env.specs import PythonMinor, check_marker, check_version
@@ -28,7 +28,6 @@ __all__ = [
     "PylockArtifact",
     "PylockPackage",
     "available_locks",
-    "check_pair_lock",
     "conda_lock_path",
     "meta_path",
     "pylock_path",
@@ -253,46 +252,6 @@ def lock_notes(meta: LockMeta) -> list[str]:
         notes.append(f"{meta.provenance['public-lockfile']} package(s) hashed from public lockfiles, not against the "
                      "live index: `aipc-env lock verify --pair " + meta.pair + "` re-checks them on a connected machine")
     return notes
-
-
-def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest=None) -> list[str]:
-    """Every problem of lockfiles/<pair>/: both platforms, hashes, torch and runtime pins, one Triton, the public
-    artifacts against the manifest, the conda layer (unless lock-meta.json says why there is none), completeness."""
-    pair = matrix.get(lock_dir.name)
-    problems: list[str] = []
-    meta = None
-    if not meta_path(lock_dir).is_file():
-        problems.append(f"{meta_path(lock_dir)}: missing")
-    else:
-        from aipc_env.lock.specs import row_hash
-
-        meta = read_meta(lock_dir)
-        if meta.matrix_row_hash != row_hash(pair):
-            problems.append(f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id} "
-                            f"(environments/matrix.yaml, pairs: {pair.id}); re-lock: nox -s lock -- --pair {pair.id}")
-    if manifest is None:
-        from aipc_env.lock.wheels import load_wheel_manifest
-
-        manifest = load_wheel_manifest()
-    for platform in PLATFORMS:
-        path = pylock_path(lock_dir, platform)
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-            continue
-        lock = read_pylock(path)
-        problems += check_pylock(lock, path, pair, platform)
-        problems += check_public_artifacts(lock, path, manifest)
-    conda = conda_lock_path(lock_dir)
-    if meta is not None and meta.conda_layer.get("status") == "unavailable":  # said, and noted by lock_notes
-        if conda.is_file():
-            problems.append(f"{conda}: present, but lock-meta.json says the conda channels were unreachable")
-    elif not conda.is_file():
-        problems.append(f"{conda}: missing (conda layer)")
-    else:
-        missing = [p for p in PLATFORMS if p not in conda_lock_platforms(conda)]
-        if missing:
-            problems.append(f"{conda}: no conda layer for {', '.join(missing)}")
-    return problems
 
 
 class PairLockStatus(StrictModel):

@@ -2,7 +2,8 @@
 
 Everything from PyPI is resolved for real by uv (one universal resolution per platform, forked by Python version
 where needed); torch, torchvision and Triton come from environments/xpu-wheels.yaml (hashes read from public
-lockfiles); torch's own dependencies come from the matrix row (its runtime pins and torch_requires). Every package
+lockfiles), and so do their own dependencies (each release's Requires-Dist as published, recorded there with its
+source): the stand-in wheels uv resolves around carry exactly those lists, never an empty one. Every package
 in the written pylock says where its hash came from in `[packages.tool.aipc-env]`: `index` (hashed by uv against
 the live index it resolved from) or `public-lockfile` (with the repositories it was read from). The torch release
 is the one of the pair with wheels for the most Python versions on both platforms (newest on a tie); the lock
@@ -18,20 +19,21 @@ from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
-from aipc_env.lock.wheels import PLATFORM_TAGS, PairArtifacts, WheelManifest, pair_artifacts
+from aipc_env.lock.wheels import PairArtifacts, WheelManifest, pair_artifacts
 from aipc_env.matrix import Pair
-from aipc_env.platforms import PLATFORMS, Platform, marker_environment
+from aipc_env.platforms import PLATFORMS, Platform, marker_environment, wheel_platform_fits
 
-__all__ = ["PROVENANCE_TOOL", "OfflinePlan", "merge_pylock", "plan_offline", "pypi_requirements", "stub_wheels",
-           "torch_requires_dist"]
+__all__ = ["PROVENANCE_TOOL", "OfflinePlan", "merge_pylock", "plan_offline", "pypi_requirements", "stub_wheels"]
 
 PROVENANCE_TOOL = "aipc-env"
 CANDIDATE_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+PLATFORM_SYSTEM: dict[Platform, str] = {"win-64": "Windows", "linux-64": "Linux"}
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,11 @@ class OfflinePlan:
 
 
 def plan_offline(pair: Pair, manifest: WheelManifest, platforms: tuple[Platform, ...] = PLATFORMS,
-                 python: str | None = None) -> OfflinePlan:
-    """Which torch release and Python versions a manifest-based lock of the pair covers (pure). Refuses a pair
-    whose public hashes do not cover one Python on every platform, listing what is missing."""
-    allowed = [p for p in CANDIDATE_PYTHONS if f"{p}.0" in pair.python_specifier]
+                 python: str | None = None, pythons: SpecifierSet | None = None) -> OfflinePlan:
+    """Which torch release and Python versions a manifest-based lock of the pair covers (pure; `pythons`: what the
+    env may have, default the pair's range). Refuses a pair whose public hashes do not cover one Python on every
+    platform, listing what is missing."""
+    allowed = [p for p in CANDIDATE_PYTHONS if f"{p}.0" in (pythons or pair.python_specifier)]
     best: OfflinePlan | None = None
     for torch in sorted(pair.torch, key=Version):
         arts = {pl: pair_artifacts(pair, pl, torch, manifest, allowed) for pl in platforms}
@@ -71,29 +74,29 @@ def plan_offline(pair: Pair, manifest: WheelManifest, platforms: tuple[Platform,
     return best
 
 
-def torch_requires_dist(pair: Pair, torch: str) -> list[str]:
-    """torch's own dependencies as the matrix row states them: the runtime pins (exact, with their markers), its
-    Triton and torch_requires."""
-    reqs = [f"{pin.name}=={pin.version}" + (f"; {pin.marker}" if pin.marker else "") for pin in pair.runtime_pins]
-    reqs.append(f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker
-                                                                     else ""))
-    return reqs + (pair.torch_requires or ["filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec"])
-
-
-def stub_wheels(folder: Path, pair: Pair, torch: str) -> dict[str, Path]:
-    """Metadata-only wheels of torch+xpu, torchvision+xpu and the pair's Triton, whose Requires-Dist is what the
-    matrix row says: uv resolves everything else against PyPI around them; they never reach a lock (the real
-    artifacts come from the manifest)."""
+def stub_wheels(folder: Path, pair: Pair, torch: str, manifest: WheelManifest,
+                platforms: tuple[Platform, ...] = PLATFORMS) -> dict[str, Path]:
+    """Metadata-only wheels of torch+xpu, its torchvision and the pair's Triton, whose Requires-Dist is what the
+    manifest records for each release: uv resolves everything else against PyPI around them; they never reach a
+    lock (the real artifacts come from the manifest). A release the manifest records no metadata for is refused:
+    an empty list would lock an env that cannot import it."""
     import zipfile
 
     folder.mkdir(parents=True, exist_ok=True)
-    wanted = {"torch": (f"{torch}+xpu", torch_requires_dist(pair, torch)),
-              pair.triton.name: (pair.triton_for(torch), [])}
-    if pair.torchvision_for(torch):
-        wanted["torchvision"] = (f"{pair.torchvision_for(torch)}+xpu", ["numpy", f"torch=={torch}+xpu",
-                                                                         "pillow!=8.3.*,>=5.3.0"])
+    wanted = {"torch": f"{torch}+xpu", pair.triton.name: pair.triton_for(torch)}
+    if pair.torchvision_version(torch):
+        wanted["torchvision"] = pair.torchvision_version(torch)
     stubs = {}
-    for name, (version, requires) in wanted.items():
+    for name, version in wanted.items():
+        records = {pl: manifest.metadata_for(name, version, pl) for pl in platforms
+                   if name != pair.triton.name or pair.triton.applies_to(pl)}
+        missing = sorted(pl for pl, r in records.items() if r is None)
+        if missing:
+            raise AipcError(f"{name} {version}: environments/xpu-wheels.yaml records no core metadata (Requires-Dist) "
+                            f"for {', '.join(missing)}", exit_code=ExitCode.PROBLEMS,
+                            fix="add it under `metadata:` with its source (a public lockfile's dependency record, the "
+                                "project's setup.py at the release tag), or lock on a machine that reaches the index")
+        requires = _merged_requires({pl: r.requires_dist for pl, r in records.items() if r is not None})
         dist = name.replace("-", "_")
         info = f"{dist}-{version}.dist-info"
         meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
@@ -108,13 +111,30 @@ def stub_wheels(folder: Path, pair: Pair, torch: str) -> dict[str, Path]:
     return stubs
 
 
+def _merged_requires(by_platform: dict[Platform, list[str]]) -> list[str]:
+    """One Requires-Dist for a universal resolution from per-platform records: a line every platform's record has
+    stays as it is; a line only some have gets their platforms' marker."""
+    lines: list[str] = []
+    for platform, requires in by_platform.items():
+        for line in requires:
+            if all(line in other for other in by_platform.values()):
+                if line not in lines:
+                    lines.append(line)
+                continue
+            req = Requirement(line)
+            system = PLATFORM_SYSTEM[platform]
+            marker = f"platform_system == '{system}'" + (f" and ({req.marker})" if req.marker else "")
+            lines.append(f"{str(req).split(';', 1)[0].strip()}; {marker}")
+    return lines
+
+
 def pypi_requirements(pair: Pair, torch: str, common: list[str] | None = None) -> list[str]:
     """The env's requirements for the universal resolution: torch (and torchvision) of the chosen release, which
     resolve to the stub wheels, then the pip layer."""
     reqs = [f"torch=={torch}+xpu",  # uv applies path sources to direct requirements only: Triton is one too
             f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker else "")]
-    if pair.torchvision_for(torch):
-        reqs.append(f"torchvision=={pair.torchvision_for(torch)}+xpu")
+    if pair.torchvision_version(torch):
+        reqs.append(f"torchvision=={pair.torchvision_version(torch)}")
     return reqs + [r for r in specs.pip_layer(pair, common) if Requirement(r).name not in specs.EXPLICIT_XPU_NAMES]
 
 
@@ -149,9 +169,7 @@ def _wheel_fits(filename: str, platform: Platform) -> bool:
         _, _, _, tags = parse_wheel_filename(filename.replace("%2B", "+"))
     except ValueError:
         return False
-    return any(t.platform == "any" or t.platform in PLATFORM_TAGS[platform] or
-               (platform == "linux-64" and t.platform.startswith(("manylinux", "linux")) and
-                t.platform.endswith("x86_64")) for t in tags)
+    return any(wheel_platform_fits(t.platform, platform) for t in tags)
 
 
 def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifacts: PairArtifacts,

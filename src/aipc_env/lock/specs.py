@@ -58,11 +58,9 @@ def common_requirements(path: Path | None = None) -> list[str]:
     return reqs
 
 
-def pip_layer(pair: Pair, common: list[str] | None = None, *, torchvision: str | None = None) -> list[str]:
+def pip_layer(pair: Pair, common: list[str] | None = None) -> list[str]:
     """torch==<newest>+xpu, the pair's Triton (with its marker), bitsandbytes>=<pair min>, then the common layer."""
     reqs = [f"torch=={pair.newest_torch}+xpu"]
-    if torchvision:
-        reqs.append(f"torchvision=={torchvision}+xpu")
     triton = f"{pair.triton.name}=={pair.triton.version}"
     reqs.append(triton + (f"; {pair.triton.marker}" if pair.triton.marker else ""))
     reqs.append(f"bitsandbytes>={pair.bitsandbytes_min}")

@@ -1,8 +1,9 @@
 """`aipc-env lock verify`: on a connected machine, fetch every locked artifact whose hash was not made against the
-live index (provenance `public-lockfile`), hash it and compare. A changed hash means the index re-uploaded the
-file: an error naming the file and both hashes. torch's own Requires-Dist, read from the fetched wheel, is compared
-with the matrix row. Where the index cannot be reached, every such artifact is listed as unverified: it never
-passes silently."""
+live index (provenance `public-lockfile`: torch, torchvision and Triton), hash it and compare. A changed hash means
+the index re-uploaded the file: an error naming the file and both hashes. Each fetched wheel's METADATA (Name,
+Version, Requires-Dist, Requires-Python) is compared with what environments/xpu-wheels.yaml records for its
+release, naming the field that differs; torch's Intel runtime pins are also compared with the matrix row. Where the
+index cannot be reached, every such artifact is listed as unverified: it never passes silently."""
 
 from __future__ import annotations
 
@@ -15,14 +16,26 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.lock.coremeta import (
+    MAX_METADATA_BYTES,
+    CoreMetadata,
+    MetadataError,
+    normal_requirement,
+    parse_core_metadata,
+)
 from aipc_env.lock.lockfile import provenance_of, pylock_path, read_pylock
+from aipc_env.lock.requires import wheel_name
+from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
 from aipc_env.platforms import PLATFORMS, Platform, marker_environment
+from aipc_env.specs import check_file_name
 
-__all__ = ["ArtifactCheck", "LockVerifyReport", "requires_dist_problems", "verify_lock"]
+__all__ = ["ArtifactCheck", "LockVerifyReport", "metadata_problems", "requires_dist_problems", "verify_lock"]
 
 CHUNK = 1 << 20
 
@@ -44,7 +57,8 @@ class LockVerifyReport(VersionedModel):
     pair: str
     checked: list[ArtifactCheck]
     requires_dist: list[str] = []
-    """Where torch's Requires-Dist (read from a fetched wheel) disagrees with the matrix row."""
+    """Where a fetched wheel's METADATA differs from environments/xpu-wheels.yaml (naming the field), or torch's
+    runtime pins from the matrix row."""
 
     @property
     def clean(self) -> bool:
@@ -61,23 +75,53 @@ def _fetch(url: str, target: Path, timeout: float) -> str:
     return digest.hexdigest()
 
 
-def _requires_dist(wheel: Path) -> list[str] | None:
-    """The Requires-Dist lines of a wheel's METADATA; None when the file is not a wheel."""
+def wheel_metadata(wheel: Path) -> CoreMetadata | str:
+    """The core metadata of a wheel file, or why it cannot be read."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
-            if meta is None:
-                return None
-            text = zf.read(meta).decode("utf-8", "replace")
-    except (zipfile.BadZipFile, OSError):
-        return None
-    headers = text.split("\n\n", 1)[0]
-    return [line.split(":", 1)[1].strip() for line in headers.splitlines() if line.startswith("Requires-Dist:")]
+            members = [i for i in zf.infolist() if i.filename.count("/") == 1
+                       and i.filename.endswith(".dist-info/METADATA")]
+            if len(members) != 1:
+                return f"not a wheel ({len(members)} .dist-info/METADATA members)"
+            if members[0].file_size > MAX_METADATA_BYTES:
+                return "METADATA is larger than a metadata file can be"
+            return parse_core_metadata(zf.read(members[0]))
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"not a wheel ({exc})"
+    except MetadataError as exc:
+        return str(exc)
 
 
-def requires_dist_problems(requires: list[str], pair: Pair, platform: Platform, python: str) -> list[str]:
+def metadata_problems(found: CoreMetadata, recorded: CoreMetadata) -> list[str]:
+    """Each field where a wheel's metadata differs from the manifest's record (pure)."""
+    problems = []
+    if canonicalize_name(found.name) != canonicalize_name(recorded.name):
+        problems.append(f"Name: the wheel says {found.name}, environments/xpu-wheels.yaml {recorded.name}")
+    if Version(found.version) != Version(recorded.version):
+        problems.append(f"Version: the wheel says {found.version}, environments/xpu-wheels.yaml {recorded.version}")
+    have = {normal_requirement(r): r for r in found.requires_dist}
+    want = {normal_requirement(r): r for r in recorded.requires_dist}
+    extra = [have[k] for k in sorted(set(have) - set(want))]
+    lacking = [want[k] for k in sorted(set(want) - set(have))]
+    if extra:
+        problems.append(f"Requires-Dist: the wheel also requires {', '.join(extra[:5])}"
+                        + (f" (+{len(extra) - 5} more)" if len(extra) > 5 else "")
+                        + ", which environments/xpu-wheels.yaml does not record")
+    if lacking:
+        problems.append(f"Requires-Dist: environments/xpu-wheels.yaml records {', '.join(lacking[:5])}"
+                        + (f" (+{len(lacking) - 5} more)" if len(lacking) > 5 else "") + ", which the wheel does not "
+                        "require")
+    spec = {m: SpecifierSet(m.requires_python) if m.requires_python else None for m in (found, recorded)}
+    if spec[found] != spec[recorded]:
+        problems.append(f"Requires-Python: the wheel says {found.requires_python or 'nothing'}, "
+                        f"environments/xpu-wheels.yaml {recorded.requires_python or 'nothing'}")
+    return problems
+
+
+def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, platform: Platform,
+                           python: str) -> list[str]:
     """torch's Requires-Dist (of a wheel for `platform` and `python`) against the matrix row: every runtime pin
-    that applies there exact, every other requirement named in torch_requires or the Triton pin (pure)."""
+    that applies there exact, and no exact pin besides Triton that the row does not name (pure)."""
     problems = []
     found: dict[str, Requirement] = {}
     env = marker_environment(platform, python)
@@ -97,21 +141,29 @@ def requires_dist_problems(requires: list[str], pair: Pair, platform: Platform, 
             problems.append(f"{pin.name}=={pin.version} is in the matrix row but not in torch's Requires-Dist")
         elif not any(pin.accepts(s.version) for s in req.specifier if s.operator == "=="):
             problems.append(f"{pin.name}: torch requires {req.specifier}, the matrix row pins {pin.version}")
-    declared = {canonicalize_name(Requirement(r).name) for r in pair.torch_requires} | set(expected) | {
-        pair.triton.key}
     for key, req in sorted(found.items()):
-        if key not in declared:
-            problems.append(f"torch requires {req} which the matrix row does not list (torch_requires)")
+        if key not in expected and key != pair.triton.key and any(s.operator == "==" for s in req.specifier):
+            problems.append(f"torch pins {req} which the matrix row does not list (runtime_pins)")
     return problems
 
 
+def _python_of(name: str) -> str:
+    """The CPython minor version a wheel file is for (3.12 for a py3 wheel)."""
+    tags = parse_wheel_filename(name)[3]
+    minors = [t.interpreter[3:] for t in tags if t.interpreter.startswith("cp3") and t.interpreter[3:].isdigit()]
+    return f"3.{minors[0][1:]}" if minors else "3.12"
+
+
 def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeout: float = 60.0,
-                keep: Path | None = None) -> LockVerifyReport:
-    """Fetch and hash every public-lockfile artifact of the pair's pylocks (from `mirror`/<file> when given)."""
+                keep: Path | None = None, manifest: WheelManifest | None = None) -> LockVerifyReport:
+    """Fetch and hash every public-lockfile artifact of the pair's pylocks (from `mirror`/<file> when given) and
+    compare its METADATA with the manifest."""
+    manifest = manifest or load_wheel_manifest()
     checks: list[ArtifactCheck] = []
-    requires: list[str] = []
+    problems: list[str] = []
     seen: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
+        folder = keep or Path(tmp)
         for platform in PLATFORMS:
             path = pylock_path(lock_dir, platform)
             if not path.is_file():
@@ -120,13 +172,20 @@ def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeou
                 if provenance_of(pkg)["provenance"] == "index":
                     continue
                 for wheel in pkg.wheels:
-                    name = (wheel.model_extra or {}).get("name") or (wheel.url or "").rsplit("/", 1)[-1]
+                    name = wheel_name(wheel)
                     if name in seen:
                         continue
                     seen.add(name)
-                    url = f"{mirror.rstrip('/')}/{name}" if mirror else (wheel.url or "")
                     locked = wheel.hashes.get("sha256", "")
-                    target = (keep or Path(tmp)) / name
+                    try:
+                        check_file_name(name, what="wheel file name")
+                        parse_wheel_filename(name)
+                    except ValueError as exc:
+                        checks.append(ArtifactCheck(file=name[:200], url=(wheel.url or "")[:300], locked_sha256=locked,
+                                                    status="unverified", reason=f"not fetched: {exc}"))
+                        continue
+                    url = f"{mirror.rstrip('/')}/{name}" if mirror else (wheel.url or "")
+                    target = folder / name
                     try:
                         got = _fetch(url, target, timeout)
                     except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -138,11 +197,23 @@ def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeou
                     checks.append(ArtifactCheck(file=name, url=url, locked_sha256=locked, status=status,
                                                 fetched_sha256=got, reason="" if status == "verified" else
                                                 "the index serves another file under this name (re-uploaded)"))
-                    if status == "verified" and pkg.key == "torch":
-                        minor = next((f"3.{t[3:]}" for t in name.split("-")[2:3] if t.startswith("cp3")), "3.12")
-                        found = _requires_dist(target)
-                        requires += ([f"{name}: {p}" for p in requires_dist_problems(found, pair, platform, minor)]
-                                     if found is not None else [f"{name}: not a wheel (no METADATA to read)"])
+                    if status == "verified":
+                        problems += [f"{name}: {p}" for p in _compare(target, pkg.name, pkg.version or "", platform,
+                                                                      pair, manifest, _python_of(name))]
                     if keep is None:
                         target.unlink(missing_ok=True)
-    return LockVerifyReport(pair=pair.id, checked=checks, requires_dist=requires)
+    return LockVerifyReport(pair=pair.id, checked=checks, requires_dist=problems)
+
+
+def _compare(wheel: Path, package: str, version: str, platform: Platform, pair: Pair, manifest: WheelManifest,
+             python: str) -> list[str]:
+    found = wheel_metadata(wheel)
+    if isinstance(found, str):
+        return [found]
+    record = manifest.metadata_for(package, version, platform)
+    if record is None:
+        return [f"environments/xpu-wheels.yaml records no metadata for {package} {version} on {platform}"]
+    problems = metadata_problems(found, record.core())
+    if canonicalize_name(package) == "torch":
+        problems += requires_dist_problems(found.requires_dist, pair, platform, python)
+    return problems

@@ -10,22 +10,21 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
-from aipc_env.platforms import Platform
+from aipc_env.platforms import Platform, wheel_platform_fits
+from aipc_env.specs import check_version
 
-__all__ = ["PLATFORM_TAGS", "PairArtifacts", "WheelEntry", "WheelManifest", "load_wheel_manifest", "manifest_path",
-           "pair_artifacts"]
+__all__ = ["PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest", "manifest_path",
+           "pair_artifacts", "torch_requires_dist"]
 
-PLATFORM_TAGS: dict[Platform, tuple[str, ...]] = {
-    "win-64": ("win_amd64",),
-    "linux-64": ("linux_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64"),
-}
-"""Wheel platform tags that install on each target (torch <= 2.12 is tagged linux_x86_64, later manylinux)."""
 SHA256 = r"^[0-9a-f]{64}$"
 
 
@@ -72,7 +71,53 @@ class WheelEntry(StrictModel):
         return sorted({f"3.{m.group(1)}" for m in re.finditer(r"cp3(\d+)(?!t)\b", self.python)})
 
     def for_platform(self, platform: Platform) -> bool:
-        return any(tag in PLATFORM_TAGS[platform] for tag in self.platform.split("."))
+        return any(wheel_platform_fits(tag, platform) for tag in self.platform.split("."))
+
+
+class WheelMetadata(StrictModel):
+    """One XPU-index release's core metadata as its wheels publish it, and where that was read (or inferred from)."""
+
+    package: str
+    version: str
+    platforms: list[Platform] = ["win-64", "linux-64"]
+    requires_dist: list[str]
+    requires_python: str | None = None
+    certainty: Literal["published", "inferred"]
+    sources: list[str] = Field(min_length=1)
+    """Where it was read (certainty published), or what it was inferred from (inferred)."""
+    note: str | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return check_version(value)
+
+    @field_validator("requires_dist")
+    @classmethod
+    def _requirements(cls, value: list[str]) -> list[str]:
+        for line in value:
+            try:
+                Requirement(line)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{line!r} is not a PEP 508 requirement: {exc}") from None
+        return value
+
+    @field_validator("requires_python")
+    @classmethod
+    def _python(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier:
+                raise ValueError(f"{value!r} is not a version specifier") from None
+        return value
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.package)
+
+    def core(self) -> CoreMetadata:
+        return CoreMetadata(self.package, self.version, tuple(self.requires_dist), self.requires_python)
 
 
 class WheelManifest(VersionedModel):
@@ -83,6 +128,7 @@ class WheelManifest(VersionedModel):
     schema_version: Literal[1] = 1
     index: str
     wheels: list[WheelEntry]
+    metadata: list[WheelMetadata] = []
 
     @model_validator(mode="after")
     def _one_current_per_file(self) -> WheelManifest:
@@ -92,13 +138,33 @@ class WheelManifest(VersionedModel):
                 if w.file in seen:
                     raise ValueError(f"{w.file}: two current entries")
                 seen.add(w.file)
+        records: set[tuple[str, Version, str]] = set()
+        for m in self.metadata:
+            for platform in m.platforms:
+                key = (m.key, Version(m.version), platform)
+                if key in records:
+                    raise ValueError(f"metadata: {m.package} {m.version} is recorded twice for {platform}")
+                records.add(key)
         return self
+
+    def metadata_for(self, package: str, version: str, platform: Platform) -> WheelMetadata | None:
+        """The recorded core metadata of a release on a platform (None: not recorded)."""
+        key, wanted = canonicalize_name(package), Version(version)
+        return next((m for m in self.metadata if m.key == key and Version(m.version) == wanted
+                     and platform in m.platforms), None)
 
     def current(self) -> list[WheelEntry]:
         return [w for w in self.wheels if w.status == "current"]
 
     def by_file(self) -> dict[str, WheelEntry]:
         return {w.file: w for w in self.current()}
+
+
+def torch_requires_dist(pair: Pair, torch: str, platform: Platform = "linux-64",
+                        manifest: WheelManifest | None = None) -> list[str]:
+    """torch+xpu's own Requires-Dist as the manifest records it (empty when it records none)."""
+    record = (manifest or load_wheel_manifest()).metadata_for("torch", f"{torch}+xpu", platform)
+    return list(record.requires_dist) if record else []
 
 
 def manifest_path() -> Path:
@@ -135,9 +201,9 @@ def pair_artifacts(pair: Pair, platform: Platform, torch: str, manifest: WheelMa
     """torch (+xpu), its torchvision and its Triton (where the pair ships Triton on the platform), current entries
     only, limited to `allowed_pythons` that have a wheel of every package."""
     wanted = {"torch": f"{torch}+xpu"}
-    torchvision = pair.torchvision_for(torch)
+    torchvision = pair.torchvision_version(torch)
     if torchvision:
-        wanted["torchvision"] = f"{torchvision}+xpu"
+        wanted["torchvision"] = torchvision
     if pair.triton.applies_to(platform):
         wanted[pair.triton.key] = pair.triton_for(torch)
     found: dict[str, list[WheelEntry]] = {key: [] for key in wanted}

@@ -19,7 +19,7 @@ from aipc_env.paths import matrix_path
 from aipc_env.platforms import Platform, marker_environment
 from aipc_env.specs import check_marker, check_version
 
-__all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "load_matrix", "versions_equal"]
+__all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
 
 MATRIX_SCHEMA_VERSION = 1
 
@@ -84,13 +84,17 @@ class Pair(StrictModel):
     triton: Pin
     triton_alternatives: list[str] = []
     bitsandbytes_min: str
+    bitsandbytes_native: bool
+    """Whether bitsandbytes' native XPU (SYCL) library loads against the SYCL runtime the pair pins: its XPU build
+    needs the runtime of oneAPI >= 2025.1. Where it does not, NF4 and Adam8bit run on the Triton fallback only."""
     torchvision: dict[str, str] = {}
-    """torch version -> the torchvision built with it (each torchvision+xpu requires one exact torch)."""
+    """torch version -> its torchvision. Up to 0.29.1 each torchvision+xpu requires one exact torch; see
+    torchvision_plain for the releases after that rule."""
+    torchvision_plain: list[str] = []
+    """torchvision releases published as one py3-none wheel without a +xpu build (0.29.2: requires torch>=2.14.0)."""
     triton_by_torch: dict[str, str] = {}
     """torch version -> its Triton version, where the pair's torch releases pin different ones (default:
     triton.version)."""
-    torch_requires: list[str] = []
-    """torch's own Requires-Dist besides the runtime pins, where read from a wheel's METADATA."""
     torch_version_xpu: str | None = None
     sycl_major: int
     runtime_pins: list[Pin]
@@ -115,6 +119,11 @@ class Pair(StrictModel):
     def _per_torch(cls, value: dict[str, str]) -> dict[str, str]:
         return {check_version(k): check_version(v) for k, v in value.items()}
 
+    @field_validator("torchvision_plain")
+    @classmethod
+    def _plain(cls, value: list[str]) -> list[str]:
+        return [check_version(v) for v in value]
+
     @model_validator(mode="after")
     def _per_torch_keys(self) -> Pair:
         for field in ("torchvision", "triton_by_torch"):
@@ -122,18 +131,6 @@ class Pair(StrictModel):
             if unknown:
                 raise ValueError(f"{field}: {', '.join(unknown)} is not one of the pair's torch versions {self.torch}")
         return self
-
-    @field_validator("torch_requires")
-    @classmethod
-    def _requires(cls, value: list[str]) -> list[str]:
-        from packaging.requirements import InvalidRequirement, Requirement
-
-        for item in value:
-            try:
-                Requirement(item)
-            except InvalidRequirement as exc:
-                raise ValueError(f"{item!r} is not a requirement: {exc}") from None
-        return value
 
     @field_validator("python")
     @classmethod
@@ -158,6 +155,13 @@ class Pair(StrictModel):
 
     def torchvision_for(self, torch: str) -> str | None:
         return self.torchvision.get(torch)
+
+    def torchvision_version(self, torch: str, build: str = "xpu") -> str | None:
+        """The full version of torch's torchvision for a build (`0.24.0+xpu`; a plain release has no local part)."""
+        version = self.torchvision_for(torch)
+        if version is None:
+            return None
+        return version if version in self.torchvision_plain else f"{version}+{build}"
 
     @property
     def newest_torchvision(self) -> str | None:
@@ -186,6 +190,31 @@ class Pair(StrictModel):
         return self.triton.applies_to(platform) and not (platform == "win-64" and self.windows != "full")
 
 
+class TrainingStack(StrictModel):
+    """What the training stack beside torch (the pip layer) needs of every env: its Python floor and, per model
+    variant, the first diffusers that runs it."""
+
+    python: str
+    """The Python versions the pip layer resolves for (diffusers 0.42 and transformers 5 need >= 3.11)."""
+    diffusers: dict[str, str]
+    """Model variant (as the doctor names it) -> the first diffusers release whose pipeline runs it."""
+    source: str
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a version specifier such as '>=3.11'") from None
+        return value
+
+    @field_validator("diffusers")
+    @classmethod
+    def _versions(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k: check_version(v) for k, v in value.items()}
+
+
 class Matrix(VersionedModel):
     """environments/matrix.yaml: one row ("pair") per torch+xpu release."""
 
@@ -193,7 +222,12 @@ class Matrix(VersionedModel):
     FIX: ClassVar[str] = "see the comments at the top of environments/matrix.yaml"
     schema_version: Literal[1]
     markers: dict[str, str] = {}
+    training_stack: TrainingStack
     pairs: list[Pair]
+
+    def env_pythons(self, pair: Pair) -> SpecifierSet:
+        """The Pythons an env of the pair can have: the pair's wheels' and the training stack's."""
+        return pair.python_specifier & SpecifierSet(self.training_stack.python)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Matrix:

@@ -34,7 +34,7 @@ def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torch
     build = torch_requirement.rsplit("+", 1)[-1]
     keep.append(f"{torch_requirement}  # aipc-env: this machine's torch source")
     if torchvision and pair.newest_torchvision:
-        keep.append(f"torchvision=={pair.newest_torchvision}+{build}")
+        keep.append(f"torchvision=={pair.torchvision_version(pair.newest_torch, build)}")
     return "\n".join(keep) + "\n"
 
 

@@ -113,18 +113,23 @@ def _pinned_block(pair: Pair, xpu_index: str, ending: str) -> list[tuple[str, st
              (f"{MARK} takes PyPI's CUDA build (and its nvidia-* packages) instead", ending),
              (f"--extra-index-url {xpu_index}", ending), (torch, ending)]
     if pair.newest_torchvision:
-        lines.append((f"torchvision=={pair.newest_torchvision}+xpu", ending))
+        lines.append((f"torchvision=={pair.torchvision_version(pair.newest_torch)}", ending))
     return lines
 
 
 def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[str] | None = None,
-                      locked: dict[str, str] | None = None) -> EditResult:
-    """The edited text (see the module doc) and a report; pure."""
+                      locked: dict[str, str] | None = None, torch_requires: list[str] | None = None) -> EditResult:
+    """The edited text (see the module doc) and a report; pure given `torch_requires` (torch's Requires-Dist;
+    default: the newest torch's, as environments/xpu-wheels.yaml records it)."""
     result = EditResult(text=text, changed=False)
     lines = split_lines(text)
     ending = lines[0][1] if lines and lines[0][1] else "\n"
     minimum = Version(pair.bitsandbytes_min)
-    torch_needs = {canonicalize_name(Requirement(r).name): Requirement(r).specifier for r in pair.torch_requires}
+    if torch_requires is None:
+        from aipc_env.lock.wheels import torch_requires_dist
+
+        torch_requires = torch_requires_dist(pair, pair.newest_torch)
+    torch_needs = {canonicalize_name(Requirement(r).name): Requirement(r).specifier for r in torch_requires}
     layer = {canonicalize_name(Requirement(r).name): Requirement(r).specifier for r in (pip_layer or [])}
     already_pinned = any(content.startswith(MARK) and "XPU torch" in content for content, _ in lines)
     if already_pinned and not any(content.strip() == f"torch=={pair.newest_torch}+xpu" for content, _ in lines):
@@ -183,8 +188,9 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
         if out and not out[-1][1]:
             out[-1] = (out[-1][0], ending)
         out += _pinned_block(pair, xpu_index, ending)
-        result.edits.append(f"appended torch=={pair.newest_torch}+xpu" + (f", torchvision=={pair.newest_torchvision}+xpu"
-                            if pair.newest_torchvision else "") + f" with the XPU index line ({xpu_index})")
+        result.edits.append(f"appended torch=={pair.newest_torch}+xpu" + (
+            f", torchvision=={pair.torchvision_version(pair.newest_torch)}" if pair.newest_torchvision else "")
+            + f" with the XPU index line ({xpu_index})")
     result.text = "".join(content + eol for content, eol in out)
     result.changed = result.text != text
     return result

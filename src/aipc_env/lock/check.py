@@ -1,0 +1,128 @@
+"""`aipc-env lock check` of one lock folder: everything `lockfile.check_pylock` and `check_public_artifacts` find
+per platform, the closure of every platform and Python the lock covers (`requires.lock_closure`), the staleness
+of the matrix row it came from, and the conda layer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from aipc_env.lock.lockfile import (
+    LockMeta,
+    Pylock,
+    check_public_artifacts,
+    check_pylock,
+    conda_lock_path,
+    conda_lock_platforms,
+    meta_path,
+    provenance_of,
+    pylock_path,
+    read_meta,
+    read_pylock,
+)
+from aipc_env.lock.requires import IndexReader, lock_closure, recorded_metadata
+from aipc_env.lock.specs import row_hash
+from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
+from aipc_env.matrix import Matrix, Pair
+from aipc_env.platforms import PLATFORMS, marker_environment
+
+__all__ = ["Readers", "check_pair_lock", "default_readers", "manifest_row_problems"]
+
+Readers = Mapping[str, IndexReader]
+
+
+class _DefaultReaders(dict):
+    """An IndexReader per index URL, made when first asked for (cached metadata, the network for the rest)."""
+
+    def __missing__(self, url: str) -> IndexReader:
+        self[url] = IndexReader.default(url)
+        return self[url]
+
+
+def default_readers() -> Readers:
+    return _DefaultReaders()
+
+
+def _reader(lock: Pylock, readers: Readers | None, meta: LockMeta | None) -> IndexReader | None:
+    """The reader for the index a lock's unrecorded packages came from (None: none needed, or none given)."""
+    if readers is None:
+        return None
+    unrecorded = [p for p in lock.packages if provenance_of(p)["provenance"] == "index" and recorded_metadata(p) is None]
+    if not unrecorded:
+        return None
+    url = provenance_of(unrecorded[0]).get("index") or (meta.pypi_url if meta else None)
+    return readers[url] if url else None
+
+
+def manifest_row_problems(pair: Pair, torch: str, manifest: WheelManifest) -> list[str]:
+    """Where the manifest's record of torch's Requires-Dist disagrees with the matrix row's runtime pins and Triton,
+    on each platform (the two homes of the same fact must agree; pure)."""
+    from aipc_env.lock.verify import requires_dist_problems
+
+    problems = []
+    for platform in PLATFORMS:
+        record = manifest.metadata_for("torch", f"{torch}+xpu", platform)
+        if record is None:
+            problems.append(f"environments/xpu-wheels.yaml: no metadata of torch {torch}+xpu for {platform}")
+            continue
+        found = requires_dist_problems(record.requires_dist, pair, platform, "3.12")
+        triton = pair.triton_pin() if pair.triton.applies_to(platform) else None
+        if triton is not None:
+            lines = [Requirement(r) for r in record.requires_dist]
+            pin = next((r for r in lines if canonicalize_name(r.name) == triton.key and
+                        (r.marker is None or r.marker.evaluate(marker_environment(platform)))), None)
+            if pin is None or not any(s.operator == "==" and Version(s.version) == Version(pair.triton_for(torch))
+                                      for s in pin.specifier):
+                found.append(f"torch requires {pin or 'no ' + triton.name}, the matrix row pins {triton.name} "
+                             f"{pair.triton_for(torch)}")
+        problems += [f"environments/xpu-wheels.yaml: torch {torch}+xpu on {platform}: {p}" for p in found]
+    return problems
+
+
+def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | None = None,
+                    readers: Readers | None = None) -> list[str]:
+    """Every problem of lockfiles/<pair>/: both platforms, hashes, torch and runtime pins, one Triton, the public
+    artifacts against the manifest, the closure of every platform and Python it covers, the conda layer (unless
+    lock-meta.json says why there is none), completeness. `readers` (index URL -> IndexReader) read the metadata
+    a lock does not record (older locks); without them such a lock's closure is a problem, unchecked."""
+    pair = matrix.get(lock_dir.name)
+    problems: list[str] = []
+    meta = None
+    if not meta_path(lock_dir).is_file():
+        problems.append(f"{meta_path(lock_dir)}: missing")
+    else:
+        meta = read_meta(lock_dir)
+        if meta.matrix_row_hash != row_hash(pair):
+            problems.append(f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id} "
+                            f"(environments/matrix.yaml, pairs: {pair.id}); re-lock: nox -s lock -- --pair {pair.id}")
+    manifest = manifest or load_wheel_manifest()
+    if meta is not None and meta.torch:
+        problems += manifest_row_problems(pair, meta.torch, manifest)
+    pythons = (meta.pythons or [meta.python]) if meta is not None else []
+    for platform in PLATFORMS:
+        path = pylock_path(lock_dir, platform)
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+            continue
+        lock = read_pylock(path)
+        problems += check_pylock(lock, path, pair, platform)
+        problems += check_public_artifacts(lock, path, manifest)
+        reader = _reader(lock, readers, meta)
+        problems += lock_closure(lock, path, platform, pythons, manifest, reader)
+    conda = conda_lock_path(lock_dir)
+    if meta is not None and meta.conda_layer.get("status") == "unavailable":  # said, and noted by lock_notes
+        if conda.is_file():
+            problems.append(f"{conda}: present, but lock-meta.json says the conda channels were unreachable")
+    elif not conda.is_file():
+        problems.append(f"{conda}: missing (conda layer)")
+    else:
+        missing = [p for p in PLATFORMS if p not in conda_lock_platforms(conda)]
+        if missing:
+            problems.append(f"{conda}: no conda layer for {', '.join(missing)}")
+    return problems
+
+
