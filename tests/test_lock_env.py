@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import AipcError
-from aipc_env.lock.lock import Indexes, lock_pair
 from aipc_env.lock.check import check_pair_lock
+from aipc_env.lock.lock import Indexes, lock_pair
 from aipc_env.lock.lockfile import pylock_path, read_pylock
 from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
 from aipc_env.trainenv.build import EnvRequest, build_env, check_env

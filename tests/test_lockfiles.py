@@ -22,6 +22,7 @@ from aipc_env.lock.check import check_pair_lock
 from aipc_env.lock.lockfile import provenance_of, pylock_path, read_meta, read_pylock
 from aipc_env.lock.wheels import WheelEntry, WheelManifest, load_wheel_manifest
 from tests.conftest import ROOT, find_tool, require_tool, run_cli
+from tests.support.wheels import make_wheel
 
 SHIPPED = ("xpu-2.7", "xpu-2.9", "xpu-2.10", "xpu-2.12")
 LOCKS = ROOT / "lockfiles"
@@ -71,7 +72,11 @@ def test_public_artifacts_are_the_manifests_current_entries(pair, matrix):
             sources = provenance_of(pkg)["sources"]
             assert all(sources[w.model_extra["name"]]["repositories"] for w in pkg.wheels)
         others = [p for p in lock.packages if provenance_of(p)["provenance"] != "public-lockfile"]
-        assert all(provenance_of(p) == {"provenance": "index", "index": meta.pypi_url} for p in others)
+        for p in others:  # resolved by uv against PyPI, with the core metadata PyPI serves for them recorded
+            tool = provenance_of(p)
+            assert (tool["provenance"], tool["index"]) == ("index", meta.pypi_url)
+            assert isinstance(tool["requires-dist"], list) and set(tool) <= {"provenance", "index", "requires-dist",
+                                                                              "requires-python"}
 
 
 def test_superseded_hashes_exist_in_the_manifest_and_in_no_lock():
@@ -177,8 +182,8 @@ def test_a_superseded_or_unknown_wheel_is_refused(tmp_path, matrix):
 def test_lock_verify_here_lists_every_unverified_artifact():
     result = run_cli("lock", "verify", "--pair", "xpu-2.12", timeout=300)
     assert result.returncode == ExitCode.PROBLEMS
-    assert "0 verified, 0 changed, 24 unverified" in result.stdout  # torch, torchvision, Triton x 4 Pythons x 2
-    assert result.stdout.count("unverified torch-2.12.0+xpu-cp3") == 8
+    assert "0 verified, 0 changed, 18 unverified" in result.stdout  # torch, torchvision, Triton x 3 Pythons x 2
+    assert result.stdout.count("unverified torch-2.12.0+xpu-cp3") == 6
     assert "download.pytorch.org" in result.stdout
 
 
@@ -187,37 +192,79 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def test_lock_verify_names_a_reuploaded_file_and_both_hashes(tmp_path):
-    """A mirror serves the locked files: the one whose bytes differ (a re-upload) is an error with both hashes;
-    the others verify."""
-    root = _copy_lock(tmp_path, "xpu-2.12")
+def _stand_in_mirror(tmp_path: Path, pair: str, requires=None) -> tuple[Path, Path]:
+    """A copy of the shipped lock and a folder serving, under each public-lockfile artifact's name, a real wheel
+    whose METADATA is what environments/xpu-wheels.yaml records (`requires(name, recorded)` may change it); the copy's
+    hashes are those of the stand-ins."""
+    manifest = load_wheel_manifest()
+    root = _copy_lock(tmp_path, pair)
     served = tmp_path / "mirror"
-    served.mkdir()
+    build = tmp_path / "build"
     for platform in PLATFORMS:
-        path = pylock_path(root / "xpu-2.12", platform)
+        path = pylock_path(root / pair, platform)
         text = path.read_text(encoding="utf-8")
         for pkg in read_pylock(path).packages:
             if provenance_of(pkg)["provenance"] != "public-lockfile":
                 continue
+            recorded = manifest.metadata_for(pkg.name, pkg.version, platform).requires_dist
             for wheel in pkg.wheels:
-                body = f"stand-in of {wheel.model_extra['name']}".encode()
-                (served / wheel.model_extra["name"]).write_bytes(body)
-                text = text.replace(wheel.hashes["sha256"], hashlib.sha256(body).hexdigest())
+                name = wheel.model_extra["name"]
+                tag = name.removesuffix(".whl").split("-", 2)[2]
+                lines = requires(name, recorded) if requires else recorded
+                made = make_wheel(build, pkg.name, pkg.version, requires=lines, tag=tag)
+                served.mkdir(exist_ok=True)
+                shutil.move(made, served / name)
+                text = text.replace(wheel.hashes["sha256"], hashlib.sha256((served / name).read_bytes()).hexdigest())
         path.write_text(text, encoding="utf-8")
-    changed = next(served.glob("torchvision-*cp311*win_amd64.whl"))
-    changed.write_bytes(b"re-uploaded")
+    return root, served
+
+
+def _verify_from(served: Path, root: Path, pair: str):
     handler = lambda *a, **k: _Quiet(*a, directory=str(served), **k)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        result = run_cli("lock", "verify", "--pair", "xpu-2.12", "--lock-root", str(root), "--mirror",
-                         f"http://127.0.0.1:{server.server_address[1]}", timeout=300)
+        return run_cli("lock", "verify", "--pair", pair, "--lock-root", str(root), "--mirror",
+                       f"http://127.0.0.1:{server.server_address[1]}", timeout=300)
     finally:
         server.shutdown()
+
+
+def test_lock_verify_of_wheels_as_recorded_passes(tmp_path):
+    root, served = _stand_in_mirror(tmp_path, "xpu-2.12")
+    result = _verify_from(served, root, "xpu-2.12")
+    assert result.returncode == ExitCode.OK, result.stdout
+    assert "18 verified, 0 changed, 0 unverified" in result.stdout
+
+
+def test_lock_verify_names_a_reuploaded_file_and_both_hashes(tmp_path):
+    """A mirror serves the locked files: the one whose bytes differ (a re-upload) is an error with both hashes;
+    the others verify."""
+    root, served = _stand_in_mirror(tmp_path, "xpu-2.12")
+    changed = next(served.glob("torchvision-*cp311*win_amd64.whl"))
+    changed.write_bytes(b"re-uploaded")
+    result = _verify_from(served, root, "xpu-2.12")
     assert result.returncode == ExitCode.PROBLEMS
     line = next(ln for ln in result.stdout.splitlines() if "CHANGED" in ln)
     assert changed.name in line and hashlib.sha256(b"re-uploaded").hexdigest() in line
-    assert "23 verified, 1 changed, 0 unverified" in result.stdout
+    assert "17 verified, 1 changed, 0 unverified" in result.stdout
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda recorded: [*recorded, "numpy>=2"], "Requires-Dist: the wheel also requires numpy>=2, which "
+                                                "environments/xpu-wheels.yaml does not record"),
+    (lambda recorded: [], "Requires-Dist: environments/xpu-wheels.yaml records pyelftools, which the wheel does not "
+                          "require"),
+])
+def test_lock_verify_names_the_triton_metadata_field_that_differs(tmp_path, change, field):
+    target = "triton_xpu-3.7.1-cp312-cp312-win_amd64.whl"
+    root, served = _stand_in_mirror(tmp_path, "xpu-2.12",
+                                    requires=lambda name, recorded: change(recorded) if name == target else recorded)
+    result = _verify_from(served, root, "xpu-2.12")
+    assert result.returncode == ExitCode.PROBLEMS
+    assert "18 verified, 0 changed, 0 unverified" in result.stdout
+    assert [ln.strip() for ln in result.stdout.splitlines() if "Requires-" in ln] == [
+        f"Requires-Dist: {target}: {field}"]
 
 
 def test_requires_dist_is_compared_with_the_row(matrix):
@@ -237,9 +284,10 @@ def test_requires_dist_is_compared_with_the_row(matrix):
                 "opt-einsum>=3.3; extra == 'opt-einsum'"]
     assert requires_dist_problems(requires, pair, "linux-64", "3.12") == []
     assert requires_dist_problems(requires, pair, "win-64", "3.12") == []
-    drifted = [r.replace("umf==1.0.3", "umf==1.0.4") for r in requires] + ["numpy"]
-    problems = requires_dist_problems(drifted, pair, "linux-64", "3.12")
-    assert any("umf" in p and "1.0.4" in p for p in problems) and any("numpy" in p for p in problems)
+    drifted = [r.replace("umf==1.0.3", "umf==1.0.4") for r in requires] + ["numpy==2.0", "pyyaml"]
+    assert requires_dist_problems(drifted, pair, "linux-64", "3.12") == [
+        "umf: torch requires ==1.0.4, the matrix row pins 1.0.3",
+        "torch pins numpy==2.0 which the matrix row does not list (runtime_pins)"]
     assert any("tcmlib" in p for p in requires_dist_problems([r for r in requires if "tcmlib" not in r], pair,
                                                              "linux-64", "3.12"))
 
@@ -259,7 +307,7 @@ def test_an_offline_lock_is_made_for_real_and_checks_clean(tmp_path, matrix):
     assert result.returncode == ExitCode.OK, result.stderr[-3000:]
     assert check_pair_lock(root / "xpu-2.10", matrix) == []
     meta = read_meta(root / "xpu-2.10")
-    assert meta.provenance["public-lockfile"] == 6 and meta.pythons == ["3.10", "3.11", "3.12", "3.13"]
+    assert meta.provenance["public-lockfile"] == 6 and meta.pythons == ["3.11", "3.12", "3.13"]
     assert oct((root / "xpu-2.10").stat().st_mode)[-3:] != "700"
 
 

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 import yaml
 
 from aipc_env.errors import InputError
@@ -27,9 +28,14 @@ def test_platform_markers_select_pins(matrix):
     assert "oneccl" not in {p.key for p in p210.pins_for("win-64")}
 
 
-def test_bitsandbytes_minimum_follows_the_oneapi_2026_library(matrix):
-    assert matrix.get("xpu-2.12").bitsandbytes_min == "0.48.2"
-    assert matrix.get("xpu-2.13").bitsandbytes_min == "0.50.0"
+def test_bitsandbytes_is_at_least_0_50_2_and_native_only_on_a_2025_1_runtime_or_newer(matrix):
+    """0.50.2 fixes the Triton 4-bit quantize kernels writing past absmax (PR #2043); the native XPU library is built
+    with DPC++ 2025.1 and does not load against the 2025.0 runtime of xpu-2.6 and xpu-2.7."""
+    assert {p.bitsandbytes_min for p in matrix.pairs} == {"0.50.2"}
+    sycl = {p.id: next(pin.version for pin in p.pins_for("linux-64") if pin.key == "intel-sycl-rt")
+            for p in matrix.pairs if p.runtime_pins}
+    assert {p.id for p in matrix.pairs if not p.bitsandbytes_native} == {"xpu-2.6", "xpu-2.7"}
+    assert all(Version(v) >= Version("2025.1") for pid, v in sycl.items() if matrix.get(pid).bitsandbytes_native)
 
 
 def test_toolkit_and_newest(matrix):

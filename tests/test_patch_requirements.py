@@ -37,7 +37,7 @@ def test_upstream_file(upstream_clone, pair):
     lines = path.read_text().splitlines()
     assert "# transformer_engine[pytorch]" in lines
     assert lines[lines.index("# transformer_engine[pytorch]") - 1].startswith("# aipc-env: transformer_engine")
-    assert any(ln.startswith("bitsandbytes>=0.50.0") for ln in lines) and "bitsandbytes" not in lines
+    assert any(ln.startswith("bitsandbytes>=0.50.2") for ln in lines) and "bitsandbytes" not in lines
     # setuptools==69.5.1 cannot install beside torch 2.13 (setuptools>=77.0.3): relaxed, the old pin noted
     assert any(ln.startswith("setuptools>=77.0.3") and "was setuptools==69.5.1" in ln for ln in lines)
     # the pair's torch and torchvision, from the XPU index named in the file
@@ -68,7 +68,7 @@ def test_crlf_comments_extras_markers(pair):
     result = edit_requirements(text, pair=pair, xpu_index=XPU)
     assert "\n" not in result.text.replace("\r\n", "")  # CRLF kept, also on the added lines
     out = result.text.split("\r\n")
-    assert out[1].startswith('bitsandbytes[triton]>=0.50.0; platform_system == "Windows"')
+    assert out[1].startswith('bitsandbytes[triton]>=0.50.2; platform_system == "Windows"')
     assert out[2].startswith("  # aipc-env: transformer_engine is CUDA-only")
     assert out[3] == "  # transformer-engine[pytorch]==1.9 ; sys_platform == 'linux'"
     assert out[4:6] == ["-r other.txt", "bitsandbytes==0.50.2"]
@@ -82,7 +82,7 @@ def test_mixed_line_endings_every_line_patched_and_keeps_its_ending(pair):
     by_content = dict(lines)
     assert by_content["numpy"] == "\r\n"
     assert by_content["# flash-attn==2.6"] == "\n"
-    assert any(c.startswith("bitsandbytes>=0.50.0") and e == "\r\n" for c, e in lines)
+    assert any(c.startswith("bitsandbytes>=0.50.2") and e == "\r\n" for c, e in lines)
     assert by_content["# torch==2.5.1"] == "\n"
     assert by_content["wandb"] == "\r\n"  # a last line without an ending gets one before the appended block
     assert "torch==2.13.0+xpu" in by_content
@@ -91,7 +91,7 @@ def test_mixed_line_endings_every_line_patched_and_keeps_its_ending(pair):
 def test_a_nul_byte_does_not_stop_the_lines_after_it(pair):
     text = "numpy\x00garbage\nflash-attn\nbitsandbytes\n"
     result = edit_requirements(text, pair=pair, xpu_index=XPU)
-    assert "# flash-attn" in result.text and "bitsandbytes>=0.50.0" in result.text
+    assert "# flash-attn" in result.text and "bitsandbytes>=0.50.2" in result.text
     assert any("NUL byte" in r for r in result.report)
 
 
@@ -129,16 +129,18 @@ def test_dry_run_prints_a_diff_and_changes_nothing(upstream_clone):
 
 
 def _stand_in_xpu_index(base: Path, pair) -> Path:
-    """The PyTorch XPU index cannot be reached here: a local index serves torch and torchvision with the XPU
-    local versions, declaring torch's real Requires-Dist (the matrix's torch_requires, read from the torch wheel)
-    and the pair's runtime pins; everything else resolves from the real package index."""
+    """The PyTorch XPU index cannot be reached here: a local index serves torch, torchvision and Triton with the
+    XPU local versions, each declaring its Requires-Dist as environments/xpu-wheels.yaml records it (torch: the
+    runtime pins and Triton); everything else resolves from the real package index."""
+    from aipc_env.lock.wheels import load_wheel_manifest
     from tests.support.wheels import make_wheel, write_simple_index
 
-    requires = list(pair.torch_requires) + [f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else "")
-                                            for p in pair.runtime_pins]
-    wheels = [make_wheel(base / "w", "torch", f"{pair.newest_torch}+xpu", requires=requires),
-              make_wheel(base / "w", "torchvision", f"{pair.newest_torchvision}+xpu",
-                         requires=["numpy", f"torch=={pair.newest_torch}", "pillow!=8.3.*,>=5.3.0"])]
+    manifest = load_wheel_manifest()
+    torch, vision, triton = (f"{pair.newest_torch}+xpu", pair.torchvision_version(pair.newest_torch),
+                             pair.triton_for(pair.newest_torch))
+    wheels = [make_wheel(base / "w", name, version, requires=manifest.metadata_for(name, version, "linux-64")
+                         .requires_dist)
+              for name, version in (("torch", torch), ("torchvision", vision), (pair.triton.name, triton))]
     return write_simple_index(wheels, base / "xpu-index")
 
 

@@ -39,13 +39,13 @@ def test_relaxed_pins_keep_extras_and_markers_and_the_lock_is_checked(matrix):
         "sympy[dev,test]>=1.13.3; python_version >= \"3.10\"  # aipc-env: was sympy[test,dev]==1.12 ; "
         "python_version >= '3.10'; torch 2.13.0 needs sympy>=1.13.3",
         "setuptools>=77.0.3  # aipc-env: was setuptools==69.5.1; torch 2.13.0 needs setuptools>=77.0.3",
-        "bitsandbytes[a,b]>=0.50.0  # aipc-env: XPU needs >= 0.50.0",
+        "bitsandbytes[a,b]>=0.50.2  # aipc-env: XPU needs >= 0.50.2",
         "transformers==4.52.4", "accelerate>=1.0", "numpy>=1.26", "pydantic", "wandb",
         HEADER_213, TAKES, f"--extra-index-url {XPU}", "torch==2.13.0+xpu", "torchvision==0.28.0+xpu", ""]
     assert result.edits == [
         "line 1: \"sympy[test,dev]==1.12 ; python_version >= '3.10'\" relaxed to sympy>=1.13.3 (torch 2.13.0 needs it)",
         "line 2: 'setuptools==69.5.1' relaxed to setuptools>=77.0.3 (torch 2.13.0 needs it)",
-        "line 3: 'bitsandbytes[b,a]==0.45.0' -> bitsandbytes>=0.50.0 (XPU backend)",
+        "line 3: 'bitsandbytes[b,a]==0.45.0' -> bitsandbytes>=0.50.2 (XPU backend)",
         f"appended torch==2.13.0+xpu, torchvision==0.28.0+xpu with the XPU index line ({XPU})"]
     # the lock's pre-release counts as a version the specifier admits; an unpinned line never contradicts a lock
     assert result.report == ["line 4: transformers==4.52.4 contradicts the lock (transformers 5.24.0); pip would "
@@ -54,12 +54,13 @@ def test_relaxed_pins_keep_extras_and_markers_and_the_lock_is_checked(matrix):
 
 
 def test_a_file_without_line_endings_and_a_pair_without_torchvision(matrix):
-    result = edit_requirements("numpy", pair=matrix.get("xpu-2.14"), xpu_index=XPU)
+    no_torchvision = matrix.get("xpu-2.14").model_copy(update={"torchvision": {}})
+    result = edit_requirements("numpy", pair=no_torchvision, xpu_index=XPU)
     assert result.text == ("numpy\n# aipc-env: the pair's XPU torch (xpu-2.14), from the PyTorch XPU index: a plain "
                            f"`pip install -r` keeps it and never\n{TAKES}\n--extra-index-url {XPU}\n"
                            "torch==2.14.1+xpu\n")
     assert result.edits == [f"appended torch==2.14.1+xpu with the XPU index line ({XPU})"]
-    empty = edit_requirements("", pair=matrix.get("xpu-2.14"), xpu_index=XPU)
+    empty = edit_requirements("", pair=no_torchvision, xpu_index=XPU)
     assert empty.text == result.text.removeprefix("numpy\n") and empty.changed
 
 
