@@ -129,7 +129,16 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
     ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True), Status.FAIL,
      "did not import", "nox -s env"),
     ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, bnb_version="0.50.2",
-                              bnb_backend="triton-or-pytorch"), Status.WARN, "triton-or-pytorch", ">= 0.48.2"),
+                              bnb_backend="triton-or-pytorch"), Status.WARN, "triton-or-pytorch", ">= 0.50.2"),
+    ("bnb-backend", W, _all(_env_of("xpu-2.7"), _probe(torch_version="2.7.1+xpu", xpu_available=True,
+                                                       bnb_version="0.50.2", bnb_backend="triton-or-pytorch")),
+     Status.WARN, "triton-or-pytorch", "oneAPI >= 2025.1"),
+    ("bnb-backends", W, lambda f: _pkgs(f, pyelftools=None), Status.FAIL,
+     "NF4 matmul: native SYCL; NF4 quantize: none; Adam8bit: none", "nox -s env"),
+    ("bnb-backends", W, _all(_env_of("xpu-2.7"), _set("msvc.installs", [])), Status.FAIL,
+     "NF4 matmul: none; NF4 quantize: none; Adam8bit: none", "or move to a pair with the native library: nox -s env"),
+    ("bnb-backends", W, _env_of("xpu-2.7"), Status.WARN,
+     "NF4 matmul: Triton fallback; NF4 quantize: Triton; Adam8bit: Triton", "oneAPI >= 2025.1"),
     ("model-dir", W, _set("model.exists", False), Status.FAIL, "does not exist", "huggingface-cli download"),
     ("model-dir", W, _all(_set("model.missing", ["vae"]), _set("model.present", ["model_index.json"])), Status.FAIL,
      "missing vae", "resumes"),
@@ -152,9 +161,9 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
      "--prefix"),
     ("runtime-mix", W, lambda f: _pkgs(f, umf="1.0.2"), Status.FAIL, "another release than xpu-2.11", "reinstall"),
     ("python", W, _set("training_env.python_version", "3.9.7"), Status.FAIL, "Python 3.9.7", "pair's Python"),
-    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes=None), Status.FAIL, "not installed", "bitsandbytes>=0.48.2"),
-    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes="0.47.0"), Status.FAIL, "0.47.0 < 0.48.2",
-     "bitsandbytes>=0.48.2"),
+    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes=None), Status.FAIL, "not installed", "bitsandbytes>=0.50.2"),
+    ("bitsandbytes", W, lambda f: _pkgs(f, bitsandbytes="0.50.1"), Status.FAIL, "0.50.1 < 0.50.2",
+     "bitsandbytes>=0.50.2"),
     ("triton", W, lambda f: _pkgs(f, triton="3.5.0"), Status.FAIL, "triton 3.5.0", "pip uninstall -y triton"),
     ("triton", W, lambda f: _pkgs(f, triton_xpu=None), Status.FAIL, "triton-xpu not installed", "reinstall"),
     ("triton", W, lambda f: _pkgs(f, triton_xpu="3.5.0"), Status.FAIL, "needs triton-xpu 3.7.0", "pip uninstall"),
@@ -338,9 +347,18 @@ def test_gpu_bounds_and_ok_paths(check, fixture, mutate, status, seen):
      "C:\\Users\\Zoë Müller\\.triton\\cache"),
     ("kernel-cache", W, _set("training_env.built_at", "2026-11-20T08:00:01+00:00"), "warn",
      "kernels compiled before the env was (re)built at 2026-11-20T08:00:01+00:00"),
-    ("bitsandbytes", W, _env_of("xpu-2.12", bitsandbytes="0.49.0"), "ok", "bitsandbytes 0.49.0 (≥ 0.48.2)"),
-    ("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.49.0"), "fail",
-     "bitsandbytes 0.49.0 < 0.50.0 (minimum for xpu-2.14)"),
+    # bitsandbytes 0.50.2: at, below and above the floor
+    ("bitsandbytes", W, _env_of("xpu-2.12", bitsandbytes="0.50.2"), "ok", "bitsandbytes 0.50.2 (≥ 0.50.2)"),
+    ("bitsandbytes", W, _env_of("xpu-2.12", bitsandbytes="0.50.3"), "ok", "bitsandbytes 0.50.3 (≥ 0.50.2)"),
+    ("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.50.1"), "fail",
+     "bitsandbytes 0.50.1 < 0.50.2 (minimum for xpu-2.14)"),
+    # which backend runs NF4 and Adam8bit: native SYCL from the 2025.1 runtime on, Triton fallback before it
+    ("bnb-backends", W, lambda f: None, "ok", "NF4 matmul: native SYCL; NF4 quantize: Triton; Adam8bit: Triton"),
+    ("bnb-backends", W, _env_of("xpu-2.9"), "ok", "NF4 matmul: native SYCL; NF4 quantize: Triton; Adam8bit: Triton"),
+    ("bnb-backends", "ci_machine", lambda f: None, "ok",
+     "NF4 matmul: CPU; NF4 quantize: CPU; Adam8bit: CPU (no Intel GPU: the CPU backend)"),
+    ("bnb-backends", L, _all(_env_of("xpu-2.12", "linux-64"), _set("level_zero.header", None)), "fail",
+     "NF4 matmul: native SYCL; NF4 quantize: none; Adam8bit: none"),
     ("python", W, _set("training_env.python_version", None), "skip", "unknown"),
     ("python", W, _set("training_env", None), "skip", "no training env"),
     ("torch-xpu", "ci_machine", lambda f: None, "ok",
@@ -371,5 +389,12 @@ def test_the_details_that_name_what_to_fix():
                            "umf 1.0.2 (expected 1.0.3; belongs to xpu-2.10)"]
     pair = _verdict("pair", W, _env_of("xpu-2.11", umf=None, tcmlib=None))
     assert pair.details[-1] == "missing: tcmlib, umf"
-    bnb = _verdict("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.49.0"))
-    assert bnb.why == "the oneAPI 2026 library variant needed by torch >= 2.13 arrived in 0.50"
+    bnb = _verdict("bitsandbytes", W, _env_of("xpu-2.14", bitsandbytes="0.50.1"))
+    assert bnb.why == ("up to 0.50.1 the Triton 4-bit quantize kernels XPU uses write past the end of absmax when the "
+                       "block count is not a multiple of 8 (fixed in 0.50.2)")
+    fallback = _verdict("bnb-backends", W, _all(_env_of("xpu-2.7"), _set("msvc.installs", [])))
+    assert fallback.why == ("the Triton path needs the pair's Triton (with its own dependencies), MSVC C++ build "
+                            "tools (vcvars64), SYCL headers (icpx, ONEAPI_ROOT or the intel-sycl-rt wheel) and the "
+                            "Level Zero headers (LEVEL_ZERO_V1_SDK_PATH); missing: MSVC C++ build tools")
+    no_elf = _verdict("bnb-backends", W, lambda f: _pkgs(f, pyelftools=None))
+    assert no_elf.why.endswith("missing: pyelftools (required by triton-xpu 3.7.0)")

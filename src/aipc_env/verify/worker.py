@@ -96,16 +96,29 @@ def step_bitsandbytes(ctx: dict) -> dict:
     import bitsandbytes.cextension as cext
     from packaging.version import Version
 
+    from aipc_env.matrix.bnb import TRITON_NEEDS, bnb_backends
+
     lib = type(getattr(cext, "lib", None)).__name__
     backend = getattr(cext, "BNB_BACKEND", None)
-    impl = {"ErrorHandlerMockBNBNativeLibrary": "triton or pure PyTorch (native library not loaded)"}.get(
-        lib, f"native library ({backend or lib})")
+    native = lib != "ErrorHandlerMockBNBNativeLibrary"
+    try:
+        from bitsandbytes.utils import triton_available as triton
+    except ImportError:  # older releases: no Triton kernels at all
+        triton = False
+    plan = bnb_backends(ctx["device"].type, native=native, triton=bool(triton))
+    impl = f"native library ({backend or lib})" if native else "no native library"
     metrics = {"version": bnb.__version__, "backend": backend, "library": lib, "implementation": impl,
-               "minimum": ctx["bnb_min"]}
+               "minimum": ctx["bnb_min"], "triton": bool(triton), "nf4_matmul": plan.nf4_matmul,
+               "nf4_quantize": plan.nf4_quantize, "adam8bit": plan.adam8bit}
     if ctx["bnb_min"] and Version(bnb.__version__) < Version(ctx["bnb_min"]):
         raise StepFailed(f"bitsandbytes {bnb.__version__} is older than {ctx['bnb_min']}, the minimum for this "
                          "pair", metrics, f"pip install \"bitsandbytes>={ctx['bnb_min']}\" or rebuild: nox -s env")
-    return {"summary": f"bitsandbytes {bnb.__version__}: {impl}", "metrics": metrics}
+    platform = "win-64" if sys.platform == "win32" else "linux-64"
+    if not plan.complete:
+        raise StepFailed(f"bitsandbytes {bnb.__version__}: {plan.describe()}", metrics,
+                         f"the Triton path needs {TRITON_NEEDS[platform]}; `aipc-env doctor` names what is missing")
+    note = f"; the fallback needs {TRITON_NEEDS[platform]}" if plan.fallback else ""
+    return {"summary": f"bitsandbytes {bnb.__version__}: {plan.describe()}{note}", "metrics": metrics}
 
 
 def _dtypes(ctx: dict) -> list[str]:

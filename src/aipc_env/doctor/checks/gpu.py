@@ -119,7 +119,14 @@ def check_bnb_backend(ctx: CheckContext) -> Verdict:
         return fail("bitsandbytes did not import", "NF4 needs bitsandbytes", f"rebuild the env: {ctx.env_fix()}")
     seen = f"bitsandbytes {probe.bnb_version}, {probe.bnb_backend or 'unknown'} library"
     if probe.xpu_available and probe.bnb_backend != "xpu-native":
+        pair = ctx.pair
+        if pair is not None and not pair.bitsandbytes_native:
+            return warn(seen, f"the SYCL runtime of oneAPI {pair.oneapi} ({pair.id}) cannot load bitsandbytes' native "
+                        "XPU library (built with DPC++ 2025.1): every op goes through Triton (slower, and needs the "
+                        "compiler toolchain)", "move to a pair with oneAPI >= 2025.1 (see the bitsandbytes XPU "
+                        "backends check)")
         return warn(seen, "without the native XPU library every op goes through Triton (slower, and needs the "
-                    "compiler toolchain)", "install bitsandbytes >= 0.48.2 built with the XPU library")
+                    "compiler toolchain)", f"reinstall bitsandbytes >= {pair.bitsandbytes_min if pair else '0.50.2'} "
+                    f"(its wheel ships the XPU library): {ctx.env_fix()}")
     return ok(seen)
 check("bnb-backend", "GPU", "bitsandbytes backend")(check_bnb_backend)

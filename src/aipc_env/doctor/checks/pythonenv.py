@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
+from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
 from aipc_env.trainenv.select import SOURCE_WORDS
 
-DEFAULT_BNB_MIN = "0.48.2"
+DEFAULT_BNB_MIN = "0.50.2"
 
 
 def _env_missing(ctx: CheckContext) -> Verdict | None:
@@ -161,12 +164,74 @@ def check_bitsandbytes(ctx: CheckContext) -> Verdict:
         return fail("not installed", "NF4 quantization and Adam8bit come from bitsandbytes",
                     f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
     if Version(got) < Version(minimum):
-        reason = ("the oneAPI 2026 library variant needed by torch >= 2.13 arrived in 0.50"
-                  if Version(minimum) >= Version("0.50") else "the Windows XPU build arrived in 0.48.2")
+        reason = ("up to 0.50.1 the Triton 4-bit quantize kernels XPU uses write past the end of absmax when "
+                  "the block count is not a multiple of 8 (fixed in 0.50.2)" if Version(minimum) >= Version("0.50.2")
+                  else "the Windows XPU build arrived in 0.48.2")
         return fail(f"bitsandbytes {got} < {minimum}" + (f" (minimum for {pair.id})" if pair else ""),
                     reason, f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
     return ok(f"bitsandbytes {got} (≥ {minimum})")
 check("bitsandbytes", "Training env", "bitsandbytes version")(check_bitsandbytes)
+
+
+def _triton_missing(ctx: CheckContext, pair: Pair) -> list[str]:
+    """What the Triton path of bitsandbytes lacks on this machine (empty: ready), read from the facts."""
+    from aipc_env.lock.wheels import load_wheel_manifest
+
+    missing = []
+    triton = pair.triton_pin()
+    if not triton.applies_to(ctx.platform) or not pair.compiles_kernels_on(ctx.platform):
+        return [f"{pair.id} ships no Triton for this platform"]
+    version = ctx.installed.get(triton.key)
+    if version is None or not triton.accepts(version):
+        missing.append(f"{triton.name} {pair.triton_for(pair.newest_torch)}")
+    else:
+        record = load_wheel_manifest().metadata_for(triton.name, version, ctx.platform)
+        needs = [Requirement(r) for r in (record.requires_dist if record else [])]
+        missing += [f"{r.name} (required by {triton.name} {version})" for r in needs
+                    if canonicalize_name(r.name) not in ctx.installed]
+    if ctx.facts.is_windows and not (ctx.facts.msvc and ctx.facts.msvc.installs):
+        missing.append("MSVC C++ build tools")
+    if not ctx.facts.level_zero.header:
+        missing.append("the Level Zero headers")
+    return missing
+
+
+def check_bnb_backends(ctx: CheckContext) -> Verdict:
+    """Which implementation will run NF4 and Adam8bit here: native SYCL, the Triton fallback, or none."""
+    from aipc_env.matrix.bnb import TRITON_NEEDS, bnb_backends
+
+    if (early := _env_missing(ctx)):
+        return early
+    pair = ctx.pair
+    if not ctx.has_intel_gpu:
+        return ok(bnb_backends("cpu", native=True, triton=False).describe() + " (no Intel GPU: the CPU backend)")
+    if pair is None:
+        return skip("the env's pair is unknown")
+    missing = _triton_missing(ctx, pair)
+    probe = ctx.facts.device_probe
+    native = pair.bitsandbytes_native if not (probe and probe.ran and probe.bnb_backend) else \
+        probe.bnb_backend == "xpu-native"
+    plan = bnb_backends("xpu", native=native, triton=not missing)
+    needs = f"the Triton path needs {TRITON_NEEDS[ctx.platform]}"
+    why_native = (f"bitsandbytes' native XPU library is built with DPC++ 2025.1 and does not load against the SYCL "
+                  f"runtime of oneAPI {pair.oneapi} ({pair.id})" if not pair.bitsandbytes_native else
+                  "the live probe found bitsandbytes without its native XPU library")
+    native_pairs = sorted((p for p in ctx.matrix.pairs if p.certainty == "confirmed" and p.bitsandbytes_native
+                           and p.compiles_kernels_on(ctx.platform)),
+                          key=lambda p: ((p.id, ctx.platform) in ctx.locks, Version(p.newest_torch)), reverse=True)
+    newer = native_pairs[0].id if native_pairs else None  # the newest with a lock here, else the newest
+    if not plan.complete:
+        return fail(plan.describe(), f"{needs}; missing: {'; '.join(missing)}",
+                    f"install what is missing ({ctx.env_fix()} restores the env's packages)"
+                    + (f"; or move to a pair with the native library: {ctx.env_fix(ctx.matrix.get(newer))}"
+                       if not native and newer else ""))
+    if plan.fallback:
+        return warn(plan.describe(), f"{why_native}: every NF4 op runs as a Triton kernel compiled on this PC "
+                    f"(slower to start, and {needs})",
+                    f"move to a pair whose runtime loads it (oneAPI >= 2025.1): {ctx.env_fix(ctx.matrix.get(newer))}"
+                    if newer else "keep the compiler toolchain installed")
+    return ok(plan.describe())
+check("bnb-backends", "Training env", "bitsandbytes XPU backends")(check_bnb_backends)
 
 
 def check_triton(ctx: CheckContext) -> Verdict:
