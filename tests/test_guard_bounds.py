@@ -33,24 +33,24 @@ def test_fewest_contradictions_break_a_tie(matrix):
 # -- patch-requirements: bitsandbytes is raised only when the line admits a version below the pair's minimum ----
 
 @pytest.mark.parametrize("line, edited", [
-    ("bitsandbytes>=0.48.1", True),   # below the bound
-    ("bitsandbytes>=0.48.2", False),  # at it
-    ("bitsandbytes>=0.48.3", False),  # above it
-    ("bitsandbytes==0.48.1", True),
-    ("bitsandbytes==0.48.2", False),
-    ("bitsandbytes>0.48.1", True),    # admits 0.48.1.post1, below the minimum
-    ("bitsandbytes>0.48.2", False),
+    ("bitsandbytes>=0.50.1", True),   # below the bound
+    ("bitsandbytes>=0.50.2", False),  # at it
+    ("bitsandbytes>=0.50.3", False),  # above it
+    ("bitsandbytes==0.50.1", True),
+    ("bitsandbytes==0.50.2", False),
+    ("bitsandbytes>0.50.1", True),    # admits 0.50.1.post1, below the minimum
+    ("bitsandbytes>0.50.2", False),
     ("bitsandbytes", True),
-    ("bitsandbytes<=0.49", True),
+    ("bitsandbytes<=0.50", True),
 ])
 def test_bitsandbytes_minimum_at_below_and_above(matrix, line, edited):
     pair = matrix.get("xpu-2.10")
-    assert pair.bitsandbytes_min == "0.48.2"
+    assert pair.bitsandbytes_min == "0.50.2"
     result = edit_requirements(f"diffusers\n{line}\n", pair=pair, xpu_index="https://download.pytorch.org/whl/xpu")
     touched = any("bitsandbytes" in e for e in result.edits)
     assert touched is edited, (line, result.edits)
     if edited:
-        assert "bitsandbytes>=0.48.2" in result.text
+        assert "bitsandbytes>=0.50.2" in result.text
 
 
 # -- dataset: a target smaller than target_size on either side is reported -----------------------------------------
@@ -202,7 +202,7 @@ def test_apply_edits_dry_run_then_real_then_again(tmp_path, matrix):
     assert backup == tmp_path / "requirements.txt.aipc-backup" and backup.read_bytes() == ORIGINAL
     assert stat.S_IMODE(backup.stat().st_mode) == 0o640 and stat.S_IMODE(path.stat().st_mode) == 0o640
     edited = path.read_bytes()
-    assert edited.startswith(b"\xef\xbb\xbf") and b"\r\n" in edited and b"bitsandbytes>=0.48.2" in edited
+    assert edited.startswith(b"\xef\xbb\xbf") and b"\r\n" in edited and b"bitsandbytes>=0.50.2" in edited
     assert b"torch==2.10.0+xpu" in edited and edited.count(b"\xef\xbb\xbf") == 1
     again, diff, backup = _apply(path, matrix)
     assert not again.changed and diff == "" and path.read_bytes() == edited
@@ -256,7 +256,7 @@ EDITED = ("# upstream requirements\n"
           "# torch>=2.3\n"
           "# aipc-env: torchvision comes from the pair's XPU pins below\n"
           "# torchvision\n"
-          "bitsandbytes>=0.48.2; sys_platform != \"darwin\"  # aipc-env: XPU needs >= 0.48.2\n"
+          "bitsandbytes>=0.50.2; sys_platform != \"darwin\"  # aipc-env: XPU needs >= 0.50.2\n"
           "setuptools==69.5.1\n"
           "# aipc-env: flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)\n"
           "# flash-attn==2.5.8\n"
@@ -283,7 +283,7 @@ def test_the_whole_edit_of_an_upstream_like_file(matrix):
     assert result.changed and result.text == EDITED
     assert result.edits == [
         "line 2: torch replaced by the pair's XPU build", "line 3: torchvision replaced by the pair's XPU build",
-        "line 4: \"bitsandbytes==0.43.0 ; sys_platform != 'darwin'\" -> bitsandbytes>=0.48.2 (XPU backend)",
+        "line 4: \"bitsandbytes==0.43.0 ; sys_platform != 'darwin'\" -> bitsandbytes>=0.50.2 (XPU backend)",
         "line 6: commented out flash-attn",
         "appended torch==2.10.0+xpu, torchvision==0.25.0+xpu with the XPU index line "
         "(https://download.pytorch.org/whl/xpu)"]

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 import yaml
+from packaging.version import Version
 
 from aipc_env.errors import InputError
 from aipc_env.matrix import load_matrix

@@ -34,6 +34,7 @@ def models() -> dict[str, type]:
     from aipc_env.lock.verify import LockVerifyReport
     from aipc_env.lock.wheels import WheelManifest
     from aipc_env.matrix import Matrix
+    from aipc_env.matrix.refresh import RefreshReport
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
     from aipc_env.qflux.adapt import AdaptManifest
     from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
@@ -68,7 +69,7 @@ def models() -> dict[str, type]:
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
             "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
             "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport,
-            "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable}
+            "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable, "matrix-refresh-report": RefreshReport}
 
 
 def schemas() -> dict[str, dict]:

@@ -32,6 +32,11 @@ TIMEOUT = 60.0
 class IndexReadError(Exception):
     """An index page or file that cannot be read or does not check out; the message says which and why."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status when the server answered with an error (404: the index has no such file or project)."""
+
 
 @dataclass(frozen=True)
 class IndexFile:
@@ -52,7 +57,7 @@ def _read(url: str, *, accept: str | None = None, limit: int, timeout: float = T
         if path.is_dir():
             path = path / "index.html"
         if not path.is_file():
-            raise IndexReadError(f"{url}: not found")
+            raise IndexReadError(f"{url}: not found", 404)
         with path.open("rb") as fh:
             data = fh.read(limit + 1)
         kind = "application/vnd.pypi.simple.v1+json" if path.suffix == ".json" else "text/html"
@@ -63,7 +68,7 @@ def _read(url: str, *, accept: str | None = None, limit: int, timeout: float = T
                 data = response.read(limit + 1)
                 kind = response.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
-            raise IndexReadError(f"{url}: HTTP {exc.code}") from None
+            raise IndexReadError(f"{url}: HTTP {exc.code}", exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise IndexReadError(f"{url}: {getattr(exc, 'reason', None) or exc}") from None
     if len(data) > limit:

@@ -168,9 +168,12 @@ def torch_requires_dist(pair: Pair, torch: str, platform: Platform = "linux-64",
 
 
 def manifest_path() -> Path:
+    """environments/xpu-wheels.yaml; $AIPC_ENV_WHEEL_MANIFEST names another (a `matrix refresh` candidate)."""
+    import os
+
     from aipc_env.paths import environments_dir
 
-    return environments_dir() / "xpu-wheels.yaml"
+    return Path(os.environ.get("AIPC_ENV_WHEEL_MANIFEST") or environments_dir() / "xpu-wheels.yaml")
 
 
 @cache
