@@ -40,10 +40,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(ExitCode.USAGE)
 
 
+class _Version(argparse.Action):
+    """`aipc-env --version`: the version and the data home (checkout, AIPC_ENV_HOME or the shipped copy)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from aipc_env.paths import data_home
+
+        print(f"aipc-env {__version__}\ndata: {data_home().describe()}")
+        raise SystemExit(ExitCode.OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aipc-env", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"aipc-env {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show the version and where the matrix and locks are read from, and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:

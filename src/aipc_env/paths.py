@@ -1,41 +1,83 @@
-"""Where aipc-env keeps its data: the project checkout (matrix, lockfiles, launchers) and per-user state."""
+"""Where aipc-env keeps its data: the matrix, manifest and locks (a checkout, or the copy the installed wheel
+ships) and per-user state."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["cache_dir", "data_dir", "environments_dir", "lockfiles_dir", "log_path", "matrix_path", "package_root",
-           "project_root", "state_dir"]
+__all__ = ["DataHome", "cache_dir", "checkout_root", "data_dir", "data_home", "environments_dir", "lockfiles_dir",
+           "log_path", "matrix_path", "package_root", "project_root", "state_dir"]
 
 _MARKER = Path("environments") / "matrix.yaml"
+DataSource = Literal["AIPC_ENV_HOME", "checkout", "shipped"]
+
+
+@dataclass(frozen=True)
+class DataHome:
+    """Where the matrix, the wheel manifest, the layer specs and the shipped locks are read from."""
+
+    root: Path
+    """The folder holding environments/ and lockfiles/."""
+    source: DataSource
+
+    def describe(self) -> str:
+        return {"AIPC_ENV_HOME": f"AIPC_ENV_HOME={self.root}", "checkout": f"the aipc-env checkout {self.root}",
+                "shipped": f"the copy shipped with the tool ({self.root})"}[self.source]
+
+
+def _is_checkout(folder: Path) -> bool:
+    """A clone of aipc-env: its matrix, and a pyproject.toml naming the project."""
+    if not (folder / _MARKER).is_file():
+        return False
+    try:
+        head = (folder / "pyproject.toml").read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return 'name = "aipc-env"' in head
+
+
+def data_home() -> DataHome:
+    """The one lookup of aipc-env's data, first match wins (a command's explicit flag, e.g. --matrix or
+    --lock-root, is applied by the command before this): $AIPC_ENV_HOME; a checkout found from the current folder
+    upward; the checkout this package runs from (an editable install); the copy the installed wheel ships."""
+    override = os.environ.get("AIPC_ENV_HOME")
+    if override:
+        return DataHome(Path(override), "AIPC_ENV_HOME")
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the current folder was deleted
+        here = None
+    for folder in ([here, *here.parents] if here else []):
+        if _is_checkout(folder):
+            return DataHome(folder, "checkout")
+    package = Path(__file__).resolve().parent
+    for folder in package.parents:
+        if _is_checkout(folder):
+            return DataHome(folder, "checkout")
+    return DataHome(package, "shipped")
 
 
 def project_root() -> Path:
-    """The aipc-env checkout: $AIPC_ENV_HOME, else the first parent of this package holding the matrix."""
-    override = os.environ.get("AIPC_ENV_HOME")
-    if override:
-        return Path(override)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / _MARKER).is_file():
-            return parent
-    return Path.cwd()
+    """The folder aipc-env's data is read from (see data_home)."""
+    return data_home().root
+
+
+def checkout_root() -> Path | None:
+    """A source checkout of aipc-env (to build its wheel from), or None for an installed tool's shipped copy."""
+    home = data_home()
+    return home.root if home.source != "shipped" and (home.root / "pyproject.toml").is_file() else None
 
 
 def matrix_path() -> Path:
-    """environments/matrix.yaml of the checkout; in an installed wheel (bundle, image) the copy it ships."""
-    path = project_root() / _MARKER
-    if path.is_file() or os.environ.get("AIPC_ENV_HOME"):
-        return path
-    from importlib import resources
-
-    shipped = Path(str(resources.files("aipc_env.environments").joinpath("matrix.yaml")))
-    return shipped if shipped.is_file() else path
+    """environments/matrix.yaml of the data home."""
+    return project_root() / _MARKER
 
 
 def environments_dir() -> Path:
-    """The folder of the matrix and the layer specs (checkout or shipped copy)."""
+    """The folder of the matrix, the wheel manifest and the layer specs."""
     return matrix_path().parent
 
 
@@ -75,7 +117,7 @@ def package_root() -> Path:
 
 
 def lockfiles_dir() -> Path:
-    """The checkout's lockfiles/ (one folder per pair)."""
+    """lockfiles/ of the data home (one folder per pair)."""
     return project_root() / "lockfiles"
 
 

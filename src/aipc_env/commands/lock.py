@@ -44,13 +44,14 @@ def _lock_dirs(args: argparse.Namespace, root):
 
     if not root.is_dir():
         raise InputError("the lockfiles folder does not exist" if not root.exists() else "is a file, not a folder",
-                         path=root, key="--lock-root", fix="pass the lockfiles/ folder of an aipc-env checkout")
+                         path=root, key="--lock-root", fix="pass a lockfiles/ folder (an aipc-env checkout's, or the one "
+                         "the installed tool ships: `aipc-env --version` says which is used)")
     if args.pair:
         if not (root / args.pair).is_dir():
             raise InputError(f"no lock folder for {args.pair}", path=root / args.pair, key="--pair",
                              fix=f"make it: nox -s lock -- --pair {args.pair}")
         return [root / args.pair]
-    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "__")))
 
 
 def _check(args: argparse.Namespace, matrix, root) -> int:

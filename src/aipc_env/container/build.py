@@ -120,12 +120,12 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
 def build_aipc_wheel(wheels: Path, log: Path) -> Path:
     """aipc-env itself as a wheel, built reproducibly (SOURCE_DATE_EPOCH=0) from the checkout."""
     from aipc_env import __version__
-    from aipc_env.paths import project_root
+    from aipc_env.paths import checkout_root
 
-    root = project_root()
-    if not (root / "pyproject.toml").is_file():
-        raise AipcError("building an image needs the aipc-env checkout (its wheel goes into the image)",
-                        fix="run from a clone of aipc-env")
+    root = checkout_root()
+    if root is None:
+        raise AipcError("building an image needs an aipc-env checkout (its wheel goes into the image)",
+                        fix="run from a clone of aipc-env (or set AIPC_ENV_HOME to one)")
     target = wheels / AIPC_WHEEL.format(version=__version__)
     target.unlink(missing_ok=True)
     env = dict(os.environ, SOURCE_DATE_EPOCH="0")

@@ -156,7 +156,7 @@ class TrainingEnv(StrictModel):
     prefix: str
     python: str | None = None
     python_version: str | None = None
-    source: Literal["flag", "state", "used", "conda", "current"] = "current"
+    source: Literal["flag", "state", "used", "conda", "tool", "current"] = "current"
     """How the env was chosen (aipc_env.trainenv.select): --env, built by aipc-env, used by the last run,
     the active conda env, or the doctor's own interpreter."""
     pair: str | None = None

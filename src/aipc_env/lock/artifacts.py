@@ -69,15 +69,16 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
 
     from packaging.requirements import Requirement
 
-    from aipc_env.paths import project_root
+    from aipc_env.paths import checkout_root
 
     if wheel is not None:
         with zipfile.ZipFile(wheel) as zf:
             name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             lines = email.parser.Parser().parsestr(zf.read(name).decode("utf-8")).get_all("Requires-Dist") or []
     else:
-        pyproject = project_root() / "pyproject.toml"
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}) if pyproject.is_file() else {}
+        root = checkout_root()
+        pyproject = root / "pyproject.toml" if root else None
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}) if pyproject else {}
         if project.get("name") == "aipc-env":
             lines = list(project.get("dependencies", []))
         else:

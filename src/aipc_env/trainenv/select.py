@@ -8,7 +8,9 @@ Env, first match wins:
   3. the env built by `aipc-env env` (state: env.json)
   4. the env the last `train`/`verify`/`distill` ran in (used: last-env.json), when it still exists
   5. the active conda env (CONDA_PREFIX), when it is not this interpreter's
-  6. this interpreter (current)
+  6. aipc-env's own training env (tool), when this interpreter has no torch (a pipx install): a run builds it on
+     first use, the way `nox -s train` builds its env (trainenv.tool_env); other commands use it once it exists
+  7. this interpreter (current)
 
 Pair, first match wins (`fallback=True` adds 4-6 for commands that build or edit for a pair):
   1. `--pair ID`
@@ -40,13 +42,14 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "PairChoice", "choose_env", "choose_pair", "env_and_pair",
            "env_python", "offered_torch_versions"]
 
-EnvSource = Literal["flag", "qflux", "state", "used", "conda", "current"]
+EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
 SOURCE_WORDS: dict[str, str] = {
     "flag": "given with --env",
     "qflux": "the clone's qflux env, built by aipc-env",
     "state": "built by `aipc-env env`",
     "used": "the env the last `aipc-env train`/`verify`/`distill` ran in",
     "conda": "the active conda env",
+    "tool": "aipc-env's own training env, built on first use (this interpreter has no torch)",
     "current": "this interpreter; no training env is built or recorded",
 }
 
@@ -110,6 +113,11 @@ def choose_env(flag: Path | None = None) -> EnvChoice:
     conda = os.environ.get("CONDA_PREFIX")
     if conda and not _same_path(conda, sys.prefix) and env_python(Path(conda)).is_file():
         return EnvChoice(Path(conda), env_python(Path(conda)), "conda")
+    from aipc_env.trainenv.tool_env import STAMP, can_import_torch, tool_env_prefix
+
+    tool = tool_env_prefix()
+    if not can_import_torch() and (tool / STAMP).is_file() and env_python(tool).is_file():
+        return EnvChoice(tool, env_python(tool), "tool")
     return EnvChoice(Path(sys.prefix), Path(sys.executable), "current")
 
 
@@ -192,6 +200,12 @@ def env_and_pair(matrix: Matrix, platform: Platform, *, env_flag: Path | None, p
             return env, PairChoice(None, f"the qflux env has the CPU build of {pair.pair.id}'s torch")
         return env, PairChoice(pair.pair, pair.why)
     env = choose_env(env_flag)
+    if env.is_current:
+        from aipc_env.trainenv.tool_env import can_import_torch, ensure_tool_env
+
+        if not can_import_torch():  # a tool installed without torch: its own training env, built once
+            prefix = ensure_tool_env(log=log)
+            env = EnvChoice(prefix, env_python(prefix), "tool")
     installed = None if pair_flag else inspect_env(env.prefix, env.python, source=env.source,
                                                    current=env.is_current).distributions
     return env, choose_pair(matrix, platform, flag=pair_flag, env=env, distributions=installed)

@@ -1,0 +1,99 @@
+"""aipc-env's own training env, for a tool installed without torch (pipx): built on first use the way
+`nox -s train` builds its env (torch from this machine's torch source, then the `train` extra at the pins of
+environments/constraints-dev.txt, with uv), reused while its inputs are unchanged. The tool's own interpreter never
+imports torch; runs import this aipc-env from its folder (PYTHONPATH), so the env needs only the libraries."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from aipc_env.errors import AipcError, ExitCode
+
+__all__ = ["STAMP", "can_import_torch", "ensure_tool_env", "tool_env_prefix", "train_requirements"]
+
+STAMP = ".aipc-tool-env"
+
+
+def can_import_torch() -> bool:
+    """Whether this interpreter has torch (found, not imported: the tool's own venv never imports it)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def tool_env_prefix() -> Path:
+    from aipc_env.paths import data_dir
+
+    return data_dir() / "envs" / "train"
+
+
+def train_requirements(requires: list[str]) -> list[str]:
+    """The env's requirements from aipc-env's own Requires-Dist: the core ones and the `train` extra's, markers of
+    the extra dropped, torch left to the torch source (pure)."""
+    out = []
+    for line in requires:
+        req = Requirement(line)
+        marker = str(req.marker) if req.marker else ""
+        if "extra" in marker and not req.marker.evaluate({"extra": "train"}):  # type: ignore[union-attr]
+            continue
+        if req.name.lower() == "torch":
+            continue
+        req.marker = None
+        out.append(str(req))
+    return sorted(set(out))
+
+
+def _python(prefix: Path) -> Path:
+    return prefix / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = None) -> Path:
+    """The env's prefix, built (or repaired) when its inputs changed: the torch source, the requirements, the pins
+    and this Python. Progress lines go to `log`, the installer's own output to <prefix>/build.log."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from aipc_env.fileio import atomic_write_text
+    from aipc_env.lock.tools import find_uv
+    from aipc_env.paths import environments_dir
+    from aipc_env.procs import run_logged
+    from aipc_env.trainenv.torch_source import detect, pinned_torch, torch_source_fix, uv_environment
+
+    prefix = prefix or tool_env_prefix()
+    constraints = environments_dir() / "constraints-dev.txt"
+    try:
+        reqs = train_requirements(requires("aipc-env") or [])
+    except PackageNotFoundError:
+        raise AipcError("aipc-env is not installed (no package metadata), so its training requirements are unknown",
+                        fix="install it (pipx install aipc-env, or pip install -e . in a checkout), or pass "
+                            "--env PREFIX") from None
+    source = detect(pinned_torch(constraints))
+    digest = hashlib.sha256("\n".join([*reqs, source.describe(), constraints.read_text(encoding="utf-8"),
+                                       sys.version]).encode()).hexdigest()
+    python = _python(prefix)
+    stamp = prefix / STAMP
+    if python.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == digest:
+        return prefix
+    prefix.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)  # a build interrupted from here on is redone by the next run
+    req_file = prefix / "requirements-train.txt"
+    atomic_write_text(req_file, "\n".join([source.requirement, *reqs]) + "\n")
+    logfile = prefix / "build.log"
+    log(f"training env: building {prefix} ({source.describe()})")
+    log(f"training env: installing torch and {len(reqs)} libraries with uv (about 400 MB to download and 1.4 GB on "
+        f"disk the first time; also logged to {logfile})")
+    uv, fix = find_uv(), torch_source_fix(logfile)
+    try:
+        run_logged([uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)], logfile, echo=False,
+                   fix=fix, env=uv_environment())
+        run_logged([uv, "pip", "install", "--python", str(python), "-r", str(req_file), "-c", str(constraints),
+                    *source.args], logfile, echo=True, fix=fix, env=uv_environment())  # uv's progress on stderr
+    except AipcError as exc:
+        raise AipcError(f"the training env could not be built: {exc.message}", path=prefix,
+                        exit_code=ExitCode.PROBLEMS, fix=exc.fix) from None
+    atomic_write_text(stamp, digest)
+    log(f"training env: ready ({python})")
+    return prefix
