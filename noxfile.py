@@ -17,7 +17,7 @@ installs nothing (a stamp in its venv), so warm runs start at once. train runs i
 verify and distill run in that same env (installed first if needed): one training stack, not three.
 
 Exit codes: a session ends with aipc-env's own exit code (0 ok, 1 problems found, 2 bad input, 3 internal error,
-130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary is then not printed, and a failing
+127 a phase's program could not start, 130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary is then not printed, and a failing
 session stops the sessions listed after it. A failed install is nox's 1 with the reason.
 """
 
@@ -53,7 +53,8 @@ STAMP = ".aipc-install-stamp"
 def _install(session: nox.Session, extras: str | None = None, *, torch: bool = False) -> list[str]:
     """Install aipc-env (editable) with extras, and torch from the right index first; skip it all when the
     inputs are unchanged since the last install. uv reads the system certificate store (proxies that re-sign
-    HTTPS). Returns the posargs left for aipc-env."""
+    HTTPS). The installer's output goes to stderr: stdout is aipc-env's alone (`-- --json` is one JSON document).
+    Returns the posargs left for aipc-env."""
     overrides, rest = take_options(list(session.posargs))
     source = detect(pinned_torch(CONSTRAINTS), {**os.environ, **overrides}) if torch else None
     digest = hashlib.sha256()
@@ -66,12 +67,12 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
     if source is not None:
         session.log(f"installing torch: {source.describe()}")
         try:
-            session.install(source.requirement, *source.args, silent=False, env=UV_TLS)
+            session.install(source.requirement, *source.args, silent=False, env=UV_TLS, stdout=sys.stderr)
         except nox.command.CommandFailed:
             session.error(f"torch could not be installed: {torch_source_fix()}")
     target = f".[{extras}]" if extras else "."
     session.log(f"installing aipc-env{f'[{extras}]' if extras else ''} with the pins of {CONSTRAINTS.name}")
-    session.install("-e", target, "-c", str(CONSTRAINTS), silent=False, env=UV_TLS)
+    session.install("-e", target, "-c", str(CONSTRAINTS), silent=False, env=UV_TLS, stdout=sys.stderr)
     stamp.write_text(digest.hexdigest())
     return rest
 
@@ -92,7 +93,7 @@ def _train_env(session: nox.Session) -> tuple[str, list[str]]:
     torch_args = [f"{flags[name]}={value}" for name, value in overrides.items()]
     envdir = session.cache_dir.parent
     session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", "train",
-                "--install-only", "--", *torch_args, external=True)
+                "--install-only", "--", *torch_args, external=True, stdout=sys.stderr)
     python = envdir / "train" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     return str(python), rest
 

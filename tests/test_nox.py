@@ -3,6 +3,7 @@ exit code, and a torch source that cannot be reached is a failure that names bot
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,8 +32,10 @@ def test_sessions_end_with_aipc_envs_exit_code(tmp_path):
     bad = _nox(tmp_path, "-s", "resolve", "--", "--pip-list", str(tmp_path / "no such list.txt"))
     assert bad.returncode == ExitCode.USAGE, bad.stderr[-3000:]
     assert "no such list.txt" in bad.stderr and "Traceback" not in bad.stderr
-    doctor = _nox(tmp_path, "-s", "doctor", "--", "--json")
+    doctor = _nox(tmp_path, "-s", "doctor", "--", "--json")  # the session's first run: its env is installed now
     assert doctor.returncode in (ExitCode.OK, ExitCode.PROBLEMS), doctor.stderr[-3000:]
+    report = json.loads(doctor.stdout)  # one JSON document: the installer's output went to stderr
+    assert report["findings"] and "Resolved" in doctor.stderr
     has_fail = '"status": "fail"' in doctor.stdout or '"status": "crash"' in doctor.stdout
     assert doctor.returncode == (ExitCode.PROBLEMS if has_fail else ExitCode.OK)
 

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from aipc_env.errors import InputError
@@ -66,10 +68,11 @@ def test_torch_version_xpu_contradiction(matrix):
 
 
 def test_resolve_command(tmp_path):
-    ok = run_cli("resolve", "--pip-list", str(OUTPUTS / "pip_list_torch211_xpu_win.txt"), "--platform", "win-64")
+    ok = run_cli("resolve", "--json", "--pip-list", str(OUTPUTS / "pip_list_torch211_xpu_win.txt"), "--platform",
+                 "win-64")
     assert ok.returncode == 0, ok.stderr
     assert '"pair": "xpu-2.11"' in ok.stdout and '"oneapi": "2025.3"' in ok.stdout
-    mixed = run_cli("resolve", "--pip-list", str(OUTPUTS / "pip_freeze_torch210_mixed_linux.txt"),
+    mixed = run_cli("resolve", "--json", "--pip-list", str(OUTPUTS / "pip_freeze_torch210_mixed_linux.txt"),
                     "--platform", "linux-64")
     assert mixed.returncode == 1 and '"status": "mixed"' in mixed.stdout
     missing = run_cli("resolve", "--pip-list", str(tmp_path / "nope.txt"))
@@ -85,7 +88,7 @@ def test_direct_url_lines_are_read(tmp_path):
                     "bitsandbytes @ https://example.invalid/bitsandbytes-0.50.2-py3-none-win_amd64.whl\n")
     found = read_pip_list(path)
     assert found["torch"] == "2.8.0+xpu" and found["bitsandbytes"] == "0.50.2"
-    result = run_cli("resolve", "--pip-list", str(path), "--platform", "win-64")
+    result = run_cli("resolve", "--json", "--pip-list", str(path), "--platform", "win-64")
     assert '"torch": "2.8.0+xpu"' in result.stdout and '"pair": "xpu-2.8"' in result.stdout
     assert "pinned packages not installed" not in result.stdout
 
@@ -137,15 +140,15 @@ WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025
       "runtime matches several pairs: xpu-2.13, xpu-2.14 (torch not installed)")),
     ({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "intel-pti": "0.15.0"}, "win-64", None,
      ("mixed", "xpu-2.10", ["xpu-2.10"], None, False, 2, 16, [("onemkl-license", "2099.1.0", ["2025.3.0"], [])],
-      ["2 runtime fingerprint(s) match xpu-2.10"], "xpu-2.10: runtime packages from several releases "
-      "(onemkl-license 2099.1.0)")),
+      ["2 runtime fingerprint(s) match xpu-2.10"], "xpu-2.10: 1 package(s) differ from its pins: onemkl-license "
+      "2099.1.0 (expected 2025.3.0)")),
     ({"torch": "2.8.0+xpu"}, "win-64", "20250101",
      ("partial", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [], ["torch 2.8.0+xpu belongs to xpu-2.8"],
       "xpu-2.8: matches, but 18 pinned package(s) are not installed")),
     ({"torch": "2.8.0+xpu"}, "win-64", "19990101",
      ("mixed", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [("torch.version.xpu", "19990101", ["20250101"], [])],
       ["torch 2.8.0+xpu belongs to xpu-2.8", "torch.version.xpu is 19990101, xpu-2.8 was built with 20250101"],
-      "xpu-2.8: runtime packages from several releases (torch.version.xpu 19990101)")),
+      "xpu-2.8: 1 package(s) differ from its pins: torch.version.xpu 19990101 (expected 20250101)")),
     ({"torch": "2.13.0+xpu"}, "linux-64", "20990101",  # the row records no torch.version.xpu: nothing to compare
      ("partial", "xpu-2.13", ["xpu-2.13"], "2.13.0+xpu", True, 0, 23, [], ["torch 2.13.0+xpu belongs to xpu-2.13"],
       "xpu-2.13: matches, but 23 pinned package(s) are not installed")),
@@ -177,3 +180,75 @@ def test_resolve_report_fields(matrix):
     assert not none.consistent
     built = resolve_report({"torch": "2.8.0+xpu"}, matrix, "win-64", torch_version_xpu="19990101")
     assert [m.name for m in built.resolution.mismatches] == ["torch.version.xpu"]
+
+
+# -- the platform a list was made on (issue 33) ------------------------------------------------------------------
+
+WIN_27_LIST = """Package            Version
+------------------ ----------
+accelerate         1.15.0
+bitsandbytes       0.50.2
+intel-cmplr-lib-rt 2025.0.5
+intel-cmplr-lib-ur 2025.0.5
+intel-cmplr-lic-rt 2025.0.5
+intel-pti          0.10.1
+intel-sycl-rt      2025.0.5
+pytorch-triton-xpu 3.3.0
+setuptools         80.9.0
+tcmlib             1.2.0
+torch              2.7.0+xpu
+torchvision        0.22.0+xpu
+umf                0.9.1
+"""
+
+
+def test_a_windows_2_7_list_resolves_on_linux_by_the_platform_it_shows(tmp_path):
+    path = tmp_path / "pip list.txt"
+    path.write_text(WIN_27_LIST, encoding="utf-16")  # what PowerShell 5.1's `pip list > file` writes
+    result = run_cli("resolve", "--pip-list", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0] == "✓ xpu-2.7: every runtime pin matches"
+    assert "platform: win-64 (the list shows win-64: intel-cmplr-lib-rt 2025.0.5 (xpu-2.7's win-64 pin)" in result.stdout
+    report = json.loads(run_cli("resolve", "--json", "--pip-list", str(path)).stdout)
+    assert (report["platform"], report["resolution"]["status"], report["fix"]) == ("win-64", "exact", None)
+
+
+def test_a_mixed_list_names_each_expected_version_and_the_fix(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text(WIN_27_LIST.replace("umf                0.9.1", "umf                0.10.0"))
+    result = run_cli("resolve", "--pip-list", str(path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[:2] == [
+        "✗ xpu-2.7: 1 package(s) differ from its pins: umf 0.10.0 (expected 0.9.1)",
+        "    umf 0.10.0: xpu-2.7 pins 0.9.1; 0.10.0 belongs to xpu-2.8"]
+    assert ('    fix: in the training env: pip install "umf==0.9.1" (or rebuild the env from the pair\'s lock: aipc-env '
+            "env --pair xpu-2.7)") in result.stdout
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("torch @ file:///C:/w/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n", ("win-64", "a win_amd64 wheel")),
+    ("torch @ https://x/torch-2.8.0%2Bxpu-cp312-cp312-linux_x86_64.whl\n", ("linux-64", "a linux wheel")),
+    ("numpy 2.0 C:\\Users\\Zoë\\env\\Lib\\site-packages pip\n", ("win-64", "Windows paths")),
+    ("numpy 2.0 /home/z/env/lib/python3.12/site-packages pip\n", ("linux-64", "Linux paths")),
+    ("pywin32==311\n", ("win-64", "pywin32")),
+    ("oneccl==2021.17.2\n", ("linux-64", "oneccl")),
+    ("numpy==2.0\n", (None, "the list does not show its platform")),
+    ("numpy==2.0 \n", (None, "the list does not show its platform")),
+])
+def test_what_a_list_says_of_its_platform(matrix, text, found):
+    from aipc_env.matrix.piplist import platform_of_list
+
+    platform, why = platform_of_list(text, parse_pip_list(text), matrix)
+    assert platform == found[0] and found[1] in why
+
+
+def test_a_list_showing_both_platforms_says_so_and_this_machines_is_assumed(tmp_path, matrix):
+    from aipc_env.matrix.piplist import platform_of_list
+
+    text = "pywin32==311\noneccl==2021.17.2\n"
+    assert platform_of_list(text, parse_pip_list(text), matrix) == (
+        None, "the list shows both platforms (win-64: pywin32; linux-64: oneccl)")
+    path = tmp_path / "l.txt"
+    path.write_text("torch==2.12.0+xpu\n" + text)
+    out = run_cli("resolve", "--json", "--pip-list", str(path)).stdout
+    assert json.loads(out)["platform_source"].startswith("assumed: this machine's (the list shows both platforms")

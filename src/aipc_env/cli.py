@@ -28,7 +28,8 @@ Start here:
 """
 
 EPILOG = """\
-exit codes: 0 ok · 1 problems found · 2 usage or input error · 3 internal error (a bug) · 130 interrupted
+exit codes: 0 ok · 1 problems found · 2 usage or input error · 3 internal error (a bug) · 127 a phase's program could
+not start · 130 interrupted
 `aipc-env COMMAND --help` explains each command; nox sessions (`nox -s doctor`, `nox -s train`) run the same
 commands. Docs: README.md, docs/architecture.md."""
 

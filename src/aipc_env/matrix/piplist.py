@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from aipc_env.errors import InputError
 
-__all__ = ["DuplicatePackage", "parse_pip_list", "read_pip_list"]
+__all__ = ["DuplicatePackage", "parse_pip_list", "platform_of_list", "read_list_text", "read_pip_list"]
 
 _FREEZE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([^\s;#]+)")
 _TABLE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(?:\s+.*)?$")
@@ -81,12 +81,65 @@ def _add(found: dict[str, str], lines: dict[str, int], name: str, version: str, 
     lines.setdefault(name, number)
 
 
-def read_pip_list(path: str | Path) -> dict[str, str]:
+_WIN_PATH = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]:\\|\\(?:Lib|Scripts)\\site-packages|\\AppData\\", re.IGNORECASE)
+_POSIX_PATH = re.compile(r"(?<![A-Za-z0-9:])/(?:home|usr|opt|root|srv|var|mnt)/|/lib/python3\.\d+/site-packages")
+_WIN_ONLY = ("pywin32", "pywin32-ctypes", "pywinpty", "wmi", "comtypes")
+_LINUX_ONLY = ("oneccl", "oneccl-devel", "impi-rt", "pyzes", "uvloop")
+
+
+def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple[str | None, str]:
+    """The platform a pasted list was made on, from what it shows (pure): wheel tags of direct references, paths
+    (`pip list -v` locations, file URLs), packages that install on one platform only, and Intel runtime versions
+    that one platform's wheels pin (xpu-2.7's compiler runtime is 2025.0.5 on Windows, 2025.0.4 on Linux).
+    (None, why) when the list does not say, or says both."""
+    votes: dict[str, list[str]] = {"win-64": [], "linux-64": []}
+    if "win_amd64" in text:
+        votes["win-64"].append("a win_amd64 wheel")
+    if re.search(r"(?:manylinux|linux)_[0-9_]*x86_64", text):
+        votes["linux-64"].append("a linux wheel")
+    if _WIN_PATH.search(text):
+        votes["win-64"].append("Windows paths")
+    if _POSIX_PATH.search(text):
+        votes["linux-64"].append("Linux paths")
+    for name in _WIN_ONLY:
+        if name in installed:
+            votes["win-64"].append(name)
+    for name in _LINUX_ONLY:
+        if name in installed:
+            votes["linux-64"].append(name)
+    if matrix is not None:
+        from aipc_env.matrix.model import versions_equal
+
+        for platform in votes:
+            other = "linux-64" if platform == "win-64" else "win-64"
+            for pair in matrix.pairs:
+                mine = {p.key: p for p in pair.pins_for(platform)}
+                theirs = {p.key: p for p in pair.pins_for(other)}
+                for key, pin in mine.items():
+                    got = installed.get(key)
+                    if got and versions_equal(got, pin.version) and key in theirs and \
+                            not any(versions_equal(got, v) for v in theirs[key].accepted_versions()):
+                        votes[platform].append(f"{key} {got} ({pair.id}'s {platform} pin)")
+    said = {pl: why for pl, why in votes.items() if why}
+    if len(said) == 1:
+        platform, why = next(iter(said.items()))
+        return platform, f"the list shows {platform}: {', '.join(dict.fromkeys(why))}"
+    if len(said) == 2:
+        return None, ("the list shows both platforms (" + "; ".join(f"{pl}: {', '.join(dict.fromkeys(w))}"
+                                                                    for pl, w in said.items()) + ")")
+    return None, "the list does not show its platform"
+
+
+def read_list_text(path: str | Path) -> str:
+    """The text of a saved package list (UTF-8, UTF-16 as PowerShell writes it, or cp1252 as cmd does)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the package list: {exc.strerror}", path=path) from None
+    if len(raw) > 16 * 2**20:
+        raise InputError("the package list is larger than 16 MiB", path=path,
+                         fix="save the output of one `pip list` or `pip freeze`")
     # PowerShell redirection writes UTF-16; cmd writes the ANSI code page.
     for encoding in ("utf-8-sig", "utf-16", "cp1252"):
         try:
@@ -97,6 +150,12 @@ def read_pip_list(path: str | Path) -> dict[str, str]:
             continue
     else:  # pragma: no cover - cp1252 decodes almost anything
         raise InputError("the package list is not text", path=path)
+    return text
+
+
+def read_pip_list(path: str | Path, text: str | None = None) -> dict[str, str]:
+    path = Path(path)
+    text = read_list_text(path) if text is None else text
     try:
         packages = parse_pip_list(text)
     except DuplicatePackage as exc:

@@ -61,8 +61,8 @@ class Resolution(BaseModel):
         if self.status == "partial":
             return f"{self.pair}: matches, but {len(self.missing)} pinned package(s) are not installed"
         if self.status == "mixed":
-            odd = ", ".join(f"{m.name} {m.installed}" for m in self.mismatches)
-            return f"{self.pair or 'unknown pair'}: runtime packages from several releases ({odd})"
+            odd = ", ".join(f"{m.name} {m.installed} (expected {' or '.join(m.expected)})" for m in self.mismatches)
+            return f"{self.pair or 'unknown pair'}: {len(self.mismatches)} package(s) differ from its pins: {odd}"
         if self.status == "ambiguous":
             return f"runtime matches several pairs: {', '.join(self.candidates)} (torch not installed)"
         return "Intel runtime packages match no known release"
@@ -181,11 +181,15 @@ class ResolveReport(VersionedModel):
     FORMAT: ClassVar[str] = "resolve report"
     schema_version: Literal[2] = 2
     platform: str
+    platform_source: str = ""
+    """Why this platform: --platform, what the list shows, or this machine's (assumed)."""
     resolution: Resolution
     summary: str
     triton_packages: dict[str, str]
     oneapi: str | None = None
     certainty: str | None = None
+    fix: str | None = None
+    """What to do when the list is not one consistent pair (None: nothing)."""
 
     @property
     def consistent(self) -> bool:
@@ -203,10 +207,33 @@ class ToolkitReport(VersionedModel):
     torch: dict[str, list[str]]
 
 
+def resolution_fix(res: Resolution, tritons: dict[str, str], platform: Platform) -> str | None:
+    """The fix for a list that is not one consistent pair (pure)."""
+    rebuild = f"or rebuild the env from the pair's lock: aipc-env env --pair {res.pair}" if res.pair else ""
+    if res.status == "mixed":
+        pins = " ".join(f'"{m.name}=={m.expected[0]}"' for m in res.mismatches if m.name != "torch.version.xpu")
+        return (f"in the training env: pip install {pins} ({rebuild})" if pins else rebuild) or None
+    if len(tritons) > 1:
+        return f"keep one Triton: pip uninstall -y {' '.join(t for t in tritons if t not in TRITON_PACKAGES[:2])}" \
+            if any(t not in TRITON_PACKAGES[:2] for t in tritons) else "keep only the pair's Triton package"
+    if res.status == "partial":
+        return f"in the training env: pip install the missing pins ({', '.join(res.missing)}), {rebuild}"
+    if res.status == "ambiguous":
+        return f"the runtime fits {', '.join(res.candidates)}: install the torch+xpu of one of them, or paste the list " \
+               "of the whole env (with torch)"
+    if res.status in ("unknown", "not-xpu"):
+        return "build a training env from a pair's lock: aipc-env env --pair <pair> (aipc-env matrix lists them)"
+    return None
+
+
 def resolve_report(installed: dict[str, str], matrix: Matrix, platform: Platform,
-                   torch_version_xpu: str | None = None) -> ResolveReport:
+                   torch_version_xpu: str | None = None, platform_source: str = "") -> ResolveReport:
     res = resolve_pair(installed, matrix, platform, torch_version_xpu=torch_version_xpu)
     pair = matrix.by_id.get(res.pair) if res.pair else None
-    return ResolveReport(platform=platform, resolution=res, summary=res.summary,
-                         triton_packages=triton_packages(installed),
-                         oneapi=pair.oneapi if pair else None, certainty=pair.certainty if pair else None)
+    tritons = triton_packages(installed)
+    report = ResolveReport(platform=platform, platform_source=platform_source, resolution=res, summary=res.summary,
+                           triton_packages=tritons, oneapi=pair.oneapi if pair else None,
+                           certainty=pair.certainty if pair else None)
+    if not report.consistent:
+        report.fix = resolution_fix(res, tritons, platform)
+    return report
