@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aipc_env.doctor import run_checks
 from aipc_env.doctor.checks import REGISTRY, Status
 from aipc_env.doctor.checks.system import ram_tier_gb
 from aipc_env.facts import load_facts
-from tests.conftest import MACHINES
+from tests.conftest import MACHINES, run_cli
 
 
 def verdicts(name: str, matrix) -> dict[str, Status]:
@@ -226,3 +228,19 @@ def test_check_attaches_its_spec_and_specs_of_keeps_declaration_order():
                                                                    ("zz-second", "System", "Second", second)]
     assert specs[0].order + 1 == specs[1].order
     assert specs_of(types.SimpleNamespace()) == []
+
+
+@pytest.mark.parametrize(("machine", "line"), [
+    ("ci_machine", "No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
+                   "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU."),
+    ("win11_16gb", "Not ready to train: 1 problem(s); first memory (ram): 15.6 GiB (16 GB class) (fix: use a machine "
+                   "with 32 GB or more)"),
+    ("linux_arc_a770", "Ready to train, with 2 warning(s) below."),
+    ("win11_core_ultra_32gb", "Ready to train."),
+])
+def test_the_bottom_line_comes_first(matrix, machine, line):
+    report = run_checks(load_facts(MACHINES / f"{machine}.json"), matrix)
+    assert report.bottom_line == line
+    text = run_cli("doctor", "--facts", str(MACHINES / f"{machine}.json")).stdout.splitlines()
+    as_json = json.loads(run_cli("doctor", "--facts", str(MACHINES / f"{machine}.json"), "--json").stdout)
+    assert text[1] == as_json["bottom_line"]  # right under the header, before any category

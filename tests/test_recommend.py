@@ -92,4 +92,11 @@ def test_cli_writes_a_config_the_launcher_refuses_until_filled(tmp_path):
     cfg = yaml.safe_load(io.StringIO(qflux.stdout))
     assert cfg["trainer"] == "QwenImageEditPlus" and cfg["train"]["mixed_precision"] == "no"
     refused = run_cli("recommend", "--facts", str(MACHINES / "win11_16gb.json"))
-    assert refused.returncode == 2 and "--force" in refused.stderr
+    # a machine below the smallest tier is a finding (exit 1): nothing on stdout, the --smoke way on stderr
+    assert (refused.returncode, refused.stdout) == (1, "") and "--force" in refused.stderr
+    assert "aipc-env recommend --smoke --out smoke.yaml" in refused.stderr
+    empty = tmp_path / "c.yaml"
+    empty.write_text("")  # what `aipc-env recommend > c.yaml` leaves
+    train_empty = run_cli("train", str(empty))
+    assert train_empty.returncode == 2 and "the config is empty" in train_empty.stderr
+    assert "recommend --smoke --out smoke.yaml" in train_empty.stderr

@@ -72,13 +72,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _config_path(args: argparse.Namespace) -> Path:
-    from aipc_env.distill.config import write_default_distill_config
-    from aipc_env.paths import data_dir
+    """--config, else the default run folder's distill.yaml (the one `distill init` wrote, perhaps edited), else
+    the built-in tiny default written there: every stage without --config uses the same folder."""
+    from aipc_env.distill.config import default_run_dir, write_default_distill_config
 
     if args.config is not None:
         return args.config
-    path = write_default_distill_config(data_dir() / "runs" / "distill-default", replace=True)  # aipc-env's own
-    print(f"aipc-env: no config given; using the built-in default ({path})", file=sys.stderr)
+    path = default_run_dir() / "distill.yaml"
+    if path.is_file():
+        print(f"aipc-env: no config given; using {path}", file=sys.stderr)
+        return path
+    path = write_default_distill_config(default_run_dir())
+    print(f"aipc-env: no config given; wrote the built-in default ({path})", file=sys.stderr)
     return path
 
 
@@ -86,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.distill.config import load_distill_config, write_default_distill_config
 
     if args.stage == "init":
-        from aipc_env.paths import data_dir
+        from aipc_env.distill.config import default_run_dir
 
-        path = write_default_distill_config(args.folder or data_dir() / "runs" / "distill", replace=args.force,
+        path = write_default_distill_config(args.folder or default_run_dir(), replace=args.force,
                                             profile=args.profile)
         todo = " (fill each TODO: model, prompts, LPIPS weights)" if args.profile == "turbo" else ""
         print(f"aipc-env: wrote {path}{todo}; edit it, then `aipc-env distill all --config \"{path}\"`")

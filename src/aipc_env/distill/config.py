@@ -23,6 +23,7 @@ __all__ = [
     "PROFILES",
     "DistillConfig",
     "default_distill_config",
+    "default_run_dir",
     "load_distill_config",
     "write_default_distill_config",
 ]
@@ -253,6 +254,13 @@ def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
                                    "velocity_tolerance": 3.0}},
         "eval": {"seeds": [0, 1]},
     }
+
+
+def default_run_dir() -> Path:
+    """The one default run folder of every `distill` stage (init writes its config there; the stages read it)."""
+    from aipc_env.paths import data_dir
+
+    return data_dir() / "runs" / "distill"
 
 
 def write_default_distill_config(run_dir: Path, *, replace: bool = False, profile: str = "tiny") -> Path:

@@ -54,6 +54,8 @@ class DoctorReport(VersionedModel):
     resolution: Resolution
     findings: list[Finding]
     summary: Summary
+    bottom_line: str = ""
+    """One sentence first: can this machine train, and if not, the first thing to fix."""
     seconds: float
 
     @property
@@ -112,4 +114,21 @@ def run_checks(facts: Facts, matrix: Matrix, names: Iterable[str] | None = None,
     for f in findings:
         setattr(summary, f.status.value, getattr(summary, f.status.value) + 1)
     return DoctorReport(facts=facts, resolution=ctx.resolution, findings=findings, summary=summary,
+                        bottom_line=bottom_line(findings, has_intel_gpu=ctx.has_intel_gpu),
                         seconds=round(time.perf_counter() - start, 4))
+
+
+def bottom_line(findings: list[Finding], *, has_intel_gpu: bool) -> str:
+    """The doctor's verdict in one sentence (pure)."""
+    problems = [f for f in findings if f.status in (Status.FAIL, Status.CRASH)]
+    warnings = [f for f in findings if f.status == Status.WARN]
+    if not has_intel_gpu:
+        return ("No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
+                "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU.")
+    if problems:
+        first = problems[0]
+        return (f"Not ready to train: {len(problems)} problem(s); first {first.title.lower()}: {first.seen}"
+                + (f" (fix: {first.fix})" if first.fix else ""))
+    if warnings:
+        return f"Ready to train, with {len(warnings)} warning(s) below."
+    return "Ready to train."

@@ -46,6 +46,8 @@ def render_report(report: DoctorReport, console: Console, *, verbose: bool = Fal
     head.append(f"  {facts.os.pretty_name or facts.os.system}"
                 + (f" · env {env.prefix}" if env else ""), style="dim")
     console.print(head)
+    if report.bottom_line:
+        console.print(Text(report.bottom_line, style="bold"))
     category = None
     for f in report.findings:
         if f.category != category:

@@ -211,6 +211,11 @@ def load_config(path: str | Path) -> TrainConfig:
                          f"{MAX_CONFIG_BYTES // 2**20} MiB)", path=path,
                          fix="pass the training config, not a dataset or a model file")
     raw = read_yaml(path, "training config")
+    if raw is None:
+        raise InputError("the config is empty", path=path,
+                         fix="`aipc-env recommend > FILE` leaves FILE empty when it writes no config (it says why on "
+                             "the terminal: a machine below 32 GB, for one); run it again with --out FILE, or try the "
+                             "whole path first: aipc-env recommend --smoke --out smoke.yaml")
     if not isinstance(raw, dict):
         raise InputError("expected a mapping of sections (model, data, train, ...)", path=path,
                          fix=TrainConfig.FIX)

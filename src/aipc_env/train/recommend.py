@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aipc_env.errors import AipcError, InputError
+from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import ram_tier_gb
 from aipc_env.facts.model import Facts
 from aipc_env.formats import VersionedModel
@@ -121,9 +121,9 @@ def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool 
     if tier < 32:
         if not (force or smoke):
             raise AipcError(f"{tier} GB machines are not supported: the NF4 transformer alone needs ~10 GB of GPU "
-                            "allocation, leaving no room for activations on unified memory",
+                            "allocation, leaving no room for activations on unified memory; no config was written",
                             fix=f"use a 32 GB (or larger) machine, or pass --force to write a config anyway; "
-                                f"{SMOKE_FIX}")
+                                f"{SMOKE_FIX}", exit_code=ExitCode.PROBLEMS)
         notes.append(f"{tier} GB is below the supported minimum (32 GB); "
                      + ("a smoke config for the tiny model only" if smoke else "forced"))
     if fast:

@@ -3,7 +3,7 @@ process may use them (the render group). Windows items do not apply there."""
 
 from __future__ import annotations
 
-from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
+from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 
 RUN_FIX = ("start the container with the GPU passed in: aipc-env container run (it adds --device /dev/dri and "
            "--group-add with the host's numeric group of each render node)")
@@ -23,6 +23,10 @@ def check_dri_access(ctx: CheckContext) -> Verdict:
         return skip("not in a container")
     render = [n for n in info.nodes if "render" in n.path.rsplit("/", 1)[-1]]
     if not render:
+        if not ctx.has_intel_gpu:  # nothing says the host has one: the CPU path is a valid way to run here
+            return warn("no /dev/dri/renderD* node and no Intel GPU seen", "this container runs everything on the "
+                        "CPU (the built-in default works; Qwen-Image-Edit training needs the GPU)",
+                        f"only if the host has an Intel GPU: {RUN_FIX}")
         return fail("no /dev/dri/renderD* node in the container", "without the render node torch+xpu sees no GPU "
                     "and everything runs on the CPU", RUN_FIX)
     blocked = [n for n in render if not n.readable_writable]

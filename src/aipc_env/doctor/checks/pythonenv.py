@@ -34,9 +34,11 @@ def check_training_env(ctx: CheckContext) -> Verdict:
                     f"rebuild it: {ctx.env_fix()} (or point the doctor at another env: --env PREFIX)")
     seen = f"{env.prefix} (Python {env.python_version}; {SOURCE_WORDS[env.source]})"
     if env.source == "current" and "torch" not in env.distributions:
+        build = ("" if not ctx.has_intel_gpu else "; or build one from the pair's lock: " + ctx.env_fix())
         return warn(seen, "no training env is built or recorded, and this interpreter has no torch",
-                    "run `nox -s train` once (it records its env), or build one: " + ctx.env_fix()
-                    + "; or point the doctor at an env: --env PREFIX")
+                    "run `aipc-env train` (or `nox -s train`) once: it builds its training env with this machine's "
+                    f"torch build{' (the CPU build here)' if not ctx.has_intel_gpu else ''} and records it{build}; "
+                    "or point the doctor at an env: --env PREFIX")
     return ok(seen, "inspect another env with --env PREFIX")
 check("training-env", "Training env", "Training environment")(check_training_env)
 
@@ -46,8 +48,13 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
         return early
     torch = ctx.installed.get("torch")
     if torch is None:
+        env = ctx.facts.training_env
+        if env is not None and env.source == "current":
+            return skip("no training env yet (see Training environment)")
         return fail("torch not installed", "training needs torch (torch+xpu on an Intel GPU)",
-                    f"build the env: {ctx.env_fix()}")
+                    f"build the env: {ctx.env_fix()}" if ctx.has_intel_gpu else
+                    "run `aipc-env train --env PREFIX` once with this env, or let `aipc-env train` build its own "
+                    "(the CPU build: this machine has no Intel GPU)")
     try:
         local = Version(torch).local
     except InvalidVersion:

@@ -10,11 +10,18 @@ ONEAPI_URL = "https://www.intel.com/content/www/us/en/developer/tools/oneapi/bas
 
 
 def check_conda(ctx: CheckContext) -> Verdict:
+    """conda is one path, not the path: `nox -s train` and `aipc-env train` build their envs with uv; only an env
+    built from a lock with `aipc-env env` takes its Python from conda (or from --base-python)."""
     tools = [t for t in ctx.facts.conda if t.name != "conda-lock"]
     if tools:
         return ok(", ".join(f"{t.name} {t.version or ''}".strip() for t in tools))
-    return fail("none of conda, mamba, micromamba found", "the training env (the pair's Python + pip layer) "
-                "is built with a conda tool", f"install Miniforge: {MINIFORGE_URL}, then open a new terminal")
+    env = ctx.facts.training_env
+    if env is not None and env.source == "conda":
+        return fail("none of conda, mamba, micromamba found, but the training env is a conda env",
+                    "rebuilding or repairing that env needs a conda tool",
+                    f"install Miniforge: {MINIFORGE_URL}, then open a new terminal")
+    return ok("none found; not needed: `nox -s train` and `aipc-env train` build their envs with uv (`aipc-env env` "
+              "takes the pair's Python from conda, or from --base-python)")
 check("conda", "Toolchain", "conda / mamba")(check_conda)
 
 
