@@ -18,10 +18,11 @@ OUTPUTS = FIXTURES / "outputs"
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
-    """No test reads or writes the real per-user state or cache."""
+    """No test reads or writes the real per-user state, cache or data (runs of the built-in default)."""
     base = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("AIPC_ENV_STATE_DIR", str(base / "state"))
     monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(base / "cache"))
+    monkeypatch.setenv("AIPC_ENV_DATA_DIR", str(base / "data"))
 
 
 @pytest.fixture(scope="session")

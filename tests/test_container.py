@@ -67,7 +67,9 @@ def _lock(box, name: str, *extra: str) -> Path:
 
 
 def _build(box, lock: Path, tag: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_cli("container", "build", "--lock", str(lock), "--gpu-runtime", "none", "--find-links",
+    # a Debian 12 base: its Python 3.11 is the one the local torch CPU wheel is for (the default base is Debian 13)
+    return run_cli("container", "build", "--lock", str(lock), "--gpu-runtime", "none", "--base",
+                   "localhost/aipc-base:bookworm", "--python", "3.11", "--find-links",
                    box["wheels"], "--out", str(box["base"] / f"ctx-{tag}"), "--tag", f"localhost/aipc-env:{tag}",
                    "--json", *extra, env={**box["env"], **(env or {})}, timeout=1200)
 

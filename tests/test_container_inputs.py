@@ -4,6 +4,8 @@ labels are quoted, and --out never replaces a folder that is not an earlier rend
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aipc_env.container.inputs import parse_apt_source, validate_image_reference
@@ -100,14 +102,38 @@ def test_labels_are_quoted(tmp_path):
 
 
 def test_the_default_gpu_runtime_needs_a_source_on_a_distribution_without_one(tmp_path):
-    """Debian 12 (the default base) has no Level Zero GPU driver: intel-apt without Intel's repository is refused
-    by name, before anything is written; a base the table does not know is refused too."""
+    """Debian 13 (the default base) has no Level Zero GPU driver: intel-apt without Intel's repository is refused
+    by name, naming the client channel's line, before anything is written; a base the table does not know is
+    refused too."""
     result = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"))
-    assert result.returncode == ExitCode.USAGE and "Debian 12 (bookworm) cannot provide" in result.stderr
+    assert result.returncode == ExitCode.USAGE and "Debian 13 (trixie) cannot provide" in result.stderr
     assert "libze-intel-gpu1" in result.stderr and "--gpu-runtime-source" in result.stderr
+    assert "https://repositories.intel.com/gpu/ubuntu noble client" in result.stderr
     assert not (tmp_path / "ctx").exists()
-    other = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--base", "docker.io/library/fedora:41")
+    other = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--base", "docker.io/library/fedora:41",
+                    "--python", "3.12")
     assert other.returncode == ExitCode.USAGE and "not known to aipc-env" in other.stderr
+    unknown_python = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--base",
+                             "docker.io/library/fedora:41", "--gpu-runtime", "none")
+    assert unknown_python.returncode == ExitCode.USAGE and "the Python of docker.io/library/fedora:41 is not known" \
+        in unknown_python.stderr
+
+
+def test_debian_12_cannot_run_the_gpu_runtime_even_with_intels_repository(tmp_path, signing_key):
+    key, fingerprint = signing_key
+    given = ["--gpu-runtime-source", "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble client",
+             "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", fingerprint]
+    old = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), "--base",
+                  "localhost/aipc-base:bookworm", *given)
+    assert old.returncode == ExitCode.USAGE and "Debian 12 (bookworm) cannot run the Intel GPU runtime" in old.stderr
+    assert "glibc >= 2.38" in old.stderr and "Debian 13 or Ubuntu 24.04" in old.stderr
+    assert not (tmp_path / "ctx").exists()
+    new = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx"), *given, "--json")
+    assert new.returncode == ExitCode.OK, new.stderr
+    assert json.loads(new.stdout)["python"] == "3.13"  # the base's python3, from the distribution table
+    cpu = run_cli("container", "render", *LOCK, "--out", str(tmp_path / "ctx2"), "--base",
+                  "localhost/aipc-base:bookworm", "--gpu-runtime", "none", "--json")
+    assert cpu.returncode == ExitCode.OK and json.loads(cpu.stdout)["python"] == "3.11"
 
 
 def test_base_images_name_their_distribution():

@@ -16,8 +16,12 @@ __all__ = ["Distribution", "GpuRuntimeTable", "distribution_of_image", "load_gpu
 
 class Distribution(StrictModel):
     name: str
-    source: Literal["distro", "intel-repo"]
+    source: Literal["distro", "intel-repo", "unsupported"]
+    python: str = Field(pattern=r"^3\.\d{1,2}$")
+    """The distribution's python3 (X.Y): an image built on it needs a lock that covers it."""
     why: str
+    repository: str | None = None
+    """Intel's repository line for client GPUs (Core Ultra, Arc), for `intel-repo` distributions."""
 
 
 class GpuRuntimeTable(VersionedModel):
@@ -29,19 +33,31 @@ class GpuRuntimeTable(VersionedModel):
     distributions: dict[str, Distribution]
     """`<os-release ID>-<VERSION_ID>` (Debian by major version) -> where the runtime comes from."""
 
-    def needs_source(self, key: str | None, *, what: str, key_name: str) -> None:
-        """Refuse, by name, installing the runtime from the distribution where it cannot come from there."""
+    def needs_source(self, key: str | None, *, what: str, key_name: str, given: bool = False) -> None:
+        """Refuse, by name, installing the runtime where it cannot come from: a distribution Intel's packages do not
+        install on (even with a source given), or one whose own packages lack it when no source is `given`."""
         entry = self.distributions.get(key or "")
+        if entry is not None and entry.source == "unsupported":
+            raise InputError(f"{what}: {entry.name} cannot run the Intel GPU runtime ({' '.join(entry.why.split())})",
+                             key=key_name, fix="use a Debian 13 or Ubuntu 24.04 base (--base), or --gpu-runtime none "
+                             "for a CPU image")
+        if given:
+            return
         if entry is None:
             raise InputError(f"{what}: the Intel GPU runtime on {key or 'this distribution'} is not known to aipc-env "
                              f"(known: {', '.join(sorted(self.distributions))})", key=key_name,
                              fix="give Intel's graphics repository (--gpu-runtime-source, its key and fingerprint), "
                              "or --gpu-runtime none")
         if entry.source == "intel-repo":
-            raise InputError(f"{what}: {entry.name} cannot provide the Intel GPU runtime ({entry.why})", key=key_name,
-                             fix="give Intel's graphics repository: --gpu-runtime-source 'deb [arch=amd64 "
-                             "signed-by=...] https://...' with --gpu-runtime-key and --gpu-runtime-key-fingerprint "
-                             "(see docs/fleet.md), or --gpu-runtime none for a CPU image")
+            raise InputError(f"{what}: {entry.name} cannot provide the Intel GPU runtime ({' '.join(entry.why.split())})",
+                             key=key_name, fix=f"give Intel's graphics repository: --gpu-runtime-source "
+                             f"'{entry.repository or 'deb [arch=amd64] https://...'}' with --gpu-runtime-key and "
+                             "--gpu-runtime-key-fingerprint (see docs/fleet.md), or --gpu-runtime none for a CPU image")
+
+    def python_of(self, key: str | None) -> str | None:
+        """The python3 of a distribution (None: not listed)."""
+        entry = self.distributions.get(key or "")
+        return entry.python if entry else None
 
 
 def distribution_of_image(reference: str) -> str | None:

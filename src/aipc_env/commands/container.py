@@ -20,22 +20,23 @@ def _source(p: argparse.ArgumentParser) -> None:
 
 def _context_options(p: argparse.ArgumentParser) -> None:
     _source(p)
-    p.add_argument("--base", default="localhost/aipc-base:bookworm", metavar="IMAGE",
-                   help="base image with python3 and python3-venv (default: localhost/aipc-base:bookworm, made by "
-                        "--base-from-mirror)")
+    p.add_argument("--base", default="localhost/aipc-base:trixie", metavar="IMAGE",
+                   help="base image with python3 and python3-venv (default: localhost/aipc-base:trixie, Debian 13, "
+                        "made by --base-from-mirror; Debian 12 cannot run Intel's current GPU runtime: glibc 2.36)")
     p.add_argument("--gpu-runtime", choices=["intel-apt", "none"], default="intel-apt",
                    help="install the Intel GPU user space (Level Zero loader, compute runtime, OpenCL ICD) with apt "
                         "(default), or nothing (CPU images, tests)")
     p.add_argument("--gpu-runtime-source", metavar="APT-LINE",
-                   help="one apt source line for the GPU packages, e.g. Intel's graphics repository (Debian 12's "
-                        "own are too old for Core Ultra / Arc B); needs --gpu-runtime-key and its fingerprint; "
-                        "trusted=yes is refused")
+                   help="one apt source line for the GPU packages: Intel's graphics repository, client channel "
+                        "for Core Ultra and Arc ('deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble "
+                        "client'); needs --gpu-runtime-key and its fingerprint; trusted=yes is refused")
     p.add_argument("--gpu-runtime-key", type=Path, metavar="FILE", help="the public key that signs that source "
                    "(armored or binary); it becomes the source's only signed-by key")
     p.add_argument("--gpu-runtime-key-fingerprint", metavar="FPR", help="the key's OpenPGP fingerprint, pinned: a "
                    "key file with another fingerprint is refused")
-    p.add_argument("--python", type=python_minor, default="3.11", metavar="X.Y",
-                   help="the base image's Python, which the lock must be for (default 3.11: Debian 12)")
+    p.add_argument("--python", type=python_minor, default=None, metavar="X.Y",
+                   help="the base image's Python, which the lock must cover (default: the base's, from "
+                        "environments/gpu-runtime.yaml: 3.13 on Debian 13, 3.12 on Ubuntu 24.04, 3.11 on Debian 12)")
     p.add_argument("--out", type=output_folder, metavar="DIR", help="the build context folder (default: per-user cache)")
 
 
@@ -118,11 +119,24 @@ def _render(args: argparse.Namespace):
 
     lockfile, pair = _lockfile(args)
     out = args.out or cache_dir() / "images" / pair
+    python = args.python or _base_python(args.base)
     return render_context(RenderRequest(lockfile=lockfile, pair=pair, out=out, base=args.base,
                                         gpu_runtime=args.gpu_runtime, gpu_runtime_source=args.gpu_runtime_source,
                                         gpu_runtime_key=args.gpu_runtime_key,
                                         gpu_runtime_key_fingerprint=args.gpu_runtime_key_fingerprint,
-                                        python=args.python)), out, lockfile
+                                        python=python)), out, lockfile
+
+
+def _base_python(base: str) -> str:
+    """The python3 of a base image the distribution table knows (else the user says it)."""
+    from aipc_env.errors import InputError
+    from aipc_env.gpu_runtime import distribution_of_image, load_gpu_runtime
+
+    python = load_gpu_runtime().python_of(distribution_of_image(base))
+    if python is None:
+        raise InputError(f"the Python of {base} is not known", key="--python",
+                         fix="pass the base image's python3 version, e.g. --python 3.12")
+    return python
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,7 +168,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     (spec, artifacts), out, lockfile = _render(args)  # the lock and every input are checked before any long step
     if args.base_from_mirror:
         say(f"bootstrapping {args.base} from the distro mirror (log {log})")
-        base_from_mirror(engine, args.base, cache_dir() / "images" / "base", log)
+        base_from_mirror(engine, args.base, cache_dir() / "images" / "base", log, suite=_suite_of(args.base))
     say(f"fetching {len(artifacts)} wheels (sha256-checked) into {out / 'wheels'}")
     fill_wheelhouse(artifacts, out / "wheels", lock_dir=lockfile.parent, cache=cache_dir() / "wheels",
                     find_links=args.find_links, log=say)
@@ -169,6 +183,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
     else:
         print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s")
     return ExitCode.OK
+
+
+def _suite_of(base: str) -> str:
+    """The Debian suite --base-from-mirror bootstraps for a base tag (…:trixie, …:bookworm)."""
+    from aipc_env.errors import InputError
+    from aipc_env.gpu_runtime import distribution_of_image
+
+    suites = {"debian-13": "trixie", "debian-12": "bookworm"}
+    suite = suites.get(distribution_of_image(base) or "")
+    if suite is None:
+        raise InputError(f"--base-from-mirror bootstraps Debian from the distro mirror; {base} names no Debian suite",
+                         key="--base", fix="name it localhost/aipc-base:trixie (or :bookworm)")
+    return suite
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

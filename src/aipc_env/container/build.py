@@ -51,7 +51,7 @@ class RenderRequest:
     lockfile: Path
     pair: str
     out: Path
-    base: str = "localhost/aipc-base:bookworm"
+    base: str = "localhost/aipc-base:trixie"
     gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
     gpu_runtime_source: str | None = None
     gpu_runtime_key: Path | None = None
@@ -76,11 +76,11 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
     validate_image_reference(req.base)
     _check_out(req.out)
     source = key_name = fingerprint = None
-    if req.gpu_runtime == "intel-apt" and not req.gpu_runtime_source:
+    if req.gpu_runtime == "intel-apt":
         from aipc_env.gpu_runtime import distribution_of_image, load_gpu_runtime
 
         load_gpu_runtime().needs_source(distribution_of_image(req.base), what=f"the base {req.base}",
-                                        key_name="--gpu-runtime-source")
+                                        key_name="--gpu-runtime-source", given=bool(req.gpu_runtime_source))
     if req.gpu_runtime_source:
         if req.gpu_runtime != "intel-apt":
             raise InputError("an apt source is only used with --gpu-runtime intel-apt", key="--gpu-runtime-source")

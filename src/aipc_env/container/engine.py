@@ -90,7 +90,7 @@ def debian_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/deb
     return "http://deb.debian.org/debian"
 
 
-def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: str = "bookworm",
+def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: str = "trixie",
                      mirror: str | None = None) -> str:
     """Bootstrap a Debian base image offline of any registry: mmdebstrap from the distro mirror into a tarball
     (identical run to run with SOURCE_DATE_EPOCH=0), then a scratch image committed with timestamp 0."""

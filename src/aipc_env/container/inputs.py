@@ -56,7 +56,7 @@ def parse_apt_source(value: str, key: str = "--gpu-runtime-source") -> AptSource
     match = re.fullmatch(r"\s*deb\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)((?:\s+\S+)*)\s*", value)
     if not match:
         raise InputError(f"{value!r} is not an apt source line", key=key,
-                         fix="give `deb [signed-by=...] https://repositories.intel.com/gpu/ubuntu noble unified`")
+                         fix="give `deb [signed-by=...] https://repositories.intel.com/gpu/ubuntu noble client`")
     options, uri, suite, components = match.group(1) or "", match.group(2), match.group(3), match.group(4).split()
     arch = None
     for option in options.split():

@@ -60,6 +60,18 @@ SITE = """---
         - not aipc_gpu_runtime_source
       tags: [gpu]
 
+    - name: Say why the Intel GPU runtime cannot be installed on this distribution at all
+      ansible.builtin.debug:
+        msg: >-
+          NOT INSTALLED: {{{{ aipc_gpu_runtime_by_distribution[aipc_gpu_distribution].name }}}} cannot provide the
+          Intel GPU runtime ({{{{ aipc_gpu_runtime_by_distribution[aipc_gpu_distribution].why }}}}); Intel's
+          repository is not added here
+      when:
+        - aipc_install_gpu_runtime | bool
+        - aipc_gpu_distribution in aipc_gpu_runtime_by_distribution
+        - aipc_gpu_runtime_by_distribution[aipc_gpu_distribution].source == 'unsupported'
+      tags: [gpu]
+
     - name: Install the signing key of Intel's graphics repository (its fingerprint was pinned when written)
       ansible.builtin.copy:
         src: "{{{{ playbook_dir }}}}/files/{{{{ aipc_gpu_runtime_key }}}}"
@@ -69,6 +81,7 @@ SITE = """---
       when:
         - aipc_install_gpu_runtime | bool
         - aipc_gpu_runtime_source | length > 0
+        - aipc_gpu_runtime_by_distribution.get(aipc_gpu_distribution, {{}}).get('source') != 'unsupported'
       tags: [gpu]
 
     - name: Intel's graphics repository as an apt source (signed by that key only)
@@ -80,6 +93,7 @@ SITE = """---
       when:
         - aipc_install_gpu_runtime | bool
         - aipc_gpu_runtime_source | length > 0
+        - aipc_gpu_runtime_by_distribution.get(aipc_gpu_distribution, {{}}).get('source') != 'unsupported'
       tags: [gpu]
 
     - name: Install the Intel GPU user space (Level Zero loader, compute runtime, OpenCL ICD)
@@ -91,6 +105,7 @@ SITE = """---
       when:
         - aipc_install_gpu_runtime | bool
         - aipc_gpu_distribution in aipc_gpu_runtime_by_distribution
+        - aipc_gpu_runtime_by_distribution[aipc_gpu_distribution].source != 'unsupported'
         - aipc_gpu_runtime_source | length > 0 or
           aipc_gpu_runtime_by_distribution[aipc_gpu_distribution].source == 'distro'
       tags: [gpu]
