@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MACHINES, ROOT, find_tool, require_tool
+from tests.conftest import MACHINES, find_tool, require_tool
 from tests.test_readme import _copy_checkout
 from tests.test_resolve import WIN_27_LIST
 
