@@ -188,3 +188,18 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
     stops = [line for line in (out + err).splitlines() if "stopped" in line]
     assert len(stops) == 1 and "Ctrl-C" in stops[0] and "train.log" in stops[0]
+
+
+def test_a_silent_start_gets_a_heartbeat_until_the_phase_speaks():
+    import time
+
+    from aipc_env.train.progress import Heartbeat
+
+    said: list[str] = []
+    beat = Heartbeat(said.append, "fit: still importing the training stack", every=0.05).start()
+    time.sleep(0.18)
+    beat.stop()
+    count = len(said)
+    time.sleep(0.12)
+    assert count >= 2 and len(said) == count  # lines while silent, none after stop
+    assert said[0].startswith("fit: still importing the training stack (") and said[0].endswith(" s)")

@@ -56,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
     from aipc_env.train.compat import quiet_bitsandbytes_notices
+    from aipc_env.train.progress import Heartbeat
+
+    beat = Heartbeat(_log, f"{args.phase}: still importing the training stack").start()
+
+    def log(msg: str) -> None:
+        beat.stop()
+        _log(msg)
 
     quiet_bitsandbytes_notices()
     try:
@@ -64,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
             from aipc_env.train.cache import run_cache
 
             device, dtype = _device_and_dtype(cfg)
-            run_cache(cfg, device, dtype, log=_log)
+            run_cache(cfg, device, dtype, log=log)
             return ExitCode.OK
         from aipc_env.train.fit import run_fit
 
-        rc = run_fit(cfg, log=_log)
+        rc = run_fit(cfg, log=log)
         if rc == ExitCode.OK:
             check_reload(cfg)
         return rc
@@ -80,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
         import traceback
 
-        log = os.environ.get("AIPC_LOG_FILE")
-        if log:
-            with open(log, "a", encoding="utf-8") as fh:
+        log_file = os.environ.get("AIPC_LOG_FILE")
+        if log_file:
+            with open(log_file, "a", encoding="utf-8") as fh:
                 fh.write(traceback.format_exc())
         print(f"aipc-env: internal error in the {args.phase} phase: {type(exc).__name__}: {exc}"
-              + (f" (traceback in {log})" if log else ""), file=sys.stderr)
+              + (f" (traceback in {log_file})" if log_file else ""), file=sys.stderr)
         return ExitCode.INTERNAL
+    finally:
+        beat.stop()
 
 
 if __name__ == "__main__":
