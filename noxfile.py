@@ -17,8 +17,9 @@ installs nothing (a stamp in its venv), so warm runs start at once. train runs i
 verify and distill run in that same env (installed first if needed): one training stack, not three.
 
 Exit codes: a session ends with aipc-env's own exit code (0 ok, 1 problems found, 2 bad input, 3 internal error,
-127 a phase's program could not start, 130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary is then not printed, and a failing
-session stops the sessions listed after it. A failed install is nox's 1 with the reason.
+127 a phase's program could not start, 130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary
+is then not printed, and a failing session stops the sessions listed after it. A failed install is nox's 1 with the
+reason. Installer output goes to stderr, so `nox -s NAME -- --json` prints one JSON document on stdout.
 """
 
 from __future__ import annotations

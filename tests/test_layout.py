@@ -68,13 +68,15 @@ def test_no_private_name_crosses_modules():
 def test_wheel_package_list_is_complete():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {name for name, path, _ in _modules() if path.name == "__init__.py"} | {"aipc_env.launchers",
-                                                                                   "aipc_env.environments"}
+                                                                                   "aipc_env.environments",
+                                                                                   "aipc_env.lockfiles"}
     assert listed == found
 
 
 def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
     """pip builds the wheel from a copy of the checkout's sources (setuptools writes build/ beside them); each
-    launcher template and each environments/ data file is read out of the zip and must equal the checkout's."""
+    launcher template, each environments/ data file and each shipped lock is read out of the zip and must equal
+    the checkout's."""
     import shutil
     import zipfile
 
@@ -85,7 +87,7 @@ def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for folder in ("src", "launchers", "environments"):
+    for folder in ("src", "launchers", "environments", "lockfiles"):
         shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
     out = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
@@ -101,6 +103,11 @@ def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
             assert "@AIPC_ENV_VERSION@" in shipped
         for data in sorted((ROOT / "environments").glob("*.yaml")):
             assert archive.read(f"aipc_env/environments/{data.name}") == data.read_bytes(), data.name
+        locks = sorted(p for p in (ROOT / "lockfiles").rglob("*") if p.is_file())
+        assert len(locks) >= 13  # README.md and, per pair, lock-meta.json and two pylocks
+        for lock in locks:
+            name = f"aipc_env/lockfiles/{lock.relative_to(ROOT / 'lockfiles').as_posix()}"
+            assert archive.read(name) == lock.read_bytes(), name
 
 
 def test_no_test_skips_under_ci():
