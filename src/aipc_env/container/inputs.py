@@ -94,11 +94,16 @@ def key_fingerprint(path: Path) -> str:
                                str(path)], timeout=60)
         except ProbeFailed as exc:
             raise InputError(f"not an OpenPGP public key: {exc}", path=path, key="--gpu-runtime-key") from None
-    fingerprints = [line.split(":")[9] for line in out.stdout.splitlines() if line.startswith("fpr:")]
-    primary = fingerprints[:1]
-    if not primary or not _FINGERPRINT.fullmatch(primary[0]):
+    lines = out.stdout.splitlines()
+    primaries = [lines[i + 1].split(":")[9] for i, line in enumerate(lines)
+                 if line.startswith("pub:") and i + 1 < len(lines) and lines[i + 1].startswith("fpr:")]
+    if len(primaries) > 1:  # the file becomes the source's only signed-by keyring: every key in it would be trusted
+        raise InputError(f"the key file holds {len(primaries)} keys ({', '.join(primaries[:3])}); apt would trust "
+                         "each of them for this source", path=path, key="--gpu-runtime-key",
+                         fix="export only the repository's key into a file of its own (gpg --export FINGERPRINT)")
+    if not primaries or not _FINGERPRINT.fullmatch(primaries[0]):
         raise InputError("no key fingerprint in this file", path=path, key="--gpu-runtime-key")
-    return primary[0]
+    return primaries[0]
 
 
 def check_pinned(path: Path, pinned: str | None) -> str:

@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 from aipc_env.platforms import Platform, marker_environment
+from aipc_env.specs import check_file_name, check_sha256
 
 __all__ = [
     "GLIBC_MAX_MINOR",
@@ -143,6 +144,12 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
         sha = wheel.hashes.get("sha256", "")
         if not sha:
             raise InputError(f"{pkg.name}: the locked wheel has no sha256", path=lockfile)
+        try:  # every value that goes into a generated file or a path is checked here, once
+            check_sha256(sha)
+            check_file_name(filename.replace("%2B", "+"), what="wheel file name")
+        except ValueError as exc:
+            raise InputError(f"{pkg.name}: {exc}", path=lockfile, fix="re-lock: nox -s lock (a lock is never "
+                             "hand-edited)") from None
         chosen.append(Artifact(pkg.name, pkg.version or "", filename.replace("%2B", "+"), wheel.url, wheel.path, sha))
     return chosen
 

@@ -25,7 +25,7 @@ from aipc_env.lock.lockfile import (
     read_pylock,
 )
 from aipc_env.lock.requires import IndexReader, lock_closure, recorded_metadata
-from aipc_env.lock.specs import row_hash
+from aipc_env.lock.specs import EXPLICIT_XPU_NAMES, row_hash
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.platforms import PLATFORMS, marker_environment
@@ -111,6 +111,10 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
         lock = read_pylock(path)
         problems += check_pylock(lock, path, pair, platform)
         problems += check_public_artifacts(lock, path, manifest)
+        if meta is not None and meta.xpu_source == "manifest":  # then nothing of the XPU index may claim "index"
+            problems += [f"{path}: {p.name} {p.version} says provenance `index`, but lock-meta.json says the XPU "
+                         "wheels came from environments/xpu-wheels.yaml" for p in lock.packages
+                         if p.key in EXPLICIT_XPU_NAMES and provenance_of(p)["provenance"] != "public-lockfile"]
         reader = _reader(lock, readers, meta)
         problems += lock_closure(lock, path, platform, pythons, manifest, reader)
     conda = conda_lock_path(lock_dir)

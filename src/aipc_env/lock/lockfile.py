@@ -16,7 +16,7 @@ from aipc_env.formats import StrictModel, VersionedModel, load_versioned
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
 from aipc_env.platforms import PLATFORMS, Platform
-from aipc_env.specs import PythonMinor, check_marker, check_version
+from aipc_env.specs import PythonMinor, check_marker, check_project_name, check_version
 
 __all__ = [
     "LOCK_HEADER",
@@ -90,6 +90,11 @@ class PylockPackage(_Loose):
     marker: str | None = None
     wheels: list[PylockArtifact] = []
     sdist: PylockArtifact | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_project_name(value)
 
     @field_validator("version")
     @classmethod
