@@ -332,8 +332,9 @@ def test_container_render_uses_the_shipped_lock(tmp_path):
     result = run_cli("container", "render", "--pair", "xpu-2.12", "--gpu-runtime", "none", "--out", str(tmp_path / "ctx"))
     assert result.returncode == ExitCode.OK, result.stderr
     requirements = (tmp_path / "ctx" / "requirements.lock.txt").read_text(encoding="utf-8")
-    cp311 = load_wheel_manifest().by_file()["torch-2.12.0+xpu-cp311-cp311-linux_x86_64.whl"]
-    assert f"torch==2.12.0+xpu --hash=sha256:{cp311.sha256}" in requirements
+    # the default base is Debian 13: its Python 3.13 picks the cp313 wheel
+    cp313 = load_wheel_manifest().by_file()["torch-2.12.0+xpu-cp313-cp313-linux_x86_64.whl"]
+    assert f"torch==2.12.0+xpu --hash=sha256:{cp313.sha256}" in requirements
 
 
 def test_bundle_names_the_unreachable_artifact_and_leaves_nothing(tmp_path):
