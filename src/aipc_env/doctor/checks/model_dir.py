@@ -24,5 +24,21 @@ def check_model_dir(ctx: CheckContext) -> Verdict:
         return fail(f"pipeline class {model.pipeline_class!r}", "only QwenImageEditPipeline and "
                     "QwenImageEditPlusPipeline repos are supported", f"download a Qwen-Image-Edit repo: {download}")
     size = f", {model.size_bytes / 1e9:.0f} GB" if model.size_bytes else ""
-    return ok(f"{VARIANTS[model.variant]} ({model.pipeline_class}{size})")
+    seen = f"{VARIANTS[model.variant]} ({model.pipeline_class}{size})"
+    needed = ctx.matrix.training_stack.diffusers.get(model.variant)
+    have = ctx.installed.get("diffusers")
+    if needed and have and _older(have, needed):
+        return fail(f"{seen}; the training env has diffusers {have}", f"{VARIANTS[model.variant]} needs diffusers >= "
+                    f"{needed} (environments/matrix.yaml, training_stack)",
+                    f"pip install \"diffusers>={needed}\" in the training env, or rebuild it: {ctx.env_fix()}")
+    return ok(seen)
+
+
+def _older(have: str, needed: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(have) < Version(needed)
+    except InvalidVersion:
+        return False
 check("model-dir", "Model", "Qwen-Image-Edit model directory")(check_model_dir)
