@@ -35,6 +35,8 @@ class IndexReader:
     index_url: str
     cache: MetadataCache = field(default_factory=lambda: MetadataCache(None))
     pages: dict[str, dict[str, IndexFile]] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Projects whose page could not be read, and why (asked once)."""
 
     @classmethod
     def default(cls, index_url: str) -> IndexReader:
@@ -44,8 +46,14 @@ class IndexReader:
 
     def page(self, project: str) -> dict[str, IndexFile]:
         key = canonicalize_name(project)
+        if key in self.unreadable:
+            raise IndexReadError(self.unreadable[key])
         if key not in self.pages:
-            self.pages[key] = project_files(self.index_url, key)
+            try:
+                self.pages[key] = project_files(self.index_url, key)
+            except IndexReadError as exc:
+                self.unreadable[key] = str(exc)
+                raise
         return self.pages[key]
 
     def metadata(self, project: str, filename: str, sha256: str | None) -> CoreMetadata:
@@ -65,16 +73,14 @@ class IndexReader:
         """(project, filename, sha256) -> metadata, or the reason it could not be read; in parallel."""
         projects = sorted({p for p, _, sha in wanted if not (sha and self.cache.get(sha) is not None)})
         with ThreadPoolExecutor(WORKERS) as pool:
-            for project, result in zip(projects, pool.map(self._try_page, projects)):
-                if isinstance(result, str):
-                    self.pages[canonicalize_name(project)] = {}
+            list(pool.map(self._try_page, projects))  # each page once, in parallel; failures are remembered
             return dict(zip([f for _, f, _ in wanted], pool.map(lambda w: self._try(*w), wanted)))
 
-    def _try_page(self, project: str) -> dict | str:
+    def _try_page(self, project: str) -> None:
         try:
-            return self.page(project)
-        except IndexReadError as exc:
-            return str(exc)
+            self.page(project)
+        except IndexReadError:
+            pass  # remembered in self.unreadable; the metadata read names it
 
     def _try(self, project: str, filename: str, sha256: str | None) -> CoreMetadata | str:
         try:
