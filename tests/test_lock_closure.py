@@ -383,3 +383,30 @@ def test_xpu_wheels_relabelled_as_index_while_lock_meta_says_manifest_are_named(
     assert result.returncode == ExitCode.PROBLEMS
     assert f"{path}: torch 2.12.0+xpu says provenance `index`, but lock-meta.json says the XPU wheels came from " \
            "environments/xpu-wheels.yaml" in problems
+
+
+def test_a_lock_without_recorded_metadata_reads_its_index_and_names_what_it_cannot(tmp_path, matrix):
+    """A lock made before metadata was recorded is closed over its index's metadata; where the index cannot be
+    reached the closure is a problem, never a pass."""
+    import tomli_w
+
+    from aipc_env.lock.check import check_pair_lock
+
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    for path in (root / "xpu-2.12").glob("pylock.*.toml"):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        for pkg in data["packages"]:
+            for key in ("requires-dist", "requires-python"):
+                pkg["tool"]["aipc-env"].pop(key, None)
+        path.write_text(tomli_w.dumps(data), encoding="utf-8")
+
+    class Unreachable(dict):
+        def __missing__(self, url):
+            return IndexReader("https://127.0.0.1:9/simple")
+
+    problems = check_pair_lock(root / "xpu-2.12", matrix, readers=Unreachable())
+    assert problems and all("closure not checked" in p for p in problems)
+    assert "https://127.0.0.1:9/simple/" in problems[0] and "metadata could not be read" in problems[0]
+    offline = check_pair_lock(root / "xpu-2.12", matrix)  # no reader at all: said, not passed
+    assert offline and "record no metadata and no index was asked for it" in offline[0]

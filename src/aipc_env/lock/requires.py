@@ -146,7 +146,7 @@ def lock_closure(lock: Pylock, path: Path, platform: Platform, pythons: list[str
     dists, missing = locked_dists(lock, platform, manifest, reader)
     if missing:
         return [f"{path}: closure not checked: {m}" for m in missing[:5]] + (
-            [f"{path}: ... and {len(missing) - 5} more"] if len(missing) > 5 else [])
+            [f"{path}: closure not checked: ... and {len(missing) - 5} more"] if len(missing) > 5 else [])
     return [f"{path}: {p}" for python in pythons for p in closure_problems(dists, platform, python)]
 
 
