@@ -164,13 +164,14 @@ def tests(session: nox.Session) -> None:
     """The test suite (CPU; batch launchers under Wine, which CI installs; ruff is one of the tests)."""
     rest = _install(session, "train,lock,dev", torch=True)
     # branch coverage of src/ as the fast tests import it (subprocess runs are not measured), reported after the
-    # run; the slow tests (torch training and quantizing, images, Ansible hosts) run after it unmeasured: tracing
-    # them cost 7 of the suite's 45 minutes. With arguments (a test file, -k ...) one measured run of just that.
+    # run; the fast tests run on two workers, a file each (pytest-cov combines their data); the slow tests (torch
+    # training and quantizing, images, Ansible hosts) run after it unmeasured: tracing them cost 7 of the suite's 45
+    # minutes. With arguments (a test file, -k ...) one measured run of just that.
     cov = ["--cov", "--cov-branch", "--cov-report="]
     if rest:
         session.run("python", "-m", "pytest", *cov, *rest)
     else:
-        session.run("python", "-m", "pytest", *cov, "-m", "not slow")
+        session.run("python", "-m", "pytest", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile")
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(f"branch coverage of src/aipc_env (in-process, statements + branches, "
                 f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%")
