@@ -80,6 +80,7 @@ def _image_id(box, image: str) -> str | None:
     return found.stdout.strip().removeprefix("sha256:") or None if found.returncode == 0 else None
 
 
+@pytest.mark.timeout(1500)  # eight image builds (two from scratch), two runs: 6-10 minutes on two busy cores
 def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(box):
     lock = _lock(box, "a", "pyyaml==6.0.2")
     first = _build(box, lock, "a", "--base-from-mirror")

@@ -123,7 +123,7 @@ def test_recommend_smoke_trains_on_any_machine(tmp_path):
     facts_file = tmp_path / "facts 16gb.json"
     facts_file.write_text(json.dumps(facts), encoding="utf-8")
     refused = run_cli("recommend", "--facts", str(facts_file))
-    assert refused.returncode == ExitCode.USAGE and "recommend --smoke" in refused.stderr
+    assert refused.returncode == ExitCode.PROBLEMS and "recommend --smoke" in refused.stderr  # a finding
     smoke = tmp_path / "smoke.yaml"
     made = run_cli("recommend", "--facts", str(facts_file), "--smoke", "--out", str(smoke), "--output-dir",
                    str(tmp_path / "smoke run"))
