@@ -74,31 +74,38 @@ def test_missing_env_is_a_clear_error(tmp_path):
     assert result.returncode == 2 and "no Python interpreter" in result.stderr
 
 
-def _worker(step: str, inject: str, tmp_path) -> dict:
+def _worker(steps: list[str], inject: list[str], folder) -> dict[str, dict]:
     import os
     import subprocess
     import sys
 
-    out = tmp_path / f"{step}.json"
-    result = subprocess.run([sys.executable, "-m", "aipc_env.verify.worker", "--only", step, "--out", str(out)],
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "steps.json"
+    only = [arg for step in steps for arg in ("--only", step)]
+    result = subprocess.run([sys.executable, "-m", "aipc_env.verify.worker", *only, "--out", str(out)],
                             capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "AIPC_VERIFY_INJECT": inject})
+                            env={**os.environ, "AIPC_VERIFY_INJECT": ",".join(inject)})
     assert result.returncode in (0, 1), result.stderr[-2000:]
     data = json.loads(out.read_text())
-    (entry,) = data["steps"]
-    assert data["inject"] == ([inject] if inject else [])
-    return entry
+    assert sorted(data["inject"]) == sorted(inject)
+    found = {entry["id"]: entry for entry in data["steps"]}
+    assert sorted(found) == sorted(steps)
+    return found
 
 
-@pytest.mark.parametrize("step,inject,needle", [
-    ("nf4-roundtrip", "nf4-noise", "NF4 round-trip error"),
-    ("linear4bit", "linear4bit-skew", "forward rel. error"),
-    ("adam8bit", "adam8bit-drift", "diverges from 32-bit Adam"),
-])
-def test_each_bound_fails_when_its_fault_is_injected(step, inject, needle, tmp_path):
-    assert _worker(step, "", tmp_path)["passed"]  # the same step passes without the fault ...
-    failed = _worker(step, inject, tmp_path)  # ... and fails with it, for the bound's own reason
-    assert not failed["passed"] and needle in failed["summary"], failed["summary"]
+BOUNDS = {"nf4-roundtrip": ("nf4-noise", "NF4 round-trip error"),
+          "linear4bit": ("linear4bit-skew", "forward rel. error"),
+          "adam8bit": ("adam8bit-drift", "diverges from 32-bit Adam")}
+
+
+def test_each_bound_fails_when_its_fault_is_injected(tmp_path):
+    """The three numeric steps pass as they are and fail, each for its own bound's reason, with its fault injected
+    (one worker run each way: every fault touches its own step only, which the first run's passes show)."""
+    clean = _worker(list(BOUNDS), [], tmp_path / "clean")
+    assert all(clean[step]["passed"] for step in BOUNDS), {k: v["summary"] for k, v in clean.items()}
+    faulty = _worker(list(BOUNDS), [inject for inject, _ in BOUNDS.values()], tmp_path / "faulty")
+    for step, (_, needle) in BOUNDS.items():
+        assert not faulty[step]["passed"] and needle in faulty[step]["summary"], faulty[step]["summary"]
 
 
 def test_steps_are_validated():
