@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
 __all__ = ["PythonMinor", "check_file_name", "check_marker", "check_project_name", "check_python_minor", "check_sha256",
-           "check_version"]
+           "check_specifier", "check_version"]
 
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
 _PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
@@ -25,6 +25,17 @@ def check_version(value: str) -> str:
         Version(value)
     except InvalidVersion:
         raise ValueError(f"{value!r} is not a version (PEP 440)") from None
+    return value
+
+
+def check_specifier(value: str) -> str:
+    """A PEP 440 version specifier set, such as '>=3.10,<3.14'."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(value)
+    except (InvalidSpecifier, TypeError):
+        raise ValueError(f"{str(value)[:80]!r} is not a version specifier such as '>=3.10,<3.14'") from None
     return value
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from pydantic import Field, field_validator, model_validator
@@ -20,7 +19,7 @@ from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform, wheel_platform_fits
-from aipc_env.specs import check_version
+from aipc_env.specs import check_specifier, check_version
 
 __all__ = ["PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest", "manifest_path",
            "pair_artifacts", "torch_requires_dist"]
@@ -105,12 +104,7 @@ class WheelMetadata(StrictModel):
     @field_validator("requires_python")
     @classmethod
     def _python(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                SpecifierSet(value)
-            except InvalidSpecifier:
-                raise ValueError(f"{value!r} is not a version specifier") from None
-        return value
+        return None if value is None else check_specifier(value)
 
     @property
     def key(self) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from packaging.markers import Marker
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError, field_validator, model_validator
@@ -17,7 +17,7 @@ from aipc_env.fileio import read_yaml
 from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.paths import matrix_path
 from aipc_env.platforms import Platform, marker_environment
-from aipc_env.specs import check_marker, check_version
+from aipc_env.specs import check_marker, check_specifier, check_version
 
 __all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
 
@@ -135,11 +135,7 @@ class Pair(StrictModel):
     @field_validator("python")
     @classmethod
     def _python(cls, value: str) -> str:
-        try:
-            SpecifierSet(value)
-        except InvalidSpecifier:
-            raise ValueError(f"{value!r} is not a version specifier such as '>=3.10,<3.14'") from None
-        return value
+        return check_specifier(value)
 
     @field_validator("oneapi")
     @classmethod
@@ -203,11 +199,7 @@ class TrainingStack(StrictModel):
     @field_validator("python")
     @classmethod
     def _python(cls, value: str) -> str:
-        try:
-            SpecifierSet(value)
-        except InvalidSpecifier:
-            raise ValueError(f"{value!r} is not a version specifier such as '>=3.11'") from None
-        return value
+        return check_specifier(value)
 
     @field_validator("diffusers")
     @classmethod
