@@ -264,7 +264,7 @@ def test_metadata_from_a_pep_658_file_and_from_a_wheel_by_ranges(stand_in_index)
     assert meta.requires_dist == ("b>=1",)
     meta, _ = fetch_metadata(page[without.name], expect_sha256=sha256_of(without), cache=cache)
     assert meta.requires_dist == ("c; python_version < '3.12'",)
-    assert _RangeHandler.sent[without.name] < 100_000  # the central directory and METADATA, not the 2 MB payload
+    assert _RangeHandler.sent[without.name] < 300_000  # a few 64 KiB blocks (directory, METADATA), not the 2 MB payload
     assert (tmp / "cache" / f"{sha256_of(without)}.METADATA").is_file()  # cached by the wheel's sha256
 
 

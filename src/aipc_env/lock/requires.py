@@ -20,7 +20,8 @@ from aipc_env.platforms import Platform
 
 __all__ = ["IndexReader", "lock_closure", "locked_dists", "record_metadata", "recorded_metadata", "wheel_name"]
 
-WORKERS = 8
+WORKERS = 16
+"""Parallel reads of index pages and metadata files (I/O-bound: small files, one request each)."""
 
 
 def wheel_name(artifact: PylockArtifact) -> str:

@@ -135,10 +135,14 @@ def project_files(index_url: str, project: str) -> dict[str, IndexFile]:
 
 
 class _RangeFile(io.RawIOBase):
-    """A remote file read by HTTP range requests (what zipfile needs: seek, tell, read)."""
+    """A remote file read by HTTP range requests (what zipfile needs: seek, tell, read), in 64 KiB blocks kept once
+    fetched: zipfile's many small reads of the directory and one member cost a few requests, not dozens."""
+
+    BLOCK = 64 * 1024
 
     def __init__(self, url: str, size: int) -> None:
         self.url, self.size, self.pos = url, size, 0
+        self._blocks: dict[int, bytes] = {}
 
     def seekable(self) -> bool:
         return True
@@ -153,16 +157,30 @@ class _RangeFile(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
+    def _block(self, index: int) -> bytes:
+        if index not in self._blocks:
+            first = index * self.BLOCK
+            last = min(self.size, first + self.BLOCK) - 1
+            data, _ = _read(self.url, limit=self.BLOCK, headers={"Range": f"bytes={first}-{last}"})
+            if len(data) != last - first + 1:
+                raise IndexReadError(f"{self.url}: the server does not answer range requests")
+            self._blocks[index] = data
+        return self._blocks[index]
+
     def read(self, n: int = -1) -> bytes:
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end <= self.pos:
             return b""
-        data, _ = _read(self.url, limit=MAX_METADATA_BYTES + end - self.pos,
-                        headers={"Range": f"bytes={self.pos}-{end - 1}"})
-        if len(data) != end - self.pos:
-            raise IndexReadError(f"{self.url}: the server does not answer range requests")
-        self.pos = end
-        return data
+        if end - self.pos > MAX_METADATA_BYTES + self.BLOCK:
+            raise IndexReadError(f"{self.url}: a read of {end - self.pos} bytes is not a metadata read")
+        out = bytearray()
+        while self.pos < end:
+            block = self._block(self.pos // self.BLOCK)
+            start = self.pos % self.BLOCK
+            piece = block[start:start + end - self.pos]
+            out += piece
+            self.pos += len(piece)
+        return bytes(out)
 
 
 def _size(url: str) -> int:
