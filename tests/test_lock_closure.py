@@ -410,3 +410,27 @@ def test_a_lock_without_recorded_metadata_reads_its_index_and_names_what_it_cann
     assert "https://127.0.0.1:9/simple/" in problems[0] and "metadata could not be read" in problems[0]
     offline = check_pair_lock(root / "xpu-2.12", matrix)  # no reader at all: said, not passed
     assert offline and "record no metadata and no index was asked for it" in offline[0]
+
+
+@pytest.mark.parametrize("name", ["../../escaped.whl", "sub/dir.whl", "..", "C:evil.whl", "a\nb.whl"])
+def test_lock_verify_never_writes_a_file_the_lock_names_outside_its_folder(tmp_path, name):
+    """`lock verify` downloads each public-lockfile wheel under the name the lock gives: a name that is not a plain
+    file name is reported unverified and nothing is fetched or written (it used to be joined to the temp folder
+    as it was)."""
+    import tomli_w
+
+    root = tmp_path / "locks" / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    path = root / "xpu-2.12" / "pylock.win-64.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    torch = next(p for p in data["packages"] if p["name"] == "torch")
+    torch["wheels"][0]["name"] = name
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    (root / "xpu-2.12" / "pylock.linux-64.toml").unlink()
+    result = run_cli("lock", "verify", "--pair", "xpu-2.12", "--lock-root", str(root), "--json", "--mirror",
+                     "https://127.0.0.1:9/whl", timeout=120)
+    report = json.loads(result.stdout)["reports"][0]
+    bad = [c for c in report["checked"] if c["file"] == name[:200]]
+    assert result.returncode == ExitCode.PROBLEMS and len(bad) == 1
+    assert bad[0]["status"] == "unverified" and bad[0]["reason"].startswith("not fetched: wheel file name")
+    assert not (tmp_path / "escaped.whl").exists() and not (tmp_path / "locks" / "escaped.whl").exists()
