@@ -434,3 +434,39 @@ def test_lock_verify_never_writes_a_file_the_lock_names_outside_its_folder(tmp_p
     assert result.returncode == ExitCode.PROBLEMS and len(bad) == 1
     assert bad[0]["status"] == "unverified" and bad[0]["reason"].startswith("not fetched: wheel file name")
     assert not (tmp_path / "escaped.whl").exists() and not (tmp_path / "locks" / "escaped.whl").exists()
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: p.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n"), "nested deeper than 64 levels"),
+    (lambda p: p.write_bytes(b"lock-version = '1.0'\n# \xff\n"), "is not UTF-8"),
+])
+def test_a_hostile_lock_file_is_a_named_input_error_never_a_crash(tmp_path, make, message):
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    path = root / "xpu-2.12" / "pylock.linux-64.toml"
+    path.unlink()
+    make(path)
+    result = run_cli("lock", "check", "--lock-root", str(root), timeout=120)
+    assert result.returncode == ExitCode.USAGE, result.stderr[-2000:]
+    assert message in result.stderr and str(path) in result.stderr and "Traceback" not in result.stderr
+
+
+def test_lock_check_pair_and_lock_root_stay_what_they_name(tmp_path):
+    outside = tmp_path / "x"
+    shutil.copytree(LOCKS / "xpu-2.12", outside)
+    (tmp_path / "lockfiles").mkdir()
+    escaped = run_cli("lock", "check", "--lock-root", str(tmp_path / "lockfiles"), "--pair", "../x")
+    assert escaped.returncode == ExitCode.USAGE and "pair id '../x' is not a plain file name" in escaped.stderr
+    shutil.copytree(LOCKS / "xpu-2.12", tmp_path / "lockfiles" / "xpu-2.12")
+    relative = run_cli("lock", "check", "--lock-root", "lockfiles", "--pair", "xpu-2.12", cwd=tmp_path)
+    assert relative.returncode == ExitCode.OK, relative.stderr
+    assert str(tmp_path / "lockfiles") in run_cli("lock", "check", "--lock-root", "lockfiles", "--json",
+                                                  cwd=tmp_path).stdout  # reported absolute
+
+
+@pytest.mark.parametrize("command", [["doctor", "--facts"], ["resolve", "--pip-list"], ["fleet", "winget", "--check"]])
+def test_an_endless_input_is_cut_at_its_bound_not_read_to_the_end(command):
+    """/dev/zero has no size to check beforehand: the reader stops at its bound and names the file."""
+    result = run_cli(*command, "/dev/zero", timeout=120)
+    assert result.returncode == ExitCode.USAGE, result.stderr[-2000:]
+    assert "/dev/zero" in result.stderr and "larger than" in result.stderr and "Traceback" not in result.stderr

@@ -217,13 +217,19 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
 
 
 def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None) -> str:
+    """A user's text file, read from the stream up to its bound (a device or a pipe such as /dev/zero has no size
+    to check beforehand), decoded strictly."""
     path = Path(path)
     limit = max_bytes or 64 * 2**20
+    too_big = InputError(f"{what} is larger than {limit // 2**20} MiB", path=path,
+                         fix="aipc-env's input files are small; check the path")
     try:
         if path.is_file() and path.stat().st_size > limit:
-            raise InputError(f"{what} is larger than {limit // 2**20} MiB", path=path,
-                             fix="aipc-env's input files are small; check the path")
-        raw = path.read_bytes()
+            raise too_big
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)
+        if len(raw) > limit:
+            raise too_big
     except FileNotFoundError:
         raise InputError(f"{what} not found", path=path, fix="check the path") from None
     except IsADirectoryError:
@@ -333,3 +339,19 @@ def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
     return parse_json(read_text(path, what), Path(path), what)
+
+
+def parse_toml(text: str, path: str | Path, what: str = "TOML file") -> Any:
+    """tomllib.loads with the limits of every user file: size, depth (the parser recurses into nested arrays and
+    inline tables; a deep one is a named error, not a RecursionError)."""
+    import tomllib
+
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise _too_deep(path, what) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", path=path) from None
+    return check_depth(data, path, what)

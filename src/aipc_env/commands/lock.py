@@ -47,6 +47,13 @@ def _lock_dirs(args: argparse.Namespace, root):
                          path=root, key="--lock-root", fix="pass a lockfiles/ folder (an aipc-env checkout's, or the one "
                          "the installed tool ships: `aipc-env --version` says which is used)")
     if args.pair:
+        from aipc_env.specs import check_file_name
+
+        try:
+            check_file_name(args.pair, what="pair id")
+        except ValueError as exc:
+            raise InputError(str(exc), key="--pair", fix="give a pair id of environments/matrix.yaml, e.g. "
+                             "xpu-2.12 (`aipc-env matrix` lists them)") from None
         if not (root / args.pair).is_dir():
             raise InputError(f"no lock folder for {args.pair}", path=root / args.pair, key="--pair",
                              fix=f"make it: nox -s lock -- --pair {args.pair}")

@@ -87,10 +87,11 @@ def _lock_root() -> argparse.ArgumentParser:
 
 
 def lock_root(args: argparse.Namespace) -> Path:
-    """--lock-root, else the checkout's lockfiles/."""
+    """--lock-root (made absolute: uv and the installers run in other folders), else the data home's lockfiles/."""
     from aipc_env.paths import lockfiles_dir
 
-    return getattr(args, "lock_root", None) or lockfiles_dir()
+    given = getattr(args, "lock_root", None)
+    return given.absolute() if given else lockfiles_dir()
 
 
 def device_of(args: argparse.Namespace) -> str | None:

@@ -4,7 +4,6 @@ conda-lock file (conda layer), plus lock-meta.json. Models, reading, and `lock c
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -155,12 +154,11 @@ def meta_path(lock_dir: Path) -> Path:
 
 
 def read_pylock(path: Path) -> Pylock:
-    from aipc_env.fileio import read_text
+    from aipc_env.fileio import parse_toml, read_text
 
-    try:
-        raw = tomllib.loads(read_text(path, "lockfile"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", path=path) from None
+    raw = parse_toml(read_text(path, "lockfile"), path, "lockfile")
+    if not isinstance(raw, dict):  # pragma: no cover - tomllib always returns a table
+        raise InputError("not a TOML table", path=path)
     raw["lock_version"] = raw.pop("lock-version", None)
     if raw["lock_version"] != "1.0":
         raise InputError(f"lock-version {raw['lock_version']!r} is not supported (PEP 751 1.0)", path=path)

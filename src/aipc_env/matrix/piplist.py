@@ -133,11 +133,13 @@ def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple
 def read_list_text(path: str | Path) -> str:
     """The text of a saved package list (UTF-8, UTF-16 as PowerShell writes it, or cp1252 as cmd does)."""
     path = Path(path)
+    limit = 16 * 2**20
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            raw = fh.read(limit + 1)  # from the stream: a device or a pipe has no size to check first
     except OSError as exc:
         raise InputError(f"cannot read the package list: {exc.strerror}", path=path) from None
-    if len(raw) > 16 * 2**20:
+    if len(raw) > limit:
         raise InputError("the package list is larger than 16 MiB", path=path,
                          fix="save the output of one `pip list` or `pip freeze`")
     # PowerShell redirection writes UTF-16; cmd writes the ANSI code page.
