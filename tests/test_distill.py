@@ -509,44 +509,96 @@ def test_g3_fails_when_the_lora_changes_nothing(finished_run, sampled_model, tmp
     assert failed == {"lora-changes-output": "student-not-better-than-naive"}
 
 
-def test_comfyui_export_round_trips_through_diffusers(finished_run, sampled_model, tmp_path, quiet):
-    """The export, read by diffusers' own conversion of non-diffusers Qwen-Image LoRAs (the one that loads
-    Lightning LoRAs), gives the diffusers-format LoRA's outputs on the tiny pipeline."""
+def _round_trip(sampled_model, lora_dir: Path, dest: Path) -> dict:
+    """4-step latents of the tiny pipeline with the diffusers-format LoRA, the export (read by diffusers' own
+    conversion of non-diffusers Qwen-Image LoRAs, the one that loads Lightning LoRAs), and no LoRA."""
     import torch
-    from diffusers import QwenImage21Pipeline
 
     from aipc_env.distill import sampler
     from aipc_env.distill.models import load_pipeline
 
-    dest = tmp_path / "export & ü" / "student.safetensors"
-    result = run_cli("distill", "export", "--config", str(finished_run / "distill.yaml"), "--format", "comfyui",
-                     "--out", str(dest), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "8 LoRA modules (rank 8, alpha 16)" in result.stdout
-    ours = QwenImage21Pipeline.lora_state_dict(str(finished_run / "lora"))
-    theirs = QwenImage21Pipeline.lora_state_dict(str(dest))  # converted by diffusers on load
-    assert sorted(ours) == sorted(theirs)
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
     outputs = {}
-    for name, source in (("diffusers", finished_run / "lora"), ("comfyui", dest)):
+    for name in ("diffusers", "comfyui", "base"):
         pipe = load_pipeline(sampled_model, cpu, torch.float32)
         if name == "diffusers":
-            pipe.load_lora_weights(str(source), adapter_name="student")
-        else:
-            pipe.load_lora_weights(str(source.parent), weight_name=source.name, adapter_name="student")
+            pipe.load_lora_weights(str(lora_dir), adapter_name="student")
+        elif name == "comfyui":
+            pipe.load_lora_weights(str(dest.parent), weight_name=dest.name, adapter_name="student")
         prompted = sampler.encode(pipe, ["a red fox in fresh snow"], cpu)
         noise = sampler.initial_noise(pipe, 1, 64, 64, torch.Generator().manual_seed(3), cpu, torch.float32)
         outputs[name] = pipe(prompt_embeds=prompted.embeds, latents=noise, height=64, width=64,
                              sigmas=TURBO_LIKE[::2], output_type="latent").images
-    naive = load_pipeline(sampled_model, cpu, torch.float32)
+    return outputs
+
+
+def _in_comfyuis_key_map(dest: Path) -> set[str]:
+    """The export's key bases, each found by ComfyUI's own key map (recorded: tests/fixtures/comfyui)."""
+    from safetensors.torch import load_file
+
+    keymap = json.loads((Path(__file__).parent / "fixtures" / "comfyui" / "qwen21-keymap.json").read_text())["key_map"]
+    bases = {k.rsplit(".lora_", 1)[0].removesuffix(".alpha") for k in load_file(str(dest))}
+    assert bases and not bases - set(keymap), sorted(bases - set(keymap))[:3]
+    return bases
+
+
+def test_comfyui_export_round_trips_through_diffusers(finished_run, sampled_model, tmp_path, quiet):
+    """The trained student's export: diffusers reads it back to the same outputs, ComfyUI's key map finds every key,
+    and the folder carries the model's licence and the notice."""
+    from diffusers import QwenImage21Pipeline
+
+    dest = tmp_path / "export & ü" / "student.safetensors"
+    result = run_cli("distill", "export", "--config", str(finished_run / "distill.yaml"), "--format", "comfyui",
+                     "--out", str(dest), "--repo", "my-org/tiny-turbo-4step", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "8 LoRA modules (rank 8, alpha 16)" in result.stdout
+    assert (dest.parent / "LICENSE").read_bytes() == (sampled_model / "LICENSE").read_bytes()
+    notice = (dest.parent / "NOTICE.md").read_text(encoding="utf-8")
+    assert "\nBuilt with Qwen\n" in notice and "my-org/tiny-turbo-4step" in notice
+    assert len(_in_comfyuis_key_map(dest)) == 8
+    ours = QwenImage21Pipeline.lora_state_dict(str(finished_run / "lora"))
+    theirs = QwenImage21Pipeline.lora_state_dict(str(dest))  # converted by diffusers on load
+    assert sorted(ours) == sorted(theirs)
+    outputs = _round_trip(sampled_model, finished_run / "lora", dest)
     diff = float((outputs["diffusers"] - outputs["comfyui"]).abs().max())
     assert diff <= 1e-6  # measured 0.0: alpha/rank = 2 is folded into lora_down exactly
-    prompted = sampler.encode(naive, ["a red fox in fresh snow"], cpu)
-    noise = sampler.initial_noise(naive, 1, 64, 64, torch.Generator().manual_seed(3), cpu, torch.float32)
-    base = naive(prompt_embeds=prompted.embeds, latents=noise, height=64, width=64, sigmas=TURBO_LIKE[::2],
-                 output_type="latent").images
-    assert float((base - outputs["comfyui"]).abs().max()) > 1e-4  # the LoRA is really applied
+    assert float((outputs["base"] - outputs["comfyui"]).abs().max()) > 1e-4  # the LoRA is really applied
+    refused = run_cli("distill", "export", "--config", str(finished_run / "distill.yaml"), "--out", str(dest),
+                      "--repo", "me/Qwen-Image-Turbo-4step", timeout=300)
+    assert refused.returncode == 2 and "starts with \"Qwen\"" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_an_mlp_lora_exports_in_the_form_comfyui_maps_and_diffusers_reads_back(sampled_model, tmp_path, quiet):
+    """MLP targets (img_mlp.proj and gate_layer, which ComfyUI fuses; img_mlp.out) with attention: the mixed
+    export (fused halves bare, the rest prefixed) is found whole by ComfyUI's key map and reads back in diffusers
+    to the same outputs as the published LoRA."""
+    import torch
+    from peft import LoraConfig
+
+    from aipc_env.distill.export import Provenance, export_lora
+    from aipc_env.distill.models import load_pipeline
+    from aipc_env.distill.student import publish
+
+    pipe = load_pipeline(sampled_model, torch.device("cpu"), torch.float32)
+    tr = pipe.transformer
+    tr.add_adapter(LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=[
+        "to_q", "to_out.0", "img_mlp.proj", "img_mlp.gate_layer", "img_mlp.out"]))
+    with torch.no_grad():
+        for name, p in tr.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.05)
+    publish(tr, tmp_path / "lora")
+    dest = tmp_path / "export" / "mlp.safetensors"
+    export_lora(tmp_path / "lora", dest, provenance=Provenance(
+        model_dir=sampled_model, base_model="tiny", config_sha256="0" * 64, student_steps=4, teacher_steps=8))
+    bases = _in_comfyuis_key_map(dest)
+    assert "transformer_blocks.1.img_mlp.gate_layer" in bases and "transformer_blocks.1.img_mlp.proj" in bases
+    assert "diffusion_model.transformer_blocks.1.img_mlp.out" in bases and len(bases) == 10
+    outputs = _round_trip(sampled_model, tmp_path / "lora", dest)
+    assert float((outputs["diffusers"] - outputs["comfyui"]).abs().max()) <= 1e-6
+    assert float((outputs["base"] - outputs["comfyui"]).abs().max()) > 1e-4
 
 
 def test_two_processes_end_with_the_same_lora_as_one_with_the_same_effective_batch(finished_run, sampled_model,

@@ -5,6 +5,7 @@ refusals, and `distill init --profile`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -305,6 +306,21 @@ def test_a_plumbing_verdict_never_says_quality_or_passed(tmp_path):
 
 # --- ComfyUI export ---------------------------------------------------------------------------------------------
 
+_A = "transformer.transformer_blocks.0.attn.to_q.lora_A.weight"
+_B = "transformer.transformer_blocks.0.attn.to_q.lora_B.weight"
+
+
+def _prov(tmp_path: Path, **kw):
+    """An export's provenance: a model folder with a licence text."""
+    from aipc_env.distill.export import Provenance
+
+    model = tmp_path / "model-with-licence"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "LICENSE").write_text("Qwen RESEARCH LICENSE AGREEMENT (test copy)\n", encoding="utf-8")
+    return Provenance(**{"model_dir": model, "base_model": "Qwen-Image-2.1-Turbo", "config_sha256": "c" * 64,
+                         "student_steps": 4, "teacher_steps": 8, **kw})
+
+
 def _lora(tmp_path: Path, tensors: dict, meta: dict | None) -> Path:
     from safetensors.torch import save_file
 
@@ -327,7 +343,7 @@ def test_the_comfyui_layout_is_lightnings(tmp_path):
     folder = _lora(tmp_path, {"transformer.transformer_blocks.0.attn.to_out.0.lora_A.weight": a,
                               "transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight": b},
                    {"transformer.r": 4, "transformer.lora_alpha": 8.0})
-    result = export_lora(folder, tmp_path / "out" / "x.safetensors")
+    result = export_lora(folder, tmp_path / "out" / "x.safetensors", provenance=_prov(tmp_path))
     got = load_file(str(tmp_path / "out" / "x.safetensors"))
     assert sorted(got) == ["diffusion_model.transformer_blocks.0.attn.to_out.0.alpha",
                            "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight",
@@ -339,22 +355,22 @@ def test_the_comfyui_layout_is_lightnings(tmp_path):
 
 
 @pytest.mark.parametrize("tensors, meta, message", [
-    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)}, None, "no adapter metadata"),
-    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+    ({_A: (4, 8), _B: (8, 4)}, None, "no adapter metadata"),
+    ({_A: (4, 8), _B: (8, 4)},
      {"transformer.r": 4}, "unreadable"),
-    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
-     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"a": 2}}, "rank_pattern"),
-    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+    ({_A: (4, 8), _B: (8, 4)},
+     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"to_q": 2}}, "rank_pattern"),
+    ({_A: (4, 8), _B: (8, 4)},
      {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.use_dora": True}, "DoRA"),
-    ({"transformer.a.lora_A.weight": (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
+    ({_A: (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
      "without its pair"),
-    ({"transformer.a.lora_A.weight": (3, 8), "transformer.a.lora_B.weight": (8, 3)},
+    ({_A: (3, 8), _B: (8, 3)},
      {"transformer.r": 4, "transformer.lora_alpha": 8}, "do not have rank 4"),
     ({"text_encoder.a.lora_A.weight": (4, 8), "text_encoder.a.lora_B.weight": (8, 4)},
      {"transformer.r": 4, "transformer.lora_alpha": 8}, "not a transformer LoRA weight"),
     ({"transformer.../x.lora_A.weight": (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
      "not a transformer LoRA weight"),
-    ({"transformer.a.lora_A.weight": (4, 8), "transformer.a.lora_B.weight": (8, 4)},
+    ({_A: (4, 8), _B: (8, 4)},
      {"transformer.r": 4, "transformer.lora_alpha": 0}, "not usable"),
 ])
 def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, message):
@@ -365,7 +381,7 @@ def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, m
     folder = _lora(tmp_path, {k: torch.zeros(*shape) for k, shape in tensors.items()}, meta)
     dest = tmp_path / "out.safetensors"
     with pytest.raises(InputError, match=message):
-        export_lora(folder, dest)
+        export_lora(folder, dest, provenance=_prov(tmp_path))
     assert not dest.exists()
 
 
@@ -373,10 +389,10 @@ def test_export_of_a_missing_or_damaged_lora(tmp_path):
     from aipc_env.distill.export import export_lora
 
     with pytest.raises(InputError, match="no published LoRA"):
-        export_lora(tmp_path, tmp_path / "o.safetensors")
+        export_lora(tmp_path, tmp_path / "o.safetensors", provenance=_prov(tmp_path))
     (tmp_path / "pytorch_lora_weights.safetensors").write_bytes(b"\x00" * 12)
     with pytest.raises(InputError, match="not a readable safetensors file"):
-        export_lora(tmp_path, tmp_path / "o.safetensors")
+        export_lora(tmp_path, tmp_path / "o.safetensors", provenance=_prov(tmp_path))
 
 
 # --- init profiles ----------------------------------------------------------------------------------------------
@@ -578,8 +594,8 @@ def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message)
 
     from aipc_env.distill import lessons
 
-    folder = _lora(tmp_path, {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
-                              "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)}, meta)
+    folder = _lora(tmp_path, {_A: torch.zeros(4, 16),
+                              _B: torch.zeros(16, 4)}, meta)
     if error is None:
         assert lessons.check_lora_metadata(folder, rank=4, alpha=8)["transformer.lora_alpha"] == 8.0
     else:
@@ -706,21 +722,43 @@ def test_input_hashes_from_their_definition(tmp_path):
 
 def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, capsys):
     import torch
+    from safetensors import safe_open
 
     from aipc_env.distill.export import main
 
     cfg = _cfg(tmp_path)
-    _lora(cfg.out, {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
-                    "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)},
+    _lora(cfg.out, {_A: torch.zeros(4, 16),
+                    _B: torch.zeros(16, 4)},
           {"transformer.r": 4, "transformer.lora_alpha": 8.0})
-    assert main(["--config", str(tmp_path / "distill.yaml")]) == 0
     dest = cfg.out / "export" / "student-comfyui.safetensors"
+    # no licence in the model folder: refused, naming the file and the fix; nothing written
+    assert main(["--config", str(tmp_path / "distill.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg.model}/LICENSE: the model folder has no licence file" in err
+    assert "fix: copy the licence text from the model's repository into the model folder as LICENSE" in err
+    assert not (cfg.out / "export").exists()
+    licence = "Qwen RESEARCH LICENSE AGREEMENT\nRelease Date: (test copy)\n"
+    (Path(cfg.model) / "LICENSE").write_text(licence, encoding="utf-8")
+    assert main(["--config", str(tmp_path / "distill.yaml")]) == 0
     assert capsys.readouterr().out == (f"distill: exported 1 LoRA modules (rank 4, alpha 8) in the comfyui layout to "
-                                       f"{dest}\n")
-    assert dest.is_file()
+                                       f"{dest}, with the base model's licence (LICENSE) and the change notice "
+                                       "(NOTICE.md) beside it\n")
+    assert dest.is_file() and (dest.parent / "LICENSE").read_text(encoding="utf-8") == licence
+    notice = (dest.parent / "NOTICE.md").read_text(encoding="utf-8")
+    config_sha = hashlib.sha256((tmp_path / "distill.yaml").read_bytes()).hexdigest()
+    assert "\nBuilt with Qwen\n" in notice and f"Training config: sha256 `{config_sha}`" in notice
+    assert f"base model `{Path(cfg.model).name}`" in notice and "a rank-4 LoRA (alpha 8)" in notice
+    with safe_open(str(dest), framework="pt") as fh:
+        meta = fh.metadata()
+    assert meta["built_with"] == "Built with Qwen" and meta["training_config_sha256"] == config_sha
+    assert meta["license_sha256"] == hashlib.sha256(licence.encode()).hexdigest()
     other = tmp_path / "elsewhere" / "x.safetensors"
-    assert main(["--config", str(tmp_path / "distill.yaml"), "--format", "comfyui", "--out", str(other)]) == 0
-    assert other.is_file() and capsys.readouterr().out.endswith(f"to {other}\n")
+    assert main(["--config", str(tmp_path / "distill.yaml"), "--format", "comfyui", "--out", str(other),
+                 "--repo", "my-org/turbo-4step"]) == 0
+    assert other.is_file() and "to " + str(other) + ", with" in capsys.readouterr().out
+    assert "- Repository: `my-org/turbo-4step`" in (other.parent / "NOTICE.md").read_text(encoding="utf-8")
+    assert main(["--config", str(tmp_path / "distill.yaml"), "--out", str(other), "--repo", "me/Qwen-Turbo"]) == 2
+    assert "starts with \"Qwen\"" in capsys.readouterr().err
     (cfg.out / "lora" / "pytorch_lora_weights.safetensors").unlink()
     assert main(["--config", str(tmp_path / "distill.yaml")]) == 2
     err = capsys.readouterr().err
@@ -736,10 +774,10 @@ def test_export_refusals_whole(tmp_path):
     def refused(tensors, meta) -> tuple:
         folder = _lora(tmp_path / str(len(list(tmp_path.iterdir()))), tensors, meta)
         with pytest.raises(InputError) as err:
-            export_lora(folder, tmp_path / "o.safetensors")
+            export_lora(folder, tmp_path / "o.safetensors", provenance=_prov(tmp_path))
         return err.value.message, err.value.fix
 
-    pair = {"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight": torch.zeros(8, 4)}
+    pair = {_A: torch.zeros(4, 8), _B: torch.zeros(8, 4)}
     meta = {"transformer.r": 4, "transformer.lora_alpha": 8}
     again = "publish it again with `aipc-env distill train`"
     assert refused(pair, None) == ("the LoRA has no adapter metadata: its alpha is unknown, and an export would load "
@@ -752,14 +790,14 @@ def test_export_refusals_whole(tmp_path):
     assert refused(pair, {**meta, "transformer.use_rslora": True}) == (
         "DoRA or rsLoRA adapters have no ComfyUI LoRA layout", "train a plain LoRA (use_dora and use_rslora off)")
     assert refused(pair, {**meta, "transformer.r": 0}) == ("rank 0 / alpha 8 in its metadata are not usable", again)
-    assert refused({"transformer.a.lora_B.weight": torch.zeros(8, 4)}, meta) == (
-        "module a has lora_B without its pair", "publish the LoRA again")
-    assert refused({"transformer.a.lora_A.weight": torch.zeros(4, 8, 1), "transformer.a.lora_B.weight":
+    assert refused({_B: torch.zeros(8, 4)}, meta) == (
+        "module transformer_blocks.0.attn.to_q has lora_B without its pair", "publish the LoRA again")
+    assert refused({_A: torch.zeros(4, 8, 1), _B:
                     torch.zeros(8, 4)}, meta) == (
-        "module a: lora_A (4, 8, 1) / lora_B (8, 4) do not have rank 4", "publish the LoRA again")
-    assert refused({"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight":
+        "module transformer_blocks.0.attn.to_q: lora_A (4, 8, 1) / lora_B (8, 4) do not have rank 4", "publish the LoRA again")
+    assert refused({_A: torch.zeros(4, 8), _B:
                     torch.zeros(8, 3)}, meta) == (
-        "module a: lora_A (4, 8) / lora_B (8, 3) do not have rank 4", "publish the LoRA again")
+        "module transformer_blocks.0.attn.to_q: lora_A (4, 8) / lora_B (8, 3) do not have rank 4", "publish the LoRA again")
     assert refused({"unet.a.lora_A.weight": torch.zeros(4, 8)}, meta) == (
         "tensor 'unet.a.lora_A.weight' is not a transformer LoRA weight (transformer.<module>.lora_A/B.weight)",
         "export only LoRAs published by `aipc-env distill train`")
@@ -768,7 +806,7 @@ def test_export_refusals_whole(tmp_path):
     with pytest.raises(InputError, match="100001 tensors: more than any Qwen-Image LoRA has"):
         comfyui_state_dict(dict.fromkeys(range(100_001)), 4, 8.0, path=tmp_path)
     with pytest.raises(InputError, match="unknown export format 'kohya'"):
-        export_lora(tmp_path, tmp_path / "o.safetensors", "kohya")
+        export_lora(tmp_path, tmp_path / "o.safetensors", "kohya", provenance=_prov(tmp_path))
     assert not (tmp_path / "o.safetensors").exists()
 
 
@@ -838,8 +876,8 @@ def test_lora_metadata_errors_whole(tmp_path):
 
     from aipc_env.distill import lessons
 
-    tensors = {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(4, 16),
-               "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.zeros(16, 4)}
+    tensors = {_A: torch.zeros(4, 16),
+               _B: torch.zeros(16, 4)}
     bare = _lora(tmp_path / "bare", tensors, None)
     with pytest.raises(lessons.LoraMetadataMissing) as err:
         lessons.check_lora_metadata(bare, rank=4, alpha=8)
@@ -861,19 +899,26 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
 
     from aipc_env.distill.export import comfyui_state_dict, export_lora
 
-    folder = _lora(tmp_path / "r1", {"transformer.a.lora_A.weight": torch.ones(1, 8),
-                                     "transformer.a.lora_B.weight": torch.ones(8, 1)},
+    folder = _lora(tmp_path / "r1", {_A: torch.ones(1, 8),
+                                     _B: torch.ones(8, 1)},
                    {"transformer.r": 1, "transformer.lora_alpha": 0.5})  # rank 1 and alpha below 1: both usable
     dest = tmp_path / "out.safetensors"
     src = folder / "pytorch_lora_weights.safetensors"
-    assert export_lora(folder, dest) == {"format": "comfyui", "path": str(dest), "modules": 1, "rank": 1,
-                                         "alpha": 0.5, "source": str(src)}
+    assert export_lora(folder, dest, provenance=_prov(tmp_path)) == {
+        "format": "comfyui", "path": str(dest), "modules": 1, "rank": 1, "alpha": 0.5, "source": str(src),
+        "licence": str(tmp_path / "LICENSE"), "notice": str(tmp_path / "NOTICE.md")}
+    licence_sha = hashlib.sha256(b"Qwen RESEARCH LICENSE AGREEMENT (test copy)\n").hexdigest()
     with safe_open(str(dest), framework="pt") as fh:
-        assert fh.metadata() == {"format": "pt", "aipc_env_export": "comfyui", "lora_rank": "1", "lora_alpha": "0.5"}
-        assert fh.get_tensor("diffusion_model.a.alpha").dtype == torch.float32
+        assert fh.metadata() == {
+            "format": "pt", "aipc_env_export": "comfyui", "lora_rank": "1", "lora_alpha": "0.5",
+            "built_with": "Built with Qwen", "license_file": "LICENSE", "license_sha256": licence_sha,
+            "base_model": "Qwen-Image-2.1-Turbo", "training_config_sha256": "c" * 64,
+            "notice": "Built with Qwen. A LoRA derivative of Qwen-Image-2.1-Turbo (rank 1, alpha 0.5, 4-step "
+                      "distillation of its 8-step output); the base model's licence applies: see LICENSE."}
+        assert fh.get_tensor("diffusion_model.transformer_blocks.0.attn.to_q.alpha").dtype == torch.float32
     with pytest.raises(InputError, match="not a transformer LoRA weight"):  # 100000 tensors: at the bound, read on
         comfyui_state_dict({f"x{i}": None for i in range(100_000)}, 1, 1.0, path=tmp_path)
-    bad = {"transformer.a.lora_A.weight": torch.zeros(4, 8), "transformer.a.lora_B.weight": torch.zeros(8, 4, 1)}
+    bad = {_A: torch.zeros(4, 8), _B: torch.zeros(8, 4, 1)}
     with pytest.raises(InputError, match=r"lora_B \(8, 4, 1\) do not have rank 4") as err:
         comfyui_state_dict(bad, 4, 8.0, path=tmp_path / "p")
     assert err.value.path == str(tmp_path / "p")
@@ -884,24 +929,24 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
                           ({"transformer.r": 4, "transformer.lora_alpha": 8}, bad),
                           ({"transformer.r": 4, "transformer.lora_alpha": 8}, {"u.lora_A.weight": torch.zeros(1)}),
                           ({"transformer.r": 4, "transformer.lora_alpha": 8},
-                           {"transformer.a.lora_A.weight": torch.zeros(4, 8)})):
+                           {_A: torch.zeros(4, 8)})):
         folder = _lora(tmp_path / f"m{len(list(tmp_path.iterdir()))}", tensors, meta)
         with pytest.raises(InputError) as err:
-            export_lora(folder, dest)
+            export_lora(folder, dest, provenance=_prov(tmp_path))
         assert err.value.path == str(folder / "pytorch_lora_weights.safetensors")
     with pytest.raises(InputError) as err:
-        export_lora(tmp_path / "nowhere", dest)
+        export_lora(tmp_path / "nowhere", dest, provenance=_prov(tmp_path))
     assert err.value.path == str(tmp_path / "nowhere" / "pytorch_lora_weights.safetensors")
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     (damaged / "pytorch_lora_weights.safetensors").write_bytes(b"\x00" * 12)
     with pytest.raises(InputError) as err:
-        export_lora(damaged, dest)
+        export_lora(damaged, dest, provenance=_prov(tmp_path))
     assert err.value.message.startswith("not a readable safetensors file (SafetensorError: ")
     assert (err.value.fix, err.value.path) == ("publish the LoRA again with `aipc-env distill train`",
                                                str(damaged / "pytorch_lora_weights.safetensors"))
     with pytest.raises(InputError) as err:
-        export_lora(damaged, dest, "kohya")
+        export_lora(damaged, dest, "kohya", provenance=_prov(tmp_path))
     assert err.value.fix == "use one of: comfyui"
 
 

@@ -60,10 +60,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         s.set_defaults(run=run)
     exp = stages.add_parser("export", parents=[ENV, PAIR, MATRIX], help="write the student LoRA in another layout",
                             description="Write the published student LoRA in the layout ComfyUI loads and "
-                            "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha).")
+                            "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha; the MLP's "
+                            "proj/gate_layer bare, the form ComfyUI maps onto its fused gate_up), with the base "
+                            "model's licence text (LICENSE, from the model folder) and a change notice with "
+                            "\"Built with Qwen\" (NOTICE.md) beside it, and the same in the file's metadata.")
     exp.add_argument("--config", type=Path, metavar="FILE")
     exp.add_argument("--format", choices=["comfyui"], default="comfyui")
     exp.add_argument("--out", type=Path, metavar="FILE", help="default: <output_dir>/export/student-comfyui.safetensors")
+    exp.add_argument("--repo", metavar="ID", help="the repository it will be published as (owner/name), named in the "
+                     "notice; a main name starting with \"Qwen\" is refused (the base model's licence)")
     exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     exp.set_defaults(run=run, json=False, inject=[])
     rep = stages.add_parser("report", parents=[JSON], help="the gate table, velocity diagnostic and loss plot")
@@ -113,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"aipc-env: report {path}")
         return ExitCode.OK
     if args.stage == "export":
+        if args.repo is not None:
+            from aipc_env.distill.licence import check_repo_name
+
+            check_repo_name(args.repo)  # refused here, before an env is chosen or a launcher written
         return _export(args, cfg, config_path)
     stages = ALL + ["report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
     return _launch(args, cfg, config_path, stages)
@@ -128,6 +137,8 @@ def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
                 "--format", args.format]
         if args.out:
             argv += ["--out", str(Path(args.out).absolute())]
+        if args.repo is not None:
+            argv += ["--repo", args.repo]
         return [Phase(name="export", argv=argv)]
 
     outcome = start_run(RunRequest(command="distill", run_dir=cfg.out, log_file=cfg.out / "distill.log",

@@ -3,7 +3,13 @@ the layout ComfyUI loads and Qwen-Image-Lightning ships: `diffusion_model.<modul
 `.lora_up.weight` (B) and `.alpha` (a scalar), one file, no metadata needed. diffusers reads the same layout back
 through its own conversion of non-diffusers Qwen-Image LoRAs (the one that loads Lightning LoRAs).
 
-Run in the training env: `python -m aipc_env.distill.export --config C --format comfyui [--out FILE]`.
+Every key is written in a form ComfyUI's key map (comfy/lora.py, the QwenImage branch, over the Qwen-Image 2.1
+module tree) loads, or the module is refused by name: ComfyUI fuses the MLP's `proj` and `gate_layer` into
+`img_mlp.gate_up` and maps their halves only for keys without the `diffusion_model.` prefix, so those two are
+written bare (tests/fixtures/comfyui: ComfyUI's own key map, recorded). The folder also gets the base model's
+licence text and a change notice with "Built with Qwen" (aipc_env.distill.licence), and the file's metadata says so.
+
+Run in the training env: `python -m aipc_env.distill.export --config C --format comfyui [--out FILE] [--repo ID]`.
 """
 
 from __future__ import annotations
@@ -12,16 +18,51 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import AipcError, ExitCode, InputError
 
-__all__ = ["FORMATS", "comfyui_state_dict", "export_lora", "main"]
+__all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
 
 FORMATS = ("comfyui",)
 _KEY = re.compile(r"^transformer\.((?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+))*)"
                   r"\.lora_([AB])\.weight$")
 _MAX_TENSORS = 100_000
+_BLOCK = re.compile(r"^transformer_blocks\.[0-9]+\.(.+)$")
+_SAME_NAME_IN_COMFYUI = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "img_mlp.out"}
+_FUSED_HALVES = {"img_mlp.proj", "img_mlp.gate_layer"}
+"""ComfyUI's Qwen-Image 2.1 block fuses these into img_mlp.gate_up; its key map maps their halves for bare keys."""
+_TOP_LEVEL = {"img_in", "txt_in.in_layer", "txt_in.out_layer", "modulation.1", "norm_out.linear", "proj_out"}
+_MAX_NAMED = 3
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the notice and the metadata say of an export: the base model folder (its licence is copied), the
+    training config's hash, the grids' step counts, and the repository it will be published as (optional)."""
+
+    model_dir: Path
+    base_model: str
+    config_sha256: str
+    student_steps: int
+    teacher_steps: int
+    repo: str | None = None
+
+
+def comfyui_key(module: str) -> str:
+    """The LoRA key base ComfyUI loads for a diffusers module name of the Qwen-Image 2.1 transformer; a module it
+    would not load onto the right weight raises ValueError with the reason."""
+    block = _BLOCK.match(module)
+    if (block and block.group(1) in _SAME_NAME_IN_COMFYUI) or module in _TOP_LEVEL:
+        return f"diffusion_model.{module}"
+    if block and block.group(1) in _FUSED_HALVES:
+        return module  # the only form ComfyUI maps onto its half of the fused gate_up
+    if module.startswith("time_text_embed."):
+        raise ValueError("ComfyUI builds the timestep embedder from another model's module: its key is not proven "
+                         "to load")
+    raise ValueError("ComfyUI's Qwen-Image 2.1 model has no such module: its keys would be \"lora key not loaded\"")
 
 
 def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
@@ -63,6 +104,18 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
             raise InputError(f"tensor {key!r} is not a transformer LoRA weight (transformer.<module>.lora_A/B"
                              ".weight)", path=path, fix="export only LoRAs published by `aipc-env distill train`")
         modules.setdefault(m.group(1), {})[m.group(2)] = value
+    refused = {}
+    for module in sorted(modules):
+        try:
+            comfyui_key(module)
+        except ValueError as exc:
+            refused.setdefault(str(exc), []).append(module)
+    if refused:
+        reason, names = next(iter(refused.items()))
+        more = sum(len(v) for v in refused.values()) - min(len(names), _MAX_NAMED)
+        raise InputError(f"ComfyUI would not load {', '.join(names[:_MAX_NAMED])}{f' (and {more} more)' if more else ''}"
+                         f": {reason}", path=path, fix="train without those modules in student.target_modules "
+                         "(attention: to_q, to_k, to_v, to_out.0; MLP: img_mlp.proj, img_mlp.gate_layer, img_mlp.out)")
     out = {}
     for module, pair in sorted(modules.items()):
         if set(pair) != {"A", "B"}:
@@ -72,21 +125,27 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != rank or b.shape[1] != rank:
             raise InputError(f"module {module}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do not have rank "
                              f"{rank}", path=path, fix="publish the LoRA again")
-        out[f"diffusion_model.{module}.lora_down.weight"] = a.contiguous()
-        out[f"diffusion_model.{module}.lora_up.weight"] = b.contiguous()
-        out[f"diffusion_model.{module}.alpha"] = torch.tensor(alpha, dtype=torch.float32)
+        key = comfyui_key(module)
+        out[f"{key}.lora_down.weight"] = a.contiguous()
+        out[f"{key}.lora_up.weight"] = b.contiguous()
+        out[f"{key}.alpha"] = torch.tensor(alpha, dtype=torch.float32)
     return out
 
 
-def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui") -> dict:
-    """Write the export atomically; returns what was written."""
+def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance: Provenance) -> dict:
+    """Write the export: the base model's licence text (LICENSE) and the change notice (NOTICE.md) beside the
+    weights, each atomically, the weights last (a folder with the weights has the licence). Nothing is written
+    when anything is refused. Returns what was written."""
     from safetensors import safe_open
     from safetensors.torch import save
 
-    from aipc_env.fileio import atomic_write_bytes
+    from aipc_env.distill.licence import BUILT_WITH, check_repo_name, find_licence, render_notice
+    from aipc_env.fileio import atomic_write_bytes, atomic_write_text
 
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
+    repo = check_repo_name(provenance.repo) if provenance.repo is not None else None
+    licence = find_licence(provenance.model_dir)
     src = Path(lora_dir) / "pytorch_lora_weights.safetensors"
     if not src.is_file():
         raise InputError("no published LoRA there", path=src, fix="run `aipc-env distill train` first")
@@ -99,10 +158,40 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui") -> dict:
                          fix="publish the LoRA again with `aipc-env distill train`") from None
     rank, alpha = _metadata(raw, src)
     converted = comfyui_state_dict(tensors, rank, alpha, path=src)
-    atomic_write_bytes(dest, save(converted, metadata={"format": "pt", "aipc_env_export": "comfyui",
-                                                        "lora_rank": str(rank), "lora_alpha": f"{alpha:g}"}))
-    return {"format": fmt, "path": str(dest), "modules": len(converted) // 3, "rank": rank, "alpha": alpha,
-            "source": str(src)}
+    modules = sorted(k.removesuffix(".alpha") for k in converted if k.endswith(".alpha"))
+    dest = Path(dest)
+    licence_file, notice_file = dest.parent / "LICENSE", dest.parent / "NOTICE.md"
+    _check_replaceable(licence_file, lambda old: old == licence.text)
+    _check_replaceable(notice_file, lambda old: old.startswith(NOTICE_MARK))
+    notice = render_notice(title=repo or dest.stem, base_model=provenance.base_model, licence=licence, rank=rank,
+                           alpha=alpha, student_steps=provenance.student_steps,
+                           teacher_steps=provenance.teacher_steps, modules=modules,
+                           config_sha256=provenance.config_sha256, weights=dest.name, fmt=fmt, repo=repo)
+    metadata = {"format": "pt", "aipc_env_export": fmt, "lora_rank": str(rank), "lora_alpha": f"{alpha:g}",
+                "built_with": BUILT_WITH, "license_file": "LICENSE", "license_sha256": licence.sha256,
+                "base_model": provenance.base_model, "training_config_sha256": provenance.config_sha256,
+                "notice": f"{BUILT_WITH}. A LoRA derivative of {provenance.base_model} (rank {rank}, alpha "
+                          f"{alpha:g}, {provenance.student_steps}-step distillation of its "
+                          f"{provenance.teacher_steps}-step output); the base model's licence applies: see LICENSE."}
+    if repo:
+        metadata["repository"] = repo
+    atomic_write_text(licence_file, licence.text)
+    atomic_write_text(notice_file, notice)
+    atomic_write_bytes(dest, save(converted, metadata=metadata))
+    return {"format": fmt, "path": str(dest), "modules": len(modules), "rank": rank, "alpha": alpha,
+            "source": str(src), "licence": str(licence_file), "notice": str(notice_file)}
+
+
+def _check_replaceable(path: Path, ours) -> None:
+    """A file the export writes may replace only what an earlier export wrote; never through a symlink."""
+    from aipc_env.fileio import read_text
+
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise InputError("is a link or not a regular file: the export does not write through it", path=path,
+                         fix="export into another folder (--out)")
+    if path.is_file() and not ours(read_text(path, "file", max_bytes=1 << 20)):
+        raise InputError("another file of that name is there (not written by an earlier export of this model)",
+                         path=path, fix="export into another folder (--out), or move that file away")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,15 +199,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--format", choices=FORMATS, default="comfyui")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--repo", default=None)
     args = parser.parse_args(argv)
     try:
-        from aipc_env.distill.config import load_distill_config
+        from aipc_env.distill.config import BUILTIN_TINY21, load_distill_config
+        from aipc_env.distill.grid import resolve_grid
+        from aipc_env.distill.inputs import file_sha256
+        from aipc_env.distill.models import model_dir
 
         cfg = load_distill_config(args.config)
         dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"
-        result = export_lora(cfg.out / "lora", dest, args.format)
+        path = model_dir(cfg, log=lambda *_: None)
+        grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
+        provenance = Provenance(model_dir=path, base_model="tiny random Qwen-Image-2.1 (aipc-env built-in)"
+                                if cfg.model == BUILTIN_TINY21 else path.name,
+                                config_sha256=file_sha256(Path(args.config)) or "", repo=args.repo,
+                                student_steps=len(grid.student), teacher_steps=len(grid.teacher))
+        result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)
         print(f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
-              f"{result['alpha']:g}) in the {args.format} layout to {dest}", flush=True)
+              f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "
+              f"(LICENSE) and the change notice (NOTICE.md) beside it", flush=True)
         return ExitCode.OK
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)

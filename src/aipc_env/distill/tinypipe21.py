@@ -23,7 +23,7 @@ from aipc_env.fileio import atomic_dir
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pipeline"]
 
-TINY21_VERSION = 1
+TINY21_VERSION = 2
 """Bumped when the built pipeline changes (the cached copy is rebuilt)."""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>"]
@@ -103,6 +103,8 @@ def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = 
     out = Path(out)
     with atomic_dir(out) as tmp_dir:
         pipe.save_pretrained(tmp_dir)
+        (tmp_dir / "LICENSE").write_text((Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(
+            encoding="utf-8"), encoding="utf-8")  # an export copies the model's licence; this one has its own
         (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"kind": "qwen-image-2.1", "seed": seed,
                                                             "version": TINY21_VERSION,
                                                             "dynamic_shifting": dynamic_shifting}))
