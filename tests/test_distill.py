@@ -489,6 +489,52 @@ def test_a_verdict_whose_inputs_changed_is_named_stale_not_shown(finished_run, s
     assert data["current"] == [] and data["ignored"]["g0"] == "stale: the sigma grid changed since it ran"
 
 
+def test_g3_samples_a_reference_lora_from_the_same_noise(finished_run, sampled_model, tmp_path, quiet):
+    """eval.reference_lora on the tiny pipeline (plumbing mode): the reference is sampled, decoded, measured and
+    recorded beside the student, and compared without a judgement; a file diffusers cannot load is a named input
+    error of G3."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from aipc_env.distill.verdict import G3Manifest
+    from aipc_env.distill.worker import run_stage
+    from aipc_env.formats import load_versioned
+
+    ref = tmp_path / "refs & ü" / "reference.safetensors"
+    ref.parent.mkdir()
+    lora = finished_run / "lora" / "pytorch_lora_weights.safetensors"
+    with safe_open(str(lora), framework="pt") as fh:
+        meta = fh.metadata()
+    save_file({k: v * 0.5 if "lora_B" in k else v for k, v in load_file(str(lora)).items()}, str(ref), metadata=meta)
+    config = _copy_run(finished_run, tmp_path / "run", sampled_model, eval__reference_lora=str(ref))
+    verdict = run_stage(load_distill_config(config), "g3", frozenset(), log=lambda m: None)
+    assert verdict.status == "ok" and verdict.mode == "plumbing", verdict
+    checks = {c.name: c for c in verdict.checks}
+    assert "reference-compared" in checks and checks["reference-compared"].ok
+    assert "student-not-worse-than-reference" not in checks  # plumbing mode judges nothing
+    manifest = load_versioned(G3Manifest, tmp_path / "run" / "g3" / "manifest.json")
+    assert manifest.reference_lora == str(ref) and manifest.reference_lora_sha256 is not None
+    assert set(manifest.mean) == {"naive", "student", "reference"}
+    for entry in manifest.entries:
+        assert (tmp_path / "run" / "g3" / entry.files["reference"]).is_file()
+        assert set(entry.distance_to_teacher) == {"naive", "student", "reference"}
+    assert manifest.mean["reference"]["mse"] != manifest.mean["student"]["mse"]  # half the LoRA: another output
+    assert verdict.inputs["reference_lora"] == manifest.reference_lora_sha256
+
+    save_file({"not.a.lora": torch.zeros(2)}, str(ref))  # loads without error, and without an adapter
+    verdict = run_stage(load_distill_config(config), "g3", frozenset(), log=lambda m: None)
+    assert verdict.status == "fail" and verdict.error.name == "input"
+    assert "no weight of it loads onto this model's transformer" in verdict.error.message
+    assert str(ref) in verdict.error.message and "eval.reference_lora" in verdict.error.fix
+    ref.write_bytes(b"\x00" * 64)
+    verdict = run_stage(load_distill_config(config), "g3", frozenset(), log=lambda m: None)
+    assert verdict.status == "fail" and "diffusers cannot load it as a Qwen-Image 2.1 LoRA" in verdict.error.message
+    ref.unlink()
+    verdict = run_stage(load_distill_config(config), "g3", frozenset(), log=lambda m: None)
+    assert verdict.status == "fail" and "no LoRA file there" in verdict.error.message
+
+
 def test_g3_fails_when_the_lora_changes_nothing(finished_run, sampled_model, tmp_path, quiet):
     import torch
     from safetensors.torch import load_file, save_file

@@ -163,6 +163,44 @@ def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
     assert stats["pairs"] == len(pairs) and stats["wins"] == sum(1 for s, n in pairs if s < n)
 
 
+@pytest.mark.parametrize("student, reference, margin, ok", [
+    (0.25, 0.25, 0.0, True),  # equal: not worse
+    (0.25, 0.5, 0.0, True),  # better
+    (0.5, 0.25, 0.25, True),  # worse by exactly the margin (binary-exact values): at the bound
+    (0.5 + 1e-9, 0.25, 0.25, False),  # just above it
+    (0.25 + 1e-9, 0.25, 0.0, False),  # worse with no margin
+    (float("nan"), 0.25, 0.0, False),  # a NaN distance never passes
+])
+def test_g3_holds_the_student_to_the_reference_lora_within_the_margin(student, reference, margin, ok):
+    from aipc_env.distill.judge import not_worse_than_reference
+    from aipc_env.distill.lessons import StudentWorseThanReference
+
+    if ok:
+        assert not_worse_than_reference(student, reference, margin=margin, metric="lpips").startswith(
+            f"student lpips {student:.4g} vs reference {reference:.4g}")
+    else:
+        with pytest.raises(StudentWorseThanReference) as err:
+            not_worse_than_reference(student, reference, margin=margin, metric="lpips")
+        assert err.value.message.startswith("[student-worse-than-reference] the student is worse than the reference")
+        assert "public 4-step LoRA" in err.value.fix
+
+
+def test_the_reference_lora_is_a_path_key_and_an_input_of_g3(tmp_path):
+    from aipc_env.distill.grid import Grid
+    from aipc_env.distill.inputs import reference_lora_file, stage_inputs
+
+    cfg = _cfg(tmp_path, eval__reference_lora="refs/lightning.safetensors")
+    assert cfg.eval.reference_lora == str(tmp_path / "refs" / "lightning.safetensors")
+    grid = Grid(teacher=[1.0, 0.5], student=[1.0], stride=2, source="config")
+    assert stage_inputs(cfg, "g3", model_key="m", grid=grid)["reference_lora"] == "none"
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "refs" / "lightning.safetensors").write_bytes(b"weights")
+    assert stage_inputs(cfg, "g3", model_key="m", grid=grid)["reference_lora"] == hashlib.sha256(b"weights").hexdigest()
+    assert "reference_lora" not in stage_inputs(cfg, "g2", model_key="m", grid=grid)
+    assert "reference_lora" not in stage_inputs(_cfg(tmp_path / "b"), "g3", model_key="m", grid=grid)
+    assert reference_lora_file(str(tmp_path / "refs")) == tmp_path / "refs" / "pytorch_lora_weights.safetensors"
+
+
 def test_g3_win_rate_bound():
     from aipc_env.distill.judge import judge
 

@@ -108,7 +108,13 @@ class EvalSection(InputModel):
         "auto", description="quality needs LPIPS weights and a real model; auto: quality when lpips_weights is set "
         "and the model is not a tiny random one (aipc_tiny.json), else plumbing")
     seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
-    margin: float = Field(0.0, ge=0, description="quality: the student's mean LPIPS must be below naive's minus this")
+    margin: float = Field(0.0, ge=0, description="quality: the student's mean LPIPS must be below naive's minus this, "
+                          "and (with reference_lora) not above the reference's plus this")
+    reference_lora: str | None = Field(
+        None, description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
+        "pytorch_lora_weights.safetensors; any layout diffusers loads, e.g. Lightning's): G3 samples it from the "
+        "same prompts, seeds and noise, and quality mode passes only if the student is not worse than it by more "
+        "than margin")
     min_win_rate: float = Field(0.5, ge=0, le=1, description="quality: share of prompt x seed pairs where the "
                                 "student's LPIPS is below naive's")
     lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
@@ -167,7 +173,8 @@ class DistillConfig(VersionedInput):
         return Path(self.output_dir)
 
 
-_PATH_KEYS = ("model", "output_dir", "prompts.train", "prompts.eval", "student.resume", "eval.lpips_weights")
+_PATH_KEYS = ("model", "output_dir", "prompts.train", "prompts.eval", "student.resume", "eval.lpips_weights",
+              "eval.reference_lora")
 
 
 def load_distill_config(path: str | Path) -> DistillConfig:

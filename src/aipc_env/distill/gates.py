@@ -28,7 +28,7 @@ from aipc_env.distill.lessons import (
 )
 from aipc_env.distill.prompts import load_prompts
 from aipc_env.distill.verdict import Check, G3Manifest
-from aipc_env.errors import AipcError
+from aipc_env.errors import AipcError, InputError
 from aipc_env.formats import write_model
 
 __all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
@@ -334,6 +334,20 @@ def _log_grid(cfg: DistillConfig, grid_png: Path) -> None:
     tracker.finish()
 
 
+def _reference_lora(cfg: DistillConfig) -> Path | None:
+    """eval.reference_lora as a readable .safetensors file, or None; checked before anything is sampled."""
+    from aipc_env.distill.inputs import reference_lora_file
+
+    if not cfg.eval.reference_lora:
+        return None
+    path = reference_lora_file(cfg.eval.reference_lora)
+    if not path.is_file() or path.suffix != ".safetensors":
+        raise InputError("no LoRA file there (a .safetensors file, or a folder holding "
+                         "pytorch_lora_weights.safetensors)", path=path, key="eval.reference_lora",
+                         fix="point eval.reference_lora at the reference LoRA's .safetensors file")
+    return path
+
+
 def _write_png(image, path: Path) -> None:
     import io
 
@@ -358,6 +372,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         decide_mode,
         judge,
         lora_changes_output,
+        not_worse_than_reference,
         outputs_finite,
         student_beats_naive,
     )
@@ -379,6 +394,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
     check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)
     lora_sha = file_sha256(lora_file)  # the LoRA evaluated: read once, before it is loaded
+    reference = _reference_lora(cfg)
     scorer = _lpips(cfg) if mode == "quality" else None
     metric = "lpips" if scorer is not None else "psnr"
     metric_note = ("LPIPS (alex) to teacher@8, lower is better" if scorer is not None else
@@ -403,27 +419,48 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     pipe.load_lora_weights(str(lora_file.parent), adapter_name="student")
     for run in runs:
         run["student"] = _pipe_latents(pipe, cfg, run["prompted"], run["noise"], cfg.student_sigmas)
-    log(f"g3: decoding {3 * len(runs)} images on {cfg.eval.decode_device} and measuring distances to the teacher")
+    kinds = ["teacher", "naive", "student"]
+    if reference is not None:
+        log(f"g3: reference@{len(cfg.student_sigmas)} with {reference} (the same prompts, seeds and noise)")
+        pipe.delete_adapters("student")
+        try:
+            pipe.load_lora_weights(str(reference.parent), weight_name=reference.name, adapter_name="reference")
+        except Exception as exc:  # noqa: BLE001 - any loader failure: one clear line naming the file
+            raise InputError(f"diffusers cannot load it as a Qwen-Image 2.1 LoRA ({type(exc).__name__}: "
+                             f"{str(exc)[:300]})", path=reference, key="eval.reference_lora",
+                             fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning "
+                             "LoRA's .safetensors)") from None
+        if "reference" not in pipe.get_list_adapters().get("transformer", []):
+            raise InputError("no weight of it loads onto this model's transformer (diffusers found no LoRA keys it "
+                             "knows)", path=reference, key="eval.reference_lora",
+                             fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning "
+                             "LoRA's .safetensors)")
+        for run in runs:
+            run["reference"] = _pipe_latents(pipe, cfg, run["prompted"], run["noise"], cfg.student_sigmas)
+        kinds.append("reference")
+    compared = [k for k in kinds if k != "teacher"]
+    log(f"g3: decoding {len(kinds) * len(runs)} images on {cfg.eval.decode_device} and measuring distances to the "
+        "teacher")
     out = cfg.out / "g3"
     out.mkdir(parents=True, exist_ok=True)
     entries, rows, finite = [], [], True
     for i, run in enumerate(runs):
         imgs = {k: sampler.decode_rgb(pipe, run[k], cfg.height, cfg.width, cfg.eval.decode_device)[0]
-                for k in ("teacher", "naive", "student")}
+                for k in kinds}
         finite = finite and all(bool(torch.isfinite(v).all()) for v in imgs.values())
         files = {}
         for k, img in imgs.items():
             arr = (img.permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).cpu().numpy()
             files[k] = f"{i:03d}-seed{run['seed']}-{k}.png"
             _write_png(Image.fromarray(arr), out / files[k])
-        rows.append([imgs["teacher"], imgs["naive"], imgs["student"]])
+        rows.append([imgs[k] for k in kinds])
         entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
-            k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in ("naive", "student")}})
+            k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in compared}})
     _grid_image(rows, out / "grid.png")
     if cfg.student.log_with:
         _log_grid(cfg, out / "grid.png")
     mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
-                for m in entries[0]["distance_to_teacher"][k]} for k in ("naive", "student")}
+                for m in entries[0]["distance_to_teacher"][k]} for k in compared}
     key = "lpips" if metric == "lpips" else "mse"
     beats, stats = judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key])
                           for e in entries], margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
@@ -431,7 +468,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
                           lora_sha256=lora_sha,
                           teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,
                           width=cfg.width, entries=entries, grid="grid.png (rows: prompt x seed; columns: teacher@8, "
-                          "naive@4, student@4)", mean=mean)
+                          f"naive@4, student@4{', reference@4' if reference else ''})", mean=mean,
+                          reference_lora=str(reference) if reference else None,
+                          reference_lora_sha256=file_sha256(reference) if reference else None)
     write_model(out / "manifest.json", manifest)
     metrics.update({"metric": metric, "metric_note": metric_note, "mean": mean, "statistics": stats,
                     "images": len(entries), "manifest": str(out / "manifest.json"), "grid": str(out / "grid.png")})
@@ -445,5 +484,16 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     if mode == "quality":
         checks.run("student-beats-naive", lambda: (None, student_beats_naive(
             beats, detail, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)))
+    if reference is not None:
+        versus = (f"student {key} {mean['student'][key]:.4g} vs reference {mean['reference'][key]:.4g} "
+                  "(distance to teacher@8, lower is better)")
+        metrics["reference_comparison"] = versus
+        moved_ref = max(float((r["reference"] - r["naive"]).abs().max()) for r in runs)
+        checks.run("reference-compared", lambda: (None, f"the reference LoRA was sampled from the same noise "
+                                                  f"({len(runs)} pairs; max |reference - naive| {moved_ref:.3g}): "
+                                                  f"{versus}"))
+        if mode == "quality":
+            checks.run("student-not-worse-than-reference", lambda: (None, not_worse_than_reference(
+                mean["student"][key], mean["reference"][key], margin=cfg.eval.margin, metric=key)))
     metrics["comparison"] = detail
     return checks.items, metrics, mode

@@ -57,7 +57,15 @@ def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, 
     inputs = {"config": config_hash(cfg, stage), "model": model_key, "grid": grid_hash(grid)}
     if stage == "g3":
         inputs["lora"] = lora if lora is not None else file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+        if cfg.eval.reference_lora:
+            inputs["reference_lora"] = file_sha256(reference_lora_file(cfg.eval.reference_lora)) or "none"
     return inputs
+
+
+def reference_lora_file(setting: str) -> Path:
+    """eval.reference_lora as a file: a .safetensors file as given, a folder's pytorch_lora_weights.safetensors."""
+    path = Path(setting)
+    return path / LORA_FILE if path.is_dir() else path
 
 
 def current_inputs(cfg: DistillConfig, stage: str) -> dict[str, str] | None:

@@ -13,8 +13,8 @@ from statistics import fmean
 
 from aipc_env.errors import AipcError, InputError
 
-__all__ = ["artifacts_read_back", "decide_mode", "judge", "lora_changes_output", "outputs_finite",
-           "student_beats_naive"]
+__all__ = ["artifacts_read_back", "decide_mode", "judge", "lora_changes_output", "not_worse_than_reference",
+           "outputs_finite", "student_beats_naive"]
 
 
 def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[str, str]:
@@ -91,4 +91,17 @@ def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate
         raise StudentNotBetter(f"the student does not beat naive@4 by margin {margin:g} with win rate >= "
                                f"{min_win_rate:g}: {detail}", fix="see the velocity diagnostic in `aipc-env distill "
                                "report`; try endpoint weighting, a lower lr, or the on-policy phase (student.on_policy)")
+    return detail
+
+
+def not_worse_than_reference(student: float, reference: float, *, margin: float, metric: str) -> str:
+    """Quality mode with eval.reference_lora: the student's mean distance to the teacher (lower is better) may
+    exceed the reference LoRA's by at most `margin`. Equal to reference + margin passes."""
+    from aipc_env.distill.lessons import StudentWorseThanReference
+
+    detail = f"student {metric} {student:.4g} vs reference {reference:.4g} (margin {margin:g})"
+    if not student <= reference + margin:
+        raise StudentWorseThanReference(f"the student is worse than the reference LoRA by more than the margin: {detail}",
+                               fix="a student that does not match the public 4-step LoRA is not worth publishing: "
+                               "train longer, try endpoint weighting or the on-policy phase (student.on_policy)")
     return detail

@@ -22,6 +22,7 @@ __all__ = [
     "SigmasNotVerbatim",
     "StochasticSampler",
     "StudentNotBetter",
+    "StudentWorseThanReference",
     "TrainingDiverged",
     "VelocityDiverged",
     "check_deterministic_sampler",
@@ -98,6 +99,10 @@ class TrainingDiverged(LessonError):
 
 class StudentNotBetter(LessonError):
     name = "student-not-better-than-naive"
+
+
+class StudentWorseThanReference(LessonError):
+    name = "student-worse-than-reference"
 
 
 def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> None:

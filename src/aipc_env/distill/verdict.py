@@ -158,7 +158,7 @@ class G3Entry(StrictModel):
     seed: int
     files: dict[str, str]
     distance_to_teacher: dict[str, dict[str, float]]
-    """naive/student -> metric -> value."""
+    """naive/student (/reference) -> metric -> value."""
 
 
 class G3Manifest(VersionedModel):
@@ -178,3 +178,5 @@ class G3Manifest(VersionedModel):
     entries: list[G3Entry]
     grid: str
     mean: dict[str, dict[str, float]]
+    reference_lora: str | None = None
+    reference_lora_sha256: str | None = None
