@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aipc_env.errors import InputError
+from aipc_env.errors import AipcError, InputError
 
 KEYMAP = json.loads((Path(__file__).parent / "fixtures" / "comfyui" / "qwen21-keymap.json").read_text())
 SUFFIXES = (".lora_down.weight", ".lora_up.weight", ".alpha")
@@ -249,3 +249,115 @@ def test_an_export_replaces_only_what_an_earlier_export_wrote(tmp_path):
     with pytest.raises(InputError, match="is a link") as err:
         export_lora(folder, dest, provenance=_prov(tmp_path))
     assert outside.read_text() == "keep\n"
+
+
+# --- publish: G1 push preflight and the push, against a local stand-in of the hub API ---------------------------
+
+@pytest.fixture
+def hub():
+    from tests.support.hub import Hub
+
+    with Hub() as h:
+        yield h
+
+
+def _exported(tmp_path: Path) -> Path:
+    from aipc_env.distill.export import export_lora
+
+    dest = tmp_path / "export" / "student.safetensors"
+    export_lora(_publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)})), dest,
+                provenance=_prov(tmp_path))
+    return dest.parent
+
+
+def test_publish_runs_g1_then_pushes_the_weights_with_licence_and_notice(tmp_path, hub):
+    """The real huggingface_hub client: create, a 1 KiB file uploaded, downloaded by its commit and compared, then
+    deleted; the export pushed and every file downloaded back by the push's commit."""
+    import hashlib
+
+    from aipc_env.distill.publish import PREFLIGHT_FILE, publish
+
+    folder = _exported(tmp_path)
+    said = []
+    result = publish(folder, "me/turbo-4step", endpoint=hub.url, log=said.append)
+    files = hub.files("me/turbo-4step")
+    assert sorted(files) == ["LICENSE", "NOTICE.md", "student.safetensors"]  # the preflight file is gone
+    for name, data in files.items():
+        assert data == (folder / name).read_bytes()
+    assert result["files"] == [{"path": n, "sha256": hashlib.sha256((folder / n).read_bytes()).hexdigest()}
+                               for n in ("student.safetensors", "LICENSE", "NOTICE.md")]
+    assert result["commit"] == hub.repos["me/turbo-4step"]["commits"][-1][0] and result["private"] is True
+    probe_commit = hub.repos["me/turbo-4step"]["commits"][1]
+    assert list(probe_commit[1]) == [PREFLIGHT_FILE] and len(probe_commit[1][PREFLIGHT_FILE]) == 1024
+    assert ("GET", f"/me/turbo-4step/resolve/{probe_commit[0]}/{PREFLIGHT_FILE}") in hub.requests
+    assert said[0].startswith("publish: G1 push preflight on me/turbo-4step")
+    again = publish(folder, "me/turbo-4step", endpoint=hub.url, log=said.append)  # exist_ok: a second push works
+    assert again["files"] == result["files"]
+
+
+@pytest.mark.parametrize("fault, step", [("create", "create"), ("corrupt", "compare")])
+def test_g1_fails_by_step_when_the_hub_refuses_or_returns_other_bytes(tmp_path, hub, fault, step):
+    from aipc_env.distill.publish import publish
+
+    hub.fail.add(fault)
+    with pytest.raises(AipcError) as err:
+        publish(_exported(tmp_path), "me/turbo-4step", endpoint=hub.url, log=lambda m: None)
+    assert err.value.message.startswith(f"G1 push preflight failed at '{step}'")
+    assert err.value.exit_code == 1
+    if fault == "create":
+        assert "HTTP 403" in err.value.message and "HF_TOKEN" in err.value.fix
+        assert hub.repos == {}
+    else:  # the preflight failed: the export was not pushed
+        assert "student.safetensors" not in hub.files("me/turbo-4step")
+
+
+def test_an_unreachable_hub_is_a_named_step_not_a_traceback(tmp_path):
+    import socket
+
+    from aipc_env.distill.publish import publish
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    with pytest.raises(AipcError) as err:
+        publish(_exported(tmp_path), "me/x", endpoint=f"http://127.0.0.1:{port}", log=lambda m: None)
+    assert err.value.message.startswith(f"G1 push preflight failed at 'create' against http://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("repo, message", [("me/Qwen-Image-Turbo-4step", "starts with \"Qwen\""),
+                                           ("turbo-4step", "has no owner")])
+def test_publish_refuses_a_name_before_reaching_the_hub(tmp_path, hub, repo, message):
+    from aipc_env.distill.publish import publish
+
+    with pytest.raises(InputError, match=message):
+        publish(_exported(tmp_path), repo, endpoint=hub.url, log=lambda m: None)
+    assert hub.requests == []
+
+
+def test_nothing_is_published_without_the_licence_and_the_notice(tmp_path, hub):
+    from safetensors.torch import load_file, save_file
+
+    from aipc_env.distill.publish import publish
+
+    folder = _exported(tmp_path)
+    (folder / "LICENSE").rename(tmp_path / "LICENSE.away")
+    with pytest.raises(InputError, match="nothing is published without the licence") as err:
+        publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
+    assert err.value.path == str(folder / "LICENSE")
+    (tmp_path / "LICENSE.away").rename(folder / "LICENSE")
+    notice = (folder / "NOTICE.md").read_text(encoding="utf-8")
+    (folder / "NOTICE.md").write_text("# my notes\n", encoding="utf-8")
+    with pytest.raises(InputError, match="not the notice an export writes"):
+        publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
+    (folder / "NOTICE.md").write_text(notice, encoding="utf-8")
+    (folder / "LICENSE").write_text("another licence\n", encoding="utf-8")  # the weights name the old one
+    with pytest.raises(InputError, match="does not carry this folder's LICENSE"):
+        publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
+    weights = folder / "student.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt"})  # no notice in its metadata
+    with pytest.raises(InputError, match="does not carry this folder's LICENSE"):
+        publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
+    weights.unlink()
+    with pytest.raises(InputError, match=r"no exported \.safetensors file there"):
+        publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
+    assert hub.requests == []

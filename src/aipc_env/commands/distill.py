@@ -71,6 +71,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      "notice; a main name starting with \"Qwen\" is refused (the base model's licence)")
     exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     exp.set_defaults(run=run, json=False, inject=[])
+    pub = stages.add_parser("publish", parents=[ENV, PAIR, MATRIX], help="G1 push preflight, then push the export "
+                            "to the hub", description="Seed 003's G1 (create the repository, upload a 1 KiB file, "
+                            "download it back and compare, delete it), then push the export folder (weights, "
+                            "LICENSE, NOTICE.md: nothing without the licence) and download each file back to compare. "
+                            "The hub is reached with huggingface_hub: HF_TOKEN, HF_ENDPOINT.")
+    pub.add_argument("--config", type=Path, metavar="FILE")
+    pub.add_argument("--repo", required=True, metavar="ID", help="owner/name; a main name starting with \"Qwen\" is "
+                     "refused (the base model's licence)")
+    pub.add_argument("--folder", type=Path, metavar="DIR", help="the export folder (default: <output_dir>/export)")
+    pub.add_argument("--endpoint", metavar="URL", help="the hub's URL (default: HF_ENDPOINT, else huggingface.co)")
+    pub.add_argument("--public", action="store_true", help="create the repository public (default: private)")
+    pub.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
+    pub.set_defaults(run=run, json=False, inject=[], format=None, out=None)
     rep = stages.add_parser("report", parents=[JSON], help="the gate table, velocity diagnostic and loss plot")
     rep.add_argument("--config", type=Path, metavar="FILE")
     rep.set_defaults(run=run)
@@ -117,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             print(text, end="")
             print(f"aipc-env: report {path}")
         return ExitCode.OK
-    if args.stage == "export":
+    if args.stage in ("export", "publish"):
         if args.repo is not None:
             from aipc_env.distill.licence import check_repo_name
 
@@ -128,18 +141,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
-    """The export runs in the training env (it reads and writes tensors), through the launcher."""
+    """Export and publish run in the training env (tensors; huggingface_hub), through the launcher."""
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
     def phases(chosen: Chosen) -> list:
-        argv = [chosen.python, "-m", "aipc_env.distill.export", "--config", str(Path(config_path).absolute()),
-                "--format", args.format]
+        module = f"aipc_env.distill.{args.stage}"
+        argv = [chosen.python, "-m", module, "--config", str(Path(config_path).absolute())]
+        if args.format:
+            argv += ["--format", args.format]
         if args.out:
             argv += ["--out", str(Path(args.out).absolute())]
         if args.repo is not None:
             argv += ["--repo", args.repo]
-        return [Phase(name="export", argv=argv)]
+        if getattr(args, "folder", None):
+            argv += ["--folder", str(Path(args.folder).absolute())]
+        if getattr(args, "endpoint", None):
+            argv += ["--endpoint", args.endpoint]
+        if getattr(args, "public", False):
+            argv += ["--public"]
+        return [Phase(name=args.stage, argv=argv)]
 
     outcome = start_run(RunRequest(command="distill", run_dir=cfg.out, log_file=cfg.out / "distill.log",
                                    phases=phases, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
