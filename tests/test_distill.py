@@ -614,6 +614,28 @@ def test_comfyui_export_round_trips_through_diffusers(finished_run, sampled_mode
                       "--repo", "me/Qwen-Image-Turbo-4step", timeout=300)
     assert refused.returncode == 2 and "starts with \"Qwen\"" in refused.stderr
     assert "Traceback" not in refused.stderr
+    from tests.support.hub import Hub
+
+    with Hub() as hub:  # publish through the launcher, in the training env, against the stand-in hub API
+        offline = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
+                          str(dest.parent), "--repo", "my-org/tiny-turbo-4step", "--endpoint", hub.url, timeout=300,
+                          env={"HF_HUB_OFFLINE": "1"})
+        assert offline.returncode == 2 and hub.requests == []
+        assert "offline mode is on (HF_HUB_OFFLINE)" in (finished_run / "distill.log").read_text(encoding="utf-8")
+        pushed = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
+                         str(dest.parent), "--repo", "my-org/tiny-turbo-4step", "--endpoint", hub.url, timeout=300,
+                         env={"HF_HUB_OFFLINE": "0"})
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        assert "published 3 files to my-org/tiny-turbo-4step" in pushed.stdout
+        assert hub.files("my-org/tiny-turbo-4step") == {p.name: p.read_bytes() for p in dest.parent.iterdir()}
+        hub.fail.add("create")
+        denied = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
+                         str(dest.parent), "--repo", "my-org/other", "--endpoint", hub.url, timeout=300,
+                         env={"HF_HUB_OFFLINE": "0"})
+        log = (finished_run / "distill.log").read_text(encoding="utf-8")
+        last = log[log.rindex("phase publish:"):]
+        assert denied.returncode == 1 and "error: G1 push preflight failed at 'create'" in last
+        assert "Traceback" not in last and "phase publish failed (exit code 1)" in denied.stderr
 
 
 def test_an_mlp_lora_exports_in_the_form_comfyui_maps_and_diffusers_reads_back(sampled_model, tmp_path, quiet):

@@ -361,3 +361,14 @@ def test_nothing_is_published_without_the_licence_and_the_notice(tmp_path, hub):
     with pytest.raises(InputError, match=r"no exported \.safetensors file there"):
         publish(folder, "me/x", endpoint=hub.url, log=lambda m: None)
     assert hub.requests == []
+
+
+def test_publish_in_offline_mode_says_so_and_reaches_nothing(tmp_path, hub, monkeypatch):
+    from huggingface_hub import constants
+
+    from aipc_env.distill.publish import publish
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(AipcError, match=r"offline mode is on \(HF_HUB_OFFLINE\)") as err:
+        publish(_exported(tmp_path), "me/x", endpoint=hub.url, log=lambda m: None)
+    assert err.value.fix == "run it with HF_HUB_OFFLINE unset (or 0)" and hub.requests == []

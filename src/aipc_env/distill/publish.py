@@ -69,9 +69,13 @@ def _hub_error(step: str, exc: Exception, endpoint: str) -> AipcError:
 
 def publish(folder: Path, repo: str, *, endpoint: str | None = None, private: bool = True, log=print) -> dict:
     """G1, then the push; returns what was verified. Any failure is an AipcError naming the step."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi, constants, hf_hub_download
 
     from aipc_env.distill.licence import check_repo_name
+
+    if constants.HF_HUB_OFFLINE:
+        raise AipcError("huggingface_hub's offline mode is on (HF_HUB_OFFLINE): publishing needs the hub",
+                        fix="run it with HF_HUB_OFFLINE unset (or 0)")
 
     check_repo_name(repo)
     if "/" not in repo:
