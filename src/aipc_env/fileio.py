@@ -34,6 +34,7 @@ __all__ = [
     "read_yaml",
     "recover_atomic_dir",
     "respect_umask",
+    "shown",
     "write_json",
 ]
 
@@ -197,6 +198,12 @@ def atomic_dir(dst: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def shown(path: str | Path) -> str:
+    """A path as text that any output can carry: bytes of a file name that are not UTF-8 (Python keeps them as
+    lone surrogates) become \\xNN escapes instead of failing the JSON, HTML or terminal write later."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def decode_text(raw: bytes, path: str | Path, what: str) -> str:
     """UTF-8 (with or without BOM) or UTF-16 with a BOM (what PowerShell 5.1's `>` writes)."""
     for bom, encoding in _BOMS:
@@ -249,6 +256,14 @@ MAX_YAML_NODES = 200_000
 """YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions."""
 
 
+def _too_long_number(path: str | Path, what: str) -> InputError:
+    """Python refuses to turn a number of more than sys.get_int_max_str_digits() digits (4300) into an int."""
+    import sys
+
+    return InputError(f"{what} holds a number of more than {sys.get_int_max_str_digits()} digits", path=path,
+                      fix="aipc-env's files hold small numbers; this is not one of them")
+
+
 def _too_deep(path: str | Path, what: str) -> InputError:
     return InputError(f"{what} is nested deeper than {MAX_DEPTH} levels", path=path,
                       fix="aipc-env's files nest a few levels; this is not one of them")
@@ -277,6 +292,8 @@ def parse_json(text: str, path: str | Path, what: str = "JSON file") -> Any:
         raise _too_deep(path, what) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
+    except ValueError:  # the only other ValueError json.loads raises: an integer past the digit limit
+        raise _too_long_number(path, what) from None
     return check_depth(data, path, what)
 
 
@@ -329,6 +346,8 @@ def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"not valid YAML{where}: {problem}", path=path) from None
+    except ValueError:  # PyYAML's int(): an integer past the digit limit
+        raise _too_long_number(path, what) from None
     finally:
         loader.dispose()
 
@@ -354,4 +373,6 @@ def parse_toml(text: str, path: str | Path, what: str = "TOML file") -> Any:
         raise _too_deep(path, what) from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", path=path) from None
+    except ValueError:  # tomllib's int(): an integer past the digit limit
+        raise _too_long_number(path, what) from None
     return check_depth(data, path, what)

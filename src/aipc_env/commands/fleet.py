@@ -44,7 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          "runtime (from their distribution where it is current, from Intel's graphics repository "
                          "given here, or a named note why not: environments/gpu-runtime.yaml), the bundle and a "
                          "doctor report. Idempotent.")
-    a.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the playbook folder")
+    a.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the playbook folder (files an "
+                   "earlier run wrote are replaced; anything else there is refused)")
+    a.add_argument("--force", action="store_true", help="replace files in --out that aipc-env did not write, or that "
+                   "were edited since (never through a symlink)")
     a.add_argument("--gpu-runtime-source", metavar="APT-LINE",
                    help="Intel's graphics repository for the Linux hosts: one `deb [arch=amd64] https://...` line "
                    "(signed-by is set to the key below; trusted=yes is refused)")
@@ -91,10 +94,19 @@ def _keygen(args: argparse.Namespace) -> int:
     import os
 
     from aipc_env.errors import InputError
-    from aipc_env.fleet.sign import generate_keypair, write_keypair
+    from aipc_env.fleet.sign import generate_keypair, keypair_journal, write_keypair
+    from aipc_env.outputs import recover
 
+    finished = recover(keypair_journal(args.secret))  # a pair an interrupted keygen left half-done
+    for line in finished:
+        print(f"aipc-env: {line}", file=sys.stderr)
+    if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() \
+            and args.public.is_file():
+        print(f"aipc-env: the key pair an interrupted keygen began is complete: {args.secret} (keep it secret) and "
+              f"{args.public}")
+        return ExitCode.OK
     for path, key in ((args.secret, "--secret"), (args.public, "--public")):
-        if path.exists():
+        if path.exists() or path.is_symlink():
             raise InputError("exists: a key is never overwritten", path=path, key=key, fix="choose a new file name")
     secret, public = generate_keypair()
     write_keypair(secret, public, args.secret, args.public, password=os.environ.get("AIPC_ENV_SIGN_PASSWORD") or None)
@@ -160,7 +172,7 @@ def _ansible(args: argparse.Namespace) -> int:
     elif args.gpu_runtime_key or args.gpu_runtime_key_fingerprint:
         raise InputError("a key without its apt source", key="--gpu-runtime-source",
                          fix="pass the repository's apt line with --gpu-runtime-source")
-    written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair), gpu)
+    written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair), gpu, force=args.force)
     print(f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
           f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
           "site.yml")

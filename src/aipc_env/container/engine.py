@@ -70,6 +70,10 @@ def run_argv(engine: Engine, image: str, command: list[str], *, devices: list[st
     if ipc_host:
         argv += ["--ipc=host"]
     for host, target, read_only in mounts:
+        if ":" in str(host) or ":" in target:  # -v reads HOST:TARGET:OPTIONS; `out:ro` would mount read-only
+            raise InputError("a folder whose path holds ':' cannot be mounted: podman and docker read ':' as the "
+                             "separator of -v HOST:TARGET:OPTIONS", path=host,
+                             fix="choose a folder without ':' in its path")
         argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
     return argv + [*run_options, image, *command]
 

@@ -3,7 +3,6 @@ Relative paths are resolved against the config file's folder, as for training co
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -276,16 +275,27 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False, profil
     kept as distill.yaml.bak first."""
     path = Path(run_dir) / "distill.yaml"
     check_writable(path, "the config")
-    if path.exists():
-        if not replace:
-            raise InputError("a distillation config is already there (perhaps edited); it was left as it is",
-                             path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
-                             "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
-        shutil.copy2(path, path.with_name("distill.yaml.bak"))
+    if path.exists() and not replace:
+        raise InputError("a distillation config is already there (perhaps edited); it was left as it is",
+                         path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
+                         "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
     head = {"tiny": "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n",
             "turbo": "# aipc-env distill, profile turbo: seed 003's settings for Qwen-Image-2.1-Turbo; fill each "
                      "TODO\n"}[profile]
-    atomic_write_text(path, head + "# relative paths are resolved against this file's folder\n"
-                      + yaml.safe_dump(default_distill_config(Path("."), profile), sort_keys=False,
-                                       allow_unicode=True))
+    text = (head + "# relative paths are resolved against this file's folder\n"
+            + yaml.safe_dump(default_distill_config(Path("."), profile), sort_keys=False, allow_unicode=True))
+    if not path.exists():
+        atomic_write_text(path, text)
+        return path
+    from aipc_env.outputs import JOURNAL_SUFFIX, commit_files
+
+    backup = path.with_name("distill.yaml.bak")
+    if backup.is_symlink():  # the link itself is replaced, never written through
+        backup.unlink()
+    elif backup.exists() and not backup.is_file():
+        raise InputError("is not a regular file: the old config cannot be kept there", path=backup,
+                         fix="move it away, then run again")
+    # the backup and the new config both, or neither (Ctrl-C): the user's config is never lost
+    commit_files({backup: path.read_bytes(), path: text.encode("utf-8")},
+                 path.with_name(f".distill.yaml{JOURNAL_SUFFIX}"))
     return path

@@ -83,7 +83,7 @@ def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
     if meta.get("transformer.use_dora") or meta.get("transformer.use_rslora"):
         raise InputError("DoRA or rsLoRA adapters have no ComfyUI LoRA layout", path=path,
                          fix="train a plain LoRA (use_dora and use_rslora off)")
-    if rank < 1 or not alpha > 0:
+    if not 1 <= rank <= 4096 or not 0 < alpha < float("inf"):  # NaN and Infinity fail too
         raise InputError(f"rank {rank} / alpha {alpha:g} in its metadata are not usable", path=path,
                          fix="publish it again with `aipc-env distill train`")
     return rank, alpha

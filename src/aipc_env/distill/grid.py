@@ -7,7 +7,6 @@ from teacher sigma s*k to s*(k+1) (the last one lands on the terminal 0). Torch-
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +17,14 @@ __all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigma
 
 GridSource = Literal["config", "model sample_sigmas", "pipeline default linspace"]
 _MAX_MODEL_INDEX = 1 << 20
+MAX_SIGMAS = 1000
+"""The longest teacher grid (a real one has 8; seed 003's teachers at most a few dozen)."""
+
+
+def _quote(values: list) -> str:
+    """A list for a message: the first few values and how many there are."""
+    shown = ", ".join(repr(v)[:20] for v in values[:4])
+    return f"[{shown}{f', ... ({len(values)} values)' if len(values) > 4 else ''}]"
 
 
 class Grid(StrictModel):
@@ -49,6 +56,8 @@ def check_sigmas(value: list[float], stride: int) -> str | None:
     """Why `value` is not a usable teacher grid for `stride`, or None."""
     if len(value) < 2:
         return "a grid needs at least 2 sigmas"
+    if len(value) > MAX_SIGMAS:
+        return f"{len(value)} sigmas: a teacher grid has at most {MAX_SIGMAS}"
     if any(isinstance(s, bool) or not isinstance(s, int | float) for s in value):
         return "sigmas must be numbers"
     if any(not 0 < s <= 1 for s in value) or any(a <= b for a, b in itertools.pairwise(value)):
@@ -60,17 +69,14 @@ def check_sigmas(value: list[float], stride: int) -> str | None:
 
 def model_sample_sigmas(model: Path) -> list[float] | None:
     """The `sample_sigmas` of a diffusers model folder's model_index.json, or None when it configures none."""
+    from aipc_env.fileio import parse_json, read_text
+
     index = Path(model) / "model_index.json"
-    try:
-        if index.stat().st_size > _MAX_MODEL_INDEX:
-            raise InputError("model_index.json is larger than 1 MiB", path=index, fix="point model at a real "
-                             "diffusers model folder")
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read it ({exc.strerror or exc})", path=index,
-                         fix="point model at a diffusers model folder") from None
-    except ValueError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=index, fix="restore the model's model_index.json") from None
+    try:  # bounded from the stream, depth- and number-bounded: one reader for every user file
+        data = parse_json(read_text(index, "model_index.json", max_bytes=_MAX_MODEL_INDEX), index, "model_index.json")
+    except InputError as exc:
+        raise InputError(exc.message, path=index, fix="point model at a diffusers model folder with its "
+                         "model_index.json") from None
     sigmas = data.get("sample_sigmas") if isinstance(data, dict) else None
     if sigmas is None:
         return None
@@ -88,7 +94,7 @@ def resolve_grid(teacher_sigmas: list[float] | None, stride: int, model: Path) -
     elif (sampled := model_sample_sigmas(model)) is not None:
         problem = check_sigmas(sampled, stride)
         if problem:
-            raise InputError(f"its sample_sigmas {sampled} cannot be the teacher grid: {problem}",
+            raise InputError(f"its sample_sigmas {_quote(sampled)} cannot be the teacher grid: {problem}",
                              path=Path(model) / "model_index.json", key="sample_sigmas",
                              fix="set teacher_sigmas (and student_stride) in the distillation config")
         teacher, source = [float(s) for s in sampled], "model sample_sigmas"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import BaseModel, ConfigDict, model_validator
+
 from aipc_env.fileio import atomic_write_text
 from aipc_env.formats import StrictModel, VersionedModel, load_versioned, write_model
 
@@ -50,6 +52,57 @@ class ErrorInfo(StrictModel):
     fix: str | None = None
 
 
+class _Metrics(BaseModel):
+    """The metrics of a stage that its summary and the report read, typed (a verdict file may carry more keys)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class G2Metrics(_Metrics):
+    teacher_max_abs_diff: float | None = None
+    student_max_abs_diff: float | None = None
+    teacher_passed_sigmas: list[float] | None = None
+    student_passed_sigmas: list[float] | None = None
+    behaviour: list[str] = []
+
+
+class TrajectoryMetrics(_Metrics):
+    prompts: int | None = None
+    steps: int | None = None
+    computed: int | None = None
+    reused: int | None = None
+    seconds_encode: float | None = None
+    seconds_sample: float | None = None
+
+
+class TrainMetrics(_Metrics):
+    steps: int | None = None
+    trajectories: int | None = None
+    loss_weighting: str | None = None
+    objective_start: float | None = None
+    objective_end: float | None = None
+    velocity_mse_on: float | None = None
+    velocity_mse_off: float | None = None
+    diverged_at: int | None = None
+    reason: str | None = None
+    last_good_checkpoint: str | None = None
+
+
+class G3Metrics(_Metrics):
+    metric: Literal["lpips", "psnr"] | None = None
+    metric_note: str = ""
+    mean: dict[str, dict[str, float]] = {}
+    comparison: str = ""
+    reference_comparison: str | None = None
+    grid: str | None = None
+    manifest: str | None = None
+
+
+STAGE_METRICS: dict[str, type[_Metrics]] = {"g2": G2Metrics, "trajectories": TrajectoryMetrics,
+                                            "train": TrainMetrics, "g3": G3Metrics}
+"""What each stage's metrics must hold to be read: a verdict whose numbers are strings is refused by name."""
+
+
 class Verdict(VersionedModel):
     FORMAT: ClassVar[str] = "distillation verdict"
     FIX: ClassVar[str] = "run the stage again with `aipc-env distill`"
@@ -79,6 +132,17 @@ class Verdict(VersionedModel):
     artifacts: dict[str, str] = {}
     injected: list[str] = []
     """Faults injected on purpose (tests of the gates)."""
+
+    @model_validator(mode="after")
+    def _typed_metrics(self) -> Verdict:
+        model = STAGE_METRICS.get(self.stage)
+        if model is not None:
+            model.model_validate(self.metrics)
+            if self.stage == "g3" and self.metrics.get("mean"):
+                metric = self.metrics.get("metric")
+                if any(metric not in self.metrics["mean"].get(k, {}) for k in ("student", "naive")):
+                    raise ValueError(f"metrics.mean lacks {metric!r} for the student or naive")
+        return self
 
     @property
     def passed(self) -> bool:

@@ -9,7 +9,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipc_env.fileio import atomic_write_text
 from aipc_env.matrix import Pair
 
 __all__ = ["GpuSource", "gpu_source", "render_playbook", "write_playbook"]
@@ -311,16 +310,14 @@ def render_playbook(pair: Pair, gpu: GpuSource | None = None) -> dict[str, str]:
             "ansible.cfg": ANSIBLE_CFG}
 
 
-def write_playbook(pair: Pair, out: Path, winget_yaml: str, gpu: GpuSource | None = None) -> list[Path]:
-    from aipc_env.fileio import atomic_write_bytes
+def write_playbook(pair: Pair, out: Path, winget_yaml: str, gpu: GpuSource | None = None, *,
+                   force: bool = False) -> list[Path]:
+    """All the playbook's files or none (aipc_env.outputs): only over files an earlier run wrote and nobody edited
+    (an admin's own site.yml or group_vars are refused without `force`), never through a symlink."""
+    from aipc_env.outputs import OutputFolder
 
-    files = render_playbook(pair, gpu)
-    files[f"aipc-{pair.id}.dsc.yaml"] = winget_yaml
-    written = []
-    for rel, text in files.items():
-        atomic_write_text(out / rel, text)
-        written.append(out / rel)
+    files = {rel: text.encode("utf-8") for rel, text in render_playbook(pair, gpu).items()}
+    files[f"aipc-{pair.id}.dsc.yaml"] = winget_yaml.encode("utf-8")
     if gpu is not None:
-        atomic_write_bytes(out / "files" / gpu.key_name, gpu.key_file.read_bytes())
-        written.append(out / "files" / gpu.key_name)
-    return written
+        files[f"files/{gpu.key_name}"] = gpu.key_file.read_bytes()
+    return OutputFolder(out, force=force).write(files)

@@ -4,6 +4,7 @@ trusted key), every path inside the bundle, every file listed with its sha256 an
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode, InputError
@@ -67,7 +68,10 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
     ignore = {MANIFEST, SIGNATURE}
     for path in sorted(bundle.rglob("*")):
         rel = path.relative_to(bundle).as_posix()
-        if path.is_file() and rel not in manifest.files and rel not in ignore:
+        mode = path.lstat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a link, FIFO, socket or device: the docs allow none
+            problems.append(f"{rel}: not a regular file or folder")
+        elif stat.S_ISREG(mode) and rel not in manifest.files and rel not in ignore:
             problems.append(f"{rel}: not in the manifest")
     for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
         if rel not in manifest.files:

@@ -147,10 +147,12 @@ def _load(path: Path):
 
 
 def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
+    from aipc_env.fileio import shown
+
     machine = report.facts.machine
     if machine is not None:
-        return machine.machine_id or machine.hostname or path.stem, machine.hostname, machine.machine_id
-    return path.stem, None, None
+        return machine.machine_id or machine.hostname or shown(path.stem), machine.hostname, machine.machine_id
+    return shown(path.stem), None, None
 
 
 def provisioned(report) -> tuple[dict[str, str | None], dict[str, str]]:
@@ -216,14 +218,16 @@ class Seen:
 
 
 def _summarize(path: Path) -> Seen | MachineRow:
+    from aipc_env.fileio import shown
+
     report, state, problem = _load(path)
     if report is None:
-        return MachineRow(key=path.stem, file=str(path), state=state, problem=problem)  # type: ignore[arg-type]
+        return MachineRow(key=shown(path.stem), file=shown(path), state=state, problem=problem)  # type: ignore[arg-type]
     key, hostname, machine_id = _identity(report, path)
     facts, dists = provisioned(report)
     findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings
                 if f.status.value in ("fail", "crash", "warn")]
-    return Seen(str(path), key, hostname, machine_id, report.facts.collected_at, facts, dists, findings)
+    return Seen(shown(path), key, hostname, machine_id, report.facts.collected_at, facts, dists, findings)
 
 
 PARALLEL_FROM = 2000

@@ -27,6 +27,8 @@ __all__ = ["PublicKey", "SecretKey", "SignatureInvalid", "generate_keypair", "re
 PREHASHED, LEGACY, KDF_SCRYPT, KDF_NONE, CHK_BLAKE2B = b"ED", b"Ed", b"Sc", b"\x00\x00", b"B2"
 OPSLIMIT, MEMLIMIT = 33554432, 1073741824  # minisign's defaults (scrypt ~1 GiB)
 MAX_KEY_FILE = 4096
+MAX_OPSLIMIT, MAX_MEMLIMIT = 2 * OPSLIMIT, 2 * MEMLIMIT
+"""Scrypt limits read from a secret key: twice minisign's (a key may ask for more work, not for 2^62 bytes)."""
 
 
 class SignatureInvalid(AipcError):
@@ -50,13 +52,22 @@ class SecretKey:
     public: bytes
 
 
-def _b64_line(path: Path, what: str) -> bytes:
+def _read_small(path: Path, what: str) -> str:
+    """A minisign file (key or signature), read from the stream up to MAX_KEY_FILE (a device such as /dev/zero has
+    no size to check first), strict UTF-8."""
+    from aipc_env.fileio import read_text
+
     try:
-        if path.stat().st_size > MAX_KEY_FILE:
-            raise InputError(f"{what} is too large to be a minisign file", path=path)
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the {what}: {exc}", path=path) from None
+        return read_text(path, what, max_bytes=MAX_KEY_FILE)
+    except InputError as exc:
+        if "larger than" in exc.message:
+            raise InputError(f"{what} is too large to be a minisign file (more than {MAX_KEY_FILE} bytes)",
+                             path=path, fix="pass the file minisign (or aipc-env fleet keygen) wrote") from None
+        raise
+
+
+def _b64_line(path: Path, what: str) -> bytes:
+    lines = [ln.strip() for ln in _read_small(path, what).splitlines() if ln.strip()]
     body = [ln for ln in lines if not ln.startswith(("untrusted comment:", "trusted comment:"))]
     try:
         return base64.b64decode(body[0], validate=True)
@@ -106,6 +117,11 @@ def read_secret_key(path: Path, password: str | None = None) -> SecretKey:
     opslimit, memlimit = struct.unpack("<QQ", raw[38:54])
     keynum = raw[54:158]
     if kdf == KDF_SCRYPT:
+        if not (0 < opslimit <= MAX_OPSLIMIT and 0 < memlimit <= MAX_MEMLIMIT):
+            raise InputError(f"the secret key asks for scrypt limits (opslimit {opslimit}, memlimit {memlimit}) beyond "
+                             f"what minisign writes ({OPSLIMIT}, {MEMLIMIT}; at most {MAX_OPSLIMIT}, {MAX_MEMLIMIT} "
+                             "are accepted): a damaged or hostile key", path=path,
+                             fix="use the secret key minisign (or aipc-env fleet keygen) wrote")
         if password is None:
             raise InputError("the secret key is encrypted", path=path, fix="set AIPC_ENV_SIGN_PASSWORD to its password")
         keynum = _xor(keynum, _scrypt_stream(password.encode(), salt, opslimit, memlimit, len(keynum)))
@@ -133,7 +149,7 @@ def generate_keypair() -> tuple[SecretKey, PublicKey]:
 def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, public_path: Path,
                   password: str | None = None) -> None:
     """minisign's key files; the secret key encrypted with scrypt when a password is given."""
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.outputs import commit_files
 
     sk = secret.seed + secret.public
     checksum = hashlib.blake2b(LEGACY + secret.key_id + sk, digest_size=32).digest() if password else bytes(32)
@@ -143,10 +159,19 @@ def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, publi
     if password:
         keynum = _xor(keynum, _scrypt_stream(password.encode(), salt, ops, mem, len(keynum)))
     blob = LEGACY + (KDF_SCRYPT if password else KDF_NONE) + CHK_BLAKE2B + salt + struct.pack("<QQ", ops, mem) + keynum
-    atomic_write_text(secret_path, "untrusted comment: minisign " + ("encrypted " if password else "")
-                      + "secret key\n" + base64.b64encode(blob).decode() + "\n", mode=0o600)
-    atomic_write_text(public_path, f"untrusted comment: minisign public key {public.key_id_hex}\n"
-                      + base64.b64encode(LEGACY + public.key_id + public.key).decode() + "\n")
+    secret_text = ("untrusted comment: minisign " + ("encrypted " if password else "") + "secret key\n"
+                   + base64.b64encode(blob).decode() + "\n")
+    public_text = (f"untrusted comment: minisign public key {public.key_id_hex}\n"
+                   + base64.b64encode(LEGACY + public.key_id + public.key).decode() + "\n")
+    # both or neither, across Ctrl-C (aipc_env.outputs): the next keygen finishes or undoes an interrupted pair
+    commit_files({secret_path: secret_text.encode(), public_path: public_text.encode()}, keypair_journal(secret_path),
+                 modes={secret_path: 0o600})
+
+
+def keypair_journal(secret_path: Path) -> Path:
+    from aipc_env.outputs import JOURNAL_SUFFIX
+
+    return secret_path.with_name(f".{secret_path.name}{JOURNAL_SUFFIX}")
 
 
 def _prehash(path: Path) -> bytes:
@@ -185,11 +210,11 @@ def verify_file(path: Path, public: PublicKey, signature_path: Path | None = Non
     if not sig_path.is_file():
         raise SignatureInvalid("no signature", path=sig_path, fix="sign it: aipc-env fleet bundle --sign KEY")
     try:
-        lines = sig_path.read_text(encoding="utf-8").splitlines()[:4]
+        lines = _read_small(sig_path, "signature").splitlines()[:4]
         sig = base64.b64decode(lines[1].strip(), validate=True)
         comment = lines[2].removeprefix("trusted comment: ")
         global_sig = base64.b64decode(lines[3].strip(), validate=True)
-    except (OSError, IndexError, ValueError, UnicodeDecodeError):
+    except (OSError, IndexError, ValueError, UnicodeDecodeError, InputError):
         raise SignatureInvalid("not a minisign signature file", path=sig_path) from None
     if len(sig) != 74 or sig[:2] not in (PREHASHED, LEGACY) or not lines[2].startswith("trusted comment: "):
         raise SignatureInvalid("not a minisign signature file", path=sig_path)
