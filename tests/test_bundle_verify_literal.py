@@ -116,10 +116,23 @@ def test_safe_nested_paths_are_accepted(tmp_path):
 def test_links_are_refused_before_anything_is_read(tmp_path):
     b = _bundle(tmp_path / "b")
     os.symlink(tmp_path, b / "wheels" / "up")
-    _refused(b, "the bundle holds links (wheels/up): a bundle is plain files")
+    _refused(b, "the bundle holds links or special files (wheels/up: link): a bundle is regular files and folders "
+                "only")
     c = _bundle(tmp_path / "c")
     os.symlink(c / "bootstrap.sh", c / "alias.sh")
-    _refused(c, "the bundle holds links (alias.sh): a bundle is plain files")
+    _refused(c, "the bundle holds links or special files (alias.sh: link): a bundle is regular files and folders "
+                "only")
+    d = _bundle(tmp_path / "d")
+    os.mkfifo(d / "wheels" / "x.whl")  # a reader would block on it
+    _refused(d, "the bundle holds links or special files (wheels/x.whl: FIFO): a bundle is regular files and "
+                "folders only")
+    e = _bundle(tmp_path / "e")
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(e / "s"))
+        _refused(e, "the bundle holds links or special files (s: special file): a bundle is regular files and "
+                    "folders only")
 
 
 def test_five_problems_are_shown_then_a_count(tmp_path):
@@ -139,7 +152,8 @@ def test_six_links_name_five_and_every_refusal_names_the_bundle(tmp_path):
     b = _bundle(tmp_path / "links")
     for i in range(6):
         os.symlink(b / "bootstrap.sh", b / f"l{i}")
-    _refused(b, "the bundle holds links (l0, l1, l2, l3, l4): a bundle is plain files")
+    _refused(b, "the bundle holds links or special files (l0: link, l1: link, l2: link, l3: link, l4: link): a "
+                "bundle is regular files and folders only")
     with pytest.raises(BundleTampered) as err:
         verify_bundle(b, warn=lambda _m: None)
     assert err.value.path == str(b)

@@ -699,28 +699,40 @@ def test_the_default_grid_for_one_to_four_steps():
 def test_model_index_refusals_whole(tmp_path):
     model = _model(tmp_path / "m")
     index = model / "model_index.json"
+    fix = "point model at a diffusers model folder with its model_index.json"
     cases = [
-        (" " * (1 << 20) + "{}", ("model_index.json is larger than 1 MiB", None,
-                                  "point model at a real diffusers model folder")),
-        ("{not json", ("not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
-                       None, "restore the model's model_index.json")),
+        (" " * ((1 << 20) - 2) + "{}", None),  # at the size bound: read
+        (" " * ((1 << 20) - 1) + "{}", ("model_index.json is larger than 1 MiB", None, fix)),  # above it
+        ("{not json", ("not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes",
+                       None, fix)),
+        ("[" * 64 + "]" * 64, None),  # at the depth bound: read (not a mapping: no grid)
+        ("[" * 65 + "]" * 65, ("model_index.json is nested deeper than 64 levels", None, fix)),
+        ("[" * 100_000 + "]" * 100_000, ("model_index.json is nested deeper than 64 levels", None, fix)),
+        ('{"sample_sigmas": [' + "1" * 4300 + "]}", None),  # at the digit bound: read (the grid check refuses it)
+        ('{"sample_sigmas": [' + "1" * 4301 + "]}", ("model_index.json holds a number of more than 4300 digits",
+                                                     None, fix)),
         ('{"sample_sigmas": 3}', ("sample_sigmas is int, not a list", "sample_sigmas",
                                   "restore the model's model_index.json, or set teacher_sigmas in the config")),
     ]
     for text, expected in cases:
         index.write_text(text)
+        if expected is None:
+            model_sample_sigmas(model)
+            continue
         with pytest.raises(InputError) as err:
             model_sample_sigmas(model)
         assert _error(err.value) == expected and err.value.path == str(index)
     index.write_text('["sample_sigmas"]')  # JSON, but not a mapping: no grid configured
     assert model_sample_sigmas(model) is None
-    index.write_text('{"sample_sigmas": [1.0, 0.5]}', encoding="utf-16")  # not UTF-8
-    with pytest.raises(InputError):
+    index.write_text('{"sample_sigmas": [1.0, 0.5]}', encoding="utf-16")  # with a BOM (PowerShell's): read
+    assert model_sample_sigmas(model) == [1.0, 0.5]
+    index.write_text('{"sample_sigmas": [1.0, 0.5]}', encoding="utf-16-le")  # no BOM: NULs between the characters
+    with pytest.raises(InputError, match="not valid JSON"):
         model_sample_sigmas(model)
     with pytest.raises(InputError) as err:
         model_sample_sigmas(tmp_path / "nowhere")
-    assert err.value.message == "cannot read it (No such file or directory)"
-    assert err.value.fix == "point model at a diffusers model folder"
+    assert err.value.message == "model_index.json not found"
+    assert err.value.fix == fix
     assert err.value.path == str(tmp_path / "nowhere" / "model_index.json")
     index.write_text('{"sample_sigmas": [1.0, 0.8, 0.6]}')
     with pytest.raises(InputError) as err:

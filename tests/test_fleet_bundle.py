@@ -171,6 +171,22 @@ def test_paths_leave_nothing_inside_the_bundle(fleet_bundle, tmp_path, attack):
     assert not prefix.exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dir-link"])
+def test_a_bundle_holding_a_fifo_or_a_linked_folder_is_refused(fleet_bundle, tmp_path, kind):
+    """The docs say a bundle is regular files and folders: a FIFO (a reader would block on it) or a linked folder is
+    refused before anything is read or installed, by env --bundle as by the bootstrap script."""
+    bundle = _copy(fleet_bundle, tmp_path / "bundle")
+    if kind == "fifo":
+        os.mkfifo(bundle / "wheels" / "extra.whl")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (bundle / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    result, prefix = _install(bundle, tmp_path, "--trust", str(_keys(fleet_bundle) / "admin.pub"))
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert ("wheels/extra.whl: FIFO" if kind == "fifo" else "more: link") in result.stderr
+    assert "regular files and folders only" in result.stderr and not prefix.exists()
+
+
 def test_a_bundle_needs_an_empty_folder(fleet_bundle, tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("x")

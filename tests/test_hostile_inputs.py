@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -323,3 +324,237 @@ def test_distill_init_refuses_to_overwrite_and_writes_paths_as_typed(tmp_path):
     forced = run_cli("distill", "init", "runs/x.py", "--force", cwd=tmp_path / "work")
     assert forced.returncode == 0 and (config.parent / "distill.yaml.bak").read_text(encoding="utf-8") == edited
     assert "max_train_steps: 20" in config.read_text(encoding="utf-8")
+
+
+# --- numbers past Python's digit limit -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parse, doc", [("parse_json", "[{}]"), ("parse_yaml", "[{}]\n"), ("parse_toml", "a = {}\n")])
+@pytest.mark.parametrize("digits, ok", [(4299, True), (4300, True), (4301, False), (5000, False)])
+def test_a_number_past_the_digit_limit_is_a_named_error(tmp_path, parse, doc, digits, ok):
+    from aipc_env import fileio
+    from aipc_env.errors import InputError
+
+    text = doc.replace("{}", "1" * digits)
+    if ok:
+        getattr(fileio, parse)(text, tmp_path / "f", "the file")
+    else:
+        with pytest.raises(InputError, match="holds a number of more than 4300 digits") as err:
+            getattr(fileio, parse)(text, tmp_path / "f", "the file")
+        assert err.value.path == str(tmp_path / "f")
+
+
+def test_a_facts_file_with_a_5000_digit_number_through_the_cli(tmp_path):
+    facts = tmp_path / "facts.json"
+    facts.write_text('{"schema_version": ' + "9" * 5000 + "}")
+    _assert_input_error(run_cli("doctor", "--facts", str(facts)), "facts.json", "more than 4300 digits")
+
+
+# --- minisign files and keys -----------------------------------------------------------------------------------
+
+def test_trust_and_signature_files_are_read_bounded_from_the_stream(tmp_path):
+    """/dev/zero has no size to check beforehand: read up to 4 KiB, then refused (it once ran out of memory)."""
+    from aipc_env.fleet.sign import PublicKey, SignatureInvalid, verify_file
+
+    (tmp_path / "bundle").mkdir()
+    _assert_input_error(run_cli("env", "--bundle", str(tmp_path / "bundle"), "--trust", "/dev/zero", timeout=60),
+                        "/dev/zero", "too large to be a minisign file")
+    target = tmp_path / "m.json"
+    target.write_text("{}")
+    with pytest.raises(SignatureInvalid, match="no signature"):  # not a regular file: not a signature
+        verify_file(target, PublicKey(bytes(8), bytes(32)), signature_path=Path("/dev/zero"))
+    big = tmp_path / "m.json.minisig"
+    big.write_text("untrusted comment: x\n" + "A" * 5000 + "\n")
+    with pytest.raises(SignatureInvalid, match="not a minisign signature file"):
+        verify_file(target, PublicKey(bytes(8), bytes(32)))
+    key = tmp_path / "k.pub"
+    for size, ok in ((4096, True), (4097, False)):  # at and above the bound: read, or refused by size
+        key.write_text("untrusted comment: x\n" + "A" * (size - 21))
+        from aipc_env.errors import InputError
+        from aipc_env.fleet.sign import read_public_key
+
+        with pytest.raises(InputError) as err:
+            read_public_key(key)
+        assert ("too large" in err.value.message) is not ok
+
+
+def _encrypted_key(tmp_path: Path, opslimit: int, memlimit: int) -> Path:
+    """A minisign secret key as keygen writes it with a password, then its scrypt limits rewritten."""
+    import base64
+    import struct
+
+    from aipc_env.fleet.sign import generate_keypair, write_keypair
+
+    path = tmp_path / f"k-{opslimit}-{memlimit}.key"
+    secret, public = generate_keypair()
+    write_keypair(secret, public, path, path.with_suffix(".pub"), password=None)
+    blob = bytearray(base64.b64decode(path.read_text().splitlines()[1]))
+    blob[2:4] = b"Sc"  # scrypt
+    blob[38:54] = struct.pack("<QQ", opslimit, memlimit)
+    path.write_text("untrusted comment: minisign encrypted secret key\n" + base64.b64encode(bytes(blob)).decode() + "\n")
+    return path
+
+
+@pytest.mark.parametrize("ops, mem, ok", [
+    (32768, 2 * 1073741824, True),  # memlimit at its bound: scrypt runs (and the wrong password shows)
+    (2 * 33554432, 1 << 20, True),  # opslimit at its bound
+    (32768, 2 * 1073741824 + 1, False), (2 * 33554432 + 1, 1 << 20, False), (1 << 62, 1 << 62, False),
+    (0, 1 << 20, False), (32768, 0, False),
+])
+def test_scrypt_limits_in_a_secret_key_are_bounded(tmp_path, ops, mem, ok):
+    from aipc_env.errors import InputError
+    from aipc_env.fleet.sign import read_secret_key
+
+    path = _encrypted_key(tmp_path, ops, mem)
+    with pytest.raises(InputError) as err:
+        read_secret_key(path, "a wrong password")
+    if ok:
+        assert "does not check out (wrong password" in err.value.message
+    else:
+        assert "scrypt limits" in err.value.message and "beyond what minisign writes" in err.value.message
+
+
+def test_a_hostile_signing_key_is_refused_through_the_cli_before_any_work(tmp_path):
+    path = _encrypted_key(tmp_path, 1 << 62, 1 << 62)
+    result = run_cli("fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", str(tmp_path / "b"),
+                     "--sign", str(path), env={"AIPC_ENV_SIGN_PASSWORD": "pw"}, timeout=60)
+    _assert_input_error(result, str(path), "scrypt limits")
+    assert not (tmp_path / "b").exists()
+
+
+# --- distill: alpha, sigmas, verdicts ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rank, alpha, ok", [(1, 0.5, True), (4096, 8.0, True), (4097, 8.0, False), (0, 8.0, False),
+                                             (4, "Infinity", False), (4, "NaN", False), (4, "-Infinity", False),
+                                             (4, 1e308, True), (4, 0, False)])
+def test_an_export_carries_only_a_usable_rank_and_finite_alpha(tmp_path, rank, alpha, ok):
+    """json.loads reads Infinity and NaN: an adapter saying lora_alpha Infinity was once exported."""
+    from safetensors.torch import save_file
+
+    from aipc_env.distill.export import _metadata
+    from aipc_env.errors import InputError
+
+    meta = f'{{"transformer.r": {rank}, "transformer.lora_alpha": {alpha}}}'
+    path = tmp_path / "l.safetensors"
+    save_file({}, str(path), metadata={"lora_adapter_metadata": meta})
+    if ok:
+        assert _metadata({"lora_adapter_metadata": meta}, path)[0] == rank
+    else:
+        with pytest.raises(InputError, match="are not usable"):
+            _metadata({"lora_adapter_metadata": meta}, path)
+
+
+@pytest.mark.parametrize("count, ok", [(1000, True), (1001, False), (100_000, False)])
+def test_a_teacher_grid_has_a_bounded_length_and_the_message_stays_short(tmp_path, count, ok):
+    import yaml
+
+    from aipc_env.distill.config import default_distill_config
+
+    data = default_distill_config(tmp_path / "run")
+    data["teacher_sigmas"] = [1 - i / (2 * count) for i in range(count)]
+    (tmp_path / "distill.yaml").write_text(yaml.safe_dump(data))
+    result = run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml"), timeout=60)
+    if ok:
+        assert result.returncode == 0, result.stderr[-1000:]
+    else:
+        _assert_input_error(result, f"{count} sigmas: a teacher grid has at most 1000")
+        assert len(result.stderr) < 1000
+
+
+def test_a_model_index_with_a_long_grid_is_quoted_in_a_few_values(tmp_path):
+    import yaml
+
+    from aipc_env.distill.config import default_distill_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model_index.json").write_text(json.dumps({"sample_sigmas": [0.5] * 50_000}))
+    data = default_distill_config(tmp_path / "run")
+    data["model"] = str(model)
+    (tmp_path / "distill.yaml").write_text(yaml.safe_dump(data))
+    result = run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml"), timeout=60)
+    _assert_input_error(result, "its sample_sigmas [0.5, 0.5, 0.5, 0.5, ... (50000 values)] cannot be the teacher grid")
+    assert len(result.stderr) < 1000
+    (model / "model_index.json").write_text("[" * 5000 + "]" * 5000)
+    _assert_input_error(run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml"), timeout=60),
+                        "model_index.json is nested deeper than 64 levels")
+
+
+@pytest.mark.parametrize("stage, key, value, message", [
+    ("g3", ("mean", "student", "mse"), "x", "Input should be a valid number"),
+    ("g3", ("metric",), "bleu", "Input should be 'lpips' or 'psnr'"),
+    ("train", ("velocity_mse_on",), "high", "Input should be a valid number"),
+    ("trajectories", ("prompts",), "six", "Input should be a valid integer"),
+    ("g2", ("teacher_max_abs_diff",), [1], "Input should be a valid number"),
+])
+def test_a_verdict_with_string_metrics_is_a_named_error_not_a_crash(tmp_path, stage, key, value, message):
+    from aipc_env.distill.verdict import Verdict
+    from aipc_env.formats import load_versioned
+
+    metrics = {"g3": {"metric": "psnr", "metric_note": "n", "mean": {"student": {"mse": 1.0, "psnr": 2.0},
+                                                                      "naive": {"mse": 1.0, "psnr": 2.0}}},
+               "train": {"velocity_mse_on": 0.1}, "trajectories": {"prompts": 6}, "g2": {"teacher_max_abs_diff": 0.0}}
+    good = {"schema_version": 1, "stage": stage, "status": "ok", "model": "m", "when": "t", "seconds": 1.0,
+            "metrics": metrics[stage]}
+    path = tmp_path / f"{stage}.json"
+    path.write_text(json.dumps(good))
+    load_versioned(Verdict, path)  # the well-formed one reads
+    node = good["metrics"]
+    for part in key[:-1]:
+        node = node[part]
+    node[key[-1]] = value
+    path.write_text(json.dumps(good))
+    from aipc_env.errors import InputError
+
+    with pytest.raises(InputError, match=message) as err:
+        load_versioned(Verdict, path)
+    assert err.value.path == str(path)
+
+
+def test_a_run_whose_verdict_holds_a_string_metric_reports_exit_2(tmp_path):
+    """Through the CLI: `distill report` over a folder whose g3 verdict says mean.student.mse is a string."""
+    import yaml
+
+    from aipc_env.distill.config import default_distill_config
+
+    run = tmp_path / "run"
+    (run / "verdicts").mkdir(parents=True)
+    data = default_distill_config(run)
+    (run / "distill.yaml").write_text(yaml.safe_dump(data))
+    (run / "verdicts" / "g3.json").write_text(json.dumps({
+        "schema_version": 1, "stage": "g3", "status": "ok", "model": "m", "when": "t", "seconds": 1.0,
+        "metrics": {"metric": "psnr", "mean": {"student": {"psnr": "high"}, "naive": {"psnr": 1.0}}}}))
+    result = run_cli("distill", "report", "--config", str(run / "distill.yaml"), timeout=60)
+    assert result.returncode in (0, 2), result.stderr[-1000:]  # no model yet: nothing is current, or refused by name
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+# --- names and mounts ---------------------------------------------------------------------------------------------
+
+def test_report_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):
+    import os
+
+    folder = os.fsencode(tmp_path / "reports")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"m\xff\xfe.json"), "w") as fh:
+        fh.write("{}")
+    result = run_cli("fleet", "report", str(tmp_path / "reports"), "--json", "--out", str(tmp_path / "r.html"),
+                     "--csv", str(tmp_path / "r.csv"), timeout=60)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert json.loads(result.stdout)["machines"][0]["file"].endswith("m\\xff\\xfe.json")
+    assert "m\\xff\\xfe" in (tmp_path / "r.csv").read_text(encoding="utf-8")
+    assert "m\\xff\\xfe" in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("host, ok", [("out", True), ("out:ro", False), ("a:b/out", False), ("out ü & (x86)", True)])
+def test_a_mount_whose_path_holds_a_colon_is_refused(tmp_path, host, ok):
+    from aipc_env.container.engine import Engine, run_argv
+    from aipc_env.errors import InputError
+
+    engine = Engine(name="podman", path="/usr/bin/podman")
+    mounts = [(tmp_path / host, "/output", False)]
+    if ok:
+        argv = run_argv(engine, "img", ["true"], devices=[], mounts=mounts)
+        assert f"{tmp_path / host}:/output" in argv
+    else:
+        with pytest.raises(InputError, match="a folder whose path holds ':' cannot be mounted"):
+            run_argv(engine, "img", ["true"], devices=[], mounts=mounts)

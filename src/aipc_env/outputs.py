@@ -21,7 +21,7 @@ import json
 import os
 import re
 import secrets
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from aipc_env.errors import InputError
 from aipc_env.interrupts import checkpoint
@@ -154,9 +154,8 @@ class OutputFolder:
             return {}  # unreadable: nothing counts as ours
 
     def target(self, name: str) -> Path:
-        parts = PurePosixPath(name).parts
-        if (not parts or name.startswith("/") or any(p in ("", ".", "..") or not _PART.match(p) for p in parts)
-                or len(parts) > 8):
+        parts = name.split("/")  # as written: "a//b" and "./a" are not plain names either
+        if not name or len(parts) > 8 or any(p in ("", ".", "..") or not _PART.match(p) for p in parts):
             raise InputError(f"{name!r} is not a plain file name inside the output folder", path=self.root)
         path = self.root
         for part in parts[:-1]:

@@ -199,19 +199,19 @@ def _bundle(args: argparse.Namespace) -> int:
     if not python:
         raise InputError("the target's Python is unknown (no lock-meta.json next to the lock)", key="--python",
                          fix="pass --python X.Y")
-    log = log_path("bundle")
-    wheel_dir = cache_dir() / "bundle-build"
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    wheel = build_aipc_wheel(wheel_dir, log)
-    winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    sign_key = None
+    sign_key = None  # read first: a bad key is refused before any work
     if args.sign:
         import os
 
         from aipc_env.fleet.sign import read_secret_key
 
         sign_key = read_secret_key(args.sign, os.environ.get("AIPC_ENV_SIGN_PASSWORD"))
+    log = log_path("bundle")
+    wheel_dir = cache_dir() / "bundle-build"
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheel = build_aipc_wheel(wheel_dir, log)
+    winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
     manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel, sign_key=sign_key,
                             winget_yaml=winget, cache=cache_dir() / "wheels", find_links=args.find_links, log=say)
     if args.json:

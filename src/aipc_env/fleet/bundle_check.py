@@ -26,12 +26,14 @@ def _safe_relative(rel: str) -> bool:
         all(part not in ("", ".", "..") for part in parts)
 
 
-def _links(bundle: Path) -> list[str]:
+def _not_plain(bundle: Path) -> list[str]:
     found = []
     for dirpath, dirnames, filenames in os.walk(bundle):
         for name in dirnames + filenames:
-            if os.path.islink(os.path.join(dirpath, name)):
-                found.append(Path(dirpath, name).relative_to(bundle).as_posix())
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a link, FIFO, socket or device
+                kind = "link" if stat.S_ISLNK(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
+                found.append(f"{Path(dirpath, name).relative_to(bundle).as_posix()}: {kind}")
     return sorted(found)  # the directory's order is the file system's: name them the same way every time
 
 
@@ -42,9 +44,10 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
     if not (bundle / MANIFEST).is_file():
         raise InputError(f"not an aipc-env bundle (no {MANIFEST})", path=bundle,
                          fix="pass the folder made by `aipc-env fleet bundle`")
-    links = _links(bundle)
+    links = _not_plain(bundle)
     if links:
-        raise BundleTampered(f"the bundle holds links ({', '.join(links[:5])}): a bundle is plain files", path=bundle,
+        raise BundleTampered(f"the bundle holds links or special files ({', '.join(links[:5])}): a bundle is regular "
+                             "files and folders only", path=bundle,
                              fix="get an intact copy of the bundle; nothing was installed")
     signature = bundle / SIGNATURE
     if trust is not None:
@@ -68,10 +71,7 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
     ignore = {MANIFEST, SIGNATURE}
     for path in sorted(bundle.rglob("*")):
         rel = path.relative_to(bundle).as_posix()
-        mode = path.lstat().st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a link, FIFO, socket or device: the docs allow none
-            problems.append(f"{rel}: not a regular file or folder")
-        elif stat.S_ISREG(mode) and rel not in manifest.files and rel not in ignore:
+        if path.is_file() and rel not in manifest.files and rel not in ignore:
             problems.append(f"{rel}: not in the manifest")
     for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
         if rel not in manifest.files:

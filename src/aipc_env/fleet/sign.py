@@ -95,7 +95,12 @@ def _pickparams(opslimit: int, memlimit: int) -> tuple[int, int, int]:
 
 def _scrypt_stream(password: bytes, salt: bytes, opslimit: int, memlimit: int, length: int) -> bytes:
     n_log2, r, p = _pickparams(opslimit, memlimit)
-    return hashlib.scrypt(password, salt=salt, n=1 << n_log2, r=r, p=p, maxmem=memlimit + (1 << 24), dklen=length)
+    maxmem = min(memlimit + (1 << 24), (1 << 31) - 1)  # OpenSSL's ceiling for maxmem
+    try:
+        return hashlib.scrypt(password, salt=salt, n=1 << n_log2, r=r, p=p, maxmem=maxmem, dklen=length)
+    except (ValueError, MemoryError) as exc:
+        raise InputError(f"scrypt cannot derive the key with these limits ({exc})",
+                         fix="use the secret key minisign (or aipc-env fleet keygen) wrote") from None
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
