@@ -134,13 +134,14 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
 
 def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance: Provenance) -> dict:
     """Write the export: the base model's licence text (LICENSE) and the change notice (NOTICE.md) beside the
-    weights, each atomically, the weights last (a folder with the weights has the licence). Nothing is written
-    when anything is refused. Returns what was written."""
+    weights, all three or none across Ctrl-C (aipc_env.outputs). Nothing is written when anything is refused.
+    Returns what was written."""
     from safetensors import safe_open
     from safetensors.torch import save
 
     from aipc_env.distill.licence import BUILT_WITH, check_repo_name, find_licence, render_notice
-    from aipc_env.fileio import atomic_write_bytes, atomic_write_text
+    from aipc_env.fileio import check_writable
+    from aipc_env.outputs import JOURNAL_SUFFIX, commit_files
 
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
@@ -160,6 +161,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
     converted = comfyui_state_dict(tensors, rank, alpha, path=src)
     modules = sorted(k.removesuffix(".alpha") for k in converted if k.endswith(".alpha"))
     dest = Path(dest)
+    check_writable(dest, "the export")
     licence_file, notice_file = dest.parent / "LICENSE", dest.parent / "NOTICE.md"
     _check_replaceable(licence_file, lambda old: old == licence.text)
     _check_replaceable(notice_file, lambda old: old.startswith(NOTICE_MARK))
@@ -175,9 +177,12 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
                           f"{provenance.teacher_steps}-step output); the base model's licence applies: see LICENSE."}
     if repo:
         metadata["repository"] = repo
-    atomic_write_text(licence_file, licence.text)
-    atomic_write_text(notice_file, notice)
-    atomic_write_bytes(dest, save(converted, metadata=metadata))
+    if dest.is_symlink():  # the weights file too: never written through a link
+        raise InputError("is a link: the export does not write through it", path=dest,
+                         fix="export to another file (--out)")
+    # the three files together or none (aipc_env.outputs): a folder never has weights without their licence
+    commit_files({licence_file: licence.text.encode("utf-8"), notice_file: notice.encode("utf-8"),
+                  dest: save(converted, metadata=metadata)}, dest.parent / f".{dest.name}{JOURNAL_SUFFIX}")
     return {"format": fmt, "path": str(dest), "modules": len(modules), "rank": rank, "alpha": alpha,
             "source": str(src), "licence": str(licence_file), "notice": str(notice_file)}
 
