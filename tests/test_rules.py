@@ -153,3 +153,49 @@ def test_every_guard_in_the_security_model_names_a_test_that_exists():
 def test_the_reference_scan_follows_the_last_named_file():
     assert _test_references("`tests/test_a.py::test_x`, `::test_y`; `test_b.py::test_z`") == \
         [("test_a.py", "test_x"), ("test_a.py", "test_y"), ("test_b.py", "test_z")]
+
+
+# --- one reader (issue 34) -------------------------------------------------------------------------------------
+
+PARSERS = {("json", "loads"), ("json", "load"), ("tomllib", "loads"), ("tomllib", "load"), ("yaml", "safe_load"),
+           ("yaml", "load"), ("yaml", "full_load"), ("yaml", "unsafe_load")}
+PARSE_ALLOWED = {
+    # text no user wrote: the output of a program aipc-env ran itself, or data shipped inside the package
+    "container/engine.py": (1, "`podman/docker image inspect` output"),
+    "facts/gather.py": (2, "the JSON line of aipc-env's own probe script and an interpreter's report, from stdout"),
+    "facts/parse.py": (2, "PowerShell's ConvertTo-Json output of this machine's CIM queries"),
+    "fleet/winget_check.py": (1, "the WinGet schema shipped in the package"),
+    "qflux/loader.py": (1, "the last stdout line of loader_check.py, run by aipc-env"),
+    # standard-library-only modules (they run before or outside aipc-env's own env): bounded by hand
+    "facts/toolversion.py": (1, "conda-meta records: size-bounded first, RecursionError caught (stdlib only)"),
+    "launch/runner.py": (1, "the plan aipc-env wrote beside the launcher (the runner is stdlib only)"),
+    # files aipc-env generated itself in its own run folder, read by the worker that runs in the qflux env
+    "qflux/smoke_worker.py": (3, "the smoke's own generated config and upstream's recommended config, state.json"),
+}
+"""Where json/yaml/tomllib parse directly, and why; everything else goes through aipc_env.fileio (size read from the
+stream, depth checked before the parser recurses, numbers bounded, errors naming the file)."""
+
+
+def test_every_file_is_parsed_by_the_one_reader_or_an_allowed_exception():
+    found: dict[str, int] = {}
+    for path, tree in _trees():
+        rel = path.relative_to(SRC).as_posix()
+        if rel in ("fileio.py", "outputs.py"):
+            continue
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                    (func.value.id, func.attr) in PARSERS:
+                found[rel] = found.get(rel, 0) + 1
+    unexpected = {rel: n for rel, n in found.items() if n > PARSE_ALLOWED.get(rel, (0, ""))[0]}
+    assert not unexpected, f"parse user files with aipc_env.fileio (read_json/read_yaml/parse_toml ...): {unexpected}"
+    stale = {rel for rel, (n, _) in PARSE_ALLOWED.items() if found.get(rel, 0) < n}
+    assert not stale, f"the allowlist names more direct parses than there are: lower it {sorted(stale)}"
+
+
+def test_the_reader_scan_finds_a_direct_parse(tmp_path):
+    """The scan itself: a direct json.loads in a module not on the list is found."""
+    tree = ast.parse("import json\n\ndef f(p):\n    return json.loads(p.read_text())\n")
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and (n.func.value.id, n.func.attr) in PARSERS]
+    assert len(calls) == 1

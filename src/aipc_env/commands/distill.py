@@ -123,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
 
         text, path = build_report(cfg)
         if args.json:
-            import json
+            from aipc_env.fileio import read_json
 
-            print_json(json.loads((cfg.out / "report.json").read_text(encoding="utf-8")))
+            print_json(read_json(cfg.out / "report.json", "report.json"))
         else:
             print(text, end="")
             print(f"aipc-env: report {path}")

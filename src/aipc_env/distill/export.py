@@ -15,7 +15,6 @@ Run in the training env: `python -m aipc_env.distill.export --config C --format 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import AipcError, ExitCode, InputError
+from aipc_env.fileio import parse_json
 
 __all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
 
@@ -72,8 +72,11 @@ def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
         raise InputError("the LoRA has no adapter metadata: its alpha is unknown, and an export would load at the "
                          "wrong strength", path=path, fix="publish it again with `aipc-env distill train`")
     try:
-        meta = json.loads(text)
+        meta = parse_json(text, path, "adapter metadata")
         rank, alpha = int(meta["transformer.r"]), float(meta["transformer.lora_alpha"])
+    except InputError as exc:
+        raise InputError(f"its adapter metadata is unreadable ({exc.message})", path=path,
+                         fix="publish it again with `aipc-env distill train`") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"its adapter metadata is unreadable ({type(exc).__name__}: {exc})", path=path,
                          fix="publish it again with `aipc-env distill train`") from None

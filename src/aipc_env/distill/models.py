@@ -3,10 +3,11 @@ standalone transformer (NF4 or as saved) for training — seed item 5's working 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+from aipc_env.errors import InputError
+from aipc_env.fileio import read_json
 
 __all__ = ["device_and_dtype", "is_tiny_random", "load_pipeline", "load_transformer", "model_dir", "model_key",
            "model_path", "offload_text_encoder", "resolve_run"]
@@ -34,8 +35,8 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
     path = model_path(cfg)
     stamp = path / "aipc_tiny.json"
     try:
-        current = json.loads(stamp.read_text()).get("version") == TINY21_VERSION
-    except (OSError, ValueError):
+        current = read_json(stamp, "tiny model mark").get("version") == TINY21_VERSION
+    except (InputError, AttributeError):
         current = False
     if not current:
         log(f"distill: building the tiny random Qwen-Image-2.1 pipeline in {path}")

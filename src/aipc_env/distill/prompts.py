@@ -3,11 +3,10 @@ Torch-free."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from aipc_env.errors import InputError
-from aipc_env.fileio import read_text
+from aipc_env.fileio import parse_json, read_text
 from aipc_env.formats import SEED_MAX, Seed, StrictModel
 
 __all__ = ["BUILTIN", "PromptRecord", "load_prompts"]
@@ -40,9 +39,9 @@ def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"line {number} is not JSON: {exc.msg}", path=path, key=f"line {number}",
+            row = parse_json(line, path, f"line {number}")
+        except InputError as exc:
+            raise InputError(f"line {number} is not JSON: {exc.message}", path=path, key=f"line {number}",
                              fix="one JSON object per line") from None
         if not isinstance(row, dict):
             raise InputError(f"line {number} is not a JSON object", path=path, key=f"line {number}")

@@ -534,9 +534,11 @@ def _model_dir(path: Path) -> ModelDirInfo:
     info.present = [p for p in parse.MODEL_PARTS if (path / p).exists()]
     info.missing = [p for p in parse.MODEL_PARTS if p not in info.present]
     if (path / "model_index.json").is_file():
-        index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
+        from aipc_env.fileio import read_json
+
+        index = read_json(path / "model_index.json", "model_index.json")
         tcfg_path = path / "transformer" / "config.json"
-        tcfg = json.loads(tcfg_path.read_text(encoding="utf-8")) if tcfg_path.is_file() else None
+        tcfg = read_json(tcfg_path, "the transformer's config.json") if tcfg_path.is_file() else None
         info.pipeline_class, info.variant = parse.model_variant(index, tcfg)
     info.size_bytes = _dir_size(path)
     return info

@@ -62,11 +62,11 @@ def conda_meta_version(prefix: Path, name: str) -> FileVersion | None:
         parts = record.name[: -len(".json")].rsplit("-", 2)
         if len(parts) != 3 or parts[0] != name:  # conda-lock-*.json also matches conda-*.json
             continue
-        try:
+        try:  # standard library only: bounded by size first; a nesting past the recursion limit is skipped too
             if record.stat().st_size > MAX_RECORD_BYTES:
                 continue
             data = json.loads(record.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and data.get("name") == name and isinstance(data.get("version"), str):
             found.append(FileVersion(data["version"], "conda-meta", record))

@@ -20,10 +20,13 @@ LOCK_NAME = ".aipc-run.lock"
 
 
 def _owner(path: Path) -> dict | None:
+    from aipc_env.errors import InputError
+    from aipc_env.fileio import parse_json, read_text
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(read_text(path, "run lock", max_bytes=1 << 16), path, "run lock")
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except InputError:
         return None
 
 

@@ -19,6 +19,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.errors import AipcError, ExitCode, InputError
+from aipc_env.fileio import parse_toml, read_text
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 from aipc_env.platforms import Platform, marker_environment
 from aipc_env.specs import check_file_name, check_sha256
@@ -64,7 +65,6 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
     """aipc-env's own runtime dependencies (no extras): the Requires-Dist of the wheel that will be installed when
     one is given, else the checkout's pyproject.toml, else the installed metadata."""
     import email.parser
-    import tomllib
     import zipfile
     from importlib import metadata
 
@@ -79,7 +79,8 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
     else:
         root = checkout_root()
         pyproject = root / "pyproject.toml" if root else None
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}) if pyproject else {}
+        project = (parse_toml(read_text(pyproject, "pyproject.toml"), pyproject).get("project", {})
+                   if pyproject else {})
         if project.get("name") == "aipc-env":
             lines = list(project.get("dependencies", []))
         else:

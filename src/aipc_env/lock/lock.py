@@ -174,12 +174,13 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
 def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: dict[str, IndexReader]) -> None:
     """Record in each package of a live lock that uv hashed it against the index it resolved from, and its core
     metadata as that index serves it."""
-    import tomllib
 
     import tomli_w
     from packaging.utils import canonicalize_name
 
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    from aipc_env.fileio import parse_toml, read_text
+
+    data = parse_toml(read_text(path, "lock"), path, "lock")
     for pkg in data.get("packages", []):
         xpu = canonicalize_name(pkg["name"]) in specs.EXPLICIT_XPU_NAMES
         pkg["tool"] = {"aipc-env": {"provenance": "index", "index": indexes.xpu_index_url if xpu else indexes.pypi_url}}

@@ -13,7 +13,6 @@ covers those Python versions.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,4 +209,6 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
 
 
 def read_universal(path: Path) -> dict:
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    from aipc_env.fileio import parse_toml, read_text
+
+    return parse_toml(read_text(path, "universal lock"), path, "universal lock")

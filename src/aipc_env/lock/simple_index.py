@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import io
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from aipc_env.errors import InputError
+from aipc_env.fileio import parse_json
 from aipc_env.lock.coremeta import MAX_METADATA_BYTES, CoreMetadata, MetadataError, parse_core_metadata
 
 __all__ = ["IndexFile", "IndexReadError", "MetadataCache", "fetch_metadata", "project_files"]
@@ -104,12 +105,12 @@ def _parse_page(data: bytes, kind: str, page_url: str) -> dict[str, IndexFile]:
     files: dict[str, IndexFile] = {}
     if "json" in kind:
         try:
-            page = json.loads(data)
+            page = parse_json(data.decode("utf-8"), page_url, "index page")
             entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"),
                         _metadata_attr(f.get("core-metadata", f.get("data-dist-info-metadata"))))
                        for f in page["files"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise IndexReadError(f"{page_url}: not a PEP 691 project page ({exc})") from None
+        except (ValueError, KeyError, TypeError, InputError) as exc:
+            raise IndexReadError(f"{page_url}: not a PEP 691 project page ({getattr(exc, 'message', exc)})") from None
     else:
         parser = _Links()
         parser.feed(data.decode("utf-8", "replace"))

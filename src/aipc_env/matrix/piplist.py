@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from aipc_env.errors import InputError
+from aipc_env.fileio import parse_json
 
 __all__ = ["DuplicatePackage", "parse_pip_list", "platform_of_list", "read_list_text", "read_pip_list"]
 
@@ -47,9 +47,9 @@ def parse_pip_list(text: str) -> dict[str, str]:
     stripped = text.lstrip("\ufeff").strip()
     if stripped.startswith("["):
         try:
-            rows = json.loads(stripped)
+            rows = parse_json(stripped, "pip list", "pip list --format json")
             return {canonicalize_name(r["name"]): str(r["version"]) for r in rows}
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, InputError):
             pass
     found: dict[str, str] = {}
     lines: dict[str, int] = {}

@@ -227,7 +227,9 @@ def matrix_text(original: str, plan: RefreshPlan) -> str:
 def manifest_text(original: str, plan: RefreshPlan) -> str:
     """The manifest file with the plan's wheels and metadata added (its header comments kept)."""
     head = original[:original.index("schema_version:")]
-    data = yaml.safe_load(original)
+    from aipc_env.fileio import parse_yaml
+
+    data = parse_yaml(original, "environments/xpu-wheels.yaml", "wheel manifest")
     data["wheels"] = data.get("wheels", []) + plan.wheels
     data["metadata"] = data.get("metadata", []) + plan.metadata
     return head + yaml.safe_dump(data, sort_keys=False, width=200, allow_unicode=True)

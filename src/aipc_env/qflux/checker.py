@@ -181,12 +181,15 @@ def check_accelerate_config(path: Path) -> list[Finding]:
         add("WARN", "no-xpu-accelerate-config", ACCELERATE_XPU, 0, "no single-XPU accelerate config: upstream's "
             "accelerate_config.yaml asks for 2 processes on MULTI_GPU")
         return findings
-    import yaml
+
+    from aipc_env.errors import InputError
+    from aipc_env.fileio import parse_yaml, read_text
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, f"not YAML: {exc}", "restore the file (" + FIX_ADAPT + ")")
+        data = parse_yaml(read_text(path, "accelerate config"), path, "accelerate config")
+    except InputError as exc:
+        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, exc.message,
+            "restore the file (" + FIX_ADAPT + ")")
         return findings
     if not isinstance(data, dict):
         add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, "not a mapping", "restore the file (" + FIX_ADAPT + ")")

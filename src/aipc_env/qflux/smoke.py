@@ -24,6 +24,7 @@ import yaml
 
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
+from aipc_env.fileio import read_json
 from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.platforms import Platform
 from aipc_env.train.recommend import Machine, get_dotted, set_dotted
@@ -166,7 +167,6 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     the pair's oneAPI activated in the launcher, upstream's cache and fit phases between a prepare phase (tiny
     model, data, and the smoke config from the machine's recommendation) and a verify phase. `platform` and
     `toolchain` as for start_run (tests render the Windows launcher and run it under Wine)."""
-    import json
 
     from aipc_env.fileio import atomic_write_text
     from aipc_env.launch.plan import Phase
@@ -214,12 +214,12 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     checks: list[SmokeCheck] = []
     verify = run_dir / "verify.json"
     if verify.is_file():
-        checks = [SmokeCheck(**c) for c in json.loads(verify.read_text(encoding="utf-8"))["checks"]]
+        checks = [SmokeCheck(**c) for c in read_json(verify, "the smoke's verify.json")["checks"]]
     elif not dry_run:
         checks.append(SmokeCheck(name="phases", ok=False, detail=f"the run stopped with exit code {rc} before the "
                                  f"checks; see {outcome.plan.log_file}"))
     changes = run_dir / "changes.json"
-    changed = json.loads(changes.read_text(encoding="utf-8")) if changes.is_file() else {}
+    changed = read_json(changes, "the smoke's changes.json") if changes.is_file() else {}
     pair = outcome.pair
     return SmokeResult(clone=str(clone), trainer="QwenImageEditPlus" if plus else "QwenImageEdit",
                        pair=pair.pair.id if pair.pair else None, pair_why=pair.why, env_python=str(outcome.env.python),

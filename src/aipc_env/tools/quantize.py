@@ -119,10 +119,13 @@ def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
 
 
 def is_prequantized(path: Path) -> bool:
+    from aipc_env.fileio import read_json
+
     try:
-        return "quantization_config" in json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
+        config = read_json(path / "config.json", "config.json")
+    except InputError:
         return False
+    return isinstance(config, dict) and "quantization_config" in config
 
 
 def load_nf4_transformer(path: Path, device, compute_dtype):
@@ -138,7 +141,9 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
                          key="model.transformer_path", fix="create it: aipc-env quantize transformer --src MODEL --dst DIR")
     if device.type != "cpu":
         return QwenImageTransformer2DModel.from_pretrained(str(path), torch_dtype=compute_dtype, device_map={"": device})
-    config = json.loads((path / "config.json").read_text())
+    from aipc_env.fileio import read_json
+
+    config = read_json(path / "config.json", "config.json")
     config.pop("quantization_config", None)
     files = sorted(path.glob("*.safetensors"))
     if not files:

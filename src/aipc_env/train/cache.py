@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.fileio import atomic_write_bytes
+from aipc_env.fileio import atomic_write_bytes, read_json
 from aipc_env.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
@@ -232,7 +232,8 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
                 todo.append((key, sample))
         keys = [k for k, _ in entries]
         if todo:
-            plus = json.loads((Path(cfg.model.path) / "model_index.json").read_text())["_class_name"].endswith("PlusPipeline")
+            index = read_json(Path(cfg.model.path) / "model_index.json", "model_index.json")
+            plus = str(index.get("_class_name", "") if isinstance(index, dict) else "").endswith("PlusPipeline")
             log(f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
                 f"{len(todo)} sample(s) ...")
             t_load = time.perf_counter()
