@@ -470,3 +470,25 @@ def test_an_endless_input_is_cut_at_its_bound_not_read_to_the_end(command):
     result = run_cli(*command, "/dev/zero", timeout=120)
     assert result.returncode == ExitCode.USAGE, result.stderr[-2000:]
     assert "/dev/zero" in result.stderr and "larger than" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("delta", [0, -1, 1])
+def test_lock_meta_counts_must_equal_the_locks(tmp_path, delta):
+    """lock-meta.json's provenance counts are what the locks hold: one count off (either way) is named."""
+    root = tmp_path / "lockfiles"
+    shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
+    meta_file = root / "xpu-2.12" / "lock-meta.json"
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    said = dict(meta["provenance"])
+    meta["provenance"]["index"] += delta
+    meta_file.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    result = run_cli("lock", "check", "--lock-root", str(root), "--json", timeout=300)
+    problems = json.loads(result.stdout)["pairs"][0]["problems"]
+    counted = [p for p in problems if "says the locks hold" in p]
+    if delta == 0:
+        assert result.returncode == 0 and problems == [], problems
+    else:
+        assert result.returncode == ExitCode.PROBLEMS and counted == [
+            f"{meta_file}: says the locks hold {said['index'] + delta} index, {said['public-lockfile']} "
+            f"public-lockfile, but they hold {said['index']} index, {said['public-lockfile']} public-lockfile: a "
+            "lock was edited after it was made; re-lock: nox -s lock -- --pair xpu-2.12"]

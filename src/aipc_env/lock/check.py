@@ -103,12 +103,16 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
     if meta is not None and meta.torch:
         problems += manifest_row_problems(pair, meta.torch, manifest)
     pythons = (meta.pythons or [meta.python]) if meta is not None else []
+    counts: dict[str, int] = {}
     for platform in PLATFORMS:
         path = pylock_path(lock_dir, platform)
         if not path.is_file():
             problems.append(f"{path}: missing")
             continue
         lock = read_pylock(path)
+        for pkg in lock.packages:
+            kind = provenance_of(pkg)["provenance"]
+            counts[kind] = counts.get(kind, 0) + 1
         problems += check_pylock(lock, path, pair, platform)
         problems += check_public_artifacts(lock, path, manifest)
         if meta is not None and meta.xpu_source == "manifest":  # then nothing of the XPU index may claim "index"
@@ -117,6 +121,11 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
                          if p.key in EXPLICIT_XPU_NAMES and provenance_of(p)["provenance"] != "public-lockfile"]
         reader = _reader(lock, readers, meta)
         problems += lock_closure(lock, path, platform, pythons, manifest, reader)
+    complete = all(pylock_path(lock_dir, p).is_file() for p in PLATFORMS)
+    if meta is not None and meta.provenance and complete and meta.provenance != counts:
+        problems.append(f"{meta_path(lock_dir)}: says the locks hold {_counts(meta.provenance)}, but they hold "
+                        f"{_counts(counts)}: a lock was edited after it was made; re-lock: nox -s lock -- --pair "
+                        f"{pair.id}")
     conda = conda_lock_path(lock_dir)
     if meta is not None and meta.conda_layer.get("status") == "unavailable":  # said, and noted by lock_notes
         if conda.is_file():
@@ -130,3 +139,5 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
     return problems
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no packages"
