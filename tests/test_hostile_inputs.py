@@ -558,3 +558,19 @@ def test_a_mount_whose_path_holds_a_colon_is_refused(tmp_path, host, ok):
     else:
         with pytest.raises(InputError, match="a folder whose path holds ':' cannot be mounted"):
             run_argv(engine, "img", ["true"], devices=[], mounts=mounts)
+
+
+@pytest.mark.parametrize("name, ok", [("out", True), ("out:ro", False)])
+def test_container_run_refuses_an_output_folder_with_a_colon_through_the_cli(tmp_path, name, ok):
+    from tests.conftest import find_tool, require_tool
+
+    require_tool(None if find_tool("podman") or Path("/usr/sbin/podman").exists() else "podman (Debian package)")
+    out = tmp_path / name
+    out.mkdir()
+    result = run_cli("container", "run", "--dry-run", "--engine", "podman", "--allow-root", "--output", str(out),
+                     "--dev-root", str(tmp_path), "--", "doctor", timeout=60)
+    if ok:
+        assert result.returncode == 0, result.stderr[-1000:]
+        assert f"-v {out}:/output " in result.stderr
+    else:
+        _assert_input_error(result, str(out), "a folder whose path holds ':' cannot be mounted")
