@@ -5,8 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-__all__ = ["PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu", "marker_environment",
-           "wheel_platform_fits"]
+DEFAULT_PYTHON = "3.12"
+"""The Python of an env when nothing names one (a lock's own Python, from lock-meta.json, comes first)."""
+
+__all__ = ["DEFAULT_PYTHON", "PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu",
+           "marker_environment", "wheel_platform_fits"]
 
 Platform = Literal["win-64", "linux-64"]
 PLATFORMS: tuple[Platform, ...] = ("win-64", "linux-64")
@@ -30,7 +33,7 @@ def wheel_platform_fits(tag: str, platform: Platform) -> bool:
     return tag == "linux_x86_64" or (tag.startswith("manylinux") and tag.endswith("_x86_64"))
 
 
-def marker_environment(platform: Platform, python_version: str = "3.12") -> dict[str, str]:
+def marker_environment(platform: Platform, python_version: str = DEFAULT_PYTHON) -> dict[str, str]:
     env = {**_MARKER_ENVS[platform], **_CPYTHON}
     env["python_version"] = ".".join(python_version.split(".")[:2])
     env["python_full_version"] = python_version if python_version.count(".") == 2 else python_version + ".0"

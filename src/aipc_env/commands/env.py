@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json, python_minor
 from aipc_env.errors import ExitCode
+from aipc_env.platforms import DEFAULT_PYTHON
 
 __all__ = ["add_parser", "run"]
 
@@ -121,7 +122,7 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> int:
     if not lockfile.is_file():
         raise InputError(f"no {platform} lock for {pair.id}", path=lockfile,
                          fix=f"make one: nox -s lock -- --pair {pair.id}")
-    python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else "3.12")
+    python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else DEFAULT_PYTHON)
     plan = install_plan(read_pylock(lockfile), python, lockfile, platform)
     known = sum(a.size or 0 for a in plan)
     unknown = [a for a in plan if a.size is None]

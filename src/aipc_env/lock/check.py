@@ -28,7 +28,7 @@ from aipc_env.lock.requires import IndexReader, lock_closure, recorded_metadata
 from aipc_env.lock.specs import EXPLICIT_XPU_NAMES, row_hash
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Matrix, Pair
-from aipc_env.platforms import PLATFORMS, marker_environment
+from aipc_env.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
 
 __all__ = ["Readers", "check_pair_lock", "default_readers", "manifest_row_problems"]
 
@@ -69,7 +69,7 @@ def manifest_row_problems(pair: Pair, torch: str, manifest: WheelManifest) -> li
         if record is None:
             problems.append(f"environments/xpu-wheels.yaml: no metadata of torch {torch}+xpu for {platform}")
             continue
-        found = requires_dist_problems(record.requires_dist, pair, platform, "3.12")
+        found = requires_dist_problems(record.requires_dist, pair, platform, DEFAULT_PYTHON)
         triton = pair.triton_pin() if pair.triton.applies_to(platform) else None
         if triton is not None:
             lines = [Requirement(r) for r in record.requires_dist]

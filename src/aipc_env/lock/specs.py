@@ -25,7 +25,8 @@ __all__ = [
     "uv_project",
 ]
 
-DEFAULT_PYTHON = "3.12"
+from aipc_env.platforms import DEFAULT_PYTHON
+
 PYPI_URL = "https://pypi.org/simple"
 XPU_INDEX_URL = "https://download.pytorch.org/whl/xpu"
 EXPLICIT_XPU_NAMES = ("torch", "torchvision", "pytorch-triton-xpu", "triton-xpu")

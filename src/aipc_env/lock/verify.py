@@ -32,7 +32,7 @@ from aipc_env.lock.lockfile import provenance_of, pylock_path, read_pylock
 from aipc_env.lock.requires import wheel_name
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
-from aipc_env.platforms import PLATFORMS, Platform, marker_environment
+from aipc_env.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
 from aipc_env.specs import check_file_name
 
 __all__ = ["ArtifactCheck", "LockVerifyReport", "metadata_problems", "requires_dist_problems", "verify_lock"]
@@ -151,7 +151,7 @@ def _python_of(name: str) -> str:
     """The CPython minor version a wheel file is for (3.12 for a py3 wheel)."""
     tags = parse_wheel_filename(name)[3]
     minors = [t.interpreter[3:] for t in tags if t.interpreter.startswith("cp3") and t.interpreter[3:].isdigit()]
-    return f"3.{minors[0][1:]}" if minors else "3.12"
+    return f"3.{minors[0][1:]}" if minors else DEFAULT_PYTHON
 
 
 def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeout: float = 60.0,

@@ -101,7 +101,7 @@ def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = 
     lock = read_pylock(lockfile)
     modified = None
     if deep:
-        names = set(locked_packages(lock, platform, env.python_version or "3.12"))
+        names = set(locked_packages(lock, platform, env.python_version or specs.DEFAULT_PYTHON))
         modified = modified_files(env.site_packages, names)
     return compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "",
                          modified)

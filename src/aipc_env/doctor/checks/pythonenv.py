@@ -11,6 +11,7 @@ from packaging.version import InvalidVersion, Version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
+from aipc_env.platforms import DEFAULT_PYTHON
 from aipc_env.trainenv.select import SOURCE_WORDS
 
 DEFAULT_BNB_MIN = "0.50.2"
@@ -113,7 +114,7 @@ def check_env_lock(ctx: CheckContext) -> Verdict:
         return skip(f"no {ctx.platform} lock of {pair.id} in this checkout")
     env = ctx.facts.training_env
     assert env is not None
-    drift = compute_drift(lock, env.distributions, None, ctx.platform, env.python_version or "3.12")
+    drift = compute_drift(lock, env.distributions, None, ctx.platform, env.python_version or DEFAULT_PYTHON)
     wrong = [d for d in drift if d.kind in ("missing", "version")]
     extra = [d for d in drift if d.kind == "extra"]
     if wrong:
