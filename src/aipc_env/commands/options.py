@@ -24,7 +24,6 @@ __all__ = [
     "console_for",
     "device_of",
     "lock_root",
-    "parents",
     "platform_of",
     "print_json",
     "python_minor",
@@ -125,10 +124,6 @@ DEVICE = _device()
 PLATFORM = _platform()
 LOCK_ROOT = _lock_root()
 INDEXES = _indexes()
-
-
-def parents(*names: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    return list(names)
 
 
 def console_for(stream: TextIO | None = None):
