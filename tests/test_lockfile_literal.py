@@ -98,8 +98,15 @@ def _add(name, version):
     (_add("pytorch-triton-xpu", "3.6.0"),
      ["Triton packages ['pytorch-triton-xpu', 'triton-xpu']; exactly triton-xpu expected"]),
     (_no_artifact("numpy"), ["numpy: no artifact"]),
-    (_first_wheel("numpy", sha256=None, url="https://example.org/numpy.whl"),
-     ["numpy: artifact https://example.org/numpy.whl has no sha256"]),
+    (_first_wheel("numpy", sha256=None, url="https://files.pythonhosted.org/numpy.whl"),
+     ["numpy: artifact https://files.pythonhosted.org/numpy.whl has no sha256"]),
+    (_first_wheel("numpy", url="https://evil.example/simple/numpy.whl"),  # hashed against PyPI, served elsewhere
+     ["numpy 2.4.6: artifact 'https://evil.example/simple/numpy.whl' is not on the index the lock says it was "
+      "hashed against (https://pypi.org/simple): another host or scheme"]),
+    (_first_wheel("numpy", url="http://files.pythonhosted.org/numpy.whl"),  # the right host, without TLS
+     ["numpy 2.4.6: artifact 'http://files.pythonhosted.org/numpy.whl' is not on the index the lock says it was "
+      "hashed against (https://pypi.org/simple): another host or scheme"]),
+    (_first_wheel("numpy", url="https://pypi.org/packages/numpy.whl"), []),  # the index's own host: fine
     (_first_wheel("numpy", sha256=None, url=None, path="wheels/numpy.whl"),
      ["numpy: artifact wheels/numpy.whl has no sha256"]),
     (_first_wheel("numpy", sha256="AB" * 32),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import ClassVar, Literal
+from urllib.parse import urlparse
 
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -184,6 +185,29 @@ def available_locks(lock_root: Path) -> set[tuple[str, str]]:
     return found
 
 
+_FILE_HOSTS = {"pypi.org": {"pypi.org", "files.pythonhosted.org"}}
+"""Where an index serves its files when that is another host than its pages (PyPI's CDN)."""
+
+
+def artifact_host_problem(pkg: PylockPackage) -> str | None:
+    """An artifact of a package hashed against an index must come from that index: the scheme of the index (https
+    for a public one) and its host, or the host its files are served from. One problem, naming the URL, or None."""
+    prov = provenance_of(pkg)
+    index = prov.get("index")
+    if prov["provenance"] != "index" or not isinstance(index, str) or not index:
+        return None
+    base = urlparse(index)
+    allowed = _FILE_HOSTS.get(base.hostname or "", {base.hostname})
+    for art in pkg.artifacts:
+        if not art.url:
+            continue
+        got = urlparse(art.url)
+        if got.scheme != base.scheme or got.hostname not in allowed:
+            return (f"artifact {art.url[:120]!r} is not on the index the lock says it was hashed against "
+                    f"({index[:120]}): another host or scheme")
+    return None
+
+
 def check_pylock(lock: Pylock, path: Path, pair: Pair, platform: Platform) -> list[str]:
     """Problems of one platform's pip layer against the matrix row (empty: fine)."""
     problems: list[str] = []
@@ -198,6 +222,8 @@ def check_pylock(lock: Pylock, path: Path, pair: Pair, platform: Platform) -> li
             elif not SHA256.fullmatch(sha) or set(sha) == {"0"}:
                 problems.append(f"{path}: {p.name}: sha256 {sha[:70]!r} is not a sha256 digest (64 lowercase hex "
                                 "digits)")
+        if (where := artifact_host_problem(p)) is not None:
+            problems.append(f"{path}: {p.name} {p.version}: {where}")
     torch = pkgs.get("torch")
     wanted = {f"{v}+xpu" for v in pair.torch}
     if torch is None or torch.version not in wanted:
