@@ -24,6 +24,7 @@ import secrets
 from pathlib import Path
 
 from aipc_env.errors import InputError
+from aipc_env.fileio import default_mode, parse_json, read_text
 from aipc_env.interrupts import checkpoint
 
 __all__ = ["JOURNAL_SUFFIX", "RECORD", "OutputFolder", "commit_files", "recover"]
@@ -31,6 +32,8 @@ __all__ = ["JOURNAL_SUFFIX", "RECORD", "OutputFolder", "commit_files", "recover"
 RECORD = ".aipc-env-files.json"
 JOURNAL_SUFFIX = ".aipc-env-commit.json"
 _TMP = ".aipc-tmp-"
+_MAX_STATE = 16 * 2**20
+"""The largest journal or record read back (both are read from a folder someone else may write)."""
 _PART = re.compile(r"^[^\x00-\x1f\x7f/\\:*?\"<>|]{1,200}$")
 
 
@@ -59,10 +62,10 @@ def recover(journal: Path) -> list[str]:
     done = []
     if journal.is_file() and not journal.is_symlink():
         try:
-            plan = json.loads(journal.read_text(encoding="utf-8"))
+            plan = parse_json(read_text(journal, "journal", max_bytes=_MAX_STATE), journal, "journal")
             renames = [(Path(a), Path(b)) for a, b in plan["renames"]]
             ready = plan["state"] == "ready"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (InputError, ValueError, KeyError, TypeError):
             raise InputError("an interrupted write left a journal that cannot be read", path=journal,
                              fix="delete it and the .aipc-tmp-* files beside the outputs, then run again") from None
         for tmp, final in renames:
@@ -83,8 +86,6 @@ def recover(journal: Path) -> list[str]:
 
 
 def _stage(tmp: Path, data: bytes, mode: int | None) -> None:
-    from aipc_env.fileio import default_mode
-
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
@@ -148,9 +149,9 @@ class OutputFolder:
         if not path.is_file() or path.is_symlink():
             return {}
         try:
-            files = json.loads(path.read_text(encoding="utf-8"))["files"]
+            files = parse_json(read_text(path, "record", max_bytes=_MAX_STATE), path, "record")["files"]
             return {str(k): str(v) for k, v in files.items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (InputError, KeyError, TypeError, AttributeError):
             return {}  # unreadable: nothing counts as ours
 
     def target(self, name: str) -> Path:
