@@ -14,11 +14,10 @@ from aipc_env.train.config import (
     MAX_CONFIG_BYTES,
     MAX_ENV_VALUE,
     absolute_path,
-    check_run_inputs,
     find_todos,
     load_config,
-    load_run_config,
 )
+from aipc_env.train.inputs import check_run_inputs, load_run_config
 
 BASE = {"model": {"path": "builtin:tiny"}, "data": {"datasets": ["builtin:synthetic"], "target_size": [64, 64]},
         "output_dir": "out"}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from aipc_env.facts.gather import GatherOptions, gather_facts
+from aipc_env.trainenv.situation import gather_machine
 from aipc_env.trainenv.record import EnvRecord, write_env_record
 from tests.conftest import OUTPUTS, ROOT
 
@@ -25,7 +26,7 @@ def _script(path: Path, body: str) -> Path:
 
 
 def test_this_machine_facts_are_complete(tmp_path):
-    facts = gather_facts(GatherOptions(work_dir=tmp_path))
+    facts = gather_machine(GatherOptions(work_dir=tmp_path))
     assert facts.os.system == "Linux" and facts.memory.total_bytes > 2**30
     assert facts.disk.free_bytes > 0
     assert facts.training_env.distributions.get("pydantic")
@@ -69,15 +70,31 @@ def test_env_from_state_is_read_through_its_interpreter(tmp_path):
     prefix = Path(sys.prefix)
     write_env_record(EnvRecord(prefix=str(prefix), python=sys.executable, pair="xpu-2.13",
                                built_at="2026-11-01T00:00:00+00:00"))
-    facts = gather_facts(GatherOptions(work_dir=tmp_path))
+    facts = gather_machine(GatherOptions(work_dir=tmp_path))
     env = facts.training_env
     assert env.source == "state" and env.pair == "xpu-2.13" and env.error is None
     assert env.distributions["pydantic"]
 
 
 def test_missing_env_prefix_is_a_fact(tmp_path):
-    facts = gather_facts(GatherOptions(work_dir=tmp_path, env_prefix=tmp_path / "no env"))
+    facts = gather_machine(GatherOptions(work_dir=tmp_path), env_flag=tmp_path / "no env")
     assert "no Python interpreter" in facts.training_env.error
+    assert facts.training_env.source == "flag" and facts.training_env.prefix == str(tmp_path / "no env")
+
+
+def test_without_a_chosen_env_facts_name_none(tmp_path):
+    """facts.gather probes the env it is given and chooses none itself (the policy is trainenv's)."""
+    assert gather_facts(GatherOptions(work_dir=tmp_path)).training_env is None
+
+
+def test_the_local_wheel_folders_torch_is_a_fact(tmp_path, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("torch-2.9.1+xpu-cp311-cp311-linux_x86_64.whl", "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl",
+                 "torch-bad-name.whl"):
+        (wheels / name).write_bytes(b"")
+    monkeypatch.setenv("AIPC_ENV_TORCH_WHEELS", str(wheels))
+    assert gather_machine(GatherOptions(work_dir=tmp_path)).local_torch_wheels == ["2.13.0", "2.9.1"]
 
 
 def test_model_dir_layout(tmp_path):

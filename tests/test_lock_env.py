@@ -17,7 +17,6 @@ from aipc_env.lock.lock import Indexes, lock_pair
 from aipc_env.lock.lockfile import pylock_path, read_pylock
 from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
 from aipc_env.trainenv.build import EnvRequest, build_env, check_env
-from aipc_env.trainenv.select import choose_pair
 from tests.conftest import run_cli
 from tests.support.wheels import make_wheel, write_simple_index
 
@@ -144,7 +143,7 @@ def _state(prefix: Path) -> dict:
     files = {str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
              for p in sorted(site.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
     from aipc_env.facts.gather import inspect_env
-    from aipc_env.trainenv.select import env_python
+    from aipc_env.trainenv.envs import env_python
 
     return {"versions": inspect_env(prefix, env_python(prefix)).distributions, "files": files,
             "manifest": (prefix / "aipc-env-manifest.json").read_text()}
@@ -247,15 +246,6 @@ def test_no_lock_says_how_and_unlocked_records_one(indexes, matrix, tmp_path):
     meta = json.loads((root / PAIR / "lock-meta.json").read_text())
     assert meta["source"].startswith("env --unlocked")
     assert check_env(tmp_path / "env", pylock_path(root / PAIR, "linux-64"), "linux-64") == []
-
-
-def test_choose_pair(matrix):
-    assert choose_pair(matrix, "win-64", toolkits=[], fallback=True).pair.id == "xpu-2.13"
-    choice = choose_pair(matrix, "win-64", toolkits=["2025.0", "2025.3"], fallback=True)
-    assert choice.pair.id == "xpu-2.12" and "2025.3" in choice.why
-    assert choose_pair(matrix, "win-64", flag="xpu-2.9", toolkits=["2025.3"], fallback=True).pair.id == "xpu-2.9"
-    # without a fallback (doctor, train, verify) a non-XPU env has no pair
-    assert choose_pair(matrix, "linux-64", distributions={"torch": "2.13.0+cpu"}).pair is None
 
 
 def test_conda_layer_command_lines():

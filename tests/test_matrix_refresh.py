@@ -176,7 +176,7 @@ def test_an_unreachable_index_is_named_and_nothing_is_written(tmp_path):
 
 
 def test_the_candidate_matrix_keeps_the_comments_and_anchors():
-    from aipc_env.matrix.refresh import RefreshPlan, matrix_text
+    from aipc_env.lock.refresh import RefreshPlan, matrix_text
 
     original = (ROOT / "environments" / "matrix.yaml").read_text(encoding="utf-8")
     assert matrix_text(original, RefreshPlan()) == original

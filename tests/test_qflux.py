@@ -37,14 +37,17 @@ def pair():
     """The pair the policy picks for a qflux env here: the one whose torch the local wheel folder holds."""
     from aipc_env.matrix import load_matrix
     from aipc_env.platforms import current_platform
-    from aipc_env.trainenv.select import choose_pair, offered_torch_versions
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation
 
-    return choose_pair(load_matrix(), current_platform(), offered_torch=offered_torch_versions(), fallback=True).pair
+    situation = gather_situation(load_matrix(), current_platform(), qflux_clone=Path("clone"))
+    return decide(situation, "run").pair.pair
 
 
 @pytest.fixture(scope="session")
 def qflux_python(adapted_clone, pair, tmp_path_factory) -> Path:
-    from aipc_env.qflux.env import ensure_qflux_env, env_python
+    from aipc_env.trainenv.envs import env_python
+    from aipc_env.trainenv.qflux_env import ensure_qflux_env
 
     prefix, _ = ensure_qflux_env(adapted_clone, pair, root=tmp_path_factory.mktemp("qflux-envs"), log=lambda m: None)
     return env_python(prefix)

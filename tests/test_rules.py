@@ -34,7 +34,8 @@ def _calls(tree: ast.AST, name: str) -> list[int]:
 
 def test_one_function_chooses_the_pair():
     """Only trainenv/select.py falls back to the newest pair or defines a chooser; resolution (which pair a package
-    set *is*) is asked for by the chooser, the doctor's report and the resolve command only."""
+    set *is*) is asked for by the chooser, the doctor's report and the resolve command only. (That choose_pair has one
+    caller is tests/test_structure.py's.)"""
     newest, choosers, resolvers = [], [], []
     for path, tree in _trees():
         rel = path.relative_to(SRC).as_posix()

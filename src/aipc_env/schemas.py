@@ -31,10 +31,10 @@ def models() -> dict[str, type]:
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
+    from aipc_env.lock.refresh import RefreshReport
     from aipc_env.lock.verify import LockVerifyReport
     from aipc_env.lock.wheels import WheelManifest
     from aipc_env.matrix import Matrix
-    from aipc_env.matrix.refresh import RefreshReport
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
     from aipc_env.qflux.adapt import AdaptManifest
     from aipc_env.qflux.checker import CheckReport as AdaptCheckReport

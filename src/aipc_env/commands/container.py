@@ -102,9 +102,12 @@ def _lockfile(args: argparse.Namespace) -> tuple[Path, str]:
         if not args.lock.is_file():
             raise InputError("lockfile not found", path=args.lock, key="--lock")
         return args.lock, "custom"
-    from aipc_env.trainenv.select import choose_pair
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation
 
-    pair = choose_pair(load_matrix(getattr(args, "matrix", None)), "linux-64", flag=args.pair, fallback=True).pair
+    situation = gather_situation(load_matrix(getattr(args, "matrix", None)), "linux-64", pair_flag=args.pair,
+                                 this_machine=False)
+    pair = decide(situation, "target").pair.pair
     assert pair is not None
     path = pylock_path(lock_root(args) / pair.id, "linux-64")
     if not path.is_file():

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.doctor import CheckCatalog, CheckInfo, run_checks, select_checks
     from aipc_env.doctor.render import render_report
     from aipc_env.facts import load_facts
-    from aipc_env.facts.gather import GatherOptions, gather_facts
+    from aipc_env.facts.gather import GatherOptions
     from aipc_env.formats import write_model
     from aipc_env.lock.lockfile import available_locks, pylock_path, read_pylock
     from aipc_env.matrix import load_matrix
@@ -54,9 +54,11 @@ def run(args: argparse.Namespace) -> int:
     if args.facts:
         facts = load_facts(args.facts)
     else:
-        facts = gather_facts(GatherOptions(work_dir=(args.work_dir or Path.cwd()).absolute(),
-                                           env_prefix=args.env, model_dir=args.model_dir,
-                                           probe_device=args.probe_device))
+        from aipc_env.trainenv.situation import gather_machine
+
+        facts = gather_machine(GatherOptions(work_dir=(args.work_dir or Path.cwd()).absolute(),
+                                             model_dir=args.model_dir, probe_device=args.probe_device),
+                               env_flag=args.env)
     if args.save_facts:
         write_model(args.save_facts, facts)
     root = lockfiles_dir()

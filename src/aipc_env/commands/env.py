@@ -42,7 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from aipc_env.facts.gather import installed_toolkits, toolchain_facts
     from aipc_env.lock.lock import Indexes
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
@@ -52,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
+    from aipc_env.trainenv.envs import EnvChoice, env_python
     from aipc_env.trainenv.record import read_env_record
-    from aipc_env.trainenv.select import EnvChoice, choose_pair, env_python
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation
 
     if args.bundle:
         return _bundle(args)
@@ -64,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     recorded = None
     if record is not None and (args.prefix is None or Path(args.prefix).absolute() == Path(record.prefix)):
         recorded = EnvChoice(Path(record.prefix), env_python(Path(record.prefix)), "state", record)
-    choice = choose_pair(matrix, platform, flag=args.pair, env=recorded,
-                         toolkits=installed_toolkits(toolchain_facts()[0]), fallback=True)
+    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=recorded, read_packages=False),
+                    "build").pair
     pair = choice.pair
     assert pair is not None
     if args.prefix:
@@ -149,7 +150,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from aipc_env.fleet.bundle_check import verify_bundle
     from aipc_env.fleet.sign import read_public_key
     from aipc_env.paths import data_dir, log_path
-    from aipc_env.trainenv.build import EnvBuildReport, check_env, install_bundle
+    from aipc_env.trainenv.build import EnvBuildReport, check_env, install_offline
     from aipc_env.trainenv.drift import EnvCheckReport
 
     trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST")
@@ -168,7 +169,9 @@ def _bundle(args: argparse.Namespace) -> int:
                   "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift))
         return ExitCode.OK if report.clean else ExitCode.PROBLEMS
     log = log_path("env-bundle")
-    result = install_bundle(args.bundle, manifest, prefix, base_python=args.base_python or sys.executable, log=log)
+    result = install_offline(args.bundle / "wheels", args.bundle / manifest.requirements, lockfile, pair=manifest.pair,
+                             platform=manifest.platform, prefix=prefix,
+                             base_python=args.base_python or sys.executable, log=log)
     if args.json:
         print_json(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix),
                                   lockfile=str(lockfile), changed=True, repaired=[], seconds=round(result.seconds, 3),

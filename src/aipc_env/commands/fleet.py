@@ -116,10 +116,12 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _pair(args: argparse.Namespace, platform: str = "win-64"):
     from aipc_env.matrix import load_matrix
-    from aipc_env.trainenv.select import choose_pair
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation
 
-    return choose_pair(load_matrix(args.matrix), platform, flag=getattr(args, "pair", None),  # type: ignore[arg-type]
-                       fallback=True).pair
+    situation = gather_situation(load_matrix(args.matrix), platform, pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]
+                                 this_machine=False)
+    return decide(situation, "target").pair.pair
 
 
 def _winget(args: argparse.Namespace) -> int:

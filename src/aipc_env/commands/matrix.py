@@ -43,9 +43,7 @@ def _refresh(args: argparse.Namespace, matrix) -> int:
 
     from aipc_env.errors import InputError
     from aipc_env.fileio import atomic_write_text, read_text
-    from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL
-    from aipc_env.lock.wheels import load_wheel_manifest, manifest_path
-    from aipc_env.matrix.refresh import (
+    from aipc_env.lock.refresh import (
         RefreshReport,
         candidate_paths,
         check_candidates,
@@ -56,6 +54,8 @@ def _refresh(args: argparse.Namespace, matrix) -> int:
         today,
         unified_diff,
     )
+    from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL
+    from aipc_env.lock.wheels import load_wheel_manifest, manifest_path
     from aipc_env.paths import cache_dir, matrix_path
 
     xpu, pypi = args.xpu_index_url or XPU_INDEX_URL, args.pypi_url or PYPI_URL

@@ -27,20 +27,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aipc_env.facts.gather import inspect_env, installed_toolkits, toolchain_facts
     from aipc_env.lock.lockfile import pylock_path, read_pylock
     from aipc_env.lock.specs import XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.requirements import RequirementsReport, apply_edits
-    from aipc_env.trainenv.select import choose_env, choose_pair
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation, the_env
 
     matrix = load_matrix(args.matrix)
     platform = current_platform()
-    env = choose_env(args.env)
-    installed = inspect_env(env.prefix, env.python, source=env.source, current=env.is_current).distributions
-    choice = choose_pair(matrix, platform, flag=args.pair, env=env, distributions=installed,
-                         toolkits=installed_toolkits(toolchain_facts()[0]), fallback=True)
+    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=the_env(args.env)), "build").pair
     pair = choice.pair
     assert pair is not None
     lock = pylock_path(lock_root(args) / pair.id, platform)

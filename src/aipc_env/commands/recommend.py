@@ -66,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             raise InputError("expected a JSON object (doctor facts or the runbook's probe output)", path=args.facts)
     else:
-        from aipc_env.facts.gather import GatherOptions, gather_facts
+        from aipc_env.facts.gather import GatherOptions
+        from aipc_env.trainenv.situation import gather_machine
 
-        machine = machine_from_facts(gather_facts(GatherOptions()))
+        machine = machine_from_facts(gather_machine(GatherOptions()))
     rec = recommend(machine, dataset_path=args.dataset_path, force=args.force, fast=args.fast,
                     model_path=args.model_path, output_dir=args.output_dir, smoke=args.smoke)
     TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside); a failure here is a bug

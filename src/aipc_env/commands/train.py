@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from aipc_env.launch.service import start_run
     from aipc_env.paths import data_dir
-    from aipc_env.train.config import load_run_config
+    from aipc_env.train.inputs import load_run_config
     from aipc_env.train.run import training_request, write_default_config
 
     config_path = args.config

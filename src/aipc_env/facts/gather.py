@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from aipc_env import __version__
-from aipc_env.errors import AipcError
 from aipc_env.facts import parse
 from aipc_env.facts.memory import system_memory
 from aipc_env.facts.model import (
@@ -50,6 +49,7 @@ from aipc_env.procs import ProbeFailed, run_capture, which
 __all__ = [
     "DEVICE_PROBE_SCRIPT",
     "ENV_VARS",
+    "EnvSeen",
     "GatherOptions",
     "gather_facts",
     "inspect_env",
@@ -69,10 +69,26 @@ _REG_GFX = r"SYSTEM\CurrentControlSet\Control\GraphicsDrivers"
 _REG_MM = _REG_GFX + r"\MemoryManager"
 
 
+@dataclass(frozen=True)
+class EnvSeen:
+    """The training env the caller chose (trainenv.situation.gather_machine), or why it has none usable."""
+
+    prefix: Path
+    python: Path | None = None
+    source: str = "flag"
+    current: bool = False
+    pair: str | None = None
+    built_at: str | None = None
+    error: str | None = None
+
+
 @dataclass
 class GatherOptions:
     work_dir: Path = field(default_factory=Path.cwd)
-    env_prefix: Path | None = None
+    env: EnvSeen | None = None
+    """The training env to probe (None: none)."""
+    read_last_verify: Callable[[], Any] | None = None
+    """Reads the last verify record (a failure is a recorded probe error)."""
     model_dir: Path | None = None
     probe_device: bool = False
     probe_timeout: float = 120.0
@@ -443,18 +459,12 @@ def modified_files(site_packages: list[str], names: set[str] | None = None) -> d
     return changed
 
 
-def _training_env(opts: GatherOptions, timeout: float) -> TrainingEnv:
-    from aipc_env.trainenv.select import choose_env
-
-    try:
-        choice = choose_env(opts.env_prefix)
-    except AipcError as exc:  # a flag or a built env without an interpreter: a fact the checks report
-        prefix = opts.env_prefix or Path(exc.path or "")
-        return TrainingEnv(prefix=str(prefix), source="flag" if opts.env_prefix else "state", error=exc.message)
-    env = inspect_env(choice.prefix, choice.python, source=choice.source, current=choice.is_current,
-                      timeout=timeout)
-    if choice.record is not None:
-        env.pair, env.built_at = choice.record.pair, choice.record.built_at
+def _training_env(seen: EnvSeen, timeout: float) -> TrainingEnv:
+    if seen.error is not None or seen.python is None:  # a flag or a built env without an interpreter: a fact
+        return TrainingEnv(prefix=str(seen.prefix), source=seen.source, error=seen.error or "no Python interpreter")
+    env = inspect_env(seen.prefix, seen.python, source=seen.source, current=seen.current, timeout=timeout)
+    if seen.pair is not None or seen.built_at is not None:
+        env.pair, env.built_at = seen.pair, seen.built_at
     return env
 
 
@@ -600,8 +610,6 @@ def _container() -> ContainerInfo | None:
 
 def gather_facts(opts: GatherOptions | None = None) -> Facts:
     """Read the machine. Never raises for a failed probe: it is recorded in facts.probe_errors."""
-    from aipc_env.trainenv.record import read_verify_record
-
     opts = opts or GatherOptions()
     errors: list[ProbeError] = []
     is_windows = sys.platform == "win32"
@@ -618,9 +626,11 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
     slow: dict[str, Callable[[], Any]] = {
         "oneapi": lambda: _oneapi(t),
         "conda": lambda: _conda(t),
-        "training_env": lambda: _training_env(opts, t),
         "sycl_ls": lambda: _sycl_ls(t),
     }
+    if opts.env is not None:
+        seen = opts.env
+        slow["training_env"] = lambda: _training_env(seen, t)
     if is_windows:
         slow["gpus"] = lambda: _windows_gpus(t)
         slow["msvc"] = lambda: _msvc(t)
@@ -638,13 +648,13 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
             level_zero=guard("level_zero", _level_zero, LevelZeroInfo()),
             kernel_caches=guard("kernel_caches", _kernel_caches, []),
             model=guard("model", lambda: _model_dir(opts.model_dir)) if opts.model_dir else None,
-            last_verify=guard("last_verify", read_verify_record),
+            last_verify=guard("last_verify", opts.read_last_verify) if opts.read_last_verify else None,
             container=None if is_windows else guard("container", _container),
         )
         results = {name: f.result() for name, f in futures.items()}
     facts.oneapi = results["oneapi"] or OneApiInfo()
     facts.conda = results["conda"] or []
-    facts.training_env = results["training_env"]
+    facts.training_env = results.get("training_env")
     facts.sycl_devices = results["sycl_ls"]
     if is_windows:
         facts.gpus = results.get("gpus") or []

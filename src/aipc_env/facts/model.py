@@ -271,6 +271,8 @@ class Facts(VersionedModel):
     last_verify: VerifyRecord | None = None
     container: ContainerInfo | None = None
     """None outside a container."""
+    local_torch_wheels: list[str] = []
+    """The torch versions of the wheels in the local wheel folder (AIPC_ENV_TORCH_WHEELS), newest first."""
     probe_errors: list[ProbeError] = []
 
     @property

@@ -1,8 +1,9 @@
 """The run service: the one way a run starts. train, verify, distill and the qflux smoke build their phases and
 read their results; everything between is here, once:
 
-1. choose the env and the pair by the one policy (`trainenv.select.env_and_pair`; a qflux run gets the clone's
-   qflux env);
+1. gather the situation once (`trainenv.situation`) and decide the env and the pair by the one policy
+   (`trainenv.select.decide`); build the env the decision names first (a qflux run's qflux env, a torch-less
+   tool's own training env), then decide again on it;
 2. read the toolchain (oneAPI installs, MSVC) and plan the launcher: the pair's oneAPI only, vcvars where kernels
    compile (`launch.plan.plan_run`);
 3. take the run folder's lock, write the run folder, record the env the run used;
@@ -24,7 +25,8 @@ from aipc_env.errors import ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.launch.plan import LaunchPlan, Phase
 from aipc_env.platforms import Platform
-from aipc_env.trainenv.select import EnvChoice, PairChoice
+from aipc_env.trainenv.envs import EnvChoice
+from aipc_env.trainenv.select import PairChoice
 
 __all__ = ["Chosen", "RunCommand", "RunOutcome", "RunRequest", "start_run"]
 
@@ -90,6 +92,38 @@ def _print(text: str) -> None:
     print(text, file=sys.stdout, flush=True)
 
 
+def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: list[str],
+                  log: Callable[[str], None]) -> tuple[EnvChoice, PairChoice]:
+    """The situation gathered once, the decision, and the env it names built (then decided on again)."""
+    from aipc_env.trainenv.envs import env_python
+    from aipc_env.trainenv.select import decide
+    from aipc_env.trainenv.situation import gather_situation, the_env
+
+    qflux = request.qflux_clone is not None and request.env_flag is None
+    env = None if qflux else the_env(request.env_flag)
+    situation = gather_situation(matrix, platform, pair_flag=request.pair_flag, env=env, toolkits=toolkits,
+                                 qflux_clone=request.qflux_clone)
+    decision = decide(situation, "run")
+    if decision.build == "qflux":
+        from aipc_env.trainenv.qflux_env import ensure_qflux_env
+
+        assert decision.pair.pair is not None
+        prefix, record = ensure_qflux_env(Path(request.qflux_clone or "."), decision.pair.pair, log=log)
+        built = EnvChoice(prefix, env_python(prefix), "qflux", record)
+        if record.pair is None:  # a CPU build of the pair's torch: not an XPU env, nothing to activate
+            return built, PairChoice(None, f"the qflux env has the CPU build of {decision.pair.pair.id}'s torch")
+        return built, decision.pair
+    if decision.build == "tool":  # a tool installed without torch: its own training env, built once
+        from aipc_env.trainenv.tool_env import ensure_tool_env
+
+        prefix = ensure_tool_env(log=log)
+        built = EnvChoice(prefix, env_python(prefix), "tool")
+        decision = decide(gather_situation(matrix, platform, pair_flag=request.pair_flag, env=built,
+                                           toolkits=toolkits), "run")
+    assert decision.env is not None
+    return decision.env, decision.pair
+
+
 def start_run(request: RunRequest, *, platform: Platform | None = None,
               toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> RunOutcome:
     """Choose, plan, lock, record and run (or only write, on a dry run). Input errors raise AipcError."""
@@ -103,15 +137,13 @@ def start_run(request: RunRequest, *, platform: Platform | None = None,
     from aipc_env.paths import package_root
     from aipc_env.platforms import current_platform
     from aipc_env.trainenv.record import UsedEnvRecord, write_used_env
-    from aipc_env.trainenv.select import env_and_pair
 
     say = request.say or _print
     matrix = load_matrix(request.matrix_path)
     platform = platform or current_platform()
     oneapi, msvc = toolchain if toolchain is not None else toolchain_facts()
-    env, pair = env_and_pair(matrix, platform, env_flag=request.env_flag, pair_flag=request.pair_flag,
-                             qflux_clone=request.qflux_clone, toolkits=installed_toolkits(oneapi),
-                             log=lambda text: say(f"aipc-env: {text}"))
+    env, pair = _env_and_pair(request, matrix, platform, installed_toolkits(oneapi),
+                              log=lambda text: say(f"aipc-env: {text}"))
     chosen = Chosen(env, pair)
     if request.check is not None:
         request.check(chosen)

@@ -152,9 +152,10 @@ def recommended_for(machine: Machine | None) -> dict:
     from aipc_env.train.recommend import machine_from_facts, qflux_config, recommend
 
     if machine is None:
-        from aipc_env.facts.gather import GatherOptions, gather_facts
+        from aipc_env.facts.gather import GatherOptions
+        from aipc_env.trainenv.situation import gather_machine
 
-        machine = machine_from_facts(gather_facts(GatherOptions()))
+        machine = machine_from_facts(gather_machine(GatherOptions()))
     return qflux_config(recommend(machine, force=True), dataset_path=None)
 
 

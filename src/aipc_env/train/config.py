@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from aipc_env.errors import InputError
-from aipc_env.fileio import check_writable, read_yaml
+from aipc_env.fileio import read_yaml
 from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
 
 __all__ = [
@@ -19,10 +19,8 @@ __all__ = [
     "PATH_BASE_HELP",
     "TrainConfig",
     "absolute_path",
-    "check_run_inputs",
     "find_todos",
     "load_config",
-    "load_run_config",
     "refuse_todos",
     "resolve_path_keys",
 ]
@@ -227,76 +225,3 @@ def load_config(path: str | Path) -> TrainConfig:
                          fix="name a folder for the run (checkpoints, the LoRA and logs go there)")
     cfg = validate_versioned(TrainConfig, raw, path)
     return _resolve_paths(cfg, path.absolute().parent)
-
-
-def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> None:
-    """Everything a run needs that can be checked without the training stack: paths exist and have the right
-    kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
-    every dataset validates. One path for `aipc-env train` and the engine's phases."""
-    def must_exist(value: str | None, key: str, what: str, kind: str | None = None) -> None:
-        if not value or value.startswith("builtin:"):
-            return
-        p = Path(value)
-        if not p.exists():
-            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix="fix the path")
-        if kind == "dir" and not p.is_dir():
-            raise InputError(f"{what} {value!r} is a file, expected a folder", path=path, key=key)
-        if kind == "file" and not p.is_file():
-            raise InputError(f"{what} {value!r} is a folder, expected a file", path=path, key=key)
-
-    check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
-    if cfg.cache_dir:
-        check_writable(cfg.cache_dir, "cache_dir", folder=True, key="cache_dir", config=path)
-    if cfg.model:
-        must_exist(cfg.model.path, "model.path", "model directory", "dir")
-        must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")
-        must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory", "dir")
-        if cfg.model.path != BUILTIN_TINY and not (Path(cfg.model.path) / "model_index.json").is_file():
-            raise InputError(f"{cfg.model.path} is not a diffusers model folder (no model_index.json)", path=path,
-                             key="model.path", fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli")
-    if cfg.train.resume and cfg.train.resume != "auto":
-        must_exist(cfg.train.resume, "train.resume", "checkpoint", "dir")
-    if cfg.engine == "builtin" and cfg.train.resume:
-        from aipc_env.train.checkpoint import check_resume
-
-        check_resume(cfg, path)
-    if cfg.qflux:
-        must_exist(cfg.qflux.clone, "qflux.clone", "qwen-image-finetune clone", "dir")
-        must_exist(cfg.qflux.config, "qflux.config", "qflux config", "file")
-        if not (Path(cfg.qflux.clone) / "src" / "qflux").is_dir():
-            raise InputError(f"{cfg.qflux.clone} has no src/qflux package", path=path, key="qflux.clone",
-                             fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune")
-    if cfg.data and cfg.model:
-        for i, ds in enumerate(cfg.data.datasets):
-            must_exist(ds, f"data.datasets[{i}]", "dataset")
-        if datasets:
-            _check_datasets(cfg, path)
-        synthetic = [d == BUILTIN_SYNTHETIC for d in cfg.data.datasets]
-        if cfg.model.path == BUILTIN_TINY and not all(synthetic):
-            raise InputError("model builtin:tiny trains only on builtin:synthetic", path=path, key="data.datasets",
-                             fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)")
-        if cfg.model.path != BUILTIN_TINY and any(synthetic):
-            raise InputError("builtin:synthetic goes with model builtin:tiny", path=path, key="data.datasets",
-                             fix="use your dataset folder, parquet folder or CSV")
-
-
-def _check_datasets(cfg: TrainConfig, path: Path) -> None:
-    from aipc_env.dataset import validate_dataset
-
-    assert cfg.data
-    for i, ds in enumerate(cfg.data.datasets):
-        if ds.startswith("builtin:"):
-            continue
-        verdict = validate_dataset(ds, cfg.data.target_size)
-        if not verdict.valid:
-            more = len(verdict.issues) - 3
-            shown = "; ".join(verdict.issues[:3]) + (f" (+{more} more)" if more > 0 else "")
-            raise InputError(f"dataset {ds} is invalid: {shown}", path=path, key=f"data.datasets[{i}]",
-                             fix=f'aipc-env dataset validate "{ds}" lists every problem')
-
-
-def load_run_config(path: str | Path, *, datasets: bool = True) -> TrainConfig:
-    """load_config + check_run_inputs: what `aipc-env train` and every engine phase run first."""
-    cfg = load_config(path)
-    check_run_inputs(cfg, Path(path), datasets=datasets)
-    return cfg

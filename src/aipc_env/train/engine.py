@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode
-from aipc_env.train.config import BUILTIN_TINY, TrainConfig, load_run_config
+from aipc_env.train.config import BUILTIN_TINY, TrainConfig
+from aipc_env.train.inputs import load_run_config
 
 
 def _log(msg: str) -> None:

@@ -57,7 +57,7 @@ def load_transformer(cfg: TrainConfig, device, dtype):
         quantize_linear_layers_nf4(model, device, dtype)
         return model
     if cfg.model.transformer_path:
-        from aipc_env.tools.quantize import load_nf4_transformer
+        from aipc_env.train.prequantized import load_nf4_transformer
 
         return load_nf4_transformer(Path(cfg.model.transformer_path), device, dtype)
     if device.type != "cpu":

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.gather import inspect_env, modified_files
@@ -47,13 +47,10 @@ from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
 from aipc_env.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
+from aipc_env.trainenv.envs import env_python
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
-from aipc_env.trainenv.select import env_python
 
-if TYPE_CHECKING:  # pragma: no cover
-    from aipc_env.fleet.bundle import BundleManifest
-
-__all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_bundle"]
+__all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_offline"]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
 
@@ -328,15 +325,14 @@ class EnvBuildReport(VersionedModel):
     log: str
 
 
-def install_bundle(bundle: Path, manifest: BundleManifest, prefix: Path, *, base_python: str,
-                   log: Path) -> EnvResult:
-    """Build the env from an offline bundle that fleet.bundle.verify_bundle proved intact (signature, paths, every
-    file's sha256), with no network: the interpreter layer is a venv of `base_python`, the pip layer the bundle's
-    hash-pinned wheels."""
+def install_offline(wheels: Path, requirements: Path, lockfile: Path, *, pair: str, platform: Platform, prefix: Path,
+                    base_python: str, log: Path) -> EnvResult:
+    """Build the env from a folder of hash-pinned wheels with no network (an offline bundle, after
+    fleet.bundle_check.verify_bundle proved it intact): the interpreter layer is a venv of `base_python`, the pip
+    layer `requirements` (every line hash-pinned), the record `lockfile`'s packages."""
     from aipc_env.matrix import load_matrix
 
     start = time.perf_counter()
-    lockfile = bundle / manifest.lockfile
     _tell(log, recover_interrupted(prefix))
     if env_python(prefix).is_file():
         raise InputError("an env already exists here; a bundle installs into a new prefix", path=prefix,
@@ -345,18 +341,18 @@ def install_bundle(bundle: Path, manifest: BundleManifest, prefix: Path, *, base
     with _rollback(prefix):
         run_logged([uv, "venv", "--offline", "--python", base_python, str(prefix)], log)
         python = env_python(prefix)
-        run_logged([uv, "pip", "install", "--offline", "--no-index", "--find-links", str(bundle / "wheels"),
+        run_logged([uv, "pip", "install", "--offline", "--no-index", "--find-links", str(wheels),
                     "--require-hashes", "--no-deps", "--link-mode", "copy", "--python", str(python), "-r",
-                    str(bundle / manifest.requirements)], log)
+                    str(requirements)], log)
         version = _python_version(str(python))
         lock = read_pylock(lockfile)
         packages = {n: ManifestPackage(version=v, sha256=s)
-                    for n, (v, s) in locked_packages(lock, manifest.platform, version).items()}
-        write_model(prefix / MANIFEST_NAME, Manifest(pair=manifest.pair, platform=manifest.platform,
+                    for n, (v, s) in locked_packages(lock, platform, version).items()}
+        write_model(prefix / MANIFEST_NAME, Manifest(pair=pair, platform=platform,
                                                      lockfile=str(lockfile), installed_at=timestamp(),
                                                      packages=packages))
-    pair = load_matrix().by_id.get(manifest.pair)
+    known = load_matrix().by_id.get(pair)
     write_env_record(EnvRecord(prefix=str(prefix), python=str(env_python(prefix)),
-                               pair=pair.id if pair else None, platform=manifest.platform, built_at=timestamp(),
+                               pair=known.id if known else None, platform=platform, built_at=timestamp(),
                                lockfile=str(lockfile)))
     return EnvResult(prefix, env_python(prefix), True, [], time.perf_counter() - start, lockfile)

@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from aipc_env.errors import AipcError, ExitCode
+from aipc_env.trainenv.envs import env_python
 
 __all__ = ["STAMP", "can_import_torch", "ensure_tool_env", "tool_env_prefix", "train_requirements"]
 
@@ -47,10 +48,6 @@ def train_requirements(requires: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def _python(prefix: Path) -> Path:
-    return prefix / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-
-
 def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = None) -> Path:
     """The env's prefix, built (or repaired) when its inputs changed: the torch source, the requirements, the pins
     and this Python. Progress lines go to `log`, the installer's own output to <prefix>/build.log."""
@@ -73,7 +70,7 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
     source = detect(pinned_torch(constraints))
     digest = hashlib.sha256("\n".join([*reqs, source.describe(), constraints.read_text(encoding="utf-8"),
                                        sys.version]).encode()).hexdigest()
-    python = _python(prefix)
+    python = env_python(prefix)
     stamp = prefix / STAMP
     if python.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == digest:
         return prefix

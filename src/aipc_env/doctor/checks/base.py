@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -15,6 +16,9 @@ from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import Resolution, resolve_pair
 from aipc_env.platforms import Platform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.trainenv.select import Situation
 
 __all__ = [
     "CheckContext",
@@ -107,23 +111,34 @@ class CheckContext:
                             torch_version_xpu=probe.torch_version_xpu if probe else None)
 
     @cached_property
+    def situation(self) -> Situation:
+        """The env and pair policy's situation, from the facts (the doctor reads nothing more)."""
+        from aipc_env.facts.gather import installed_toolkits
+        from aipc_env.trainenv.select import Situation
+
+        env = self.facts.training_env
+        probe = self.facts.device_probe
+        return Situation(self.matrix, self.platform, installed=self.installed, resolution=self.resolution,
+                         torch_version_xpu=probe.torch_version_xpu if probe else None,
+                         recorded=env.pair if env else None, toolkits=tuple(installed_toolkits(self.facts.oneapi)),
+                         offered_torch=tuple(self.facts.local_torch_wheels))
+
+    @cached_property
     def pair(self) -> Pair | None:
         """The env's pair by the one policy (trainenv.select.choose_pair): resolved from its packages, else the
         pair recorded when it was built."""
-        from aipc_env.trainenv.select import choose_pair
+        from aipc_env.trainenv.select import decide
 
-        env = self.facts.training_env
-        return choose_pair(self.matrix, self.platform, resolution=self.resolution,
-                           recorded=env.pair if env else None).pair
+        return decide(self.situation, "run").pair.pair
 
     @cached_property
     def fallback_pair(self) -> Pair:
         """The pair to build for when the env has none (the policy's fallback: installed toolkit, else newest)."""
-        from aipc_env.facts.gather import installed_toolkits
-        from aipc_env.trainenv.select import choose_pair
+        from dataclasses import replace
 
-        pair = choose_pair(self.matrix, self.platform, toolkits=installed_toolkits(self.facts.oneapi),
-                           fallback=True).pair
+        from aipc_env.trainenv.select import decide
+
+        pair = decide(replace(self.situation, installed=None, resolution=None, recorded=None), "build").pair.pair
         assert pair is not None
         return pair
 

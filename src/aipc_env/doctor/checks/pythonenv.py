@@ -12,7 +12,7 @@ from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, 
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
 from aipc_env.platforms import DEFAULT_PYTHON
-from aipc_env.trainenv.select import SOURCE_WORDS
+from aipc_env.trainenv.envs import SOURCE_WORDS
 
 DEFAULT_BNB_MIN = "0.50.2"
 

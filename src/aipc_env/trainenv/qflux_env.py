@@ -1,6 +1,7 @@
 """The qflux env: a venv with the clone's requirements as `patch-requirements` makes them, plus the pair's torch
 from this machine's torch source (the XPU build on an Intel GPU machine; the CPU build elsewhere). Built once per
-requirements digest into the aipc-env cache, with uv. Used to run the clone's own loader and the smoke run."""
+requirements digest into the aipc-env cache, with uv, by the run service. Used to run the clone's own loader and
+the smoke run."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.matrix import Pair
+from aipc_env.trainenv.envs import env_python
 from aipc_env.trainenv.record import EnvRecord
 from aipc_env.trainenv.torch_source import torch_source_fix, uv_environment
 
-__all__ = ["ensure_qflux_env", "env_python", "qflux_requirements", "record_path"]
+__all__ = ["ensure_qflux_env", "qflux_requirements", "record_path"]
 
 STAMP = ".aipc-qflux-env"
 RECORD = ".aipc-env.json"
@@ -36,10 +38,6 @@ def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torch
     if torchvision and pair.newest_torchvision:
         keep.append(f"torchvision=={pair.torchvision_version(pair.newest_torch, build)}")
     return "\n".join(keep) + "\n"
-
-
-def env_python(prefix: Path) -> Path:
-    return prefix / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
 def record_path(prefix: Path) -> Path:

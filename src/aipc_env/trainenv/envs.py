@@ -1,0 +1,53 @@
+"""What a training env is to aipc-env: a prefix, its interpreter and where the choice of it came from. The one rule
+for an env's interpreter (conda env or venv, Windows or POSIX) lives here."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from aipc_env.trainenv.record import EnvRecord
+
+__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "env_python"]
+
+EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
+SOURCE_WORDS: dict[str, str] = {
+    "flag": "given with --env",
+    "qflux": "the clone's qflux env, built by aipc-env",
+    "state": "built by `aipc-env env`",
+    "used": "the env the last `aipc-env train`/`verify`/`distill` ran in",
+    "conda": "the active conda env",
+    "tool": "aipc-env's own training env, built on first use (this interpreter has no torch)",
+    "current": "this interpreter; no training env is built or recorded",
+}
+
+
+def env_python(prefix: Path, *, windows: bool | None = None) -> Path:
+    """The interpreter of an env prefix: the one that exists (a conda env keeps python.exe at its root on Windows, a
+    venv in Scripts/), else where a venv made there puts it (the env is about to be built)."""
+    prefix = Path(prefix)
+    for rel in ("python.exe", "Scripts/python.exe", "bin/python3", "bin/python"):
+        candidate = prefix / rel
+        if candidate.is_file():
+            return candidate
+    windows = sys.platform == "win32" if windows is None else windows
+    return prefix / ("Scripts/python.exe" if windows else "bin/python")
+
+
+@dataclass(frozen=True)
+class EnvChoice:
+    prefix: Path
+    python: Path
+    source: EnvSource
+    record: EnvRecord | None = None
+    """The built-env record, when the chosen env is one aipc-env built."""
+
+    @property
+    def is_current(self) -> bool:
+        return self.source == "current"
+
+    def describe(self) -> str:
+        """Which env, why, and how to point elsewhere (for people)."""
+        return f"{self.prefix} ({SOURCE_WORDS[self.source]}; use --env PREFIX for another)"

@@ -1,0 +1,194 @@
+"""Structure facts (issue 35), read from the code's own imports (every import: module level, inside functions and
+under TYPE_CHECKING): no import cycle between modules or between rooms; no import from a lower floor to a higher one
+(the CLI reaches the commands by name, not by import); every room of the package is on the map; `choose_pair` is
+called from one place with one argument shape. The map is FLOORS below; docs/architecture.md draws the same."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SRC = ROOT / "src" / "aipc_env"
+
+# floor -> rooms (a room: a subpackage, or a module at the package root). A room imports from lower floors only.
+FLOORS: dict[int, tuple[str, ...]] = {
+    0: ("aipc_env", "errors", "procs", "interrupts", "paths", "platforms", "specs", "tabular", "fileio", "formats",
+        "outputs", "gpu_runtime"),
+    1: ("dataset", "matrix"),
+    2: ("lock",),
+    3: ("facts",),
+    4: ("trainenv",),
+    5: ("doctor", "container", "launch"),
+    6: ("fleet", "train"),
+    7: ("tools", "verify", "distill"),
+    8: ("qflux",),
+    9: ("commands", "schemas"),
+    10: ("cli",),
+    11: ("__main__",),
+}
+BASE = FLOORS[0]  # the ground floor's modules may import each other (their module graph stays acyclic)
+
+
+def _modules(src: Path) -> dict[str, Path]:
+    mods = {}
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src.parent).with_suffix("")
+        if "edits" in rel.parts:  # another project's code, applied to a clone
+            continue
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = path
+    return mods
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a `from X import name` of a submodule counts as that module)."""
+    mods = _modules(src)
+    graph: dict[str, set[str]] = defaultdict(set)
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            graph[mod] |= {t for t in targets if t in mods and t != mod}
+    return graph
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+    for start in sorted(set(graph) | {t for ts in graph.values() for t in ts}):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def floor_problems(graph: dict[str, set[str]], floors: dict[int, tuple[str, ...]]) -> list[str]:
+    floor_of = {r: f for f, rooms in floors.items() for r in rooms}
+    problems = [f"{m}: room {room(m)!r} is on no floor" for m in sorted(graph) if room(m) not in floor_of]
+    for mod, targets in sorted(graph.items()):
+        a = room(mod)
+        for target in sorted(targets):
+            b = room(target)
+            if a == b or a not in floor_of or b not in floor_of:
+                continue
+            if floor_of[a] < floor_of[b] or (floor_of[a] == floor_of[b] and a not in BASE):
+                problems.append(f"{mod} (floor {floor_of[a]}) imports {target} (floor {floor_of[b]})")
+    return problems
+
+
+def test_no_import_cycle_between_modules_or_rooms():
+    graph = import_graph(SRC)
+    assert cycles(graph) == []
+    rooms: dict[str, set[str]] = defaultdict(set)
+    for mod, targets in graph.items():
+        rooms[room(mod)] |= {room(t) for t in targets} - {room(mod)}
+    assert cycles(rooms) == []
+
+
+def test_every_import_goes_down_and_every_room_is_on_the_map():
+    graph = import_graph(SRC)
+    for mod in _modules(SRC):
+        graph.setdefault(mod, set())
+    assert floor_problems(graph, FLOORS) == []
+    mapped = {r for rooms in FLOORS.values() for r in rooms}
+    assert mapped == {room(m) for m in _modules(SRC)}, "a room on the map that the package lacks, or the reverse"
+
+
+def test_the_scans_find_a_cycle_an_up_arrow_and_a_room_off_the_map(tmp_path):
+    pkg = tmp_path / "aipc_env"
+    for rel, text in {"__init__.py": "", "errors.py": "from aipc_env.paths import x\n",
+                      "paths.py": "def f():\n    from aipc_env import errors\n",
+                      "lock/__init__.py": "", "lock/a.py": "from aipc_env.facts.b import y\n",
+                      "facts/__init__.py": "", "facts/b.py": "from ..lock import a\n",
+                      "matrix/__init__.py": "", "matrix/m.py": "from aipc_env.lock import a\n",
+                      "newroom.py": "import aipc_env.errors\n"}.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    graph = import_graph(pkg)
+    assert cycles(graph) == [["aipc_env.errors", "aipc_env.paths"], ["aipc_env.facts.b", "aipc_env.lock.a"]]
+    problems = floor_problems(graph, FLOORS)
+    assert "aipc_env.lock.a (floor 2) imports aipc_env.facts.b (floor 3)" in problems
+    assert "aipc_env.matrix.m (floor 1) imports aipc_env.lock.a (floor 2)" in problems
+    assert "aipc_env.facts.b (floor 3) imports aipc_env.lock.a (floor 2)" not in problems
+    assert "aipc_env.newroom: room 'newroom' is on no floor" in problems
+    same = floor_problems({"aipc_env.doctor.x": {"aipc_env.launch.y"}, "aipc_env.launch.y": set()}, FLOORS)
+    assert same == ["aipc_env.doctor.x (floor 5) imports aipc_env.launch.y (floor 5)"]
+
+
+def _choose_pair_calls(src: Path) -> list[tuple[str, str, int, int]]:
+    calls = []
+    for mod, path in _modules(src).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) \
+                        == "choose_pair":
+                    calls.append((mod, func.name, len(node.args), len(node.keywords)))
+    return calls
+
+
+def test_choose_pair_is_called_from_one_place_with_one_shape():
+    assert _choose_pair_calls(SRC) == [("aipc_env.trainenv.select", "decide", 2, 0)]
+
+
+@pytest.mark.parametrize("body", ["def f(s):\n    return choose_pair(s, 'run')\n",
+                                  "def g(m):\n    return choose_pair(m, 'win-64', fallback=True)\n"])
+def test_the_call_scan_sees_a_second_caller(tmp_path, body):
+    pkg = tmp_path / "aipc_env"
+    (pkg / "trainenv").mkdir(parents=True)
+    (pkg / "trainenv" / "select.py").write_text("def decide(s, p):\n    return choose_pair(s, p)\n")
+    (pkg / "other.py").write_text(body)
+    assert len(_choose_pair_calls(pkg)) == 2
