@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from aipc_env.facts.gather import GatherOptions, gather_facts
-from aipc_env.trainenv.situation import gather_machine
 from aipc_env.trainenv.record import EnvRecord, write_env_record
+from aipc_env.trainenv.situation import gather_machine
 from tests.conftest import OUTPUTS, ROOT
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX fake tools")
