@@ -192,3 +192,34 @@ def test_the_call_scan_sees_a_second_caller(tmp_path, body):
     (pkg / "trainenv" / "select.py").write_text("def decide(s, p):\n    return choose_pair(s, p)\n")
     (pkg / "other.py").write_text(body)
     assert len(_choose_pair_calls(pkg)) == 2
+
+
+def _json_printers(src: Path) -> list[str]:
+    """Places in command modules that print JSON or ask whether --json was given (the renderer does both)."""
+    found = []
+    for path in sorted((src / "commands").glob("*.py")):
+        if path.name == "result.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr == "json" and getattr(node.value, "id", "") == "args":
+                name = "args.json"
+            elif isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called in ("dumps", "dump", "model_dump_json", "print_json"):
+                    name = called
+            if name:
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_command_prints_json_or_asks_for_it():
+    assert _json_printers(SRC) == []
+
+
+def test_the_json_scan_finds_a_command_that_prints_json(tmp_path):
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "commands" / "x.py").write_text(
+        "import json\ndef run(args):\n    if args.json:\n        print(json.dumps({}))\n")
+    assert _json_printers(tmp_path) == ["x.py:3: args.json", "x.py:4: dumps"]

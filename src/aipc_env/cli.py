@@ -81,9 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return ExitCode.USAGE
     try:
-        code = int(args.run(args))
+        from aipc_env.commands.result import Result, render
+
+        outcome = args.run(args)
+        if isinstance(outcome, Result):
+            return render(outcome, args)
         sys.stdout.flush()
-        return code
+        return int(outcome)
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
         return int(exc.exit_code)

@@ -18,8 +18,9 @@ def models() -> dict[str, type]:
     from aipc_env.container.render import ContextSpec
     from aipc_env.dataset.validate import Verdict
     from aipc_env.distill.config import DistillConfig
+    from aipc_env.distill.report import DistillReport
     from aipc_env.distill.trajectories import TrajectoryIndex, TrajectoryMeta
-    from aipc_env.distill.verdict import G3Manifest
+    from aipc_env.distill.verdict import DistillRunResult, G3Manifest
     from aipc_env.distill.verdict import Verdict as DistillVerdict
     from aipc_env.doctor import CheckCatalog, DoctorReport
     from aipc_env.facts.model import Facts
@@ -29,10 +30,11 @@ def models() -> dict[str, type]:
     from aipc_env.fleet.winget_pins import WinGetPins
     from aipc_env.gpu_runtime import GpuRuntimeTable
     from aipc_env.launch.plan import LaunchPlan
+    from aipc_env.lock.artifacts import InstallPlanReport
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
     from aipc_env.lock.refresh import RefreshReport
-    from aipc_env.lock.verify import LockVerifyReport
+    from aipc_env.lock.verify import LockVerifyReport, LockVerifyReports
     from aipc_env.lock.wheels import WheelManifest
     from aipc_env.matrix import Matrix
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
@@ -69,7 +71,9 @@ def models() -> dict[str, type]:
             "trajectory-index": TrajectoryIndex, "g3-manifest": G3Manifest,
             "adapt-manifest": AdaptManifest, "adapt-check-report": AdaptCheckReport, "smoke-result": SmokeResult,
             "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport,
-            "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable, "matrix-refresh-report": RefreshReport}
+            "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable, "matrix-refresh-report": RefreshReport,
+            "install-plan": InstallPlanReport, "lock-verify-reports": LockVerifyReports,
+            "distill-run-result": DistillRunResult, "distill-report": DistillReport}
 
 
 def schemas() -> dict[str, dict]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, print_json
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR
+from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -49,15 +50,14 @@ def _render_findings(report) -> None:
     console.print(f"{report.errors} error(s), {warns} warning(s)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int | Result:
     from aipc_env.qflux.adapt import apply_adaptation, plan_adaptation, revert_adaptation
     from aipc_env.qflux.checker import check_clone
 
     clone = args.clone
     if args.check:
         report = check_clone(clone)
-        print_json(report) if args.json else _render_findings(report)
-        return ExitCode.OK if not report.findings else ExitCode.PROBLEMS
+        return Result(report, lambda: _render_findings(report), ExitCode.OK if not report.findings else ExitCode.PROBLEMS)
     if args.revert:
         done = revert_adaptation(clone, force=args.force)
         print(f"aipc-env: reverted {len(done)} file(s); {clone} is pristine")
@@ -72,16 +72,13 @@ def run(args: argparse.Namespace) -> int:
         from aipc_env.qflux.smoke import run_smoke
 
         if report.findings:
-            _render_findings(report)
-            return ExitCode.PROBLEMS
+            return Result(report, lambda: _render_findings(report), ExitCode.PROBLEMS)
         result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix, plus=args.plus, env_prefix=args.env)
-        print_json(result) if args.json else print(result.summary())
-        return ExitCode.OK if result.passed else ExitCode.PROBLEMS
-    if args.json:
-        print_json(report)
-    else:
+        return Result(result, lambda: print(result.summary()), ExitCode.OK if result.passed else ExitCode.PROBLEMS)
+
+    def text() -> None:
         print(f"aipc-env: adapted {clone}: {len(written)} file(s) written" if written else
               f"aipc-env: {clone} is already adapted; nothing changed")
         if report.findings:
             _render_findings(report)
-    return ExitCode.OK if not report.findings else ExitCode.PROBLEMS
+    return Result(report, text, ExitCode.OK if not report.findings else ExitCode.PROBLEMS)

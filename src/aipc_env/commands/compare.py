@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, output_folder, print_json, seed
+from aipc_env.commands.options import JSON, output_folder, seed
+from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -36,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
     from aipc_env.tools.compare import CompareRequest, run_compare
     from aipc_env.train.config import load_config
@@ -49,8 +50,5 @@ def run(args: argparse.Namespace) -> int:
     manifest = run_compare(CompareRequest(model_path=Path(cfg.model.path), lora=args.lora, test_set=args.test_set,
                                           out=args.out, num_inference_steps=args.num_inference_steps, seed=args.seed,
                                           device=cfg.device, max_samples=args.max_samples))
-    if args.json:
-        print_json(manifest)
-    else:
-        print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to {args.out}")
-    return ExitCode.PROBLEMS if manifest.lora_changed_nothing else ExitCode.OK
+    return Result(manifest, lambda: print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to "
+                                          f"{args.out}"), ExitCode.PROBLEMS if manifest.lora_changed_nothing else ExitCode.OK)

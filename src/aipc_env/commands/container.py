@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, print_json, python_minor
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, python_minor
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -142,21 +143,18 @@ def _base_python(base: str) -> str:
     return python
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int | Result:
     return {"render": _cmd_render, "build": _cmd_build, "run": _cmd_run, "check": _cmd_check}[
         args.container_command](args)
 
 
-def _cmd_render(args: argparse.Namespace) -> int:
+def _cmd_render(args: argparse.Namespace) -> Result:
     (spec, _), out, _ = _render(args)
-    if args.json:
-        print_json(spec)
-    else:
-        print(f"wrote the build context for {spec.pair} to {out} ({len(spec.wheels)} wheels named)")
-    return ExitCode.OK
+    return Result(spec, lambda: print(f"wrote the build context for {spec.pair} to {out} ({len(spec.wheels)} wheels "
+                                      "named)"))
 
 
-def _cmd_build(args: argparse.Namespace) -> int:
+def _cmd_build(args: argparse.Namespace) -> Result:
     import time
 
     from aipc_env.container.build import ImageBuildReport, build_aipc_wheel, build_image
@@ -167,7 +165,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     engine = find_engine(args.engine)
     log = log_path("container-build")
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    say = progress(args).say
     (spec, artifacts), out, lockfile = _render(args)  # the lock and every input are checked before any long step
     if args.base_from_mirror:
         say(f"bootstrapping {args.base} from the distro mirror (log {log})")
@@ -181,11 +179,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     ident = build_image(engine, out, tag, log)
     report = ImageBuildReport(image=tag, image_id=ident, engine=engine.name, context=str(out), spec=spec,
                               seconds=round(time.perf_counter() - start, 1), log=str(log))
-    if args.json:
-        print_json(report)
-    else:
-        print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s")
-    return ExitCode.OK
+    return Result(report, lambda: print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s"))
 
 
 def _suite_of(base: str) -> str:
@@ -240,21 +234,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_foreground(argv, cwd=Path.cwd())
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _cmd_check(args: argparse.Namespace) -> Result:
     from aipc_env.container.build import check_image
     from aipc_env.paths import log_path
 
     lockfile, _ = _lockfile(args)
     log = log_path("container-check")
     report = check_image(args.image, lockfile, log)
-    if args.json:
-        print_json(report)
-    elif report.clean:
-        print(f"{args.image} matches {lockfile}")
-    else:
+
+    def text() -> None:
+        if report.clean:
+            print(f"{args.image} matches {lockfile}")
+            return
         if report.lock_sha256 != report.image_lock_sha256:
             print(f"{args.image} was built from another lock (sha256 {str(report.image_lock_sha256)[:12]}, this one "
                   f"{report.lock_sha256[:12]})")
         for d in report.drift:
             print(f"  {d.kind:8} {d.describe()}")
-    return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+    return Result(report, text, ExitCode.OK if report.clean else ExitCode.PROBLEMS)

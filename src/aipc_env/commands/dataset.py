@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, print_json
+from aipc_env.commands.options import JSON
+from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.dataset.scan import scan_dataset
     from aipc_env.dataset.validate import validate_scan
 
@@ -47,5 +48,4 @@ def run(args: argparse.Namespace) -> int:
         from aipc_env.dataset.qflux import qflux_warnings
 
         verdict = verdict.model_copy(update={"warnings": verdict.warnings + qflux_warnings(scan)})
-    print_json(verdict)
-    return ExitCode.OK if verdict.valid else ExitCode.PROBLEMS
+    return Result(verdict, code=ExitCode.OK if verdict.valid else ExitCode.PROBLEMS, always_json=True)

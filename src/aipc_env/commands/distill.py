@@ -8,7 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, print_json, say_to_stderr
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, say_to_stderr
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 from aipc_env.train.run import accelerate_config_text
 
@@ -105,7 +106,7 @@ def _config_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int | Result:
     from aipc_env.distill.config import load_distill_config, write_default_distill_config
 
     if args.stage == "init":
@@ -122,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
         from aipc_env.distill.report import build_report
 
         text, path = build_report(cfg)
-        if args.json:
-            from aipc_env.fileio import read_json
 
-            print_json(read_json(cfg.out / "report.json", "report.json"))
-        else:
+        def show() -> None:
             print(text, end="")
             print(f"aipc-env: report {path}")
-        return ExitCode.OK
+        from aipc_env.distill.report import DistillReport
+        from aipc_env.formats import load_versioned
+
+        return Result(load_versioned(DistillReport, cfg.out / "report.json"), show)
     if args.stage in ("export", "publish"):
         if args.repo is not None:
             from aipc_env.distill.licence import check_repo_name
@@ -205,10 +206,10 @@ def worker_phases(python: str, config_path: Path, stages: list[str], *, run_id: 
     return phases
 
 
-def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str]) -> int:
+def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str]) -> int | Result:
     import uuid
 
-    from aipc_env.distill.verdict import read_verdict
+    from aipc_env.distill.verdict import DistillRunResult, read_verdict
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
     run_id = uuid.uuid4().hex[:12]
@@ -218,7 +219,7 @@ def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str])
         return worker_phases(chosen.python, config_path, stages, run_id=run_id, inject=args.inject,
                              accelerate_config=out / ACCELERATE_CONFIG)
 
-    quiet = sys.stderr if args.json else None
+    quiet = progress(args).stream
     files = {ACCELERATE_CONFIG: accelerate_config_text(cfg.device, cfg.student.processes, _free_port())} \
         if "train" in stages else {}
     outcome = start_run(RunRequest(command="distill", run_dir=out, log_file=out / "distill.log", phases=phases,
@@ -229,15 +230,13 @@ def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str])
     if args.dry_run:
         return ExitCode.OK
     verdicts = [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
-    if args.json:
-        print_json({"schema_version": 1, "exit_code": rc, "run_id": run_id,
-                    "verdicts": [v.model_dump(mode="json") for v in verdicts]})
-    elif rc == ExitCode.OK:
-        plumbing = any(v.mode == "plumbing" for v in verdicts)
-        word = "ran without a failure (G3 as a plumbing check only)" if plumbing else "passed"
-        print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log "
-              f"{outcome.plan.log_file}")
-    elif rc != ExitCode.INTERRUPTED:
-        print(f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log "
-              f"{outcome.plan.log_file}", file=sys.stderr)
-    return rc
+    def text() -> None:
+        if rc == ExitCode.OK:
+            plumbing = any(v.mode == "plumbing" for v in verdicts)
+            word = "ran without a failure (G3 as a plumbing check only)" if plumbing else "passed"
+            print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log "
+                  f"{outcome.plan.log_file}")
+        elif rc != ExitCode.INTERRUPTED:
+            print(f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log "
+                  f"{outcome.plan.log_file}", file=sys.stderr)
+    return Result(DistillRunResult(exit_code=rc, run_id=run_id, verdicts=verdicts), text, rc)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, output_file, print_json
-from aipc_env.errors import ExitCode
+from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, output_file
+from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.doctor import CheckCatalog, CheckInfo, run_checks, select_checks
     from aipc_env.doctor.render import render_report
     from aipc_env.facts import load_facts
@@ -43,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_checks:
         specs = select_checks(None)
-        if args.json:
-            print_json(CheckCatalog(checks=[CheckInfo(id=s.id, category=s.category, title=s.title) for s in specs]))
-        else:
+
+        def listing() -> None:
             for spec in specs:
                 print(f"{spec.id:20} {spec.category:17} {spec.title}")
-        return ExitCode.OK
+        return Result(CheckCatalog(checks=[CheckInfo(id=s.id, category=s.category, title=s.title) for s in specs]),
+                      listing)
     select_checks(args.check)  # validate names before any work
     matrix = load_matrix(args.matrix)
     if args.facts:
@@ -64,8 +64,4 @@ def run(args: argparse.Namespace) -> int:
     root = lockfiles_dir()
     report = run_checks(facts, matrix, args.check, locks=available_locks(root), lock_for=lambda pair, platform:
                         read_pylock(p) if (p := pylock_path(root / pair, platform)).is_file() else None)
-    if args.json:
-        print_json(report)
-    else:
-        render_report(report, console_for(), verbose=args.verbose)
-    return report.exit_code
+    return Result(report, lambda: render_report(report, console_for(), verbose=args.verbose), report.exit_code)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json, python_minor
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 from aipc_env.platforms import DEFAULT_PYTHON
 
@@ -40,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
 
     from aipc_env.lock.lock import Indexes
     from aipc_env.lock.lockfile import pylock_path
@@ -79,21 +80,20 @@ def run(args: argparse.Namespace) -> int:
         lockfile = pylock_path(root / pair.id, platform)
         report = EnvCheckReport(pair=pair.id, prefix=str(prefix), lockfile=str(lockfile),
                                 drift=check_env(prefix, lockfile, platform))
-        if args.json:
-            print_json(report)
-        elif report.drift:
+
+        def drift() -> None:
+            if not report.drift:
+                print(f"{prefix} matches the {pair.id} lock")
+                return
             print(f"{len(report.drift)} difference(s) between {prefix} and the {pair.id} lock:")
             for d in report.drift:
                 print(f"  {d.kind:8} {d.describe()}")
             print(f"repair: nox -s env -- --pair {pair.id}" + (f" --prefix \"{prefix}\"" if args.prefix else ""))
-        else:
-            print(f"{prefix} matches the {pair.id} lock")
-        return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+        return Result(report, drift, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
     if args.dry_run:
         return _dry_run(args, pair, root, platform)
     log = log_path(f"env-{pair.id}")
-    if not args.json:
-        print(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}", flush=True)
+    progress(args).say(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}")
     req = EnvRequest(pair=pair, prefix=prefix, platform=platform, lock_root=root, log=log,
                      indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
                      base_python=args.base_python,
@@ -101,22 +101,22 @@ def run(args: argparse.Namespace) -> int:
                      unlocked=args.unlocked,
                      common=common_requirements(args.pip_layer) if args.pip_layer else None)
     result = build_env(req)
-    if args.json:
-        print_json(EnvBuildReport(pair=pair.id, why=choice.why, prefix=str(prefix), lockfile=str(result.lockfile),
-                                  changed=result.changed, repaired=result.drift_before,
-                                  seconds=round(result.seconds, 3), log=str(log)))
-    elif result.changed:
-        repaired = f" (repaired {len(result.drift_before)} difference(s))" if result.drift_before else ""
-        print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
-    else:
-        print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
-    return ExitCode.OK
+
+    def built() -> None:
+        if result.changed:
+            repaired = f" (repaired {len(result.drift_before)} difference(s))" if result.drift_before else ""
+            print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
+        else:
+            print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
+    return Result(EnvBuildReport(pair=pair.id, why=choice.why, prefix=str(prefix), lockfile=str(result.lockfile),
+                                 changed=result.changed, repaired=result.drift_before,
+                                 seconds=round(result.seconds, 3), log=str(log)), built)
 
 
-def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> int:
+def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> Result:
     """The install plan of the pair's lock for this platform: nothing is fetched or changed."""
     from aipc_env.errors import InputError
-    from aipc_env.lock.artifacts import install_plan
+    from aipc_env.lock.artifacts import InstallPlanReport, install_plan
     from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta, read_pylock
 
     lockfile = pylock_path(root / pair.id, platform)
@@ -127,23 +127,22 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> int:
     plan = install_plan(read_pylock(lockfile), python, lockfile, platform)
     known = sum(a.size or 0 for a in plan)
     unknown = [a for a in plan if a.size is None]
-    if args.json:
-        print_json({"schema_version": 1, "pair": pair.id, "platform": platform, "python": python,
-                    "lockfile": str(lockfile), "known_bytes": known, "size_unknown": [a.filename for a in unknown],
-                    "artifacts": [a.__dict__ for a in plan]})
-        return ExitCode.OK
-    print(f"{pair.id} on {platform}, Python {python}, from {lockfile}: {len(plan)} artifacts")
-    for a in plan:
-        size = f"{a.size / 2**20:8.1f} MB" if a.size is not None else "    size ?"
-        print(f"  {size}  {a.filename:<70} {a.where} ({a.provenance})")
-    hosts = sorted({a.where for a in plan})
-    print(f"total {known / 2**30:.2f} GB known" + (f", plus {len(unknown)} artifact(s) whose size no lock records "
-                                                   f"({', '.join(a.filename for a in unknown)})" if unknown else "")
-          + f"; from {', '.join(hosts)}; nothing was changed")
-    return ExitCode.OK
+
+    def text() -> None:
+        print(f"{pair.id} on {platform}, Python {python}, from {lockfile}: {len(plan)} artifacts")
+        for a in plan:
+            size = f"{a.size / 2**20:8.1f} MB" if a.size is not None else "    size ?"
+            print(f"  {size}  {a.filename:<70} {a.where} ({a.provenance})")
+        hosts = sorted({a.where for a in plan})
+        print(f"total {known / 2**30:.2f} GB known" + (f", plus {len(unknown)} artifact(s) whose size no lock records "
+                                                       f"({', '.join(a.filename for a in unknown)})" if unknown else "")
+              + f"; from {', '.join(hosts)}; nothing was changed")
+    return Result(InstallPlanReport(pair=pair.id, platform=platform, python=python, lockfile=str(lockfile),
+                                    known_bytes=known, size_unknown=[a.filename for a in unknown], artifacts=plan),
+                  text)
 
 
-def _bundle(args: argparse.Namespace) -> int:
+def _bundle(args: argparse.Namespace) -> Result:
     import os
     import sys
 
@@ -162,20 +161,13 @@ def _bundle(args: argparse.Namespace) -> int:
     if args.check:
         report = EnvCheckReport(pair=manifest.pair, prefix=str(prefix), lockfile=str(lockfile),
                                 drift=check_env(prefix, lockfile, manifest.platform))
-        if args.json:
-            print_json(report)
-        else:
-            print(f"{prefix} matches the bundle's lock" if report.clean else
-                  "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift))
-        return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+        return Result(report, lambda: print(f"{prefix} matches the bundle's lock" if report.clean else
+                                            "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift)),
+                      ExitCode.OK if report.clean else ExitCode.PROBLEMS)
     log = log_path("env-bundle")
     result = install_offline(args.bundle / "wheels", args.bundle / manifest.requirements, lockfile, pair=manifest.pair,
                              platform=manifest.platform, prefix=prefix,
                              base_python=args.base_python or sys.executable, log=log)
-    if args.json:
-        print_json(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix),
-                                  lockfile=str(lockfile), changed=True, repaired=[], seconds=round(result.seconds, 3),
-                                  log=str(log)))
-    else:
-        print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)")
-    return ExitCode.OK
+    return Result(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix), lockfile=str(lockfile),
+                                 changed=True, repaired=[], seconds=round(result.seconds, 3), log=str(log)),
+                  lambda: print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)"))

@@ -15,9 +15,9 @@ from aipc_env.commands.options import (
     lock_root,
     output_file,
     output_folder,
-    print_json,
     python_minor,
 )
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -85,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int | Result:
     return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report,
             "keygen": _keygen}[args.fleet_command](args)
 
@@ -124,7 +124,7 @@ def _pair(args: argparse.Namespace, platform: str = "win-64"):
     return decide(situation, "target").pair.pair
 
 
-def _winget(args: argparse.Namespace) -> int:
+def _winget(args: argparse.Namespace) -> Result:
     from aipc_env.fileio import atomic_write_text
     from aipc_env.fleet.winget import (
         WinGetCheckReport,
@@ -136,16 +136,15 @@ def _winget(args: argparse.Namespace) -> int:
 
     if args.check:
         report = WinGetCheckReport(file=str(args.check), issues=check_file(args.check))
-        if args.json:
-            print_json(report)
-        else:
+
+        def checked() -> None:
             for issue in report.issues:
                 print(issue.render(str(args.check)))
             if not report.errors:
                 warned = len(report.issues)
                 print(f"{args.check}: valid (the official schema and the real modules' properties)"
                       + (f"; {warned} warning(s)" if warned else ""))
-        return ExitCode.PROBLEMS if report.errors else ExitCode.OK
+        return Result(report, checked, ExitCode.PROBLEMS if report.errors else ExitCode.OK)
     pair = _pair(args)
     config = winget_configuration(pair)
     text = render_yaml(config, pair)
@@ -154,12 +153,9 @@ def _winget(args: argparse.Namespace) -> int:
         raise RuntimeError("; ".join(i.render("generated") for i in issues))
     if args.out:
         atomic_write_text(args.out, text)
-        print(f"wrote {args.out}", file=sys.stderr if args.json else sys.stdout)
-    elif not args.json:
-        print(text, end="")
-    if args.json:
-        print_json(config)
-    return ExitCode.OK
+        progress(args).say(f"wrote {args.out}")
+        return Result(config)
+    return Result(config, lambda: print(text, end=""))
 
 
 def _ansible(args: argparse.Namespace) -> int:
@@ -181,7 +177,7 @@ def _ansible(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _bundle(args: argparse.Namespace) -> int:
+def _bundle(args: argparse.Namespace) -> Result:
 
     from aipc_env.container.build import build_aipc_wheel
     from aipc_env.errors import InputError
@@ -213,18 +209,15 @@ def _bundle(args: argparse.Namespace) -> int:
     wheel_dir.mkdir(parents=True, exist_ok=True)
     wheel = build_aipc_wheel(wheel_dir, log)
     winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    say = progress(args).say
     manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel, sign_key=sign_key,
                             winget_yaml=winget, cache=cache_dir() / "wheels", find_links=args.find_links, log=say)
-    if args.json:
-        print_json(manifest)
-    else:
-        print(f"wrote the {args.platform} bundle of {pair.id} to {args.out} ({len(manifest.files)} files); install "
-              f"it with no network: sh bootstrap.sh (Linux) or bootstrap.ps1 (Windows)")
-    return ExitCode.OK
+    return Result(manifest, lambda: print(f"wrote the {args.platform} bundle of {pair.id} to {args.out} "
+                                          f"({len(manifest.files)} files); install it with no network: sh bootstrap.sh "
+                                          "(Linux) or bootstrap.ps1 (Windows)"))
 
 
-def _report(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace) -> Result:
     from aipc_env.fileio import atomic_write_text
     from aipc_env.fleet.render import render_csv, render_html
     from aipc_env.fleet.report import build_fleet_report
@@ -234,9 +227,8 @@ def _report(args: argparse.Namespace) -> int:
         atomic_write_text(args.out, render_html(report))
     if args.csv:
         atomic_write_text(args.csv, render_csv(report))
-    if args.json:
-        print_json(report)
-    else:
+
+    def text() -> None:
         from aipc_env.fleet.report import STATE_ORDER
 
         machines = [m for m in report.machines if m.state != "superseded"]
@@ -251,4 +243,4 @@ def _report(args: argparse.Namespace) -> int:
                 print(f"  {m.state}: {m.file}: {m.problem}")
         if args.out:
             print(f"wrote {args.out}")
-    return ExitCode.PROBLEMS if report.problems else ExitCode.OK
+    return Result(report, text, ExitCode.PROBLEMS if report.problems else ExitCode.OK)

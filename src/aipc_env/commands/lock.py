@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json, python_minor
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -61,7 +62,7 @@ def _lock_dirs(args: argparse.Namespace, root):
     return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "__")))
 
 
-def _check(args: argparse.Namespace, matrix, root) -> int:
+def _check(args: argparse.Namespace, matrix, root) -> Result:
     from aipc_env.lock.check import check_pair_lock, default_readers
     from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, lock_notes, meta_path, read_meta
 
@@ -72,29 +73,26 @@ def _check(args: argparse.Namespace, matrix, root) -> int:
         notes = lock_notes(read_meta(d)) if meta_path(d).is_file() else []
         statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix, readers=readers), notes=notes))
     report = LockCheckReport(lock_root=str(root), pairs=statuses)
-    if args.json:
-        print_json(report)
-    elif not dirs:
-        print(f"no lockfiles in {root}: produce them with `nox -s lock`")
-    else:
+
+    def text() -> None:
+        if not dirs:
+            print(f"no lockfiles in {root}: produce them with `nox -s lock`")
         for status in report.pairs:
             print(f"{'✗' if status.problems else '✓'} {status.pair}" + "".join(f"\n    {p}" for p in status.problems)
                   + "".join(f"\n    note: {n}" for n in status.notes))
-    return ExitCode.OK if report.clean else ExitCode.PROBLEMS
+    return Result(report, text, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
 
 
-def _verify(args: argparse.Namespace, matrix, root) -> int:
-    from aipc_env.lock.verify import verify_lock
+def _verify(args: argparse.Namespace, matrix, root) -> Result:
+    from aipc_env.lock.verify import LockVerifyReports, verify_lock
 
-    code = ExitCode.OK
-    reports = []
-    for d in _lock_dirs(args, root):
-        report = verify_lock(d, matrix.get(d.name), mirror=args.mirror)
-        reports.append(report)
-        if not report.clean:
-            code = ExitCode.PROBLEMS
-        if args.json:
-            continue
+    reports = [verify_lock(d, matrix.get(d.name), mirror=args.mirror) for d in _lock_dirs(args, root)]
+    code = ExitCode.OK if all(r.clean for r in reports) else ExitCode.PROBLEMS
+    return Result(LockVerifyReports(reports=reports), lambda: _verify_text(reports), code)
+
+
+def _verify_text(reports: list) -> None:
+    for report in reports:
         counts = {k: sum(c.status == k for c in report.checked) for k in ("verified", "changed", "unverified")}
         print(f"{'✓' if report.clean else '✗'} {report.pair}: {counts['verified']} verified, {counts['changed']} "
               f"changed, {counts['unverified']} unverified")
@@ -107,12 +105,9 @@ def _verify(args: argparse.Namespace, matrix, root) -> int:
             print(f"    Requires-Dist: {problem}")
         if not report.checked:
             print("    nothing to verify: every artifact was hashed against a live index")
-    if args.json:
-        print_json({"schema_version": 1, "reports": [r.model_dump(mode="json") for r in reports]})
-    return code
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import AipcError
     from aipc_env.lock.lock import Indexes, LockReport, lock_pair
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
@@ -129,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = [matrix.get(args.pair)] if args.pair else [p for p in matrix.pairs if p.certainty == "confirmed"]
     log = log_path("lock")
     written, failed = [], {}
-    say = (lambda m: None) if args.json else (lambda m: print(m, flush=True))
+    say = progress(args).say
     for pair in pairs:
         say(f"locking {pair.id} (oneAPI {pair.oneapi}) ...")
         try:
@@ -144,8 +139,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         written.append(str(out))
         say(f"  wrote {out}")
-    if args.json:
-        print_json(LockReport(written=written, log=str(log), failed=failed))
-    elif failed:
-        print(f"not locked: {', '.join(failed)} (see above; their lock folders are unchanged)")
-    return ExitCode.PROBLEMS if failed else ExitCode.OK
+    return Result(LockReport(written=written, log=str(log), failed=failed),
+                  lambda: print(f"not locked: {', '.join(failed)} (see above; their lock folders are unchanged)")
+                  if failed else None, ExitCode.PROBLEMS if failed else ExitCode.OK)

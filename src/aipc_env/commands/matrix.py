@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import INDEXES, JSON, MATRIX, console_for, output_folder, print_json
+from aipc_env.commands.options import INDEXES, JSON, MATRIX, console_for, output_folder
+from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -38,7 +39,7 @@ def _python_range(spec: str) -> str:
     return spec
 
 
-def _refresh(args: argparse.Namespace, matrix) -> int:
+def _refresh(args: argparse.Namespace, matrix) -> Result:
     import sys
 
     from aipc_env.errors import InputError
@@ -85,9 +86,8 @@ def _refresh(args: argparse.Namespace, matrix) -> int:
     report = RefreshReport(xpu_index_url=xpu, new_rows=[r["id"] for r in plan.new_rows],
                            updated_rows=list(plan.row_updates), new_wheels=len(plan.wheels),
                            new_metadata=len(plan.metadata), notes=plan.notes, unreadable=unreadable, written=written)
-    if args.json:
-        print_json(report)
-    else:
+
+    def text() -> None:
         for path in (source_matrix, source_manifest):
             sys.stdout.write(unified_diff(before[path], after[path], str(path)))
         for note in plan.notes:
@@ -98,22 +98,21 @@ def _refresh(args: argparse.Namespace, matrix) -> int:
               f"and {len(plan.metadata)} metadata record(s) to review" + (
                   f"; candidates in {Path(written[0]).parent} (review them, then copy what holds into environments/)"
                   if written else ": the matrix and the manifest are up to date"))
-    if unreadable and plan.empty:
-        return ExitCode.PROBLEMS
-    return ExitCode.OK if plan.empty else ExitCode.PROBLEMS
+    return Result(report, text, ExitCode.PROBLEMS if unreadable or not plan.empty else ExitCode.OK)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.matrix import load_matrix
 
     matrix = load_matrix(args.matrix)
     if args.action == "refresh":
         return _refresh(args, matrix)
-    if args.json:
-        print_json(matrix)
-        return ExitCode.OK
+    return Result(matrix, lambda: _table(matrix, args.verbose))
+
+
+def _table(matrix, verbose: bool) -> None:
+    from rich.table import Table
+
     console = console_for()
     table = Table("pair", "torch", "oneAPI", "Triton package", "ver.", "Python", "Win", "bnb≥", box=None,
                   pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
@@ -122,9 +121,8 @@ def run(args: argparse.Namespace) -> int:
                       p.triton.name, p.triton.version, _python_range(p.python),
                       {"full": "yes", "eager-only": "eager", "none": "no"}[p.windows], p.bitsandbytes_min)
     console.print(table)
-    if args.verbose:
+    if verbose:
         for p in matrix.pairs:
             console.print(f"{p.id}: {p.source}" + (f"\n  note: {p.notes}" if p.notes else ""))
     else:
         console.print("* provisional row (one weak source); -v: sources, --json: everything")
-    return ExitCode.OK

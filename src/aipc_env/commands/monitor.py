@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from aipc_env.commands.options import JSON, print_json
-from aipc_env.errors import ExitCode
+from aipc_env.commands.options import JSON
+from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
@@ -20,14 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.tools.monitor import MonitorReport, run_monitor
 
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
     png = args.out.with_suffix(".png")
     report = MonitorReport(samples=n, csv=str(args.out), plot=str(png) if png.is_file() else None)
-    if args.json:
-        print_json(report)
-    else:
-        print(f"{n} samples in {args.out}; plot {report.plot}")
-    return ExitCode.OK
+    return Result(report, lambda: print(f"{n} samples in {args.out}; plot {report.plot}"))

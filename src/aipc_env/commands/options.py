@@ -4,13 +4,10 @@ a rich console for people, versioned JSON (`--json`) for machines."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import TextIO
-
-from pydantic import BaseModel
 
 __all__ = [
     "DEVICE",
@@ -25,7 +22,6 @@ __all__ = [
     "device_of",
     "lock_root",
     "platform_of",
-    "print_json",
     "python_minor",
     "say_to_stderr",
 ]
@@ -130,13 +126,6 @@ def console_for(stream: TextIO | None = None):
     from rich.console import Console
 
     return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True, emoji=False)
-
-
-def print_json(data: BaseModel | dict | list) -> None:
-    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2,
-                                                                                           ensure_ascii=False)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 def say_to_stderr(text: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, print_json
-from aipc_env.errors import ExitCode
+from aipc_env.commands.options import ENV, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root
+from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.lock.lockfile import pylock_path, read_pylock
     from aipc_env.lock.specs import XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
@@ -45,22 +45,21 @@ def run(args: argparse.Namespace) -> int:
     result, diff, backup = apply_edits(args.path, pair=pair, xpu_index=args.xpu_index_url or XPU_INDEX_URL,
                                        pip_layer=common_requirements(), locked=locked, dry_run=args.dry_run)
     notes = [] if locked is not None else [f"no lock for {pair.id} here ({lock}); pins were not compared with a lock"]
-    if args.json:
-        print_json(RequirementsReport(path=str(args.path), pair=pair.id, pair_why=choice.why, dry_run=args.dry_run,
-                                      changed=result.changed, edits=result.edits, warnings=result.report,
-                                      notes=notes, backup=str(backup) if backup else None,
-                                      diff=diff if args.dry_run else None))
-        return ExitCode.OK
-    if args.dry_run and diff:
-        print(diff, end="")
-    for e in result.edits:
-        print(f"{'would edit' if args.dry_run else 'edited'} {e}")
-    if not result.changed:
-        print(f"{args.path}: nothing to change")
-    elif not args.dry_run:
-        print(f"{args.path}: written; original kept as {backup}")
-    for note in notes:
-        print(f"note: {note}")
-    for r in result.report:
-        print(f"warning: {r}")
-    return ExitCode.OK
+
+    def text() -> None:
+        if args.dry_run and diff:
+            print(diff, end="")
+        for e in result.edits:
+            print(f"{'would edit' if args.dry_run else 'edited'} {e}")
+        if not result.changed:
+            print(f"{args.path}: nothing to change")
+        elif not args.dry_run:
+            print(f"{args.path}: written; original kept as {backup}")
+        for note in notes:
+            print(f"note: {note}")
+        for r in result.report:
+            print(f"warning: {r}")
+    return Result(RequirementsReport(path=str(args.path), pair=pair.id, pair_why=choice.why, dry_run=args.dry_run,
+                                     changed=result.changed, edits=result.edits, warnings=result.report, notes=notes,
+                                     backup=str(backup) if backup else None, diff=diff if args.dry_run else None),
+                  text)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import DEVICE, JSON, output_folder, print_json
-from aipc_env.errors import ExitCode
+from aipc_env.commands.options import DEVICE, JSON, output_folder
+from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
     from aipc_env.tools.quantize import quantize_text_encoder, quantize_transformer
     from aipc_env.train.devices import pick_device
@@ -33,12 +33,11 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
     result = fn(args.src, args.dst, device)
-    if args.json:
-        print_json(result)
-        return ExitCode.OK
     key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"
-    print(f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
-          f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB")
-    print(f"set {key}: {result.dst}" + ("  (rebuild the cache after switching the text encoder)"
-                                        if args.part == "text-encoder" else ""))
-    return ExitCode.OK
+
+    def text() -> None:
+        print(f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
+              f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB")
+        print(f"set {key}: {result.dst}" + ("  (rebuild the cache after switching the text encoder)"
+                                            if args.part == "text-encoder" else ""))
+    return Result(result, text)

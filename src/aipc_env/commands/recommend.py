@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, output_file, print_json
-from aipc_env.errors import ExitCode
+from aipc_env.commands.options import JSON, output_file
+from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
@@ -92,18 +92,18 @@ def run(args: argparse.Namespace) -> int:
               if not args.smoke else f"# Written by `aipc-env recommend --smoke`: this {rec.tier_gb} GB machine's "
               "settings on the built-in tiny model. Run it: aipc-env train THIS_FILE\n")
     text = header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
-    if args.json:
-        print_json(RecommendReport(engine=args.engine, tier_gb=rec.tier_gb, config=config,
-                                   selected=[SelectedPattern(pattern=p, why=w) for p, w in rec.selected],
-                                   notes=rec.notes))
-    elif args.out:
+    if args.out:
         atomic_write_text(args.out, text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
-    if not args.json:
+
+    def show() -> None:
+        if args.out:
+            print(f"wrote {args.out}")
+        else:
+            print(text, end="")
         for pattern, why in rec.selected:
             print(f"selected {pattern}: {why}", file=sys.stderr)
         for note in rec.notes:
             print(f"note: {note}", file=sys.stderr)
-    return ExitCode.OK
+    return Result(RecommendReport(engine=args.engine, tier_gb=rec.tier_gb, config=config,
+                                  selected=[SelectedPattern(pattern=p, why=w) for p, w in rec.selected],
+                                  notes=rec.notes), show)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, MATRIX, PLATFORM, platform_of, print_json
+from aipc_env.commands.options import JSON, MATRIX, PLATFORM, platform_of
+from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.matrix import load_matrix
     from aipc_env.matrix.piplist import platform_of_list, read_list_text, read_pip_list
     from aipc_env.matrix.resolve import ToolkitReport, resolve_report
@@ -35,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     if args.toolkit:
         pairs = matrix.for_toolkit(args.toolkit)
-        print_json(ToolkitReport(toolkit=args.toolkit, pairs=[p.id for p in pairs], torch={p.id: p.torch for p in pairs}))
-        return ExitCode.OK if pairs else ExitCode.PROBLEMS
+        report = ToolkitReport(toolkit=args.toolkit, pairs=[p.id for p in pairs], torch={p.id: p.torch for p in pairs})
+        return Result(report, code=ExitCode.OK if pairs else ExitCode.PROBLEMS, always_json=True)
     text = read_list_text(args.pip_list)
     installed = read_pip_list(args.pip_list, text)
     if args.platform:
@@ -48,11 +49,7 @@ def run(args: argparse.Namespace) -> int:
             why = f"assumed: this machine's ({why}; pass --platform win-64 or linux-64)"
     report = resolve_report(installed, matrix, platform, torch_version_xpu=args.torch_version_xpu,
                             platform_source=why)
-    if args.json:
-        print_json(report)
-    else:
-        _render(report)
-    return ExitCode.OK if report.consistent else ExitCode.PROBLEMS
+    return Result(report, lambda: _render(report), ExitCode.OK if report.consistent else ExitCode.PROBLEMS)
 
 
 def _render(report) -> None:

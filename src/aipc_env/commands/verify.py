@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from aipc_env.commands.options import DEVICE, ENV, JSON, MATRIX, PAIR, console_for, device_of, print_json, say_to_stderr
+from aipc_env.commands.options import DEVICE, ENV, JSON, MATRIX, PAIR, console_for, device_of
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     import datetime as _dt
 
     from aipc_env.errors import AipcError
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = RunRequest(command="verify", run_dir=run_dir, log_file=run_dir / "verify.log", phases=phases,
                          env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix, device=device_of(args),
-                         stdout=sys.stderr if args.json else None, say=say_to_stderr if args.json else None)
+                         stdout=progress(args).stream, say=progress(args).say)
     outcome = start_run(request)
     if not result.is_file():
         raise AipcError(f"the verification worker ended with exit code {outcome.exit_code} and wrote no result",
@@ -70,8 +70,5 @@ def run(args: argparse.Namespace) -> int:
     write_verify_record(VerifyRecord(when=timestamp(), passed=report.passed, device=report.device,
                                      env_prefix=str(outcome.env.prefix), summary=report.summary,
                                      injected=report.inject))
-    if args.json:
-        print_json(report)
-    else:
-        render_verify(console_for(), report, verbose=args.verbose)
-    return ExitCode.OK if report.passed else ExitCode.PROBLEMS
+    return Result(report, lambda: render_verify(console_for(), report, verbose=args.verbose),
+                  ExitCode.OK if report.passed else ExitCode.PROBLEMS)

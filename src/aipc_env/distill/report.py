@@ -5,12 +5,31 @@ are named, never shown as results. Torch-free."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import ClassVar, Literal
 
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
 from aipc_env.fileio import atomic_write_text
+from aipc_env.formats import StrictModel, VersionedModel, write_model
+
+
+class GateRow(StrictModel):
+    gate: str
+    result: str
+
+
+class DistillReport(VersionedModel):
+    """report.json beside report.md, and `aipc-env distill report --json`."""
+
+    FORMAT: ClassVar[str] = "distillation report"
+    schema_version: Literal[1] = 1
+    status: str
+    gates: list[GateRow]
+    current: list[str]
+    """The stages whose verdicts count."""
+    ignored: dict[str, str]
+    """stage -> why its verdict on disk does not count."""
 
 __all__ = ["build_report", "current_verdicts", "gate_rows", "status_line"]
 
@@ -172,7 +191,7 @@ def build_report(cfg: DistillConfig) -> tuple[str, Path]:
     text = "\n".join(lines) + "\n"
     path = cfg.out / "report.md"
     atomic_write_text(path, text)
-    atomic_write_text(cfg.out / "report.json", json.dumps({
-        "status": status_line(verdicts), "gates": [{"gate": a, "result": b} for a, b in rows],
-        "current": list(verdicts), "ignored": ignored}, indent=2) + "\n")
+    write_model(cfg.out / "report.json", DistillReport(status=status_line(verdicts),
+                                                       gates=[GateRow(gate=a, result=b) for a, b in rows],
+                                                       current=list(verdicts), ignored=ignored))
     return text, path

@@ -217,6 +217,16 @@ def read_verdict(out: Path, stage: str) -> Verdict | None:
     return load_versioned(Verdict, path) if path.is_file() else None
 
 
+class DistillRunResult(VersionedModel):
+    """`aipc-env distill STAGE --json`: the run's exit code and the verdicts it wrote."""
+
+    FORMAT: ClassVar[str] = "distillation run result"
+    schema_version: Literal[1] = 1
+    exit_code: int
+    run_id: str
+    verdicts: list[Verdict]
+
+
 class G3Entry(StrictModel):
     prompt: str
     seed: int

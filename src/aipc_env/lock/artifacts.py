@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 from urllib.parse import unquote, urlparse
 
 from packaging.markers import Marker
@@ -20,6 +21,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fileio import parse_toml, read_text
+from aipc_env.formats import VersionedModel
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 from aipc_env.platforms import Platform, marker_environment
 from aipc_env.specs import check_file_name, check_sha256
@@ -153,6 +155,20 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
                              "hand-edited)") from None
         chosen.append(Artifact(pkg.name, pkg.version or "", filename.replace("%2B", "+"), wheel.url, wheel.path, sha))
     return chosen
+
+
+class InstallPlanReport(VersionedModel):
+    """`aipc-env env --dry-run --json`: what a build from the lock downloads."""
+
+    FORMAT: ClassVar[str] = "install plan"
+    schema_version: Literal[1] = 1
+    pair: str
+    platform: str
+    python: str
+    lockfile: str
+    known_bytes: int
+    size_unknown: list[str]
+    artifacts: list[PlannedArtifact]
 
 
 @dataclass(frozen=True)

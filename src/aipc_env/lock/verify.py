@@ -65,6 +65,14 @@ class LockVerifyReport(VersionedModel):
         return bool(self.checked) and all(c.status == "verified" for c in self.checked) and not self.requires_dist
 
 
+class LockVerifyReports(VersionedModel):
+    """`aipc-env lock verify --json`: one report per lock folder."""
+
+    FORMAT: ClassVar[str] = "lock verify reports"
+    schema_version: Literal[1] = 1
+    reports: list[LockVerifyReport]
+
+
 def _fetch(url: str, target: Path, timeout: float) -> str:
     """Download url to target; its sha256. Raises OSError/URLError when it cannot."""
     digest = hashlib.sha256()

@@ -1,0 +1,66 @@
+"""What a command returns and the one renderer that prints it (called by the CLI after the command): `--json` prints
+the result's versioned model on stdout and nothing else; otherwise its text for people. Commands never print JSON and
+never ask whether `--json` was given: progress lines go through `progress(args)`, which sends them to stderr when
+stdout is JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+from pydantic import BaseModel
+
+from aipc_env.errors import ExitCode
+
+__all__ = ["Progress", "Result", "progress", "render"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A command's outcome: `data` (what --json prints: a versioned format of docs/schemas/, or the documented
+    format of another tool, e.g. a WinGet configuration), `text` (prints it for people; None: nothing more to say)
+    and the exit code."""
+
+    data: BaseModel
+    text: Callable[[], None] | None = None
+    code: int = ExitCode.OK
+    always_json: bool = False
+    """The data is the output for people too (a verdict read by people and scripts alike)."""
+
+
+def _as_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def render(result: Result, args: argparse.Namespace) -> int:
+    if _as_json(args) or result.always_json:
+        if not isinstance(result.data, BaseModel):  # pragma: no cover - a programming error, caught by the types
+            raise TypeError(f"a command's --json output must be a model, not {type(result.data).__name__}")
+        sys.stdout.write(result.data.model_dump_json(indent=2) + "\n")
+    elif result.text is not None:
+        result.text()
+    sys.stdout.flush()
+    return int(result.code)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a command's progress lines and a launcher's output go: stdout for people, stderr when stdout is JSON."""
+
+    stream: TextIO | None
+    """None: stdout (resolved at print time, so a test's captured stdout is honoured)."""
+
+    def say(self, text: str) -> None:
+        print(text, file=self.stream or sys.stdout, flush=True)
+
+    @property
+    def quiet(self) -> bool:
+        """stdout carries JSON: the command's prose for people is left out."""
+        return self.stream is not None
+
+
+def progress(args: argparse.Namespace) -> Progress:
+    return Progress(sys.stderr if _as_json(args) else None)
