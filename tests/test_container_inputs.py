@@ -95,10 +95,14 @@ def test_out_never_replaces_a_users_folder_but_may_rerender(tmp_path):
 def test_labels_are_quoted(tmp_path):
     from aipc_env.container.render import ContextSpec, containerfile
 
-    spec = ContextSpec(pair='x" && touch /pwned "', base="ubuntu:24.04", gpu_runtime="none", python="3.11",
+    spec = ContextSpec(pair="xpu-2.13", base="ubuntu:24.04", gpu_runtime="none", python="3.11",
                        lock_sha256="0" * 64, aipc_env_wheel="a.whl", wheels=[])
-    text = containerfile(spec)
-    assert 'io.aipc-env.pair="x\\" && touch /pwned \\""' in text
+    assert 'io.aipc-env.pair="xpu-2.13"' in containerfile(spec)
+    # a value that is not a plain name never reaches the Containerfile, quoted or not
+    for field, value in (("pair", 'x" && touch /pwned "'), ("aipc_env_wheel", "a.whl\nRUN touch /pwned"),
+                         ("base", "ubuntu:24.04\nRUN touch /pwned")):
+        with pytest.raises((ValueError, InputError)):
+            containerfile(spec.model_copy(update={field: value}))
 
 
 def test_the_default_gpu_runtime_needs_a_source_on_a_distribution_without_one(tmp_path):

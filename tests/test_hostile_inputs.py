@@ -143,7 +143,8 @@ def test_a_hostile_hostname_reaches_the_fleet_csv_as_text(tmp_path):
     hostnames = {r["hostname"] for r in rows}
     assert "'=cmd|\"/c calc\"!A1" in hostnames
     assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())
-    assert "=cmd|&quot;/c calc&quot;!A1" in (tmp_path / "out.html").read_text(encoding="utf-8")
+    page = (tmp_path / "out.html").read_text(encoding="utf-8")
+    assert "=cmd|&#34;/c calc&#34;!A1" in page and '"/c calc"' not in page  # HTML-escaped, quotes included
 
 
 # --- every invalid value is exit 2, naming the file and key (or the option) -----------------------------------

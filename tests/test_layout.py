@@ -108,6 +108,13 @@ def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
         for lock in locks:
             name = f"aipc_env/lockfiles/{lock.relative_to(ROOT / 'lockfiles').as_posix()}"
             assert archive.read(name) == lock.read_bytes(), name
+        package = ROOT / "src" / "aipc_env"  # every template and script file beside the code that renders it
+        shipped_files = sorted(p for folder in ("templates", "scripts") for p in package.rglob(f"{folder}/*")
+                               if p.is_file() and "__pycache__" not in p.parts)
+        assert len(shipped_files) >= 20
+        for path in shipped_files:
+            name = f"aipc_env/{path.relative_to(package).as_posix()}"
+            assert archive.read(name) == path.read_bytes(), name
 
 
 def test_no_test_skips_under_ci():

@@ -97,15 +97,30 @@ def test_the_scan_finds_literals():
     assert _literal_exit_codes(ast.parse("def a():\n    return ExitCode.OK\n")) == []
 
 
-def test_launcher_templates_name_their_exit_codes():
-    from aipc_env.launch.render import EXIT_MARKS
+TEMPLATE_FILES = [ROOT / "launchers" / "launch.sh", ROOT / "launchers" / "launch.bat",
+                  *sorted((SRC / "fleet" / "templates").iterdir()), *sorted((SRC / "container" / "templates").iterdir())]
 
-    assert EXIT_MARKS["@AIPC_EXIT_USAGE@"] == str(ExitCode.USAGE)
-    for name in ("launch.sh", "launch.bat"):
-        text = (ROOT / "launchers" / name).read_text(encoding="utf-8")
-        literal = re.findall(r"\bexit(?: /b)? +(\d+)", text)
-        assert literal == [], f"{name}: exit {literal}"
-        assert set(re.findall(r"@AIPC_EXIT_[A-Z_]+@", text)) <= set(EXIT_MARKS)
+
+def _literal_exits(text: str) -> list[str]:
+    """`exit 1`, `exit /b 2`, `sys.exit(1)`, `rc not in [0, 1]`: exit codes written as numbers."""
+    return (re.findall(r"\bexit(?: /b)? +(\d+)", text) + re.findall(r"\bsys\.exit\((\d+)\)", text)
+            + re.findall(r"\brc (?:not )?in \[([\d, ]+)\]", text))
+
+
+def test_templates_name_their_exit_codes():
+    from aipc_env.templating import EXIT_MARKS
+
+    assert EXIT_MARKS["exit_usage"] == str(ExitCode.USAGE)
+    for path in TEMPLATE_FILES:
+        text = path.read_text(encoding="utf-8")
+        assert _literal_exits(text) == [], f"{path.name}: {_literal_exits(text)}"
+        named = {m.lower() for m in re.findall(r"@AIPC_(EXIT_[A-Z_]+)@", text)}
+        assert named <= set(EXIT_MARKS), path.name
+
+
+def test_the_exit_scan_finds_numbers():
+    assert _literal_exits("exit 1\nexit /b 2\nsys.exit(3)\nfailed_when: x.rc not in [0, 1]\nexit $RC\n") == \
+        ["1", "2", "3", "0, 1"]
 
 
 def test_every_run_starts_through_the_run_service():

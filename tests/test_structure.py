@@ -6,6 +6,7 @@ called from one place with one argument shape. The map is FLOORS below; docs/arc
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +19,7 @@ SRC = ROOT / "src" / "aipc_env"
 # floor -> rooms (a room: a subpackage, or a module at the package root). A room imports from lower floors only.
 FLOORS: dict[int, tuple[str, ...]] = {
     0: ("aipc_env", "errors", "procs", "interrupts", "paths", "platforms", "specs", "tabular", "fileio", "formats",
-        "outputs", "gpu_runtime"),
+        "outputs", "gpu_runtime", "templating"),
     1: ("dataset", "matrix"),
     2: ("lock",),
     3: ("facts",),
@@ -223,3 +224,52 @@ def test_the_json_scan_finds_a_command_that_prints_json(tmp_path):
     (tmp_path / "commands" / "x.py").write_text(
         "import json\ndef run(args):\n    if args.json:\n        print(json.dumps({}))\n")
     assert _json_printers(tmp_path) == ["x.py:3: args.json", "x.py:4: dumps"]
+
+
+CODE_IN_STRINGS = re.compile(
+    r"(?i:<(?:!DOCTYPE|html|table|tr|td|th|div|svg|rect|script|style|select|option)\b)"  # HTML
+    r"|^#!/|(?:^|\n)\s*set -e"  # shell
+    r"|\$ErrorActionPreference|Write-(?:Error|Warning)|Get-(?:ChildItem|CimInstance)|(?:Join|Test)-Path"
+    r"|(?:ForEach|Where)-Object|\bparam\(\["  # PowerShell
+    r"|(?:^|\n)\s*(?:RUN|FROM|COPY|ENTRYPOINT) "  # Containerfile
+    r"|(?:^|\n)\s*- name: |(?:^|\n)\s*hosts: |\{\{ *[a-z_]+ *\}\}")  # Ansible YAML
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            for i, stmt in enumerate(body):  # the docstring, and attribute docstrings after assignments
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and \
+                        (i == 0 or isinstance(body[i - 1], (ast.Assign, ast.AnnAssign))):
+                    ids.add(id(stmt.value))
+    return ids
+
+
+def code_in_strings(src: Path) -> list[str]:
+    """String literals in the package (not docstrings) that hold shell, PowerShell, HTML, Containerfile or Ansible
+    code: such text lives in template files."""
+    found = []
+    for mod, path in sorted(_modules(src).items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
+                    and CODE_IN_STRINGS.search(node.value):
+                found.append(f"{mod}:{node.lineno}")
+    return found
+
+
+def test_no_shell_powershell_html_or_yaml_in_python_strings():
+    assert code_in_strings(SRC) == []
+
+
+@pytest.mark.parametrize("text", ['"<td>{x}</td>"', '"#!/bin/sh\\nset -eu\\n"', '"$ErrorActionPreference = 1"',
+                                  '"(Test-Path (Join-Path $root x))"',
+                                  '"FROM x\\nRUN y"', '"- name: x\\n  hosts: all"', 'f"<tr>{a}"'])
+def test_the_code_scan_finds_each_language(tmp_path, text):
+    pkg = tmp_path / "aipc_env"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(f'"""A docstring may say <td> or #!/bin/sh."""\nX = {text}\n')
+    assert code_in_strings(pkg) == ["aipc_env.m:2"]

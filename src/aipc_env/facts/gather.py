@@ -163,8 +163,7 @@ def _windows_gpus(timeout: float) -> list[GpuInfo]:
     ps = which("powershell") or which("pwsh")
     if not ps:
         raise ProbeFailed("powershell not found")
-    query = ("Get-CimInstance Win32_VideoController | "
-             "Select-Object Name,DriverVersion,PNPDeviceID,Status | ConvertTo-Json -Compress")
+    query = (Path(__file__).with_name("scripts") / "windows-gpus.ps1").read_text(encoding="utf-8").strip()
     out = run_capture([ps, "-NoProfile", "-NonInteractive", "-Command", query], timeout=timeout)
     return parse.parse_cim_gpus(out.stdout)
 

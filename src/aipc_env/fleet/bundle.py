@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.errors import InputError
+from aipc_env.fleet import template_text
 from aipc_env.fleet.sign import SecretKey, sign_file
 from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.interrupts import checkpoint
@@ -25,6 +26,7 @@ from aipc_env.lock.artifacts import (
 from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
 from aipc_env.platforms import Platform
+from aipc_env.templating import render_marked
 
 __all__ = ["MANIFEST", "SIGNATURE", "BundleManifest", "build_bundle"]
 
@@ -50,135 +52,6 @@ class BundleManifest(VersionedModel):
     created_at: str
     files: dict[str, str]
     """Path relative to the bundle (forward slashes) -> sha256."""
-
-
-BOOTSTRAP_SH = """#!/bin/sh
-# aipc-env offline bundle ({pair}, {platform}): build the training env with no network.
-# Usage: AIPC_ENV_BUNDLE_TRUST=/path/admin.pub sh bootstrap.sh [--prefix DIR]   (needs python3 {python} with venv)
-# With AIPC_ENV_BUNDLE_TRUST (the admin's minisign public key, kept outside the bundle) the manifest's signature is
-# checked with the minisign CLI before anything from the bundle runs; without it an unsigned bundle is warned about.
-set -eu
-here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-if [ -n "${{AIPC_ENV_BUNDLE_TRUST:-}}" ]; then
-    if ! command -v minisign >/dev/null 2>&1; then
-        echo "aipc-env bundle: a trust key is set but minisign is not installed (apt install minisign)" >&2
-        exit 1
-    fi
-    if ! minisign -Vm "$here/{manifest}" -p "$AIPC_ENV_BUNDLE_TRUST" -q; then
-        echo "aipc-env bundle: the manifest's signature does not verify with $AIPC_ENV_BUNDLE_TRUST; nothing was run" >&2
-        exit 1
-    fi
-else
-    echo "aipc-env bundle: warning: no AIPC_ENV_BUNDLE_TRUST key: the bundle's signature is not checked" >&2
-fi
-# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
-python3 -I - "$here" <<'PY'
-import hashlib, json, os, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-files = json.loads((root / "{manifest}").read_text(encoding="utf-8"))["files"]
-bad = [f for f in files if f.startswith(("/", "\\\\")) or ".." in f.split("/") or ":" in f or "\\\\" in f]
-bad += [f for f, h in files.items() if f not in bad and (os.path.islink(root / f) or not (root / f).is_file()
-        or hashlib.sha256((root / f).read_bytes()).hexdigest() != h)]
-known = set(files) | {{"{manifest}", "{manifest}.minisig"}}
-for dirpath, dirnames, filenames in os.walk(root):
-    for name in dirnames + filenames:
-        rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-        if os.path.islink(os.path.join(dirpath, name)) or (name in filenames and rel not in known):
-            bad.append(rel)
-if bad:
-    sys.exit("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ", ".join(bad[:5]))
-PY
-# the aipc-env that installs the env lives outside the bundle: a temporary venv, or AIPC_BUNDLE_TOOL (kept, for
-# the commands that follow, e.g. an Ansible play's env --check and doctor)
-if [ -n "${{AIPC_BUNDLE_TOOL:-}}" ]; then
-    case "$AIPC_BUNDLE_TOOL" in
-        "$here"|"$here"/*) echo "aipc-env bundle: AIPC_BUNDLE_TOOL must be outside the bundle" >&2; exit 2 ;;
-    esac
-    if [ -e "$AIPC_BUNDLE_TOOL" ] && [ ! -f "$AIPC_BUNDLE_TOOL/pyvenv.cfg" ]; then
-        echo "aipc-env bundle: AIPC_BUNDLE_TOOL=$AIPC_BUNDLE_TOOL exists and is not a venv" >&2; exit 2
-    fi
-    venv=$AIPC_BUNDLE_TOOL
-else
-    tool=$(mktemp -d "${{TMPDIR:-/tmp}}/aipc-bundle-tool.XXXXXX")
-    trap 'rm -rf "$tool"' EXIT
-    venv=$tool/venv
-fi
-python3 -m venv --clear "$venv"
-"$venv/bin/python" -m pip install --no-index --find-links "$here/{wheels}" --quiet \\
-    "$here/{wheels}/{aipc_wheel}" uv
-"$venv/bin/aipc-env" env --bundle "$here" --base-python python3 "$@"
-"""
-
-BOOTSTRAP_PS1 = """# aipc-env offline bundle ({pair}, {platform}): build the training env with no network.
-# Usage (Windows PowerShell 5.1): powershell -ExecutionPolicy Bypass -File bootstrap.ps1 [-Prefix DIR] [-Trust admin.pub]
-# With -Trust (or AIPC_ENV_BUNDLE_TRUST: the admin's minisign public key, kept outside the bundle) the manifest's
-# signature is checked with minisign.exe before anything from the bundle runs.
-param([string]$Prefix = "", [string]$Trust = $env:AIPC_ENV_BUNDLE_TRUST, [string]$Tool = $env:AIPC_BUNDLE_TOOL)
-$ErrorActionPreference = "Stop"
-$here = Split-Path -Parent $MyInvocation.MyCommand.Path
-if ($Trust) {{
-    if (-not (Get-Command minisign.exe -ErrorAction SilentlyContinue)) {{
-        Write-Error "aipc-env bundle: a trust key is set but minisign.exe is not on PATH (winget install jedisct1.minisign)"
-        exit 1
-    }}
-    & minisign.exe -Vm "$here\\{manifest}" -p $Trust -q
-    if ($LASTEXITCODE -ne 0) {{
-        Write-Error "aipc-env bundle: the manifest's signature does not verify; nothing was run"
-        exit 1
-    }}
-}} else {{
-    Write-Warning "aipc-env bundle: no trust key (-Trust): the bundle's signature is not checked"
-}}
-# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
-$manifest = Get-Content -Raw -Encoding UTF8 "$here\\{manifest}" | ConvertFrom-Json
-$bad = @()
-$known = @{{"{manifest}" = 1; "{manifest}.minisig" = 1}}
-foreach ($entry in $manifest.files.PSObject.Properties) {{
-    $known[$entry.Name] = 1
-    if ($entry.Name -match '(^[/\\\\])|(\\.\\.)|:|\\\\') {{ $bad += $entry.Name; continue }}
-    $path = Join-Path $here $entry.Name
-    $item = Get-Item -LiteralPath $path -Force -ErrorAction SilentlyContinue
-    if (-not $item -or $item.PSIsContainer -or $item.LinkType) {{ $bad += $entry.Name; continue }}
-    $hash = (Get-FileHash -LiteralPath $path -Algorithm SHA256).Hash.ToLower()
-    if ($hash -ne $entry.Value) {{ $bad += $entry.Name }}
-}}
-foreach ($item in Get-ChildItem -LiteralPath $here -Recurse -Force) {{
-    $rel = $item.FullName.Substring($here.Length + 1).Replace("\\", "/")
-    if ($item.LinkType -or (-not $item.PSIsContainer -and -not $known.ContainsKey($rel))) {{ $bad += $rel }}
-}}
-if ($bad.Count -gt 0) {{
-    Write-Error ("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ($bad -join ", "))
-    exit 1
-}}
-# the aipc-env that installs the env lives outside the bundle: a temporary venv, or -Tool DIR (kept)
-$keep = [bool]$Tool
-if ($keep) {{
-    $full = [System.IO.Path]::GetFullPath($Tool)
-    if ($full -eq $here -or $full.StartsWith($here + "\\")) {{
-        Write-Error "aipc-env bundle: -Tool must be outside the bundle"; exit 2
-    }}
-    if ((Test-Path -LiteralPath $full) -and -not (Test-Path -LiteralPath (Join-Path $full "pyvenv.cfg"))) {{
-        Write-Error "aipc-env bundle: -Tool $full exists and is not a venv"; exit 2
-    }}
-    $tool = $full
-}} else {{
-    $tool = Join-Path ([System.IO.Path]::GetTempPath()) ("aipc-bundle-tool-" + [guid]::NewGuid())
-}}
-try {{
-    py -{python} -m venv --clear "$tool"
-    if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
-    & "$tool\\Scripts\\python.exe" -m pip install --no-index --find-links "$here\\{wheels}" --quiet `
-        "$here\\{wheels}\\{aipc_wheel}" uv
-    if ($LASTEXITCODE -ne 0) {{ exit $LASTEXITCODE }}
-    $argv = @("env", "--bundle", $here)
-    if ($Prefix) {{ $argv += @("--prefix", $Prefix) }}
-    if ($Trust) {{ $argv += @("--trust", $Trust) }}
-    & "$tool\\Scripts\\aipc-env.exe" @argv
-    exit $LASTEXITCODE
-}} finally {{
-    if (-not $keep) {{ Remove-Item -LiteralPath $tool -Recurse -Force -ErrorAction SilentlyContinue }}
-}}
-"""
 
 
 def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path) -> list[Path]:
@@ -238,9 +111,10 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     names = {"pair": pair.id, "platform": platform, "python": python, "wheels": WHEELS, "aipc_wheel": aipc_wheel.name,
              "manifest": MANIFEST}
     sh = out / "bootstrap.sh"
-    sh.write_text(BOOTSTRAP_SH.format(**names), encoding="utf-8")
+    sh.write_text(render_marked(template_text("bootstrap.sh"), "bootstrap.sh", names), encoding="utf-8")
     sh.chmod(0o755)
-    (out / "bootstrap.ps1").write_text(BOOTSTRAP_PS1.format(**names).replace("\n", "\r\n"), encoding="utf-8")
+    ps1 = render_marked(template_text("bootstrap.ps1"), "bootstrap.ps1", names)
+    (out / "bootstrap.ps1").write_text(ps1.replace("\n", "\r\n"), encoding="utf-8")
     if winget_yaml is not None:
         (out / f"aipc-{pair.id}.dsc.yaml").write_text(winget_yaml, encoding="utf-8")
     files = {p.relative_to(out).as_posix(): file_sha256(p) for p in sorted(out.rglob("*")) if p.is_file()}

@@ -9,9 +9,11 @@ import yaml
 
 from aipc_env.doctor.checks.gpu import MIN_WINDOWS_DRIVER_BUILD
 from aipc_env.doctor.checks.system import CEILING_MIN, TDR_MIN_SECONDS
+from aipc_env.fleet import template_text
 from aipc_env.fleet.winget_check import WinGetCheckReport, WinGetIssue, check_file, validate_configuration
 from aipc_env.fleet.winget_pins import WinGetPins, load_winget_pins
 from aipc_env.matrix import Pair
+from aipc_env.templating import render_marked
 
 __all__ = [
     "SCHEMA_URL",
@@ -58,10 +60,9 @@ def _registry(id_: str, key: str, name: str, value: int, description: str) -> di
                          "Ensure": "Present", "Force": True}}
 
 
-ONEAPI_TEST = (
-    "$root = Join-Path ${{env:ProgramFiles(x86)}} 'Intel\\oneAPI'; "
-    "(Test-Path (Join-Path $root 'compiler\\{release}')) -and (Test-Path (Join-Path $root 'setvars.bat'))"
-)
+def _script(name: str, **values: str) -> str:
+    """A DSC Script resource's one-line PowerShell (templates/dsc-*.ps1), its values plain words."""
+    return render_marked(template_text(name), name, values).strip()
 
 
 def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict | None, dict | None]:
@@ -76,22 +77,13 @@ def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict | None, dict | None]:
                   "directives": {"description": f"{what}. NOT PROVISIONED BY WINGET: winget-pkgs lists no package "
                                  f"of oneAPI {pair.oneapi}; install it through the fleet's channel (Intel's offline "
                                  "installer) before applying this file", "allowPrerelease": True},
-                  "settings": {"GetScript": "@{ Result = (Get-ChildItem (Join-Path ${env:ProgramFiles(x86)} "
-                                            "'Intel\\oneAPI\\compiler') -Name) -join ',' }",
-                               "TestScript": ONEAPI_TEST.format(release=pair.oneapi),
-                               "SetScript": f"throw 'install Intel oneAPI {pair.oneapi} through the fleet channel: "
-                                            "winget-pkgs does not list it'"}}
+                  "settings": {"GetScript": _script("dsc-oneapi-get.ps1"),
+                               "TestScript": _script("dsc-oneapi-test.ps1", release=pair.oneapi),
+                               "SetScript": _script("dsc-oneapi-set.ps1", release=pair.oneapi)}}
 
 
 def oneapi_provisioned_by_winget(pair: Pair, pins: WinGetPins | None = None) -> bool:
     return (pins or load_winget_pins()).oneapi_for(pair.oneapi) is not None
-
-
-DRIVER_TEST = (
-    "$floor = [version]'{floor}'; $ok = $false; "
-    "Get-CimInstance Win32_VideoController | Where-Object {{ $_.PNPDeviceID -like '*VEN_8086*' }} | "
-    "ForEach-Object {{ if ([version]$_.DriverVersion -ge $floor) {{ $ok = $true }} }}; $ok"
-)
 
 
 def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
@@ -102,10 +94,9 @@ def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
     driver = {"resource": "PSDscResources/Script", "id": "intel-gpu-driver",
               "directives": {"description": f"an Intel GPU with a driver at or above {DRIVER_FLOOR} (the doctor's "
                              "floor); deploy the driver through the fleet's usual channel", "allowPrerelease": True},
-              "settings": {"GetScript": "@{ Result = (Get-CimInstance Win32_VideoController | "
-                                        "Where-Object { $_.PNPDeviceID -like '*VEN_8086*' }).DriverVersion }",
-                           "TestScript": DRIVER_TEST.format(floor=DRIVER_FLOOR),
-                           "SetScript": "throw 'update the Intel graphics driver through the fleet channel'"}}
+              "settings": {"GetScript": _script("dsc-driver-get.ps1"),
+                           "TestScript": _script("dsc-driver-test.ps1", floor=DRIVER_FLOOR),
+                           "SetScript": _script("dsc-driver-set.ps1")}}
     oneapi, oneapi_assertion = _oneapi(pair, pins)
     miniforge, git = pins.packages["miniforge"], pins.packages["git"]
     resources = [

@@ -16,17 +16,14 @@ from importlib import resources
 from pathlib import Path
 
 from aipc_env import __version__
-from aipc_env.errors import ExitCode
 from aipc_env.fileio import atomic_write_text
 from aipc_env.launch.plan import LaunchPlan
+from aipc_env.templating import render_marked
 
-__all__ = ["EXIT_MARKS", "TEMPLATES", "render_env_bat", "render_env_sh", "render_launcher", "template_text",
+__all__ = ["TEMPLATES", "render_env_bat", "render_env_sh", "render_launcher", "template_text",
            "write_launcher"]
 
 TEMPLATES = {"win-64": "launch.bat", "linux-64": "launch.sh"}
-VERSION_MARK = "@AIPC_ENV_VERSION@"
-EXIT_MARKS = {f"@AIPC_EXIT_{code.name}@": str(int(code)) for code in ExitCode}
-"""The templates name their exit codes (`exit @AIPC_EXIT_USAGE@`); rendering fills in errors.ExitCode's values."""
 
 
 def template_text(name: str) -> str:
@@ -63,11 +60,7 @@ def render_launcher(plan: LaunchPlan) -> tuple[str, str]:
     """(file name, text) of the plan's launcher: its platform's template with the version filled in; batch
     files get CRLF line endings."""
     name = TEMPLATES[plan.platform]
-    text = template_text(name).replace(VERSION_MARK, __version__)
-    for mark, value in EXIT_MARKS.items():
-        text = text.replace(mark, value)
-    if "@AIPC_" in text.replace("@echo off", ""):
-        raise RuntimeError(f"unfilled placeholder in the {name} template")
+    text = render_marked(template_text(name), name, {"env_version": __version__})
     lines = text.replace("\r\n", "\n").split("\n")
     return name, ("\r\n" if name.endswith(".bat") else "\n").join(lines)
 

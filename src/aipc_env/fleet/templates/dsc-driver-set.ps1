@@ -1,0 +1,1 @@
+throw 'update the Intel graphics driver through the fleet channel'
