@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,23 +97,46 @@ def upstream_clone(upstream_pristine, tmp_path) -> Path:
     return dest
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder built once per test run and shared by every xdist worker (and module) that asks for it: the first
+    builds it under a file lock in the run's shared temp folder, the others wait and reuse it. Only a build that
+    finished is marked done, so a failed one is redone by the next asker. Users must treat it as read-only."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one run's workers share the parent
+    folder, done = shared / f"built-{name}", shared / f"built-{name}.done"
+    with open(shared / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def fleet_bundle(tmp_path_factory) -> Path:
-    """A linux-64 offline bundle of xpu-2.13 (stand-in torch/runtime wheels, real aipc-env dependencies)."""
-    from aipc_env.matrix import load_matrix
-    from tests.support.fleet import stand_in_lock
+    """A linux-64 offline bundle of xpu-2.13 (stand-in torch/runtime wheels, real aipc-env dependencies), built
+    once per run."""
 
-    base = tmp_path_factory.mktemp("fleet-lock")
-    lock = stand_in_lock(base, load_matrix().get("xpu-2.13"))
-    out = tmp_path_factory.mktemp("fleet-bundle") / "bundle-linux-64"
-    keys = out.parent / "admin keys"  # the admin's, kept outside the bundle
-    keys.mkdir()
-    admin_keys(keys)
-    result = run_cli("fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(lock), "--platform", "linux-64",
-                     "--python", "3.11", "--out", str(out), "--json", "--sign", str(keys / "admin.key"), timeout=900,
-                     env={"AIPC_ENV_CACHE_DIR": str(base / "cache")})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    def build(folder: Path) -> None:
+        from aipc_env.matrix import load_matrix
+        from tests.support.fleet import stand_in_lock
+
+        (folder / "lock").mkdir()
+        lock = stand_in_lock(folder / "lock", load_matrix().get("xpu-2.13"))
+        out = folder / "bundle" / "bundle-linux-64"
+        keys = out.parent / "admin keys"  # the admin's, kept outside the bundle
+        keys.mkdir(parents=True)
+        admin_keys(keys)
+        result = run_cli("fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(lock), "--platform", "linux-64",
+                         "--python", "3.11", "--out", str(out), "--json", "--sign", str(keys / "admin.key"),
+                         timeout=900, env={"AIPC_ENV_CACHE_DIR": str(folder / "cache")})
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "fleet-bundle", build) / "bundle" / "bundle-linux-64"
 
 
 def admin_keys(folder: Path) -> Path:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.conftest import run_cli
+from tests.conftest import built_once, run_cli
 from tests.test_dataset import local
 
 pytestmark = pytest.mark.slow
@@ -25,9 +25,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_pipe(tmp_path_factory):
+    """The tiny random pipeline, built once per run for every module and worker that uses it (read-only)."""
     from aipc_env.train.tinypipe import build_tiny_pipeline
 
-    return build_tiny_pipeline(tmp_path_factory.mktemp("models") / "tiny qwen edit ü")
+    name = "tiny qwen edit ü"
+    return built_once(tmp_path_factory, "tiny-pipe", lambda folder: build_tiny_pipeline(folder / name)) / name
 
 
 @pytest.fixture(scope="module")
