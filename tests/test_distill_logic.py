@@ -49,7 +49,8 @@ def _cfg(tmp_path: Path, **changes):
 def test_the_teacher_grid_is_the_models_sample_sigmas(tmp_path):
     grid = resolve_grid(None, 2, _model(tmp_path / "m", TURBO_LIKE))
     assert grid == Grid(teacher=TURBO_LIKE, student=[1.0, 0.954, 0.87, 0.7], stride=2, source="model sample_sigmas")
-    assert [round(d, 3) for d in grid.student_deltas] == [0.046, 0.084, 0.17, 0.7]  # seed 003's first and last
+    deltas = [a - b for a, b in zip(grid.student, grid.student[1:] + [0.0])]  # each student step's delta-sigma
+    assert [round(d, 3) for d in deltas] == [0.046, 0.084, 0.17, 0.7]  # seed 003's first and last
 
 
 def test_a_config_grid_wins_and_no_grid_means_the_pipeline_default(tmp_path):

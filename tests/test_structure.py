@@ -273,3 +273,52 @@ def test_the_code_scan_finds_each_language(tmp_path, text):
     pkg.mkdir()
     (pkg / "m.py").write_text(f'"""A docstring may say <td> or #!/bin/sh."""\nX = {text}\n')
     assert code_in_strings(pkg) == ["aipc_env.m:2"]
+
+
+def test_each_hop_round_trips_through_its_argv(tmp_path):
+    """What a caller writes, the worker reads back as the same spec (one declaration per hop)."""
+    from aipc_env.launch import hops
+
+    cases = [hops.EnginePhase(phase="fit", config=tmp_path / "c d.yaml"),
+             hops.VerifySteps(out=tmp_path / "r.json", steps=7, bnb_min="0.50.2", only=("adam8bit", "device")),
+             hops.VerifySteps(),
+             hops.DistillStages(stages="g0,g2", config=tmp_path / "c.yaml", run_id="r1", inject=("rgba", "x y")),
+             hops.DistillExport(config=tmp_path / "c.yaml", out=tmp_path / "o.safetensors", repo="me/m"),
+             hops.DistillPublish(config=tmp_path / "c.yaml", repo="me/m", public=True),
+             hops.SmokePrepare(out=tmp_path, recommended=tmp_path / "r.yaml", config=tmp_path / "c.yaml", plus=True),
+             hops.SmokeVerify(run=tmp_path, clone=tmp_path / "clone", config=tmp_path / "c.yaml")]
+    for spec in cases:
+        argv = spec.argv("py")
+        assert argv[:3] == ["py", "-m", spec.MODULE]
+        assert type(spec).parse(argv[3:]) == spec, argv
+    assert hops.step_of(hops.SmokeVerify(run=tmp_path, clone=tmp_path, config=tmp_path).args()) == "verify"
+    with pytest.raises(SystemExit):  # a value outside the declared choices is refused by the worker
+        hops.EnginePhase.parse(["--phase", "bake", "--config", "c.yaml"])
+
+
+def test_no_worker_parses_its_own_arguments():
+    """Workers started by the run service take their arguments from launch.hops (argparse there only)."""
+    workers = ["train/engine.py", "verify/worker.py", "distill/worker.py", "distill/export.py", "distill/publish.py",
+               "qflux/smoke_worker.py"]
+    for rel in workers:
+        text = (SRC / rel).read_text(encoding="utf-8")
+        assert "ArgumentParser(" not in text and "run_worker(" in text and ".parse(argv)" in text, rel
+
+
+def test_one_worker_error_handler(capsys):
+    from aipc_env.errors import ExitCode, InputError
+    from aipc_env.launch.hops import run_worker
+
+    def bad_input() -> int:
+        raise InputError("no such thing", key="--config", fix="name it")
+
+    def bug() -> int:
+        raise ValueError("boom")
+
+    def stop() -> int:
+        raise KeyboardInterrupt
+
+    assert run_worker("x", lambda: ExitCode.PROBLEMS) == ExitCode.PROBLEMS
+    assert run_worker("x", bad_input) == ExitCode.USAGE and "no such thing" in capsys.readouterr().err
+    assert run_worker("x", bug) == ExitCode.INTERNAL and "internal error in x: ValueError: boom" in capsys.readouterr().err
+    assert run_worker("x", stop) == ExitCode.INTERRUPTED

@@ -143,25 +143,18 @@ def run(args: argparse.Namespace) -> int | Result:
 
 def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
     """Export and publish run in the training env (tensors; huggingface_hub), through the launcher."""
+    from aipc_env.launch.hops import DistillExport, DistillPublish
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
+    config = Path(config_path)
+    spec = (DistillExport(config=config, format=args.format or "comfyui", out=args.out, repo=args.repo)
+            if args.stage == "export" else
+            DistillPublish(config=config, repo=args.repo, folder=getattr(args, "folder", None),
+                           endpoint=getattr(args, "endpoint", None), public=getattr(args, "public", False)))
+
     def phases(chosen: Chosen) -> list:
-        module = f"aipc_env.distill.{args.stage}"
-        argv = [chosen.python, "-m", module, "--config", str(Path(config_path).absolute())]
-        if args.format:
-            argv += ["--format", args.format]
-        if args.out:
-            argv += ["--out", str(Path(args.out).absolute())]
-        if args.repo is not None:
-            argv += ["--repo", args.repo]
-        if getattr(args, "folder", None):
-            argv += ["--folder", str(Path(args.folder).absolute())]
-        if getattr(args, "endpoint", None):
-            argv += ["--endpoint", args.endpoint]
-        if getattr(args, "public", False):
-            argv += ["--public"]
-        return [Phase(name=args.stage, argv=argv)]
+        return [Phase(name=args.stage, argv=spec.argv(chosen.python))]
 
     outcome = start_run(RunRequest(command="distill", run_dir=cfg.out, log_file=cfg.out / "distill.log",
                                    phases=phases, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
@@ -181,17 +174,17 @@ def worker_phases(python: str, config_path: Path, stages: list[str], *, run_id: 
                   accelerate_config: Path) -> list:
     """The stages as launcher phases: runs of stages in one worker process, the train stage under `accelerate
     launch` (one phase each, in order; the runner stops at the first that fails)."""
+    from aipc_env.launch.hops import DistillStages
     from aipc_env.launch.plan import Phase
 
-    tail = ["--config", str(Path(config_path).absolute()), "--run-id", run_id]
-    for fault in inject:
-        tail += ["--inject", fault]
+    def spec(names: list[str]) -> DistillStages:
+        return DistillStages(config=Path(config_path), stages=",".join(names), run_id=run_id, inject=tuple(inject))
+
     phases, group = [], []
 
     def flush():
         if group:
-            phases.append(Phase(name=f"distill-{len(phases) + 1}",
-                                argv=[python, "-m", "aipc_env.distill.worker", "--stages", ",".join(group), *tail]))
+            phases.append(Phase(name=f"distill-{len(phases) + 1}", argv=spec(group).argv(python)))
             group.clear()
 
     for stage in stages:
@@ -199,9 +192,9 @@ def worker_phases(python: str, config_path: Path, stages: list[str], *, run_id: 
             group.append(stage)
             continue
         flush()
-        phases.append(Phase(name=f"distill-{len(phases) + 1}-train", argv=[
-            python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m",
-            "aipc_env.distill.worker", "--stages", "train", *tail]))
+        phases.append(Phase(name=f"distill-{len(phases) + 1}-train", argv=spec(["train"]).argv(
+            python, python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config),
+            "-m")))
     flush()
     return phases
 

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.facts.model import VerifyRecord
     from aipc_env.fileio import read_json
     from aipc_env.formats import timestamp
+    from aipc_env.launch.hops import VerifySteps
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
     from aipc_env.paths import cache_dir
@@ -49,12 +50,10 @@ def run(args: argparse.Namespace) -> Result:
     result = run_dir / "result.json"
 
     def phases(chosen: Chosen) -> list[Phase]:
-        argv = [chosen.python, "-m", "aipc_env.verify.worker", "--out", str(result), "--steps", str(args.steps)]
-        if chosen.pair.pair is not None:
-            argv += ["--bnb-min", chosen.pair.pair.bitsandbytes_min]
-        if device_of(args):
-            argv += ["--device", device_of(args)]
-        return [Phase(name="verify", argv=argv)]
+        pair = chosen.pair.pair
+        return [Phase(name="verify", argv=VerifySteps(out=result, steps=args.steps, device=device_of(args),
+                                                      bnb_min=pair.bitsandbytes_min if pair else None)
+                      .argv(chosen.python))]
 
     request = RunRequest(command="verify", run_dir=run_dir, log_file=run_dir / "verify.log", phases=phases,
                          env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix, device=device_of(args),

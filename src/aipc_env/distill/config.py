@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from aipc_env.distill.grid import check_sigmas
+from aipc_env.distill.grid import check_sigmas, student_grid
 from aipc_env.errors import InputError
 from aipc_env.fileio import atomic_write_text, check_writable, read_yaml
 from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
@@ -161,11 +161,10 @@ class DistillConfig(VersionedInput):
 
     @property
     def student_sigmas(self) -> list[float]:
-        """The student grid: every stride-th teacher sigma (4 of 8), so student step k lands where the teacher's
-        step stride*(k+1) lands. Only after the grid is resolved (aipc_env.distill.grid.resolve_grid)."""
+        """The student grid (aipc_env.distill.grid.student_grid), only after the grid is resolved (resolve_grid)."""
         if self.teacher_sigmas is None:
             raise RuntimeError("the teacher grid is not resolved yet (resolve_grid)")
-        return self.teacher_sigmas[:: self.student_stride]
+        return student_grid(self.teacher_sigmas, self.student_stride)
 
     @property
     def out(self) -> Path:

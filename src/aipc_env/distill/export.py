@@ -14,19 +14,19 @@ Run in the training env: `python -m aipc_env.distill.export --config C --format 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from aipc_env.distill.licence import NOTICE_MARK
-from aipc_env.errors import AipcError, ExitCode, InputError
+from aipc_env.errors import ExitCode, InputError
 from aipc_env.fileio import parse_json
+from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
 
 __all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
 
-FORMATS = ("comfyui",)
+FORMATS = EXPORT_FORMATS
 _KEY = re.compile(r"^transformer\.((?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+))*)"
                   r"\.lora_([AB])\.weight$")
 _MAX_TENSORS = 100_000
@@ -203,34 +203,29 @@ def _check_replaceable(path: Path, ours) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.distill.export")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--format", choices=FORMATS, default="comfyui")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--repo", default=None)
-    args = parser.parse_args(argv)
-    try:
-        from aipc_env.distill.config import BUILTIN_TINY21, load_distill_config
-        from aipc_env.distill.grid import resolve_grid
-        from aipc_env.distill.inputs import file_sha256
-        from aipc_env.distill.models import model_dir
+    args = DistillExport.parse(argv)
+    return run_worker("distill export", lambda: _export(args))
 
-        cfg = load_distill_config(args.config)
-        dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"
-        path = model_dir(cfg, log=lambda *_: None)
-        grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
-        provenance = Provenance(model_dir=path, base_model="tiny random Qwen-Image-2.1 (aipc-env built-in)"
-                                if cfg.model == BUILTIN_TINY21 else path.name,
-                                config_sha256=file_sha256(Path(args.config)) or "", repo=args.repo,
-                                student_steps=len(grid.student), teacher_steps=len(grid.teacher))
-        result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)
-        print(f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
-              f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "
-              f"(LICENSE) and the change notice (NOTICE.md) beside it", flush=True)
-        return ExitCode.OK
-    except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+
+def _export(args: DistillExport) -> int:
+    from aipc_env.distill.config import BUILTIN_TINY21, load_distill_config
+    from aipc_env.distill.grid import resolve_grid
+    from aipc_env.distill.inputs import file_sha256
+    from aipc_env.distill.models import model_dir
+
+    cfg = load_distill_config(args.config)
+    dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"
+    path = model_dir(cfg, log=lambda *_: None)
+    grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
+    provenance = Provenance(model_dir=path, base_model="tiny random Qwen-Image-2.1 (aipc-env built-in)"
+                            if cfg.model == BUILTIN_TINY21 else path.name,
+                            config_sha256=file_sha256(Path(args.config)) or "", repo=args.repo,
+                            student_steps=len(grid.student), teacher_steps=len(grid.teacher))
+    result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)
+    print(f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
+          f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "
+          f"(LICENSE) and the change notice (NOTICE.md) beside it", flush=True)
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

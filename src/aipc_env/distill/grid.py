@@ -13,7 +13,7 @@ from typing import Literal
 from aipc_env.errors import InputError
 from aipc_env.formats import StrictModel
 
-__all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigmas", "resolve_grid"]
+__all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigmas", "resolve_grid", "student_grid"]
 
 GridSource = Literal["config", "model sample_sigmas", "pipeline default linspace"]
 _MAX_MODEL_INDEX = 1 << 20
@@ -35,11 +35,12 @@ class Grid(StrictModel):
     stride: int
     source: GridSource
 
-    @property
-    def student_deltas(self) -> list[float]:
-        """Delta-sigma of each student step (the last lands on 0)."""
-        ends = self.student[1:] + [0.0]
-        return [a - b for a, b in zip(self.student, ends)]
+
+
+def student_grid(teacher: list[float], stride: int) -> list[float]:
+    """The student grid: every stride-th teacher sigma (4 of 8), so student step k lands where the teacher's step
+    stride*(k+1) lands. The one formula (config.student_sigmas and resolve_grid ask here)."""
+    return teacher[::stride]
 
 
 def default_teacher_sigmas(steps: int = 8) -> list[float]:
@@ -100,4 +101,4 @@ def resolve_grid(teacher_sigmas: list[float] | None, stride: int, model: Path) -
         teacher, source = [float(s) for s in sampled], "model sample_sigmas"
     else:
         teacher, source = default_teacher_sigmas(8), "pipeline default linspace"
-    return Grid(teacher=teacher, student=teacher[::stride], stride=stride, source=source)
+    return Grid(teacher=teacher, student=student_grid(teacher, stride), stride=stride, source=source)

@@ -11,7 +11,6 @@ Run in the training env: `python -m aipc_env.distill.publish --config C --repo I
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
@@ -19,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode, InputError
+from aipc_env.launch.hops import DistillPublish, run_worker
 
 __all__ = ["PREFLIGHT_FILE", "export_files", "main", "publish"]
 
@@ -126,26 +126,20 @@ def publish(folder: Path, repo: str, *, endpoint: str | None = None, private: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.distill.publish")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--repo", required=True)
-    parser.add_argument("--folder", default=None)
-    parser.add_argument("--endpoint", default=None)
-    parser.add_argument("--public", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        from aipc_env.distill.config import load_distill_config
+    args = DistillPublish.parse(argv)
+    return run_worker("distill publish", lambda: _publish(args))
 
-        cfg = load_distill_config(args.config)
-        folder = Path(args.folder) if args.folder else cfg.out / "export"
-        result = publish(folder, args.repo, endpoint=args.endpoint, private=not args.public,
-                         log=lambda m: print(m, flush=True))
-        print(f"distill: published {len(result['files'])} files to {result['repo']} at {result['endpoint']} "
-              f"(commit {result['commit'][:12]}; each downloaded back and compared)", flush=True)
-        return ExitCode.OK
-    except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
+
+def _publish(args: DistillPublish) -> int:
+    from aipc_env.distill.config import load_distill_config
+
+    cfg = load_distill_config(args.config)
+    folder = Path(args.folder) if args.folder else cfg.out / "export"
+    result = publish(folder, args.repo, endpoint=args.endpoint, private=not args.public,
+                     log=lambda m: print(m, flush=True))
+    print(f"distill: published {len(result['files'])} files to {result['repo']} at {result['endpoint']} "
+          f"(commit {result['commit'][:12]}; each downloaded back and compared)", flush=True)
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -7,12 +7,12 @@ code: 0 no stage failed, 1 a stage failed, 2 bad input, 3 an internal error."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 from aipc_env.errors import AipcError, ExitCode
+from aipc_env.launch.hops import DistillStages, run_worker
 
 __all__ = ["main", "run_stage"]
 
@@ -111,61 +111,42 @@ def _quiet() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.distill.worker")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--stages", required=True, help="comma-separated: g0,trajectories,train,g2,g3,report")
-    parser.add_argument("--inject", action="append", default=[])
-    parser.add_argument("--run-id", default=None)
-    args = parser.parse_args(argv)
-    try:
-        from aipc_env.distill.config import load_distill_config
+    args = DistillStages.parse(argv)
+    return run_worker("distill", lambda: _stages(args))
 
-        cfg = load_distill_config(args.config)
-        stages = [s for s in args.stages.split(",") if s]
-        if is_main_process():
-            print(f"distill: {', '.join(stages)}: loading torch and diffusers ...", flush=True)
-        _quiet()
-        from aipc_env.distill.verdict import summary, take_out_after, write_verdict
 
-        main_process = is_main_process()
-        say = (lambda m: print(m, flush=True)) if main_process else (lambda m: None)
-        inject = frozenset(args.inject)
-        for stage in stages:
-            if stage == "report":
-                from aipc_env.distill.report import build_report
+def _stages(args: DistillStages) -> int:
+    from aipc_env.distill.config import load_distill_config
 
-                text, path = build_report(cfg)
-                print(text, flush=True)
-                print(f"distill: report {path}", flush=True)
-                continue
-            verdict = run_stage(cfg, stage, inject, log=say, run_id=args.run_id)
+    cfg = load_distill_config(args.config)
+    stages = [s for s in args.stages.split(",") if s]
+    if is_main_process():
+        print(f"distill: {', '.join(stages)}: loading torch and diffusers ...", flush=True)
+    _quiet()
+    from aipc_env.distill.verdict import summary, take_out_after, write_verdict
+
+    main_process = is_main_process()
+    say = (lambda m: print(m, flush=True)) if main_process else (lambda m: None)
+    inject = frozenset(args.inject)
+    for stage in stages:
+        if stage == "report":
+            from aipc_env.distill.report import build_report
+
+            text, path = build_report(cfg)
+            print(text, flush=True)
+            print(f"distill: report {path}", flush=True)
+            continue
+        verdict = run_stage(cfg, stage, inject, log=say, run_id=args.run_id)
+        if main_process:
+            path = write_verdict(cfg.out, verdict)
+            print(summary(verdict), flush=True)
+            print(f"distill: verdict {path}", flush=True)
+        if not verdict.passed:
             if main_process:
-                path = write_verdict(cfg.out, verdict)
-                print(summary(verdict), flush=True)
-                print(f"distill: verdict {path}", flush=True)
-            if not verdict.passed:
-                if main_process:
-                    take_out_after(cfg.out, stage)
-                return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" \
-                    else ExitCode.USAGE
-        return ExitCode.OK
-    except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
-        import traceback
-
-        log = os.environ.get("AIPC_LOG_FILE")
-        if log:
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(traceback.format_exc())
-        else:
-            traceback.print_exc()
-        print(f"aipc-env: internal error in distill: {type(exc).__name__}: {exc}"
-              + (f" (traceback in {log})" if log else ""), file=sys.stderr)
-        return ExitCode.INTERNAL
+                take_out_after(cfg.out, stage)
+            return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" \
+                else ExitCode.USAGE
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.fileio import read_json
 from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.launch.hops import SmokePrepare, SmokeVerify
 from aipc_env.platforms import Platform
 from aipc_env.train.recommend import Machine, get_dotted, set_dotted
 
@@ -193,15 +194,13 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     def phases(chosen: Chosen) -> list[Phase]:
         py, src = chosen.python, str(clone / "src")
         return [
-            Phase(name="prepare", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "prepare", "--out", str(run_dir),
-                                        "--recommended", str(recommended), "--config", str(config)]
-                  + (["--plus"] if plus else [])),
+            Phase(name="prepare", argv=SmokePrepare(out=run_dir, recommended=recommended, config=config,
+                                                    plus=plus).argv(py)),
             Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
             # the cache and fit phases exactly as `aipc-env train` runs a qflux config
             *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
                                        output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
-            Phase(name="verify", argv=[py, "-m", "aipc_env.qflux.smoke_worker", "verify", "--run", str(run_dir),
-                                       "--clone", str(clone), "--config", str(config)]),
+            Phase(name="verify", argv=SmokeVerify(run=run_dir, clone=clone, config=config).argv(py)),
         ]
 
     log(f"smoke: {clone} in {run_dir}")

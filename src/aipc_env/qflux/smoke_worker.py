@@ -8,7 +8,6 @@ left behind."""
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 
 from aipc_env.errors import ExitCode
+from aipc_env.launch.hops import SmokePrepare, SmokeVerify, run_worker, step_of
 
 __all__ = ["main"]
 
@@ -130,22 +130,16 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    parser = argparse.ArgumentParser(prog="aipc_env.qflux.smoke_worker")
-    sub = parser.add_subparsers(dest="step", required=True)
-    p = sub.add_parser("prepare")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--plus", action="store_true")
-    p.add_argument("--recommended", type=Path, required=True)
-    p.add_argument("--config", type=Path, required=True)
-    v = sub.add_parser("verify")
-    v.add_argument("--run", type=Path, required=True)
-    v.add_argument("--clone", type=Path, required=True)
-    v.add_argument("--config", type=Path, required=True)
-    args = parser.parse_args(argv)
+    spec = SmokePrepare if step_of(argv) == SmokePrepare.STEP else SmokeVerify
+    args = spec.parse(argv)
+    return run_worker(f"the smoke's {spec.STEP} step", lambda: _step(args))
+
+
+def _step(args: SmokePrepare | SmokeVerify) -> int:
     from aipc_env.train.compat import quiet_bitsandbytes_notices
 
     quiet_bitsandbytes_notices()
-    if args.step == "prepare":
+    if isinstance(args, SmokePrepare):
         print(json.dumps(prepare(args.out, args.plus, args.recommended, args.config)))
         return ExitCode.OK
     result = verify(args.run, args.clone, args.config)

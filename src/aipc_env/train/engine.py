@@ -1,5 +1,6 @@
 """The built-in engine, run by the launcher inside the training env:
-`python -m aipc_env.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`).
+`python -m aipc_env.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`); its arguments
+are launch.hops.EnginePhase, the run's caller builds them from the same spec.
 
 cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA only (train/fit.py).
 `model.path: builtin:tiny` with `data.datasets: [builtin:synthetic]` is the no-download default.
@@ -7,12 +8,11 @@ cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA onl
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode
+from aipc_env.launch.hops import EnginePhase, run_worker
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 from aipc_env.train.inputs import load_run_config
 
@@ -51,10 +51,7 @@ def check_reload(cfg: TrainConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.train.engine")
-    parser.add_argument("--phase", choices=["cache", "fit"], required=True)
-    parser.add_argument("--config", required=True)
-    args = parser.parse_args(argv)
+    args = EnginePhase.parse(argv)
     _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
     from aipc_env.train.compat import quiet_bitsandbytes_notices
     from aipc_env.train.progress import Heartbeat
@@ -66,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         _log(msg)
 
     quiet_bitsandbytes_notices()
-    try:
+
+    def phase() -> int:
         cfg = load_run_config(args.config, datasets=args.phase == "cache")
         if args.phase == "cache":
             from aipc_env.train.cache import run_cache
@@ -80,21 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         if rc == ExitCode.OK:
             check_reload(cfg)
         return rc
-    except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED  # the runner says so in one line
-    except Exception as exc:  # noqa: BLE001 - one line for the user, the traceback into the run's log
-        import traceback
-
-        log_file = os.environ.get("AIPC_LOG_FILE")
-        if log_file:
-            with open(log_file, "a", encoding="utf-8") as fh:
-                fh.write(traceback.format_exc())
-        print(f"aipc-env: internal error in the {args.phase} phase: {type(exc).__name__}: {exc}"
-              + (f" (traceback in {log_file})" if log_file else ""), file=sys.stderr)
-        return ExitCode.INTERNAL
+    try:
+        return run_worker(f"the {args.phase} phase", phase)
     finally:
         beat.stop()
 

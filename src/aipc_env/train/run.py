@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from aipc_env.fileio import atomic_write_text
+from aipc_env.launch.hops import EnginePhase
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -54,9 +55,9 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
         qcfg = cfg.qflux.config
         return [Phase(name="cache", argv=[python, "-m", "qflux.main", "--config", qcfg, "--cache"], cwd=src),
                 Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src)]
-    cfg_arg = str(Path(config_path).absolute())
-    return [Phase(name="cache", argv=[python, "-m", "aipc_env.train.engine", "--phase", "cache", "--config", cfg_arg]),
-            Phase(name="fit", argv=[*accel, "aipc_env.train.engine", "--phase", "fit", "--config", cfg_arg])]
+    config = Path(config_path)
+    return [Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
+            Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel))]
 
 
 def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> RunRequest:

@@ -10,14 +10,12 @@ record as injected, never as a real verdict.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
@@ -27,6 +25,7 @@ quiet_bitsandbytes_notices()
 import torch  # noqa: E402
 
 from aipc_env.errors import ExitCode  # noqa: E402
+from aipc_env.launch.hops import VerifySteps, run_worker  # noqa: E402
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
 
@@ -398,13 +397,11 @@ def bf16_is_sane(device: torch.device) -> tuple[bool, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.verify.worker")
-    parser.add_argument("--device")
-    parser.add_argument("--bnb-min", default=None)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--only", action="append")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+    args = VerifySteps.parse(argv)
+    return run_worker("verify", lambda: _run_steps(args))
+
+
+def _run_steps(args: VerifySteps) -> int:
     import bitsandbytes  # noqa: F401 - counted as import time, like torch
     import diffusers  # noqa: F401
     import peft  # noqa: F401
