@@ -5,17 +5,22 @@ tests/test_fleet_bundle.py."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from aipc_env.core.formats import write_model
 from aipc_env.errors import InputError
+from aipc_env.fleet import bundle_files
 from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, BundleManifest
 from aipc_env.fleet.bundle_check import BundleTampered, verify_bundle
 from aipc_env.fleet.sign import SignatureInvalid, generate_keypair, sign_file
-from aipc_env.formats import write_model
 
 FILES = {"pylock.linux-64.toml": b"lock", "requirements.txt": b"reqs", "wheels/aipc_env-1-py3-none-any.whl": b"w",
          "wheels/torch-2.13.0.whl": b"t", "bootstrap.sh": b"#!/bin/sh\n"}
@@ -185,3 +190,55 @@ def test_a_signature_beside_the_manifest_is_the_one_checked(tmp_path):
     (b / SIGNATURE).unlink()
     with pytest.raises(SignatureInvalid, match="no signature"):
         verify_bundle(b, public, warn=lambda _m: None)
+
+
+def _standalone(tmp_path: Path, bundle: Path, *flags: str) -> subprocess.CompletedProcess:
+    """The check as the bootstrap scripts run it: the shipped file, by a Python that has no aipc_env."""
+    verifier = tmp_path / "shipped" / bundle_files.VERIFIER
+    verifier.parent.mkdir(exist_ok=True)
+    shutil.copyfile(bundle_files.__file__, verifier)
+    return subprocess.run([sys.executable, *flags, str(verifier), str(bundle)], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+
+
+def test_the_bootstrap_check_is_the_same_check_run_standalone(tmp_path):
+    bundle = _bundle(tmp_path / "b & ü")
+    ok = _standalone(tmp_path, bundle, "-I")
+    assert (ok.returncode, ok.stderr) == (0, "")
+    (bundle / "bootstrap.sh").write_bytes(b"changed")
+    (bundle / "extra.txt").write_bytes(b"x")
+    bad = _standalone(tmp_path, bundle, "-I")
+    assert bad.returncode == 1
+    assert bad.stderr == ("aipc-env bundle: the bundle does not match its manifest (damaged or tampered): bootstrap.sh: "
+                          "sha256 differs from the manifest; extra.txt: not in the manifest; nothing was installed\n")
+    os.symlink(bundle / "requirements.txt", bundle / "alias")
+    assert "alias: link" in _standalone(tmp_path, bundle, "-I").stderr
+
+
+def test_the_standalone_check_imports_nothing_from_the_bundle_folder(tmp_path):
+    """A Python without -P (3.10, or -I missing) puts the script's folder first on sys.path: a json.py placed beside
+    the shipped check must not run before the check has found it."""
+    bundle = _bundle(tmp_path / "b")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "json.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    result = _standalone(tmp_path, bundle, "-E", "-s")
+    assert not (tmp_path / "ran").exists() and result.returncode == 0
+
+
+def test_the_standalone_check_uses_the_standard_library_only():
+    tree = ast.parse(Path(bundle_files.__file__).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("size, refused", [(bundle_files.MAX_MANIFEST_BYTES, False),
+                                           (bundle_files.MAX_MANIFEST_BYTES + 1, True)])
+def test_the_standalone_manifest_size_bound(tmp_path, size, refused):
+    bundle = _bundle(tmp_path / "b")
+    text = (bundle / MANIFEST).read_bytes().rstrip()
+    (bundle / MANIFEST).write_bytes(text + b" " * (size - len(text)))
+    result = _standalone(tmp_path, bundle, "-I")
+    assert (result.returncode == 1) is refused
+    assert ("is over 16777216 bytes" in result.stderr) is refused

@@ -141,7 +141,7 @@ def test_debian_12_cannot_run_the_gpu_runtime_even_with_intels_repository(tmp_pa
 
 
 def test_base_images_name_their_distribution():
-    from aipc_env.gpu_runtime import distribution_of_image
+    from aipc_env.matrix.gpu_runtime import distribution_of_image
 
     assert distribution_of_image("localhost/aipc-base:bookworm") == "debian-12"
     assert distribution_of_image("docker.io/library/debian:12.7-slim") == "debian-12"

@@ -497,9 +497,9 @@ def test_g3_samples_a_reference_lora_from_the_same_noise(finished_run, sampled_m
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
+    from aipc_env.core.formats import load_versioned
     from aipc_env.distill.verdict import G3Manifest
     from aipc_env.distill.worker import run_stage
-    from aipc_env.formats import load_versioned
 
     ref = tmp_path / "refs & ü" / "reference.safetensors"
     ref.parent.mkdir()

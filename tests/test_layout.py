@@ -15,7 +15,7 @@ SRC = ROOT / "src" / "aipc_env"
 ENVIRONMENT_SIDE = ("aipc_env.cli", "aipc_env.commands", "aipc_env.facts", "aipc_env.doctor", "aipc_env.matrix",
                     "aipc_env.lock", "aipc_env.trainenv", "aipc_env.launch", "aipc_env.train.config",
                     "aipc_env.train.run", "aipc_env.train.recommend", "aipc_env.train.checkpoint",
-                    "aipc_env.dataset", "aipc_env.schemas", "aipc_env.distill.config", "aipc_env.distill.prompts",
+                    "aipc_env.dataset", "aipc_env.commands.schemas", "aipc_env.distill.config", "aipc_env.distill.prompts",
                     "aipc_env.distill.verdict", "aipc_env.distill.report", "aipc_env.distill.trajectories",
                     "aipc_env.distill.lessons", "aipc_env.qflux")
 
@@ -48,7 +48,7 @@ def test_only_the_process_layer_imports_subprocess():
                 users.add(name)
             if isinstance(node, ast.ImportFrom) and node.module == "subprocess":
                 users.add(name)
-    assert users == {"aipc_env.procs", "aipc_env.launch.runner"}
+    assert users == {"aipc_env.core.procs", "aipc_env.launch.runner"}
 
 
 def test_no_private_name_crosses_modules():

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aipc_env.core.formats import load_versioned
 from aipc_env.errors import ExitCode
-from aipc_env.formats import load_versioned
 from aipc_env.lock.wheels import WheelManifest
 from aipc_env.matrix import load_matrix
 from tests.conftest import ROOT, run_cli

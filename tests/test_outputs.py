@@ -1,4 +1,4 @@
-"""The one writer for outputs of several files (aipc_env.outputs): only files the tool wrote are replaced, nothing is
+"""The one writer for outputs of several files (aipc_env.core.outputs): only files the tool wrote are replaced, nothing is
 written through a symlink, and a set of files lands whole or not at all across a Ctrl-C or a kill at each instant;
 through the commands that use it (fleet ansible, fleet keygen, distill init --force)."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from aipc_env.core.outputs import RECORD, OutputFolder, commit_files, recover
 from aipc_env.errors import InputError
-from aipc_env.outputs import RECORD, OutputFolder, commit_files, recover
 from tests.conftest import find_tool, require_tool, run_cli
 
 INSTANTS = ["outputs:staged-one", "outputs:journal-ready", "outputs:renamed-one"]
@@ -83,7 +83,7 @@ def test_names_at_the_bounds_are_written(tmp_path):
 _WRITER = """
 import sys
 from pathlib import Path
-from aipc_env.outputs import OutputFolder
+from aipc_env.core.outputs import OutputFolder
 OutputFolder(Path(sys.argv[1])).write({"a.yml": sys.argv[2].encode(), "sub/b.yml": sys.argv[2].encode(),
                                        "c.yml": sys.argv[2].encode()})
 """
@@ -205,7 +205,7 @@ def test_distill_init_force_interrupted_loses_no_config(tmp_path, at):
     config.write_text(edited, encoding="utf-8")
     stopped = run_cli("distill", "init", str(folder), "--force", env={"AIPC_ENV_INTERRUPT_AT": at})
     assert stopped.returncode == 130
-    from aipc_env.outputs import JOURNAL_SUFFIX
+    from aipc_env.core.outputs import JOURNAL_SUFFIX
 
     recover(folder / f".distill.yaml{JOURNAL_SUFFIX}")
     kept = [p.read_text(encoding="utf-8") for p in (config, folder / "distill.yaml.bak") if p.exists()]

@@ -35,8 +35,8 @@ def adapted_clone(upstream_pristine, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pair():
     """The pair the policy picks for a qflux env here: the one whose torch the local wheel folder holds."""
+    from aipc_env.core.platforms import current_platform
     from aipc_env.matrix import load_matrix
-    from aipc_env.platforms import current_platform
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import gather_situation
 

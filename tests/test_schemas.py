@@ -1,8 +1,8 @@
-"""Committed JSON Schemas match the models (regenerate with `python -m aipc_env.schemas`)."""
+"""Committed JSON Schemas match the models (regenerate with `python -m aipc_env.commands.schemas`)."""
 
 import json
 
-from aipc_env.schemas import schemas
+from aipc_env.commands.schemas import schemas
 from tests.conftest import ROOT
 
 
@@ -12,7 +12,7 @@ def test_committed_schemas_match_the_models():
     assert sorted(p.name for p in folder.glob("*.schema.json")) == sorted(f"{n}.schema.json" for n in current)
     for name, schema in current.items():
         committed = json.loads((folder / f"{name}.schema.json").read_text())
-        assert committed == json.loads(json.dumps(schema)), f"{name}: run `python -m aipc_env.schemas`"
+        assert committed == json.loads(json.dumps(schema)), f"{name}: run `python -m aipc_env.commands.schemas`"
 
 
 def test_every_versioned_format_has_a_schema():
@@ -20,8 +20,8 @@ def test_every_versioned_format_has_a_schema():
     import pkgutil
 
     import aipc_env
-    from aipc_env.formats import VersionedModel
-    from aipc_env.schemas import models
+    from aipc_env.commands.schemas import models
+    from aipc_env.core.formats import VersionedModel
 
     for info in pkgutil.walk_packages(aipc_env.__path__, "aipc_env."):
         if info.name.endswith(("verify.worker", "__main__", "launch.runner")):
@@ -35,16 +35,16 @@ def test_every_versioned_format_has_a_schema():
 
     listed = set(models().values())
     missing = [c.__qualname__ for c in subclasses(VersionedModel) if c.__module__.startswith("aipc_env") and
-               c.__module__ != "aipc_env.formats" and c not in listed]  # formats holds the base classes
-    assert not missing, f"add to aipc_env.schemas.models(): {missing}"
+               c.__module__ != "aipc_env.core.formats" and c not in listed]  # formats holds the base classes
+    assert not missing, f"add to aipc_env.commands.schemas.models(): {missing}"
 
 
 def test_an_unknown_version_is_a_named_error(tmp_path):
     import pytest
 
+    from aipc_env.commands.schemas import models
+    from aipc_env.core.formats import load_versioned
     from aipc_env.errors import InputError
-    from aipc_env.formats import load_versioned
-    from aipc_env.schemas import models
 
     for name, model in models().items():
         path = tmp_path / f"{name}.json"

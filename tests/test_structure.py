@@ -18,8 +18,7 @@ SRC = ROOT / "src" / "aipc_env"
 
 # floor -> rooms (a room: a subpackage, or a module at the package root). A room imports from lower floors only.
 FLOORS: dict[int, tuple[str, ...]] = {
-    0: ("aipc_env", "errors", "procs", "interrupts", "paths", "platforms", "specs", "tabular", "fileio", "formats",
-        "outputs", "gpu_runtime", "templating"),
+    0: ("aipc_env", "errors", "paths", "core"),
     1: ("dataset", "matrix"),
     2: ("lock",),
     3: ("facts",),
@@ -28,7 +27,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     6: ("fleet", "train"),
     7: ("tools", "verify", "distill"),
     8: ("qflux",),
-    9: ("commands", "schemas"),
+    9: ("commands",),
     10: ("cli",),
     11: ("__main__",),
 }
@@ -146,6 +145,15 @@ def test_every_import_goes_down_and_every_room_is_on_the_map():
     assert floor_problems(graph, FLOORS) == []
     mapped = {r for rooms in FLOORS.values() for r in rooms}
     assert mapped == {room(m) for m in _modules(SRC)}, "a room on the map that the package lacks, or the reverse"
+
+
+ROOT_MODULES = {"__init__", "__main__", "cli", "errors", "paths"}
+"""The package root holds the CLI, the errors and the paths; every other module lives in the room it serves."""
+
+
+def test_the_package_root_holds_only_the_cli_errors_and_paths():
+    loose = {p.stem for p in SRC.glob("*.py")}
+    assert loose == ROOT_MODULES, f"move {sorted(loose - ROOT_MODULES)} into the room it serves (core/ serves all)"
 
 
 def test_the_scans_find_a_cycle_an_up_arrow_and_a_room_off_the_map(tmp_path):

@@ -120,7 +120,7 @@ def test_a_missing_resume_path_is_caught_before_anything_runs(tmp_path):
 
 
 def test_resume_with_another_lora_shape_is_refused_before_the_cache_phase(tmp_path):
-    from aipc_env.formats import write_model
+    from aipc_env.core.formats import write_model
     from aipc_env.train.checkpoint import CheckpointState, training_fingerprint
     from aipc_env.train.config import load_config
 

@@ -134,7 +134,7 @@ def _render(args: argparse.Namespace):
 def _base_python(base: str) -> str:
     """The python3 of a base image the distribution table knows (else the user says it)."""
     from aipc_env.errors import InputError
-    from aipc_env.gpu_runtime import distribution_of_image, load_gpu_runtime
+    from aipc_env.matrix.gpu_runtime import distribution_of_image, load_gpu_runtime
 
     python = load_gpu_runtime().python_of(distribution_of_image(base))
     if python is None:
@@ -185,7 +185,7 @@ def _cmd_build(args: argparse.Namespace) -> Result:
 def _suite_of(base: str) -> str:
     """The Debian suite --base-from-mirror bootstraps for a base tag (…:trixie, …:bookworm)."""
     from aipc_env.errors import InputError
-    from aipc_env.gpu_runtime import distribution_of_image
+    from aipc_env.matrix.gpu_runtime import distribution_of_image
 
     suites = {"debian-13": "trixie", "debian-12": "bookworm"}
     suite = suites.get(distribution_of_image(base) or "")
@@ -198,8 +198,8 @@ def _suite_of(base: str) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     from aipc_env.container.engine import find_engine, run_argv
     from aipc_env.container.gpu_access import device_nodes, group_options, rlimit_options, user_options
+    from aipc_env.core.procs import command_line, run_foreground
     from aipc_env.errors import InputError
-    from aipc_env.procs import command_line, run_foreground
 
     engine = find_engine(args.engine, can_run=True)
     cmd = list(args.cmd)

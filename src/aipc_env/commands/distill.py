@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int | Result:
         def show() -> None:
             print(text, end="")
             print(f"aipc-env: report {path}")
+        from aipc_env.core.formats import load_versioned
         from aipc_env.distill.report import DistillReport
-        from aipc_env.formats import load_versioned
 
         return Result(load_versioned(DistillReport, cfg.out / "report.json"), show)
     if args.stage in ("export", "publish"):

@@ -32,11 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
+    from aipc_env.core.formats import write_model
     from aipc_env.doctor import CheckCatalog, CheckInfo, run_checks, select_checks
     from aipc_env.doctor.render import render_report
     from aipc_env.facts import load_facts
     from aipc_env.facts.gather import GatherOptions
-    from aipc_env.formats import write_model
     from aipc_env.lock.lockfile import available_locks, pylock_path, read_pylock
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import lockfiles_dir

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
 from aipc_env.commands.result import Result, progress
+from aipc_env.core.platforms import DEFAULT_PYTHON
 from aipc_env.errors import ExitCode
-from aipc_env.platforms import DEFAULT_PYTHON
 
 __all__ = ["add_parser", "run"]
 
@@ -43,13 +43,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> Result:
 
+    from aipc_env.core.platforms import current_platform
     from aipc_env.lock.lock import Indexes
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.lock.tools import find_conda_tool
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import data_dir, log_path
-    from aipc_env.platforms import current_platform
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
     from aipc_env.trainenv.envs import EnvChoice, env_python

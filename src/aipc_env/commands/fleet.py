@@ -93,9 +93,9 @@ def run(args: argparse.Namespace) -> int | Result:
 def _keygen(args: argparse.Namespace) -> int:
     import os
 
+    from aipc_env.core.outputs import recover
     from aipc_env.errors import InputError
     from aipc_env.fleet.sign import generate_keypair, keypair_journal, write_keypair
-    from aipc_env.outputs import recover
 
     finished = recover(keypair_journal(args.secret))  # a pair an interrupted keygen left half-done
     for line in finished:
@@ -125,7 +125,7 @@ def _pair(args: argparse.Namespace, platform: str = "win-64"):
 
 
 def _winget(args: argparse.Namespace) -> Result:
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
     from aipc_env.fleet.winget import (
         WinGetCheckReport,
         check_file,
@@ -218,7 +218,7 @@ def _bundle(args: argparse.Namespace) -> Result:
 
 
 def _report(args: argparse.Namespace) -> Result:
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
     from aipc_env.fleet.render import render_csv, render_html
     from aipc_env.fleet.report import build_fleet_report
 

@@ -48,7 +48,7 @@ def _lock_dirs(args: argparse.Namespace, root):
                          path=root, key="--lock-root", fix="pass a lockfiles/ folder (an aipc-env checkout's, or the one "
                          "the installed tool ships: `aipc-env --version` says which is used)")
     if args.pair:
-        from aipc_env.specs import check_file_name
+        from aipc_env.core.specs import check_file_name
 
         try:
             check_file_name(args.pair, what="pair id")

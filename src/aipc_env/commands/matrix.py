@@ -42,8 +42,8 @@ def _python_range(spec: str) -> str:
 def _refresh(args: argparse.Namespace, matrix) -> Result:
     import sys
 
+    from aipc_env.core.fileio import atomic_write_text, read_text
     from aipc_env.errors import InputError
-    from aipc_env.fileio import atomic_write_text, read_text
     from aipc_env.lock.refresh import (
         RefreshReport,
         candidate_paths,

@@ -96,7 +96,7 @@ def device_of(args: argparse.Namespace) -> str | None:
 
 def platform_of(args: argparse.Namespace) -> str:
     """--platform, else this machine's."""
-    from aipc_env.platforms import current_platform
+    from aipc_env.core.platforms import current_platform
 
     return args.platform or current_platform()
 
@@ -135,7 +135,7 @@ def say_to_stderr(text: str) -> None:
 
 def python_minor(value: str) -> str:
     """argparse type of every --python option: a bad value is a usage error (exit 2) naming the option."""
-    from aipc_env.specs import check_python_minor
+    from aipc_env.core.specs import check_python_minor
 
     try:
         return check_python_minor(value)
@@ -145,7 +145,7 @@ def python_minor(value: str) -> str:
 
 def seed(value: str) -> int:
     """argparse type of every --seed option: an integer from 0 to SEED_MAX, else a usage error (exit 2)."""
-    from aipc_env.formats import SEED_MAX
+    from aipc_env.core.formats import SEED_MAX
 
     try:
         number = int(value)
@@ -157,8 +157,8 @@ def seed(value: str) -> int:
 
 
 def _output(value: str, folder: bool) -> Path:
+    from aipc_env.core.fileio import check_writable
     from aipc_env.errors import InputError
-    from aipc_env.fileio import check_writable
 
     try:
         return check_writable(Path(value), "the output", folder=folder)

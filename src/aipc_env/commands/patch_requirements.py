@@ -27,10 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
+    from aipc_env.core.platforms import current_platform
     from aipc_env.lock.lockfile import pylock_path, read_pylock
     from aipc_env.lock.specs import XPU_INDEX_URL, common_requirements
     from aipc_env.matrix import load_matrix
-    from aipc_env.platforms import current_platform
     from aipc_env.trainenv.requirements import RequirementsReport, apply_edits
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import gather_situation, the_env

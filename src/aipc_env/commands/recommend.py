@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     import yaml
     from pydantic import ValidationError
 
+    from aipc_env.core.fileio import atomic_write_text, read_json
     from aipc_env.errors import InputError, validation_message
     from aipc_env.facts.model import Facts, load_facts
-    from aipc_env.fileio import atomic_write_text, read_json
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.recommend import (
         ProbeJson,

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 def _validate_qflux(cfg, python) -> None:
     """Before any phase: the qflux config has no TODO left and the clone's own loader (in the qflux env) accepts
     it; its verdict names the keys upstream rejects."""
-    from aipc_env.fileio import read_yaml
+    from aipc_env.core.fileio import read_yaml
     from aipc_env.qflux.loader import validate_with_clone
     from aipc_env.train.config import refuse_todos
 

@@ -35,10 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> Result:
     import datetime as _dt
 
+    from aipc_env.core.fileio import read_json
+    from aipc_env.core.formats import timestamp
     from aipc_env.errors import AipcError
     from aipc_env.facts.model import VerifyRecord
-    from aipc_env.fileio import read_json
-    from aipc_env.formats import timestamp
     from aipc_env.launch.hops import VerifySteps
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run

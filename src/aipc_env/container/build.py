@@ -20,13 +20,13 @@ from aipc_env.container.render import (
     containerfile,
     containerignore,
 )
+from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.formats import VersionedModel, write_model
+from aipc_env.core.interrupts import checkpoint
+from aipc_env.core.procs import run_logged
 from aipc_env.errors import AipcError, InputError
-from aipc_env.fileio import atomic_write_text
-from aipc_env.formats import VersionedModel, write_model
-from aipc_env.interrupts import checkpoint
 from aipc_env.lock.artifacts import Artifact, check_holds_aipc_env, file_sha256, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import read_pylock
-from aipc_env.procs import run_logged
 from aipc_env.trainenv.drift import DriftItem, compute_drift
 
 __all__ = [
@@ -77,7 +77,7 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
     _check_out(req.out)
     source = key_name = fingerprint = None
     if req.gpu_runtime == "intel-apt":
-        from aipc_env.gpu_runtime import distribution_of_image, load_gpu_runtime
+        from aipc_env.matrix.gpu_runtime import distribution_of_image, load_gpu_runtime
 
         load_gpu_runtime().needs_source(distribution_of_image(req.base), what=f"the base {req.base}",
                                         key_name="--gpu-runtime-source", given=bool(req.gpu_runtime_source))

@@ -1,5 +1,5 @@
 """The container engines (podman, buildah, docker): which one is here, the exact command lines aipc-env runs with
-them (pure builders, asserted by tests), and the few steps that run them (through aipc_env.procs)."""
+them (pure builders, asserted by tests), and the few steps that run them (through aipc_env.core.procs)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.procs import ProbeFailed, run_capture, run_logged
 
 __all__ = [
     "BASE_PACKAGES",

@@ -80,7 +80,7 @@ def key_fingerprint(path: Path) -> str:
     import shutil
     import tempfile
 
-    from aipc_env.procs import ProbeFailed, run_capture
+    from aipc_env.core.procs import ProbeFailed, run_capture
 
     if not path.is_file():
         raise InputError("key file not found", path=path, key="--gpu-runtime-key")

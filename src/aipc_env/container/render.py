@@ -18,7 +18,7 @@ from pydantic import Field
 
 from aipc_env import __version__
 from aipc_env.container.inputs import APT_LIST
-from aipc_env.formats import VersionedModel
+from aipc_env.core.formats import VersionedModel
 
 __all__ = [
     "CONTAINERFILE",
@@ -68,14 +68,14 @@ def containerfile(spec: ContextSpec) -> str:
     """The Containerfile of a context (templates/Containerfile): no user data but the base image reference
     (validated again here) and the apt source's file names; labels are JSON-quoted."""
     from aipc_env.container.inputs import validate_image_reference
-    from aipc_env.templating import render_marked
+    from aipc_env.core.templating import render_marked
 
     gpu = ""
     if spec.gpu_runtime == "intel-apt":
         source = render_marked(_template("gpu-source.Containerfile"), "gpu-source.Containerfile",
                                {"fingerprint": spec.gpu_runtime_key_fingerprint or "", "apt_list": APT_LIST,
                                 "key": spec.gpu_runtime_key or ""}) if spec.gpu_runtime_source else ""
-        from aipc_env.gpu_runtime import load_gpu_runtime
+        from aipc_env.matrix.gpu_runtime import load_gpu_runtime
 
         packages = load_gpu_runtime().packages  # each a Debian package name (the table's own pattern)
         gpu = render_marked(_template("gpu-runtime.Containerfile"), "gpu-runtime.Containerfile",

@@ -6,8 +6,8 @@ import io
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import VersionedModel
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
-from aipc_env.formats import VersionedModel
 
 __all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "validate_dataset"]
 

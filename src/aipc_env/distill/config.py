@@ -9,10 +9,10 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from aipc_env.core.fileio import atomic_write_text, check_writable, read_yaml
+from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.distill.grid import check_sigmas, student_grid
 from aipc_env.errors import InputError
-from aipc_env.fileio import atomic_write_text, check_writable, read_yaml
-from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = [
@@ -286,7 +286,7 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False, profil
     if not path.exists():
         atomic_write_text(path, text)
         return path
-    from aipc_env.outputs import JOURNAL_SUFFIX, commit_files
+    from aipc_env.core.outputs import JOURNAL_SUFFIX, commit_files
 
     backup = path.with_name("distill.yaml.bak")
     if backup.is_symlink():  # the link itself is replaced, never written through

@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.core.fileio import parse_json
 from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import ExitCode, InputError
-from aipc_env.fileio import parse_json
 from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
 
 __all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
@@ -137,14 +137,14 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
 
 def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance: Provenance) -> dict:
     """Write the export: the base model's licence text (LICENSE) and the change notice (NOTICE.md) beside the
-    weights, all three or none across Ctrl-C (aipc_env.outputs). Nothing is written when anything is refused.
+    weights, all three or none across Ctrl-C (aipc_env.core.outputs). Nothing is written when anything is refused.
     Returns what was written."""
     from safetensors import safe_open
     from safetensors.torch import save
 
+    from aipc_env.core.fileio import check_writable
+    from aipc_env.core.outputs import JOURNAL_SUFFIX, commit_files
     from aipc_env.distill.licence import BUILT_WITH, check_repo_name, find_licence, render_notice
-    from aipc_env.fileio import check_writable
-    from aipc_env.outputs import JOURNAL_SUFFIX, commit_files
 
     if fmt not in FORMATS:
         raise InputError(f"unknown export format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
@@ -183,7 +183,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
     if dest.is_symlink():  # the weights file too: never written through a link
         raise InputError("is a link: the export does not write through it", path=dest,
                          fix="export to another file (--out)")
-    # the three files together or none (aipc_env.outputs): a folder never has weights without their licence
+    # the three files together or none (aipc_env.core.outputs): a folder never has weights without their licence
     commit_files({licence_file: licence.text.encode("utf-8"), notice_file: notice.encode("utf-8"),
                   dest: save(converted, metadata=metadata)}, dest.parent / f".{dest.name}{JOURNAL_SUFFIX}")
     return {"format": fmt, "path": str(dest), "modules": len(modules), "rank": rank, "alpha": alpha,
@@ -192,7 +192,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
 
 def _check_replaceable(path: Path, ours) -> None:
     """A file the export writes may replace only what an earlier export wrote; never through a symlink."""
-    from aipc_env.fileio import read_text
+    from aipc_env.core.fileio import read_text
 
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise InputError("is a link or not a regular file: the export does not write through it", path=path,

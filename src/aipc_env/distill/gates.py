@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from aipc_env.core.formats import write_model
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (
@@ -29,7 +30,6 @@ from aipc_env.distill.lessons import (
 from aipc_env.distill.prompts import load_prompts
 from aipc_env.distill.verdict import Check, G3Manifest
 from aipc_env.errors import AipcError, InputError
-from aipc_env.formats import write_model
 
 __all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
 
@@ -351,7 +351,7 @@ def _reference_lora(cfg: DistillConfig) -> Path | None:
 def _write_png(image, path: Path) -> None:
     import io
 
-    from aipc_env.fileio import atomic_write_bytes
+    from aipc_env.core.fileio import atomic_write_bytes
 
     buf = io.BytesIO()
     image.save(buf, format="PNG")

@@ -10,8 +10,8 @@ import itertools
 from pathlib import Path
 from typing import Literal
 
+from aipc_env.core.formats import StrictModel
 from aipc_env.errors import InputError
-from aipc_env.formats import StrictModel
 
 __all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigmas", "resolve_grid", "student_grid"]
 
@@ -70,7 +70,7 @@ def check_sigmas(value: list[float], stride: int) -> str | None:
 
 def model_sample_sigmas(model: Path) -> list[float] | None:
     """The `sample_sigmas` of a diffusers model folder's model_index.json, or None when it configures none."""
-    from aipc_env.fileio import parse_json, read_text
+    from aipc_env.core.fileio import parse_json, read_text
 
     index = Path(model) / "model_index.json"
     try:  # bounded from the stream, depth- and number-bounded: one reader for every user file

@@ -53,8 +53,8 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
 def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:
     """G3's manifest reads back with one entry per run, every image it names and the grid are on disk, and it names
     the LoRA that was evaluated."""
+    from aipc_env.core.formats import load_versioned
     from aipc_env.distill.verdict import G3Manifest
-    from aipc_env.formats import load_versioned
 
     back = load_versioned(G3Manifest, out / "manifest.json")
     missing = [f for e in back.entries for f in e.files.values() if not (out / f).is_file()]

@@ -38,7 +38,7 @@ class Licence:
 def find_licence(model_dir: Path) -> Licence:
     """The model folder's licence text (a regular file of a name in LICENCE_NAMES); none is a clear error: a
     derivative must carry it."""
-    from aipc_env.fileio import read_text
+    from aipc_env.core.fileio import read_text
 
     for name in LICENCE_NAMES:
         path = Path(model_dir) / name

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aipc_env.core.fileio import read_json
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 from aipc_env.errors import InputError
-from aipc_env.fileio import read_json
 
 __all__ = ["device_and_dtype", "is_tiny_random", "load_pipeline", "load_transformer", "model_dir", "model_key",
            "model_path", "offload_text_encoder", "resolve_run"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aipc_env.core.fileio import parse_json, read_text
+from aipc_env.core.formats import SEED_MAX, Seed, StrictModel
 from aipc_env.errors import InputError
-from aipc_env.fileio import parse_json, read_text
-from aipc_env.formats import SEED_MAX, Seed, StrictModel
 
 __all__ = ["BUILTIN", "PromptRecord", "load_prompts"]
 

@@ -31,8 +31,8 @@ def export_files(folder: Path) -> list[Path]:
     file; each weights file's metadata names this LICENSE (its sha256) and says "Built with Qwen"."""
     from safetensors import safe_open
 
+    from aipc_env.core.fileio import read_text
     from aipc_env.distill.licence import BUILT_WITH, NOTICE_MARK
-    from aipc_env.fileio import read_text
 
     folder = Path(folder)
     licence, notice = folder / "LICENSE", folder / "NOTICE.md"

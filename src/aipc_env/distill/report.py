@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
 from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
-from aipc_env.fileio import atomic_write_text
-from aipc_env.formats import StrictModel, VersionedModel, write_model
 
 
 class GateRow(StrictModel):

@@ -182,7 +182,7 @@ def publish(model, lora_dir: Path, *, metadata: bool = True) -> Path:
     from diffusers.training_utils import _collate_lora_metadata
     from peft.utils import get_peft_model_state_dict
 
-    from aipc_env.fileio import atomic_dir
+    from aipc_env.core.fileio import atomic_dir
 
     extra = _collate_lora_metadata({"transformer": model}) if metadata else {}
     with atomic_dir(lora_dir) as tmp:

@@ -19,7 +19,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from aipc_env.fileio import atomic_dir
+from aipc_env.core.fileio import atomic_dir
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pipeline"]
 

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import atomic_write_bytes
+from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.prompts import PromptRecord, load_prompts
-from aipc_env.fileio import atomic_write_bytes
-from aipc_env.formats import StrictModel, VersionedModel, write_model
 
 __all__ = [
     "INDEX",
@@ -115,7 +115,7 @@ def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
 
 
 def load_index(cfg: DistillConfig) -> tuple[TrajectoryIndex, list[Path]]:
-    from aipc_env.formats import load_versioned
+    from aipc_env.core.formats import load_versioned
 
     root = cfg.out / "trajectories"
     index = load_versioned(TrajectoryIndex, root / INDEX)

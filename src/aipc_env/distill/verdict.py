@@ -8,8 +8,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from aipc_env.fileio import atomic_write_text
-from aipc_env.formats import StrictModel, VersionedModel, load_versioned, write_model
+from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned, write_model
 
 __all__ = [
     "PLUMBING_TITLE",

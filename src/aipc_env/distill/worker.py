@@ -24,10 +24,10 @@ def is_main_process() -> bool:
 
 def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str | None = None):
     """Run one stage; its verdict records the grid and the hashes of its inputs."""
+    from aipc_env.core.formats import timestamp
     from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
     from aipc_env.distill.lessons import LessonError
     from aipc_env.distill.verdict import ErrorInfo, Verdict
-    from aipc_env.formats import timestamp
 
     t0 = time.perf_counter()
     checks, metrics, mode, error, device, dtype, dev, peak = [], {}, None, None, None, None, None, None

@@ -12,10 +12,10 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel
 
+from aipc_env.core.formats import VersionedModel
 from aipc_env.doctor.checks import CATEGORIES, REGISTRY, CheckContext, CheckSpec, Finding, Status
 from aipc_env.errors import ExitCode, InputError
 from aipc_env.facts.model import Facts
-from aipc_env.formats import VersionedModel
 from aipc_env.matrix import Matrix
 from aipc_env.matrix.resolve import Resolution
 

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from aipc_env import __version__
+from aipc_env.core.formats import timestamp
+from aipc_env.core.platforms import display_adapters
+from aipc_env.core.procs import ProbeFailed, run_capture, which
 from aipc_env.facts import parse
 from aipc_env.facts.memory import system_memory
 from aipc_env.facts.model import (
@@ -42,9 +45,6 @@ from aipc_env.facts.model import (
     TrainingEnv,
 )
 from aipc_env.facts.toolversion import env_layout_from_files, version_from_files
-from aipc_env.formats import timestamp
-from aipc_env.platforms import display_adapters
-from aipc_env.procs import ProbeFailed, run_capture, which
 
 __all__ = [
     "DEVICE_PROBE_SCRIPT",
@@ -543,7 +543,7 @@ def _model_dir(path: Path) -> ModelDirInfo:
     info.present = [p for p in parse.MODEL_PARTS if (path / p).exists()]
     info.missing = [p for p in parse.MODEL_PARTS if p not in info.present]
     if (path / "model_index.json").is_file():
-        from aipc_env.fileio import read_json
+        from aipc_env.core.fileio import read_json
 
         index = read_json(path / "model_index.json", "model_index.json")
         tcfg_path = path / "transformer" / "config.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.fileio import read_json
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.core.fileio import read_json
+from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
 
 __all__ = [
     "FACTS_SCHEMA_VERSION",

@@ -5,7 +5,7 @@ doctor reports (report)."""
 from pathlib import Path
 
 TEMPLATES = Path(__file__).with_name("templates")
-"""The fleet's scripts, playbook and report page as template files (rendered by aipc_env.templating)."""
+"""The fleet's scripts, playbook and report page as template files (rendered by aipc_env.core.templating)."""
 
 
 def template_text(name: str) -> str:

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.core.templating import render_marked
 from aipc_env.fleet import template_text
 from aipc_env.matrix import Pair
-from aipc_env.templating import render_marked
 
 __all__ = ["GpuSource", "gpu_source", "render_playbook", "write_playbook"]
 
@@ -42,7 +42,7 @@ def gpu_source(line: str, key: Path | None, fingerprint: str | None) -> GpuSourc
 
 def render_playbook(pair: Pair, gpu: GpuSource | None = None) -> dict[str, str]:
     """Relative path -> text of every file of the playbook folder (the key file is copied by write_playbook)."""
-    from aipc_env.gpu_runtime import load_gpu_runtime
+    from aipc_env.matrix.gpu_runtime import load_gpu_runtime
 
     table = load_gpu_runtime()
     by_distribution = {k: {"name": d.name, "source": d.source, "why": " ".join(d.why.split())}
@@ -67,9 +67,9 @@ def render_playbook(pair: Pair, gpu: GpuSource | None = None) -> dict[str, str]:
 
 def write_playbook(pair: Pair, out: Path, winget_yaml: str, gpu: GpuSource | None = None, *,
                    force: bool = False) -> list[Path]:
-    """All the playbook's files or none (aipc_env.outputs): only over files an earlier run wrote and nobody edited
+    """All the playbook's files or none (aipc_env.core.outputs): only over files an earlier run wrote and nobody edited
     (an admin's own site.yml or group_vars are refused without `force`), never through a symlink."""
-    from aipc_env.outputs import OutputFolder
+    from aipc_env.core.outputs import OutputFolder
 
     files = {rel: text.encode("utf-8") for rel, text in render_playbook(pair, gpu).items()}
     files[f"aipc-{pair.id}.dsc.yaml"] = winget_yaml.encode("utf-8")

@@ -6,15 +6,19 @@ wheel, the WinGet configuration (Windows), bootstrap scripts, and a manifest wit
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import VersionedModel, timestamp, write_model
+from aipc_env.core.interrupts import checkpoint
+from aipc_env.core.platforms import Platform
+from aipc_env.core.templating import render_marked
 from aipc_env.errors import InputError
-from aipc_env.fleet import template_text
+from aipc_env.fleet import bundle_files, template_text
+from aipc_env.fleet.bundle_files import MANIFEST, SIGNATURE, VERIFIER
 from aipc_env.fleet.sign import SecretKey, sign_file
-from aipc_env.formats import VersionedModel, timestamp, write_model
-from aipc_env.interrupts import checkpoint
 from aipc_env.lock.artifacts import (
     Artifact,
     check_holds_aipc_env,
@@ -25,13 +29,9 @@ from aipc_env.lock.artifacts import (
 )
 from aipc_env.lock.lockfile import conda_lock_path, read_pylock
 from aipc_env.matrix import Pair
-from aipc_env.platforms import Platform
-from aipc_env.templating import render_marked
 
 __all__ = ["MANIFEST", "SIGNATURE", "BundleManifest", "build_bundle"]
 
-MANIFEST = "bundle-manifest.json"
-SIGNATURE = MANIFEST + ".minisig"
 WHEELS = "wheels"
 
 
@@ -59,7 +59,7 @@ def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path) 
     path = conda_lock_path(lock_dir)
     if not path.is_file():
         return []
-    from aipc_env.fileio import read_yaml
+    from aipc_env.core.fileio import read_yaml
 
     raw = read_yaml(path, "conda-lock file")
     artifacts = []
@@ -79,7 +79,7 @@ def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, p
                  sign_key: SecretKey | None = None) -> BundleManifest:
     """Write the bundle into `out` (a new or empty folder), built beside it and renamed into place: a failed or
     interrupted build leaves nothing behind. With `sign_key` the manifest gets a minisign signature."""
-    from aipc_env.fileio import atomic_dir
+    from aipc_env.core.fileio import atomic_dir
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("the bundle folder is not empty", path=out, fix="choose a new folder")
@@ -108,8 +108,12 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     shutil.copyfile(lockfile, out / lockfile.name)
     requirements = f"requirements.{platform}.txt"
     (out / requirements).write_text(hashed_requirements(artifacts), encoding="utf-8")
+    # the one file check, run by the bootstrap scripts with the machine's Python before anything is installed;
+    # its sha256 is written into them, so they run it only as shipped
+    verifier = Path(bundle_files.__file__).read_bytes()
+    (out / VERIFIER).write_bytes(verifier)
     names = {"pair": pair.id, "platform": platform, "python": python, "wheels": WHEELS, "aipc_wheel": aipc_wheel.name,
-             "manifest": MANIFEST}
+             "manifest": MANIFEST, "verifier": VERIFIER, "verifier_sha256": hashlib.sha256(verifier).hexdigest()}
     sh = out / "bootstrap.sh"
     sh.write_text(render_marked(template_text("bootstrap.sh"), "bootstrap.sh", names), encoding="utf-8")
     sh.chmod(0o755)

@@ -1,40 +1,22 @@
-"""Checking an offline bundle before anything is installed from it: no links, the manifest's signature (with a
-trusted key), every path inside the bundle, every file listed with its sha256 and nothing else. Reads only."""
+"""Checking an offline bundle before anything is installed from it: the manifest's signature (with a trusted key), then
+bundle_files' one check of the files (no links, every path inside the bundle, every file listed with its sha256 and
+nothing else) and the files the manifest names by role. Reads only."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
+from aipc_env.core.formats import load_versioned
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, WHEELS, BundleManifest
+from aipc_env.fleet.bundle import WHEELS, BundleManifest
+from aipc_env.fleet.bundle_files import MANIFEST, SIGNATURE, file_problems, not_plain
 from aipc_env.fleet.sign import PublicKey, verify_file
-from aipc_env.formats import load_versioned
-from aipc_env.lock.artifacts import file_sha256
 
 __all__ = ["BundleTampered", "verify_bundle"]
 
 
 class BundleTampered(AipcError):
     exit_code = ExitCode.PROBLEMS
-
-
-def _safe_relative(rel: str) -> bool:
-    parts = rel.split("/")
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and ":" not in rel and \
-        all(part not in ("", ".", "..") for part in parts)
-
-
-def _not_plain(bundle: Path) -> list[str]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(bundle):
-        for name in dirnames + filenames:
-            mode = os.lstat(os.path.join(dirpath, name)).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a link, FIFO, socket or device
-                kind = "link" if stat.S_ISLNK(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
-                found.append(f"{Path(dirpath, name).relative_to(bundle).as_posix()}: {kind}")
-    return sorted(found)  # the directory's order is the file system's: name them the same way every time
 
 
 def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> BundleManifest:
@@ -44,7 +26,7 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
     if not (bundle / MANIFEST).is_file():
         raise InputError(f"not an aipc-env bundle (no {MANIFEST})", path=bundle,
                          fix="pass the folder made by `aipc-env fleet bundle`")
-    links = _not_plain(bundle)
+    links = not_plain(str(bundle))
     if links:
         raise BundleTampered(f"the bundle holds links or special files ({', '.join(links[:5])}): a bundle is regular "
                              "files and folders only", path=bundle,
@@ -59,20 +41,7 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
         warn("warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle could have "
              "changed it (files and manifest alike)")
     manifest = load_versioned(BundleManifest, bundle / MANIFEST)
-    problems = [f"{rel}: not a path inside the bundle" for rel in manifest.files if not _safe_relative(rel)]
-    for rel, sha in manifest.files.items():
-        if not _safe_relative(rel):
-            continue
-        path = bundle / rel
-        if not path.is_file():
-            problems.append(f"{rel}: missing")
-        elif file_sha256(path) != sha:
-            problems.append(f"{rel}: sha256 differs from the manifest")
-    ignore = {MANIFEST, SIGNATURE}
-    for path in sorted(bundle.rglob("*")):
-        rel = path.relative_to(bundle).as_posix()
-        if path.is_file() and rel not in manifest.files and rel not in ignore:
-            problems.append(f"{rel}: not in the manifest")
+    problems = file_problems(str(bundle), manifest.files)
     for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
         if rel not in manifest.files:
             problems.append(f"{rel}: named by the manifest but not one of its files")

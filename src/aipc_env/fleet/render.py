@@ -9,7 +9,7 @@ __all__ = ["render_csv", "render_html"]
 
 
 def render_csv(report: FleetReport) -> str:
-    from aipc_env.tabular import csv_text
+    from aipc_env.fleet.tabular import csv_text
 
     return csv_text(["machine", "state", "hostname", "machine_id", "collected_at", "pair", "env_hash", "driver",
                      "oneapi", "os", "aipc_env", "failed_checks", "warned_checks", "drift_kinds", "drift", "problem",
@@ -50,8 +50,8 @@ def _machine_row(m: MachineRow) -> dict:
 
 def render_html(report: FleetReport) -> str:
     """The page (templates/report.html.j2, with report.css and report.js inlined): every value escaped."""
+    from aipc_env.core.templating import render_page
     from aipc_env.fleet import TEMPLATES, template_text
-    from aipc_env.templating import render_page
 
     current = [m for m in report.machines if m.state != "superseded"]
     return render_page(TEMPLATES, "report.html.j2", report=report, current=current,

@@ -14,8 +14,8 @@ from typing import ClassVar, Literal
 
 from pydantic import ValidationError
 
+from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.errors import AipcError, InputError
-from aipc_env.formats import StrictModel, VersionedModel
 
 __all__ = [
     "FleetReport",
@@ -115,8 +115,8 @@ def _load(path: Path):
     """(DoctorReport | None, problem state, problem text). A good report is parsed and validated in one step by
     pydantic's JSON parser (typed all the way down, with its own nesting limit); anything else is read again the
     careful way, to say exactly what is wrong with it."""
+    from aipc_env.core.fileio import parse_json, read_text
     from aipc_env.doctor import REPORT_SCHEMA_VERSION, DoctorReport
-    from aipc_env.fileio import parse_json, read_text
 
     try:
         text = read_text(path, "doctor report")
@@ -147,7 +147,7 @@ def _load(path: Path):
 
 
 def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
-    from aipc_env.fileio import shown
+    from aipc_env.core.fileio import shown
 
     machine = report.facts.machine
     if machine is not None:
@@ -218,7 +218,7 @@ class Seen:
 
 
 def _summarize(path: Path) -> Seen | MachineRow:
-    from aipc_env.fileio import shown
+    from aipc_env.core.fileio import shown
 
     report, state, problem = _load(path)
     if report is None:

@@ -55,7 +55,7 @@ class SecretKey:
 def _read_small(path: Path, what: str) -> str:
     """A minisign file (key or signature), read from the stream up to MAX_KEY_FILE (a device such as /dev/zero has
     no size to check first), strict UTF-8."""
-    from aipc_env.fileio import read_text
+    from aipc_env.core.fileio import read_text
 
     try:
         return read_text(path, what, max_bytes=MAX_KEY_FILE)
@@ -154,7 +154,7 @@ def generate_keypair() -> tuple[SecretKey, PublicKey]:
 def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, public_path: Path,
                   password: str | None = None) -> None:
     """minisign's key files; the secret key encrypted with scrypt when a password is given."""
-    from aipc_env.outputs import commit_files
+    from aipc_env.core.outputs import commit_files
 
     sk = secret.seed + secret.public
     checksum = hashlib.blake2b(LEGACY + secret.key_id + sk, digest_size=32).digest() if password else bytes(32)
@@ -168,13 +168,13 @@ def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, publi
                    + base64.b64encode(blob).decode() + "\n")
     public_text = (f"untrusted comment: minisign public key {public.key_id_hex}\n"
                    + base64.b64encode(LEGACY + public.key_id + public.key).decode() + "\n")
-    # both or neither, across Ctrl-C (aipc_env.outputs): the next keygen finishes or undoes an interrupted pair
+    # both or neither, across Ctrl-C (aipc_env.core.outputs): the next keygen finishes or undoes an interrupted pair
     commit_files({secret_path: secret_text.encode(), public_path: public_text.encode()}, keypair_journal(secret_path),
                  modes={secret_path: 0o600})
 
 
 def keypair_journal(secret_path: Path) -> Path:
-    from aipc_env.outputs import JOURNAL_SUFFIX
+    from aipc_env.core.outputs import JOURNAL_SUFFIX
 
     return secret_path.with_name(f".{secret_path.name}{JOURNAL_SUFFIX}")
 
@@ -192,7 +192,7 @@ def sign_file(path: Path, secret: SecretKey, trusted_comment: str, untrusted_com
     """Write `path`.minisig (prehashed, as minisign 0.8+ signs by default)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
 
     if "\n" in trusted_comment or "\r" in trusted_comment:
         raise InputError("a trusted comment is one line")

@@ -7,13 +7,13 @@ from typing import Any
 
 import yaml
 
+from aipc_env.core.templating import render_marked
 from aipc_env.doctor.checks.gpu import MIN_WINDOWS_DRIVER_BUILD
 from aipc_env.doctor.checks.system import CEILING_MIN, TDR_MIN_SECONDS
 from aipc_env.fleet import template_text
 from aipc_env.fleet.winget_check import WinGetCheckReport, WinGetIssue, check_file, validate_configuration
 from aipc_env.fleet.winget_pins import WinGetPins, load_winget_pins
 from aipc_env.matrix import Pair
-from aipc_env.templating import render_marked
 
 __all__ = [
     "SCHEMA_URL",

@@ -23,7 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aipc_env.formats import VersionedModel
+from aipc_env.core.formats import VersionedModel
 
 __all__ = ["KNOWN_RESOURCES", "WinGetCheckReport", "WinGetIssue", "check_file", "validate_configuration"]
 
@@ -383,7 +383,7 @@ def _cycle(graph: dict[str, list[str]]) -> list[str] | None:
 
 def check_file(path: Path) -> list[WinGetIssue]:
     """Validate a (hand-edited or an admin's own) configuration file; a file that is not YAML is an input error."""
-    from aipc_env.fileio import parse_yaml, read_text
+    from aipc_env.core.fileio import parse_yaml, read_text
 
     text = read_text(path, "WinGet configuration")
     return validate_configuration(parse_yaml(text, path, "WinGet configuration"), text)

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
 
 __all__ = ["PackagePin", "WinGetPins", "load_winget_pins", "winget_pins_path"]
 
@@ -52,7 +52,7 @@ def winget_pins_path() -> Path:
 
 
 def load_winget_pins(path: Path | None = None) -> WinGetPins:
-    from aipc_env.fileio import read_yaml
+    from aipc_env.core.fileio import read_yaml
 
     path = path or winget_pins_path()
     return validate_versioned(WinGetPins, read_yaml(path, "WinGet package pins"), path)

@@ -1,4 +1,4 @@
-"""Start a written launcher the way users would, passing its exit code through (aipc_env.procs does the running)."""
+"""Start a written launcher the way users would, passing its exit code through (aipc_env.core.procs does the running)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from aipc_env.procs import run_foreground
+from aipc_env.core.procs import run_foreground
 
 __all__ = ["launcher_argv", "run_launcher"]
 

@@ -8,10 +8,10 @@ from typing import ClassVar, Literal
 
 from pydantic import field_validator
 
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import Platform
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
-from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.matrix import Pair
-from aipc_env.platforms import Platform
 
 __all__ = ["ENV_NAME", "Activation", "LaunchPlan", "Phase", "base_env", "choose_oneapi", "choose_vcvars", "plan_run"]
 

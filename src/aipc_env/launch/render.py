@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 
 from aipc_env import __version__
-from aipc_env.fileio import atomic_write_text
+from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.templating import render_marked
 from aipc_env.launch.plan import LaunchPlan
-from aipc_env.templating import render_marked
 
 __all__ = ["TEMPLATES", "render_env_bat", "render_env_sh", "render_launcher", "template_text",
            "write_launcher"]

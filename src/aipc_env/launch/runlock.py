@@ -10,9 +10,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from aipc_env.core.formats import timestamp
+from aipc_env.core.procs import pid_alive
 from aipc_env.errors import ExitCode, InputError
-from aipc_env.formats import timestamp
-from aipc_env.procs import pid_alive
 
 __all__ = ["LOCK_NAME", "run_lock"]
 
@@ -20,8 +20,8 @@ LOCK_NAME = ".aipc-run.lock"
 
 
 def _owner(path: Path) -> dict | None:
+    from aipc_env.core.fileio import parse_json, read_text
     from aipc_env.errors import InputError
-    from aipc_env.fileio import parse_json, read_text
 
     try:
         data = parse_json(read_text(path, "run lock", max_bytes=1 << 16), path, "run lock")

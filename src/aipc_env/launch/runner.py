@@ -1,10 +1,10 @@
-"""Runs the phases of a launch plan inside the training env: standard library only (plus aipc_env.procs, which is
+"""Runs the phases of a launch plan inside the training env: standard library only (plus aipc_env.core.procs, which is
 standard library too).
 
 Started by the generated launcher (`python -m aipc_env.launch.runner <run dir>/launch.json`). Applies the plan's
 environment, runs each phase as an argv (never through a shell), tees its output to the console and the log,
 stops at the first failing phase and exits with that phase's exit code. SIGINT/SIGTERM (Ctrl-C / Ctrl-Break on
-Windows) stop the running phase's process group in three stages (aipc_env.procs.stop_tree), so no training
+Windows) stop the running phase's process group in three stages (aipc_env.core.procs.stop_tree), so no training
 process outlives the launcher; the runner then exits with 128 + the signal number (130 for Ctrl-C).
 """
 
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from aipc_env import procs
+from aipc_env.core import procs
 from aipc_env.errors import ExitCode
 
 PLAN_SCHEMA_VERSION = 1

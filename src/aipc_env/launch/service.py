@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
+from aipc_env.core.platforms import Platform
 from aipc_env.errors import ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.launch.plan import LaunchPlan, Phase
-from aipc_env.platforms import Platform
 from aipc_env.trainenv.envs import EnvChoice
 from aipc_env.trainenv.select import PairChoice
 
@@ -127,15 +127,15 @@ def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: lis
 def start_run(request: RunRequest, *, platform: Platform | None = None,
               toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> RunOutcome:
     """Choose, plan, lock, record and run (or only write, on a dry run). Input errors raise AipcError."""
+    from aipc_env.core.formats import timestamp
+    from aipc_env.core.platforms import current_platform
     from aipc_env.facts.gather import installed_toolkits, toolchain_facts
-    from aipc_env.formats import timestamp
     from aipc_env.launch.execute import run_launcher
     from aipc_env.launch.plan import plan_run
     from aipc_env.launch.render import write_launcher
     from aipc_env.launch.runlock import run_lock
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import package_root
-    from aipc_env.platforms import current_platform
     from aipc_env.trainenv.record import UsedEnvRecord, write_used_env
 
     say = request.say or _print

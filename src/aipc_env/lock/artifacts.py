@@ -19,12 +19,12 @@ from packaging.markers import Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from aipc_env.core.fileio import parse_toml, read_text
+from aipc_env.core.formats import VersionedModel
+from aipc_env.core.platforms import Platform, marker_environment
+from aipc_env.core.specs import check_file_name, check_sha256
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.fileio import parse_toml, read_text
-from aipc_env.formats import VersionedModel
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
-from aipc_env.platforms import Platform, marker_environment
-from aipc_env.specs import check_file_name, check_sha256
 
 __all__ = [
     "GLIBC_MAX_MINOR",

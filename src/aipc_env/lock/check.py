@@ -11,6 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
 from aipc_env.lock.lockfile import (
     LockMeta,
     Pylock,
@@ -28,7 +29,6 @@ from aipc_env.lock.requires import IndexReader, lock_closure, recorded_metadata
 from aipc_env.lock.specs import EXPLICIT_XPU_NAMES, row_hash
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Matrix, Pair
-from aipc_env.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
 
 __all__ = ["Readers", "check_pair_lock", "default_readers", "manifest_row_problems"]
 

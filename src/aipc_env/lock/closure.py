@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from aipc_env.platforms import Platform, marker_environment, wheel_platform_fits
+from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
 
 __all__ = ["LockedDist", "closure_problems", "wheel_installs"]
 

@@ -11,9 +11,11 @@ from typing import ClassVar, Literal
 
 from packaging.specifiers import SpecifierSet
 
+from aipc_env.core.fileio import atomic_write_text, respect_umask
+from aipc_env.core.formats import VersionedModel, timestamp, write_model
+from aipc_env.core.platforms import PLATFORMS, Platform
+from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, ExitCode
-from aipc_env.fileio import atomic_write_text, respect_umask
-from aipc_env.formats import VersionedModel, timestamp, write_model
 from aipc_env.lock import specs
 from aipc_env.lock.lockfile import (
     LOCK_HEADER,
@@ -38,8 +40,6 @@ from aipc_env.lock.requires import IndexReader, lock_closure, record_metadata
 from aipc_env.lock.tools import conda_lock_argv, find_uv, uv_compile_argv
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
-from aipc_env.platforms import PLATFORMS, Platform
-from aipc_env.procs import ProbeFailed, run_capture, run_logged
 
 __all__ = ["Indexes", "LockReport", "LockSource", "compile_pylock", "lock_pair", "reachable", "tool_version"]
 
@@ -178,7 +178,7 @@ def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: di
     import tomli_w
     from packaging.utils import canonicalize_name
 
-    from aipc_env.fileio import parse_toml, read_text
+    from aipc_env.core.fileio import parse_toml, read_text
 
     data = parse_toml(read_text(path, "lock"), path, "lock")
     for pkg in data.get("packages", []):

@@ -11,12 +11,12 @@ from urllib.parse import urlparse
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned
+from aipc_env.core.platforms import PLATFORMS, Platform
+from aipc_env.core.specs import PythonMinor, check_marker, check_project_name, check_version
 from aipc_env.errors import InputError, validation_message
-from aipc_env.formats import StrictModel, VersionedModel, load_versioned
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
-from aipc_env.platforms import PLATFORMS, Platform
-from aipc_env.specs import PythonMinor, check_marker, check_project_name, check_version
 
 __all__ = [
     "LOCK_HEADER",
@@ -141,7 +141,7 @@ def conda_lock_path(lock_dir: Path) -> Path:
 
 
 def conda_lock_platforms(path: Path) -> list[str]:
-    from aipc_env.fileio import read_yaml
+    from aipc_env.core.fileio import read_yaml
 
     raw = read_yaml(path, "conda-lock file")
     try:
@@ -155,7 +155,7 @@ def meta_path(lock_dir: Path) -> Path:
 
 
 def read_pylock(path: Path) -> Pylock:
-    from aipc_env.fileio import parse_toml, read_text
+    from aipc_env.core.fileio import parse_toml, read_text
 
     raw = parse_toml(read_text(path, "lockfile"), path, "lockfile")
     if not isinstance(raw, dict):  # pragma: no cover - tomllib always returns a table

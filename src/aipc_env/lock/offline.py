@@ -22,11 +22,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from aipc_env.core.platforms import PLATFORMS, Platform, marker_environment, wheel_platform_fits
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
 from aipc_env.lock.wheels import PairArtifacts, WheelManifest, pair_artifacts
 from aipc_env.matrix import Pair
-from aipc_env.platforms import PLATFORMS, Platform, marker_environment, wheel_platform_fits
 
 __all__ = ["PROVENANCE_TOOL", "OfflinePlan", "merge_pylock", "plan_offline", "pypi_requirements", "stub_wheels"]
 
@@ -209,6 +209,6 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
 
 
 def read_universal(path: Path) -> dict:
-    from aipc_env.fileio import parse_toml, read_text
+    from aipc_env.core.fileio import parse_toml, read_text
 
     return parse_toml(read_text(path, "universal lock"), path, "universal lock")

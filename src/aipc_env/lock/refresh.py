@@ -20,11 +20,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from aipc_env.formats import VersionedModel
+from aipc_env.core.formats import VersionedModel
+from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.wheels import WheelManifest
 from aipc_env.matrix.model import Matrix
-from aipc_env.platforms import Platform, marker_environment, wheel_platform_fits
 
 __all__ = ["IndexWheel", "RefreshPlan", "RefreshReport", "candidate_paths", "check_candidates", "manifest_text",
            "matrix_text", "plan_refresh", "read_index", "today", "unified_diff"]
@@ -227,7 +227,7 @@ def matrix_text(original: str, plan: RefreshPlan) -> str:
 def manifest_text(original: str, plan: RefreshPlan) -> str:
     """The manifest file with the plan's wheels and metadata added (its header comments kept)."""
     head = original[:original.index("schema_version:")]
-    from aipc_env.fileio import parse_yaml
+    from aipc_env.core.fileio import parse_yaml
 
     data = parse_yaml(original, "environments/xpu-wheels.yaml", "wheel manifest")
     data["wheels"] = data.get("wheels", []) + plan.wheels
@@ -267,7 +267,7 @@ def candidate_paths(out: Path) -> tuple[Path, Path]:
 
 def check_candidates(matrix_file: Path, manifest_file: Path) -> None:
     """The candidates load as the real files do (a candidate that would not load is a bug, not a proposal)."""
-    from aipc_env.formats import load_versioned
+    from aipc_env.core.formats import load_versioned
     from aipc_env.matrix.model import load_matrix
 
     load_matrix(matrix_file)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from aipc_env.core.platforms import Platform
 from aipc_env.lock.closure import LockedDist, closure_problems
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.lockfile import Pylock, PylockArtifact, PylockPackage, provenance_of
 from aipc_env.lock.simple_index import IndexFile, IndexReadError, MetadataCache, fetch_metadata, project_files
 from aipc_env.lock.wheels import WheelManifest
-from aipc_env.platforms import Platform
 
 __all__ = ["IndexReader", "lock_closure", "locked_dists", "record_metadata", "recorded_metadata", "wheel_name"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from aipc_env.core.fileio import parse_json
 from aipc_env.errors import InputError
-from aipc_env.fileio import parse_json
 from aipc_env.lock.coremeta import MAX_METADATA_BYTES, CoreMetadata, MetadataError, parse_core_metadata
 
 __all__ = ["IndexFile", "IndexReadError", "MetadataCache", "fetch_metadata", "project_files"]
@@ -235,7 +235,7 @@ class MetadataCache:
         path = self._path(sha256)
         if path is None:
             return
-        from aipc_env.fileio import atomic_write_bytes
+        from aipc_env.core.fileio import atomic_write_bytes
 
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ __all__ = [
     "uv_project",
 ]
 
-from aipc_env.platforms import DEFAULT_PYTHON
+from aipc_env.core.platforms import DEFAULT_PYTHON
 
 PYPI_URL = "https://pypi.org/simple"
 XPU_INDEX_URL = "https://download.pytorch.org/whl/xpu"

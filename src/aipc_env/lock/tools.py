@@ -1,5 +1,5 @@
 """The exact command lines aipc-env runs for uv and the conda flavours (pure builders). Tests assert the command
-lines; aipc_env.procs.run_logged executes them."""
+lines; aipc_env.core.procs.run_logged executes them."""
 
 from __future__ import annotations
 

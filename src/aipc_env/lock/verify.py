@@ -20,7 +20,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
+from aipc_env.core.specs import check_file_name
 from aipc_env.lock.coremeta import (
     MAX_METADATA_BYTES,
     CoreMetadata,
@@ -32,8 +34,6 @@ from aipc_env.lock.lockfile import provenance_of, pylock_path, read_pylock
 from aipc_env.lock.requires import wheel_name
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
-from aipc_env.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
-from aipc_env.specs import check_file_name
 
 __all__ = ["ArtifactCheck", "LockVerifyReport", "metadata_problems", "requires_dist_problems", "verify_lock"]
 

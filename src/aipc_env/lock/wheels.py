@@ -15,11 +15,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 from pydantic import Field, field_validator, model_validator
 
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import Platform, wheel_platform_fits
+from aipc_env.core.specs import check_specifier, check_version
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
-from aipc_env.platforms import Platform, wheel_platform_fits
-from aipc_env.specs import check_specifier, check_version
 
 __all__ = ["PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest", "manifest_path",
            "pair_artifacts", "torch_requires_dist"]
@@ -172,7 +172,7 @@ def manifest_path() -> Path:
 
 @cache
 def _load(path: Path) -> WheelManifest:
-    from aipc_env.formats import load_versioned
+    from aipc_env.core.formats import load_versioned
 
     return load_versioned(WheelManifest, path)
 

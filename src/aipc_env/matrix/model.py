@@ -12,12 +12,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError, field_validator, model_validator
 
+from aipc_env.core.fileio import read_yaml
+from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.core.platforms import Platform, marker_environment
+from aipc_env.core.specs import check_marker, check_specifier, check_version
 from aipc_env.errors import InputError
-from aipc_env.fileio import read_yaml
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.paths import matrix_path
-from aipc_env.platforms import Platform, marker_environment
-from aipc_env.specs import check_marker, check_specifier, check_version
 
 __all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from aipc_env.core.fileio import parse_json
 from aipc_env.errors import InputError
-from aipc_env.fileio import parse_json
 
 __all__ = ["DuplicatePackage", "parse_pip_list", "platform_of_list", "read_list_text", "read_pip_list"]
 

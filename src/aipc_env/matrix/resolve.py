@@ -8,9 +8,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
-from aipc_env.formats import VersionedModel
+from aipc_env.core.formats import VersionedModel
+from aipc_env.core.platforms import Platform
 from aipc_env.matrix.model import Matrix, Pair, versions_equal
-from aipc_env.platforms import Platform
 
 __all__ = [
     "TRITON_PACKAGES",

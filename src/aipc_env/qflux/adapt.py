@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import atomic_write_bytes
+from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.core.interrupts import checkpoint
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.fileio import atomic_write_bytes
-from aipc_env.formats import StrictModel, VersionedModel, load_versioned, timestamp, write_model
-from aipc_env.interrupts import checkpoint
 from aipc_env.qflux.patches import (
     CALL_REWRITES,
     CREATED,

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.qflux.patches import HELPERS_MODULE, SRC
 
 __all__ = ["CheckReport", "Finding", "check_accelerate_config", "check_clone", "check_source", "check_structure"]
@@ -182,8 +182,8 @@ def check_accelerate_config(path: Path) -> list[Finding]:
             "accelerate_config.yaml asks for 2 processes on MULTI_GPU")
         return findings
 
+    from aipc_env.core.fileio import parse_yaml, read_text
     from aipc_env.errors import InputError
-    from aipc_env.fileio import parse_yaml, read_text
 
     try:
         data = parse_yaml(read_text(path, "accelerate config"), path, "accelerate config")

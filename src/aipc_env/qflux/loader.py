@@ -18,7 +18,7 @@ def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
     rejects the config, AipcError when the clone's code does not import in that env."""
     import os
 
-    from aipc_env.procs import ProbeFailed, run_capture
+    from aipc_env.core.procs import ProbeFailed, run_capture
 
     env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "PYTHONUTF8": "1"}
     env.pop("PYTHONPATH", None)
@@ -72,8 +72,8 @@ def rejection_fix(errors: list[dict], error: str = "") -> str:
 def check_variant(config: Path, model_dir: str | None) -> None:
     """Refuse a model the clone would train as another model: a 2511 checkpoint (its transformer config sets
     zero_cond_t, which upstream's transformer class does not have and ignores)."""
+    from aipc_env.core.fileio import read_json
     from aipc_env.facts.parse import model_variant
-    from aipc_env.fileio import read_json
     from aipc_env.train.recommend import QFLUX_NO_2511, QFLUX_VARIANTS
 
     if not model_dir or not (Path(model_dir) / "model_index.json").is_file():

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.core.formats import StrictModel, VersionedModel
 
 __all__ = ["CALL_REWRITES", "CREATED", "EDITS_DIR", "HELPERS_MODULE", "HELPER_NAMES", "PATCHES", "SRC", "CallRewrite",
            "Create", "EditSet", "Replace", "helper_import", "import_anchor", "load_edits"]
@@ -116,7 +116,7 @@ def _read(path: Path) -> str:
 @cache
 def load_edits(folder: Path = EDITS_DIR) -> tuple[tuple[Create, ...], tuple[Replace, ...], tuple[CallRewrite, ...]]:
     """The edits of `folder` (default: the shipped ones), every referenced file read."""
-    from aipc_env.formats import load_versioned
+    from aipc_env.core.formats import load_versioned
 
     index = load_versioned(EditSet, folder / "edits.yaml")
     ids = [r.id for r in index.replace]

@@ -22,12 +22,12 @@ from typing import ClassVar, Literal
 
 import yaml
 
+from aipc_env.core.fileio import read_json
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import Platform
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
-from aipc_env.fileio import read_json
-from aipc_env.formats import StrictModel, VersionedModel
 from aipc_env.launch.hops import SmokePrepare, SmokeVerify
-from aipc_env.platforms import Platform
 from aipc_env.train.recommend import Machine, get_dotted, set_dotted
 
 __all__ = ["STEPS", "SmokeCheck", "SmokeResult", "run_smoke", "smoke_config"]
@@ -170,7 +170,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     model, data, and the smoke config from the machine's recommendation) and a verify phase. `platform` and
     `toolchain` as for start_run (tests render the Windows launcher and run it under Wine)."""
 
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
     from aipc_env.paths import cache_dir, package_root

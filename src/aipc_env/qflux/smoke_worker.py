@@ -32,7 +32,7 @@ def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict:
     import yaml
     from PIL import Image
 
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
     from aipc_env.qflux.smoke import TINY_SIDE, smoke_config
     from aipc_env.train.tinypipe import build_tiny_pipeline
 

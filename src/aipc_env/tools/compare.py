@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.errors import AipcError, InputError
-from aipc_env.formats import StrictModel, VersionedModel, write_model
 
 __all__ = ["CompareManifest", "CompareRequest", "CompareSample", "run_compare"]
 

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import VersionedModel
+from aipc_env.core.procs import pid_alive
 from aipc_env.errors import ExitCode
 from aipc_env.facts.memory import system_memory
-from aipc_env.formats import VersionedModel
-from aipc_env.procs import pid_alive
 
 __all__ = ["FIELDS", "DeviceMemory", "MonitorReport", "add_arguments", "main", "run_monitor"]
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import atomic_dir
+from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import InputError
-from aipc_env.fileio import atomic_dir
-from aipc_env.formats import VersionedModel
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb
 
 __all__ = [

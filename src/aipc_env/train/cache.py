@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.fileio import atomic_write_bytes, read_json
-from aipc_env.formats import VersionedModel, load_versioned, write_model
+from aipc_env.core.fileio import atomic_write_bytes, read_json
+from aipc_env.core.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
 from aipc_env.train.progress import PhaseProgress

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import VersionedModel, load_versioned
 from aipc_env.errors import InputError
-from aipc_env.formats import VersionedModel, load_versioned
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 
 __all__ = [
@@ -135,8 +135,8 @@ def save_checkpoint(out: Path, state: CheckpointState, model, opt, sched, *, lim
     from peft.utils import get_peft_model_state_dict
     from safetensors.torch import save_file
 
-    from aipc_env.fileio import atomic_dir
-    from aipc_env.formats import write_model
+    from aipc_env.core.fileio import atomic_dir
+    from aipc_env.core.formats import write_model
 
     root = out / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)

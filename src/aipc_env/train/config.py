@@ -8,9 +8,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from aipc_env.core.fileio import read_yaml
+from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.errors import InputError
-from aipc_env.fileio import read_yaml
-from aipc_env.formats import InputModel, Seed, VersionedInput, validate_versioned
 
 __all__ = [
     "BUILTIN_SYNTHETIC",

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import respect_umask
+from aipc_env.core.formats import VersionedModel, write_model
 from aipc_env.errors import AipcError, ExitCode
-from aipc_env.fileio import respect_umask
-from aipc_env.formats import VersionedModel, write_model
 from aipc_env.train.checkpoint import (
     CheckpointState,
     model_identity,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aipc_env.core.fileio import check_writable
 from aipc_env.errors import InputError
-from aipc_env.fileio import check_writable
 from aipc_env.train.checkpoint import check_resume
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig, load_config
 

@@ -11,7 +11,7 @@ __all__ = ["is_prequantized", "load_nf4_transformer"]
 
 
 def is_prequantized(path: Path) -> bool:
-    from aipc_env.fileio import read_json
+    from aipc_env.core.fileio import read_json
 
     try:
         config = read_json(path / "config.json", "config.json")
@@ -33,7 +33,7 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
                          key="model.transformer_path", fix="create it: aipc-env quantize transformer --src MODEL --dst DIR")
     if device.type != "cpu":
         return QwenImageTransformer2DModel.from_pretrained(str(path), torch_dtype=compute_dtype, device_map={"": device})
-    from aipc_env.fileio import read_json
+    from aipc_env.core.fileio import read_json
 
     config = read_json(path / "config.json", "config.json")
     config.pop("quantization_config", None)

@@ -8,10 +8,10 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import ram_tier_gb
 from aipc_env.facts.model import Facts
-from aipc_env.formats import VersionedModel
 
 __all__ = [
     "SMOKE_FIX",

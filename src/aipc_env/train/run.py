@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from aipc_env.fileio import atomic_write_text
+from aipc_env.core.fileio import atomic_write_text
 from aipc_env.launch.hops import EnginePhase
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aipc_env.fileio import atomic_dir
+from aipc_env.core.fileio import atomic_dir
 
 __all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
+from aipc_env.core.interrupts import checkpoint
+from aipc_env.core.platforms import Platform
+from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.gather import inspect_env, modified_files
-from aipc_env.fileio import atomic_write_text
-from aipc_env.formats import VersionedModel, load_versioned, timestamp, write_model
-from aipc_env.interrupts import checkpoint
 from aipc_env.lock import specs
 from aipc_env.lock.lock import Indexes, compile_pylock, tool_version
 from aipc_env.lock.lockfile import (
@@ -44,8 +46,6 @@ from aipc_env.lock.tools import (
     uv_venv_argv,
 )
 from aipc_env.matrix import Pair
-from aipc_env.platforms import Platform
-from aipc_env.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
 from aipc_env.trainenv.envs import env_python
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record

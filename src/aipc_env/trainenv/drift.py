@@ -8,10 +8,10 @@ from typing import ClassVar, Literal
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
-from aipc_env.formats import StrictModel, VersionedModel
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import Platform, marker_environment
 from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import versions_equal
-from aipc_env.platforms import Platform, marker_environment
 
 __all__ = [
     "IGNORED",

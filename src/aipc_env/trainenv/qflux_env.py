@@ -25,7 +25,7 @@ RECORD = ".aipc-env.json"
 def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torchvision: bool) -> str:
     """The clone's requirements.txt after patch-requirements, with the XPU torch block replaced by the torch this
     machine installs (its source arguments are given to the installer, not written here)."""
-    from aipc_env.fileio import decode_text
+    from aipc_env.core.fileio import decode_text
     from aipc_env.trainenv.requirements import edit_requirements
 
     path = Path(clone) / "requirements.txt"
@@ -50,12 +50,12 @@ def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None,
     when the env holds the pair's XPU torch (a CPU build is no XPU env: nothing to activate)."""
     import os
 
-    from aipc_env.fileio import atomic_write_text
-    from aipc_env.formats import load_versioned, timestamp, write_model
+    from aipc_env.core.fileio import atomic_write_text
+    from aipc_env.core.formats import load_versioned, timestamp, write_model
+    from aipc_env.core.platforms import current_platform
+    from aipc_env.core.procs import run_logged
     from aipc_env.lock.tools import find_uv
     from aipc_env.paths import cache_dir
-    from aipc_env.platforms import current_platform
-    from aipc_env.procs import run_logged
     from aipc_env.trainenv.torch_source import detect
 
     source = detect(pair.newest_torch)

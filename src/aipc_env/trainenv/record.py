@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from aipc_env.core.formats import VersionedModel, load_versioned, write_model
 from aipc_env.facts.model import VerifyRecord
-from aipc_env.formats import VersionedModel, load_versioned, write_model
 from aipc_env.paths import state_dir
 
 __all__ = [

@@ -26,9 +26,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from aipc_env.core.fileio import atomic_write_bytes, decode_text
+from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import InputError
-from aipc_env.fileio import atomic_write_bytes, decode_text
-from aipc_env.formats import VersionedModel
 from aipc_env.matrix import Pair
 
 __all__ = [

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from aipc_env.core.platforms import Platform
 from aipc_env.errors import InputError
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import Resolution, resolve_pair
-from aipc_env.platforms import Platform
 from aipc_env.trainenv.envs import EnvChoice
 from aipc_env.trainenv.record import EnvRecord
 

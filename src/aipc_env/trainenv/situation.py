@@ -8,11 +8,11 @@ import os
 import sys
 from pathlib import Path
 
+from aipc_env.core.platforms import Platform
 from aipc_env.errors import AipcError
 from aipc_env.facts.gather import EnvSeen, GatherOptions, gather_facts, inspect_env, installed_toolkits, toolchain_facts
 from aipc_env.facts.model import Facts
 from aipc_env.matrix import Matrix
-from aipc_env.platforms import Platform
 from aipc_env.trainenv.envs import EnvChoice, env_python
 from aipc_env.trainenv.record import read_env_record, read_used_env, read_verify_record
 from aipc_env.trainenv.select import EnvCandidates, Situation, choose_env

@@ -53,10 +53,10 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
     and this Python. Progress lines go to `log`, the installer's own output to <prefix>/build.log."""
     from importlib.metadata import PackageNotFoundError, requires
 
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import atomic_write_text
+    from aipc_env.core.procs import run_logged
     from aipc_env.lock.tools import find_uv
     from aipc_env.paths import environments_dir
-    from aipc_env.procs import run_logged
     from aipc_env.trainenv.torch_source import detect, pinned_torch, torch_source_fix, uv_environment
 
     prefix = prefix or tool_env_prefix()

@@ -70,7 +70,7 @@ def plan_torch_install(version: str, *, intel_gpu: bool, build: str | None = Non
 
 def detect(version: str, environ: dict[str, str] | None = None) -> TorchSource:
     """plan_torch_install for this machine and its environment variables."""
-    from aipc_env.platforms import has_intel_gpu
+    from aipc_env.core.platforms import has_intel_gpu
 
     env = os.environ if environ is None else environ
     return plan_torch_install(version, intel_gpu=has_intel_gpu(), build=env.get(ENV_VARS["build"]),

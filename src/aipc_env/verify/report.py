@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from aipc_env.formats import VersionedModel
+from aipc_env.core.formats import VersionedModel
 
 __all__ = ["StepResult", "VerifyReport", "render_verify"]
 

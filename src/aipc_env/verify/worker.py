@@ -435,7 +435,7 @@ def _run_steps(args: VerifySteps) -> int:
     result["work_seconds"] = round(time.perf_counter() - work_start, 2)
     result["passed"] = all(s["passed"] for s in result["steps"])
     if args.out:
-        from aipc_env.fileio import atomic_write_text
+        from aipc_env.core.fileio import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(result, indent=2))
     else:

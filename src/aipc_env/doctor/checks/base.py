@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from aipc_env.core.platforms import Platform
 from aipc_env.facts.model import Facts
 from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import Resolution, resolve_pair
-from aipc_env.platforms import Platform
 
 if TYPE_CHECKING:  # pragma: no cover
     from aipc_env.trainenv.select import Situation

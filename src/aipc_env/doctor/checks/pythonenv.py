@@ -8,10 +8,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from aipc_env.core.platforms import DEFAULT_PYTHON
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
-from aipc_env.platforms import DEFAULT_PYTHON
 from aipc_env.trainenv.envs import SOURCE_WORDS
 
 DEFAULT_BNB_MIN = "0.50.2"

@@ -18,27 +18,17 @@ if ($Trust) {
 } else {
     Write-Warning "aipc-env bundle: no trust key (-Trust): the bundle's signature is not checked"
 }
-# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
-$manifest = Get-Content -Raw -Encoding UTF8 "$here\@AIPC_MANIFEST@" | ConvertFrom-Json
-$bad = @()
-$known = @{"@AIPC_MANIFEST@" = 1; "@AIPC_MANIFEST@.minisig" = 1}
-foreach ($entry in $manifest.files.PSObject.Properties) {
-    $known[$entry.Name] = 1
-    if ($entry.Name -match '(^[/\\])|(\.\.)|:|\\') { $bad += $entry.Name; continue }
-    $path = Join-Path $here $entry.Name
-    $item = Get-Item -LiteralPath $path -Force -ErrorAction SilentlyContinue
-    if (-not $item -or $item.PSIsContainer -or $item.LinkType) { $bad += $entry.Name; continue }
-    $hash = (Get-FileHash -LiteralPath $path -Algorithm SHA256).Hash.ToLower()
-    if ($hash -ne $entry.Value) { $bad += $entry.Name }
-}
-foreach ($item in Get-ChildItem -LiteralPath $here -Recurse -Force) {
-    $rel = $item.FullName.Substring($here.Length + 1).Replace("\", "/")
-    if ($item.LinkType -or (-not $item.PSIsContainer -and -not $known.ContainsKey($rel))) { $bad += $rel }
-}
-if ($bad.Count -gt 0) {
-    Write-Error ("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ($bad -join ", "))
+# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed:
+# aipc-env's own check, shipped as @AIPC_VERIFIER@ and run only if it is the file this script was made with
+$verifier = Join-Path $here "@AIPC_VERIFIER@"
+$item = Get-Item -LiteralPath $verifier -Force -ErrorAction SilentlyContinue
+if (-not $item -or $item.PSIsContainer -or $item.LinkType -or
+        (Get-FileHash -LiteralPath $verifier -Algorithm SHA256).Hash.ToLower() -ne "@AIPC_VERIFIER_SHA256@") {
+    Write-Error "aipc-env bundle: @AIPC_VERIFIER@ is missing or not the one this bundle was made with; nothing was run"
     exit @AIPC_EXIT_PROBLEMS@
 }
+& py -@AIPC_PYTHON@ -I "$verifier" "$here"
+if ($LASTEXITCODE -ne 0) { exit @AIPC_EXIT_PROBLEMS@ }
 # the aipc-env that installs the env lives outside the bundle: a temporary venv, or -Tool DIR (kept)
 $keep = [bool]$Tool
 if ($keep) {

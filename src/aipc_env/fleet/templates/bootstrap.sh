@@ -17,24 +17,15 @@ if [ -n "${AIPC_ENV_BUNDLE_TRUST:-}" ]; then
 else
     echo "aipc-env bundle: warning: no AIPC_ENV_BUNDLE_TRUST key: the bundle's signature is not checked" >&2
 fi
-# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed
-python3 -I - "$here" <<'PY'
-import hashlib, json, os, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-files = json.loads((root / "@AIPC_MANIFEST@").read_text(encoding="utf-8"))["files"]
-bad = [f for f in files if f.startswith(("/", "\\")) or ".." in f.split("/") or ":" in f or "\\" in f]
-bad += [f for f, h in files.items() if f not in bad and (os.path.islink(root / f) or not (root / f).is_file()
-        or hashlib.sha256((root / f).read_bytes()).hexdigest() != h)]
-known = set(files) | {"@AIPC_MANIFEST@", "@AIPC_MANIFEST@.minisig"}
-for dirpath, dirnames, filenames in os.walk(root):
-    for name in dirnames + filenames:
-        rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-        if os.path.islink(os.path.join(dirpath, name)) or (name in filenames and rel not in known):
-            bad.append(rel)
-if bad:
-    print("aipc-env bundle: files do not match the manifest (damaged or tampered): " + ", ".join(bad[:5]), file=sys.stderr)
-    sys.exit(@AIPC_EXIT_PROBLEMS@)
-PY
+# every file against the manifest (paths inside the bundle, no links, nothing extra) before anything is installed:
+# aipc-env's own check, shipped as @AIPC_VERIFIER@ and run only if it is the file this script was made with
+if ! (cd "$here" && printf '%s  %s\n' "@AIPC_VERIFIER_SHA256@" "@AIPC_VERIFIER@" | sha256sum -c --status - 2>/dev/null); then
+    echo "aipc-env bundle: @AIPC_VERIFIER@ is missing or not the one this bundle was made with; nothing was run" >&2
+    exit @AIPC_EXIT_PROBLEMS@
+fi
+if ! python3 -I "$here/@AIPC_VERIFIER@" "$here"; then
+    exit @AIPC_EXIT_PROBLEMS@
+fi
 # the aipc-env that installs the env lives outside the bundle: a temporary venv, or AIPC_BUNDLE_TOOL (kept, for
 # the commands that follow, e.g. an Ansible play's env --check and doctor)
 if [ -n "${AIPC_BUNDLE_TOOL:-}" ]; then

@@ -23,9 +23,9 @@ import re
 import secrets
 from pathlib import Path
 
+from aipc_env.core.fileio import default_mode, parse_json, read_text
+from aipc_env.core.interrupts import checkpoint
 from aipc_env.errors import InputError
-from aipc_env.fileio import default_mode, parse_json, read_text
-from aipc_env.interrupts import checkpoint
 
 __all__ = ["JOURNAL_SUFFIX", "RECORD", "OutputFolder", "commit_files", "recover"]
 

@@ -131,8 +131,8 @@ def atomic_write_text(path: str | Path, text: str, *, newline: str = "\n", mode:
     atomic_write_bytes(path, text.replace("\n", newline).encode("utf-8"), mode=mode)
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+def write_json(path: str | Path, data: Any, *, sort_keys: bool = False) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
 def _owner_pid(name: str, marker: str) -> int | None:
@@ -146,7 +146,7 @@ def recover_atomic_dir(dst: str | Path) -> list[str]:
     """Finish what a killed atomic_dir left beside dst (a crash or power cut: no handler ran): a partial folder of
     a process that is gone is removed; an old copy moved aside just before the rename is put back when dst is
     missing, else removed. Folders of a live process (another run at work) are left alone."""
-    from aipc_env.procs import pid_alive
+    from aipc_env.core.procs import pid_alive
 
     dst = Path(dst)
     done: list[str] = []
@@ -170,7 +170,7 @@ def recover_atomic_dir(dst: str | Path) -> list[str]:
 def atomic_dir(dst: str | Path) -> Iterator[Path]:
     """Yield a hidden temporary folder beside dst; on success it replaces dst, on any error it is removed. What a
     killed process leaves (the partial folder, an old copy moved aside) the next atomic_dir of dst cleans up."""
-    from aipc_env.interrupts import checkpoint
+    from aipc_env.core.interrupts import checkpoint
 
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():

@@ -8,8 +8,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
+from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.errors import InputError
-from aipc_env.formats import StrictModel, VersionedModel, validate_versioned
 
 __all__ = ["Distribution", "GpuRuntimeTable", "distribution_of_image", "load_gpu_runtime"]
 
@@ -77,7 +77,7 @@ def distribution_of_image(reference: str) -> str | None:
 
 
 def load_gpu_runtime(path: Path | None = None) -> GpuRuntimeTable:
-    from aipc_env.fileio import read_yaml
+    from aipc_env.core.fileio import read_yaml
     from aipc_env.paths import environments_dir
 
     path = path or environments_dir() / "gpu-runtime.yaml"

@@ -1,12 +1,11 @@
 """JSON Schemas of every file format aipc-env reads, writes or prints, generated from the pydantic models.
 
-`python -m aipc_env.schemas` rewrites docs/schemas/; tests fail when a committed schema drifts from its model, and
+`python -m aipc_env.commands.schemas` rewrites docs/schemas/; tests fail when a committed schema drifts from its model, and
 when a VersionedModel of the package is missing here. This module imports every format; formats.py imports none.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,6 @@ def models() -> dict[str, type]:
     from aipc_env.fleet.report import FleetReport
     from aipc_env.fleet.winget_check import WinGetCheckReport
     from aipc_env.fleet.winget_pins import WinGetPins
-    from aipc_env.gpu_runtime import GpuRuntimeTable
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.artifacts import InstallPlanReport
     from aipc_env.lock.lock import LockReport
@@ -37,6 +35,7 @@ def models() -> dict[str, type]:
     from aipc_env.lock.verify import LockVerifyReport, LockVerifyReports
     from aipc_env.lock.wheels import WheelManifest
     from aipc_env.matrix import Matrix
+    from aipc_env.matrix.gpu_runtime import GpuRuntimeTable
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
     from aipc_env.qflux.adapt import AdaptManifest
     from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
@@ -81,12 +80,12 @@ def schemas() -> dict[str, dict]:
 
 
 def write_schemas(folder: Path) -> list[Path]:
-    from aipc_env.fileio import atomic_write_text
+    from aipc_env.core.fileio import write_json
 
     written = []
     for name, schema in schemas().items():
         path = folder / f"{name}.schema.json"
-        atomic_write_text(path, json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        write_json(path, schema, sort_keys=True)
         written.append(path)
     return written
 
