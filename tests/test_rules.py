@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+from pathlib import Path
 
 from aipc_env.errors import ExitCode
 from tests.conftest import ROOT, find_tool, require_tool
@@ -116,6 +117,21 @@ def test_templates_name_their_exit_codes():
         assert _literal_exits(text) == [], f"{path.name}: {_literal_exits(text)}"
         named = {m.lower() for m in re.findall(r"@AIPC_(EXIT_[A-Z_]+)@", text)}
         assert named <= set(EXIT_MARKS), path.name
+
+
+def test_the_rendered_playbook_is_yaml(matrix):
+    """Every YAML file of the playbook parses (the full Ansible syntax check is tests/test_fleet_ansible.py, slow):
+    a task name with ': ' in it once broke the whole play."""
+    import yaml
+
+    from aipc_env.fleet.ansible import GpuSource, render_playbook
+
+    source = GpuSource("deb [signed-by=/etc/apt/keyrings/intel-gpu.asc] https://repositories.intel.com/gpu/ubuntu "
+                       "noble client", Path("intel-gpu.asc"), "intel-gpu.asc")
+    for gpu in (None, source):
+        for rel, text in render_playbook(matrix.get("xpu-2.13"), gpu).items():
+            if rel.endswith(".yml"):
+                assert isinstance(yaml.safe_load(text), (dict, list)), rel
 
 
 def test_the_exit_scan_finds_numbers():
