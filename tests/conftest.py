@@ -17,6 +17,22 @@ MACHINES = FIXTURES / "machines"
 OUTPUTS = FIXTURES / "outputs"
 
 
+# The slowest test files first (worker seconds per file: benchmarks/results/suite.json). `--dist loadfile` hands
+# files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
+# idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half).
+SLOWEST_FIRST = ("test_qflux.py", "test_container.py", "test_distill.py", "test_engine.py", "test_compare_monitor.py",
+                 "test_train.py", "test_verify.py", "test_adapt.py", "test_hostile_inputs.py")
+
+
+def slowest_first(items: list) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: the rest keep their order
+
+
+def pytest_collection_modifyitems(config, items):
+    slowest_first(items)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
     """No test reads or writes the real per-user state, cache or data (runs of the built-in default)."""
@@ -97,14 +113,28 @@ def upstream_clone(upstream_pristine, tmp_path) -> Path:
     return dest
 
 
+def run_shared(tmp_path_factory) -> Path:
+    """This test run's folder that every xdist worker sees (each worker's base temp is a child of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def warm_caches(tmp_path_factory) -> dict[str, str]:
+    """uv's and pip's caches, shared by the tests that install the same packages into a clean HOME (the README's
+    commands, the installed tool): the first fills them, the rest link from them (both tools lock their caches).
+    The command still runs verbatim in an empty HOME; only downloads and unpacking are not repeated."""
+    shared = run_shared(tmp_path_factory)
+    return {"UV_CACHE_DIR": str(shared / "warm-uv-cache"), "PIP_CACHE_DIR": str(shared / "warm-pip-cache")}
+
+
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
     """A folder built once per test run and shared by every xdist worker (and module) that asks for it: the first
     builds it under a file lock in the run's shared temp folder, the others wait and reuse it. Only a build that
     finished is marked done, so a failed one is redone by the next asker. Users must treat it as read-only."""
     import fcntl
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one run's workers share the parent
+    shared = run_shared(tmp_path_factory)
     folder, done = shared / f"built-{name}", shared / f"built-{name}.done"
     with open(shared / f"built-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

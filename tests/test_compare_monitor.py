@@ -15,18 +15,15 @@ import yaml
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env
 from aipc_env.launch.render import write_launcher
 from tests.conftest import ROOT, run_cli
-from tests.test_engine import _config, _engine, dataset, tiny_pipe  # noqa: F401 - fixtures
+from tests.test_engine import dataset, tiny_pipe, trained_run  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_pipe, dataset, tmp_path_factory):  # noqa: F811 - pytest fixture injection
-    tmp = tmp_path_factory.mktemp("run")
-    config = _config(tmp, tiny_pipe, dataset, max_train_steps=6)
-    assert _engine("cache", config).returncode == 0
-    assert _engine("fit", config).returncode == 0
-    return config, tmp / "out run" / "lora"
+def trained(trained_run):  # noqa: F811 - pytest fixture injection
+    """test_engine's run through the launcher, made once per test run (read-only here)."""
+    return trained_run / "config.yaml", trained_run / "out run" / "lora"
 
 
 def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811

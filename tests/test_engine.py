@@ -32,14 +32,32 @@ def tiny_pipe(tmp_path_factory):
     return built_once(tmp_path_factory, "tiny-pipe", lambda folder: build_tiny_pipeline(folder / name)) / name
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = local(tmp_path_factory.mktemp("data") / "set & co", n=6, size=(64, 64))
+def make_dataset(folder: Path) -> Path:
+    root = local(folder / "set & co", n=6, size=(64, 64))
     for i in range(6):
         rng = np.random.default_rng(i)
         Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(root / "training_images" / f"s{i}.png")
         Image.fromarray(rng.integers(0, 255, (64, 64), dtype=np.uint8)).save(root / "control_images" / f"s{i}_mask.png")
     return root
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_pipe, tmp_path_factory) -> Path:
+    """A 12-step run of the tiny pipeline through `aipc-env train` (the launcher, then the cache and fit phases),
+    made once per test run for every module and worker that reads it: config.yaml, data/, and out run/ (LoRA, log,
+    checkpoints). Read-only."""
+
+    def build(folder: Path) -> None:
+        config = _config(folder, tiny_pipe, make_dataset(folder / "data"))
+        result = run_cli("train", str(config), timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "trained-run", build)
 
 
 def _config(tmp: Path, model: Path, data: Path, **train) -> Path:
@@ -59,16 +77,13 @@ def _engine(phase: str, config: Path, **kw) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, **kw)
 
 
-def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, tmp_path):
+def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, trained_run):
     import torch
     from diffusers import QwenImageEditPipeline
 
     from aipc_env.train.compat import processor_without_video
 
-    config = _config(tmp_path, tiny_pipe, dataset)
-    result = run_cli("train", str(config), timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = tmp_path / "out run"
+    out = trained_run / "out run"
     rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 13))
     assert [p.name for p in sorted((out / "checkpoints").iterdir())] == ["step-0000006", "step-0000009"]

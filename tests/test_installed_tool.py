@@ -19,7 +19,7 @@ from tests.test_resolve import WIN_27_LIST
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, warm_caches):
     require_tool(None if Path("/usr/bin/pipx").is_file() else "the distro's pipx is missing (apt-get install pipx)")
     uv = find_tool("uv")
     require_tool(None if uv else "uv is not on PATH")
@@ -35,7 +35,7 @@ def installed(tmp_path_factory):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_", "PIPX_"))
            or k == "AIPC_ENV_TORCH_WHEELS"}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin")
+    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
     install = subprocess.run(["/usr/bin/pipx", "install", str(wheel)], cwd=outside, env=env, capture_output=True,
                              text=True, timeout=900)
     assert install.returncode == 0, (install.stdout + install.stderr)[-3000:]

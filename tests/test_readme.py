@@ -50,7 +50,7 @@ def _copy_checkout(dst: Path) -> None:
 
 
 @pytest.mark.slow
-def test_readme_main_command_verbatim_on_the_distro_python(tmp_path):
+def test_readme_main_command_verbatim_on_the_distro_python(tmp_path, warm_caches):
     require_tool(None if Path("/usr/bin/pipx").is_file() else "the distro's pipx is missing (apt-get install pipx)")
     externally_managed = list(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED"))
     require_tool(None if externally_managed else "the distro Python here is not PEP 668 externally managed")
@@ -63,7 +63,7 @@ def test_readme_main_command_verbatim_on_the_distro_python(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_"))
            or k in ("AIPC_ENV_TORCH_WHEELS", "AIPC_ENV_TORCH_INDEX")}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin")
+    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
     command = readme_commands()["train"]
     result = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True,
                             timeout=1500)
@@ -88,7 +88,7 @@ def readme_install_line() -> str:
 
 
 @pytest.mark.slow
-def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_pristine):
+def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_pristine, warm_caches):
     """`pipx install .` verbatim on the distro Python in a clean HOME: the `aipc-env` it puts on PATH has uv with it,
     so `adapt CLONE --smoke` gets past adapting and starts building the qflux env with uv (stopped there: the
     full env is 2 GB; test_qflux runs the smoke itself)."""
@@ -99,7 +99,7 @@ def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_p
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_", "PIPX_"))
            or k in ("AIPC_ENV_TORCH_WHEELS", "AIPC_ENV_TORCH_INDEX")}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin")
+    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
     install = subprocess.run(["bash", "-c", readme_install_line()], cwd=repo, env=env, capture_output=True,
                              text=True, timeout=900)
     assert install.returncode == 0, (install.stdout + install.stderr)[-4000:]
