@@ -28,6 +28,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -168,15 +169,25 @@ def tests(session: nox.Session) -> None:
     # training and quantizing, images, Ansible hosts) run after it unmeasured: tracing them cost 7 of the suite's 45
     # minutes. With arguments (a test file, -k ...) one measured run of just that.
     cov = ["--cov", "--cov-branch", "--cov-report="]
+    # AIPC_ENV_SUITE_TIMES=DIR: each tier's JUnit XML and wall seconds there, for benchmarks/suite_times.py
+    times = os.environ.get("AIPC_ENV_SUITE_TIMES")
+
+    def tier(name: str, *args: str) -> None:
+        junit = ["--junitxml", str(Path(times, f"{name}.xml"))] if times else []
+        started = time.monotonic()
+        session.run("python", "-m", "pytest", *args, *junit)
+        if times:
+            Path(times, f"{name}.wall").write_text(f"{time.monotonic() - started:.0f}\n", encoding="utf-8")
+
     if rest:
         session.run("python", "-m", "pytest", *cov, *rest)
     else:
-        session.run("python", "-m", "pytest", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile")
+        tier("fast", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile")
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(f"branch coverage of src/aipc_env (in-process, statements + branches, "
                 f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%")
-    if not rest:  # two workers, a test file each (its module fixtures run once); the slowest files wait on I/O
-        session.run("python", "-m", "pytest", "-m", "slow", "-n", "2", "--dist", "loadfile")
+    if not rest:  # two workers, a test file each (its module fixtures run once); the slowest files start first
+        tier("slow", "-m", "slow", "-n", "2", "--dist", "loadfile")
 
 
 @nox.session
