@@ -182,12 +182,13 @@ def tests(session: nox.Session) -> None:
     if rest:
         session.run("python", "-m", "pytest", *cov, *rest)
     else:
-        tier("fast", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile")
+        tier("fast", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(f"branch coverage of src/aipc_env (in-process, statements + branches, "
                 f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%")
-    if not rest:  # two workers, a test file each (its module fixtures run once); the slowest files start first
-        tier("slow", "-m", "slow", "-n", "2", "--dist", "loadfile")
+    if not rest:  # a test file per worker (its module fixtures run once), the slowest files first; three workers on
+        # two cores: the slow files wait on image builds, installs and subprocesses (two kept 1.7 cores busy)
+        tier("slow", "-m", "slow", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder")
 
 
 @nox.session

@@ -121,9 +121,10 @@ def run_shared(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def warm_caches(tmp_path_factory) -> dict[str, str]:
-    """uv's and pip's caches, shared by the tests that install the same packages into a clean HOME (the README's
-    commands, the installed tool): the first fills them, the rest link from them (both tools lock their caches).
-    The command still runs verbatim in an empty HOME; only downloads and unpacking are not repeated."""
+    """uv's and pip's caches, shared by the tests that install the same packages into a clean HOME or host root (the
+    README's commands, the installed tool, a bundle's bootstrap, the Ansible hosts): the first fills them, the rest
+    link from them (both tools lock their caches). Each command still runs verbatim in an empty HOME or root; only
+    downloads and unpacking are not repeated."""
     shared = run_shared(tmp_path_factory)
     return {"UV_CACHE_DIR": str(shared / "warm-uv-cache"), "PIP_CACHE_DIR": str(shared / "warm-pip-cache")}
 

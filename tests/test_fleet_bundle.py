@@ -39,12 +39,12 @@ def test_the_bundle_lists_every_file_with_its_hash(fleet_bundle):
     assert manifest["pair"] == "xpu-2.13" and manifest["platform"] == "linux-64"
 
 
-def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path):
+def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path, warm_caches):
     require_tool(distro_python_with_venv())
     bundle = _copy(fleet_bundle, tmp_path / "bundle copy ü")
     prefix = tmp_path / "env"
     env = {**os.environ, "PATH": "/usr/bin:/bin", "AIPC_ENV_STATE_DIR": str(tmp_path / "state"),
-           "AIPC_ENV_CACHE_DIR": str(tmp_path / "cache"), "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+           "AIPC_ENV_CACHE_DIR": str(tmp_path / "cache"), "UV_CACHE_DIR": warm_caches["UV_CACHE_DIR"]}
     result = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)], env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "(no network)" in result.stdout

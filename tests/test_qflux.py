@@ -289,10 +289,32 @@ def _dotted(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
-@pytest.mark.parametrize("plus", [False, True], ids=["edit", "edit-plus"])
+def test_the_plain_edit_smoke_config_loads_with_upstreams_plain_trainer(adapted_clone, qflux_python, tmp_path):
+    """One full smoke trains (below: edit-plus, what `recommend` writes). The plain edit variant differs in the trainer
+    key only (a recorded change, tests/test_qflux_smoke_config.py): its smoke config loads through the clone's own
+    loader as upstream's plain trainer with NF4, and that trainer's module, with the adaptation's edits, imports in
+    the clone's env."""
+    from aipc_env.qflux.loader import validate_with_clone
+    from aipc_env.qflux.smoke import recommended_for, smoke_config
+    from aipc_env.train.recommend import Machine
+
+    cfg, changed = smoke_config(recommended_for(Machine(ram_bytes=int(31.6 * GiB))), tmp_path / "run",
+                                accelerator=False, plus=False)
+    assert "trainer" in changed
+    file = tmp_path / "plain edit.yaml"
+    file.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    result = validate_with_clone(qflux_python, adapted_clone, file)
+    assert result["trainer"] == "QwenImageEdit" and result["quantization_type"] == "nf4"
+    out = run_in_env(qflux_python, "from qflux.trainer.qwen_image_edit_trainer import QwenImageEditTrainer\n"
+                     "print(QwenImageEditTrainer.__name__)", adapted_clone / "src")
+    assert out.returncode == 0 and "QwenImageEditTrainer" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("plus", [True], ids=["edit-plus"])
 def test_smoke_trains_recommends_config_with_upstreams_own_phases(adapted_clone, qflux_python, tmp_path, plus):
-    """The smoke trains what `recommend --engine qflux` writes for a 32 GB AI PC (its CLI output, read here),
-    changed only in the keys it records; optimizer, checkpointing, caption dropout and NF4 stay."""
+    """The one full upstream smoke: it trains what `recommend --engine qflux` writes for a 32 GB AI PC (its CLI
+    output, read here), changed only in the keys it records; optimizer, checkpointing, caption dropout and NF4
+    stay."""
     from aipc_env.qflux.smoke import run_smoke
     from aipc_env.train.recommend import Machine
 
