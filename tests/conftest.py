@@ -24,13 +24,9 @@ SLOWEST_FIRST = ("test_qflux.py", "test_container.py", "test_distill.py", "test_
                  "test_train.py", "test_verify.py", "test_adapt.py", "test_hostile_inputs.py")
 
 
-def slowest_first(items: list) -> None:
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: the rest keep their order
-
-
 def pytest_collection_modifyitems(config, items):
-    slowest_first(items)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from aipc_env.core.formats import load_versioned
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.fleet.bundle import WHEELS, BundleManifest
-from aipc_env.fleet.bundle_files import MANIFEST, SIGNATURE, file_problems, not_plain
+from aipc_env.fleet.bundle_files import MANIFEST, SIGNATURE, file_problems, not_plain, summary
 from aipc_env.fleet.sign import PublicKey, verify_file
 
 __all__ = ["BundleTampered", "verify_bundle"]
@@ -46,7 +46,6 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
         if rel not in manifest.files:
             problems.append(f"{rel}: named by the manifest but not one of its files")
     if problems:
-        shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
-        raise BundleTampered(f"the bundle does not match its manifest: {shown}", path=bundle,
+        raise BundleTampered(f"the bundle does not match its manifest: {summary(problems)}", path=bundle,
                              fix="get an intact copy of the bundle; nothing was installed")
     return manifest

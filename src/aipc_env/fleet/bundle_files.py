@@ -22,7 +22,7 @@ SIGNATURE = MANIFEST + ".minisig"
 VERIFIER = "verify-bundle.py"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 
-__all__ = ["MANIFEST", "SIGNATURE", "VERIFIER", "file_problems", "not_plain", "safe_relative"]
+__all__ = ["MANIFEST", "SIGNATURE", "VERIFIER", "file_problems", "not_plain", "safe_relative", "summary"]
 
 
 def safe_relative(rel: str) -> bool:
@@ -32,7 +32,7 @@ def safe_relative(rel: str) -> bool:
         all(part not in ("", ".", "..") for part in parts)
 
 
-def not_plain(bundle: str) -> list:
+def not_plain(bundle: str) -> list[str]:
     """'<path>: link|FIFO|special file' for everything in the bundle that is not a regular file or folder."""
     found = []
     for dirpath, dirnames, filenames in os.walk(bundle):
@@ -44,7 +44,7 @@ def not_plain(bundle: str) -> list:
     return sorted(found)  # the directory's order is the file system's: name them the same way every time
 
 
-def file_problems(bundle: str, files: dict) -> list:
+def file_problems(bundle: str, files: dict[str, str]) -> list[str]:
     """What differs between the bundle's files and the manifest's table {relative path: sha256}."""
     problems = [f"{rel}: not a path inside the bundle" for rel in files if not safe_relative(rel)]
     for rel, sha in files.items():
@@ -64,6 +64,11 @@ def file_problems(bundle: str, files: dict) -> list:
     return problems
 
 
+def summary(problems: list[str]) -> str:
+    """The first five problems, then how many more."""
+    return "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
+
+
 def _rel(path: str, bundle: str) -> str:
     return os.path.relpath(path, bundle).replace(os.sep, "/")
 
@@ -76,7 +81,7 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _manifest_files(bundle: str) -> dict:
+def _manifest_files(bundle: str) -> dict[str, str]:
     path = os.path.join(bundle, MANIFEST)
     with open(path, "rb") as f:
         raw = f.read(MAX_MANIFEST_BYTES + 1)
@@ -88,7 +93,7 @@ def _manifest_files(bundle: str) -> dict:
     return files
 
 
-def main(argv: list) -> int:
+def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -I verify-bundle.py BUNDLE", file=sys.stderr)
         return 2
@@ -98,9 +103,8 @@ def main(argv: list) -> int:
     except (OSError, ValueError, RecursionError) as err:  # json errors are ValueErrors
         problems = [f"{MANIFEST}: {err}"]
     if problems:
-        shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
-        print(f"aipc-env bundle: the bundle does not match its manifest (damaged or tampered): {shown}; nothing was "
-              "installed", file=sys.stderr)
+        print(f"aipc-env bundle: the bundle does not match its manifest (damaged or tampered): {summary(problems)}; "
+              "nothing was installed", file=sys.stderr)
         return 1
     return 0
 
