@@ -59,11 +59,34 @@ def _validate_qflux(cfg, python) -> None:
           f"{result['quantization_type']})")
 
 
+def _heldout_verdict(cfg):
+    """The fit's held-out verdict (fit_summary.json), or None where the run has none."""
+    from aipc_env.core.formats import load_versioned
+    from aipc_env.errors import AipcError
+    from aipc_env.train.fit import FitSummary
+
+    path = Path(cfg.output_dir) / "fit_summary.json"
+    if not path.is_file():
+        return None
+    try:
+        return load_versioned(FitSummary, path).heldout
+    except AipcError:
+        return None  # the fit's own log says what went wrong
+
+
 def _report(outcome, cfg) -> int:
     """The last line: the LoRA on success; else the exit code and the log (the runner said what failed)."""
     rc, log = outcome.exit_code, Path(outcome.plan.log_file)
     lora = Path(cfg.output_dir) / "lora" / "pytorch_lora_weights.safetensors"
-    if rc == ExitCode.OK and cfg.engine == "builtin" and lora.is_file():
+    verdict = _heldout_verdict(cfg) if cfg.engine == "builtin" and rc in (ExitCode.OK, ExitCode.PROBLEMS) else None
+    if verdict is not None and lora.is_file():
+        from aipc_env.train.learning import verdict_lines
+
+        print(f"aipc-env: training finished; log {log}")
+        for line in verdict_lines(verdict, "aipc-env: "):
+            print(line)
+        print(f"aipc-env: LoRA {lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
+    elif rc == ExitCode.OK and cfg.engine == "builtin" and lora.is_file():
         print(f"aipc-env: training finished; log {log}")
         print(f"aipc-env: LoRA {lora}")
     elif rc == ExitCode.INTERRUPTED:

@@ -141,14 +141,14 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, object]]:
 
 
 def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[str]:
-    from aipc_env.train.tiny import make_batch
+    from aipc_env.train.tinyedit import TRAIN_SEED, edit_sample
 
     assert cfg.data
     keys = []
     h = cfg.data.target_size[0] // 8
     with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
         for i in range(cfg.data.synthetic_samples):
-            key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic:{i}:{list(cfg.data.target_size)}"
+            key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic-edit:{i}:{list(cfg.data.target_size)}"
                                  .encode()).hexdigest()[:32]
             keys.append(key)
             path = entry_path(cache, key)
@@ -156,11 +156,11 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
                 stats.skipped += 1
                 progress.advance(quiet=True)
                 continue
-            b = make_batch(batch_size=1, latent_hw=h, seed=1000 + i)
-            entry = {"target": b.target[0].half(), "controls": [b.control[0].half()],
+            s = edit_sample(TRAIN_SEED + i, h)
+            entry = {"target": s.target.half(), "controls": [s.control.half()],
                      "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
-                     "prompt_embeds": b.prompt_embeds[0].half(), "prompt_mask": None,
-                     "empty_prompt_embeds": b.prompt_embeds[0, :2].half() * 0, "empty_prompt_mask": None,
+                     "prompt_embeds": s.prompt_embeds.half(), "prompt_mask": None,
+                     "empty_prompt_embeds": s.prompt_embeds[:2].half() * 0, "empty_prompt_mask": None,
                      "mask": None, "id": f"synthetic-{i}"}
             stats.bytes += write_entry(path, entry)
             stats.written += 1

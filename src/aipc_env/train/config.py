@@ -33,9 +33,10 @@ Linux, where exceeding them fails only when the launcher starts the interpreter)
 PATH_BASE_HELP = ("relative paths in a config (model, datasets, output_dir, cache_dir, resume, qflux) are resolved "
                   "against the folder of the config file")
 BUILTIN_TINY = "builtin:tiny"
-"""A tiny randomly initialised Qwen-Image-Edit transformer built from a config: no download."""
+"""A tiny Qwen-Image-Edit transformer built from a config and trained once on this machine: no download
+(aipc_env.train.tinyedit)."""
 BUILTIN_SYNTHETIC = "builtin:synthetic"
-"""A small synthetic dataset of latents and prompt embeddings (for the built-in default run)."""
+"""A small synthetic edit of latents and prompt embeddings, with held-out samples (for the built-in default run)."""
 
 
 class ModelSection(InputModel):
@@ -57,7 +58,9 @@ class DataSection(InputModel):
     target_size: tuple[int, int] = (384, 672)
     batch_size: int = Field(1, ge=1)
     num_workers: int = Field(1, ge=0)
-    synthetic_samples: int = Field(8, ge=1, description="only for builtin:synthetic")
+    synthetic_samples: int = Field(16, ge=1, le=100_000, description="only for builtin:synthetic: training samples")
+    heldout_samples: int = Field(4, ge=2, le=64, description="only for builtin:synthetic: held-out samples of the "
+                                 "edit (never trained on) that judge whether the LoRA learned it")
     caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
     mask_weight: float | None = Field(None, gt=0, description="loss weight of masked tokens (1 = unmasked weight)")
 

@@ -42,9 +42,10 @@ def check_reload(cfg: TrainConfig) -> None:
         raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})",
                         path=lora_dir)
     if cfg.model and cfg.model.path == BUILTIN_TINY:
-        from aipc_env.train.tiny import build_tiny_transformer
+        from aipc_env.train.fit import tiny_base_cache
+        from aipc_env.train.tinyedit import load_tiny_base
 
-        fresh = build_tiny_transformer()
+        fresh = load_tiny_base(tiny_base_cache())
         QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
         assert all(torch.isfinite(v).all() for v in state.values())
     _log(f"fit: LoRA reloaded through diffusers: {len(state)} tensors, alpha {alpha}")

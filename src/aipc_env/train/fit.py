@@ -23,12 +23,13 @@ from aipc_env.train.checkpoint import (
     save_checkpoint,
     training_fingerprint,
 )
-from aipc_env.train.config import BUILTIN_TINY, TrainConfig
+from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
+from aipc_env.train.learning import LearningVerdict, verdict_lines
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
 
-__all__ = ["FitSummary", "collate", "load_transformer", "run_fit"]
+__all__ = ["FitSummary", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
 
 
 class FitSummary(VersionedModel):
@@ -41,19 +42,30 @@ class FitSummary(VersionedModel):
     lora: str
     final_smoothed_loss: float | None
     resumed_from: str | None
+    heldout: LearningVerdict | None = None
+    """Whether the LoRA learned the edit, on held-out samples (the built-in default; None where none were judged)."""
 
 
-def load_transformer(cfg: TrainConfig, device, dtype):
+def tiny_base_cache() -> Path:
+    """Where the built-in model is trained once and kept (the per-user cache)."""
+    from aipc_env.paths import cache_dir
+
+    return cache_dir() / "builtin"
+
+
+def load_transformer(cfg: TrainConfig, device, dtype, log=print):
     """The NF4 transformer: a pre-quantized dir, quantized on load on a GPU/XPU, or (CPU) loaded then quantized
     layer by layer with bitsandbytes (diffusers' bitsandbytes loader refuses to run without a GPU)."""
     import torch
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.train.tiny import build_tiny_transformer, quantize_linear_layers_nf4
+    from aipc_env.train.tiny import quantize_linear_layers_nf4
 
     assert cfg.model
     if cfg.model.path == BUILTIN_TINY:
-        model = build_tiny_transformer(seed=cfg.train.seed)
+        from aipc_env.train.tinyedit import load_tiny_base
+
+        model = load_tiny_base(tiny_base_cache(), log=log)
         quantize_linear_layers_nf4(model, device, dtype)
         return model
     if cfg.model.transformer_path:
@@ -189,7 +201,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
            "quantizing to NF4 on load" if device.type != "cpu" else "then quantizing its Linear layers to NF4")
     log(f"fit: loading the transformer ({cfg.model.transformer_path or cfg.model.path}; {how}) ...")
     t_load = time.perf_counter()
-    model = load_transformer(cfg, device, dtype)
+    model = load_transformer(cfg, device, dtype, log=log)
     log(f"fit: transformer ready in {time.perf_counter() - t_load:.1f} s")
     model.requires_grad_(False)
     model.add_adapter(LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=cfg.lora.target_modules,
@@ -278,8 +290,21 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
         transformer_lora_adapter_metadata=model.peft_config["default"].to_dict())
     respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
-    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / "pytorch_lora_weights.safetensors"),
-                         final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None)
-    write_model(out / "fit_summary.json", summary)
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
+    verdict = None
+    if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
+        from aipc_env.train.heldout import judge_builtin_edit
+
+        t_judge = time.perf_counter()
+        verdict = judge_builtin_edit(model, count=cfg.data.heldout_samples, latent_hw=cfg.data.target_size[0] // 8,
+                                     device=device, dtype=dtype)
+        log(f"fit: held-out check done in {time.perf_counter() - t_judge:.2f} s")
+    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / "pytorch_lora_weights.safetensors"),
+                         final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None, heldout=verdict)
+    write_model(out / "fit_summary.json", summary)
+    if verdict is not None:
+        for line in verdict_lines(verdict, "fit: "):
+            log(line)
+        if not verdict.learned:
+            return ExitCode.PROBLEMS
     return ExitCode.OK

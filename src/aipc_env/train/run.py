@@ -80,16 +80,17 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
 
 
 def default_config(run_dir: Path) -> dict:
-    """The built-in default: a tiny random model on a small synthetic dataset, no download, any device."""
+    """The built-in default: the tiny trained model learns a synthetic edit, judged on held-out samples; no download,
+    any device."""
     return {
         "schema_version": 1,
         "engine": "builtin",
         "model": {"path": BUILTIN_TINY, "quantize": "nf4"},
         "lora": {"rank": 8, "alpha": 8},
         "data": {"datasets": [BUILTIN_SYNTHETIC], "target_size": [64, 64], "batch_size": 2, "num_workers": 0,
-                 "synthetic_samples": 8},
-        "train": {"max_train_steps": 40, "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
-                  "learning_rate": 2e-2, "lr_scheduler": "constant", "seed": 7, "checkpointing_steps": 20,
+                 "synthetic_samples": 16, "heldout_samples": 4},
+        "train": {"max_train_steps": 200, "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
+                  "learning_rate": 1e-2, "lr_scheduler": "constant", "seed": 7, "checkpointing_steps": 100,
                   "checkpoints_total_limit": 2},
         "optimizer": {"type": "adam8bit"},
         "output_dir": str(run_dir),
@@ -99,6 +100,6 @@ def default_config(run_dir: Path) -> dict:
 
 def write_default_config(run_dir: Path) -> Path:
     path = run_dir / "config.yaml"
-    atomic_write_text(path, "# aipc-env built-in default run (tiny random model, synthetic data)\n"
+    atomic_write_text(path, "# aipc-env built-in default run (tiny model, synthetic edit with held-out samples)\n"
                       + yaml.safe_dump(default_config(run_dir), sort_keys=False, allow_unicode=True))
     return path

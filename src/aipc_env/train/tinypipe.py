@@ -13,13 +13,17 @@ from pathlib import Path
 
 from aipc_env.core.fileio import atomic_dir
 
-__all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SPECIAL_TOKENS", "build_tiny_pipeline"]
+__all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SCHEDULER_CONFIG", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                   "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
                   "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
 QWEN2_PRETOKENIZE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                      r"\s*[\r\n]+|\s+(?!\S)|\s+")
+SCHEDULER_CONFIG = dict(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
+                        max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential")
+"""The tiny pipeline's flow-match scheduler settings, shared with the built-in default's held-out check
+(aipc_env.train.tinyedit.scheduler_for_tiny), which samples as this pipeline would."""
 EDIT_TEMPLATE_PREFIX_TOKENS = 64
 """The pipelines drop this many leading tokens (the system prompt); the tiny tokenizer reproduces that length."""
 
@@ -119,9 +123,7 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
                                  temperal_downsample=[False, True, True], latents_mean=[0.0] * 16,
                                  latents_std=[1.0] * 16)
     transformer = QwenImageTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
-    scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
-                                                base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
-                                                time_shift_type="exponential")
+    scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
     cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
     pipe = cls(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor,
                transformer=transformer)

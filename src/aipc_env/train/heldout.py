@@ -1,0 +1,54 @@
+"""The built-in default's held-out check, run at the end of the fit: each held-out control is sampled as the
+Qwen-Image-Edit pipeline samples it (aipc_env.train.sampling), with the LoRA switched off and on, from the same
+noise, and each result is measured against its target. Imports torch: training side only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
+
+__all__ = ["HELDOUT_STEPS", "judge_builtin_edit", "rms"]
+
+HELDOUT_STEPS = 8
+"""Sampling steps of the held-out check."""
+
+
+def rms(a: Any, b: Any) -> float:
+    return float(((a.float() - b.float()) ** 2).mean().sqrt())
+
+
+def judge_builtin_edit(model: Any, *, count: int, latent_hw: int, device: Any, dtype: Any,
+                       margin: float = DEFAULT_MARGIN) -> LearningVerdict:
+    """Sample `count` held-out edits (never trained on) with the base and with the LoRA; judge the distances."""
+    import torch
+
+    from aipc_env.train.sampling import sample_edit_latents
+    from aipc_env.train.tinyedit import HELDOUT_SEED, edit_sample, scheduler_for_tiny
+
+    held = [edit_sample(HELDOUT_SEED + j, latent_hw) for j in range(count)]
+    scheduler = scheduler_for_tiny()
+
+    def sample_all() -> list[Any]:
+        out = []
+        for j, s in enumerate(held):
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                latents = sample_edit_latents(model, scheduler, controls=s.control[None].to(device, dtype),
+                                              prompt_embeds=s.prompt_embeds[None].to(device, dtype), prompt_mask=None,
+                                              target_hw=(latent_hw, latent_hw), control_hw=(latent_hw, latent_hw),
+                                              steps=HELDOUT_STEPS, generator=torch.Generator().manual_seed(j))
+            out.append(latents[0].float().cpu())
+        return out
+
+    model.disable_adapters()
+    try:
+        base = sample_all()
+    finally:
+        model.enable_adapters()
+    lora = sample_all()
+    samples = []
+    for j, (s, b, lo) in enumerate(zip(held, base, lora)):
+        others = [rms(lo, t.target) for k, t in enumerate(held) if k != j]
+        samples.append(HeldOutSample(id=f"held-out-{j}", base=round(rms(b, s.target), 6), lora=round(rms(lo, s.target), 6),
+                                     lora_to_other_targets=round(sum(others) / len(others), 6) if others else None))
+    return judge_learning(samples, metric="latent RMS", margin=margin)

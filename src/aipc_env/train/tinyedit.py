@@ -1,0 +1,143 @@
+"""The built-in default's model and edit: a tiny Qwen-Image-Edit transformer that already knows how to generate,
+and an edit it does not know yet, with held-out samples the fit never sees.
+
+Why a trained base: a LoRA nudges a model that can already generate; a random transformer cannot, and a rank-8
+LoRA on its attention does not learn flow matching from nothing (measured: the loss stays at the level of
+predicting nothing, and held-out samples stay as far from their targets as the base's). So the base is trained
+first, full weights and in fp32 on the CPU, on a prior: images of one flat colour, with a control image that has
+nothing to do with them (the base learns to ignore the control). It is built once per machine
+(deterministic for its recipe, about 800 small steps) and cached in the per-user cache folder.
+
+The edit the LoRA learns (`edit_sample`): the control is a colour plus a texture; the target is the control's
+average colour, flat ("paint it in the control's average colour"). The base paints some flat colour; only a LoRA
+that reads each control paints the right one, so held-out samples tell a LoRA that learned the edit from one that
+learned only what targets look like (tests/test_learning.py trains both).
+
+Latents are packed 2x2 tokens of the tiny transformer (16 channels, 64 per token), as the pipelines pack them.
+Imports torch: training side only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BASE_RECIPE", "EDIT_WORDS", "HELDOUT_SEED", "TRAIN_SEED", "EditSample", "edit_sample",
+           "load_tiny_base", "scheduler_for_tiny"]
+
+BASE_RECIPE = {"version": 1, "init_seed": 0, "steps": 800, "batch": 16, "pool": 512, "lr": 1e-3, "latent_hw": 8}
+"""Everything that shapes the trained base; a change of any value builds a new one (its folder name has the hash)."""
+EDIT_WORDS = "paint the image in the control's average colour"
+TRAIN_SEED = 1000
+"""Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
+HELDOUT_SEED = 500_000
+TEXT_LEN = 12
+
+
+@dataclass(frozen=True)
+class EditSample:
+    control: Any
+    """Packed control latents [N, 64]."""
+    target: Any
+    """Packed target latents [N, 64]."""
+    prompt_embeds: Any
+    """[TEXT_LEN, 64]."""
+    latent_hw: int
+
+
+def _sample(seed: int, latent_hw: int, *, prior: bool) -> EditSample:
+    import torch
+
+    from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG, pack_latents
+
+    g = torch.Generator().manual_seed(seed)
+    colour = torch.randn(1, 16, 1, 1, generator=g)
+    texture = 0.5 * torch.randn(1, 16, latent_hw, latent_hw, generator=g)
+    control = colour + texture
+    if prior:  # a flat colour unrelated to the control
+        target = torch.randn(1, 16, 1, 1, generator=g).expand_as(control)
+    else:  # the edit: the control's average colour, flat
+        target = control.mean(dim=(2, 3), keepdim=True).expand_as(control)
+    prompt = torch.randn(TEXT_LEN, TINY_TRANSFORMER_CONFIG["joint_attention_dim"], generator=g)
+    return EditSample(pack_latents(control.contiguous())[0], pack_latents(target.contiguous())[0], prompt, latent_hw)
+
+
+def edit_sample(seed: int, latent_hw: int = 8) -> EditSample:
+    """One sample of the edit (a pure function of its seed)."""
+    return _sample(seed, latent_hw, prior=False)
+
+
+def scheduler_for_tiny() -> Any:
+    """The flow-match scheduler of the tiny pipeline (aipc_env.train.tinypipe builds it from the same values)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from aipc_env.train.tinypipe import SCHEDULER_CONFIG
+
+    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+
+
+def _recipe_key() -> str:
+    return hashlib.sha256(json.dumps(BASE_RECIPE, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _train_base(log) -> Any:
+    """Full-weight flow-matching training of the tiny transformer on the prior (fp32, CPU, deterministic)."""
+    import torch
+
+    from aipc_env.train.objective import flow_matching_loss
+    from aipc_env.train.tiny import build_tiny_transformer
+
+    r = BASE_RECIPE
+    model = build_tiny_transformer(seed=r["init_seed"]).float()
+    pool = [_sample(7_000_000 + i, r["latent_hw"], prior=True) for i in range(r["pool"])]
+    shapes = [(1, r["latent_hw"] // 2, r["latent_hw"] // 2)] * 2
+    opt = torch.optim.AdamW(model.parameters(), lr=r["lr"])
+    model.train()
+    for step in range(r["steps"]):
+        g = torch.Generator().manual_seed(step)
+        idx = torch.randint(0, len(pool), (r["batch"],), generator=g).tolist()
+        picked = [pool[i] for i in idx]
+        inputs = {"target": torch.stack([s.target for s in picked]), "controls": torch.stack([s.control for s in picked]),
+                  "prompt_embeds": torch.stack([s.prompt_embeds for s in picked]), "prompt_mask": None,
+                  "img_shapes": [shapes] * len(picked), "token_mask": None}
+        loss = flow_matching_loss(model, inputs, g)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if (step + 1) % 200 == 0:
+            log(f"tiny base: step {step + 1}/{r['steps']}, loss {float(loss.detach()):.3f}")
+    return model.eval()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_tiny_base(cache_root: Path, *, log=print) -> Any:
+    """The trained tiny base (fp32, CPU), built into `cache_root` on first use. The folder is the tool's own, but it
+    is read as untrusted: a weights file whose hash is not the one recorded beside it is rebuilt."""
+    from diffusers import QwenImageTransformer2DModel
+
+    from aipc_env.core.fileio import atomic_dir, read_json
+
+    folder = Path(cache_root) / f"tiny-edit-base-{_recipe_key()}"
+    record, weights = folder / "aipc_tiny_base.json", folder / "diffusion_pytorch_model.safetensors"
+    if record.is_file() and weights.is_file():
+        try:
+            meta = read_json(record, "the tiny base's record")
+        except Exception:  # noqa: BLE001 - an unreadable record means: build it again
+            meta = None
+        if isinstance(meta, dict) and meta.get("recipe") == BASE_RECIPE and meta.get("sha256") == _digest(weights):
+            return QwenImageTransformer2DModel.from_pretrained(str(folder)).float().eval()
+        log(f"tiny base: {folder} does not match its record; building it again")
+    log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE['steps']} steps on the CPU) ...")
+    model = _train_base(log)
+    with atomic_dir(folder) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        (tmp / record.name).write_text(json.dumps(
+            {"recipe": BASE_RECIPE, "sha256": _digest(tmp / weights.name)}, sort_keys=True), encoding="utf-8")
+    log(f"tiny base: cached in {folder}")
+    return model
