@@ -198,3 +198,22 @@ def signing_key(tmp_path_factory) -> tuple[Path, str]:
     key.write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True,
                                    capture_output=True, env=env).stdout)
     return key, fingerprint
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """The built-in default's trained tiny base (aipc_env.train.tinyedit), trained once per run for every worker: a
+    cache root holding it. `use_tiny_base` copies it into a test's own cache folder."""
+    from aipc_env.train.tinyedit import load_tiny_base
+
+    return built_once(tmp_path_factory, "tiny-base", lambda folder: load_tiny_base(folder, log=lambda _m: None))
+
+
+def use_tiny_base(tiny_base: Path, cache_dir: Path | None = None) -> None:
+    """Give a test's per-user cache folder (default: $AIPC_ENV_CACHE_DIR) the already trained tiny base, so a default
+    run does not train it again; the copy is checked against its record like any cached base."""
+    target = Path(cache_dir or os.environ["AIPC_ENV_CACHE_DIR"]) / "builtin"
+    target.mkdir(parents=True, exist_ok=True)
+    for folder in tiny_base.iterdir():
+        if folder.is_dir() and not (target / folder.name).exists():
+            shutil.copytree(folder, target / folder.name)

@@ -8,6 +8,7 @@ from pathlib import Path
 from aipc_env.commands.options import JSON, output_folder, seed
 from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
+from aipc_env.train.learning import DEFAULT_MARGIN
 
 __all__ = ["add_parser", "run"]
 
@@ -22,10 +23,21 @@ def _positive(text: str) -> int:
     return value
 
 
+def _margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 0 and below 1")
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", parents=[JSON], help="generate with the base model and with the LoRA on held-out "
                        "samples", description="Base model vs base + LoRA with the same seeds (runbook §9): images, "
-                       "grid.png and manifest.json with distances to the target. Exit 1 when the LoRA changed "
+                       "grid.png and manifest.json with distances to the target, and the verdict: is the LoRA closer to "
+                       "the targets than the base by the margin. Exit 1 when it is not, or when the LoRA changed "
                        "nothing.")
     p.add_argument("--config", type=Path, required=True, help="the training config (model, device)")
     p.add_argument("--lora", type=Path, required=True, help="the LoRA file or the run's lora/ folder")
@@ -34,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-inference-steps", type=_positive, default=20, help="sampling steps (default 20)")
     p.add_argument("--seed", type=seed, default=0, help="noise seed for base and LoRA (default 0)")
     p.add_argument("--max-samples", type=_positive, help="compare at most this many samples")
+    p.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
+                   help=f"how much closer to the targets the LoRA must be than the base, as a share of the base's "
+                   f"distance (default {DEFAULT_MARGIN}: at least 20%% closer)")
     p.set_defaults(run=run)
 
 
@@ -49,6 +64,14 @@ def run(args: argparse.Namespace) -> Result:
         raise InputError("LoRA not found", path=args.lora, fix="pass <output_dir>/lora")
     manifest = run_compare(CompareRequest(model_path=Path(cfg.model.path), lora=args.lora, test_set=args.test_set,
                                           out=args.out, num_inference_steps=args.num_inference_steps, seed=args.seed,
-                                          device=cfg.device, max_samples=args.max_samples))
-    return Result(manifest, lambda: print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to "
-                                          f"{args.out}"), ExitCode.PROBLEMS if manifest.lora_changed_nothing else ExitCode.OK)
+                                          device=cfg.device, max_samples=args.max_samples, margin=args.margin))
+    failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not manifest.verdict.learned)
+
+    def text() -> None:
+        from aipc_env.train.learning import verdict_lines
+
+        print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to {args.out}")
+        if manifest.verdict is not None:
+            for line in verdict_lines(manifest.verdict, ""):
+                print(line)
+    return Result(manifest, text, ExitCode.PROBLEMS if failed else ExitCode.OK)

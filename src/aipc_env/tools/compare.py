@@ -1,5 +1,7 @@
 """Base vs LoRA on held-out samples (runbook §9): same seeds and steps, size from the control image, a manifest,
-a grid and a distance of each output to the target, so "the LoRA changed nothing" is visible at a glance."""
+a grid and a distance of each output to the target, so "the LoRA changed nothing" is visible at a glance, and, where
+the samples have targets, the verdict of aipc_env.train.learning: is the LoRA closer to the targets than the base
+by the margin."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.errors import AipcError, InputError
+from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
 
 __all__ = ["CompareManifest", "CompareRequest", "CompareSample", "run_compare"]
 
@@ -43,6 +46,8 @@ class CompareManifest(VersionedModel):
     device: str
     samples: list[CompareSample]
     lora_changed_nothing: bool
+    verdict: LearningVerdict | None = None
+    """Base vs LoRA distance to the targets, judged against the margin (None: no sample has a target)."""
 
 
 @dataclass
@@ -55,6 +60,7 @@ class CompareRequest:
     seed: int = 0
     device: str = "auto"
     max_samples: int | None = None
+    margin: float = DEFAULT_MARGIN
 
 
 def _slug(text: str) -> str:
@@ -177,11 +183,16 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
         log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
     _grid(rows, req.out / "grid.png")
     unchanged = all(e["base_vs_lora"] == 0 for e in entries)
+    judged = [HeldOutSample(id=e["id"], base=e["distance_to_target"]["base"], lora=e["distance_to_target"]["lora"])
+              for e in entries if e.get("distance_to_target")]
+    verdict = judge_learning(judged, metric="mean absolute pixel difference, 0-255", margin=req.margin) if judged else None
     manifest = CompareManifest(model=str(req.model_path), lora=str(req.lora), lora_rank=config.r,
                                lora_alpha=config.lora_alpha, num_inference_steps=req.num_inference_steps, seed=req.seed,
                                device=device, samples=[CompareSample.model_validate(e) for e in entries],
-                               lora_changed_nothing=unchanged)
+                               lora_changed_nothing=unchanged, verdict=verdict)
     write_model(req.out / "manifest.json", manifest)
     if unchanged:
         log("compare: WARNING base and LoRA outputs are identical: the training had no effect")
+    if verdict is None:
+        log("compare: no held-out sample has a target image: no verdict on whether the LoRA learned the edit")
     return manifest
