@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from aipc_env.train.run import default_config
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, use_tiny_base
 
 
 def _write(path: Path, data: dict) -> Path:
@@ -64,10 +64,11 @@ def _load_back(lora_dir: Path) -> float:
     import torch
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.train.tiny import build_tiny_transformer
+    from aipc_env.train.fit import tiny_base_cache
+    from aipc_env.train.tinyedit import load_tiny_base
 
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
-    model = build_tiny_transformer()
+    model = load_tiny_base(tiny_base_cache())
     QwenImageEditPipeline.load_lora_into_transformer(state, transformer=model, metadata=meta)
     (config,) = model.peft_config.values()
     assert any("lora_B" in k and v.abs().sum() > 0 for k, v in state.items()), "LoRA B was never trained"
@@ -76,35 +77,43 @@ def _load_back(lora_dir: Path) -> float:
 
 
 @pytest.mark.slow
-def test_builtin_default_end_to_end_under_dash(tmp_path):
+def test_builtin_default_end_to_end_under_dash(tmp_path, tiny_base):
     """The built-in default through its generated launch.sh under dash (Debian's /bin/sh, the stricter shell); the
     launcher's environment, phases, exit codes and signals under bash and dash are tests/test_launch_posix.py's."""
     shell = "dash"
+    use_tiny_base(tiny_base)
     out = tmp_path / "default run ü & co"
     cfg = _write(tmp_path / "c.yaml", default_config(out))
     assert run_cli("train", str(cfg), "--dry-run").returncode == 0
     result = subprocess.run([shell, str(out / "launch.sh")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, 41))  # exactly max_train_steps
+    assert [r["step"] for r in rows] == list(range(1, 201))  # exactly max_train_steps
     assert (out / "loss.png").stat().st_size > 1000
     assert _load_back(out / "lora") == 8
     log = (out / "train.log").read_text()
     assert "phase cache exited with 0" in log and "phase fit exited with 0" in log
     # a second cache phase does no work
     again = subprocess.run([shell, str(out / "launch.sh")], capture_output=True, text=True, timeout=300)
-    assert "0 written, 8 already cached" in again.stdout
+    assert "0 written, 16 already cached" in again.stdout
 
 
 @pytest.mark.slow
-def test_train_without_config_runs_the_default(tmp_path):
+def test_train_without_config_runs_the_default(tmp_path, tiny_base):
+    use_tiny_base(tiny_base)
     result = run_cli("train", env={"AIPC_ENV_DATA_DIR": str(tmp_path)}, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "built-in default" in result.stdout
     lora = tmp_path / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors"
     assert lora.is_file()
-    last = [line for line in result.stdout.splitlines() if line.strip()][-1]
-    assert last == f"aipc-env: LoRA {lora}"
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines[-1] == f"aipc-env: LoRA {lora}"
+    # the LoRA learned the edit: said in words, and in fit_summary.json with both distances of every held-out sample
+    assert lines[-2].startswith("aipc-env: held-out distance to the targets (4 samples, latent RMS): base ")
+    assert lines[-2].endswith(": the LoRA learned the edit")
+    held = json.loads((lora.parent.parent / "fit_summary.json").read_text())["heldout"]
+    assert held["learned"] is True and len(held["samples"]) == 4
+    assert all(s["lora"] < s["base"] and s["lora"] < s["lora_to_other_targets"] for s in held["samples"]), held
     # the LoRA is shared like any file the user's umask makes (safetensors alone writes 0600)
     umask = os.umask(0)
     os.umask(umask)
@@ -116,7 +125,7 @@ def test_train_without_config_runs_the_default(tmp_path):
 
 
 @pytest.mark.slow
-def test_recommend_smoke_trains_on_any_machine(tmp_path):
+def test_recommend_smoke_trains_on_any_machine(tmp_path, tiny_base):
     """The path from `recommend` to a run on a machine below the 32 GB tier: --smoke writes this machine's settings
     for the tiny model, and `train` runs it."""
     from aipc_env.errors import ExitCode
@@ -133,8 +142,10 @@ def test_recommend_smoke_trains_on_any_machine(tmp_path):
     cfg = yaml.safe_load(smoke.read_text(encoding="utf-8"))
     assert cfg["optimizer"]["type"] == "adam8bit" and cfg["train"]["gradient_checkpointing"] is True
     assert cfg["model"]["path"] == "builtin:tiny"
+    use_tiny_base(tiny_base)
     ran = run_cli("train", str(smoke), timeout=300)
     assert ran.returncode == ExitCode.OK, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert (tmp_path / "smoke run" / "lora" / "pytorch_lora_weights.safetensors").is_file()
+    assert json.loads((tmp_path / "smoke run" / "fit_summary.json").read_text())["heldout"]["learned"] is True
 
 

@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Runs in the training env (oneAPI / MSVC activated as for training): NF4 "
                        "quantize/matmul accuracy, an 8-bit optimizer step, LoRA save/reload, a tiny NF4 QLoRA run. "
                        "Exit 0 only when every step passed.")
-    p.add_argument("--steps", type=_steps, default=50, help="steps of the tiny NF4 QLoRA run (default 50)")
+    p.add_argument("--steps", type=_steps, default=200, help="steps of the tiny NF4 QLoRA run, which must learn the "
+                   "built-in edit (default 200)")
     p.add_argument("-v", "--verbose", action="store_true", help="show every step's metrics")
     p.set_defaults(run=run)
 

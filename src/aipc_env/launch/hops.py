@@ -127,7 +127,7 @@ class VerifySteps(WorkerArgs):
 
     MODULE: ClassVar[str] = "aipc_env.verify.worker"
     out: Path | None = None
-    steps: int = 50
+    steps: int = 200
     bnb_min: str | None = None
     device: str | None = None
     only: tuple[str, ...] = ()

@@ -167,7 +167,9 @@ def recommend(machine: Machine, *, dataset_path: str | None = None, force: bool 
     return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier)
 
 
-SMOKE_STEPS = 20
+SMOKE_STEPS = 200
+SMOKE_LEARNING_RATE = 1e-2
+"""The built-in default's: what the tiny model learns its edit with."""
 
 
 def get_dotted(tree: dict, dotted: str) -> object:
@@ -193,8 +195,9 @@ def set_dotted(tree: dict, dotted: str, value: object, *, remove: bool = False) 
 
 
 def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[str]]:
-    """The recommended config changed only where the built-in tiny model must: the model and data (tiny random
-    model, synthetic samples, 64 px), the step counts, no workers, and the output folder. Optimizer, LoRA, gradient
+    """The recommended config changed only where the built-in tiny model must: the model and data (the tiny model,
+    the built-in edit's samples, 64 px), the step counts and learning rate the tiny model learns the edit with (the
+    run judges it on held-out samples), no workers, and the output folder. Optimizer, LoRA, gradient
     checkpointing and accumulation, caption dropout and the device stay as recommended. Returns the config and
     the keys it changed."""
     import copy
@@ -203,7 +206,8 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[st
 
     cfg = copy.deepcopy(rec.config)
     changed = {"model.path": BUILTIN_TINY, "data.datasets": [BUILTIN_SYNTHETIC], "data.target_size": [64, 64],
-               "data.synthetic_samples": 8, "data.num_workers": 0, "train.max_train_steps": SMOKE_STEPS,
+               "data.synthetic_samples": 16, "data.num_workers": 0, "train.max_train_steps": SMOKE_STEPS,
+               "train.learning_rate": SMOKE_LEARNING_RATE,
                "train.warmup_steps": 2, "train.checkpointing_steps": SMOKE_STEPS // 2, "output_dir": output_dir}
     for dotted, value in changed.items():
         set_dotted(cfg, dotted, value)

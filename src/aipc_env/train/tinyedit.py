@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASE_RECIPE", "EDIT_WORDS", "HELDOUT_SEED", "TRAIN_SEED", "EditSample", "edit_sample",
+__all__ = ["BASE_RECIPE", "EDIT_WORDS", "HELDOUT_SEED", "TRAIN_SEED", "EditSample", "edit_inputs", "edit_sample",
            "load_tiny_base", "scheduler_for_tiny"]
 
 BASE_RECIPE = {"version": 1, "init_seed": 0, "steps": 800, "batch": 16, "pool": 512, "lr": 1e-3, "latent_hw": 8}
@@ -70,6 +70,18 @@ def edit_sample(seed: int, latent_hw: int = 8) -> EditSample:
     return _sample(seed, latent_hw, prior=False)
 
 
+def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = None) -> dict:
+    """A batch of samples as inputs of aipc_env.train.objective.flow_matching_loss."""
+    import torch
+
+    hw = samples[0].latent_hw // 2
+    dtype = dtype or torch.float32
+    return {"target": torch.stack([s.target for s in samples]).to(device, dtype),
+            "controls": torch.stack([s.control for s in samples]).to(device, dtype),
+            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]).to(device, dtype), "prompt_mask": None,
+            "img_shapes": [[(1, hw, hw), (1, hw, hw)]] * len(samples), "token_mask": None}
+
+
 def scheduler_for_tiny() -> Any:
     """The flow-match scheduler of the tiny pipeline (aipc_env.train.tinypipe builds it from the same values)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
@@ -93,17 +105,12 @@ def _train_base(log) -> Any:
     r = BASE_RECIPE
     model = build_tiny_transformer(seed=r["init_seed"]).float()
     pool = [_sample(7_000_000 + i, r["latent_hw"], prior=True) for i in range(r["pool"])]
-    shapes = [(1, r["latent_hw"] // 2, r["latent_hw"] // 2)] * 2
     opt = torch.optim.AdamW(model.parameters(), lr=r["lr"])
     model.train()
     for step in range(r["steps"]):
         g = torch.Generator().manual_seed(step)
         idx = torch.randint(0, len(pool), (r["batch"],), generator=g).tolist()
-        picked = [pool[i] for i in idx]
-        inputs = {"target": torch.stack([s.target for s in picked]), "controls": torch.stack([s.control for s in picked]),
-                  "prompt_embeds": torch.stack([s.prompt_embeds for s in picked]), "prompt_mask": None,
-                  "img_shapes": [shapes] * len(picked), "token_mask": None}
-        loss = flow_matching_loss(model, inputs, g)
+        loss = flow_matching_loss(model, edit_inputs([pool[i] for i in idx]), g)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -17,8 +17,5 @@ ADAM8BIT_MAX_REL_DIFF = 0.05
 """||Δp(Adam8bit) - Δp(Adam)|| / ||Δp(Adam)|| after 20 steps (measured ~0.011 on CPU)."""
 ADAM8BIT_MIN_COSINE = 0.99
 
-TINY_RUN_MAX_LOSS_RATIO = 0.9
-"""Held-out flow-matching loss after / before the tiny NF4 QLoRA run (measured ~0.82 on CPU after 50 steps)."""
-
 BF16_MAX_SLOWDOWN = 20.0
 """bf16 is checked only where a bf16 matmul is at most this many times slower than fp32 on the device."""
