@@ -19,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="validate a config, write its launcher (.bat/.sh), run cache then fit",
                        description="Validate the config (and its datasets, model folder and resume checkpoint), write "
                        "launch.bat/launch.sh into output_dir and run it: the cache phase, then the fit phase under "
-                       f"accelerate. Without CONFIG: the built-in default (tiny random model, synthetic data, no "
-                       f"download). Note: {PATH_BASE_HELP}. Exit code: the training's own.")
+                       f"accelerate. Without CONFIG: the built-in default (a tiny model learns a synthetic edit, judged on "
+                       f"held-out samples; no download). Note: {PATH_BASE_HELP}. Exit code: the training's own.")
     p.add_argument("config", nargs="?", type=Path, help="training config (YAML; `aipc-env recommend` writes one)")
     p.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     p.set_defaults(run=run)
