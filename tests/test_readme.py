@@ -73,6 +73,7 @@ def test_readme_main_command_verbatim_on_the_distro_python(tmp_path, warm_caches
     assert last.startswith("aipc-env: LoRA "), last
     lora = Path(last.removeprefix("aipc-env: LoRA "))
     assert lora.is_file() and home in lora.parents
+    assert ": the LoRA learned the edit" in result.stdout, output[-4000:]  # judged on held-out samples
     assert "torch==2.13.0+cpu" in output or "torch==2.13.0+xpu" in output
     assert not re.search(r"^\s*\+ nvidia-", output, re.MULTILINE), "a CUDA package was installed"
 
