@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,14 +49,27 @@ def dataset(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained_run(tiny_pipe, tmp_path_factory) -> Path:
-    """A 12-step run of the tiny pipeline through `aipc-env train` (the launcher, then the cache and fit phases),
-    made once per test run for every module and worker that reads it: config.yaml, data/, and out run/ (LoRA, log,
-    checkpoints). Read-only."""
+    """A 12-step run of the tiny pipeline through `aipc-env train` (the launcher, then the cache, fit and judge
+    phases: two samples are held out in "held out"), made once per test run for every module and worker that reads
+    it: config.yaml, data/, held out/, result.json (the run's exit code and output) and out run/ (LoRA, log,
+    checkpoints, heldout/). Read-only. A 12-step LoRA of a random model may or may not learn: the run exits 0 or 1."""
 
     def build(folder: Path) -> None:
-        config = _config(folder, tiny_pipe, make_dataset(folder / "data"))
+        data = make_dataset(folder / "data")
+        held = folder / "held out"
+        for sub in ("training_images", "control_images"):
+            (held / sub).mkdir(parents=True)
+        for stem in ("s4", "s5"):
+            for f in (data / "training_images").glob(f"{stem}.*"):
+                shutil.copy(f, held / "training_images")
+            shutil.copy(data / "control_images" / f"{stem}.jpg", held / "control_images")
+        config = _config(folder, tiny_pipe, data)
+        raw = yaml.safe_load(config.read_text())
+        raw["data"].update(heldout=str(held), heldout_steps=2)
+        config.write_text(yaml.safe_dump(raw))
         result = run_cli("train", str(config), timeout=600)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+        (folder / "result.json").write_text(json.dumps({"returncode": result.returncode, "stdout": result.stdout}))
 
     return built_once(tmp_path_factory, "trained-run", build)
 
@@ -178,3 +192,25 @@ def test_edit_plus_variant(dataset, tmp_path):
     fit = _engine("fit", config)
     assert fit.returncode == 0, fit.stderr[-2000:]
     assert json.loads((tmp_path / "out run" / "fit_summary.json").read_text())["steps"] == 3
+
+
+def test_judge_phase_generates_the_heldout_set_and_records_the_verdict(trained_run):
+    """With data.heldout, the launcher runs a third phase: the diffusers pipeline generates each held-out sample
+    with the base model and with the LoRA (same noise); fit_summary.json gets the verdict and the run's last lines
+    say it. A 12-step LoRA of a random model may land either side of the margin: the exit code, the words and the
+    numbers must agree."""
+    result = json.loads((trained_run / "result.json").read_text())
+    out = trained_run / "out run"
+    verdict = json.loads((out / "fit_summary.json").read_text())["heldout"]
+    assert result["returncode"] == (0 if verdict["learned"] else 1), result["stdout"][-3000:]
+    assert [s["id"] for s in verdict["samples"]] == ["s4", "s5"]
+    assert verdict["metric"] == "mean absolute pixel difference, 0-255" and verdict["margin"] == 0.2
+    base = sum(s["base"] for s in verdict["samples"]) / 2
+    lora = sum(s["lora"] for s in verdict["samples"]) / 2
+    assert verdict["learned"] is (lora <= 0.8 * base)
+    words = "the LoRA learned the edit" if verdict["learned"] else "the LoRA did NOT learn the edit"
+    assert "judge: held-out distance to the targets (2 samples" in result["stdout"] and words in result["stdout"]
+    last = [line for line in result["stdout"].splitlines() if line.strip()][-1]
+    assert last.startswith("aipc-env: LoRA ") and last.endswith("(it did not learn the edit)") is not verdict["learned"]
+    assert (out / "heldout" / "grid.png").is_file()
+    assert "phase judge exited with" in (out / "train.log").read_text()

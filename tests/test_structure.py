@@ -288,6 +288,7 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
     from aipc_env.launch import hops
 
     cases = [hops.EnginePhase(phase="fit", config=tmp_path / "c d.yaml"),
+             hops.JudgeHeldOut(config=tmp_path / "c d.yaml"),
              hops.VerifySteps(out=tmp_path / "r.json", steps=7, bnb_min="0.50.2", only=("adam8bit", "device")),
              hops.VerifySteps(),
              hops.DistillStages(stages="g0,g2", config=tmp_path / "c.yaml", run_id="r1", inject=("rgba", "x y")),
@@ -306,7 +307,8 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
 
 def test_no_worker_parses_its_own_arguments():
     """Workers started by the run service take their arguments from launch.hops (argparse there only)."""
-    workers = ["train/engine.py", "verify/worker.py", "distill/worker.py", "distill/export.py", "distill/publish.py",
+    workers = ["train/engine.py", "tools/judge.py", "verify/worker.py", "distill/worker.py", "distill/export.py",
+               "distill/publish.py",
                "qflux/smoke_worker.py"]
     for rel in workers:
         text = (SRC / rel).read_text(encoding="utf-8")

@@ -203,3 +203,76 @@ def test_a_silent_start_gets_a_heartbeat_until_the_phase_speaks():
     time.sleep(0.12)
     assert count >= 2 and len(said) == count  # lines while silent, none after stop
     assert said[0].startswith("fit: still importing the training stack (") and said[0].endswith(" s)")
+
+
+def _heldout_case(tmp_path: Path, **data) -> tuple[dict, Path]:
+    """A config on a (fake) model folder and a training dataset, with data.heldout and what `data` sets."""
+    from tests.test_dataset import local
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model_index.json").write_text("{}")
+    train = local(tmp_path / "train set", n=5)
+    held = local(tmp_path / "held out", n=3)
+    raw = {"engine": "builtin", "model": {"path": str(model)}, "output_dir": str(tmp_path / "out"),
+           "data": {"datasets": [str(train)], "target_size": [64, 64], "heldout": str(held), **data}}
+    return raw, held
+
+
+def _check(raw: dict, tmp_path: Path):
+    from aipc_env.train.config import TrainConfig
+    from aipc_env.train.inputs import check_run_inputs
+
+    check_run_inputs(TrainConfig.model_validate(raw), tmp_path / "c.yaml")
+
+
+def test_a_heldout_set_is_checked_before_anything_runs(tmp_path):
+    from aipc_env.errors import InputError
+
+    raw, held = _heldout_case(tmp_path)
+    _check(raw, tmp_path)  # complete samples, a folder of their own: accepted
+    # the training set itself is not held out
+    same = {**raw, "data": {**raw["data"], "heldout": raw["data"]["datasets"][0]}}
+    with pytest.raises(InputError, match=r"the held-out set is data.datasets\[0\]") as err:
+        _check(same, tmp_path)
+    assert err.value.key == "data.heldout"
+    # a sample the judge would use without its prompt
+    (held / "training_images" / "s1.txt").unlink()
+    with pytest.raises(InputError, match="without a control, a prompt or a target: s1"):
+        _check(raw, tmp_path)
+    # ...unless heldout_max_samples leaves it out (the judge uses the first samples only)
+    _check({**raw, "data": {**raw["data"], "heldout_max_samples": 1}}, tmp_path)
+    missing = {**raw, "data": {**raw["data"], "heldout": str(tmp_path / "nowhere")}}
+    with pytest.raises(InputError, match=r"held-out set .* does not exist"):
+        _check(missing, tmp_path)
+
+
+def test_the_builtin_model_takes_no_heldout_set(tmp_path):
+    from aipc_env.errors import InputError
+
+    raw = default_config(tmp_path / "run")
+    raw["data"]["heldout"] = str(tmp_path)
+    with pytest.raises(InputError, match="judges itself") as err:
+        _check(raw, tmp_path)
+    assert err.value.key == "data.heldout"
+
+
+def test_a_heldout_set_adds_the_judge_phase(tmp_path):
+    raw, _held = _heldout_case(tmp_path, heldout_steps=3)
+    path = _write(tmp_path / "c.yaml", raw)
+    result = run_cli("train", str(path), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    phases = _plan(tmp_path / "out")["phases"]
+    assert [p["name"] for p in phases] == ["cache", "fit", "judge"]
+    assert phases[2]["argv"][1:] == ["-m", "aipc_env.tools.judge", "--config", str(path)]
+    del raw["data"]["heldout"]
+    _write(tmp_path / "c.yaml", raw)
+    assert [p["name"] for p in _plan_of(tmp_path, path)] == ["cache", "fit"]
+
+
+def _plan_of(tmp_path: Path, path: Path) -> list[dict]:
+    import shutil
+
+    shutil.rmtree(tmp_path / "out")
+    assert run_cli("train", str(path), "--dry-run").returncode == 0
+    return _plan(tmp_path / "out")["phases"]

@@ -122,6 +122,15 @@ class EnginePhase(WorkerArgs):
 
 
 @dataclass(frozen=True)
+class JudgeHeldOut(WorkerArgs):
+    """A run's judge phase (tools/judge.py), after the fit when the config has data.heldout; started by
+    train/run.py."""
+
+    MODULE: ClassVar[str] = "aipc_env.tools.judge"
+    config: Path
+
+
+@dataclass(frozen=True)
 class VerifySteps(WorkerArgs):
     """verify's steps (verify/worker.py), started by commands/verify.py."""
 

@@ -61,6 +61,12 @@ class DataSection(InputModel):
     synthetic_samples: int = Field(16, ge=1, le=100_000, description="only for builtin:synthetic: training samples")
     heldout_samples: int = Field(4, ge=2, le=64, description="only for builtin:synthetic: held-out samples of the "
                                  "edit (never trained on) that judge whether the LoRA learned it")
+    heldout: str | None = Field(None, description="held-out samples (any dataset format, each with a control, a "
+                                "prompt and a target) the fit never sees: after the fit, the judge phase generates "
+                                "them with the base model and with the LoRA, from the same noise, and says whether "
+                                "the LoRA learned the edit")
+    heldout_steps: int = Field(20, ge=1, le=200, description="sampling steps of the judge phase")
+    heldout_max_samples: int = Field(4, ge=1, le=64, description="the judge phase uses at most this many samples")
     caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
     mask_weight: float | None = Field(None, gt=0, description="loss weight of masked tokens (1 = unmasked weight)")
 
@@ -170,7 +176,7 @@ def refuse_todos(raw: Any, path: str | Path) -> None:
 
 
 _PATH_KEYS = ("model.path", "model.transformer_path", "model.text_encoder_path", "cache_dir", "output_dir",
-              "train.resume", "qflux.clone", "qflux.config")
+              "train.resume", "qflux.clone", "qflux.config", "data.heldout")
 
 
 def absolute_path(value: str | None, base: Path) -> str | None:

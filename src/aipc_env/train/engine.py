@@ -2,7 +2,8 @@
 `python -m aipc_env.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`); its arguments
 are launch.hops.EnginePhase, the run's caller builds them from the same spec.
 
-cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA only (train/fit.py).
+cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA only (train/fit.py). With data.heldout
+a third phase judges the LoRA on held-out samples (tools/judge.py).
 `model.path: builtin:tiny` with `data.datasets: [builtin:synthetic]` is the no-download default.
 """
 

@@ -52,6 +52,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
     if cfg.data and cfg.model:
         for i, ds in enumerate(cfg.data.datasets):
             must_exist(ds, f"data.datasets[{i}]", "dataset")
+        _check_heldout(cfg, path, must_exist)
         if datasets:
             _check_datasets(cfg, path)
         synthetic = [d == BUILTIN_SYNTHETIC for d in cfg.data.datasets]
@@ -61,6 +62,32 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
         if cfg.model.path != BUILTIN_TINY and any(synthetic):
             raise InputError("builtin:synthetic goes with model builtin:tiny", path=path, key="data.datasets",
                              fix="use your dataset folder, parquet folder or CSV")
+
+
+def _check_heldout(cfg: TrainConfig, path: Path, must_exist) -> None:
+    """The held-out set exists, is not one of the training datasets, goes with a model folder, and every sample
+    the judge phase would use has a control, a prompt and a target."""
+    assert cfg.data and cfg.model
+    if cfg.data.heldout is None:
+        return
+    if cfg.model.path == BUILTIN_TINY:
+        raise InputError("the built-in model judges itself on the built-in edit's held-out samples", path=path,
+                         key="data.heldout", fix="remove data.heldout (or train a model folder on your dataset)")
+    must_exist(cfg.data.heldout, "data.heldout", "held-out set")
+    held = Path(cfg.data.heldout).resolve()
+    for i, ds in enumerate(cfg.data.datasets):
+        if Path(ds).resolve() == held:
+            raise InputError(f"the held-out set is data.datasets[{i}]: the fit trains on it, so it judges nothing",
+                             path=path, key="data.heldout", fix="hold out samples in a folder of their own")
+    from aipc_env.dataset import scan_dataset
+
+    samples = scan_dataset(cfg.data.heldout).samples[: cfg.data.heldout_max_samples]
+    incomplete = [s.id for s in samples if not (s.controls and s.prompt and s.target is not None)]
+    if not samples or incomplete:
+        what = ("no samples" if not samples else
+                "samples without a control, a prompt or a target: " + ", ".join(incomplete[:5]))
+        raise InputError(f"the held-out set has {what}", path=path, key="data.heldout",
+                         fix="each held-out sample needs its control image, its prompt and its edited target")
 
 
 def _check_datasets(cfg: TrainConfig, path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from aipc_env.core.fileio import atomic_write_text
-from aipc_env.launch.hops import EnginePhase
+from aipc_env.launch.hops import EnginePhase, JudgeHeldOut
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -56,8 +56,11 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
         return [Phase(name="cache", argv=[python, "-m", "qflux.main", "--config", qcfg, "--cache"], cwd=src),
                 Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src)]
     config = Path(config_path)
-    return [Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
-            Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel))]
+    phases = [Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
+              Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel))]
+    if cfg.data and cfg.data.heldout:
+        phases.append(Phase(name="judge", argv=JudgeHeldOut(config=config).argv(python)))
+    return phases
 
 
 def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> RunRequest:
