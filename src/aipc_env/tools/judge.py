@@ -8,6 +8,7 @@ holds the text encoder or the VAE."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.core.formats import load_versioned, write_model
@@ -21,7 +22,7 @@ HELDOUT_FOLDER = "heldout"
 """<output_dir>/heldout/: the judge phase's images, grid.png and manifest.json."""
 
 
-def run_judge(cfg: TrainConfig, log=print) -> int:
+def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
     from aipc_env.tools.compare import CompareRequest, run_compare
     from aipc_env.train.fit import FitSummary
 

@@ -38,9 +38,9 @@ def sample_edit_latents(transformer: Any, scheduler: Any, *, controls: Any, prom
     h, w = target_hw
     dtype, device = prompt_embeds.dtype, controls.device
     noise = randn_tensor((batch, 1, channels, h, w), generator=generator, device=device, dtype=dtype)
-    latents = QwenImageEditPipeline._pack_latents(noise, batch, channels, h, w)
+    latents = QwenImageEditPipeline._pack_latents(noise, batch, channels, h, w)  # type: ignore[no-untyped-call]  # diffusers is untyped
     img_shapes = [[(1, h // 2, w // 2), (1, control_hw[0] // 2, control_hw[1] // 2)]] * batch
-    sigmas = np.linspace(1.0, 1 / steps, steps)
+    sigmas = np.linspace(1.0, 1 / steps, steps).tolist()  # the pipeline's own schedule (it passes the array)
     cfg = scheduler.config
     mu = calculate_shift(latents.shape[1], cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
                          cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))

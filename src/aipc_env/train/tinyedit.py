@@ -21,15 +21,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["BASE_RECIPE", "EDIT_WORDS", "HELDOUT_SEED", "TRAIN_SEED", "EditSample", "edit_inputs", "edit_sample",
            "load_tiny_base", "scheduler_for_tiny"]
 
-BASE_RECIPE = {"version": 1, "init_seed": 0, "steps": 800, "batch": 16, "pool": 512, "lr": 1e-3, "latent_hw": 8}
-"""Everything that shapes the trained base; a change of any value builds a new one (its folder name has the hash)."""
+@dataclass(frozen=True)
+class BaseRecipe:
+    """Everything that shapes the trained base; a change of any value builds a new one (its folder name has the
+    hash)."""
+
+    version: int = 1
+    init_seed: int = 0
+    steps: int = 800
+    batch: int = 16
+    pool: int = 512
+    lr: float = 1e-3
+    latent_hw: int = 8
+
+
+BASE_RECIPE = BaseRecipe()
 EDIT_WORDS = "paint the image in the control's average colour"
 TRAIN_SEED = 1000
 """Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
@@ -61,7 +75,9 @@ def _sample(seed: int, latent_hw: int, *, prior: bool) -> EditSample:
         target = torch.randn(1, 16, 1, 1, generator=g).expand_as(control)
     else:  # the edit: the control's average colour, flat
         target = control.mean(dim=(2, 3), keepdim=True).expand_as(control)
-    prompt = torch.randn(TEXT_LEN, TINY_TRANSFORMER_CONFIG["joint_attention_dim"], generator=g)
+    text_dim = TINY_TRANSFORMER_CONFIG["joint_attention_dim"]
+    assert isinstance(text_dim, int)
+    prompt = torch.randn(TEXT_LEN, text_dim, generator=g)
     return EditSample(pack_latents(control.contiguous())[0], pack_latents(target.contiguous())[0], prompt, latent_hw)
 
 
@@ -70,7 +86,7 @@ def edit_sample(seed: int, latent_hw: int = 8) -> EditSample:
     return _sample(seed, latent_hw, prior=False)
 
 
-def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = None) -> dict:
+def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
     """A batch of samples as inputs of aipc_env.train.objective.flow_matching_loss."""
     import torch
 
@@ -88,14 +104,14 @@ def scheduler_for_tiny() -> Any:
 
     from aipc_env.train.tinypipe import SCHEDULER_CONFIG
 
-    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)  # type: ignore[no-untyped-call]  # diffusers is untyped
 
 
 def _recipe_key() -> str:
-    return hashlib.sha256(json.dumps(BASE_RECIPE, sort_keys=True).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(asdict(BASE_RECIPE), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _train_base(log) -> Any:
+def _train_base(log: Callable[[str], object]) -> Any:
     """Full-weight flow-matching training of the tiny transformer on the prior (fp32, CPU, deterministic)."""
     import torch
 
@@ -103,19 +119,19 @@ def _train_base(log) -> Any:
     from aipc_env.train.tiny import build_tiny_transformer
 
     r = BASE_RECIPE
-    model = build_tiny_transformer(seed=r["init_seed"]).float()
-    pool = [_sample(7_000_000 + i, r["latent_hw"], prior=True) for i in range(r["pool"])]
-    opt = torch.optim.AdamW(model.parameters(), lr=r["lr"])
+    model = build_tiny_transformer(seed=r.init_seed).float()
+    pool = [_sample(7_000_000 + i, r.latent_hw, prior=True) for i in range(r.pool)]
+    opt = torch.optim.AdamW(model.parameters(), lr=r.lr)
     model.train()
-    for step in range(r["steps"]):
+    for step in range(r.steps):
         g = torch.Generator().manual_seed(step)
-        idx = torch.randint(0, len(pool), (r["batch"],), generator=g).tolist()
+        idx = torch.randint(0, len(pool), (r.batch,), generator=g).tolist()
         loss = flow_matching_loss(model, edit_inputs([pool[i] for i in idx]), g)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if (step + 1) % 200 == 0:
-            log(f"tiny base: step {step + 1}/{r['steps']}, loss {float(loss.detach()):.3f}")
+            log(f"tiny base: step {step + 1}/{r.steps}, loss {float(loss.detach()):.3f}")
     return model.eval()
 
 
@@ -123,7 +139,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def load_tiny_base(cache_root: Path, *, log=print) -> Any:
+def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) -> Any:
     """The trained tiny base (fp32, CPU), built into `cache_root` on first use. The folder is the tool's own, but it
     is read as untrusted: a weights file whose hash is not the one recorded beside it is rebuilt."""
     from diffusers import QwenImageTransformer2DModel
@@ -137,14 +153,15 @@ def load_tiny_base(cache_root: Path, *, log=print) -> Any:
             meta = read_json(record, "the tiny base's record")
         except Exception:  # noqa: BLE001 - an unreadable record means: build it again
             meta = None
-        if isinstance(meta, dict) and meta.get("recipe") == BASE_RECIPE and meta.get("sha256") == _digest(weights):
-            return QwenImageTransformer2DModel.from_pretrained(str(folder)).float().eval()
+        if isinstance(meta, dict) and meta.get("recipe") == asdict(BASE_RECIPE) and meta.get("sha256") == _digest(weights):
+            model = QwenImageTransformer2DModel.from_pretrained(str(folder))  # type: ignore[no-untyped-call]  # diffusers is untyped
+            return model.float().eval()
         log(f"tiny base: {folder} does not match its record; building it again")
-    log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE['steps']} steps on the CPU) ...")
+    log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
     model = _train_base(log)
     with atomic_dir(folder) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         (tmp / record.name).write_text(json.dumps(
-            {"recipe": BASE_RECIPE, "sha256": _digest(tmp / weights.name)}, sort_keys=True), encoding="utf-8")
+            {"recipe": asdict(BASE_RECIPE), "sha256": _digest(tmp / weights.name)}, sort_keys=True), encoding="utf-8")
     log(f"tiny base: cached in {folder}")
     return model
