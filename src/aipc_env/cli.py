@@ -31,7 +31,7 @@ EPILOG = """\
 exit codes: 0 ok · 1 problems found · 2 usage or input error · 3 internal error (a bug) · 127 a phase's program could
 not start · 130 interrupted
 `aipc-env COMMAND --help` explains each command; nox sessions (`nox -s doctor`, `nox -s train`) run the same
-commands. Docs: README.md, docs/architecture.md."""
+commands. Docs: README.md and the pages in docs/ (a site: mkdocs build); every option: docs/reference/cli.md."""
 
 
 class _Parser(argparse.ArgumentParser):
