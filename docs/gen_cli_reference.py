@@ -87,6 +87,31 @@ def _invocation(action: argparse.Action) -> str:
     return ", ".join(f"{flag} {metavar}" for flag in action.option_strings)
 
 
+def _usage(parser: argparse.ArgumentParser) -> list[str]:
+    """The usage, wrapped at WIDTH, built here rather than by argparse (whose layout changes between Pythons)."""
+    parts, tail = [], []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            tail.append(f"{action.metavar or '{' + ','.join(action.choices) + '}'} ...")
+        elif not action.option_strings:
+            name = action.metavar or ("{" + ",".join(map(str, action.choices)) + "}" if action.choices
+                                      else action.dest)
+            tail.append({"?": f"[{name}]", "*": f"[{name} ...]", "+": f"{name} [{name} ...]"}.get(action.nargs, name))
+        else:
+            flag = action.option_strings[0]
+            text = flag if action.nargs == 0 else f"{flag} {_invocation(action).split(', ')[0].split(' ', 1)[1]}"
+            parts.append(text if action.required else f"[{text}]")
+    parts += tail
+    lines, line = [], parser.prog
+    for part in parts:
+        if len(line) + 1 + len(part) > WIDTH and line.strip():
+            lines.append(line)
+            line = " " * (len(parser.prog) + 1) + part
+        else:
+            line += " " + part
+    return [*lines, line]
+
+
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
     found = []
     for action in parser._actions:
@@ -101,8 +126,7 @@ def _section(parser: argparse.ArgumentParser, path: list[str], summary: str, lev
     lines = [f"{'#' * level} `{' '.join(path)}`", ""]
     if summary:
         lines += [_escape(summary[0].upper() + summary[1:]) + ".", ""]
-    usage = parser.format_usage().strip().removeprefix("usage: ").splitlines()
-    lines += ["```text", *(line[len("usage: "):] if i else line for i, line in enumerate(usage)), "```", ""]
+    lines += ["```text", *_usage(parser), "```", ""]
     if parser.description and parser.formatter_class is argparse.RawDescriptionHelpFormatter:
         lines += ["```text", parser.description.rstrip(), "```", ""]
     elif parser.description:
