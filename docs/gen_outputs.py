@@ -7,6 +7,8 @@ itself (never typed by hand) and included into the pages with pymdownx.snippets.
                                                # and its loss plot (docs/img/loss.png)
     python docs/gen_outputs.py --distill PREFIX  # also record `distill all` on the tiny pipeline: its report, the
                                                  # G3 grid and the loss plot (docs/img/distill-*.png)
+    python docs/gen_outputs.py --compare PREFIX  # also train the tiny Qwen-Image-Edit briefly and record
+                                                 # `aipc-env compare`'s grid (docs/img/compare-grid.png)
 
 The cheap outputs run the real CLI on recorded machines (tests/fixtures/machines/*.json: the facts `doctor
 --save-facts` writes) and on a small dataset this script writes; tests/test_docs.py regenerates them and fails on
@@ -54,6 +56,16 @@ train:
 output_dir: runs/first
 """
 """A config with a misspelt key, as a user writes one."""
+COMPARE_CONFIG = """\
+engine: builtin
+model: {{path: '{model}'}}
+lora: {{rank: 4, alpha: 8}}
+data: {{datasets: ['{data}'], target_size: [64, 64], batch_size: 2, num_workers: 0}}
+train: {{max_train_steps: 12, gradient_accumulation_steps: 1, learning_rate: 0.01, checkpointing_steps: 6}}
+output_dir: '{out}'
+device: cpu
+"""
+"""The tiny model's config for the compare picture (CPU-sized, as the tests train it)."""
 
 
 def _env() -> dict[str, str]:
@@ -72,7 +84,7 @@ def _run(args: list[str], cwd: Path) -> str:
     return text
 
 
-def _write_dataset(folder: Path) -> None:
+def _write_dataset(folder: Path, size: tuple[int, int] = (672, 384)) -> None:
     """A small local dataset in the runbook's layout: training_images/<stem>.png + <stem>.txt, control_images/."""
     from PIL import Image
 
@@ -80,8 +92,8 @@ def _write_dataset(folder: Path) -> None:
         (folder / sub).mkdir(parents=True)
     for i in range(DATASET_SAMPLES):
         stem = f"mug_{i:02d}"
-        Image.new("RGB", (672, 384), (40 * i, 90, 160)).save(folder / "training_images" / f"{stem}.png")
-        Image.new("RGB", (672, 384), (40 * i, 90, 60)).save(folder / "control_images" / f"{stem}.png")
+        Image.new("RGB", size, (40 * i, 90, 160)).save(folder / "training_images" / f"{stem}.png")
+        Image.new("RGB", size, (40 * i, 90, 60)).save(folder / "control_images" / f"{stem}.png")
         (folder / "training_images" / f"{stem}.txt").write_text(
             "Paint the mug in the photo deep blue and keep the table, the light and the shadows as they are.\n",
             encoding="utf-8")
@@ -133,6 +145,38 @@ def record_distillation(prefix: str) -> None:
         shutil.copyfile(run / "loss.png", ROOT / "docs" / "img" / "distill-loss.png")
 
 
+def record_compare(prefix: str) -> None:
+    """`aipc-env compare` on the built-in tiny Qwen-Image-Edit: a 12-step run on a small dataset this script writes,
+    then base against base + LoRA on three held-out samples; its grid.png becomes docs/img/compare-grid.png."""
+    python = Path(prefix) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        subprocess.run([str(python), "-c", "import sys; from pathlib import Path; from aipc_env.train.tinypipe "
+                        "import build_tiny_pipeline; build_tiny_pipeline(Path(sys.argv[1]))", str(root / "tiny")],
+                       check=True, env=_env(), timeout=600)
+        _write_dataset(root / "data", size=(64, 64))
+        held = root / "held-out"
+        for sub in ("training_images", "control_images"):
+            (held / sub).mkdir(parents=True)
+            for stem in ("mug_00", "mug_02", "mug_04"):
+                for f in (root / "data" / sub).glob(f"{stem}.*"):
+                    shutil.copy(f, held / sub)
+        config = root / "config.yaml"
+        config.write_text(COMPARE_CONFIG.format(model=root / "tiny", data=root / "data", out=root / "run"),
+                          encoding="utf-8")
+        env = {**_env(), "XDG_DATA_HOME": str(root / "xdg")}
+        for interpreter, args in (
+                (sys.executable, ["train", str(config), "--env", prefix]),
+                (str(python), ["compare", "--config", str(config), "--lora", str(root / "run" / "lora"), "--test-set",
+                               str(held), "--out", str(root / "compare"), "--num-inference-steps", "4"])):
+            proc = subprocess.run([interpreter, "-m", "aipc_env", *args], check=False, cwd=tmp, env=env,
+                                  capture_output=True, text=True, encoding="utf-8", timeout=900)
+            if proc.returncode:
+                raise SystemExit(f"{args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        (ROOT / "docs" / "img").mkdir(exist_ok=True)
+        shutil.copyfile(root / "compare" / "grid.png", ROOT / "docs" / "img" / "compare-grid.png")
+
+
 def main(argv: list[str]) -> int:
     texts = cheap_outputs()
     if "--check" in argv:
@@ -148,6 +192,8 @@ def main(argv: list[str]) -> int:
         record_training(argv[argv.index("--train") + 1])
     if "--distill" in argv:
         record_distillation(argv[argv.index("--distill") + 1])
+    if "--compare" in argv:
+        record_compare(argv[argv.index("--compare") + 1])
     print(f"wrote {OUT}")
     return 0
 
