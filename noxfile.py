@@ -192,6 +192,16 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """Build the docs site with `mkdocs build --strict` (broken links, anchors and snippets fail); CI runs it. Only
+    MkDocs and Material, pinned by constraints-dev.txt, are installed. `-- --site-dir DIR` writes the site there."""
+    session.install("mkdocs", "mkdocs-material", "pymdown-extensions", "-c", str(CONSTRAINTS), silent=False,
+                    env=UV_TLS, stdout=sys.stderr)
+    session.run("mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
 def mutate(session: nox.Session) -> None:
     """Mutation testing (mutmut; its config is [tool.mutmut] in pyproject.toml) of the modules whose job is to
     refuse or detect, then the per-module scores in benchmarks/results/mutation.json. `-- aipc_env.matrix.resolve`

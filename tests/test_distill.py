@@ -1,9 +1,9 @@
 """`aipc-env distill` on a tiny random Qwen-Image-2.1 pipeline built offline: every stage through the real CLI
-and launcher, injected faults caught by the matching gate, and each seed-003 lesson as a check that fires when
+and launcher, injected faults caught by the matching gate, and each distillation lesson as a check that fires when
 the lesson is violated (proved on the real diffusers/peft/accelerate objects, not on stand-ins).
 
 The main run uses a tiny pipeline whose model_index.json carries a non-uniform 8-step `sample_sigmas`, shaped like
-the real Turbo's (seed 003: delta-sigma 0.046 for the first student pair, 0.70 for the last)."""
+the real Turbo's (as recorded: delta-sigma 0.046 for the first student pair, 0.70 for the last)."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def test_lesson_rgba_decode_must_be_sliced(pipe):
 
 
 def test_lesson_lora_metadata_is_mandatory(tiny21, tmp_path, quiet):
-    """Without metadata diffusers rebuilds the adapter with alpha = rank: the seed's half-strength adapter."""
+    """Without metadata diffusers rebuilds the adapter with alpha = rank: the recorded half-strength adapter."""
     from diffusers import QwenImage21Pipeline, QwenImage21Transformer2DModel
 
     from aipc_env.distill.lessons import LoraMetadataMissing, check_lora_metadata
@@ -447,7 +447,7 @@ def test_resume_ends_with_the_same_lora_as_an_uninterrupted_run(finished_run, sa
     assert all((runs["straight"][k] == runs["resumed"][k]).all() for k in runs["straight"])
 
 
-# --- the seed's order, fresh verdicts, G3 that can fail ---------------------------------------------------------
+# --- the recorded order, fresh verdicts, G3 that can fail ---------------------------------------------------------
 
 def _copy_run(finished_run: Path, out: Path, model: Path, **changes) -> Path:
     """The finished run's folder under a new output_dir (its verdicts stay current: output_dir is not an input)."""

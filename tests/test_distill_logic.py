@@ -19,7 +19,7 @@ from aipc_env.errors import InputError
 from tests.conftest import run_cli
 
 TURBO_LIKE = [1.0, 0.977, 0.954, 0.92, 0.87, 0.8, 0.7, 0.45]
-"""A non-uniform 8-step grid shaped like seed 003's: first student pair delta 0.046, last 0.70."""
+"""A non-uniform 8-step grid shaped like the real Turbo's: first student pair delta 0.046, last 0.70."""
 
 
 def _model(folder: Path, sample_sigmas=None, *, tiny: bool = False) -> Path:
@@ -50,7 +50,7 @@ def test_the_teacher_grid_is_the_models_sample_sigmas(tmp_path):
     grid = resolve_grid(None, 2, _model(tmp_path / "m", TURBO_LIKE))
     assert grid == Grid(teacher=TURBO_LIKE, student=[1.0, 0.954, 0.87, 0.7], stride=2, source="model sample_sigmas")
     deltas = [a - b for a, b in zip(grid.student, grid.student[1:] + [0.0])]  # each student step's delta-sigma
-    assert [round(d, 3) for d in deltas] == [0.046, 0.084, 0.17, 0.7]  # seed 003's first and last
+    assert [round(d, 3) for d in deltas] == [0.046, 0.084, 0.17, 0.7]  # the recorded first and last
 
 
 def test_a_config_grid_wins_and_no_grid_means_the_pipeline_default(tmp_path):
@@ -515,7 +515,7 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
     assert all(p.argv[-4:] == ["--run-id", "r1", "--inject", "rgba"] for p in phases)
 
 
-# --- the seed's lessons as checks, on small real tensors, modules and files --------------------------------------
+# --- the distillation lessons as checks, on small real tensors, modules and files --------------------------------------
 
 def test_embeddings_with_a_graph_are_refused():
     import torch
@@ -862,7 +862,7 @@ def test_export_refusals_whole(tmp_path):
 
 
 def test_every_lesson_error_whole():
-    """Each seed-003 lesson's error: its name in brackets, the message and the fix, written out."""
+    """Each distillation lesson's error: its name in brackets, the message and the fix, written out."""
     import numpy as np
     import torch
 
@@ -899,7 +899,7 @@ def test_every_lesson_error_whole():
     assert caught(lessons.check_training_outcome, objective_start=1.0, objective_end=0.5, velocity_on=4.0,
                   velocity_off=2.0, tolerance=1.5) == (
         "VelocityDiverged", "[velocity-diverged] with the adapter on, the velocity MSE on the training pairs is 4, "
-        "more than 1.5 x the adapter-off 2", "lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
+        "more than 1.5 x the adapter-off 2", "lower student.learning_rate (the recorded diverged run: 2.2 vs 0.025)")
     assert caught(lessons.check_rgb, torch.zeros(1, 4, 2, 2)) == (
         "RgbaNotSliced", "[rgba-not-sliced] the decoded images have shape (1, 4, 2, 2), expected [B, 3, H, W] (the "
         "2.1 VAE decodes 4 channels: RGBA)", "slice the decode as vae.decode(z)[0][:, :3, 0] "

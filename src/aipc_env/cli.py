@@ -19,7 +19,10 @@ COMMANDS = ("doctor", "train", "verify", "env", "lock", "matrix", "resolve", "re
             "patch-requirements", "quantize", "compare", "monitor", "container", "fleet", "distill", "adapt")
 
 DESCRIPTION = """\
-Reproducible NF4 QLoRA fine-tuning of Qwen-Image-Edit on Intel AI PCs (Core Ultra iGPU, Arc).
+Reproducible NF4 QLoRA fine-tuning of Qwen-Image-Edit on Intel AI PCs (Core Ultra iGPU, Arc). It automates the
+runbook "Qwen-Image-Edit LoRA Fine-Tuning on Intel AI PC (Windows)" (the qwen-image-edit-aipc-finetune skill for
+github.com/tsiendragon/qwen-image-finetune); "§N" and "runbook step N" in help text are its sections, each mapped
+to the command that automates it in docs/runbook-map.md.
 
 Start here:
   aipc-env doctor            check this machine; every problem comes with a fix
@@ -31,7 +34,7 @@ EPILOG = """\
 exit codes: 0 ok · 1 problems found · 2 usage or input error · 3 internal error (a bug) · 127 a phase's program could
 not start · 130 interrupted
 `aipc-env COMMAND --help` explains each command; nox sessions (`nox -s doctor`, `nox -s train`) run the same
-commands. Docs: README.md, docs/architecture.md."""
+commands. Docs: README.md and the pages in docs/ (a site: mkdocs build); every option: docs/reference/cli.md."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,4 +1,4 @@
-"""`aipc-env distill`: the seed-003 Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages, each run in
+"""`aipc-env distill`: the Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages, each run in
 the training env through a generated launcher (oneAPI activated as for training), each writing a JSON verdict
 and a human summary into <output_dir>/verdicts/."""
 
@@ -22,14 +22,15 @@ GATES = {"g0": "G0 plumbing: the pipeline loads, teacher@8 and naive@4 give fini
          "g3": "G3: student@4 vs naive@4 vs teacher@8 from the same noise; with LPIPS weights and a real model it "
                "judges the student (margin and win rate), else it is a plumbing check that judges nothing"}
 ALL = ["g0", "g2", "trajectories", "train", "g3"]
-"""The seed's order: G0 -> G2 -> trajectories -> train -> G3."""
+"""The order of the image21-turbo-trajectories project: G0 -> G2 -> trajectories -> train -> G3."""
 ACCELERATE_CONFIG = "accelerate_distill.yaml"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distill", help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages (seed 003)",
-                       description="The seed-003 recipe: a LoRA so that the model at 4 steps matches its own 8-step "
-                       "output from the same noise. Stages run in the training env; each writes "
+    p = sub.add_parser("distill", help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages",
+                       description="The recipe of the image21-turbo-trajectories project "
+                       "(huggingface.co/ysharma/image21-turbo-trajectories): a LoRA so that the model at 4 steps "
+                       "matches its own 8-step output from the same noise. Stages run in the training env; each writes "
                        "<output_dir>/verdicts/<stage>.json and a summary. Without --config: the built-in default "
                        "(a tiny random Qwen-Image-2.1 built offline; no download).")
     stages = p.add_subparsers(dest="stage", metavar="STAGE", required=True)
@@ -41,8 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
                         help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
                         "G0; wrong-sigmas, parity-ulp: G2)")
-    init = stages.add_parser("init", help="write a config to edit (profile tiny: the built-in default; turbo: seed "
-                             "003's settings for the real Qwen-Image-2.1-Turbo)")
+    init = stages.add_parser("init", help="write a config to edit (profile tiny: the built-in default; turbo: that "
+                             "project's settings for the real Qwen-Image-2.1-Turbo)")
     init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
     init.add_argument("--profile", choices=["tiny", "turbo"], default="tiny",
                       help="tiny (default): tiny random model, CPU-sized; turbo: rank 64, alpha 128, lr 1e-4, endpoint "
@@ -73,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     exp.set_defaults(run=run, json=False, inject=[])
     pub = stages.add_parser("publish", parents=[ENV, PAIR, MATRIX], help="G1 push preflight, then push the export "
-                            "to the hub", description="Seed 003's G1 (create the repository, upload a 1 KiB file, "
+                            "to the hub", description="The G1 push preflight (create the repository, upload a 1 KiB file, "
                             "download it back and compare, delete it), then push the export folder (weights, "
                             "LICENSE, NOTICE.md: nothing without the licence) and download each file back to compare. "
                             "The hub is reached with huggingface_hub: HF_TOKEN, HF_ENDPOINT.")

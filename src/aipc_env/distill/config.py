@@ -40,7 +40,7 @@ class PromptsSection(InputModel):
 
 
 class DivergenceSection(InputModel):
-    """When a training run is stopped as diverged (the seed's 128-prompt run went to loss 1.2 and a velocity MSE
+    """When a training run is stopped as diverged (the recorded 128-prompt run went to loss 1.2 and a velocity MSE
     2.2 while it kept training)."""
 
     spike_factor: float = Field(4.0, gt=1, description="a pair's velocity error above this times the median of the "
@@ -51,7 +51,7 @@ class DivergenceSection(InputModel):
 
 
 class OnPolicySection(InputModel):
-    """Seed next step 2: roll the student to sigma_2k, take the teacher two steps from there, train on that."""
+    """The recorded project's next step 2: roll the student to sigma_2k, take the teacher two steps from there, train on that."""
 
     start_step: int = Field(0, ge=0, description="on-policy pairs are used from this optimizer step on")
     fraction: float = Field(0.5, ge=0, le=1, description="share of micro-batches that are on-policy")
@@ -118,7 +118,7 @@ class EvalSection(InputModel):
                                 "student's LPIPS is below naive's")
     lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
                                       "without it G3 measures PSNR/MSE to the teacher")
-    decode_device: str = Field("cpu", description="where the VAE decodes (seed lesson 3: the bf16 GPU decode of "
+    decode_device: str = Field("cpu", description="where the VAE decodes (distillation lesson 3: the bf16 GPU decode of "
                                "this video VAE needs ~76 GB of transients at 512 px)")
 
 
@@ -220,8 +220,8 @@ PROFILES = ("tiny", "turbo")
 
 def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
     """A profile's config. tiny (the built-in default): the tiny random 2.1 pipeline at 64x64, built-in prompts,
-    CPU-sized training. turbo: seed 003's settings for the real Qwen-Image-2.1-Turbo (rank 64, alpha 128, the
-    endpoint weighting that helped, lr 1e-4: the seed's 3e-4 diverged at 128 prompts and its next step is a sweep
+    CPU-sized training. turbo: the image21-turbo-trajectories settings for the real Qwen-Image-2.1-Turbo (rank 64, alpha 128, the
+    endpoint weighting that helped, lr 1e-4: the recorded 3e-4 diverged at 128 prompts and its next step is a sweep
     at 1e-4 / 5e-5), its own sample_sigmas grid, an NF4 teacher and the text encoder offloaded."""
     if profile == "turbo":
         return {
@@ -279,8 +279,8 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False, profil
                          path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
                          "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
     head = {"tiny": "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n",
-            "turbo": "# aipc-env distill, profile turbo: seed 003's settings for Qwen-Image-2.1-Turbo; fill each "
-                     "TODO\n"}[profile]
+            "turbo": "# aipc-env distill, profile turbo: the image21-turbo-trajectories settings for "
+                     "Qwen-Image-2.1-Turbo; fill each TODO\n"}[profile]
     text = (head + "# relative paths are resolved against this file's folder\n"
             + yaml.safe_dump(default_distill_config(Path("."), profile), sort_keys=False, allow_unicode=True))
     if not path.exists():

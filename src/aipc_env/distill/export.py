@@ -66,7 +66,7 @@ def comfyui_key(module: str) -> str:
 
 
 def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
-    """(rank, alpha) from the adapter metadata; without it the alpha is unknown (seed item 6): refused."""
+    """(rank, alpha) from the adapter metadata; without it the alpha is unknown (distillation lesson 6): refused."""
     text = (raw or {}).get("lora_adapter_metadata")
     if not text:
         raise InputError("the LoRA has no adapter metadata: its alpha is unknown, and an export would load at the "

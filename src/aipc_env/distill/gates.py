@@ -1,4 +1,4 @@
-"""Gates G0 (plumbing), G2 (sampler parity) and G3 (quality), each a list of named checks. A violated seed-003
+"""Gates G0 (plumbing), G2 (sampler parity) and G3 (quality), each a list of named checks. A violated distillation
 lesson fails its check with the lesson's error name; a failed check stops the checks that depend on it.
 `inject` names faults to plant (tests prove each gate catches its fault):
 grad-embeddings, rgba, no-lora-metadata (G0); wrong-sigmas, parity-ulp (G2: the own loop's first value moved
@@ -67,7 +67,7 @@ def _finite_rgb(images: torch.Tensor) -> str:
 
 
 def _decode(pipe, latents, cfg: DistillConfig, inject: frozenset[str]):
-    if "rgba" in inject:  # the seed's bug: taking the VAE's 4 channels as the image
+    if "rgba" in inject:  # the recorded bug: taking the VAE's 4 channels as the image
         from aipc_env.distill.lessons import check_rgb
 
         z = pipe._unpack_latents(latents, cfg.height // 32 * 32, cfg.width // 32 * 32, pipe.vae_scale_factor)
@@ -214,7 +214,7 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(model_dir(cfg, log=log), device, dtype, cfg.teacher)
-    if "wrong-sigmas" in inject:  # the tiny hub repo's scheduler (seed 003 item 7)
+    if "wrong-sigmas" in inject:  # the tiny hub repo's scheduler (distillation lesson 7)
         pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(
             {**pipe.scheduler.config, "use_dynamic_shifting": True, "shift_terminal": 0.02, "base_shift": 0.5,
              "max_shift": 0.9, "time_shift_type": "exponential"})

@@ -18,7 +18,7 @@ __all__ = ["Grid", "check_sigmas", "default_teacher_sigmas", "model_sample_sigma
 GridSource = Literal["config", "model sample_sigmas", "pipeline default linspace"]
 _MAX_MODEL_INDEX = 1 << 20
 MAX_SIGMAS = 1000
-"""The longest teacher grid (a real one has 8; seed 003's teachers at most a few dozen)."""
+"""The longest teacher grid (a real one has 8; the recorded project's teachers at most a few dozen)."""
 
 
 def _quote(values: list) -> str:

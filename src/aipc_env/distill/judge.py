@@ -1,7 +1,7 @@
 """G3's decisions, pure: which mode it runs in, whether the student beats naive@4, and the checks on what G3
 wrote and measured (artifacts read back, the LoRA moves the output, the images are finite). Torch-free.
 
-Quality mode judges on LPIPS to teacher@8 (seed 003's statistic: the mean over held-out prompt x seed pairs,
+Quality mode judges on LPIPS to teacher@8 (the recorded project's statistic: the mean over held-out prompt x seed pairs,
 student vs naive), with two bounds: the student's mean must be below naive's by at least `margin`, and the student
 must be closer than naive on at least `min_win_rate` of the pairs. Plumbing mode judges nothing about the student.
 """

@@ -1,7 +1,6 @@
-"""Seed 003's root causes as named checks. Each raises a `LessonError` subclass whose `name` goes into the gate
-verdicts, and whose message says what went wrong and how to fix it. Pure checks over tensors, modules and files;
-torch is imported only inside the functions that need it.
-"""
+"""The root causes the image21-turbo-trajectories distillation project recorded, as named checks. Each raises a
+`LessonError` subclass whose `name` goes into the gate verdicts, and whose message says what went wrong and how to
+fix it. Pure checks over tensors, modules and files; torch is imported only inside the functions that need it."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ __all__ = [
 
 
 class LessonError(AipcError):
-    """A violated seed-003 lesson. `name` is the stable identifier written into verdicts."""
+    """A violated distillation lesson. `name` is the stable identifier written into verdicts."""
 
     name = "lesson"
     seed_item: int | None = None
@@ -106,7 +105,7 @@ class StudentWorseThanReference(LessonError):
 
 
 def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> None:
-    """Seed item 1: `QwenImage21Pipeline.encode_prompt` is not decorated with no_grad; called with grad enabled it
+    """Lesson 1: `QwenImage21Pipeline.encode_prompt` is not decorated with no_grad; called with grad enabled it
     ties the text encoder's graph to the embeddings, and every training backward walks that shared graph
     (device-mismatch and 'backward through the graph a second time' errors)."""
     for t in tensors:
@@ -117,7 +116,7 @@ def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> Non
 
 
 def check_rgb(images, *, where: str = "decoded images") -> None:
-    """Seed item 2: AutoencoderKLQwenImage21.decode returns RGBA; RGB is [:, :3]."""
+    """Lesson 2: AutoencoderKLQwenImage21.decode returns RGBA; RGB is [:, :3]."""
     if images.ndim != 4 or images.shape[1] != 3:
         raise RgbaNotSliced(f"the {where} have shape {tuple(images.shape)}, expected [B, 3, H, W] (the 2.1 VAE "
                             "decodes 4 channels: RGBA)",
@@ -125,7 +124,7 @@ def check_rgb(images, *, where: str = "decoded images") -> None:
 
 
 def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict:
-    """Seed item 6: without adapter metadata the loader rebuilds the LoRA config with alpha = rank (the seed's
+    """Lesson 6: without adapter metadata the loader rebuilds the LoRA config with alpha = rank (the recorded project's
     half-strength adapter). Reads the file through diffusers' own loader. Returns the metadata."""
     from diffusers import QwenImage21Pipeline
 
@@ -153,7 +152,7 @@ def check_deterministic_sampler(scheduler_config: dict) -> None:
 
 def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler_config: dict,
                           *, grid: str) -> None:
-    """Seed item 7: the scheduler must use the passed sigmas verbatim (plus a terminal 0). Dynamic shifting warps
+    """Lesson 7: the scheduler must use the passed sigmas verbatim (plus a terminal 0). Dynamic shifting warps
     them with a resolution-dependent mu; a shift other than 1 or a shift_terminal rescales them."""
     import numpy as np
 
@@ -202,7 +201,7 @@ def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sa
 def check_training_outcome(*, objective_start: float, objective_end: float, velocity_on: float,
                            velocity_off: float, tolerance: float) -> None:
     """The train stage's end: the objective on the training pairs must fall, and the adapter's velocity MSE must
-    stay within `tolerance` x the adapter-off one (the seed's diverged run: 2.2 vs 0.025)."""
+    stay within `tolerance` x the adapter-off one (the recorded diverged run: 2.2 vs 0.025)."""
     if not objective_end < objective_start:
         raise ObjectiveRose(f"the student objective on the training pairs did not fall: {objective_start:.4g} -> "
                             f"{objective_end:.4g}", fix="lower student.learning_rate, or train longer at a lower "
@@ -210,17 +209,17 @@ def check_training_outcome(*, objective_start: float, objective_end: float, velo
     if velocity_on > velocity_off * tolerance:
         raise VelocityDiverged(f"with the adapter on, the velocity MSE on the training pairs is {velocity_on:.4g}, "
                                f"more than {tolerance:g} x the adapter-off {velocity_off:.4g}",
-                               fix="lower student.learning_rate (the seed's diverged run: 2.2 vs 0.025)")
+                               fix="lower student.learning_rate (the recorded diverged run: 2.2 vs 0.025)")
 
 
 def mark_prepared(model) -> None:
-    """Record which LoRA parameters the model had when accelerator.prepare saw it (the seed's working harness:
+    """Record which LoRA parameters the model had when accelerator.prepare saw it (the recorded project's working harness:
     LoRA added before prepare)."""
     model._aipc_prepared_lora = frozenset(id(p) for n, p in model.named_parameters() if "lora_" in n)
 
 
 def check_lora_before_prepare(model, optimizer) -> int:
-    """Seed item 5: LoRA layers must exist before `accelerator.prepare`, and the optimizer must hold exactly
+    """Lesson 5: LoRA layers must exist before `accelerator.prepare`, and the optimizer must hold exactly
     them. Returns the number of trainable LoRA tensors."""
     lora = {id(p) for n, p in model.named_parameters() if "lora_" in n and p.requires_grad}
     prepared = getattr(model, "_aipc_prepared_lora", None)

@@ -1,4 +1,4 @@
-"""What travels with an exported LoRA (seed 003, the Qwen Research Licence): the base model's licence text, a
+"""What travels with an exported LoRA (the Qwen Research Licence): the base model's licence text, a
 change notice, "Built with Qwen", and a repository name that is not "Qwen...". Torch-free; the export writes
 what this module returns.
 """

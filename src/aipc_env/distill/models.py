@@ -1,5 +1,5 @@
 """Where the model comes from and how each stage loads it: the whole pipeline for sampling and gates, the
-standalone transformer (NF4 or as saved) for training — seed item 5's working harness."""
+standalone transformer (NF4 or as saved) for training — distillation lesson 5's working harness."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def load_pipeline(path: Path, device, dtype, teacher=None):
 
 
 def offload_text_encoder(pipe, teacher) -> bool:
-    """Move the text encoder to the CPU once prompts are encoded (the seed's 16 GB -> 1.3 GB). True when moved."""
+    """Move the text encoder to the CPU once prompts are encoded (the recorded 16 GB -> 1.3 GB). True when moved."""
     if teacher is None or not teacher.offload_text_encoder or pipe.text_encoder.device.type == "cpu":
         return False
     pipe.text_encoder.to("cpu")

@@ -27,8 +27,8 @@ class PromptRecord(StrictModel):
 
 def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]:
     """The prompts of a JSONL file (a bad line is an error naming file and line) or of a built-in list.
-    Accepts {"prompt": ...} and the seed's extractor format ({"text": ...} or {"caption": ...}); extra keys
-    (e.g. quoted_strings) are kept out."""
+    Accepts {"prompt": ...} and the extractor format of the image21-turbo-trajectories project ({"text": ...} or
+    {"caption": ...}); extra keys (e.g. quoted_strings) are kept out."""
     if source in BUILTIN:
         records = [PromptRecord(prompt=p) for p in BUILTIN[source]]
         return records[:limit] if limit else records

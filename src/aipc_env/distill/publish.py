@@ -1,4 +1,5 @@
-"""`distill publish --repo ID`: seed 003's G1 push preflight, then the push of the export folder.
+"""`distill publish --repo ID`: the G1 push preflight of the image21-turbo-trajectories project, then the push of the
+export folder.
 
 G1: create the repository (exist_ok), upload a 1 KiB random file, download it back by the commit it made and
 compare the bytes, then delete it. The push uploads the export folder (the weights, LICENSE and NOTICE.md: nothing

@@ -1,7 +1,7 @@
-"""`distill report`: the gate table in seed 003's format, the G3 evidence, the velocity diagnostic (adapter on vs
-off) and the loss plot, from the verdicts the stages wrote. Only current verdicts count: one whose inputs changed
-since (config, model, grid, LoRA) is stale, and one after a failed, missing or stale stage was not reached; both
-are named, never shown as results. Torch-free."""
+"""`distill report`: the gate table in the image21-turbo-trajectories project's format, the G3 evidence, the velocity
+diagnostic (adapter on vs off) and the loss plot, from the verdicts the stages wrote. Only current verdicts count:
+one whose inputs changed since (config, model, grid, LoRA) is stale, and one after a failed, missing or stale stage
+was not reached; both are named, never shown as results. Torch-free."""
 
 from __future__ import annotations
 

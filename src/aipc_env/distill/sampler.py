@@ -43,7 +43,7 @@ class Prompted:
 
 
 def encode(pipe, prompts: list[str], device, *, grad: bool = False) -> Prompted:
-    """`pipe.encode_prompt` under no_grad (seed item 1; `grad=True` exists only to prove the check fires)."""
+    """`pipe.encode_prompt` under no_grad (distillation lesson 1; `grad=True` exists only to prove the check fires)."""
     with torch.set_grad_enabled(grad):
         embeds, mask, image_pad_mask = pipe.encode_prompt(prompt=prompts, device=device)
     check_embeddings_detached(embeds, mask)
@@ -126,7 +126,7 @@ def euler(pipe, transformer, prompted: Prompted, latents: torch.Tensor, sigmas: 
 
 @torch.no_grad()
 def decode_rgb(pipe, latents: torch.Tensor, height: int, width: int, decode_device: str = "cpu") -> torch.Tensor:
-    """Latents -> RGB in [0, 1], [B, 3, H, W]. Decoded on `decode_device` (seed item 3: the CPU; a bf16 GPU
+    """Latents -> RGB in [0, 1], [B, 3, H, W]. Decoded on `decode_device` (distillation lesson 3: the CPU; a bf16 GPU
     decode of this video VAE needs ~76 GB of transients at 512 px) and sliced to RGB (item 2: the VAE is RGBA)."""
     height, width, _, _ = latent_hw(pipe, height, width)
     vae = pipe.vae

@@ -3,9 +3,9 @@
 Student step k jumps from the teacher's latents at sigma_{s*k} to sigma_{s*(k+1)} (s = student_stride, 2 for
 8 -> 4 steps) in one Euler step, so its target velocity is v* = (x_{s(k+1)} - x_{sk}) / (sigma_{s(k+1)} -
 sigma_{sk}). The loss is the velocity MSE, uniform or endpoint-weighted (times delta-sigma squared: the error
-of the step's landing point; seed item 4: uniform lets the tiny first step's huge velocities dominate).
+of the step's landing point; distillation lesson 4: uniform lets the tiny first step's huge velocities dominate).
 
-The harness is seed item 5's: the standalone transformer (NF4 on AI PCs), the LoRA added before
+The harness is distillation lesson 5's: the standalone transformer (NF4 on AI PCs), the LoRA added before
 `accelerator.prepare`, `accelerator.backward`. Checkpoints, resume and the LoRA publish (with metadata, seed
 item 6) come from the engine's machinery (aipc_env.train.checkpoint). Divergence (a loss spike, or the velocity
 MSE on the training pairs worsening) stops the run with a named error and keeps the last good checkpoint.
@@ -139,7 +139,7 @@ def step_loss(model, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, to
 
 @torch.no_grad()
 def velocity_mse(model, batches: list[PairBatch], *, adapter: bool) -> float:
-    """Unweighted MSE of predicted vs stored velocities (the seed's velocity diagnostic), adapter on or off."""
+    """Unweighted MSE of predicted vs stored velocities (the recorded project's velocity diagnostic), adapter on or off."""
     if not adapter:
         model.disable_adapters()
     try:
@@ -176,7 +176,7 @@ def prepare_student(accelerator, model, optimizer):
 
 
 def publish(model, lora_dir: Path, *, metadata: bool = True) -> Path:
-    """Seed item 6's canonical path: get_peft_model_state_dict -> save_lora_weights(..., **_collate_lora_metadata).
+    """Distillation lesson 6's canonical path: get_peft_model_state_dict -> save_lora_weights(..., **_collate_lora_metadata).
     Written to a temp folder and renamed. `metadata=False` exists only to prove the check fires."""
     from diffusers import QwenImage21Pipeline
     from diffusers.training_utils import _collate_lora_metadata
@@ -348,7 +348,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
             _plot(rows, checks, out / "loss.png")
         err = TrainingDiverged(f"stopped at step {step}: {reason}; last good checkpoint: "
                                f"{last_good or 'none yet'}",
-                               fix="lower student.learning_rate (the seed's 3e-4 run diverged; try 1e-4 or 5e-5) "
+                               fix="lower student.learning_rate (a 3e-4 run diverged in the recorded project; try 1e-4 or 5e-5) "
                                    "and resume from the last good checkpoint (student.resume)")
         err.metrics = {"steps": step, "diverged_at": step, "reason": reason,  # type: ignore[attr-defined]
                        "last_good_checkpoint": str(last_good) if last_good else None, "checks": checks}

@@ -8,7 +8,7 @@ diffusers/transformers class with tiny sizes.
   dim_mult entries and four temporal downsamples (the pipeline assumes 16x compression);
 - transformer: QwenImage21Transformer2DModel, 2 layers, 2 heads, head_dim 16, axes (4, 6, 6);
 - scheduler: FlowMatchEulerDiscreteScheduler with shift 1.0 and no dynamic shifting (the real Turbo's setting:
-  passed sigmas are used verbatim). `dynamic_shifting=True` builds the tiny hub repo's setting (seed lesson 7).
+  passed sigmas are used verbatim). `dynamic_shifting=True` builds the tiny hub repo's setting (distillation lesson 7).
 
 Imports torch: never import this module on the doctor's path.
 """
@@ -92,7 +92,7 @@ def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = 
     transformer = QwenImage21Transformer2DModel(patch_size=1, in_channels=8, out_channels=8, num_layers=2,
                                                 attention_head_dim=16, num_attention_heads=2, context_in_dim=hidden,
                                                 mlp_ratio=2, axes_dims_rope=(4, 6, 6))
-    if dynamic_shifting:  # the tiny hub repo's scheduler (seed 003, item 7)
+    if dynamic_shifting:  # the tiny hub repo's scheduler (distillation lesson 7)
         scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5,
                                                     max_shift=0.9, base_image_seq_len=256, max_image_seq_len=8192,
                                                     shift_terminal=0.02, time_shift_type="exponential")

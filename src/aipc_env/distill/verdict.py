@@ -30,7 +30,7 @@ __all__ = [
 
 Stage = Literal["g0", "g2", "trajectories", "train", "g3"]
 STAGES: tuple[str, ...] = ("g0", "g2", "trajectories", "train", "g3")
-"""The order of `distill all`, the seed's: G0 -> G2 -> trajectories -> train -> G3. A stage's verdict counts only
+"""The order of `distill all`, the recorded project's: G0 -> G2 -> trajectories -> train -> G3. A stage's verdict counts only
 while every stage before it has a current passing one."""
 STAGE_TITLES = {"g0": "G0 plumbing", "trajectories": "teacher trajectories", "train": "student training",
                 "g2": "G2 sampler parity", "g3": "G3 quality gate"}
@@ -42,7 +42,7 @@ class Check(StrictModel):
     ok: bool
     detail: str = ""
     error: str | None = None
-    """The named error (a seed-003 lesson, e.g. sigmas-not-verbatim) when the check failed."""
+    """The named error (a distillation lesson, e.g. sigmas-not-verbatim) when the check failed."""
     fix: str | None = None
 
 

@@ -194,7 +194,7 @@ def _encode_sample(pipe, sample, size_hw: tuple[int, int], device, dtype, plus: 
     controls_img = [_pil(c) for c in sample.controls]
     controls = [_to_tensor(c, size_hw) for c in controls_img]
     prompt_images = [c.resize((size_hw[1], size_hw[0]), resample=3) for c in controls_img]
-    with torch.no_grad():  # seed-003 lesson: never attach the text encoder's graph
+    with torch.no_grad():  # a distillation lesson: never attach the text encoder's graph
         image_arg = prompt_images if plus else prompt_images[0]
         pe, pm = pipe.encode_prompt(sample.prompt or "", image=image_arg, device=device)
         ee, em = pipe.encode_prompt("", image=image_arg, device=device)

@@ -42,7 +42,7 @@ def processor_without_video() -> bool:
 class _DropKernelsNotice:
     """bitsandbytes >= 0.50 logs on every CPU import that the optional `kernels` package (a faster CPU NF4 matmul
     from the Hugging Face hub) is missing. The pure PyTorch path it falls back to is the one tested here, so the
-    notice is dropped (README explains it once)."""
+    notice is dropped (docs/testing.md explains it once)."""
 
     def filter(self, record) -> bool:  # logging.Filter protocol
         return "gemm_4bit_forward" not in record.getMessage()
