@@ -191,6 +191,23 @@ def tests(session: nox.Session) -> None:
         tier("slow", "-m", "slow", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder")
 
 
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff and the type checker (mypy, [tool.mypy] of pyproject.toml) over the tree, in the tests session's env (the
+    types of torch and pydantic need the real packages); CI runs both as tests."""
+    python = _tests_env(session)
+    session.run(python, "-m", "ruff", "check", "src", "tests", "benchmarks", "noxfile.py", external=True)
+    session.run(python, "-m", "mypy", external=True)
+
+
+def _tests_env(session: nox.Session) -> str:
+    """The tests session's interpreter, installed or confirmed current first."""
+    envdir = session.cache_dir.parent
+    session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", "tests",
+                "--install-only", external=True, stdout=sys.stderr)
+    return str(envdir / "tests" / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the docs site with `mkdocs build --strict` (broken links, anchors and snippets fail); CI runs it. Only
