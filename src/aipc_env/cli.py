@@ -9,6 +9,7 @@ import importlib
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from aipc_env import __version__
 from aipc_env.errors import AipcError, ExitCode
@@ -38,9 +39,14 @@ commands. Docs: README.md and the pages in docs/ (a site: mkdocs build); every o
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep its message short and ours
+    last_error: str | None = None
+    """The last refusal's words (main prints them as an error document under --json)."""
+    last_prog: str | None = None
+
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep its message short and ours
         self.print_usage(sys.stderr)
         print(f"error: {message}", file=sys.stderr)
+        _Parser.last_error, _Parser.last_prog = f"{self.prog}: {message}", self.prog
         raise SystemExit(ExitCode.USAGE)
 
 
@@ -78,11 +84,20 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:
+        if as_json and stop.code == ExitCode.USAGE:  # argparse's refusal, as a document too
+            _json_error(ExitCode.USAGE, _Parser.last_error or "bad arguments",
+                        fix=f"{_Parser.last_prog or 'aipc-env'} --help lists the arguments")
+        raise
     if not getattr(args, "run", None):
         parser.print_help()
         return ExitCode.USAGE
+    as_json = bool(getattr(args, "json", False))
     try:
         from aipc_env.commands.result import Result, render
 
@@ -93,9 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(outcome)
     except AipcError as exc:
         print(exc.render(), file=sys.stderr)
+        if as_json:
+            _json_error(exc.exit_code, exc.message, file=exc.path, key=exc.key, fix=exc.fix)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("aipc-env: interrupted", file=sys.stderr)
+        if as_json:
+            _json_error(ExitCode.INTERRUPTED, "interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         _quiet_stdout()
@@ -106,12 +125,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
             return ExitCode.USAGE
         if exc.filename is not None and exc.errno in _USER_ERRNOS:
-            print(f"error: {exc.filename}: {exc.strerror}\n  fix: check the path and its permissions, or choose "
-                  "another folder", file=sys.stderr)
+            fix = "check the path and its permissions, or choose another folder"
+            print(f"error: {exc.filename}: {exc.strerror}\n  fix: {fix}", file=sys.stderr)
+            if as_json:
+                _json_error(ExitCode.USAGE, str(exc.strerror), file=str(exc.filename), fix=fix)
             return ExitCode.USAGE
-        return _internal(args, exc)
+        return _internal(args, exc, as_json)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, not a traceback
-        return _internal(args, exc)
+        return _internal(args, exc, as_json)
+
+
+def _json_error(code: int, message: str, **where: str | None) -> None:
+    from aipc_env.commands.result import error_document, render_error
+
+    render_error(error_document(code, message, **where))
 
 
 _USER_ERRNOS = {getattr(errno, name) for name in ("EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EISDIR", "ENOTDIR",
@@ -124,9 +151,11 @@ def _is_stdout_error(exc: OSError) -> bool:
     return exc.errno in (28, 5)  # ENOSPC, EIO: stdout went to a full or broken device
 
 
-def _internal(args: argparse.Namespace, exc: BaseException) -> int:
+def _internal(args: argparse.Namespace, exc: BaseException, as_json: bool = False) -> int:
     if getattr(args, "debug", False):
         traceback.print_exc()
-    print(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n"
-          "  this is a bug; re-run with --debug for the traceback and report it", file=sys.stderr)
+    fix = "this is a bug; re-run with --debug for the traceback and report it"
+    print(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n  {fix}", file=sys.stderr)
+    if as_json:
+        _json_error(ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", fix=fix)
     return ExitCode.INTERNAL

@@ -9,13 +9,50 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import ClassVar, Literal, TextIO
 
 from pydantic import BaseModel
 
+from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import ExitCode
 
-__all__ = ["Progress", "Result", "progress", "render"]
+__all__ = ["ErrorDocument", "Progress", "Result", "error_document", "progress", "render", "render_error"]
+
+
+class ErrorDocument(VersionedModel):
+    """What a command prints on stdout under `--json` when it fails: a refusal (bad input, exit 2), an interrupt or
+    an internal error, as data a fleet script can read. The process exits with `code`; the same words go to stderr
+    for people."""
+
+    FORMAT: ClassVar[str] = "error document"
+    schema_version: Literal[1] = 1
+    error: Literal[True] = True
+    code: int
+    """The exit code (aipc_env.errors.ExitCode)."""
+    code_name: str
+    """Its name: USAGE, PROBLEMS, INTERNAL, CANNOT_START, INTERRUPTED."""
+    message: str
+    file: str | None = None
+    """The file the error is about, when there is one."""
+    key: str | None = None
+    """The key (or argument) in that file or on the command line."""
+    fix: str | None = None
+    """What to do about it."""
+
+
+def error_document(code: int, message: str, *, file: str | None = None, key: str | None = None,
+                   fix: str | None = None) -> ErrorDocument:
+    name = ExitCode(code).name if code in ExitCode._value2member_map_ else str(code)
+    return ErrorDocument(code=int(code), code_name=name, message=message, file=file, key=key, fix=fix)
+
+
+def render_error(doc: ErrorDocument) -> None:
+    """Print an error document on stdout (under --json; the text for people went to stderr)."""
+    try:
+        sys.stdout.write(doc.model_dump_json(indent=2) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # stdout is gone: the exit code and stderr still say it
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ __all__ = ["models", "schemas", "write_schemas"]
 
 
 def models() -> dict[str, type]:
+    from aipc_env.commands.result import ErrorDocument
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
     from aipc_env.dataset.validate import Verdict
@@ -55,7 +56,8 @@ def models() -> dict[str, type]:
     from aipc_env.trainenv.requirements import RequirementsReport
     from aipc_env.verify.report import VerifyReport
 
-    return {"facts": Facts, "doctor-report": DoctorReport, "check-catalog": CheckCatalog, "matrix": Matrix,
+    return {"error-document": ErrorDocument,
+            "facts": Facts, "doctor-report": DoctorReport, "check-catalog": CheckCatalog, "matrix": Matrix,
             "resolve-report": ResolveReport, "toolkit-report": ToolkitReport, "train-config": TrainConfig,
             "launch-plan": LaunchPlan, "lock-meta": LockMeta, "lock-report": LockReport,
             "lock-check-report": LockCheckReport, "env-manifest": Manifest, "env-check-report": EnvCheckReport,
