@@ -20,6 +20,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_INPUT_BYTES",
     "MAX_YAML_NODES",
+    "DuplicateKeyError",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -27,6 +28,7 @@ __all__ = [
     "check_writable",
     "decode_text",
     "default_mode",
+    "loads_json",
     "parse_json",
     "parse_yaml",
     "read_json",
@@ -282,16 +284,40 @@ def check_depth(data: Any, path: str | Path, what: str, limit: int = MAX_DEPTH) 
     return data
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice: readers disagree which value wins (Python's json keeps the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook of every JSON reader of aipc-env: a key twice in one object is an error."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKeyError(f"the key {twice[:80]!r} appears twice in one object")
+    return data
+
+
+def loads_json(text: str | bytes) -> Any:
+    """json.loads for every JSON aipc-env reads (a tool's output, a record, a plan): duplicate keys are an error
+    (DuplicateKeyError, a ValueError), so no value is silently dropped. User files go through parse_json."""
+    return json.loads(text, object_pairs_hook=unique_keys)
+
+
 def parse_json(text: str, path: str | Path, what: str = "JSON file") -> Any:
-    """json.loads with the limits of every user file: size, depth; errors name the file and the place."""
+    """json.loads with the limits of every user file: size, depth, one value per key; errors name the file and the
+    place."""
     if len(text) > MAX_INPUT_BYTES:
         raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except RecursionError:
         raise _too_deep(path, what) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
+    except DuplicateKeyError as exc:
+        raise InputError(f"{what} is ambiguous: {exc}", path=path,
+                         fix="keep one value per key (readers disagree which of two wins)") from None
     except ValueError:  # the only other ValueError json.loads raises: an integer past the digit limit
         raise _too_long_number(path, what) from None
     return check_depth(data, path, what)

@@ -15,7 +15,6 @@ probably do not do what the author meant (a version together with useLatest: win
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -23,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.core.formats import VersionedModel
 
 __all__ = ["KNOWN_RESOURCES", "WinGetCheckReport", "WinGetIssue", "check_file", "validate_configuration"]
@@ -277,7 +277,7 @@ def _line(lines: dict[tuple, int], path: tuple) -> int | None:
 def schema() -> dict:
     from importlib import resources
 
-    return json.loads(resources.files("aipc_env.environments").joinpath(
+    return loads_json(resources.files("aipc_env.environments").joinpath(
         "schemas/winget-configuration.schema.0.2.json").read_text(encoding="utf-8"))
 
 
