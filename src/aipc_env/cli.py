@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return int(outcome)
     except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
+        from aipc_env.core.terminal import visible
+
+        print(visible(exc.render()), file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("aipc-env: interrupted", file=sys.stderr)

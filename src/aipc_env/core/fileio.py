@@ -26,6 +26,7 @@ __all__ = [
     "atomic_write_text",
     "check_depth",
     "check_writable",
+    "decode_guessing",
     "decode_text",
     "default_mode",
     "loads_json",
@@ -223,6 +224,33 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
         raise InputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}; {hint})", path=path,
                          fix="save it as UTF-8 (in PowerShell: Get-Content F | Set-Content -Encoding utf8 F2)") \
             from None
+
+
+LEGACY_CODE_PAGE = "cp1252"
+"""What `cmd`'s `>` writes on a Western-European Windows: the legacy code page tried after UTF-8."""
+_GUESS_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_guessing(raw: bytes, path: str | Path, what: str, fix: str = "save it as UTF-8") -> tuple[str, str]:
+    """Text a user pasted from a Windows shell, and the encoding it was read as: a byte-order mark says (UTF-8, or
+    UTF-16 as PowerShell 5.1's `>` writes it), else UTF-8, else the legacy code page (cp1252, as `cmd` writes).
+    UTF-16 is never guessed without its mark (any even number of bytes decodes as UTF-16)."""
+    for bom, encoding in _GUESS_BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw[len(bom):].decode(encoding), encoding.replace("-sig", " with a byte-order mark")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
+                                 f"({exc.reason} at byte {exc.start + len(bom)})", path=path) from None
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode(LEGACY_CODE_PAGE), LEGACY_CODE_PAGE
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is neither UTF-8, UTF-16 nor {LEGACY_CODE_PAGE} text ({exc.reason} at byte "
+                         f"{exc.start})", path=path, fix=fix) from None
 
 
 def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None) -> str:
