@@ -266,5 +266,5 @@ def test_a_file_listed_twice_is_refused_even_when_the_last_hash_is_right(tmp_pat
     result = _standalone(tmp_path, bundle, "-I")
     assert result.returncode == 1
     assert "bundle-manifest.json: the key 'bootstrap.sh' appears twice in one object" in result.stderr
-    with pytest.raises(InputError, match="the key 'bootstrap.sh' appears twice in one object"):
+    with pytest.raises(InputError, match=r"the key 'bootstrap\.sh' appears twice in one object"):
         verify_bundle(bundle, None, warn=lambda _m: None)

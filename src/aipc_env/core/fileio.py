@@ -19,6 +19,7 @@ from aipc_env.errors import InputError
 __all__ = [
     "MAX_DEPTH",
     "MAX_INPUT_BYTES",
+    "MAX_YAML_BYTES",
     "MAX_YAML_NODES",
     "DuplicateKeyError",
     "atomic_dir",
@@ -283,7 +284,12 @@ MAX_INPUT_BYTES = 64 * 2**20
 MAX_DEPTH = 64
 """The deepest nesting of a user's JSON or YAML (aipc-env's own formats nest at most ~8 levels)."""
 MAX_YAML_NODES = 200_000
-"""YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions."""
+"""YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions. The
+nodes written are counted too, as the document is composed, so a large file stops at the bound instead of being
+built whole first."""
+MAX_YAML_BYTES = 4 * 2**20
+"""The largest YAML document read (the largest aipc-env reads, environments/xpu-wheels.yaml, is ~120 KB; a
+conda-lock file ~1 MB), refused before parsing starts."""
 
 
 def _too_long_number(path: str | Path, what: str) -> InputError:
@@ -380,13 +386,71 @@ def _check_yaml_graph(root: Any, path: str | Path, what: str) -> None:
             stack.extend((c, depth + 1, False) for c in children if id(c) not in size)
 
 
+def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
+    """A safe loader (libyaml's parser when PyYAML has it) whose composer counts the nodes it makes and their depth,
+    and stops past MAX_YAML_NODES or MAX_DEPTH while composing: the document is never built whole before a limit
+    applies."""
+    import yaml
+    from yaml.composer import Composer
+
+    base: Any = None
+    if getattr(yaml, "__with_libyaml__", False):
+        from yaml._yaml import CParser as base  # type: ignore[no-redef]
+
+    class _Counting(Composer):
+        made = 0
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _too_deep(path, what)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def compose_scalar_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_scalar_node(anchor)
+
+        def compose_sequence_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_sequence_node(anchor)
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_mapping_node(anchor)
+
+        def _count(self) -> None:
+            self.made += 1
+            if self.made > MAX_YAML_NODES:
+                raise InputError(f"{what} holds more than {MAX_YAML_NODES} values", path=path,
+                                 fix="aipc-env's files are small; check the path")
+
+    if base is not None:  # libyaml's events, composed here (CParser's own composer cannot be bounded)
+        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore
+            def __init__(self, stream: str) -> None:
+                base.__init__(self, stream)
+                Composer.__init__(self)
+                yaml.constructor.SafeConstructor.__init__(self)
+                yaml.resolver.Resolver.__init__(self)
+    else:
+        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]
+            pass
+
+    return _Loader(text)
+
+
 def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
-    """yaml.safe_load with the limits of every user file: size, depth, alias expansion; errors name the place."""
+    """yaml.safe_load with the limits of every user file: size (MAX_YAML_BYTES, before parsing), the values written
+    (while composing), depth, alias expansion; errors name the place."""
     import yaml
 
-    if len(text) > MAX_INPUT_BYTES:
-        raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
-    loader = yaml.SafeLoader(text)
+    if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+        raise InputError(f"{what} is larger than {MAX_YAML_BYTES // 2**20} MiB", path=path,
+                         fix="aipc-env's YAML files are small; check the path")
+    loader = _bounded_loader(text, path, what)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -399,6 +463,8 @@ def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "maximum nesting depth" in problem:  # libyaml's scanner looks ahead past our composer's bound
+            raise _too_deep(path, what) from None
         raise InputError(f"not valid YAML{where}: {problem}", path=path) from None
     except ValueError:  # PyYAML's int(): an integer past the digit limit
         raise _too_long_number(path, what) from None
