@@ -26,6 +26,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "check_depth",
+    "check_text_path",
     "check_writable",
     "decode_guessing",
     "decode_text",
@@ -131,8 +132,27 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None
         raise
 
 
+def check_text_path(path: str | Path, what: str = "path", *, key: str | None = None) -> Path:
+    """Refuse, by name, a path whose file name is not UTF-8 (Python keeps such bytes as lone surrogates): aipc-env
+    writes paths into UTF-8 files (a launch plan, launch.env) that other programs read."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} {shown(text)!r} holds a file name that is not UTF-8 text", path=shown(text), key=key,
+                         fix="rename the file or folder to a UTF-8 name, or choose another path") from None
+    return Path(path)
+
+
 def atomic_write_text(path: str | Path, text: str, *, newline: str = "\n", mode: int | None = None) -> None:
-    atomic_write_bytes(path, text.replace("\n", newline).encode("utf-8"), mode=mode)
+    try:
+        data = text.replace("\n", newline).encode("utf-8")
+    except UnicodeEncodeError as exc:  # a value holding a file name that is not UTF-8 (lone surrogates)
+        around = shown(text[max(0, exc.start - 60):exc.end + 20])
+        raise InputError(f"cannot write it: a value would hold a file name that is not UTF-8 text (...{around}...)",
+                         path=shown(path), fix="rename that file or folder to a UTF-8 name, or choose another path") \
+            from None
+    atomic_write_bytes(path, data, mode=mode)
 
 
 def write_json(path: str | Path, data: Any, *, sort_keys: bool = False) -> None:

@@ -20,9 +20,26 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
-__all__ = ["MAX_DIGITS", "MAX_REQUIREMENT_CHARS", "MAX_VERSION_CHARS", "PythonMinor", "check_file_name", "check_marker",
-           "check_project_name", "check_python_minor", "check_requirement", "check_sha256", "check_specifier",
-           "check_version", "parse_marker", "parse_requirement", "parse_specifier", "parse_version"]
+__all__ = [
+    "MAX_DIGITS",
+    "MAX_REQUIREMENT_CHARS",
+    "MAX_VERSION_CHARS",
+    "Identifier",
+    "PythonMinor",
+    "check_file_name",
+    "check_identifier",
+    "check_marker",
+    "check_project_name",
+    "check_python_minor",
+    "check_requirement",
+    "check_sha256",
+    "check_specifier",
+    "check_version",
+    "parse_marker",
+    "parse_requirement",
+    "parse_specifier",
+    "parse_version",
+]
 
 MAX_VERSION_CHARS = 128
 """The longest version (or version specifier) read: torch's `2.11.0+xpu` is 10, a date-stamped nightly ~30."""
@@ -96,6 +113,7 @@ def parse_marker(value: str) -> Marker:
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
 _PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
 
 
 def check_version(value: str) -> str:
@@ -157,6 +175,19 @@ def check_file_name(value: str, what: str = "file name") -> str:
         raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control "
                          "character)")
     return value
+
+
+def check_identifier(value: str, what: str = "name") -> str:
+    """An identifier aipc-env writes into files of other languages (a pair id, a check id, a distribution key):
+    letters, digits and `.`, `_`, `-` inside, at most 100 characters, matched whole (a trailing newline is not
+    part of a name)."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise ValueError(f"{what} {str(value)[:80]!r} is not a plain name (letters, digits, '.', '_', '-'; at most "
+                         "100 characters)")
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(check_identifier)]
 
 
 def check_project_name(value: str) -> str:

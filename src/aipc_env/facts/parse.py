@@ -28,14 +28,14 @@ RELEASE_DIR = re.compile(r"^(20\d\d)\.(\d+)$")
 
 
 def is_release_dir(name: str) -> bool:
-    return RELEASE_DIR.match(name) is not None
+    return RELEASE_DIR.fullmatch(name) is not None
 
 
 def oneapi_version_from_path(path: str) -> str | None:
     """The two-part release in a oneAPI path: `.../compiler/2025.0/bin/compiler` or `.../oneAPI/2025.3/bin`."""
     pure = PureWindowsPath(path) if ("\\" in path or re.match(r"^[A-Za-z]:", path)) else PurePosixPath(path)
     for part in pure.parts:
-        match = RELEASE_DIR.match(part)
+        match = RELEASE_DIR.fullmatch(part)
         if match:
             return f"{match.group(1)}.{int(match.group(2))}"
     return None

@@ -106,7 +106,7 @@ class VSComponents(DscSettings):
 
 
 _HIVE = re.compile(r"(?i)^(HKEY_LOCAL_MACHINE|HKEY_CURRENT_USER|HKEY_CLASSES_ROOT|HKEY_USERS|HKEY_CURRENT_CONFIG|"
-                   r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|$)")
+                   r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|\Z)")
 
 
 class Registry(DscSettings):
@@ -138,7 +138,7 @@ class Registry(DscSettings):
         data = [self.ValueData] if isinstance(self.ValueData, str) else (self.ValueData or [])
         if self.ValueType in ("DWord", "QWord"):
             pattern = r"^(0x)?[0-9a-fA-F]+$" if self.Hex else r"^\d+$"
-            if len(data) > 1 or not all(re.match(pattern, v.strip()) for v in data):
+            if len(data) > 1 or not all(re.fullmatch(pattern, v.strip()) for v in data):
                 raise ValueError(f"a {self.ValueType} value is one whole number" + (" in hex" if self.Hex else ""))
         return self
 

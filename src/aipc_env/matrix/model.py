@@ -14,7 +14,16 @@ from pydantic import ValidationError, field_validator, model_validator
 from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.core.platforms import Platform, marker_environment
-from aipc_env.core.specs import check_marker, check_specifier, check_version, parse_marker, parse_specifier, parse_version
+from aipc_env.core.specs import (
+    check_identifier,
+    check_marker,
+    check_project_name,
+    check_specifier,
+    check_version,
+    parse_marker,
+    parse_specifier,
+    parse_version,
+)
 from aipc_env.errors import InputError
 from aipc_env.paths import matrix_path
 
@@ -38,6 +47,11 @@ class Pin(StrictModel):
     version: str
     marker: str | None = None
     alternatives: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_project_name(value)
 
     @field_validator("version")
     @classmethod
@@ -100,6 +114,11 @@ class Pair(StrictModel):
     source: str
     certainty: Literal["confirmed", "provisional"]
     notes: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return check_identifier(value, "pair id")
 
     @field_validator("torch")
     @classmethod
