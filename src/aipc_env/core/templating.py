@@ -63,8 +63,9 @@ def yaml_comment(text: str) -> Escaped:
 
 
 def ansible_literal(value: str) -> Escaped:
-    """`value` as an Ansible variable that is never templated: `!unsafe "..."`."""
-    return Escaped(f"!unsafe {yaml_scalar(value)}")
+    """`value` as an Ansible variable that is never templated: `!unsafe "..."` (the empty string stays plain `""`:
+    it holds nothing to evaluate, and Ansible reads `!unsafe ""` as null)."""
+    return Escaped(f"!unsafe {yaml_scalar(value)}" if value else yaml_scalar(value))
 
 
 def ansible_data(data: dict) -> Escaped:
@@ -80,7 +81,7 @@ def ansible_data(data: dict) -> Escaped:
 
     def _mark(item):
         if isinstance(item, str):
-            return _Unsafe(_no_nul(item, "an Ansible value"))
+            return _Unsafe(_no_nul(item, "an Ansible value")) if item else item
         if isinstance(item, dict):
             return {str(k): _mark(v) for k, v in item.items()}
         if isinstance(item, list | tuple):

@@ -140,13 +140,10 @@ class PylockPackage(_Loose):
         """aipc-env's own table (`[packages.tool.aipc-env]`): its recorded core metadata is read by the closure
         check, so it is as checked as metadata read from an index."""
         tool = (self.model_extra or {}).get("tool")
-        if tool is None:
-            return self
-        if not isinstance(tool, dict):
-            raise ValueError("tool: not a table")
-        if tool.get("aipc-env") is not None:
+        own = tool.get("aipc-env") if isinstance(tool, dict) else None
+        if isinstance(own, dict):  # another shape is no record of aipc-env's (provenance_of says "index")
             try:
-                _AipcTool.model_validate(tool["aipc-env"])
+                _AipcTool.model_validate(own)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
