@@ -6,8 +6,9 @@ a file name; its characters mean nothing in YAML, Jinja, sh, PowerShell or cmd) 
 file's language by that language's one rule here:
 
 - YAML: `yaml_scalar` (a double-quoted scalar written by the YAML emitter) and `yaml_comment` (one line of text);
-- Ansible: `ansible_literal` / `ansible_data` (every string tagged `!unsafe`, so Ansible never evaluates a value from
-  a data file as Jinja; a template that means a value as Jinja writes it in the template itself);
+- Ansible: `ansible_literal` / `ansible_data` (every string quoted, and tagged `!unsafe` where it holds a `{`, so
+  Ansible never evaluates a value from a data file as Jinja; a template that means a value as Jinja writes it in the
+  template itself);
 - PowerShell: `powershell_literal` (a single-quoted string, every quote character doubled, including the typographic
   ones PowerShell also takes as quotes).
 
@@ -62,10 +63,17 @@ def yaml_comment(text: str) -> Escaped:
     return Escaped(visible(_no_nul(text, "a comment").replace("\n", "\\n").replace("\t", "\\t")))
 
 
+def _templatable(value: str) -> bool:
+    """Whether Ansible could read Jinja in `value`: every Jinja delimiter starts with `{`. Only such values are
+    tagged !unsafe: Ansible resolves the text of an !unsafe scalar again (`!unsafe "null"` reads as None,
+    `!unsafe "yes"` as True), while a quoted scalar without a tag stays the string it says."""
+    return "{" in value
+
+
 def ansible_literal(value: str) -> Escaped:
-    """`value` as an Ansible variable that is never templated: `!unsafe "..."` (the empty string stays plain `""`:
-    it holds nothing to evaluate, and Ansible reads `!unsafe ""` as null)."""
-    return Escaped(f"!unsafe {yaml_scalar(value)}" if value else yaml_scalar(value))
+    """`value` as an Ansible variable that is never templated: `!unsafe "..."` when it holds a `{`, else a quoted
+    YAML string (which holds nothing Ansible would evaluate)."""
+    return Escaped(f"!unsafe {yaml_scalar(value)}" if _templatable(value) else yaml_scalar(value))
 
 
 def ansible_data(data: dict) -> Escaped:
@@ -75,13 +83,16 @@ def ansible_data(data: dict) -> Escaped:
     class _Unsafe(str):
         __slots__ = ()
 
+    class _Quoted(str):
+        __slots__ = ()
+
     class _Dumper(yaml.SafeDumper):
         def increase_indent(self, flow: bool = False, indentless: bool = False):  # lists indented under their key
             return super().increase_indent(flow, False)
 
     def _mark(item):
         if isinstance(item, str):
-            return _Unsafe(_no_nul(item, "an Ansible value")) if item else item
+            return _Unsafe(item) if _templatable(_no_nul(item, "an Ansible value")) else _Quoted(item)
         if isinstance(item, dict):
             return {str(k): _mark(v) for k, v in item.items()}
         if isinstance(item, list | tuple):
@@ -89,6 +100,8 @@ def ansible_data(data: dict) -> Escaped:
         return item
 
     _Dumper.add_representer(_Unsafe, lambda dumper, v: dumper.represent_scalar("!unsafe", str(v), style='"'))
+    _Dumper.add_representer(_Quoted, lambda dumper, v: dumper.represent_scalar("tag:yaml.org,2002:str", str(v),
+                                                                                 style='"'))
     return Escaped(yaml.dump(_mark(data), Dumper=_Dumper, sort_keys=False, width=110, default_flow_style=False,
                              allow_unicode=False))
 
