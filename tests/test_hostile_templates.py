@@ -25,7 +25,7 @@ from aipc_env.core.templating import (
     yaml_comment,
     yaml_scalar,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_tool
 
 SRC = ROOT / "src" / "aipc_env"
 TEMPLATE_DIRS = [SRC / "fleet" / "templates", SRC / "container" / "templates", ROOT / "launchers"]
@@ -218,7 +218,7 @@ def _tree_sitter_powershell():
         import tree_sitter
         import tree_sitter_powershell
     except ImportError:
-        pytest.skip("the tree-sitter PowerShell grammar is not installed (pip install tree-sitter-powershell)")
+        require_tool("the tree-sitter PowerShell grammar (the dev extra's tree-sitter-powershell)")
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_powershell.language()))
 
 
