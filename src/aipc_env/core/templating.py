@@ -77,7 +77,8 @@ def ansible_literal(value: str) -> Escaped:
 
 
 def ansible_data(data: dict) -> Escaped:
-    """Top-level variables for group_vars, every string value tagged !unsafe (keys are the caller's names)."""
+    """Top-level variables for group_vars, every string value as ansible_literal writes it: quoted, and !unsafe where
+    it holds a `{` (keys are the caller's names, never data)."""
     import yaml
 
     class _Unsafe(str):
