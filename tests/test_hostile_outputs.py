@@ -152,6 +152,23 @@ def test_a_temp_name_already_taken_is_refused_before_staging(tmp_path, monkeypat
     assert not list(out.glob(f".aipc-tmp-{TOKEN}-a.yml"))
 
 
+def test_a_journal_may_name_only_the_files_of_the_commit_now_running(tmp_path):
+    """A set of files outside a folder of outputs (a key pair, an export): an earlier journal naming any other file
+    (here a sibling the command does not write) is refused, and nothing is written."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text("keep")
+    journal = _plant(tmp_path, ".export.aipc-env-commit.json", victim)
+    with pytest.raises(InputError, match="which this command does not write"):
+        commit_files({tmp_path / "LICENSE": b"l", tmp_path / "model.safetensors": b"w"}, journal)
+    assert victim.read_text() == "keep" and not (tmp_path / "LICENSE").exists()
+    assert (tmp_path / f".aipc-tmp-{TOKEN}-notes.txt").read_bytes() == b"ATTACKER"  # not even removed
+    journal.write_text(json.dumps({"state": "ready", "renames": [{"token": TOKEN, "final": str(tmp_path / "LICENSE")}],
+                                   "record": None}))
+    (tmp_path / f".aipc-tmp-{TOKEN}-LICENSE").write_bytes(b"from the interrupted run")
+    commit_files({tmp_path / "LICENSE": b"l", tmp_path / "model.safetensors": b"w"}, journal)  # its own: finished
+    assert (tmp_path / "LICENSE").read_bytes() == b"l" and not journal.exists()
+
+
 def test_the_writers_own_names_are_not_output_names(tmp_path):
     for name in (RECORD, f"x{JOURNAL_SUFFIX}", ".aipc-tmp-0123abcd-a.yml", "sub/.aipc-tmp-x"):
         with pytest.raises(InputError, match="is not a plain file name"):

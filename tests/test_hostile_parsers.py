@@ -95,6 +95,18 @@ def test_requirements_that_are_not_pep_508_or_are_too_large(line, error):
         specs.check_requirement(line)
 
 
+@pytest.mark.parametrize("size, ok", [(2047, True), (2048, True), (2049, False)])
+def test_the_requirement_length_bound(size, ok):
+    head = "numpy; extra == '"
+    line = head + "x" * (size - len(head) - 1) + "'"
+    assert len(line) == size
+    if ok:
+        assert specs.parse_requirement(line).name == "numpy"
+    else:
+        with pytest.raises(InvalidRequirement, match="longer than 2048 characters"):
+            specs.parse_requirement(line)
+
+
 def test_specifiers_and_markers_are_bounded_too():
     assert specs.parse_specifier(">=3.10,<3.14").contains("3.12")
     with pytest.raises(InvalidSpecifier):
