@@ -242,3 +242,29 @@ def test_the_standalone_manifest_size_bound(tmp_path, size, refused):
     result = _standalone(tmp_path, bundle, "-I")
     assert (result.returncode == 1) is refused
     assert ("is over 16777216 bytes" in result.stderr) is refused
+
+
+def test_a_manifest_that_is_not_one_object_is_refused_by_name(tmp_path):
+    bundle = _bundle(tmp_path / "b")
+    for text in (b"[]", b'"files"', b"null", b"[{\"files\": {}}]"):
+        (bundle / MANIFEST).write_bytes(text)
+        result = _standalone(tmp_path, bundle, "-I")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr == ("aipc-env bundle: the bundle does not match its manifest (damaged or tampered): "
+                                 "bundle-manifest.json: the manifest is not one JSON object; nothing was installed\n")
+
+
+def test_a_file_listed_twice_is_refused_even_when_the_last_hash_is_right(tmp_path):
+    """Python's json keeps the last of two keys: a manifest listing a file first with a wrong hash, then the right
+    one, would pass a reader that trusted it (and another reader would take the first)."""
+    bundle = _bundle(tmp_path / "b")
+    text = (bundle / MANIFEST).read_text(encoding="utf-8")
+    right = hashlib.sha256(FILES["bootstrap.sh"]).hexdigest()
+    doubled = text.replace(f'"bootstrap.sh": "{right}"', f'"bootstrap.sh": "{"0" * 64}", "bootstrap.sh": "{right}"')
+    assert doubled != text
+    (bundle / MANIFEST).write_text(doubled, encoding="utf-8")
+    result = _standalone(tmp_path, bundle, "-I")
+    assert result.returncode == 1
+    assert "bundle-manifest.json: the key 'bootstrap.sh' appears twice in one object" in result.stderr
+    with pytest.raises(InputError, match=r"the key 'bootstrap\.sh' appears twice in one object"):
+        verify_bundle(bundle, None, warn=lambda _m: None)

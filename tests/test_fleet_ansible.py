@@ -163,7 +163,7 @@ def test_the_gpu_runtime_follows_the_distribution_table(playbook, warm_caches):
     import yaml
 
     out, env = playbook
-    linux = yaml.safe_load((out / "group_vars" / "aipc_linux.yml").read_text(encoding="utf-8"))
+    linux = _ansible_vars(out / "group_vars" / "aipc_linux.yml")
     table = yaml.safe_load((ROOT / "environments" / "gpu-runtime.yaml").read_text(encoding="utf-8"))
     assert linux["aipc_gpu_packages"] == table["packages"] and linux["aipc_gpu_runtime_source"] == ""
     assert set(linux["aipc_gpu_runtime_by_distribution"]) == set(table["distributions"])
@@ -175,8 +175,14 @@ def test_the_gpu_runtime_follows_the_distribution_table(playbook, warm_caches):
     assert refused.returncode == 2 and "does not know where fedora-41 gets the Intel GPU runtime" in refused.stdout
 
 
+def _ansible_vars(path: Path) -> dict:
+    """group_vars as Ansible itself reads them (its YAML loader knows the !unsafe tag)."""
+    from ansible.parsing.dataloader import DataLoader
+
+    return DataLoader().load(path.read_text(encoding="utf-8"))
+
+
 def test_intel_repository_given_when_written(tmp_path, signing_key):
-    import yaml
 
     key, fingerprint = signing_key
     line = "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble unified"
@@ -191,7 +197,7 @@ def test_intel_repository_given_when_written(tmp_path, signing_key):
     ok = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source", line,
                  "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", fingerprint)
     assert ok.returncode == 0, ok.stderr
-    linux = yaml.safe_load((out / "group_vars" / "aipc_linux.yml").read_text(encoding="utf-8"))
+    linux = _ansible_vars(out / "group_vars" / "aipc_linux.yml")
     assert linux["aipc_gpu_runtime_source"] == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.asc arch=amd64] "
                                                 "https://repositories.intel.com/gpu/ubuntu noble unified")
     assert (out / "files" / linux["aipc_gpu_runtime_key"]).read_bytes() == key.read_bytes()

@@ -164,7 +164,7 @@ def test_a_release_winget_cannot_install_is_asserted_and_said_plainly(tmp_path):
     assert "oneAPI 2025.3 is NOT provisioned by this file" in text
     assert not any(r["settings"].get("id", "").startswith("Intel.OneAPI") for r in data["properties"]["resources"])
     assertion = next(a for a in data["properties"]["assertions"] if a["id"] == "oneapi-installed")
-    assert "compiler\\2025.3" in assertion["settings"]["TestScript"]
+    assert "(Join-Path (Join-Path $root 'compiler') '2025.3')" in assertion["settings"]["TestScript"]
     fleet_doc = (ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
     assert "not provisioned by winget" in fleet_doc
 

@@ -105,7 +105,7 @@ def test_an_interrupt_at_each_instant_leaves_the_old_set_or_the_new_one(tmp_path
     contents = {k: v for k, v in _tree(out).items() if not k.startswith(".")}
     if at == "outputs:staged-one" and not kill:  # Ctrl-C while staging: undone at once
         assert set(contents.values()) == {b"old"} and not list(out.rglob(".aipc-tmp-*"))
-    recover(OutputFolder(out).journal)
+    recover(OutputFolder(out).journal, OutputFolder(out).owns)
     contents = {k: v for k, v in _tree(out).items() if not k.startswith(".")}
     expected = b"old" if at == "outputs:staged-one" else b"new"
     assert contents == {"a.yml": expected, "sub/b.yml": expected, "c.yml": expected}
@@ -207,7 +207,7 @@ def test_distill_init_force_interrupted_loses_no_config(tmp_path, at):
     assert stopped.returncode == 130
     from aipc_env.core.outputs import JOURNAL_SUFFIX
 
-    recover(folder / f".distill.yaml{JOURNAL_SUFFIX}")
+    recover(folder / f".distill.yaml{JOURNAL_SUFFIX}", [config, folder / "distill.yaml.bak"])
     kept = [p.read_text(encoding="utf-8") for p in (config, folder / "distill.yaml.bak") if p.exists()]
     assert edited in kept  # the user's edit survives every instant
     assert not list(folder.glob(".aipc-tmp-*"))

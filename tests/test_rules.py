@@ -212,16 +212,9 @@ def test_the_reference_scan_follows_the_last_named_file():
 PARSERS = {("json", "loads"), ("json", "load"), ("tomllib", "loads"), ("tomllib", "load"), ("yaml", "safe_load"),
            ("yaml", "load"), ("yaml", "full_load"), ("yaml", "unsafe_load")}
 PARSE_ALLOWED = {
-    # text no user wrote: the output of a program aipc-env ran itself, or data shipped inside the package
-    "container/engine.py": (1, "`podman/docker image inspect` output"),
-    "facts/gather.py": (2, "the JSON line of aipc-env's own probe script and an interpreter's report, from stdout"),
-    "facts/parse.py": (2, "PowerShell's ConvertTo-Json output of this machine's CIM queries"),
-    "fleet/winget_check.py": (1, "the WinGet schema shipped in the package"),
-    "qflux/loader.py": (1, "the last stdout line of loader_check.py, run by aipc-env"),
     # standard-library-only modules (they run before or outside aipc-env's own env): bounded by hand
-    "facts/toolversion.py": (1, "conda-meta records: size-bounded first, RecursionError caught (stdlib only)"),
-    "launch/runner.py": (1, "the plan aipc-env wrote beside the launcher (the runner is stdlib only)"),
-    "fleet/bundle_files.py": (1, "the bundle's manifest, size-bounded first (run by bootstrap scripts; stdlib only)"),
+    "fleet/bundle_files.py": (1, "the bundle's manifest, size-bounded first, one object, each key once (run by "
+                                 "bootstrap scripts; stdlib only)"),
     # files aipc-env generated itself in its own run folder, read by the worker that runs in the qflux env
     "qflux/smoke_worker.py": (3, "the smoke's own generated config and upstream's recommended config, state.json"),
 }

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return int(outcome)
     except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
+        from aipc_env.core.terminal import visible
+
+        print(visible(exc.render()), file=sys.stderr)
         if as_json:
             _json_error(exc.exit_code, exc.message, file=exc.path, key=exc.key, fix=exc.fix)
         return int(exc.exit_code)

@@ -97,7 +97,8 @@ def _keygen(args: argparse.Namespace) -> int:
     from aipc_env.errors import InputError
     from aipc_env.fleet.sign import generate_keypair, keypair_journal, write_keypair
 
-    finished = recover(keypair_journal(args.secret))  # a pair an interrupted keygen left half-done
+    # a pair an interrupted keygen left half-done (its journal may name only these two files)
+    finished = recover(keypair_journal(args.secret), [args.secret, args.public])
     for line in finished:
         print(f"aipc-env: {line}", file=sys.stderr)
     if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from aipc_env.commands.options import JSON, MATRIX, PLATFORM, platform_of
@@ -38,7 +39,11 @@ def run(args: argparse.Namespace) -> Result:
         pairs = matrix.for_toolkit(args.toolkit)
         report = ToolkitReport(toolkit=args.toolkit, pairs=[p.id for p in pairs], torch={p.id: p.torch for p in pairs})
         return Result(report, code=ExitCode.OK if pairs else ExitCode.PROBLEMS, always_json=True)
-    text = read_list_text(args.pip_list)
+    text, encoding = read_list_text(args.pip_list)
+    if encoding != "utf-8":
+        from aipc_env.core.terminal import visible
+
+        print(f"aipc-env: read {visible(str(args.pip_list))} as {encoding}", file=sys.stderr)
     installed = read_pip_list(args.pip_list, text)
     if args.platform:
         platform, why = args.platform, "given with --platform"

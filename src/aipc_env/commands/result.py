@@ -78,7 +78,12 @@ def render(result: Result, args: argparse.Namespace) -> int:
             raise TypeError(f"a command's --json output must be a model, not {type(result.data).__name__}")
         sys.stdout.write(result.data.model_dump_json(indent=2) + "\n")
     elif result.text is not None:
-        result.text()
+        from contextlib import redirect_stdout
+
+        from aipc_env.core.terminal import EscapingStream
+
+        with redirect_stdout(EscapingStream(sys.stdout)):  # type: ignore[type-var]
+            result.text()  # values from outside (a pasted version, a file name) never drive the terminal
     sys.stdout.flush()
     return int(result.code)
 
@@ -91,7 +96,9 @@ class Progress:
     """None: stdout (resolved at print time, so a test's captured stdout is honoured)."""
 
     def say(self, text: str) -> None:
-        print(text, file=self.stream or sys.stdout, flush=True)
+        from aipc_env.core.terminal import visible
+
+        print(visible(text), file=self.stream or sys.stdout, flush=True)
 
     @property
     def quiet(self) -> bool:

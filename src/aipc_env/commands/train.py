@@ -27,12 +27,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aipc_env.core.fileio import check_text_path
     from aipc_env.launch.service import start_run
     from aipc_env.paths import data_dir
     from aipc_env.train.inputs import load_run_config
     from aipc_env.train.run import training_request, write_default_config
 
     config_path = args.config
+    if config_path is not None:
+        check_text_path(config_path, "the config")
+    if args.env is not None:
+        check_text_path(args.env, "the env", key="--env")
     if config_path is None:
         config_path = write_default_config(data_dir() / "runs" / "builtin-default")
         print(f"aipc-env: no config given; running the built-in default ({config_path})")

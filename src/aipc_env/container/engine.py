@@ -3,12 +3,12 @@ them (pure builders, asserted by tests), and the few steps that run them (throug
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, ExitCode, InputError
 
@@ -141,7 +141,7 @@ def image_labels(image: str) -> dict[str, str]:
         out = run_capture([buildah, "inspect", "--type", "image", image], timeout=60).stdout
     except ProbeFailed as exc:
         raise InputError(f"no image {image}: {exc}", fix="build it: aipc-env container build") from None
-    data = json.loads(out)
+    data = loads_json(out)
     return dict((data.get("OCIv1") or {}).get("config", {}).get("Labels") or {})
 
 

@@ -19,14 +19,19 @@ from aipc_env.errors import InputError
 __all__ = [
     "MAX_DEPTH",
     "MAX_INPUT_BYTES",
+    "MAX_YAML_BYTES",
     "MAX_YAML_NODES",
+    "DuplicateKeyError",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",
     "check_depth",
+    "check_text_path",
     "check_writable",
+    "decode_guessing",
     "decode_text",
     "default_mode",
+    "loads_json",
     "parse_json",
     "parse_yaml",
     "read_json",
@@ -127,8 +132,27 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None
         raise
 
 
+def check_text_path(path: str | Path, what: str = "path", *, key: str | None = None) -> Path:
+    """Refuse, by name, a path whose file name is not UTF-8 (Python keeps such bytes as lone surrogates): aipc-env
+    writes paths into UTF-8 files (a launch plan, launch.env) that other programs read."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} {shown(text)!r} holds a file name that is not UTF-8 text", path=shown(text), key=key,
+                         fix="rename the file or folder to a UTF-8 name, or choose another path") from None
+    return Path(path)
+
+
 def atomic_write_text(path: str | Path, text: str, *, newline: str = "\n", mode: int | None = None) -> None:
-    atomic_write_bytes(path, text.replace("\n", newline).encode("utf-8"), mode=mode)
+    try:
+        data = text.replace("\n", newline).encode("utf-8")
+    except UnicodeEncodeError as exc:  # a value holding a file name that is not UTF-8 (lone surrogates)
+        around = shown(text[max(0, exc.start - 60):exc.end + 20])
+        raise InputError(f"cannot write it: a value would hold a file name that is not UTF-8 text (...{around}...)",
+                         path=shown(path), fix="rename that file or folder to a UTF-8 name, or choose another path") \
+            from None
+    atomic_write_bytes(path, data, mode=mode)
 
 
 def write_json(path: str | Path, data: Any, *, sort_keys: bool = False) -> None:
@@ -223,6 +247,33 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
             from None
 
 
+LEGACY_CODE_PAGE = "cp1252"
+"""What `cmd`'s `>` writes on a Western-European Windows: the legacy code page tried after UTF-8."""
+_GUESS_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_guessing(raw: bytes, path: str | Path, what: str, fix: str = "save it as UTF-8") -> tuple[str, str]:
+    """Text a user pasted from a Windows shell, and the encoding it was read as: a byte-order mark says (UTF-8, or
+    UTF-16 as PowerShell 5.1's `>` writes it), else UTF-8, else the legacy code page (cp1252, as `cmd` writes).
+    UTF-16 is never guessed without its mark (any even number of bytes decodes as UTF-16)."""
+    for bom, encoding in _GUESS_BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw[len(bom):].decode(encoding), encoding.replace("-sig", " with a byte-order mark")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
+                                 f"({exc.reason} at byte {exc.start + len(bom)})", path=path) from None
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode(LEGACY_CODE_PAGE), LEGACY_CODE_PAGE
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is neither UTF-8, UTF-16 nor {LEGACY_CODE_PAGE} text ({exc.reason} at byte "
+                         f"{exc.start})", path=path, fix=fix) from None
+
+
 def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None) -> str:
     """A user's text file, read from the stream up to its bound (a device or a pipe such as /dev/zero has no size
     to check beforehand), decoded strictly."""
@@ -253,7 +304,12 @@ MAX_INPUT_BYTES = 64 * 2**20
 MAX_DEPTH = 64
 """The deepest nesting of a user's JSON or YAML (aipc-env's own formats nest at most ~8 levels)."""
 MAX_YAML_NODES = 200_000
-"""YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions."""
+"""YAML nodes after aliases are expanded: a few hundred bytes of anchors and aliases can stand for billions. The
+nodes written are counted too, as the document is composed, so a large file stops at the bound instead of being
+built whole first."""
+MAX_YAML_BYTES = 4 * 2**20
+"""The largest YAML document read (the largest aipc-env reads, environments/xpu-wheels.yaml, is ~120 KB; a
+conda-lock file ~1 MB), refused before parsing starts."""
 
 
 def _too_long_number(path: str | Path, what: str) -> InputError:
@@ -282,16 +338,40 @@ def check_depth(data: Any, path: str | Path, what: str, limit: int = MAX_DEPTH) 
     return data
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice: readers disagree which value wins (Python's json keeps the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook of every JSON reader of aipc-env: a key twice in one object is an error."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKeyError(f"the key {twice[:80]!r} appears twice in one object")
+    return data
+
+
+def loads_json(text: str | bytes) -> Any:
+    """json.loads for every JSON aipc-env reads (a tool's output, a record, a plan): duplicate keys are an error
+    (DuplicateKeyError, a ValueError), so no value is silently dropped. User files go through parse_json."""
+    return json.loads(text, object_pairs_hook=unique_keys)
+
+
 def parse_json(text: str, path: str | Path, what: str = "JSON file") -> Any:
-    """json.loads with the limits of every user file: size, depth; errors name the file and the place."""
+    """json.loads with the limits of every user file: size, depth, one value per key; errors name the file and the
+    place."""
     if len(text) > MAX_INPUT_BYTES:
         raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except RecursionError:
         raise _too_deep(path, what) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
+    except DuplicateKeyError as exc:
+        raise InputError(f"{what} is ambiguous: {exc}", path=path,
+                         fix="keep one value per key (readers disagree which of two wins)") from None
     except ValueError:  # the only other ValueError json.loads raises: an integer past the digit limit
         raise _too_long_number(path, what) from None
     return check_depth(data, path, what)
@@ -326,13 +406,71 @@ def _check_yaml_graph(root: Any, path: str | Path, what: str) -> None:
             stack.extend((c, depth + 1, False) for c in children if id(c) not in size)
 
 
+def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
+    """A safe loader (libyaml's parser when PyYAML has it) whose composer counts the nodes it makes and their depth,
+    and stops past MAX_YAML_NODES or MAX_DEPTH while composing: the document is never built whole before a limit
+    applies."""
+    import yaml
+    from yaml.composer import Composer
+
+    base: Any = None
+    if getattr(yaml, "__with_libyaml__", False):
+        from yaml._yaml import CParser as base  # type: ignore[no-redef]
+
+    class _Counting(Composer):
+        made = 0
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _too_deep(path, what)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def compose_scalar_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_scalar_node(anchor)
+
+        def compose_sequence_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_sequence_node(anchor)
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            self._count()
+            return super().compose_mapping_node(anchor)
+
+        def _count(self) -> None:
+            self.made += 1
+            if self.made > MAX_YAML_NODES:
+                raise InputError(f"{what} holds more than {MAX_YAML_NODES} values", path=path,
+                                 fix="aipc-env's files are small; check the path")
+
+    if base is not None:  # libyaml's events, composed here (CParser's own composer cannot be bounded)
+        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore
+            def __init__(self, stream: str) -> None:
+                base.__init__(self, stream)
+                Composer.__init__(self)
+                yaml.constructor.SafeConstructor.__init__(self)
+                yaml.resolver.Resolver.__init__(self)
+    else:
+        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]
+            pass
+
+    return _Loader(text)
+
+
 def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
-    """yaml.safe_load with the limits of every user file: size, depth, alias expansion; errors name the place."""
+    """yaml.safe_load with the limits of every user file: size (MAX_YAML_BYTES, before parsing), the values written
+    (while composing), depth, alias expansion; errors name the place."""
     import yaml
 
-    if len(text) > MAX_INPUT_BYTES:
-        raise InputError(f"{what} is larger than {MAX_INPUT_BYTES // 2**20} MiB", path=path)
-    loader = yaml.SafeLoader(text)
+    if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+        raise InputError(f"{what} is larger than {MAX_YAML_BYTES // 2**20} MiB", path=path,
+                         fix="aipc-env's YAML files are small; check the path")
+    loader = _bounded_loader(text, path, what)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -345,6 +483,8 @@ def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "maximum nesting depth" in problem:  # libyaml's scanner looks ahead past our composer's bound
+            raise _too_deep(path, what) from None
         raise InputError(f"not valid YAML{where}: {problem}", path=path) from None
     except ValueError:  # PyYAML's int(): an integer past the digit limit
         raise _too_long_number(path, what) from None

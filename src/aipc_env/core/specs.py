@@ -1,7 +1,13 @@
-"""The one home of the rules for version strings a user or a file can give: PEP 440 versions, PEP 508 markers,
-a Python's X.Y, and file names taken from files (a plain name that cannot leave its folder). Each check returns the
-value or raises ValueError with a sentence (pydantic validators and argparse types turn that into exit 2 naming the
-file and key, or the option)."""
+"""The one home of the rules for version strings a user or a file can give: PEP 440 versions, PEP 508 requirements
+and markers, version specifiers, a Python's X.Y, and file names taken from files (a plain name that cannot leave its
+folder). Each check returns the value or raises ValueError with a sentence (pydantic validators and argparse types
+turn that into exit 2 naming the file and key, or the option).
+
+`parse_version`, `parse_requirement`, `parse_specifier` and `parse_marker` are the one bounded way aipc-env reads
+those from anything outside (a pip list, facts, a lock, core metadata): at most MAX_VERSION_CHARS (a requirement
+MAX_REQUIREMENT_CHARS) characters and no run of more than MAX_DIGITS digits, checked before packaging parses (a
+5,000-digit release number makes packaging raise a bare ValueError from int(), not InvalidVersion). Each raises
+packaging's own Invalid* error (a ValueError), so every caller's handler of an invalid value handles these too."""
 
 from __future__ import annotations
 
@@ -9,42 +15,140 @@ import re
 from typing import Annotated
 
 from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
-__all__ = ["PythonMinor", "check_file_name", "check_marker", "check_project_name", "check_python_minor", "check_sha256",
-           "check_specifier", "check_version"]
+__all__ = [
+    "MAX_DIGITS",
+    "MAX_REQUIREMENT_CHARS",
+    "MAX_VERSION_CHARS",
+    "Identifier",
+    "PythonMinor",
+    "check_file_name",
+    "check_identifier",
+    "check_marker",
+    "check_project_name",
+    "check_python_minor",
+    "check_requirement",
+    "check_sha256",
+    "check_specifier",
+    "check_version",
+    "parse_marker",
+    "parse_requirement",
+    "parse_specifier",
+    "parse_version",
+]
+
+MAX_VERSION_CHARS = 128
+"""The longest version (or version specifier) read: torch's `2.11.0+xpu` is 10, a date-stamped nightly ~30."""
+MAX_REQUIREMENT_CHARS = 2048
+"""The longest Requires-Dist line or marker read (torch's longest is ~130; a direct URL a few hundred)."""
+MAX_DIGITS = 24
+"""The longest run of digits in any of them (a date stamp `20261204123456` is 14)."""
+_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
+
+
+def _bounded(value: object, limit: int, what: str, error: type[ValueError]) -> str:
+    if not isinstance(value, str):
+        raise error(f"{what} {str(value)[:60]!r} is not a string")
+    if len(value) > limit:
+        raise error(f"{what} {value[:40]!r}... is longer than {limit} characters")
+    if _DIGITS.search(value):
+        raise error(f"{what} {value[:40]!r}... holds a number of more than {MAX_DIGITS} digits")
+    return value
+
+
+def parse_version(value: str) -> Version:
+    """A PEP 440 version, bounded (InvalidVersion otherwise)."""
+    text = _bounded(value, MAX_VERSION_CHARS, "version", InvalidVersion)
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise
+    except ValueError as exc:  # packaging's int() past a limit, or anything else it did not foresee
+        raise InvalidVersion(f"invalid version {text[:40]!r}: {exc}") from None
+
+
+def parse_specifier(value: str) -> SpecifierSet:
+    """A PEP 440 specifier set such as '>=3.10,<3.14', bounded (InvalidSpecifier otherwise)."""
+    text = _bounded(value, MAX_VERSION_CHARS * 4, "version specifier", InvalidSpecifier)
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise InvalidSpecifier(f"invalid version specifier {text[:40]!r}: {exc}") from None
+
+
+def parse_requirement(value: str) -> Requirement:
+    """A PEP 508 requirement, bounded (InvalidRequirement otherwise): a pip option (`--index-url ...`, `-e .`) or a
+    file path is not one."""
+    text = _bounded(value, MAX_REQUIREMENT_CHARS, "requirement", InvalidRequirement)
+    try:
+        req = Requirement(text)
+        for spec in req.specifier:  # the versions inside it, as bounded as any other
+            if spec.version and not spec.version.endswith(".*") and spec.operator != "===":
+                parse_version(spec.version)
+        if req.marker is not None:
+            str(req.marker)
+        return req
+    except InvalidRequirement:
+        raise
+    except ValueError as exc:
+        raise InvalidRequirement(f"invalid requirement {text[:40]!r}: {exc}") from None
+
+
+def parse_marker(value: str) -> Marker:
+    """A PEP 508 environment marker, bounded (InvalidMarker otherwise)."""
+    text = _bounded(value, MAX_REQUIREMENT_CHARS, "marker", InvalidMarker)
+    try:
+        return Marker(text)
+    except InvalidMarker:
+        raise
+    except ValueError as exc:
+        raise InvalidMarker(f"invalid marker {text[:40]!r}: {exc}") from None
 
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
 _PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
 
 
 def check_version(value: str) -> str:
     try:
-        Version(value)
+        parse_version(value)
     except InvalidVersion:
-        raise ValueError(f"{value!r} is not a version (PEP 440)") from None
+        raise ValueError(f"{str(value)[:80]!r} is not a version (PEP 440, at most {MAX_VERSION_CHARS} characters, "
+                         f"numbers of at most {MAX_DIGITS} digits)") from None
     return value
 
 
 def check_specifier(value: str) -> str:
     """A PEP 440 version specifier set, such as '>=3.10,<3.14'."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
     try:
-        SpecifierSet(value)
-    except (InvalidSpecifier, TypeError):
+        parse_specifier(value)
+    except InvalidSpecifier:
         raise ValueError(f"{str(value)[:80]!r} is not a version specifier such as '>=3.10,<3.14'") from None
+    return value
+
+
+def check_requirement(value: str) -> str:
+    """A PEP 508 requirement line (a Requires-Dist), such as 'numpy>=1.26; python_version >= "3.10"'."""
+    try:
+        parse_requirement(value)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{str(value)[:80]!r} is not a PEP 508 requirement: {str(exc)[:200]}") from None
     return value
 
 
 def check_marker(value: str | None) -> str | None:
     if value is not None:
         try:
-            Marker(value)
+            parse_marker(value)
         except InvalidMarker as exc:
-            raise ValueError(f"invalid PEP 508 marker {value!r}: {exc}") from None
+            raise ValueError(f"invalid PEP 508 marker {str(value)[:80]!r}: {str(exc)[:200]}") from None
     return value
 
 
@@ -71,6 +175,19 @@ def check_file_name(value: str, what: str = "file name") -> str:
         raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control "
                          "character)")
     return value
+
+
+def check_identifier(value: str, what: str = "name") -> str:
+    """An identifier aipc-env writes into files of other languages (a pair id, a check id, a distribution key):
+    letters, digits and `.`, `_`, `-` inside, at most 100 characters, matched whole (a trailing newline is not
+    part of a name)."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise ValueError(f"{what} {str(value)[:80]!r} is not a plain name (letters, digits, '.', '_', '-'; at most "
+                         "100 characters)")
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(check_identifier)]
 
 
 def check_project_name(value: str) -> str:

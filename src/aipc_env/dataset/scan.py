@@ -200,17 +200,10 @@ def read_csv_text(path: Path) -> str:
     if path.stat().st_size > MAX_CSV_BYTES:
         raise InputError(f"the CSV is larger than {MAX_CSV_BYTES // 2**20} MiB", path=path,
                          fix="a dataset CSV lists paths and prompts; split it or check the path")
-    raw = path.read_bytes()
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return raw.decode("utf-16")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        try:
-            return raw.decode("cp1252")
-        except UnicodeDecodeError:
-            raise InputError("the CSV is neither UTF-8, UTF-16 nor cp1252 text", path=path,
-                             fix="save it as \"CSV UTF-8\" (Excel) or UTF-8 (any editor)") from None
+    from aipc_env.core.fileio import decode_guessing
+
+    return decode_guessing(path.read_bytes(), path, "the CSV",
+                           fix="save it as \"CSV UTF-8\" (Excel) or UTF-8 (any editor)")[0]
 
 
 def _scan_csv(path: Path) -> Scan:

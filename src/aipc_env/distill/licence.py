@@ -57,7 +57,7 @@ def find_licence(model_dir: Path) -> Licence:
 def check_repo_name(repo: str) -> str:
     """A Hugging Face repository id (`owner/name` or `name`) whose main name does not start with "Qwen" (the Qwen
     Research Licence reserves it)."""
-    m = _REPO.match(repo)
+    m = _REPO.fullmatch(repo)
     if m is None or ".." in repo or repo.endswith((".git", ".")):
         raise InputError(f"{plain(repo)!r} is not a repository id (owner/name: letters, digits, '.', '_', '-')",
                          key="--repo", fix="name it like my-org/turbo-4step-lora")

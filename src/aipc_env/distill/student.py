@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (
@@ -322,7 +323,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
         step = state.step
         log_path = out / "train_log.jsonl"
         if log_path.is_file():
-            rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
+            rows = [r for r in map(loads_json, log_path.read_text().splitlines()) if r["step"] <= step]
         log(f"train: resumed from {resumed} at step {step}")
     probe_picks = [(i, k) for i in range(min(len(trajs), 8)) for k in range(n_steps)]
     probe = [make_batch(trajs, [p], stride, shapes_one, device, dtype) for p in probe_picks]

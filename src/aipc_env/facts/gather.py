@@ -4,7 +4,6 @@ ProbeError in the facts, never an exception. Slow probes (subprocesses) run conc
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import platform
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aipc_env import __version__
+from aipc_env.core.fileio import loads_json
 from aipc_env.core.formats import timestamp
 from aipc_env.core.platforms import display_adapters
 from aipc_env.core.procs import ProbeFailed, run_capture, which
@@ -420,7 +420,7 @@ def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bo
         info = {"version": layout[0], "paths": layout[1]}
     else:
         try:
-            info = json.loads(run_capture([str(python), "-I", "-c", _ENV_INFO_SCRIPT], timeout=timeout).stdout)
+            info = loads_json(run_capture([str(python), "-I", "-c", _ENV_INFO_SCRIPT], timeout=timeout).stdout)
         except (ProbeFailed, ValueError) as exc:
             env.error = str(exc)
             return env
@@ -516,7 +516,7 @@ def _device_probe(env: TrainingEnv | None, timeout: float) -> DeviceProbe:
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("AIPC_PROBE ")), None)
     if line is None:
         return DeviceProbe(ran=False, error="the probe printed no result")
-    data = json.loads(line.removeprefix("AIPC_PROBE "))
+    data = loads_json(line.removeprefix("AIPC_PROBE "))
     error = data.pop("error", None) or data.pop("bnb_error", None)
     return DeviceProbe(ran=True, error=error, **data)
 

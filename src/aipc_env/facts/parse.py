@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import PurePosixPath, PureWindowsPath
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
 
 __all__ = [
@@ -28,14 +28,14 @@ RELEASE_DIR = re.compile(r"^(20\d\d)\.(\d+)$")
 
 
 def is_release_dir(name: str) -> bool:
-    return RELEASE_DIR.match(name) is not None
+    return RELEASE_DIR.fullmatch(name) is not None
 
 
 def oneapi_version_from_path(path: str) -> str | None:
     """The two-part release in a oneAPI path: `.../compiler/2025.0/bin/compiler` or `.../oneAPI/2025.3/bin`."""
     pure = PureWindowsPath(path) if ("\\" in path or re.match(r"^[A-Za-z]:", path)) else PurePosixPath(path)
     for part in pure.parts:
-        match = RELEASE_DIR.match(part)
+        match = RELEASE_DIR.fullmatch(part)
         if match:
             return f"{match.group(1)}.{int(match.group(2))}"
     return None
@@ -109,7 +109,7 @@ def parse_cim_gpus(text: str) -> list[GpuInfo]:
     if not text.strip():
         return []
     gpus = []
-    for row in _as_list(json.loads(text)):
+    for row in _as_list(loads_json(text)):
         pnp = str(row.get("PNPDeviceID") or "")
         ven = re.search(r"VEN_([0-9A-Fa-f]{4})", pnp)
         dev = re.search(r"DEV_([0-9A-Fa-f]{4})", pnp)
@@ -127,7 +127,7 @@ VC_TOOLS = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
 def parse_vswhere(text: str, with_vc_tools: set[str] | None = None) -> list[MsvcInstall]:
     """`vswhere -products * -format json` (all installs); `with_vc_tools` = installPaths of the VC-filtered query."""
     installs = []
-    for row in _as_list(json.loads(text) if text.strip() else []):
+    for row in _as_list(loads_json(text) if text.strip() else []):
         path = str(row.get("installationPath") or "")
         if not path:
             continue

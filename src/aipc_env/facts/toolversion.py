@@ -14,11 +14,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from aipc_env.core.fileio import loads_json
 
 __all__ = [
     "FileVersion",
@@ -65,7 +66,7 @@ def conda_meta_version(prefix: Path, name: str) -> FileVersion | None:
         try:  # standard library only: bounded by size first; a nesting past the recursion limit is skipped too
             if record.stat().st_size > MAX_RECORD_BYTES:
                 continue
-            data = json.loads(record.read_text(encoding="utf-8"))
+            data = loads_json(record.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and data.get("name") == name and isinstance(data.get("version"), str):

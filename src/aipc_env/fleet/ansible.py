@@ -6,11 +6,10 @@ group_vars-*.yml, inventory.example.yml, ansible.cfg)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipc_env.core.templating import render_marked
+from aipc_env.core.templating import ansible_data, ansible_literal, render_marked
 from aipc_env.fleet import template_text
 from aipc_env.matrix import Pair
 
@@ -47,18 +46,15 @@ def render_playbook(pair: Pair, gpu: GpuSource | None = None) -> dict[str, str]:
     table = load_gpu_runtime()
     by_distribution = {k: {"name": d.name, "source": d.source, "why": " ".join(d.why.split())}
                        for k, d in table.distributions.items()}
-    import yaml
-
-    from aipc_env.fleet.winget import IndentedDumper
-
-    data = yaml.dump({"aipc_gpu_packages": table.packages, "aipc_gpu_runtime_by_distribution": by_distribution},
-                     Dumper=IndentedDumper, sort_keys=False, width=110, default_flow_style=False)
+    # values from data files are Ansible literals (!unsafe): never evaluated as Jinja on the controller
+    data = ansible_data({"aipc_gpu_packages": table.packages, "aipc_gpu_runtime_by_distribution": by_distribution})
     linux = render_marked(template_text("group_vars-aipc_linux.yml"), "group_vars-aipc_linux.yml",
-                          {"source": json.dumps(gpu.line if gpu else ""), "key": json.dumps(gpu.key_name if gpu else ""),
-                           "checked": str(table.checked), "table": data}, serialized=frozenset({"source", "key", "table"}))
+                          {"source": ansible_literal(gpu.line if gpu else ""),
+                           "key": ansible_literal(gpu.key_name if gpu else ""),
+                           "checked": str(table.checked), "table": data})
     return {"site.yml": render_marked(template_text("site.yml"), "site.yml", {"pair": pair.id}),
             "group_vars/all.yml": render_marked(template_text("group_vars-all.yml"), "group_vars-all.yml",
-                                                {"pair": pair.id}),
+                                                {"pair": pair.id, "pair_value": ansible_literal(pair.id)}),
             "group_vars/aipc_linux.yml": linux,
             "group_vars/aipc_windows.yml": template_text("group_vars-aipc_windows.yml"),
             "inventory.example.yml": template_text("inventory.example.yml"),

@@ -81,13 +81,27 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A key twice in one object (a file listed twice, once with a wrong hash) is refused: readers disagree which
+    value wins."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        names = [k for k, _ in pairs]
+        twice = next(k for k in names if names.count(k) > 1)
+        raise ValueError(f"the key {twice[:200]!r} appears twice in one object")
+    return data
+
+
 def _manifest_files(bundle: str) -> dict[str, str]:
     path = os.path.join(bundle, MANIFEST)
     with open(path, "rb") as f:
         raw = f.read(MAX_MANIFEST_BYTES + 1)
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ValueError(f"{MANIFEST} is over {MAX_MANIFEST_BYTES} bytes")
-    files = json.loads(raw.decode("utf-8")).get("files")
+    manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    if not isinstance(manifest, dict):
+        raise ValueError("the manifest is not one JSON object")
+    files = manifest.get("files")
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         raise ValueError(f"{MANIFEST}: 'files' is not a table of path -> sha256")
     return files

@@ -15,7 +15,6 @@ probably do not do what the author meant (a version together with useLatest: win
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -23,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.core.formats import VersionedModel
 
 __all__ = ["KNOWN_RESOURCES", "WinGetCheckReport", "WinGetIssue", "check_file", "validate_configuration"]
@@ -106,7 +106,7 @@ class VSComponents(DscSettings):
 
 
 _HIVE = re.compile(r"(?i)^(HKEY_LOCAL_MACHINE|HKEY_CURRENT_USER|HKEY_CLASSES_ROOT|HKEY_USERS|HKEY_CURRENT_CONFIG|"
-                   r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|$)")
+                   r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|\Z)")
 
 
 class Registry(DscSettings):
@@ -138,7 +138,7 @@ class Registry(DscSettings):
         data = [self.ValueData] if isinstance(self.ValueData, str) else (self.ValueData or [])
         if self.ValueType in ("DWord", "QWord"):
             pattern = r"^(0x)?[0-9a-fA-F]+$" if self.Hex else r"^\d+$"
-            if len(data) > 1 or not all(re.match(pattern, v.strip()) for v in data):
+            if len(data) > 1 or not all(re.fullmatch(pattern, v.strip()) for v in data):
                 raise ValueError(f"a {self.ValueType} value is one whole number" + (" in hex" if self.Hex else ""))
         return self
 
@@ -277,7 +277,7 @@ def _line(lines: dict[tuple, int], path: tuple) -> int | None:
 def schema() -> dict:
     from importlib import resources
 
-    return json.loads(resources.files("aipc_env.environments").joinpath(
+    return loads_json(resources.files("aipc_env.environments").joinpath(
         "schemas/winget-configuration.schema.0.2.json").read_text(encoding="utf-8"))
 
 

@@ -91,7 +91,9 @@ def run_worker(what: str, body: Callable[[], int]) -> int:
     try:
         return int(body())
     except AipcError as exc:
-        print(exc.render(), file=sys.stderr)
+        from aipc_env.core.terminal import visible
+
+        print(visible(exc.render()), file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

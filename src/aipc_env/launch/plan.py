@@ -60,7 +60,7 @@ class LaunchPlan(VersionedModel):
     @classmethod
     def _env(cls, value: dict[str, str | None]) -> dict[str, str | None]:
         for key, val in value.items():
-            if not ENV_NAME.match(key):
+            if not ENV_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if val is not None and ("\n" in val or "\r" in val or "\x00" in val):
                 raise ValueError(f"the value of {key} contains a line break")

@@ -1,5 +1,5 @@
-"""Runs the phases of a launch plan inside the training env: standard library only (plus aipc_env.core.procs, which is
-standard library too).
+"""Runs the phases of a launch plan inside the training env: standard library only (plus aipc_env.core.procs and
+core.fileio, which are standard library too).
 
 Started by the generated launcher (`python -m aipc_env.launch.runner <run dir>/launch.json`). Applies the plan's
 environment, runs each phase as an argv (never through a shell), tees its output to the console and the log,
@@ -10,7 +10,6 @@ process outlives the launcher; the runner then exits with 128 + the signal numbe
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -20,6 +19,7 @@ import threading
 import time
 
 from aipc_env.core import procs
+from aipc_env.core.fileio import loads_json
 from aipc_env.errors import ExitCode
 
 PLAN_SCHEMA_VERSION = 1
@@ -149,7 +149,7 @@ def stop_background(started: list[subprocess.Popen]) -> None:
 def _read_plan(path: str) -> dict | str:
     try:
         with open(path, encoding="utf-8") as fh:
-            plan = json.load(fh)
+            plan = loads_json(fh.read())
     except (OSError, ValueError) as exc:
         return f"cannot read the launch plan {path}: {exc}"
     version = plan.get("schema_version", plan.get("plan_version")) if isinstance(plan, dict) else None

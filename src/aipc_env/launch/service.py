@@ -89,7 +89,9 @@ class RunOutcome:
 
 
 def _print(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
+    from aipc_env.core.terminal import visible
+
+    print(visible(text), file=sys.stdout, flush=True)
 
 
 def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: list[str],

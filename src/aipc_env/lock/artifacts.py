@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import ClassVar, Literal
 from urllib.parse import unquote, urlparse
 
-from packaging.markers import Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.core.fileio import parse_toml, read_text
 from aipc_env.core.formats import VersionedModel
 from aipc_env.core.platforms import Platform, marker_environment
-from aipc_env.core.specs import check_file_name, check_sha256
+from aipc_env.core.specs import check_file_name, check_sha256, parse_marker, parse_requirement
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 
@@ -70,8 +69,6 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
     import zipfile
     from importlib import metadata
 
-    from packaging.requirements import Requirement
-
     from aipc_env.paths import checkout_root
 
     if wheel is not None:
@@ -89,7 +86,7 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
             lines = metadata.requires("aipc-env") or []
     found = []
     for line in lines:
-        req = Requirement(line)
+        req = parse_requirement(line)
         if req.marker is None or "extra" not in str(req.marker):
             found.append(str(req))
     return found
@@ -99,13 +96,12 @@ def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Pl
                          wheel: Path | None = None) -> None:
     """A bundle or an image installs aipc-env itself offline from the lock's wheels, so the lock must hold every
     dependency aipc-env declares, at a version it accepts: refused by name before anything is fetched."""
-    from packaging.requirements import Requirement
 
     env = marker_environment(platform, python)
-    locked = {p.key: p for p in lock.packages if not p.marker or Marker(p.marker).evaluate(env)}
+    locked = {p.key: p for p in lock.packages if not p.marker or parse_marker(p.marker).evaluate(env)}
     problems = []
     for line in aipc_env_requirements(wheel):
-        req = Requirement(line)
+        req = parse_requirement(line)
         if req.marker is not None and not req.marker.evaluate(env):
             continue
         pkg = locked.get(canonicalize_name(req.name))
@@ -125,7 +121,7 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
     priority = {tag: i for i, tag in enumerate(_tags(python, platform))}
     chosen = []
     for pkg in sorted(lock.packages, key=lambda p: p.key):
-        if pkg.marker and not Marker(pkg.marker).evaluate(env):
+        if pkg.marker and not parse_marker(pkg.marker).evaluate(env):
             continue
         if pkg.key == "aipc-env":  # installed from its own wheel, built from the checkout
             continue

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
+from aipc_env.core.specs import parse_requirement, parse_version
 from aipc_env.lock.lockfile import (
     LockMeta,
     Pylock,
@@ -72,10 +71,10 @@ def manifest_row_problems(pair: Pair, torch: str, manifest: WheelManifest) -> li
         found = requires_dist_problems(record.requires_dist, pair, platform, DEFAULT_PYTHON)
         triton = pair.triton_pin() if pair.triton.applies_to(platform) else None
         if triton is not None:
-            lines = [Requirement(r) for r in record.requires_dist]
+            lines = [parse_requirement(r) for r in record.requires_dist]
             pin = next((r for r in lines if canonicalize_name(r.name) == triton.key and
                         (r.marker is None or r.marker.evaluate(marker_environment(platform)))), None)
-            if pin is None or not any(s.operator == "==" and Version(s.version) == Version(pair.triton_for(torch))
+            if pin is None or not any(s.operator == "==" and parse_version(s.version) == parse_version(pair.triton_for(torch))
                                       for s in pin.specifier):
                 found.append(f"torch requires {pin or 'no ' + triton.name}, the matrix row pins {triton.name} "
                              f"{pair.triton_for(torch)}")

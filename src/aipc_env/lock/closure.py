@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.markers import Marker
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
+from aipc_env.core.specs import parse_marker, parse_requirement, parse_specifier, parse_version
 
 __all__ = ["LockedDist", "closure_problems", "wheel_installs"]
 
@@ -63,7 +60,7 @@ def _env(platform: Platform, python: str, extra: str = "") -> dict[str, str]:
 
 
 def _applies(marker: str | None, env: dict[str, str]) -> bool:
-    return marker is None or Marker(marker).evaluate(env)
+    return marker is None or parse_marker(marker).evaluate(env)
 
 
 def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -> list[str]:
@@ -84,7 +81,7 @@ def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -
     for dist in chosen.values():
         if not (dist.sdist or any(wheel_installs(w, platform, python) for w in dist.wheels)):
             problems.append(f"{where}: {dist.name} {dist.version} has no wheel for it (and no sdist)")
-        if dist.requires_python and Version(f"{python}.0") not in SpecifierSet(dist.requires_python):
+        if dist.requires_python and parse_version(f"{python}.0") not in parse_specifier(dist.requires_python):
             problems.append(f"{where}: {dist.name} {dist.version} requires Python {dist.requires_python}")
     pending = [(key, "") for key in chosen]
     seen: set[tuple[str, str]] = set()
@@ -97,7 +94,7 @@ def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -
         dist = chosen[key]
         extra_env = _env(platform, python, extra)
         for line in dist.requires_dist:
-            req = Requirement(line)
+            req = parse_requirement(line)
             if req.marker is not None:
                 if extra and not req.marker.evaluate(extra_env):
                     continue
@@ -115,7 +112,7 @@ def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -
                     reported.add((dep_key, need))
                     problems.append(f"{where}: {need}, which the lock does not have for it")
                 continue
-            if req.specifier and not req.specifier.contains(Version(dep.version), prereleases=True):
+            if req.specifier and not req.specifier.contains(parse_version(dep.version), prereleases=True):
                 problems.append(f"{where}: {need}, but the lock has {dep.name} {dep.version}")
             pending += [(dep_key, canonicalize_name(e)) for e in req.extras]  # its extras' requirements too
     return problems

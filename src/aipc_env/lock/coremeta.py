@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packaging.metadata import parse_email
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import InvalidRequirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
+
+from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
 
 __all__ = ["MAX_METADATA_BYTES", "CoreMetadata", "MetadataError", "normal_requirement", "parse_core_metadata",
            "requirement_key"]
@@ -41,18 +43,18 @@ class CoreMetadata:
 
 def normal_requirement(line: str) -> str:
     """A requirement in one spelling (`Foo_Bar >= 1 ; extra=="x"` and `foo-bar>=1; extra == "x"` are equal)."""
-    req = Requirement(line)
+    req = parse_requirement(line)
     extras = f"[{','.join(sorted(canonicalize_name(e) for e in req.extras))}]" if req.extras else ""
-    return (canonicalize_name(req.name) + extras + str(SpecifierSet(str(req.specifier)))
+    return (canonicalize_name(req.name) + extras + str(parse_specifier(str(req.specifier)))
             + (f"; {req.marker}" if req.marker else "") + (f" @ {req.url}" if req.url else ""))
 
 
 def _spec(text: str | None) -> SpecifierSet | None:
-    return SpecifierSet(text) if text else None
+    return parse_specifier(text) if text else None
 
 
 def requirement_key(line: str) -> str:
-    return canonicalize_name(Requirement(line).name)
+    return canonicalize_name(parse_requirement(line).name)
 
 
 def parse_core_metadata(raw: bytes | str) -> CoreMetadata:
@@ -70,7 +72,7 @@ def parse_core_metadata(raw: bytes | str) -> CoreMetadata:
     if not name or not version:
         raise MetadataError("metadata without Name or Version")
     try:
-        Version(version)
+        parse_version(version)
     except InvalidVersion:
         raise MetadataError(f"Version {version[:60]!r} is not a PEP 440 version") from None
     requires = tuple(fields.get("requires_dist") or ())
@@ -78,13 +80,13 @@ def parse_core_metadata(raw: bytes | str) -> CoreMetadata:
         raise MetadataError(f"{len(requires)} Requires-Dist lines (at most {MAX_REQUIRES})")
     for line in requires:
         try:
-            Requirement(line)
+            parse_requirement(line)
         except InvalidRequirement as exc:
             raise MetadataError(f"Requires-Dist {line[:80]!r} is not a PEP 508 requirement: {exc}") from None
     requires_python = fields.get("requires_python")
     if requires_python:
         try:
-            SpecifierSet(requires_python)
+            parse_specifier(requires_python)
         except InvalidSpecifier:
             raise MetadataError(f"Requires-Python {requires_python[:60]!r} is not a version specifier") from None
     return CoreMetadata(name=name, version=version, requires_dist=requires, requires_python=requires_python or None)

@@ -9,11 +9,18 @@ from typing import ClassVar, Literal
 from urllib.parse import urlparse
 
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned
 from aipc_env.core.platforms import PLATFORMS, Platform
-from aipc_env.core.specs import PythonMinor, check_marker, check_project_name, check_version
+from aipc_env.core.specs import (
+    PythonMinor,
+    check_marker,
+    check_project_name,
+    check_requirement,
+    check_specifier,
+    check_version,
+)
 from aipc_env.errors import InputError, validation_message
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
@@ -84,6 +91,28 @@ class PylockArtifact(_Loose):
     hashes: dict[str, str] = {}
 
 
+class _AipcTool(_Loose):
+    """`[packages.tool.aipc-env]`: where the hashes came from and, when recorded, the core metadata."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    provenance: str | None = None
+    index: str | None = None
+    requires_dist: list[str] | None = Field(default=None, alias="requires-dist", max_length=2000)
+    requires_python: str | None = Field(default=None, alias="requires-python")
+
+    @field_validator("requires_dist")
+    @classmethod
+    def _requires(cls, value: list[str] | None) -> list[str] | None:
+        for line in value or ():
+            check_requirement(line)
+        return value
+
+    @field_validator("requires_python")
+    @classmethod
+    def _python(cls, value: str | None) -> str | None:
+        return None if value is None else check_specifier(value)
+
+
 class PylockPackage(_Loose):
     name: str
     version: str | None = None
@@ -105,6 +134,21 @@ class PylockPackage(_Loose):
     @classmethod
     def _marker(cls, value: str | None) -> str | None:
         return check_marker(value)
+
+    @model_validator(mode="after")
+    def _tool(self) -> PylockPackage:
+        """aipc-env's own table (`[packages.tool.aipc-env]`): its recorded core metadata is read by the closure
+        check, so it is as checked as metadata read from an index."""
+        tool = (self.model_extra or {}).get("tool")
+        own = tool.get("aipc-env") if isinstance(tool, dict) else None
+        if isinstance(own, dict):  # another shape is no record of aipc-env's (provenance_of says "index")
+            try:
+                _AipcTool.model_validate(own)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f"tool.aipc-env{'.' + where if where else ''}: {first['msg']}") from None
+        return self
 
     @property
     def key(self) -> str:

@@ -16,13 +16,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.markers import Marker
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from aipc_env.core.platforms import PLATFORMS, Platform, marker_environment, wheel_platform_fits
+from aipc_env.core.specs import parse_marker, parse_requirement, parse_version
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
 from aipc_env.lock.wheels import PairArtifacts, WheelManifest, pair_artifacts
@@ -120,7 +119,7 @@ def _merged_requires(by_platform: dict[Platform, list[str]]) -> list[str]:
                 if line not in lines:
                     lines.append(line)
                 continue
-            req = Requirement(line)
+            req = parse_requirement(line)
             system = PLATFORM_SYSTEM[platform]
             marker = f"platform_system == '{system}'" + (f" and ({req.marker})" if req.marker else "")
             lines.append(f"{str(req).split(';', 1)[0].strip()}; {marker}")
@@ -134,7 +133,7 @@ def pypi_requirements(pair: Pair, torch: str, common: list[str] | None = None) -
             f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker else "")]
     if pair.torchvision_version(torch):
         reqs.append(f"torchvision=={pair.torchvision_version(torch)}")
-    return reqs + [r for r in specs.pip_layer(pair, common) if Requirement(r).name not in specs.EXPLICIT_XPU_NAMES]
+    return reqs + [r for r in specs.pip_layer(pair, common) if parse_requirement(r).name not in specs.EXPLICIT_XPU_NAMES]
 
 
 def _python_range(pythons: list[str]) -> str:
@@ -160,7 +159,7 @@ def uv_universal_argv(uv: str, project: Path, out: Path, *, pythons: list[str], 
 
 
 def _applies(marker: str | None, platform: Platform, pythons: list[str]) -> bool:
-    return marker is None or any(Marker(marker).evaluate(marker_environment(platform, p)) for p in pythons)
+    return marker is None or any(parse_marker(marker).evaluate(marker_environment(platform, p)) for p in pythons)
 
 
 def _wheel_fits(filename: str, platform: Platform) -> bool:
@@ -203,7 +202,7 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
             "sources": {w.file: {"repositories": w.sources, "independent-sources": w.independent_sources}
                         for w in wheels}}}
         packages.append(entry)
-    packages.sort(key=lambda p: (p["name"], Version(p["version"])))
+    packages.sort(key=lambda p: (p["name"], parse_version(p["version"])))
     return {"lock-version": "1.0", "created-by": "aipc-env", "requires-python": _python_range(pythons),
             "packages": packages}
 

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import yaml
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from aipc_env.core.formats import VersionedModel
 from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
+from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.wheels import WheelManifest
 from aipc_env.matrix.model import Matrix
@@ -78,7 +77,7 @@ class RefreshPlan:
 def _runtime_pins(meta: CoreMetadata, triton: set[str]) -> list[dict]:
     pins = []
     for line in meta.requires_dist:
-        req = Requirement(line)
+        req = parse_requirement(line)
         exact = [s for s in req.specifier if s.operator == "=="]
         if canonicalize_name(req.name) in triton or len(exact) != 1 or (req.marker and "extra" in str(req.marker)):
             continue
@@ -91,7 +90,7 @@ def _runtime_pins(meta: CoreMetadata, triton: set[str]) -> list[dict]:
 
 def _triton_of(meta: CoreMetadata, platform: Platform) -> tuple[str, str] | None:
     for line in meta.requires_dist:
-        req = Requirement(line)
+        req = parse_requirement(line)
         if canonicalize_name(req.name) in ("triton-xpu", "pytorch-triton-xpu") and \
                 (req.marker is None or req.marker.evaluate(marker_environment(platform))):
             exact = [s.version for s in req.specifier if s.operator == "=="]
@@ -103,16 +102,17 @@ def _triton_of(meta: CoreMetadata, platform: Platform) -> tuple[str, str] | None
 def _python_range(pythons: list[str], requires_python: str | None) -> str:
     minors = sorted({int(p.split(".")[1]) for p in pythons})
     if requires_python:
-        minors = [m for m in minors if Version(f"3.{m}.0") in SpecifierSet(requires_python)] or minors
+        minors = [m for m in minors if parse_version(f"3.{m}.0") in parse_specifier(requires_python)] or minors
     return f">=3.{minors[0]},<3.{minors[-1] + 1}" if minors else (requires_python or ">=3.10")
 
 
 def _torchvision_for(wheels: list[IndexWheel], torch: str) -> str | None:
     """The newest torchvision whose metadata admits exactly this torch release."""
     fits = [w for w in wheels if w.project == "torchvision" and any(
-        canonicalize_name(Requirement(r).name) == "torch" and Requirement(r).specifier.contains(torch, prereleases=True)
+        canonicalize_name(parse_requirement(r).name) == "torch"
+        and parse_requirement(r).specifier.contains(torch, prereleases=True)
         for r in w.metadata.requires_dist)]
-    return str(max((Version(w.version) for w in fits), default=None)) if fits else None
+    return str(max((parse_version(w.version) for w in fits), default=None)) if fits else None
 
 
 def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWheel], pypi_torch: list[str],
@@ -120,14 +120,14 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
     """What the matrix and manifest lack, given the index's wheels and PyPI's torch releases (pure)."""
     plan = RefreshPlan()
     known_files = {w.file for w in manifest.wheels}
-    known_meta = {(m.key, str(Version(m.version)), pl) for m in manifest.metadata for pl in m.platforms}
+    known_meta = {(m.key, str(parse_version(m.version)), pl) for m in manifest.metadata for pl in m.platforms}
     rows_by_minor = {".".join(p.newest_torch.split(".")[:2]): p for p in matrix.pairs}
     torch_builds: dict[str, list[IndexWheel]] = {}
     for w in wheels:
-        if w.project == "torch" and Version(w.version).local == "xpu":
-            torch_builds.setdefault(Version(w.version).public, []).append(w)
+        if w.project == "torch" and parse_version(w.version).local == "xpu":
+            torch_builds.setdefault(parse_version(w.version).public, []).append(w)
     listed = {v for p in matrix.pairs for v in p.torch}
-    for torch, builds in sorted(torch_builds.items(), key=lambda kv: Version(kv[0])):
+    for torch, builds in sorted(torch_builds.items(), key=lambda kv: parse_version(kv[0])):
         if torch in listed:
             continue
         by_platform = {pl: next((w for w in builds if pl in w.platforms), None) for pl in ("win-64", "linux-64")}
@@ -155,20 +155,20 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
                "python": _python_range([p for w in builds for p in w.pythons], first.metadata.requires_python),
                "windows": "full" if by_platform["win-64"] else "none",
                "triton": {"name": triton[0], "version": triton[1]},
-               "bitsandbytes_min": "0.50.2", "bitsandbytes_native": Version(sycl) >= Version("2025.1"),
+               "bitsandbytes_min": "0.50.2", "bitsandbytes_native": parse_version(sycl) >= parse_version("2025.1"),
                "torchvision": {torch: vision.split("+")[0]} if vision else {},
-               "torch_version_xpu": None, "sycl_major": 9 if Version(sycl) >= Version("2026") else 8,
+               "torch_version_xpu": None, "sycl_major": 9 if parse_version(sycl) >= parse_version("2026") else 8,
                "runtime_pins": _runtime_pins(first.metadata, {triton[0]}),
                "source": source, "certainty": "provisional",
                "notes": "candidate written by `aipc-env matrix refresh`: review the pins, then mark it confirmed"}
         plan.new_rows.append(new)
-    newest_index = max((Version(v) for v in torch_builds), default=None)
+    newest_index = max((parse_version(v) for v in torch_builds), default=None)
     for v in sorted(pypi_torch, key=Version):
-        if newest_index is not None and Version(v) > newest_index and not Version(v).is_prerelease:
+        if newest_index is not None and parse_version(v) > newest_index and not parse_version(v).is_prerelease:
             plan.notes.append(f"torch {v} is on PyPI but has no XPU build on the index yet")
     found: dict[tuple[str, str], dict[str, IndexWheel]] = {}
     for w in sorted(wheels, key=lambda w: w.file):
-        if w.file in known_files or not w.sha256 or (w.project == "torch" and Version(w.version).local != "xpu"):
+        if w.file in known_files or not w.sha256 or (w.project == "torch" and parse_version(w.version).local != "xpu"):
             continue
         plan.wheels.append({"file": w.file, "package": w.project, "version": w.version,
                             "python": ".".join(t.interpreter for t in parse_wheel_filename(w.file)[3]
@@ -181,7 +181,7 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
     for (project, version), by_platform in found.items():
         records: list[tuple[list[str], IndexWheel]] = []
         for platform, w in by_platform.items():
-            if (canonicalize_name(project), str(Version(version)), platform) in known_meta:
+            if (canonicalize_name(project), str(parse_version(version)), platform) in known_meta:
                 continue
             same = next((r for r in records if r[1].metadata.same_requirements(w.metadata)), None)
             if same:

@@ -6,8 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import InvalidRequirement
 
+from aipc_env.core.specs import parse_requirement
 from aipc_env.errors import InputError
 from aipc_env.matrix import Pair
 from aipc_env.paths import environments_dir
@@ -52,7 +53,7 @@ def common_requirements(path: Path | None = None) -> list[str]:
         if not line:
             continue
         try:
-            Requirement(line)
+            parse_requirement(line)
         except InvalidRequirement as exc:
             raise InputError(f"line {n}: {exc}", path=path) from None
         reqs.append(line)
@@ -66,7 +67,7 @@ def pip_layer(pair: Pair, common: list[str] | None = None) -> list[str]:
     reqs.append(triton + (f"; {pair.triton.marker}" if pair.triton.marker else ""))
     reqs.append(f"bitsandbytes>={pair.bitsandbytes_min}")
     reqs += [r for r in (common if common is not None else common_requirements())
-             if Requirement(r).name not in ("torch", "bitsandbytes")]
+             if parse_requirement(r).name not in ("torch", "bitsandbytes")]
     return reqs
 
 
@@ -77,7 +78,7 @@ def conda_environment(pair: Pair, python: str | None = None) -> str:
 
 def uv_project(requirements: list[str], *, pypi_url: str, xpu_index_url: str, python: str) -> str:
     """A pyproject.toml that uv resolves: the XPU index is explicit and serves only EXPLICIT_XPU_NAMES."""
-    present = {Requirement(r).name for r in requirements}
+    present = {parse_requirement(r).name for r in requirements}
     sources = "\n".join(f'{n} = {{ index = "pytorch-xpu" }}' for n in EXPLICIT_XPU_NAMES if n in present)
     deps = ",\n".join(f"    {json.dumps(r)}" for r in requirements)
     return (f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = ">={python}"\n'

@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
-from aipc_env.core.specs import check_file_name
+from aipc_env.core.specs import check_file_name, parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import (
     MAX_METADATA_BYTES,
     CoreMetadata,
@@ -105,7 +103,7 @@ def metadata_problems(found: CoreMetadata, recorded: CoreMetadata) -> list[str]:
     problems = []
     if canonicalize_name(found.name) != canonicalize_name(recorded.name):
         problems.append(f"Name: the wheel says {found.name}, environments/xpu-wheels.yaml {recorded.name}")
-    if Version(found.version) != Version(recorded.version):
+    if parse_version(found.version) != parse_version(recorded.version):
         problems.append(f"Version: the wheel says {found.version}, environments/xpu-wheels.yaml {recorded.version}")
     have = {normal_requirement(r): r for r in found.requires_dist}
     want = {normal_requirement(r): r for r in recorded.requires_dist}
@@ -119,7 +117,7 @@ def metadata_problems(found: CoreMetadata, recorded: CoreMetadata) -> list[str]:
         problems.append(f"Requires-Dist: environments/xpu-wheels.yaml records {', '.join(lacking[:5])}"
                         + (f" (+{len(lacking) - 5} more)" if len(lacking) > 5 else "") + ", which the wheel does not "
                         "require")
-    spec = {m: SpecifierSet(m.requires_python) if m.requires_python else None for m in (found, recorded)}
+    spec = {m: parse_specifier(m.requires_python) if m.requires_python else None for m in (found, recorded)}
     if spec[found] != spec[recorded]:
         problems.append(f"Requires-Python: the wheel says {found.requires_python or 'nothing'}, "
                         f"environments/xpu-wheels.yaml {recorded.requires_python or 'nothing'}")
@@ -135,7 +133,7 @@ def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, pl
     env = marker_environment(platform, python)
     for line in requires:
         try:
-            req = Requirement(line)
+            req = parse_requirement(line)
         except InvalidRequirement:
             problems.append(f"unreadable Requires-Dist {line!r}")
             continue

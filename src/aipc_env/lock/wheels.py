@@ -10,14 +10,14 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import InvalidRequirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from pydantic import Field, field_validator, model_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import Platform, wheel_platform_fits
-from aipc_env.core.specs import check_specifier, check_version
+from aipc_env.core.specs import check_specifier, check_version, parse_requirement, parse_version
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
 
@@ -48,7 +48,7 @@ class WheelEntry(StrictModel):
             name, version, _, tags = parse_wheel_filename(self.file)
         except InvalidWheelFilename as exc:
             raise ValueError(f"{self.file!r} is not a wheel file name: {exc}") from None
-        if name != canonicalize_name(self.package) or version != Version(self.version):
+        if name != canonicalize_name(self.package) or version != parse_version(self.version):
             raise ValueError(f"{self.file} is {name} {version}, not {self.package} {self.version}")
         if not any(t.platform in self.platform.split(".") for t in tags):
             raise ValueError(f"{self.file} is not for platform {self.platform}")
@@ -96,7 +96,7 @@ class WheelMetadata(StrictModel):
     def _requirements(cls, value: list[str]) -> list[str]:
         for line in value:
             try:
-                Requirement(line)
+                parse_requirement(line)
             except InvalidRequirement as exc:
                 raise ValueError(f"{line!r} is not a PEP 508 requirement: {exc}") from None
         return value
@@ -135,7 +135,7 @@ class WheelManifest(VersionedModel):
         records: set[tuple[str, Version, str]] = set()
         for m in self.metadata:
             for platform in m.platforms:
-                key = (m.key, Version(m.version), platform)
+                key = (m.key, parse_version(m.version), platform)
                 if key in records:
                     raise ValueError(f"metadata: {m.package} {m.version} is recorded twice for {platform}")
                 records.add(key)
@@ -143,8 +143,8 @@ class WheelManifest(VersionedModel):
 
     def metadata_for(self, package: str, version: str, platform: Platform) -> WheelMetadata | None:
         """The recorded core metadata of a release on a platform (None: not recorded)."""
-        key, wanted = canonicalize_name(package), Version(version)
-        return next((m for m in self.metadata if m.key == key and Version(m.version) == wanted
+        key, wanted = canonicalize_name(package), parse_version(version)
+        return next((m for m in self.metadata if m.key == key and parse_version(m.version) == wanted
                      and platform in m.platforms), None)
 
     def current(self) -> list[WheelEntry]:
@@ -205,7 +205,7 @@ def pair_artifacts(pair: Pair, platform: Platform, torch: str, manifest: WheelMa
         wanted[pair.triton.key] = pair.triton_for(torch)
     found: dict[str, list[WheelEntry]] = {key: [] for key in wanted}
     for w in manifest.current():
-        if w.key in wanted and Version(w.version) == Version(wanted[w.key]) and w.for_platform(platform):
+        if w.key in wanted and parse_version(w.version) == parse_version(wanted[w.key]) and w.for_platform(platform):
             found[w.key].append(w)
     missing = [f"{key} {version}: no hashed wheel for {platform}" for key, version in wanted.items() if not found[key]]
     per_python = {key: {m for w in wheels for m in w.python_minors} for key, wheels in found.items()}

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.core.specs import check_identifier
 from aipc_env.errors import InputError
 
 __all__ = ["Distribution", "GpuRuntimeTable", "distribution_of_image", "load_gpu_runtime"]
@@ -32,6 +33,13 @@ class GpuRuntimeTable(VersionedModel):
     """Debian package names (written into Containerfiles and plays: the pattern keeps them names)."""
     distributions: dict[str, Distribution]
     """`<os-release ID>-<VERSION_ID>` (Debian by major version) -> where the runtime comes from."""
+
+    @field_validator("distributions")
+    @classmethod
+    def _keys(cls, value: dict[str, Distribution]) -> dict[str, Distribution]:
+        for key in value:
+            check_identifier(key, "distribution key")
+        return value
 
     def needs_source(self, key: str | None, *, what: str, key_name: str, given: bool = False) -> None:
         """Refuse, by name, installing the runtime where it cannot come from: a distribution Intel's packages do not

@@ -6,7 +6,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from packaging.markers import Marker
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -15,7 +14,16 @@ from pydantic import ValidationError, field_validator, model_validator
 from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
 from aipc_env.core.platforms import Platform, marker_environment
-from aipc_env.core.specs import check_marker, check_specifier, check_version
+from aipc_env.core.specs import (
+    check_identifier,
+    check_marker,
+    check_project_name,
+    check_specifier,
+    check_version,
+    parse_marker,
+    parse_specifier,
+    parse_version,
+)
 from aipc_env.errors import InputError
 from aipc_env.paths import matrix_path
 
@@ -27,7 +35,7 @@ MATRIX_SCHEMA_VERSION = 1
 def versions_equal(a: str | None, b: str | None) -> bool:
     """Whether two version strings are the same PEP 440 version (falling back to text equality)."""
     try:
-        return Version(a or "") == Version(b or "")
+        return parse_version(a or "") == parse_version(b or "")
     except InvalidVersion:
         return a == b
 
@@ -39,6 +47,11 @@ class Pin(StrictModel):
     version: str
     marker: str | None = None
     alternatives: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_project_name(value)
 
     @field_validator("version")
     @classmethod
@@ -64,13 +77,13 @@ class Pin(StrictModel):
 
     def accepts(self, version: str) -> bool:
         try:
-            got = Version(version)
+            got = parse_version(version)
         except InvalidVersion:
             return False
-        return any(got == Version(v) for v in self.accepted_versions())
+        return any(got == parse_version(v) for v in self.accepted_versions())
 
     def applies_to(self, platform: Platform) -> bool:
-        return self.marker is None or Marker(self.marker).evaluate(marker_environment(platform))
+        return self.marker is None or parse_marker(self.marker).evaluate(marker_environment(platform))
 
 
 class Pair(StrictModel):
@@ -101,6 +114,11 @@ class Pair(StrictModel):
     source: str
     certainty: Literal["confirmed", "provisional"]
     notes: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return check_identifier(value, "pair id")
 
     @field_validator("torch")
     @classmethod
@@ -169,7 +187,7 @@ class Pair(StrictModel):
 
     @property
     def python_specifier(self) -> SpecifierSet:
-        return SpecifierSet(self.python)
+        return parse_specifier(self.python)
 
     def triton_pin(self) -> Pin:
         return self.triton.model_copy(update={"alternatives": self.triton_alternatives})
@@ -219,7 +237,7 @@ class Matrix(VersionedModel):
 
     def env_pythons(self, pair: Pair) -> SpecifierSet:
         """The Pythons an env of the pair can have: the pair's wheels' and the training stack's."""
-        return pair.python_specifier & SpecifierSet(self.training_stack.python)
+        return pair.python_specifier & parse_specifier(self.training_stack.python)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Matrix:
@@ -244,17 +262,17 @@ class Matrix(VersionedModel):
     def newest(self, platform: Platform) -> Pair:
         """The newest confirmed pair that fully supports a platform."""
         usable = [p for p in self.pairs if p.certainty == "confirmed" and p.compiles_kernels_on(platform)]
-        return max(usable, key=lambda p: Version(p.newest_torch))
+        return max(usable, key=lambda p: parse_version(p.newest_torch))
 
     def for_toolkit(self, oneapi_version: str) -> list[Pair]:
         """Pairs whose runtime matches an installed oneAPI toolkit release, newest first."""
         rows = [p for p in self.pairs if p.oneapi == oneapi_version]
-        return sorted(rows, key=lambda p: Version(p.newest_torch), reverse=True)
+        return sorted(rows, key=lambda p: parse_version(p.newest_torch), reverse=True)
 
     def for_torch(self, torch_version: str) -> Pair | None:
-        public = Version(torch_version).public
+        public = parse_version(torch_version).public
         for pair in self.pairs:
-            if any(Version(v).public == public for v in pair.torch):
+            if any(parse_version(v).public == public for v in pair.torch):
                 return pair
         return None
 

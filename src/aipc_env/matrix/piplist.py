@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from aipc_env.core.fileio import parse_json
+from aipc_env.core.specs import parse_version
 from aipc_env.errors import InputError
 
 __all__ = ["DuplicatePackage", "parse_pip_list", "platform_of_list", "read_list_text", "read_pip_list"]
@@ -36,7 +37,7 @@ def _version_from_url(url: str) -> str | None:
 
 def _is_version(text: str) -> bool:
     try:
-        Version(text)
+        parse_version(text)
     except InvalidVersion:
         return False
     return True
@@ -130,8 +131,11 @@ def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple
     return None, "the list does not show its platform"
 
 
-def read_list_text(path: str | Path) -> str:
-    """The text of a saved package list (UTF-8, UTF-16 as PowerShell writes it, or cp1252 as cmd does)."""
+def read_list_text(path: str | Path) -> tuple[str, str]:
+    """The text of a saved package list and the encoding it was read as (core.fileio.decode_guessing: a byte-order
+    mark, UTF-8, or cp1252 as cmd writes)."""
+    from aipc_env.core.fileio import decode_guessing
+
     path = Path(path)
     limit = 16 * 2**20
     try:
@@ -142,22 +146,16 @@ def read_list_text(path: str | Path) -> str:
     if len(raw) > limit:
         raise InputError("the package list is larger than 16 MiB", path=path,
                          fix="save the output of one `pip list` or `pip freeze`")
-    # PowerShell redirection writes UTF-16; cmd writes the ANSI code page.
-    for encoding in ("utf-8-sig", "utf-16", "cp1252"):
-        try:
-            text = raw.decode(encoding)
-            if "\x00" not in text:
-                break
-        except UnicodeDecodeError:
-            continue
-    else:  # pragma: no cover - cp1252 decodes almost anything
-        raise InputError("the package list is not text", path=path)
-    return text
+    text, encoding = decode_guessing(raw, path, "the package list")
+    if "\x00" in text:
+        raise InputError(f"the package list holds NUL characters (read as {encoding})", path=path,
+                         fix="save it from PowerShell with `| Out-File -Encoding utf8`, or as UTF-8")
+    return text, encoding
 
 
 def read_pip_list(path: str | Path, text: str | None = None) -> dict[str, str]:
     path = Path(path)
-    text = read_list_text(path) if text is None else text
+    text = read_list_text(path)[0] if text is None else text
     try:
         packages = parse_pip_list(text)
     except DuplicatePackage as exc:

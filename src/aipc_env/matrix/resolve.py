@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 from pydantic import BaseModel
 
 from aipc_env.core.formats import VersionedModel
 from aipc_env.core.platforms import Platform
+from aipc_env.core.specs import parse_version
 from aipc_env.matrix.model import Matrix, Pair, versions_equal
 
 __all__ = [
@@ -109,7 +110,7 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
     by_torch: Pair | None = None
     if torch:
         try:
-            tv = Version(torch)
+            tv = parse_version(torch)
             torch_is_xpu = tv.local == "xpu"
             by_torch = matrix.for_torch(torch)
         except InvalidVersion:

@@ -3,9 +3,9 @@ what upstream accepts. A rejected config is an InputError naming the file and ev
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from aipc_env.core.fileio import loads_json
 from aipc_env.errors import AipcError, ExitCode, InputError
 
 __all__ = ["LOADER_SCRIPT", "validate_with_clone"]
@@ -30,7 +30,7 @@ def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
         raise AipcError(f"the clone's config loader could not run: {exc}", path=config, exit_code=ExitCode.PROBLEMS,
                         fix=f"check the env's interpreter {python}") from None
     try:
-        data = json.loads(result.stdout.strip().splitlines()[-1])
+        data = loads_json(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise AipcError(f"the clone's config loader did not answer (exit code {result.returncode}): "
                         f"{(result.stderr.strip().splitlines() or [''])[-1][:300]}", path=config,

@@ -197,11 +197,22 @@ def resolve_path_keys(data: dict, keys: tuple[str, ...], base: Path) -> None:
 
 
 def _resolve_paths(cfg: TrainConfig, base: Path) -> TrainConfig:
-    """Every path of the config, made absolute against `base` (the config file's folder)."""
+    """Every path of the config, made absolute against `base` (the config file's folder); a path that is not UTF-8
+    text (a folder name of other bytes) is refused naming its key: the launcher could not pass it on."""
+    from aipc_env.core.fileio import check_text_path
+
     data = cfg.model_dump()
     resolve_path_keys(data, _PATH_KEYS, base)
     if data.get("data"):
         data["data"]["datasets"] = [absolute_path(d, base) for d in data["data"]["datasets"]]
+    for key in _PATH_KEYS:
+        section, _, name = key.rpartition(".")
+        holder = data.get(section) if section else data
+        if isinstance(holder, dict) and isinstance(holder.get(name), str):
+            check_text_path(holder[name], "the path", key=key)
+    for i, dataset in enumerate((data.get("data") or {}).get("datasets") or []):
+        if isinstance(dataset, str):
+            check_text_path(dataset, "the dataset", key=f"data.datasets[{i}]")
     return TrainConfig.model_validate(data)
 
 

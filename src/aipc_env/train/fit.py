@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from aipc_env.core.fileio import respect_umask
+from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import VersionedModel, write_model
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.checkpoint import (
@@ -231,7 +231,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
         state = restore_checkpoint(resume, model, opt, sched, device)
         step, smoothed = state.step, state.smoothed_loss
         if log_path.is_file():
-            rows = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= step]
+            rows = [r for r in map(loads_json, log_path.read_text().splitlines()) if r["step"] <= step]
         log(f"fit: resumed from {resume} at step {step}")
     models = _loaded_models()
     log(f"fit: device {device}, compute dtype {str(dtype).replace('torch.', '')}, {len(paths)} cached samples, "

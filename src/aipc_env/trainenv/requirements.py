@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from aipc_env.core.fileio import atomic_write_bytes, decode_text
 from aipc_env.core.formats import VersionedModel
+from aipc_env.core.specs import parse_requirement, parse_version
 from aipc_env.errors import InputError
 from aipc_env.matrix import Pair
 
@@ -72,7 +73,7 @@ def _parse(line: str) -> Requirement | None:
     if "://" in body:
         return None
     try:
-        return Requirement(body)
+        return parse_requirement(body)
     except InvalidRequirement:
         return None
 
@@ -81,7 +82,7 @@ def _admits_older(spec: SpecifierSet, minimum: Version) -> bool:
     """Whether a specifier still allows a version below the minimum (no lower bound at or above it)."""
     for item in sorted(spec, key=str):  # a SpecifierSet's own order follows the string hash seed
         try:
-            bound = Version(item.version.rstrip(".*"))
+            bound = parse_version(item.version.rstrip(".*"))
         except InvalidVersion:
             continue
         if item.operator in (">=", ">", "==", "~=", "===") and bound >= minimum:
@@ -96,13 +97,13 @@ def specifiers_conflict(a: SpecifierSet, b: SpecifierSet) -> bool:
     candidates: set[Version] = set()
     for item in [*a, *b]:
         try:
-            v = Version(item.version.rstrip(".*"))
+            v = parse_version(item.version.rstrip(".*"))
         except InvalidVersion:
             return False
         release = list(v.release) + [0] * (3 - len(v.release))
-        candidates |= {v, Version(".".join(map(str, release[:2] + [release[2] + 1]))),
-                       Version(".".join(map(str, [release[0], release[1] + 1, 0]))),
-                       Version(f"{release[0] + 1}.0.0")}
+        candidates |= {v, parse_version(".".join(map(str, release[:2] + [release[2] + 1]))),
+                       parse_version(".".join(map(str, [release[0], release[1] + 1, 0]))),
+                       parse_version(f"{release[0] + 1}.0.0")}
     return not any(a.contains(v, prereleases=True) and b.contains(v, prereleases=True) for v in candidates)
 
 
@@ -124,13 +125,13 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
     result = EditResult(text=text, changed=False)
     lines = split_lines(text)
     ending = lines[0][1] if lines and lines[0][1] else "\n"
-    minimum = Version(pair.bitsandbytes_min)
+    minimum = parse_version(pair.bitsandbytes_min)
     if torch_requires is None:
         from aipc_env.lock.wheels import torch_requires_dist
 
         torch_requires = torch_requires_dist(pair, pair.newest_torch)
-    torch_needs = {canonicalize_name(Requirement(r).name): Requirement(r).specifier for r in torch_requires}
-    layer = {canonicalize_name(Requirement(r).name): Requirement(r).specifier for r in (pip_layer or [])}
+    torch_needs = {canonicalize_name(parse_requirement(r).name): parse_requirement(r).specifier for r in torch_requires}
+    layer = {canonicalize_name(parse_requirement(r).name): parse_requirement(r).specifier for r in (pip_layer or [])}
     already_pinned = any(content.startswith(MARK) and "XPU torch" in content for content, _ in lines)
     if already_pinned and not any(content.strip() == f"torch=={pair.newest_torch}+xpu" for content, _ in lines):
         result.report.append(f"the XPU torch pins come from an earlier run for another pair; restore the backup "

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from aipc_env.core.platforms import Platform
+from aipc_env.core.specs import parse_version
 from aipc_env.errors import AipcError
 from aipc_env.facts.gather import EnvSeen, GatherOptions, gather_facts, inspect_env, installed_toolkits, toolchain_facts
 from aipc_env.facts.model import Facts
@@ -80,7 +81,7 @@ def offered_torch_versions(environ: dict[str, str] | None = None) -> list[str]:
     versions = set()
     for wheel in Path(folder).glob("torch-*.whl"):
         try:
-            versions.add(Version(wheel.name.split("-")[1]).base_version)
+            versions.add(parse_version(wheel.name.split("-")[1]).base_version)
         except (IndexError, InvalidVersion):
             continue
     return sorted(versions, key=Version, reverse=True)

@@ -11,8 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
+from aipc_env.core.specs import parse_requirement
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.trainenv.envs import env_python
 
@@ -37,7 +36,7 @@ def train_requirements(requires: list[str]) -> list[str]:
     the extra dropped, torch left to the torch source (pure)."""
     out = []
     for line in requires:
-        req = Requirement(line)
+        req = parse_requirement(line)
         marker = str(req.marker) if req.marker else ""
         if "extra" in marker and not req.marker.evaluate({"extra": "train"}):  # type: ignore[union-attr]
             continue

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from aipc_env.core.platforms import Platform
+from aipc_env.core.specs import Identifier
 from aipc_env.facts.model import Facts
 from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import Matrix, Pair
@@ -47,7 +48,7 @@ class Status(str, Enum):
 class Finding(BaseModel):
     """What one check concluded. `ok` carries no fix; `warn`/`fail` always carry one."""
 
-    id: str
+    id: Identifier
     category: str
     title: str
     status: Status

@@ -49,7 +49,7 @@ def check_driver(ctx: CheckContext) -> Verdict:
             return skip("no Intel GPU")
         old = []
         for g in gpus:
-            match = re.match(r"^\d+\.\d+\.\d+\.(\d+)$", g.driver_version or "")
+            match = re.fullmatch(r"\d+\.\d+\.\d+\.(\d+)", g.driver_version or "")
             if not match or int(match.group(1)) < MIN_WINDOWS_DRIVER_BUILD:
                 old.append(g)
         seen = ", ".join(f"{g.name} {g.driver_version or 'unknown'}" for g in gpus)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aipc_env.core.specs import parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
 
 VARIANTS = {"edit": "Qwen-Image-Edit (original)", "edit-2509": "Qwen-Image-Edit-2509",
@@ -35,10 +36,10 @@ def check_model_dir(ctx: CheckContext) -> Verdict:
 
 
 def _older(have: str, needed: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion
 
     try:
-        return Version(have) < Version(needed)
+        return parse_version(have) < parse_version(needed)
     except InvalidVersion:
         return False
 check("model-dir", "Model", "Qwen-Image-Edit model directory")(check_model_dir)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from aipc_env.core.platforms import DEFAULT_PYTHON
+from aipc_env.core.specs import parse_requirement, parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
@@ -57,7 +57,7 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
                     "run `aipc-env train --env PREFIX` once with this env, or let `aipc-env train` build its own "
                     "(the CPU build: this machine has no Intel GPU)")
     try:
-        local = Version(torch).local
+        local = parse_version(torch).local
     except InvalidVersion:
         local = None
     if local == "xpu":
@@ -171,9 +171,9 @@ def check_bitsandbytes(ctx: CheckContext) -> Verdict:
     if got is None:
         return fail("not installed", "NF4 quantization and Adam8bit come from bitsandbytes",
                     f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
-    if Version(got) < Version(minimum):
+    if parse_version(got) < parse_version(minimum):
         reason = ("up to 0.50.1 the Triton 4-bit quantize kernels XPU uses write past the end of absmax when "
-                  "the block count is not a multiple of 8 (fixed in 0.50.2)" if Version(minimum) >= Version("0.50.2")
+                  "the block count is not a multiple of 8 (fixed in 0.50.2)" if parse_version(minimum) >= parse_version("0.50.2")
                   else "the Windows XPU build arrived in 0.48.2")
         return fail(f"bitsandbytes {got} < {minimum}" + (f" (minimum for {pair.id})" if pair else ""),
                     reason, f"pip install \"bitsandbytes>={minimum}\" (or {ctx.env_fix()})")
@@ -194,7 +194,7 @@ def _triton_missing(ctx: CheckContext, pair: Pair) -> list[str]:
         missing.append(f"{triton.name} {pair.triton_for(pair.newest_torch)}")
     else:
         record = load_wheel_manifest().metadata_for(triton.name, version, ctx.platform)
-        needs = [Requirement(r) for r in (record.requires_dist if record else [])]
+        needs = [parse_requirement(r) for r in (record.requires_dist if record else [])]
         missing += [f"{r.name} (required by {triton.name} {version})" for r in needs
                     if canonicalize_name(r.name) not in ctx.installed]
     if ctx.facts.is_windows and not (ctx.facts.msvc and ctx.facts.msvc.installs):
@@ -226,7 +226,7 @@ def check_bnb_backends(ctx: CheckContext) -> Verdict:
                   "the live probe found bitsandbytes without its native XPU library")
     native_pairs = sorted((p for p in ctx.matrix.pairs if p.certainty == "confirmed" and p.bitsandbytes_native
                            and p.compiles_kernels_on(ctx.platform)),
-                          key=lambda p: ((p.id, ctx.platform) in ctx.locks, Version(p.newest_torch)), reverse=True)
+                          key=lambda p: ((p.id, ctx.platform) in ctx.locks, parse_version(p.newest_torch)), reverse=True)
     newer = native_pairs[0].id if native_pairs else None  # the newest with a lock here, else the newest
     if not plan.complete:
         return fail(plan.describe(), f"{needs}; missing: {'; '.join(missing)}",

@@ -1,1 +1,1 @@
-$floor = [version]'@AIPC_FLOOR@'; $ok = $false; Get-CimInstance Win32_VideoController | Where-Object { $_.PNPDeviceID -like '*VEN_8086*' } | ForEach-Object { if ([version]$_.DriverVersion -ge $floor) { $ok = $true } }; $ok
+$floor = [version]@AIPC_FLOOR@; $ok = $false; Get-CimInstance Win32_VideoController | Where-Object { $_.PNPDeviceID -like '*VEN_8086*' } | ForEach-Object { if ([version]$_.DriverVersion -ge $floor) { $ok = $true } }; $ok

@@ -1,1 +1,1 @@
-throw 'install Intel oneAPI @AIPC_RELEASE@ through the fleet channel: winget-pkgs does not list it'
+throw ('install Intel oneAPI ' + @AIPC_RELEASE@ + ' through the fleet channel: winget-pkgs does not list it')
