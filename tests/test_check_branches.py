@@ -120,6 +120,8 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
                                                                              vendor_id="8086", driver="vfio-pci")])),
      Status.WARN, "kernel driver vfio-pci", "xe/i915"),
     ("multi-gpu", L, lambda f: None, Status.WARN, "2 Intel GPUs", "ONEAPI_DEVICE_SELECTOR=level_zero:"),
+    ("known-issues", "win11_arc_a770", lambda f: None, Status.WARN,
+     "pytorch/pytorch#197520 hits xpu-2.14 (torch 2.14.1) with Arc A-series (Alchemist) on Windows", "move to xpu-2.13"),
     ("device-probe", W, _set("device_probe", DeviceProbe(ran=False, error="torch: ImportError")), Status.FAIL,
      "probe failed", "nox -s env"),
     ("device-probe", W, _probe(torch_version="2.11.0+xpu", xpu_available=False), Status.FAIL,
@@ -318,6 +320,11 @@ def _gpus(*gpus: tuple[str, str | None, str | None, str | None]) -> Callable[[Fa
      "warn", "kernel driver i915; no compute runtime seen (sycl-ls missing)"),
     ("multi-gpu", L, _set("env_vars", {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}), "ok",
      "2 Intel GPUs, ONEAPI_DEVICE_SELECTOR=level_zero:0"),
+    # known issues: the A770 on Windows meets pytorch/pytorch#197520 with 2.14 only (2.11 was clean)
+    ("known-issues", "win11_arc_a770", _env_of("xpu-2.11"), "ok",
+     "none known for xpu-2.11 (torch 2.11.0) with Arc A-series (Alchemist) on Windows"),
+    ("known-issues", "win11_arc_a770", _set("training_env", None), "ok",
+     "none known for xpu-2.13 (torch 2.13.0), the pair a build would choose, with Arc A-series (Alchemist) on Windows"),
     ("device-probe", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, devices=[
         {"name": "Intel(R) Arc(TM) Graphics", "total_memory": 16_000_000_000}, {"name": "B580", "total_memory": None}]),
      "ok", "torch 2.11.0+xpu: Intel(R) Arc(TM) Graphics (16.0 GB), B580 (0.0 GB)"),
