@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> Result:
     if args.check:
         lockfile = pylock_path(root / pair.id, platform)
         report = EnvCheckReport(pair=pair.id, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, platform))
+                                drift=check_env(prefix, lockfile, platform, interpreter=True))
 
         def drift() -> None:
             if not report.drift:
@@ -185,7 +185,7 @@ def _bundle(args: argparse.Namespace) -> Result:
     lockfile = args.bundle / manifest.lockfile
     if args.check:
         report = EnvCheckReport(pair=manifest.pair, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, manifest.platform))
+                                drift=check_env(prefix, lockfile, manifest.platform, interpreter=True))
         return Result(report, lambda: print(f"{prefix} matches the bundle's lock" if report.clean else
                                             "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift)),
                       ExitCode.OK if report.clean else ExitCode.PROBLEMS)
