@@ -222,3 +222,17 @@ def test_assemble_from_a_pixi_lock_refuses_a_missing_root():
 
     with pytest.raises(InputError, match="environment e has no pip for win-64"):
         assemble(pixi, "e", "k", RecordSource(repository="o/r", path="pixi.lock", commit=COMMIT))
+
+
+def test_a_bundle_carries_the_layers_packages_only_for_its_python(tmp_path, monkeypatch):
+    import aipc_env.fleet.bundle as bundle
+
+    fetched: list = []
+    monkeypatch.setattr(bundle, "fill_wheelhouse", lambda artifacts, out, **kw: fetched.extend(artifacts) or [out])
+    said: list[str] = []
+    folder = ROOT / "lockfiles" / "xpu-2.12"
+    assert bundle._conda_packages(folder, "win-64", tmp_path / "c", tmp_path / "cache", "3.11", said.append) == []
+    assert fetched == [] and said == ["no conda packages: the conda layer holds Python 3.12.5 for win-64, not 3.11: "
+                                      "the interpreter comes from `conda create python=3.11` (unpinned)"]
+    assert bundle._conda_packages(folder, "win-64", tmp_path / "c", tmp_path / "cache", "3.12", said.append)
+    assert len(fetched) == 18 and (PYTHON_WIN[0], PYTHON_WIN[1]) in {(a.url, a.sha256) for a in fetched}
