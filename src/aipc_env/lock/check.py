@@ -153,7 +153,7 @@ def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
     problems = closure_problems(lock)
     if sources_path(lock_dir).is_file():  # assembled from public records (a lock made by conda-lock has no sidecar)
         problems += source_problems(lock, load_versioned(CondaSources, sources_path(lock_dir)))
-    held = {conda_python(lock, p) for p in lock.metadata.platforms} - {None}
+    held = {v for p in lock.metadata.platforms if (v := conda_python(lock, p)) is not None}
     if meta is not None:
         said = meta.conda_layer.get("python")
         if said is not None and held != {said}:

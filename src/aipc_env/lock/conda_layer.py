@@ -223,13 +223,14 @@ def closure_problems(lock: CondaLock) -> list[str]:
                 if dep.startswith("__"):  # a virtual package: the machine provides it (conda checks it at install)
                     continue
                 have = by_name.get(dep)
-                record = {"name": dep, "version": have.version, "build": have.build or _build_of(have.url),
-                          "build_number": 0} if have else None
                 if have is None:
                     problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: not in the lock")
-                elif not MatchSpec(f"{dep} {spec}".strip()).match(record):
+                    continue
+                build = have.build or _build_of(have.url)
+                if not MatchSpec(f"{dep} {spec}".strip()).match({"name": dep, "version": have.version, "build": build,
+                                                                 "build_number": 0}):
                     problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: the lock has "
-                                    f"{have.version} ({record['build']})")
+                                    f"{have.version} ({build})")
     missing = [x for x in PLATFORMS if x not in lock.metadata.platforms]
     if missing:
         problems.append(f"no conda layer for {', '.join(missing)}")
@@ -273,7 +274,7 @@ def _dependency(spec: str) -> tuple[str, str]:
 
 
 def assemble(pixi_lock: dict, environment: str, source_key: str, source: RecordSource,
-             platforms: tuple[str, ...] = PLATFORMS) -> tuple[dict, CondaSources]:
+             platforms: tuple[Platform, ...] = PLATFORMS) -> tuple[dict, CondaSources]:
     """A conda-lock v1 document of the closure of python and pip by `depends`, read from one environment of a
     pixi.lock (version 5 or 6), and the record of where each package came from. Raises InputError when the
     environment lacks a root or a dependency."""
