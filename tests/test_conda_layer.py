@@ -236,3 +236,25 @@ def test_a_bundle_carries_the_layers_packages_only_for_its_python(tmp_path, monk
                                       "the interpreter comes from `conda create python=3.11` (unpinned)"]
     assert bundle._conda_packages(folder, "win-64", tmp_path / "c", tmp_path / "cache", "3.12", said.append)
     assert len(fetched) == 18 and (PYTHON_WIN[0], PYTHON_WIN[1]) in {(a.url, a.sha256) for a in fetched}
+
+
+@pytest.mark.parametrize("python", ["3.12", "3.13"])
+def test_a_relock_that_cannot_reach_the_channels_carries_the_layer_over(tmp_path, monkeypatch, python):
+    import json
+
+    import aipc_env.lock.lock as lock
+
+    monkeypatch.setattr(lock, "reachable", lambda url: False)  # the channels, as on the machine that made them
+    monkeypatch.setattr(lock.shutil, "which", lambda name: "/bin/conda-lock")
+    folder = ROOT / "lockfiles" / "xpu-2.12"
+    work = tmp_path / "work"
+    work.mkdir()
+    said: list[str] = []
+    status = lock._conda_layer(load_matrix().get("xpu-2.12"), python, work, ["win-64", "linux-64"],
+                               tmp_path / "log", {}, said.append, folder, ["3.11", "3.12", "3.13"])
+    if python == "3.12":
+        assert status == json.loads((folder / "lock-meta.json").read_text())["conda_layer"]
+        assert (work / "conda-lock.yml").read_bytes() == (folder / "conda-lock.yml").read_bytes()
+        assert (work / "conda-sources.json").read_bytes() == (folder / "conda-sources.json").read_bytes()
+    else:  # the layer holds 3.12: nothing is carried, and lock-meta.json says why
+        assert status["status"] == "unavailable" and not (work / "conda-lock.yml").exists()
