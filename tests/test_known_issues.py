@@ -263,3 +263,12 @@ def test_refresh_asks_whether_a_new_release_fixes_an_open_issue(torch, noted):
     fixed = MATRIX.model_copy(update={"pairs": [p.model_copy(update={"known_issues": [
         i.model_copy(update={"fixed_in": "2.14.1"}) for i in p.known_issues]}) for p in MATRIX.pairs]})
     assert not [n for n in plan_refresh(fixed, manifest, [_index_torch(torch)], [], "x").notes if ISSUE in n]
+
+
+def test_lock_check_refuses_a_malformed_known_issue(tmp_path, capsys):
+    bad = _matrix_with(tmp_path, source="https://github.com/pytorch/pytorch/issues/1")
+    assert main(["lock", "check", "--pair", "xpu-2.12", "--matrix", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not the URL of pytorch/pytorch#197520" in err and str(bad) in err
+    (tmp_path / "ok").mkdir()
+    assert main(["lock", "check", "--pair", "xpu-2.12", "--matrix", str(_matrix_with(tmp_path / "ok"))]) == 0
