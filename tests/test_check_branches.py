@@ -201,14 +201,24 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
      "not usable (group render", "--group-add <the node's numeric gid>"),
     ("dri-access", L, _in_container([("/dev/dri/renderD128", None, False, 108)], ["aipc"]), Status.FAIL,
      "(gid 108)", "--group-add 108"),
+    ("interpreter", L, lambda f: None, Status.WARN, "Python 3.12.12; the conda layer of xpu-2.9 has 3.12.5",
+     "remove /home/dev/micromamba/envs/aipc-xpu-2.9, then nox -s env -- --pair xpu-2.9"),
+    ("known-issues", "win11_arc_a770", lambda f: None, Status.WARN,
+     "pytorch/pytorch#197520 hits xpu-2.14 (torch 2.14.1) with Arc A-series (Alchemist) on Windows", "move to xpu-2.13"),
 ]
 
 
 def _verdict(check: str, fixture: str, mutate: Callable[[Facts], None]):
     facts = load_facts(MACHINES / f"{fixture}.json")
     mutate(facts)
-    (finding,) = run_checks(facts, MATRIX, [check], lock_for=_shipped_lock).findings
+    (finding,) = run_checks(facts, MATRIX, [check], lock_for=_shipped_lock, conda_python_for=_shipped_conda).findings
     return finding
+
+
+def _shipped_conda(pair: str, platform: str):
+    from aipc_env.lock.conda_layer import conda_layer_python
+
+    return conda_layer_python(ROOT / "lockfiles" / pair, platform)
 
 
 def _shipped_lock(pair: str, platform: str):
@@ -238,7 +248,7 @@ def all_verdicts() -> dict:
     cases = {f"{c[0]}-{i}": _finding_record(_verdict(c[0], c[1], c[2])) for i, c in enumerate(CASES)}
     machines = {}
     for path in sorted(MACHINES.glob("*.json")):
-        report = run_checks(load_facts(path), MATRIX, lock_for=_shipped_lock)
+        report = run_checks(load_facts(path), MATRIX, lock_for=_shipped_lock, conda_python_for=_shipped_conda)
         machines[path.stem] = {f.id: _finding_record(f) for f in report.findings}
     return {"cases": cases, "machines": machines}
 
@@ -318,6 +328,20 @@ def _gpus(*gpus: tuple[str, str | None, str | None, str | None]) -> Callable[[Fa
      "warn", "kernel driver i915; no compute runtime seen (sycl-ls missing)"),
     ("multi-gpu", L, _set("env_vars", {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}), "ok",
      "2 Intel GPUs, ONEAPI_DEVICE_SELECTOR=level_zero:0"),
+    # the interpreter against the lock's conda layer (xpu-2.9: Python 3.12.5): the same release, another minor
+    # (the fallback), no layer
+    ("interpreter", L, _set("training_env.python_version", "3.12.5"), "ok",
+     "Python 3.12.5, the conda layer's of xpu-2.9"),
+    ("interpreter", L, _set("training_env.python_version", "3.13.1"), "ok",
+     "Python 3.13.1 from the fallback: `conda create python=3.13` (unpinned) or a --base-python venv; no conda layer "
+     "of xpu-2.9 for linux-64 that holds Python 3.12.5, not 3.13"),
+    ("interpreter", W, lambda f: None, "ok", "Python 3.12.12 from the fallback: `conda create python=3.12` (unpinned) "
+     "or a --base-python venv; no conda layer of xpu-2.11 for win-64 exists in this checkout"),
+    # known issues: the A770 on Windows meets pytorch/pytorch#197520 with 2.14 only (2.11 was clean)
+    ("known-issues", "win11_arc_a770", _env_of("xpu-2.11"), "ok",
+     "none known for xpu-2.11 (torch 2.11.0) with Arc A-series (Alchemist) on Windows"),
+    ("known-issues", "win11_arc_a770", _set("training_env", None), "ok",
+     "none known for xpu-2.13 (torch 2.13.0), the pair a build would choose, with Arc A-series (Alchemist) on Windows"),
     ("device-probe", W, _probe(torch_version="2.11.0+xpu", xpu_available=True, devices=[
         {"name": "Intel(R) Arc(TM) Graphics", "total_memory": 16_000_000_000}, {"name": "B580", "total_memory": None}]),
      "ok", "torch 2.11.0+xpu: Intel(R) Arc(TM) Graphics (16.0 GB), B580 (0.0 GB)"),

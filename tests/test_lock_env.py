@@ -4,6 +4,7 @@ same-name decoy on the default index, hash-checked installs, drift, the no-lock 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,7 +18,7 @@ from aipc_env.lock.lock import Indexes, lock_pair
 from aipc_env.lock.lockfile import pylock_path, read_pylock
 from aipc_env.lock.tools import CondaTool, conda_create_argv, conda_render_argv, find_uv
 from aipc_env.trainenv.build import EnvRequest, build_env, check_env
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.support.wheels import make_wheel, write_simple_index
 
 PAIR = "xpu-2.13"
@@ -118,6 +119,25 @@ def test_build_from_lock_drift_repair_and_noop(locked, indexes, matrix, tmp_path
     repaired = build_env(_request(matrix, locked, prefix, idx))
     assert repaired.changed and [d.name for d in repaired.drift_before] == ["tinydep"]
     assert check_env(prefix, result.lockfile, "linux-64") == []
+    # env --check also holds the interpreter to the lock's conda layer, where that layer is at the env's Python
+    import platform as _platform
+
+    import yaml
+
+    here = _platform.python_version()
+    with_layer = tmp_path / "with-layer"
+    with_layer.mkdir()
+    lockfile = with_layer / result.lockfile.name
+    shutil.copy(result.lockfile, lockfile)
+    layer = yaml.safe_load((ROOT / "lockfiles" / "xpu-2.12" / "conda-lock.yml").read_text())
+    for version, drift in ((here, []), (here.rsplit(".", 1)[0] + ".0", [("interpreter", "python", here)])):
+        for pkg in layer["package"]:
+            if pkg["name"] == "python":
+                pkg["version"] = version
+        (with_layer / "conda-lock.yml").write_text(yaml.safe_dump(layer))
+        got = check_env(prefix, lockfile, "linux-64", interpreter=True)
+        assert [(d.kind, d.name, d.installed) for d in got] == drift
+        assert check_env(prefix, lockfile, "linux-64") == []  # the build's own no-op check leaves it out
 
 
 def test_env_check_cli_reports_extra_and_missing(locked, indexes, matrix, tmp_path):

@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from aipc_env.errors import InputError
 from aipc_env.lock.check import check_pair_lock
@@ -186,9 +187,10 @@ def test_provenance_of(tool, found):
 def test_the_notes_of_a_clean_lock():
     meta = read_meta(LOCK)
     assert lock_notes(meta) == [
-        "no conda layer: the conda channels could not be reached (https://conda.anaconda.org/conda-forge/noarch/"
-        "repodata.json); envs get their Python from `conda create` or --base-python; lock it on a connected "
-        "machine: nox -s lock -- --pair xpu-2.10",
+        "conda layer: Python 3.12.5 (assembled from public lock records (conda-sources.json: prefix-dev/pixi "
+        "examples/polarify/pixi.lock@2b25fc76dd3b, environment py312); the conda channels could not be reached to "
+        "lock it here); 3.11, 3.13: no conda layer; the env build's conda interpreter is Python 3.12 (lock-meta "
+        "python), and a --base-python venv brings its own interpreter",
         "covers Python 3.11, 3.12, 3.13; the matrix row also allows 3.14, for which no public hash of every "
         "wheel is known",
         "6 package(s) hashed from public lockfiles, not against the live index: `aipc-env lock verify --pair "
@@ -196,6 +198,11 @@ def test_the_notes_of_a_clean_lock():
     quiet = meta.model_copy(update={"conda_layer": {"status": "locked", "reason": ""}, "uncovered_pythons": [],
                                     "provenance": {"index": 238, "public-lockfile": 0}})
     assert lock_notes(quiet) == []
+    unavailable = quiet.model_copy(update={"conda_layer": {"status": "unavailable", "reason": "the channels could "
+                                                           "not be reached"}})
+    assert lock_notes(unavailable) == [
+        "no conda layer: the channels could not be reached; envs get their Python from `conda create` or "
+        "--base-python; lock it on a connected machine: nox -s lock -- --pair xpu-2.10"]
 
 
 @pytest.fixture
@@ -212,7 +219,7 @@ def _meta(lock_dir: Path, **changes) -> None:
     path.write_text(json.dumps(data))
 
 
-CONDA = "metadata:\n  platforms: [{platforms}]\npackage: []\n"
+CONDA = "version: 1\nmetadata:\n  content_hash: {{}}\n  channels: []\n  platforms: [{platforms}]\n  sources: []\npackage: []\n"
 
 
 def test_pair_lock_problems_one_by_one(lock_dir, matrix):
@@ -221,12 +228,16 @@ def test_pair_lock_problems_one_by_one(lock_dir, matrix):
     (d / "pylock.win-64.toml").unlink()
     assert check_pair_lock(d, matrix) == [f"{d / 'pylock.win-64.toml'}: missing"]
     shutil.copy(LOCK / "pylock.win-64.toml", d)
-    (d / "conda-lock.yml").write_text(CONDA.format(platforms="linux-64, win-64"))
+    _meta(d, conda_layer={"status": "unavailable", "reason": "x"})
     assert check_pair_lock(d, matrix) == [
         f"{d / 'conda-lock.yml'}: present, but lock-meta.json says the conda channels were unreachable"]
     _meta(d, conda_layer={"status": "locked", "reason": ""})
     assert check_pair_lock(d, matrix) == []
-    (d / "conda-lock.yml").write_text(CONDA.format(platforms="linux-64"))
+    layer = yaml.safe_load((d / "conda-lock.yml").read_text())
+    layer["metadata"]["platforms"] = ["linux-64"]
+    layer["package"] = [p for p in layer["package"] if p["platform"] == "linux-64"]
+    (d / "conda-lock.yml").write_text(yaml.safe_dump(layer))
+    (d / "conda-sources.json").unlink()  # a layer conda-lock made (no sidecar of sources)
     assert check_pair_lock(d, matrix) == [f"{d / 'conda-lock.yml'}: no conda layer for win-64"]
     (d / "conda-lock.yml").unlink()
     assert check_pair_lock(d, matrix) == [f"{d / 'conda-lock.yml'}: missing (conda layer)"]
@@ -363,6 +374,7 @@ def test_every_platform_is_checked_after_a_missing_one(lock_dir, matrix):
 def test_a_conda_layer_for_no_platform_names_both(lock_dir, matrix):
     _meta(lock_dir, conda_layer={"status": "locked", "reason": ""})
     (lock_dir / "conda-lock.yml").write_text(CONDA.format(platforms=""))
+    (lock_dir / "conda-sources.json").unlink()
     assert check_pair_lock(lock_dir, matrix) == [f"{lock_dir / 'conda-lock.yml'}: no conda layer for win-64, linux-64"]
 
 

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.doctor.render import render_report
     from aipc_env.facts import load_facts
     from aipc_env.facts.gather import GatherOptions
+    from aipc_env.lock.conda_layer import conda_layer_python
     from aipc_env.lock.lockfile import available_locks, pylock_path, read_pylock
     from aipc_env.matrix import load_matrix
     from aipc_env.paths import lockfiles_dir
@@ -63,5 +64,6 @@ def run(args: argparse.Namespace) -> Result:
         write_model(args.save_facts, facts)
     root = lockfiles_dir()
     report = run_checks(facts, matrix, args.check, locks=available_locks(root), lock_for=lambda pair, platform:
-                        read_pylock(p) if (p := pylock_path(root / pair, platform)).is_file() else None)
+                        read_pylock(p) if (p := pylock_path(root / pair, platform)).is_file() else None,
+                        conda_python_for=lambda pair, platform: conda_layer_python(root / pair, platform))
     return Result(report, lambda: render_report(report, console_for(), verbose=args.verbose), report.exit_code)

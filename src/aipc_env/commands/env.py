@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
 from aipc_env.commands.result import Result, progress
-from aipc_env.core.platforms import DEFAULT_PYTHON
+from aipc_env.core.platforms import DEFAULT_PYTHON, Platform
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -36,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "checked against the bundle's manifest first; with --check: check against its lock")
     p.add_argument("--trust", type=Path, metavar="PUBKEY", help="with --bundle: the admin's minisign public key; the "
                    "bundle's signature must verify with it [env AIPC_ENV_BUNDLE_TRUST]")
+    p.add_argument("--facts", type=Path, metavar="FILE", help="with --dry-run: plan for the machine these doctor "
+                   "facts describe (doctor --save-facts): its platform and GPUs decide the plan and the known-issue "
+                   "warnings (default: this machine)")
     p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
                    help="which conda flavour creates the interpreter layer (default: the first found)")
     p.set_defaults(run=run)
@@ -43,12 +47,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> Result:
 
-    from aipc_env.core.platforms import current_platform
     from aipc_env.lock.lock import Indexes
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.lock.specs import PYPI_URL, XPU_INDEX_URL, common_requirements
     from aipc_env.lock.tools import find_conda_tool
     from aipc_env.matrix import load_matrix
+    from aipc_env.matrix.known_issues import issue_warnings
     from aipc_env.paths import data_dir, log_path
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> Result:
     if args.bundle:
         return _bundle(args)
     matrix = load_matrix(args.matrix)
-    platform = current_platform()
+    platform, families = _machine(args)
     root = lock_root(args)
     record = read_env_record()
     recorded = None
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> Result:
     if args.check:
         lockfile = pylock_path(root / pair.id, platform)
         report = EnvCheckReport(pair=pair.id, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, platform))
+                                drift=check_env(prefix, lockfile, platform, interpreter=True))
 
         def drift() -> None:
             if not report.drift:
@@ -90,8 +94,11 @@ def run(args: argparse.Namespace) -> Result:
                 print(f"  {d.kind:8} {d.describe()}")
             print(f"repair: nox -s env -- --pair {pair.id}" + (f" --prefix \"{prefix}\"" if args.prefix else ""))
         return Result(report, drift, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
+    issues = issue_warnings(pair, platform, families)
+    for line in issues:
+        print(f"aipc-env: warning: {line}", file=sys.stderr, flush=True)
     if args.dry_run:
-        return _dry_run(args, pair, root, platform)
+        return _dry_run(args, pair, root, platform, issues)
     log = log_path(f"env-{pair.id}")
     progress(args).say(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}")
     req = EnvRequest(pair=pair, prefix=prefix, platform=platform, lock_root=root, log=log,
@@ -113,7 +120,25 @@ def run(args: argparse.Namespace) -> Result:
                                  seconds=round(result.seconds, 3), log=str(log)), built)
 
 
-def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> Result:
+def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
+    """The platform and Intel GPU families the build is for: the --facts file's (dry run only), else this
+    machine's (its display adapters, read without subprocesses)."""
+    from aipc_env.core.gpus import families_of
+    from aipc_env.core.platforms import current_platform, display_adapters
+    from aipc_env.errors import InputError
+    from aipc_env.facts.model import INTEL_VENDOR_ID, load_facts
+
+    if args.facts:
+        if not args.dry_run:
+            raise InputError("--facts describes a machine to plan for, not this one", key="--facts",
+                             fix="add --dry-run, or leave --facts out to build on this machine")
+        facts = load_facts(args.facts)
+        return ("win-64" if facts.is_windows else "linux-64"), facts.gpu_families
+    return current_platform(), families_of((name, device) for vendor, device, name, _ in display_adapters()
+                                           if vendor == INTEL_VENDOR_ID)
+
+
+def _dry_run(args: argparse.Namespace, pair, root: Path, platform, issues: list[str]) -> Result:
     """The install plan of the pair's lock for this platform: nothing is fetched or changed."""
     from aipc_env.errors import InputError
     from aipc_env.lock.artifacts import InstallPlanReport, install_plan
@@ -138,13 +163,13 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform) -> Result:
                                                        f"({', '.join(a.filename for a in unknown)})" if unknown else "")
               + f"; from {', '.join(hosts)}; nothing was changed")
     return Result(InstallPlanReport(pair=pair.id, platform=platform, python=python, lockfile=str(lockfile),
-                                    known_bytes=known, size_unknown=[a.filename for a in unknown], artifacts=plan),
+                                    known_bytes=known, size_unknown=[a.filename for a in unknown], artifacts=plan,
+                                    known_issues=issues),
                   text)
 
 
 def _bundle(args: argparse.Namespace) -> Result:
     import os
-    import sys
 
     from aipc_env.fleet.bundle_check import verify_bundle
     from aipc_env.fleet.sign import read_public_key
@@ -160,7 +185,7 @@ def _bundle(args: argparse.Namespace) -> Result:
     lockfile = args.bundle / manifest.lockfile
     if args.check:
         report = EnvCheckReport(pair=manifest.pair, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, manifest.platform))
+                                drift=check_env(prefix, lockfile, manifest.platform, interpreter=True))
         return Result(report, lambda: print(f"{prefix} matches the bundle's lock" if report.clean else
                                             "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift)),
                       ExitCode.OK if report.clean else ExitCode.PROBLEMS)

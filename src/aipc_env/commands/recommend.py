@@ -55,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.facts:
         raw = read_json(args.facts, "facts or probe file")
+        facts: Facts | None = None
         if isinstance(raw, dict) and ("schema_version" in raw or "facts" in raw):
-            facts: Facts = load_facts(args.facts)
+            facts = load_facts(args.facts)
             machine = machine_from_facts(facts)
         elif isinstance(raw, dict):
             try:
@@ -69,10 +70,13 @@ def run(args: argparse.Namespace) -> int:
         from aipc_env.facts.gather import GatherOptions
         from aipc_env.trainenv.situation import gather_machine
 
-        machine = machine_from_facts(gather_machine(GatherOptions()))
+        facts = gather_machine(GatherOptions())
+        machine = machine_from_facts(facts)
     rec = recommend(machine, dataset_path=args.dataset_path, force=args.force, fast=args.fast,
                     model_path=args.model_path, output_dir=args.output_dir, smoke=args.smoke)
     TrainConfig.model_validate(rec.config)  # what we write must load (TODOs aside); a failure here is a bug
+    if facts is not None:
+        rec.notes.extend(_known_issues(facts))
     config = rec.config
     if args.smoke:
         if args.engine == "qflux":
@@ -107,3 +111,15 @@ def run(args: argparse.Namespace) -> int:
     return Result(RecommendReport(engine=args.engine, tier_gb=rec.tier_gb, config=config,
                                   selected=[SelectedPattern(pattern=p, why=w) for p, w in rec.selected],
                                   notes=rec.notes), show)
+
+
+def _known_issues(facts) -> list[str]:
+    """The known issues (environments/matrix.yaml) this machine meets with its env's pair, else the pair a build
+    would choose: the doctor's rule (its known-issues check)."""
+    from aipc_env.doctor.checks import CheckContext
+    from aipc_env.doctor.checks.gpu import machine_issues
+    from aipc_env.matrix import load_matrix
+    from aipc_env.matrix.known_issues import describe
+
+    pair, torch, _, hits = machine_issues(CheckContext(facts, load_matrix()))
+    return [describe(issue, pair, torch) for issue in hits]

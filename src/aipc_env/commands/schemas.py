@@ -30,6 +30,7 @@ def models() -> dict[str, type]:
     from aipc_env.fleet.winget_pins import WinGetPins
     from aipc_env.launch.plan import LaunchPlan
     from aipc_env.lock.artifacts import InstallPlanReport
+    from aipc_env.lock.conda_layer import CondaSources
     from aipc_env.lock.lock import LockReport
     from aipc_env.lock.lockfile import LockCheckReport, LockMeta
     from aipc_env.lock.refresh import RefreshReport
@@ -74,7 +75,8 @@ def models() -> dict[str, type]:
             "qflux-edit-set": EditSet, "xpu-wheel-manifest": WheelManifest, "lock-verify-report": LockVerifyReport,
             "winget-pins": WinGetPins, "gpu-runtime-table": GpuRuntimeTable, "matrix-refresh-report": RefreshReport,
             "install-plan": InstallPlanReport, "lock-verify-reports": LockVerifyReports,
-            "distill-run-result": DistillRunResult, "distill-report": DistillReport}
+            "distill-run-result": DistillRunResult, "distill-report": DistillReport,
+            "conda-layer-sources": CondaSources}
 
 
 def schemas() -> dict[str, dict]:

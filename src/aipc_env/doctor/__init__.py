@@ -106,9 +106,10 @@ def _run_one(spec: CheckSpec, ctx: CheckContext) -> Finding:
 
 
 def run_checks(facts: Facts, matrix: Matrix, names: Iterable[str] | None = None, *,
-               locks: Iterable[tuple[str, str]] = (), lock_for=None) -> DoctorReport:
+               locks: Iterable[tuple[str, str]] = (), lock_for=None, conda_python_for=None) -> DoctorReport:
     start = time.perf_counter()
-    ctx = CheckContext(facts=facts, matrix=matrix, locks=frozenset(locks), lock_for=lock_for)
+    ctx = CheckContext(facts=facts, matrix=matrix, locks=frozenset(locks), lock_for=lock_for,
+                       conda_python_for=conda_python_for)
     findings = [_run_one(spec, ctx) for spec in select_checks(names)]
     summary = Summary()
     for f in findings:

@@ -279,6 +279,15 @@ class Facts(VersionedModel):
     def is_windows(self) -> bool:
         return self.os.system == "Windows"
 
+    @property
+    def gpu_families(self) -> frozenset[str]:
+        """The families of the Intel GPUs the OS listing and sycl-ls show (aipc_env.core.gpus)."""
+        from aipc_env.core.gpus import families_of
+
+        listed = [(g.name, g.device_id) for g in self.gpus if g.is_intel]
+        sycl = [(d.name, None) for d in self.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()]
+        return families_of(listed + sycl)
+
 
 def load_facts(path: str | Path) -> Facts:
     """Facts saved by `doctor --save-facts`, or the facts inside a whole `doctor --json` report."""

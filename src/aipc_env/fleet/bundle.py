@@ -54,10 +54,15 @@ class BundleManifest(VersionedModel):
     """Path relative to the bundle (forward slashes) -> sha256."""
 
 
-def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path) -> list[Path]:
-    """The conda layer's packages (url + sha256 from conda-lock.yml), when the pair has a conda lock."""
-    path = conda_lock_path(lock_dir)
-    if not path.is_file():
+def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path, python: str, log=print) -> list[Path]:
+    """The conda layer's packages (url + sha256 from conda-lock.yml), when the pair has a conda lock that holds the
+    bundle's Python (a layer of another Python would not be the interpreter the bundle's wheels are for)."""
+    from aipc_env.lock.conda_layer import layer_for
+
+    path, why = layer_for(lock_dir, platform, python)
+    if path is None:
+        if conda_lock_path(lock_dir).is_file():
+            log(f"no conda packages: {why}")
         return []
     from aipc_env.core.fileio import read_yaml
 
@@ -102,7 +107,7 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
                     log=log)
     checkpoint("bundle:after-wheels")
     shutil.copyfile(aipc_wheel, out / WHEELS / aipc_wheel.name)
-    conda = _conda_packages(lockfile.parent, platform, out / "conda", cache)
+    conda = _conda_packages(lockfile.parent, platform, out / "conda", cache, python, log)
     if conda:
         log(f"{len(conda)} conda packages for the interpreter layer")
     shutil.copyfile(lockfile, out / lockfile.name)

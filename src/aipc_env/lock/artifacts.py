@@ -165,6 +165,8 @@ class InstallPlanReport(VersionedModel):
     known_bytes: int
     size_unknown: list[str]
     artifacts: list[PlannedArtifact]
+    known_issues: list[str] = []
+    """Known issues of the pair (environments/matrix.yaml) that the machine planned for meets, as warnings."""
 
 
 @dataclass(frozen=True)

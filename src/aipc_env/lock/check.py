@@ -11,13 +11,13 @@ from packaging.utils import canonicalize_name
 
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
 from aipc_env.core.specs import parse_requirement, parse_version
+from aipc_env.lock.conda_layer import sources_path
 from aipc_env.lock.lockfile import (
     LockMeta,
     Pylock,
     check_public_artifacts,
     check_pylock,
     conda_lock_path,
-    conda_lock_platforms,
     meta_path,
     provenance_of,
     pylock_path,
@@ -132,9 +132,34 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
     elif not conda.is_file():
         problems.append(f"{conda}: missing (conda layer)")
     else:
-        missing = [p for p in PLATFORMS if p not in conda_lock_platforms(conda)]
-        if missing:
-            problems.append(f"{conda}: no conda layer for {', '.join(missing)}")
+        problems += [f"{conda}: {p}" for p in conda_layer_problems(lock_dir, meta)]
+    return problems
+
+
+def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
+    """A conda layer assembled from public records: read back, closed under `depends`, every package with its
+    source, the interpreter the one lock-meta.json names."""
+    from aipc_env.core.formats import load_versioned
+    from aipc_env.lock.conda_layer import (
+        CondaSources,
+        closure_problems,
+        conda_python,
+        read_conda_lock,
+        source_problems,
+    )
+
+    lock = read_conda_lock(conda_lock_path(lock_dir))
+    problems = closure_problems(lock)
+    if sources_path(lock_dir).is_file():  # assembled from public records (a lock made by conda-lock has no sidecar)
+        problems += source_problems(lock, load_versioned(CondaSources, sources_path(lock_dir)))
+    held = {v for p in lock.metadata.platforms if (v := conda_python(lock, p)) is not None}
+    if meta is not None:
+        said = meta.conda_layer.get("python")
+        if said is not None and held != {said}:
+            problems.append(f"python {', '.join(sorted(held))}, but lock-meta.json's conda_layer says {said}")
+        off = sorted(v for v in held if ".".join(v.split(".")[:2]) != meta.python)
+        if off:
+            problems.append(f"python {', '.join(off)} is not the Python {meta.python} the pair's envs are built with")
     return problems
 
 

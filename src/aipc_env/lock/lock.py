@@ -17,6 +17,7 @@ from aipc_env.core.platforms import PLATFORMS, Platform
 from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
+from aipc_env.lock.conda_layer import CONDA_SOURCES_NAME, public_layer_status
 from aipc_env.lock.lockfile import (
     LOCK_HEADER,
     LockMeta,
@@ -157,7 +158,8 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
         tools = {"uv": tool_version([uv, "--version"])}
         conda_status: dict[str, str] = {"status": "skipped", "reason": "--pip-only"}
         if conda_layer:
-            conda_status = _conda_layer(pair, python, work, list(platforms), log, tools, say)
+            conda_status = _conda_layer(pair, python, work, list(platforms), log, tools, say, lock_dir,
+                                        meta_extra.get("pythons") or [python])
         shutil.rmtree(work / "in")
         meta = LockMeta(pair=pair.id, matrix_row_hash=specs.row_hash(pair), python=python, platforms=list(platforms),
                         pypi_url=indexes.pypi_url, xpu_index_url=indexes.xpu_index_url, tools=tools,
@@ -198,13 +200,21 @@ def _record(data: dict, readers: dict[str, IndexReader], pair: Pair) -> None:
 
 
 def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log: Path, tools: dict[str, str],
-                 say) -> dict[str, str]:
+                 say, lock_dir: Path, pythons: list[str]) -> dict[str, str]:
     """Lock the conda layer with conda-lock, or record why it was not: no conda-lock, or the channels cannot be
-    reached (a conda lock is never invented)."""
+    reached (a conda lock is never invented; a layer the lock folder already holds, assembled from public records,
+    is carried over)."""
     conda_lock = shutil.which("conda-lock")
     if not conda_lock:
         raise AipcError("conda-lock is not installed", fix="pip install conda-lock, or pass --pip-only")
     if not reachable(CONDA_CHANNEL_PROBE):
+        carried = public_layer_status(lock_dir, python, pythons)
+        if carried is not None:
+            for name in (conda_lock_path(lock_dir).name, CONDA_SOURCES_NAME):
+                shutil.copy2(lock_dir / name, work / name)
+            say(f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: the conda layer assembled from "
+                f"public records (Python {carried['python']}) is carried over")
+            return carried
         say(f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: no conda layer; lock-meta.json says so "
             "and `lock check` reports it")
         return {"status": "unavailable", "reason": f"the conda channels could not be reached ({CONDA_CHANNEL_PROBE})"}

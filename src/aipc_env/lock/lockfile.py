@@ -76,7 +76,9 @@ class LockMeta(VersionedModel):
     """Packages per provenance over all platforms: index (hashed by the resolver against the live index),
     public-lockfile (hash read from public lockfiles, to be re-checked by `aipc-env lock verify`)."""
     conda_layer: dict[str, str] = {"status": "locked", "reason": ""}
-    """status locked | unavailable (the channels could not be reached: no conda lock was made) | skipped."""
+    """status locked | unavailable (the channels could not be reached: no conda lock was made) | skipped; with
+    locked, python (the interpreter's version), reason (how it was made) and uncovered (the Pythons it leaves to
+    the fallback)."""
     uncovered_pythons: list[str] = []
     """Python versions the matrix row allows but no public hash covers on every platform (not in the lock)."""
 
@@ -318,6 +320,10 @@ def lock_notes(meta: LockMeta) -> list[str]:
     if meta.conda_layer.get("status") == "unavailable":
         notes.append(f"no conda layer: {meta.conda_layer.get('reason')}; envs get their Python from `conda create` "
                      "or --base-python; lock it on a connected machine: nox -s lock -- --pair " + meta.pair)
+    layer = meta.conda_layer
+    if layer.get("status") == "locked" and layer.get("python"):
+        notes.append(f"conda layer: Python {layer['python']}" + (f" ({layer['reason']})" if layer.get("reason") else "")
+                     + (f"; {layer['uncovered']}" if layer.get("uncovered") else ""))
     if meta.uncovered_pythons:
         notes.append(f"covers Python {', '.join(meta.pythons)}; the matrix row also allows "
                      f"{', '.join(meta.uncovered_pythons)}, for which no public hash of every wheel is known")

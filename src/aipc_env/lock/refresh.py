@@ -23,7 +23,7 @@ from aipc_env.core.platforms import Platform, marker_environment, wheel_platform
 from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.wheels import WheelManifest
-from aipc_env.matrix.model import Matrix
+from aipc_env.matrix.model import Matrix, Pair
 
 __all__ = ["IndexWheel", "RefreshPlan", "RefreshReport", "candidate_paths", "check_candidates", "manifest_text",
            "matrix_text", "plan_refresh", "read_index", "today", "unified_diff"]
@@ -146,6 +146,7 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
             if vision:
                 update["torchvision"][torch] = vision.split("+")[0]
             plan.notes.append(f"{row.id}: torch {torch} is on the XPU index ({source}); compare its pins with the row's")
+            plan.notes += _open_issue_notes(row, torch)
             continue
         if not (sycl and triton):
             plan.notes.append(f"torch {torch} is on the XPU index, but {first.file}'s metadata names no "
@@ -162,6 +163,9 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
                "source": source, "certainty": "provisional",
                "notes": "candidate written by `aipc-env matrix refresh`: review the pins, then mark it confirmed"}
         plan.new_rows.append(new)
+        older = [p for p in matrix.pairs if parse_version(p.newest_torch) < parse_version(torch)]
+        if older:
+            plan.notes += _open_issue_notes(max(older, key=lambda p: parse_version(p.newest_torch)), torch)
     newest_index = max((parse_version(v) for v in torch_builds), default=None)
     for v in sorted(pypi_torch, key=Version):
         if newest_index is not None and parse_version(v) > newest_index and not parse_version(v).is_prerelease:
@@ -196,6 +200,13 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
                                      if w.metadata.requires_python else {}),
                                   "certainty": "published", "sources": [f"{w.url}.metadata (PEP 658, read {when})"]})
     return plan
+
+
+def _open_issue_notes(row: Pair, torch: str) -> list[str]:
+    """Keep known issues current: a new torch release may fix an open one (then record its fixed_in) or carry it
+    into the next pair (then copy the record)."""
+    return [f"{row.id}: known issue {i.id} is open (no fixed_in): check whether torch {torch} fixes it ({i.source}); "
+            f"record fixed_in, or carry the record to torch {torch}'s row" for i in row.known_issues if i.fixed_in is None]
 
 
 def _flow(value: object) -> str:

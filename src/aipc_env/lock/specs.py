@@ -89,7 +89,8 @@ def uv_project(requirements: list[str], *, pypi_url: str, xpu_index_url: str, py
 
 
 def row_hash(pair: Pair) -> str:
-    """Hash of the matrix row a lock came from (staleness check)."""
-    data = json.dumps(pair.model_dump(mode="json"), sort_keys=True).encode()
+    """Hash of the matrix row a lock came from (staleness check). Its known issues are left out: they change what
+    the tools warn about, not what a lock is made from."""
+    data = json.dumps(pair.model_dump(mode="json", exclude={"known_issues"}), sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -13,6 +14,7 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
+from aipc_env.core.gpus import GpuFamily
 from aipc_env.core.platforms import Platform, marker_environment
 from aipc_env.core.specs import (
     check_identifier,
@@ -27,7 +29,7 @@ from aipc_env.core.specs import (
 from aipc_env.errors import InputError
 from aipc_env.paths import matrix_path
 
-__all__ = ["MATRIX_SCHEMA_VERSION", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
+__all__ = ["MATRIX_SCHEMA_VERSION", "KnownIssue", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
 
 MATRIX_SCHEMA_VERSION = 1
 
@@ -86,6 +88,71 @@ class Pin(StrictModel):
         return self.marker is None or parse_marker(self.marker).evaluate(marker_environment(platform))
 
 
+_ISSUE_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[1-9][0-9]*$")
+
+
+class KnownIssue(StrictModel):
+    """A known bug of a pair's wheels on some GPU families and platforms, read from a public issue."""
+
+    id: str
+    """owner/repository#number of the public issue (pytorch/pytorch#197520)."""
+    what: str
+    gpu_families: list[GpuFamily]
+    platforms: list[Platform]
+    severity: Literal["critical", "major", "minor"]
+    """critical: silent wrong results or data loss; major: a crash or a hang; minor: slower or noisier."""
+    source: str
+    """The issue's URL."""
+    seen: str
+    """What the source shows, quoted or closely paraphrased (versions, hardware, driver)."""
+    unconfirmed: str | None = None
+    """What this record assumes that the source does not show (inferred)."""
+    workaround: str | None = None
+    fixed_in: str | None = None
+    """The first torch release without the bug; unset while the issue is open (every torch of the pair is hit)."""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ISSUE_ID.match(value):
+            raise ValueError(f"{value!r} is not owner/repository#number (pytorch/pytorch#197520)")
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if not value.startswith("https://"):
+            raise ValueError(f"{value!r} is not an https URL of the issue")
+        return value
+
+    @field_validator("gpu_families", "platforms")
+    @classmethod
+    def _non_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one")
+        return value
+
+    @field_validator("fixed_in")
+    @classmethod
+    def _fixed(cls, value: str | None) -> str | None:
+        return None if value is None else check_version(value)
+
+    @model_validator(mode="after")
+    def _source_is_the_issue(self) -> KnownIssue:
+        repo, number = self.id.split("#")
+        if not re.search(rf"github\.com/{re.escape(repo)}/(?:issues|pull)/{number}(?:$|[/?#])", self.source):
+            raise ValueError(f"source {self.source} is not the URL of {self.id}")
+        return self
+
+    def affects(self, torch: str) -> bool:
+        """Whether a torch release has the bug: every release before fixed_in (all of them while it is open)."""
+        return self.fixed_in is None or Version(Version(torch).public) < Version(self.fixed_in)
+
+    def hits(self, platform: Platform, families: frozenset[str] | set[str], torch: str) -> bool:
+        """Whether this machine (its platform and GPU families) running this torch meets the bug."""
+        return platform in self.platforms and bool(set(self.gpu_families) & set(families)) and self.affects(torch)
+
+
 class Pair(StrictModel):
     """One supported combination: a torch+xpu release and the oneAPI release whose runtime it pins."""
 
@@ -114,6 +181,8 @@ class Pair(StrictModel):
     source: str
     certainty: Literal["confirmed", "provisional"]
     notes: str | None = None
+    known_issues: list[KnownIssue] = []
+    """Known bugs of the pair's wheels (not part of what a lock is made from: row_hash leaves them out)."""
 
     @field_validator("id")
     @classmethod
@@ -143,6 +212,20 @@ class Pair(StrictModel):
         return [check_version(v) for v in value]
 
     @model_validator(mode="after")
+    def _issue_ids(self) -> Pair:
+        ids = [i.id for i in self.known_issues]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"known_issues: {', '.join(twice)} appears twice")
+        return self
+
+    def issues_hitting(self, platform: Platform, families: frozenset[str] | set[str],
+                       torch: str | None = None) -> list[KnownIssue]:
+        """The known issues a machine meets with this pair's torch (default: the newest, what a build installs)."""
+        torch = torch or self.newest_torch
+        return [i for i in self.known_issues if i.hits(platform, families, torch)]
+
+    @model_validator(mode="after")
     def _per_torch_keys(self) -> Pair:
         for field in ("torchvision", "triton_by_torch"):
             unknown = sorted(set(getattr(self, field)) - set(self.torch))
@@ -166,6 +249,10 @@ class Pair(StrictModel):
     @property
     def newest_torch(self) -> str:
         return max(self.torch, key=Version)
+
+    @property
+    def newest_torch_version(self) -> Version:
+        return Version(self.newest_torch)
 
     def torchvision_for(self, torch: str) -> str | None:
         return self.torchvision.get(torch)

@@ -26,11 +26,11 @@ from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, InputError
 from aipc_env.facts.gather import inspect_env, modified_files
 from aipc_env.lock import specs
+from aipc_env.lock.conda_layer import layer_for
 from aipc_env.lock.lock import Indexes, compile_pylock, tool_version
 from aipc_env.lock.lockfile import (
     LockMeta,
     check_pylock,
-    conda_lock_path,
     meta_path,
     pylock_path,
     read_meta,
@@ -86,9 +86,11 @@ def _read_manifest(prefix: Path) -> Manifest | None:
     return load_versioned(Manifest, path) if path.is_file() else None
 
 
-def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = True) -> list[DriftItem]:
+def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = True,
+              interpreter: bool = False) -> list[DriftItem]:
     """Compare an env with its lock without changing anything. `deep` also hashes the installed files of every
-    locked distribution against their RECORD."""
+    locked distribution against their RECORD; `interpreter` also compares its Python with the lock's conda layer
+    (where the layer covers that Python)."""
     python = env_python(prefix)
     if not python.is_file():
         raise InputError(f"no env at {prefix}", key="--prefix", fix="build it: nox -s env")
@@ -100,8 +102,15 @@ def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = 
     if deep:
         names = set(locked_packages(lock, platform, env.python_version or specs.DEFAULT_PYTHON))
         modified = modified_files(env.site_packages, names)
-    return compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "",
-                         modified)
+    drift = compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "",
+                          modified)
+    if interpreter and env.python_version:
+        from aipc_env.lock.conda_layer import interpreter_drift
+
+        differs = interpreter_drift(lockfile.parent, platform, env.python_version)
+        if differs:
+            drift.append(DriftItem(kind="interpreter", name="python", locked=differs[0], installed=differs[1]))
+    return drift
 
 
 def _interpreter_layer(req: EnvRequest, lockfile_conda: Path | None, python: str) -> None:
@@ -281,8 +290,10 @@ def build_env(req: EnvRequest) -> EnvResult:
                          fix="choose an empty or new folder")
     with _rollback(req.prefix):
         if not env_python(req.prefix).is_file():
-            conda_lock = conda_lock_path(lock_dir)
-            _interpreter_layer(req, conda_lock if conda_lock.is_file() else None, python_version)
+            layer, why = layer_for(lock_dir, req.platform, python_version) if not req.base_python else (None, "")
+            if why:
+                _tell(req.log, [why])
+            _interpreter_layer(req, layer, python_version)
             checkpoint("env:after-interpreter")
         if req.unlocked:
             lockfile = _record_unlocked(req, python_version)

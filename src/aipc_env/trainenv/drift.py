@@ -28,7 +28,7 @@ IGNORED = {"pip", "setuptools", "wheel"}
 
 
 class DriftItem(StrictModel):
-    kind: Literal["missing", "extra", "version", "hash", "modified"]
+    kind: Literal["missing", "extra", "version", "hash", "modified", "interpreter"]
     name: str
     locked: str | None = None
     installed: str | None = None
@@ -42,6 +42,8 @@ class DriftItem(StrictModel):
                 "hash": f"{self.name}: the lock's artifact changed (sha256 {self.locked}), env has {self.installed}",
                 "modified": f"{self.name} {self.installed}: {len(self.files)} installed file(s) changed since the "
                             f"install ({', '.join(self.files[:3])}{' ...' if len(self.files) > 3 else ''})",
+                "interpreter": f"{self.name}: the lock's conda layer has {self.locked}, env has {self.installed} "
+                               "(the interpreter is not repaired in place: build a new env)",
                 }[self.kind]
 
 

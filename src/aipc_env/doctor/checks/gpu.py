@@ -6,6 +6,7 @@ import re
 
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.facts.model import GpuInfo
+from aipc_env.matrix.model import KnownIssue, Pair
 
 DRIVER_URL = "https://www.intel.com/content/www/us/en/download/785597/intel-arc-graphics-windows.html"
 MIN_WINDOWS_DRIVER_BUILD = 6000
@@ -130,3 +131,42 @@ def check_bnb_backend(ctx: CheckContext) -> Verdict:
                     f"(its wheel ships the XPU library): {ctx.env_fix()}")
     return ok(seen)
 check("bnb-backend", "GPU", "bitsandbytes backend")(check_bnb_backend)
+
+
+def _torch_of(ctx: CheckContext) -> str | None:
+    version = ctx.installed.get("torch")
+    return version.split("+")[0] if version else None
+
+
+def machine_issues(ctx: CheckContext) -> tuple[Pair, str, bool, list[KnownIssue]]:
+    """(pair, torch, built, issues): the known issues this machine meets with its env's pair and installed torch,
+    else with the pair and torch a build would choose (built False). What the doctor and `recommend` warn about."""
+    built = ctx.pair
+    pair = built or ctx.fallback_pair
+    torch = (_torch_of(ctx) if built else None) or pair.newest_torch
+    return pair, torch, built is not None, pair.issues_hitting(ctx.platform, ctx.facts.gpu_families, torch)
+
+
+def check_known_issues(ctx: CheckContext) -> Verdict:
+    from aipc_env.core.gpus import family_label
+    from aipc_env.matrix.known_issues import describe
+
+    families = ctx.facts.gpu_families
+    if not families:
+        return skip("no Intel GPU whose family is known")
+    pair, torch, built, hits = machine_issues(ctx)
+    on = ", ".join(family_label(f) for f in sorted(families)) + (" on Windows" if ctx.facts.is_windows else
+                                                                   " on Linux")
+    where = f"{pair.id} (torch {torch})" + ("" if built else ", the pair a build would choose,")
+    if not hits:
+        return ok(f"none known for {where} with {on}")
+    clear = [p for p in ctx.matrix.pairs if p.certainty == "confirmed" and p.compiles_kernels_on(ctx.platform)
+             and not p.issues_hitting(ctx.platform, families)]
+    alternative = max(clear, key=lambda p: p.newest_torch_version, default=None)
+    fix = "follow the workaround in the details"
+    if alternative is not None:
+        fix += f", or move to {alternative.id}, which has none known here: {ctx.env_fix(alternative)}"
+    worst = "critical" if any(i.severity == "critical" for i in hits) else hits[0].severity
+    return warn(f"{', '.join(i.id for i in hits)} hit{'s' if len(hits) == 1 else ''} {where} with {on}",
+                f"{worst}: " + "; ".join(i.what for i in hits), fix, *(describe(i, pair, torch) for i in hits))
+check("known-issues", "GPU", "Known issues of the pair")(check_known_issues)

@@ -162,6 +162,30 @@ def check_python(ctx: CheckContext) -> Verdict:
 check("python", "Training env", "Python version")(check_python)
 
 
+def check_interpreter(ctx: CheckContext) -> Verdict:
+    if (early := _env_missing(ctx)):
+        return early
+    env = ctx.facts.training_env
+    pair = ctx.pair
+    version = env.python_version if env else None
+    if not version or pair is None:
+        return skip("unknown interpreter or pair")
+    held = ctx.conda_python_for(pair.id, ctx.platform) if ctx.conda_python_for else None
+    minor = ".".join(version.split(".")[:2])
+    if held is None or held.split(".")[:2] != version.split(".")[:2]:
+        cover = f"holds Python {held}" if held else "exists"
+        return ok(f"Python {version} from the fallback: `conda create python={minor}` (unpinned) or a --base-python "
+                  f"venv; no conda layer of {pair.id} for {ctx.platform} {'that ' if held else ''}{cover}"
+                  + (f", not {minor}" if held else " in this checkout"))
+    if held == version:
+        return ok(f"Python {version}, the conda layer's of {pair.id}")
+    return warn(f"Python {version}; the conda layer of {pair.id} has {held}", "the interpreter was not built "
+                "from the lock's conda layer (an older build, or the unpinned fallback): machines with the same lock "
+                "run different interpreters", f"build a new env from the lock (the interpreter is not repaired in "
+                f"place): remove {env.prefix if env else 'the env'}, then {ctx.env_fix(pair)}")
+check("interpreter", "Training env", "Interpreter from the conda layer")(check_interpreter)
+
+
 def check_bitsandbytes(ctx: CheckContext) -> Verdict:
     if (early := _env_missing(ctx)):
         return early

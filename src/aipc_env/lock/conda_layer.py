@@ -1,0 +1,362 @@
+"""The conda layer of a lock (lockfiles/<pair>/conda-lock.yml): the env's interpreter (python, pip and their
+closure by `depends`) for win-64 and linux-64, assembled from public conda lock records (pixi.lock files of public
+repositories), with where each package was read in conda-sources.json beside it.
+
+conda-lock's own models reject unknown keys, so the sources live in the sidecar; `lock check` holds the two to
+each other (every package has its source, with the same URL and sha256) and checks the closure: every dependency
+of every package is satisfied inside the lock, by conda's own MatchSpec (vendored in conda-lock)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.platforms import PLATFORMS, Platform
+from aipc_env.errors import InputError
+
+__all__ = [
+    "CONDA_SOURCES_NAME",
+    "CondaLock",
+    "CondaPackage",
+    "CondaSources",
+    "PackageSource",
+    "RecordSource",
+    "assemble",
+    "closure_problems",
+    "conda_layer_python",
+    "conda_python",
+    "interpreter_drift",
+    "layer_for",
+    "public_layer_status",
+    "read_conda_lock",
+    "source_problems",
+    "sources_path",
+]
+
+CONDA_SOURCES_NAME = "conda-sources.json"
+ROOTS = ("python", "pip")
+_SHA256 = r"^[0-9a-f]{64}$"
+_MD5 = r"^[0-9a-f]{32}$"
+_CHANNEL = "https://conda.anaconda.org/conda-forge/"
+
+
+class _Hash(StrictModel):
+    md5: str = Field(pattern=_MD5)
+    sha256: str = Field(pattern=_SHA256)
+
+
+class CondaPackage(StrictModel):
+    """One package of a conda-lock v1 file, as the conda layer needs it (both hashes, a conda-forge URL)."""
+
+    name: str
+    version: str
+    manager: Literal["conda"]
+    platform: Platform
+    dependencies: dict[str, str] = {}
+    url: str
+    hash: _Hash
+    category: Literal["main"] = "main"
+    optional: Literal[False] = False
+    build: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(_CHANNEL) or not re.search(r"\.(conda|tar\.bz2)$", value):
+            raise ValueError(f"{value!r} is not a conda-forge package URL")
+        return value
+
+
+class _Meta(StrictModel):
+    content_hash: dict[str, str]
+    channels: list[dict]
+    platforms: list[Platform]
+    sources: list[str]
+    time_metadata: dict | None = None
+    git_metadata: dict | None = None
+    inputs_metadata: dict | None = None
+    custom_metadata: dict | None = None
+
+
+class CondaLock(StrictModel):
+    """lockfiles/<pair>/conda-lock.yml: conda-lock's v1 format, restricted to what the conda layer may hold."""
+
+    version: Literal[1]
+    metadata: _Meta
+    package: list[CondaPackage]
+
+    def of(self, platform: str) -> list[CondaPackage]:
+        return [p for p in self.package if p.platform == platform]
+
+
+class RecordSource(StrictModel):
+    """A public lock file read: repository, path and commit (and the environment of a pixi.lock)."""
+
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    path: str
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    environment: str | None = None
+
+
+class PackageSource(StrictModel):
+    platform: Platform
+    name: str
+    url: str
+    sha256: str = Field(pattern=_SHA256)
+    source: str
+    """A key of CondaSources.sources."""
+
+
+class CondaSources(VersionedModel):
+    """lockfiles/<pair>/conda-sources.json: where each package of the conda layer was read."""
+
+    FORMAT: ClassVar[str] = "conda layer sources"
+    FIX: ClassVar[str] = "re-assemble the conda layer: python -m aipc_env.lock.conda_layer"
+    schema_version: Literal[1] = 1
+    python: str
+    """The interpreter's full version (both platforms)."""
+    roots: list[str] = list(ROOTS)
+    sources: dict[str, RecordSource]
+    packages: list[PackageSource]
+
+
+def sources_path(lock_dir: Path) -> Path:
+    return lock_dir / CONDA_SOURCES_NAME
+
+
+def read_conda_lock(path: Path) -> CondaLock:
+    from pydantic import ValidationError
+
+    from aipc_env.core.fileio import read_yaml
+    from aipc_env.errors import validation_message
+
+    raw = read_yaml(path, "conda-lock file")
+    try:
+        return CondaLock.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_message(exc, path) from None
+
+
+def conda_python(lock: CondaLock, platform: str) -> str | None:
+    """The interpreter version the conda layer holds for a platform."""
+    return next((p.version for p in lock.of(platform) if p.name == "python"), None)
+
+
+def conda_layer_python(lock_dir: Path, platform: str) -> str | None:
+    """The interpreter version a lock folder's conda layer holds for a platform (None: no layer)."""
+    from aipc_env.lock.lockfile import conda_lock_path
+
+    path = conda_lock_path(lock_dir)
+    return conda_python(read_conda_lock(path), platform) if path.is_file() else None
+
+
+def public_layer_status(lock_dir: Path, python: str, pythons: list[str]) -> dict[str, str] | None:
+    """lock-meta.json's conda_layer for a layer assembled from public records in lock_dir (conda-sources.json),
+    where it holds the envs' Python; None where there is none."""
+    from aipc_env.core.formats import load_versioned
+
+    if not sources_path(lock_dir).is_file():
+        return None
+    sources = load_versioned(CondaSources, sources_path(lock_dir))
+    if sources.python.split(".")[:2] != python.split(".")[:2]:
+        return None
+    read = "; ".join(f"{s.repository} {s.path}@{s.commit[:12]}" + (f", environment {s.environment}" if s.environment
+                                                                    else "") for s in sources.sources.values())
+    others = [p for p in pythons if p != python]
+    return {"status": "locked", "python": sources.python,
+            "reason": f"assembled from public lock records ({CONDA_SOURCES_NAME}: {read}); the conda channels could "
+                      "not be reached to lock it here",
+            "uncovered": (f"{', '.join(others)}: no conda layer; the env build's conda interpreter is Python {python} "
+                          "(lock-meta python), and a --base-python venv brings its own interpreter") if others else ""}
+
+
+def layer_for(lock_dir: Path, platform: str, python: str) -> tuple[Path | None, str]:
+    """(the conda-lock file to build the interpreter from, or None; why). The layer is used where it holds this
+    platform's interpreter at the env's Python minor; otherwise the build falls back to `conda create python=X.Y`
+    (unpinned), and says so."""
+    from aipc_env.lock.lockfile import conda_lock_path
+
+    path = conda_lock_path(lock_dir)
+    if not path.is_file():
+        return None, (f"no conda layer in {lock_dir}: the interpreter comes from `conda create python={python}` "
+                      "(unpinned)")
+    held = conda_python(read_conda_lock(path), platform)
+    if held is None or held.split(".")[:2] != python.split(".")[:2]:
+        return None, (f"the conda layer holds Python {held or 'nothing'} for {platform}, not {python}: the "
+                      f"interpreter comes from `conda create python={python}` (unpinned)")
+    return path, f"interpreter: Python {held} from the conda layer {path}"
+
+
+def interpreter_drift(lock_dir: Path, platform: str, installed: str) -> tuple[str, str] | None:
+    """(locked, installed) where the env's interpreter is at the conda layer's Python minor but another release;
+    None where they agree or the layer does not cover the env's Python (the fallback)."""
+    path, _ = layer_for(lock_dir, platform, installed)
+    if path is None:
+        return None
+    held = conda_python(read_conda_lock(path), platform)
+    return None if held == installed else (held or "", installed)
+
+
+def closure_problems(lock: CondaLock) -> list[str]:
+    """Every dependency of every package satisfied inside the lock (per platform), by conda's MatchSpec; the roots
+    present; no package twice."""
+    try:
+        from conda_lock._vendor.conda.models.match_spec import MatchSpec
+    except ImportError:
+        from aipc_env.errors import AipcError
+
+        raise AipcError("checking the conda layer's closure needs conda-lock (conda's MatchSpec)",
+                        fix="pip install 'aipc-env[lock]'") from None
+    problems = []
+    for platform in lock.metadata.platforms:
+        pkgs = lock.of(platform)
+        names = [p.name for p in pkgs]
+        problems += [f"{platform}: {n} appears {names.count(n)} times" for n in sorted(set(names)) if names.count(n) > 1]
+        problems += [f"{platform}: no {root}" for root in ROOTS if root not in names]
+        by_name = {p.name: p for p in pkgs}
+        for p in pkgs:
+            for dep, spec in p.dependencies.items():
+                if dep.startswith("__"):  # a virtual package: the machine provides it (conda checks it at install)
+                    continue
+                have = by_name.get(dep)
+                if have is None:
+                    problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: not in the lock")
+                    continue
+                build = have.build or _build_of(have.url)
+                if not MatchSpec(f"{dep} {spec}".strip()).match({"name": dep, "version": have.version, "build": build,
+                                                                 "build_number": 0}):
+                    problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: the lock has "
+                                    f"{have.version} ({build})")
+    missing = [x for x in PLATFORMS if x not in lock.metadata.platforms]
+    if missing:
+        problems.append(f"no conda layer for {', '.join(missing)}")
+    return problems
+
+
+def source_problems(lock: CondaLock, sources: CondaSources) -> list[str]:
+    """Every package of the lock has its source record with the same URL and sha256, and nothing else is there."""
+    recorded = {(s.platform, s.url): s for s in sources.packages}
+    problems = []
+    for p in lock.package:
+        s = recorded.pop((p.platform, p.url), None)
+        if s is None:
+            problems.append(f"{p.platform}: {p.name} {p.version}: no source recorded for {p.url}")
+        elif s.sha256 != p.hash.sha256:
+            problems.append(f"{p.platform}: {p.name} {p.version}: sha256 {p.hash.sha256} in the lock, {s.sha256} "
+                            "where it was read")
+        elif s.source not in sources.sources:
+            problems.append(f"{p.platform}: {p.name}: unknown source {s.source!r}")
+    problems += [f"{pl}: {url}: a source for a package the lock does not hold" for pl, url in recorded]
+    for platform in lock.metadata.platforms:
+        if conda_python(lock, platform) != sources.python:
+            problems.append(f"{platform}: python {conda_python(lock, platform)} in the lock, {sources.python} in "
+                            f"{CONDA_SOURCES_NAME}")
+    return problems
+
+
+def _build_of(url: str) -> str:
+    return _split_filename(url)[2]
+
+
+def _split_filename(url: str) -> tuple[str, str, str]:
+    stem = re.sub(r"\.(conda|tar\.bz2)$", "", url.rsplit("/", 1)[-1])
+    name, version, build = stem.rsplit("-", 2)
+    return name, version, build
+
+
+def _dependency(spec: str) -> tuple[str, str]:
+    name, _, rest = spec.strip().partition(" ")
+    return name, rest.strip() or "*"
+
+
+def assemble(pixi_lock: dict, environment: str, source_key: str, source: RecordSource,
+             platforms: tuple[Platform, ...] = PLATFORMS) -> tuple[dict, CondaSources]:
+    """A conda-lock v1 document of the closure of python and pip by `depends`, read from one environment of a
+    pixi.lock (version 5 or 6), and the record of where each package came from. Raises InputError when the
+    environment lacks a root or a dependency."""
+    records: dict[str, dict] = {}
+    for entry in pixi_lock.get("packages") or []:
+        url = entry.get("conda") or entry.get("url")
+        if url:
+            records[url] = entry
+    env = pixi_lock["environments"][environment]["packages"]
+    packages: list[dict] = []
+    sources: list[PackageSource] = []
+    pythons = set()
+    for platform in platforms:
+        urls = [next(iter(e.values())) for e in env.get(platform, []) if "conda" in e]
+        by_name = {_split_filename(u)[0]: u for u in urls}
+        todo, seen = list(ROOTS), set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name.startswith("__"):  # a virtual package (__glibc, __win): the system's
+                continue
+            seen.add(name)
+            url = by_name.get(name)
+            if url is None:
+                raise InputError(f"{source.repository}/{source.path}@{source.commit[:12]}: environment {environment} "
+                                 f"has no {name} for {platform}")
+            rec = records[url]
+            deps = dict(_dependency(d) for d in rec.get("depends") or [])
+            todo += list(deps)
+            _, version, _ = _split_filename(url)
+            if name == "python":
+                pythons.add(version)
+            packages.append({"name": name, "version": str(rec.get("version") or version), "manager": "conda",
+                             "platform": platform, "dependencies": deps, "url": url,
+                             "hash": {"md5": rec["md5"], "sha256": rec["sha256"]}, "category": "main",
+                             "optional": False})
+            sources.append(PackageSource(platform=platform, name=name, url=url, sha256=rec["sha256"],
+                                         source=source_key))
+    if len(pythons) != 1:
+        raise InputError(f"the platforms hold different interpreters: {', '.join(sorted(pythons))}")
+    packages.sort(key=lambda p: (p["platform"], p["name"]))
+    sources.sort(key=lambda s: (s.platform, s.name))
+    doc = {"version": 1, "metadata": {
+        "content_hash": {pl: _content_hash([p for p in packages if p["platform"] == pl]) for pl in platforms},
+        "channels": [{"url": "conda-forge", "used_env_vars": []}], "platforms": list(platforms),
+        "sources": [f"https://github.com/{source.repository}/blob/{source.commit}/{source.path}"]},
+        "package": packages}
+    return doc, CondaSources(python=pythons.pop(), sources={source_key: source}, packages=sources)
+
+
+def _content_hash(packages: list[dict]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps([(p["url"], p["hash"]["sha256"]) for p in packages]).encode()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m aipc_env.lock.conda_layer PIXI_LOCK REPOSITORY PATH COMMIT ENVIRONMENT OUT_DIR...: write
+    conda-lock.yml and conda-sources.json into each OUT_DIR (a lock folder) from a pixi.lock read at that commit."""
+    import argparse
+
+    import yaml
+
+    from aipc_env.core.fileio import atomic_write_text, read_yaml
+    from aipc_env.core.formats import write_model
+
+    p = argparse.ArgumentParser(prog="python -m aipc_env.lock.conda_layer")
+    for name in ("pixi_lock", "repository", "path", "commit", "environment"):
+        p.add_argument(name)
+    p.add_argument("out", nargs="+", type=Path)
+    args = p.parse_args(argv)
+    source = RecordSource(repository=args.repository, path=args.path, commit=args.commit,
+                          environment=args.environment)
+    doc, sources = assemble(read_yaml(Path(args.pixi_lock), "pixi.lock"), args.environment,
+                            f"{args.repository}@{args.commit[:12]}", source)
+    for out in args.out:
+        atomic_write_text(out / "conda-lock.yml", "# The interpreter layer of this pair's envs (conda-lock v1), "
+                          f"assembled from public lock records: see {CONDA_SOURCES_NAME}.\n"
+                          + yaml.safe_dump(doc, sort_keys=False, width=200))
+        write_model(sources_path(out), sources)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
