@@ -176,10 +176,10 @@ def test_the_gpu_runtime_follows_the_distribution_table(playbook, warm_caches):
 
 
 def _ansible_vars(path: Path) -> dict:
-    """group_vars as Ansible itself reads them (its YAML loader knows the !unsafe tag)."""
-    from ansible.parsing.dataloader import DataLoader
+    """group_vars as Ansible itself reads them (its YAML loader knows the !unsafe tag; in a child process)."""
+    from tests.support.ansible_yaml import ansible_load
 
-    return DataLoader().load(path.read_text(encoding="utf-8"))
+    return ansible_load(path.read_text(encoding="utf-8"))
 
 
 def test_intel_repository_given_when_written(tmp_path, signing_key):
