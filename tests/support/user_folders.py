@@ -111,6 +111,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     changed = config.stash.get(_CHANGED, None)
     if not changed:
