@@ -11,6 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.isolation import tool_dirs
+from tests.support.user_folders import (  # noqa: F401 - the guard's hooks, taken as this conftest's own
+    pytest_sessionfinish,
+    pytest_sessionstart,
+    pytest_terminal_summary,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 MACHINES = FIXTURES / "machines"
@@ -29,13 +36,24 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_run(tmp_path_factory):
+    """The run's own per-user folders, set before any fixture runs: a module's or the session's fixture (a smoke
+    config, the fleet bundle, a trained run) is set up before a test's own isolation below, and a tool it started
+    would otherwise fall back to the real folders (a smoke config once named the real data folder as its run folder,
+    and the tests that trained it wrote there). tests/support/user_folders.py fails the run when that happens."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in tool_dirs(tmp_path_factory.mktemp("run-state")).items():
+            mp.setenv(name, value)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):
-    """No test reads or writes the real per-user state, cache or data (runs of the built-in default)."""
-    base = tmp_path_factory.mktemp("state")
-    monkeypatch.setenv("AIPC_ENV_STATE_DIR", str(base / "state"))
-    monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(base / "cache"))
-    monkeypatch.setenv("AIPC_ENV_DATA_DIR", str(base / "data"))
+    """No test reads or writes the real per-user state, cache or data (runs of the built-in default): each test its
+    own. A subprocess with an environment of its own gets tests/support/isolation.py's isolated_env."""
+    for name, value in tool_dirs(tmp_path_factory.mktemp("state")).items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

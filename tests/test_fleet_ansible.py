@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import ROOT, distro_python_with_venv, require_tool, run_cli
 from tests.support.ansible import collections_path
+from tests.support.isolation import isolated_env, tool_dirs
 
 pytestmark = pytest.mark.slow
 HOSTS = 2  # several hosts in parallel (forks); each more costs ~40 s of the four plays on two cores
@@ -36,8 +37,8 @@ def playbook(tmp_path_factory, fleet_bundle):
     assert result.returncode == 0, result.stderr
     shutil.copytree(fleet_bundle, out / "bundle-linux-64")
     collections = collections_path(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aipc-env-tests")
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_LOCAL_TEMP": str(out.parent / "ansible-tmp")}
+    env = isolated_env(out.parent, ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_NOCOLOR="1",
+                       ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(out.parent / "ansible-tmp"))
     return out, env
 
 
@@ -94,8 +95,7 @@ def _inventory(out: Path, hosts: int, uv_cache: str) -> Path:
     lines = ["aipc_linux:", "  hosts:"]
     for i in range(1, hosts + 1):
         root = out.parent / f"host root {i}"
-        env = {"AIPC_ENV_STATE_DIR": str(root / "state"), "AIPC_ENV_CACHE_DIR": str(root / "cache"),
-               "UV_CACHE_DIR": uv_cache, "PATH": "/usr/bin:/bin"}
+        env = {**tool_dirs(root), "UV_CACHE_DIR": uv_cache, "PATH": "/usr/bin:/bin"}
         lines += [f"    aipc-pc-{i:03d}:", "      ansible_connection: local",
                   f"      ansible_python_interpreter: {sys.executable}", f"      aipc_root: {json.dumps(str(root))}",
                   f"      aipc_environment: {json.dumps(env)}"]  # the GPU runtime variables stay at their defaults

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import distro_python_with_venv, require_tool, run_cli
+from tests.support.isolation import isolated_env
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +44,7 @@ def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path, war
     require_tool(distro_python_with_venv())
     bundle = _copy(fleet_bundle, tmp_path / "bundle copy ü")
     prefix = tmp_path / "env"
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "AIPC_ENV_STATE_DIR": str(tmp_path / "state"),
-           "AIPC_ENV_CACHE_DIR": str(tmp_path / "cache"), "UV_CACHE_DIR": warm_caches["UV_CACHE_DIR"]}
+    env = isolated_env(tmp_path, PATH="/usr/bin:/bin", UV_CACHE_DIR=warm_caches["UV_CACHE_DIR"])
     result = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)], env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "(no network)" in result.stdout
@@ -65,7 +65,7 @@ def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp
     target = min((bundle / "wheels").glob("pydantic-*.whl")) if victim == "wheels" else bundle / victim
     target.write_bytes(target.read_bytes() + b"\n# tampered")
     prefix = tmp_path / "env"
-    env = {**os.environ, "AIPC_ENV_STATE_DIR": str(tmp_path / "state"), "AIPC_ENV_CACHE_DIR": str(tmp_path / "c")}
+    env = isolated_env(tmp_path)
     result = _offline([sys.executable, "-m", "aipc_env", "env", "--bundle", str(bundle),
                        "--prefix", str(prefix), "--base-python", sys.executable], env)
     assert result.returncode == 1 and "does not match its manifest" in result.stderr
@@ -95,8 +95,7 @@ def _rehash(bundle: Path, rel: str) -> None:
 
 def _install(bundle: Path, tmp_path: Path, *extra: str, env_extra: dict | None = None):
     prefix = tmp_path / "env"
-    env = {**os.environ, "AIPC_ENV_STATE_DIR": str(tmp_path / "state"), "AIPC_ENV_CACHE_DIR": str(tmp_path / "c"),
-           **(env_extra or {})}
+    env = isolated_env(tmp_path, **(env_extra or {}))
     env.pop("AIPC_ENV_BUNDLE_TRUST", None) if not env_extra else None
     result = subprocess.run([sys.executable, "-m", "aipc_env", "env", "--bundle", str(bundle), "--prefix", str(prefix),
                              "--base-python", sys.executable, *extra], capture_output=True, text=True, env=env,
@@ -124,7 +123,7 @@ def test_rehashed_files_and_manifest_without_a_valid_signature_are_refused(fleet
     assert result.returncode == 1 and "does not verify" in result.stderr and not prefix.exists()
     require_tool(distro_python_with_venv())
     boot = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)],
-                    {**os.environ, "PATH": "/usr/bin:/bin", "AIPC_ENV_BUNDLE_TRUST": str(keys / "admin.pub")})
+                    isolated_env(tmp_path, PATH="/usr/bin:/bin", AIPC_ENV_BUNDLE_TRUST=str(keys / "admin.pub")))
     assert boot.returncode == 1 and "signature does not verify" in boot.stderr and not prefix.exists()
 
 

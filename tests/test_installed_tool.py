@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MACHINES, find_tool, require_tool
+from tests.support.isolation import isolated_env
 from tests.test_readme import _copy_checkout
 from tests.test_resolve import WIN_27_LIST
 
@@ -26,16 +27,12 @@ def installed(tmp_path_factory, warm_caches):
     base = tmp_path_factory.mktemp("installed")
     src, dist, home, outside = base / "src", base / "dist", base / "home", base / "somewhere else"
     _copy_checkout(src)
-    for folder in (home, outside):
-        folder.mkdir()
+    outside.mkdir()
     built = subprocess.run([uv, "build", "--wheel", "--out-dir", str(dist), str(src)], capture_output=True, text=True,
                            timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("aipc_env-*.whl")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_", "PIPX_"))
-           or k == "AIPC_ENV_TORCH_WHEELS"}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
+    env = isolated_env(base, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: base/home
     install = subprocess.run(["/usr/bin/pipx", "install", str(wheel)], cwd=outside, env=env, capture_output=True,
                              text=True, timeout=900)
     assert install.returncode == 0, (install.stdout + install.stderr)[-3000:]

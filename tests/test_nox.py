@@ -4,7 +4,6 @@ exit code, and a torch source that cannot be reached is a failure that names bot
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 
 from aipc_env.errors import ExitCode
 from tests.conftest import ROOT, find_tool, require_tool
+from tests.support.isolation import isolated_env
 
 
 def _nox(tmp_path, *args: str, env: dict[str, str] | None = None, timeout: float = 900):
@@ -20,9 +20,7 @@ def _nox(tmp_path, *args: str, env: dict[str, str] | None = None, timeout: float
     except ImportError:
         require_tool("nox is not installed (the dev extra has it)")
     require_tool(None if find_tool("uv") else "uv is not on PATH")
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "NOX"))}
-    full.update(AIPC_ENV_STATE_DIR=str(tmp_path / "state"), AIPC_ENV_CACHE_DIR=str(tmp_path / "cache"),
-                AIPC_ENV_DATA_DIR=str(tmp_path / "data"), **(env or {}))
+    full = isolated_env(tmp_path, drop=("VIRTUAL_ENV", "NOX"), **(env or {}))
     return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir",
                            str(tmp_path / "nox"), *args], capture_output=True, text=True, timeout=timeout, env=full)
 

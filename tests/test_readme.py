@@ -3,7 +3,6 @@ from a clean copy of this checkout: it must leave a LoRA, and install no CUDA bu
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require_tool
+from tests.support.isolation import isolated_env
 
 SKIP_DIRS = {".git", ".nox", ".ci-venv", "__pycache__", ".pytest_cache", "build", "dist", ".venv"}
 
@@ -59,11 +59,7 @@ def test_readme_main_command_verbatim_on_the_distro_python(tmp_path, warm_caches
     assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr + refused.stdout
     repo, home = tmp_path / "checkout", tmp_path / "home"
     _copy_checkout(repo)
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_"))
-           or k in ("AIPC_ENV_TORCH_WHEELS", "AIPC_ENV_TORCH_INDEX")}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
+    env = isolated_env(tmp_path, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: tmp_path/home
     command = readme_commands()["train"]
     result = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True,
                             timeout=1500)
@@ -96,11 +92,7 @@ def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_p
     require_tool(None if Path("/usr/bin/pipx").is_file() else "the distro's pipx is missing (apt-get install pipx)")
     repo, home = tmp_path / "checkout", tmp_path / "home"
     _copy_checkout(repo)
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIPC_ENV_", "VIRTUAL_ENV", "PYTHON", "XDG_", "NOX", "CONDA", "UV_", "PIPX_"))
-           or k in ("AIPC_ENV_TORCH_WHEELS", "AIPC_ENV_TORCH_INDEX")}
-    env.update(HOME=str(home), PATH="/usr/bin:/bin", **warm_caches)
+    env = isolated_env(tmp_path, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: tmp_path/home
     install = subprocess.run(["bash", "-c", readme_install_line()], cwd=repo, env=env, capture_output=True,
                              text=True, timeout=900)
     assert install.returncode == 0, (install.stdout + install.stderr)[-4000:]

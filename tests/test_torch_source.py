@@ -12,6 +12,7 @@ import pytest
 
 from aipc_env.trainenv.torch_source import PYPI, plan_torch_install, take_options
 from tests.conftest import ROOT, require_tool
+from tests.support.isolation import isolated_env
 
 
 def test_the_decision():
@@ -39,8 +40,7 @@ def _nox(tmp_path: Path, **env: str) -> str:
     """Run `nox -s train` against an empty index, so it stops right after printing the torch install line."""
     empty = tmp_path / "empty-index"
     empty.mkdir(exist_ok=True)
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AIPC_ENV_TORCH")}
-    full.update(env)
+    full = isolated_env(tmp_path, drop=("AIPC_ENV_TORCH",), **env)
     out = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "train",
                           "--envdir", str(tmp_path / "nox"), "--no-color"], capture_output=True, text=True,
                          env=full, timeout=300)

@@ -9,6 +9,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.isolation import isolated_env
+
 RESOURCES = Path(__file__).parent / "resources"
 
 
@@ -27,11 +29,10 @@ class Wine:
     standin: Path
 
     def env(self, unset: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
-        env = dict(os.environ, WINEPREFIX=str(self.prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
-        env.update(extra)
-        for name in unset:
-            env.pop(name, None)
-        return env
+        """This process's environment for Wine: the prefix, aipc-env's per-user folders beside it, `extra`, less
+        `unset`."""
+        return isolated_env(self.prefix.parent, WINEPREFIX=str(self.prefix), WINEDEBUG="-all",
+                            WINEDLLOVERRIDES="mscoree,mshtml=", **{**extra, **dict.fromkeys(unset)})
 
     def winpath(self, path: Path) -> str:
         """The Windows name Wine gives `path`: the drive in the prefix's dosdevices whose target is the longest
