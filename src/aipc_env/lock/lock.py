@@ -134,7 +134,7 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
             reqs = specs.pip_layer(pair, common)
             for platform in platforms:
                 out = compile_pylock(uv, pair, reqs, platform, python, indexes, work / "in", log)
-                _mark_index_provenance(out, pair, indexes, readers)
+                _mark_index_provenance(out, pair, platform, indexes, readers)
                 shutil.move(str(out), pylock_path(work, platform))
             meta_extra = {"torch": pair.newest_torch, "pythons": [python], "provenance": {"index": 0}}
         problems: list[str] = []
@@ -171,7 +171,8 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
     return lock_dir
 
 
-def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: dict[str, IndexReader]) -> None:
+def _mark_index_provenance(path: Path, pair: Pair, platform: Platform, indexes: Indexes,
+                           readers: dict[str, IndexReader]) -> None:
     """Record in each package of a live lock that uv hashed it against the index it resolved from, and its core
     metadata as that index serves it."""
 
@@ -180,7 +181,10 @@ def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: di
 
     from aipc_env.core.fileio import parse_toml, read_text
 
+    from aipc_env.core.platforms import lock_environment
+
     data = parse_toml(read_text(path, "lock"), path, "lock")
+    data["environments"] = [lock_environment(platform)]
     for pkg in data.get("packages", []):
         xpu = canonicalize_name(pkg["name"]) in specs.EXPLICIT_XPU_NAMES
         pkg["tool"] = {"aipc-env": {"provenance": "index", "index": indexes.xpu_index_url if xpu else indexes.pypi_url}}
