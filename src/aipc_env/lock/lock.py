@@ -180,7 +180,6 @@ def _mark_index_provenance(path: Path, pair: Pair, platform: Platform, indexes: 
     from packaging.utils import canonicalize_name
 
     from aipc_env.core.fileio import parse_toml, read_text
-
     from aipc_env.core.platforms import lock_environment
 
     data = parse_toml(read_text(path, "lock"), path, "lock")
