@@ -71,8 +71,23 @@ def compile_pylock(uv: str, pair: Pair, reqs: list[str], platform: Platform, pyt
     out = work / f"pylock.{platform}.toml"
     run_logged(uv_compile_argv(uv, project, out, python=python, platform=platform, default_index=indexes.pypi_url),
                log, cwd=project.parent, echo=False)
-    out.write_text(LOCK_HEADER.format(pair=pair.id) + out.read_text(encoding="utf-8"), encoding="utf-8")
+    out.write_text(LOCK_HEADER.format(pair=pair.id) + with_environment(out.read_text(encoding="utf-8"), platform),
+                   encoding="utf-8")
     return out
+
+
+def with_environment(text: str, platform: Platform) -> str:
+    """A pylock's text with its PEP 751 `environments` set to the platform's marker (uv writes none for a lock of
+    one target platform), placed after `lock-version`."""
+    import tomli_w
+
+    from aipc_env.core.fileio import parse_toml
+    from aipc_env.core.platforms import lock_environment
+
+    data = parse_toml(text, Path("pylock.toml"), "lock")
+    data.pop("environments", None)
+    first = {k: data.pop(k) for k in ("lock-version",) if k in data}
+    return tomli_w.dumps({**first, "environments": [lock_environment(platform)], **data})
 
 
 LockSource = Literal["auto", "index", "manifest"]
@@ -134,7 +149,7 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
             reqs = specs.pip_layer(pair, common)
             for platform in platforms:
                 out = compile_pylock(uv, pair, reqs, platform, python, indexes, work / "in", log)
-                _mark_index_provenance(out, pair, platform, indexes, readers)
+                _mark_index_provenance(out, pair, indexes, readers)
                 shutil.move(str(out), pylock_path(work, platform))
             meta_extra = {"torch": pair.newest_torch, "pythons": [python], "provenance": {"index": 0}}
         problems: list[str] = []
@@ -171,8 +186,7 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
     return lock_dir
 
 
-def _mark_index_provenance(path: Path, pair: Pair, platform: Platform, indexes: Indexes,
-                           readers: dict[str, IndexReader]) -> None:
+def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: dict[str, IndexReader]) -> None:
     """Record in each package of a live lock that uv hashed it against the index it resolved from, and its core
     metadata as that index serves it."""
 
@@ -180,10 +194,8 @@ def _mark_index_provenance(path: Path, pair: Pair, platform: Platform, indexes: 
     from packaging.utils import canonicalize_name
 
     from aipc_env.core.fileio import parse_toml, read_text
-    from aipc_env.core.platforms import lock_environment
 
     data = parse_toml(read_text(path, "lock"), path, "lock")
-    data["environments"] = [lock_environment(platform)]
     for pkg in data.get("packages", []):
         xpu = canonicalize_name(pkg["name"]) in specs.EXPLICIT_XPU_NAMES
         pkg["tool"] = {"aipc-env": {"provenance": "index", "index": indexes.xpu_index_url if xpu else indexes.pypi_url}}
