@@ -126,3 +126,16 @@ def test_an_unreadable_wheel_stops_the_build_too(tmp_path, matrix):
         build_env(_request(matrix, root, prefix))
     assert f"cannot read: torch 2.12.0+xpu: {(tmp_path / 'xpu files' / TORCH_LINUX).as_uri()}" in caught.value.message
     assert not prefix.exists()
+
+
+def test_accepted_differences_are_kept_in_the_env_record(tmp_path, matrix):
+    from aipc_env.trainenv.build import _record
+    from aipc_env.trainenv.record import read_env_record
+
+    lockfile = pylock_path(ROOT / "lockfiles" / PAIR, "linux-64")
+    req = _request(matrix, ROOT / "lockfiles", tmp_path / "env")
+    _record(req, lockfile, accepted=["torch 2.12.0+xpu (w.whl): Requires-Python: a says >=3.10, the wheel says >=3.12"])
+    assert read_env_record().accepted_metadata_drift == [
+        "torch 2.12.0+xpu (w.whl): Requires-Python: a says >=3.10, the wheel says >=3.12"]
+    _record(req, lockfile)
+    assert read_env_record().accepted_metadata_drift == []
