@@ -111,7 +111,8 @@ def _verdict(installed, matrix, platform, tv=None):
 
 
 WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025.3.2", "intel-cmplr-lic-rt": "2025.3.2",
-                   "intel-sycl-rt": "2025.3.2", "onemkl-license": "2025.3.1", "onemkl-sycl-blas": "2025.3.1", "onemkl-sycl-dft": "2025.3.1",
+                   "intel-sycl-rt": "2025.3.2", "onemkl-license": "2025.3.1", "onemkl-sycl-blas": "2025.3.1",
+                   "onemkl-sycl-dft": "2025.3.1",
                    "onemkl-sycl-lapack": "2025.3.1", "onemkl-sycl-rng": "2025.3.1", "onemkl-sycl-sparse": "2025.3.1",
                    "dpcpp-cpp-rt": "2025.3.2", "intel-opencl-rt": "2025.3.2", "intel-openmp": "2025.3.2",
                    "mkl": "2025.3.1", "tbb": "2022.3.1", "tcmlib": "1.4.1", "umf": "1.0.3", "intel-pti": "0.16.0",
