@@ -18,16 +18,16 @@ from aipc_env.trainenv.requirements import edit_requirements
 # -- matrix resolution: the fewest contradictions win among pairs with as many matches --------------------------
 
 def test_fewest_contradictions_break_a_tie(matrix):
-    # tcmlib 1.4.1 is in xpu-2.10, 2.11 and 2.12 alike; onemkl-license is fingerprinted by 2.10 alone (2025.3.0),
-    # so a different version of it contradicts 2.10 only
-    res = resolve_pair({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0"}, matrix, "win-64")
-    assert res.status == "ambiguous" and res.candidates == ["xpu-2.11", "xpu-2.12"]
-    # the same evidence with 2.10's own version: no contradiction, and 2.10 then matches more
-    res = resolve_pair({"tcmlib": "1.4.1", "onemkl-license": "2025.3.0"}, matrix, "win-64")
-    assert res.pair == "xpu-2.10"
-    # and with nothing against any of them, all three stay candidates
-    res = resolve_pair({"tcmlib": "1.4.1"}, matrix, "win-64")
-    assert res.status == "ambiguous" and res.candidates == ["xpu-2.10", "xpu-2.11", "xpu-2.12"]
+    # tcmlib 1.2.0 is in xpu-2.6 and 2.7 alike; on Windows intel-pti is fingerprinted by 2.7 alone (2.6 pins it for
+    # Linux only), so a different version of it contradicts 2.7 only
+    res = resolve_pair({"tcmlib": "1.2.0", "intel-pti": "2099.1.0"}, matrix, "win-64")
+    assert res.pair == "xpu-2.6" and res.candidates == ["xpu-2.6"]
+    # the same evidence with 2.7's own version: no contradiction, and 2.7 then matches more
+    res = resolve_pair({"tcmlib": "1.2.0", "intel-pti": "0.10.1"}, matrix, "win-64")
+    assert res.pair == "xpu-2.7"
+    # and with nothing against either, both stay candidates
+    res = resolve_pair({"tcmlib": "1.2.0"}, matrix, "win-64")
+    assert res.status == "ambiguous" and res.candidates == ["xpu-2.6", "xpu-2.7"]
 
 
 # -- patch-requirements: bitsandbytes is raised only when the line admits a version below the pair's minimum ----

@@ -111,7 +111,8 @@ def _verdict(installed, matrix, platform, tv=None):
 
 
 WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025.3.2", "intel-cmplr-lic-rt": "2025.3.2",
-                   "intel-sycl-rt": "2025.3.2", "onemkl-sycl-blas": "2025.3.1", "onemkl-sycl-dft": "2025.3.1",
+                   "intel-sycl-rt": "2025.3.2", "onemkl-license": "2025.3.1", "onemkl-sycl-blas": "2025.3.1",
+                   "onemkl-sycl-dft": "2025.3.1",
                    "onemkl-sycl-lapack": "2025.3.1", "onemkl-sycl-rng": "2025.3.1", "onemkl-sycl-sparse": "2025.3.1",
                    "dpcpp-cpp-rt": "2025.3.2", "intel-opencl-rt": "2025.3.2", "intel-openmp": "2025.3.2",
                    "mkl": "2025.3.1", "tbb": "2022.3.1", "tcmlib": "1.4.1", "umf": "1.0.3", "intel-pti": "0.16.0",
@@ -120,10 +121,10 @@ WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025
 
 @pytest.mark.parametrize("installed, platform, tv, expected", [
     ({**WIN_211_RUNTIME, "torch": "2.11.0+xpu"}, "win-64", None,
-     ("exact", "xpu-2.11", ["xpu-2.11"], "2.11.0+xpu", True, 18, 0, [], ["torch 2.11.0+xpu belongs to xpu-2.11"],
+     ("exact", "xpu-2.11", ["xpu-2.11"], "2.11.0+xpu", True, 19, 0, [], ["torch 2.11.0+xpu belongs to xpu-2.11"],
       "xpu-2.11: every runtime pin matches")),
     ({**WIN_211_RUNTIME, "torch": "2.11.0+cpu"}, "win-64", None,
-     ("not-xpu", "xpu-2.11", ["xpu-2.11"], "2.11.0+cpu", False, 18, 0, [],
+     ("not-xpu", "xpu-2.11", ["xpu-2.11"], "2.11.0+cpu", False, 19, 0, [],
       ["torch 2.11.0+cpu belongs to xpu-2.11", "torch 2.11.0+cpu has no '+xpu' local version"],
       "torch 2.11.0+cpu is not an XPU build")),
     ({"torch": "2.13.0+cpu"}, "linux-64", None,
@@ -155,8 +156,9 @@ WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025
     ({"torch": "2.99.0+xpu", "tcmlib": "1.4.1"}, "win-64", None,  # an XPU torch no row lists
      ("ambiguous", None, ["xpu-2.10", "xpu-2.11", "xpu-2.12"], "2.99.0+xpu", True, 0, 0, [], [],
       "runtime matches several pairs: xpu-2.10, xpu-2.11, xpu-2.12 (torch not installed)")),
-    # contradictions counted, not flagged: 2.10 has three (onemkl-license, umf, mkl), 2.11 and 2.12 two each
-    ({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "umf": "9.9", "mkl": "9.9"}, "win-64", None,
+    # contradictions counted, not flagged: 2.10 has three (onemkl-license, umf, mkl) and one match, 2.11 and 2.12
+    # two each and two matches (tcmlib, their onemkl-license)
+    ({"tcmlib": "1.4.1", "onemkl-license": "2025.3.1", "umf": "9.9", "mkl": "9.9"}, "win-64", None,
      ("ambiguous", None, ["xpu-2.11", "xpu-2.12"], None, False, 0, 0, [], [],
       "runtime matches several pairs: xpu-2.11, xpu-2.12 (torch not installed)")),
 ])

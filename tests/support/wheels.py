@@ -27,7 +27,7 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (), tag: str = "py3-none-any",
-               payload: str = "", scripts: dict[str, str] | None = None) -> Path:
+               payload: str = "", scripts: dict[str, str] | None = None, requires_python: str | None = None) -> Path:
     """A valid wheel with one module `<name>_stub` whose VALUE is `payload` (to tell builds apart), and
     console scripts `{command: "module:function"}` for installers to write entry points of."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -36,6 +36,7 @@ def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (
     files = {
         f"{dist}_stub.py": f"VALUE = {payload or version!r}\n".encode(),
         f"{info}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
+                             + (f"Requires-Python: {requires_python}\n" if requires_python else "")
                              + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: aipc-env-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
     }

@@ -40,6 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--facts", type=Path, metavar="FILE", help="with --dry-run: plan for the machine these doctor "
                    "facts describe (doctor --save-facts): its platform and GPUs decide the plan and the known-issue "
                    "warnings (default: this machine)")
+    p.add_argument("--accept-metadata-drift", action="store_true",
+                   help="build even when an XPU wheel's real METADATA (read before installing) differs from what the "
+                   "lock stands on; the differences are recorded in the env record")
     p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
                    help="which conda flavour creates the interpreter layer (default: the first found)")
     p.set_defaults(run=run)
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> Result:
                      indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
                      base_python=args.base_python,
                      conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
-                     unlocked=args.unlocked,
+                     unlocked=args.unlocked, accept_metadata_drift=args.accept_metadata_drift,
                      common=common_requirements(args.pip_layer) if args.pip_layer else None)
     result = build_env(req)
 

@@ -63,7 +63,7 @@ def _lock_dirs(args: argparse.Namespace, root):
 
 
 def _check(args: argparse.Namespace, matrix, root) -> Result:
-    from aipc_env.lock.check import check_pair_lock, default_readers
+    from aipc_env.lock.check import check_pair_lock, default_readers, inferred_metadata
     from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, lock_notes, meta_path, read_meta
 
     dirs = _lock_dirs(args, root)
@@ -71,7 +71,12 @@ def _check(args: argparse.Namespace, matrix, root) -> Result:
     readers = default_readers()  # only for locks that predate recorded metadata
     for d in dirs:
         notes = lock_notes(read_meta(d)) if meta_path(d).is_file() else []
-        statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix, readers=readers), notes=notes))
+        inferred = inferred_metadata(d)
+        if inferred:
+            notes.append(f"{len(inferred)} package(s) stand on inferred metadata (no source shows their wheel's own "
+                         f"Requires-Dist; the env build reads the real one before installing): {'; '.join(inferred)}")
+        statuses.append(PairLockStatus(pair=d.name, problems=check_pair_lock(d, matrix, readers=readers), notes=notes,
+                                       inferred_metadata=inferred))
     report = LockCheckReport(lock_root=str(root), pairs=statuses)
 
     def text() -> None:

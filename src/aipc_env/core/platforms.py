@@ -23,6 +23,12 @@ _MARKER_ENVS: dict[str, dict[str, str]] = {
 _CPYTHON = {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
 
 
+def lock_environment(platform: Platform) -> str:
+    """The PEP 751 `environments` marker of a platform's pylock: the OS and machine the lock is for."""
+    env = _MARKER_ENVS[platform]
+    return f"sys_platform == '{env['sys_platform']}' and platform_machine == '{env['platform_machine']}'"
+
+
 def wheel_platform_fits(tag: str, platform: Platform) -> bool:
     """Whether a wheel's platform tag installs on a target: `any`; win_amd64 on win-64; on linux-64 (glibc x86_64)
     linux_x86_64 and every manylinux x86_64 tag (torch <= 2.12 is tagged linux_x86_64, later manylinux)."""

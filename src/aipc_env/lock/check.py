@@ -29,7 +29,7 @@ from aipc_env.lock.specs import EXPLICIT_XPU_NAMES, row_hash
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Matrix, Pair
 
-__all__ = ["Readers", "check_pair_lock", "default_readers", "manifest_row_problems"]
+__all__ = ["Readers", "check_pair_lock", "default_readers", "inferred_metadata", "manifest_row_problems"]
 
 Readers = Mapping[str, IndexReader]
 
@@ -165,3 +165,22 @@ def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no packages"
+
+
+def inferred_metadata(lock_dir: Path, manifest: WheelManifest | None = None) -> list[str]:
+    """The packages of a lock whose core metadata stands on an inferred record of the manifest (no source shows the
+    wheel's own Requires-Dist): "torch 2.12.0+xpu (win-64, linux-64)", sorted; a package the manifest has no record
+    of is a closure problem, not listed here."""
+    manifest = manifest or load_wheel_manifest()
+    found: dict[str, list[str]] = {}
+    for platform in PLATFORMS:
+        path = pylock_path(lock_dir, platform)
+        if not path.is_file():
+            continue
+        for pkg in read_pylock(path).packages:
+            if provenance_of(pkg)["provenance"] != "public-lockfile":
+                continue
+            record = manifest.metadata_for(pkg.name, pkg.version or "", platform)
+            if record is not None and record.certainty == "inferred":
+                found.setdefault(f"{pkg.name} {pkg.version}", []).append(platform)
+    return [f"{name} ({', '.join(platforms)})" for name, platforms in sorted(found.items())]

@@ -72,8 +72,23 @@ def compile_pylock(uv: str, pair: Pair, reqs: list[str], platform: Platform, pyt
     out = work / f"pylock.{platform}.toml"
     run_logged(uv_compile_argv(uv, project, out, python=python, platform=platform, default_index=indexes.pypi_url),
                log, cwd=project.parent, echo=False)
-    out.write_text(LOCK_HEADER.format(pair=pair.id) + out.read_text(encoding="utf-8"), encoding="utf-8")
+    out.write_text(LOCK_HEADER.format(pair=pair.id) + with_environment(out.read_text(encoding="utf-8"), platform),
+                   encoding="utf-8")
     return out
+
+
+def with_environment(text: str, platform: Platform) -> str:
+    """A pylock's text with its PEP 751 `environments` set to the platform's marker (uv writes none for a lock of
+    one target platform), placed after `lock-version`."""
+    import tomli_w
+
+    from aipc_env.core.fileio import parse_toml
+    from aipc_env.core.platforms import lock_environment
+
+    data = parse_toml(text, Path("pylock.toml"), "lock")
+    data.pop("environments", None)
+    first = {k: data.pop(k) for k in ("lock-version",) if k in data}
+    return tomli_w.dumps({**first, "environments": [lock_environment(platform)], **data})
 
 
 LockSource = Literal["auto", "index", "manifest"]

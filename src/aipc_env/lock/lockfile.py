@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned
-from aipc_env.core.platforms import PLATFORMS, Platform
+from aipc_env.core.platforms import PLATFORMS, Platform, lock_environment
 from aipc_env.core.specs import (
     PythonMinor,
     check_marker,
@@ -171,7 +171,14 @@ def provenance_of(pkg: PylockPackage) -> dict:
 
 class Pylock(_Loose):
     lock_version: str
+    environments: list[str] | None = None
+    """PEP 751: the marker environments the lock is for (aipc-env writes one per platform's lock)."""
     packages: list[PylockPackage] = []
+
+    @field_validator("environments")
+    @classmethod
+    def _markers(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [check_marker(m) or "" for m in value]
 
     def by_name(self) -> dict[str, PylockPackage]:
         return {p.key: p for p in self.packages}
@@ -257,6 +264,10 @@ def artifact_host_problem(pkg: PylockPackage) -> str | None:
 def check_pylock(lock: Pylock, path: Path, pair: Pair, platform: Platform) -> list[str]:
     """Problems of one platform's pip layer against the matrix row (empty: fine)."""
     problems: list[str] = []
+    wanted_env = [lock_environment(platform)]
+    if lock.environments != wanted_env:
+        problems.append(f"{path}: environments is {lock.environments or 'missing'}, a {platform} lock says "
+                        f"{wanted_env} (PEP 751); re-lock: nox -s lock -- --pair {pair.id}")
     pkgs = lock.by_name()
     for p in lock.packages:
         if not p.artifacts:
@@ -337,6 +348,8 @@ class PairLockStatus(StrictModel):
     pair: str
     problems: list[str]
     notes: list[str] = []
+    inferred_metadata: list[str] = []
+    """Packages whose Requires-Dist the closure took from an inferred record of environments/xpu-wheels.yaml."""
 
 
 class LockCheckReport(VersionedModel):

@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from aipc_env.core.platforms import PLATFORMS, Platform, marker_environment, wheel_platform_fits
+from aipc_env.core.platforms import PLATFORMS, Platform, lock_environment, marker_environment, wheel_platform_fits
 from aipc_env.core.specs import parse_marker, parse_requirement, parse_version
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
@@ -203,8 +203,8 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
                         for w in wheels}}}
         packages.append(entry)
     packages.sort(key=lambda p: (p["name"], parse_version(p["version"])))
-    return {"lock-version": "1.0", "created-by": "aipc-env", "requires-python": _python_range(pythons),
-            "packages": packages}
+    return {"lock-version": "1.0", "environments": [lock_environment(platform)], "created-by": "aipc-env",
+            "requires-python": _python_range(pythons), "packages": packages}
 
 
 def read_universal(path: Path) -> dict:

@@ -198,7 +198,9 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
                                   "requires_dist": list(w.metadata.requires_dist),
                                   **({"requires_python": w.metadata.requires_python}
                                      if w.metadata.requires_python else {}),
-                                  "certainty": "published", "sources": [f"{w.url}.metadata (PEP 658, read {when})"]})
+                                  **({"certainty": "published", "quotes": [_quote(w)]} if w.sha256 else
+                                     {"certainty": "inferred"}),  # no hash: which wheel was read is not fixed
+                                  "sources": [f"{w.url}.metadata (PEP 658, read {when})"]})
     return plan
 
 
@@ -207,6 +209,14 @@ def _open_issue_notes(row: Pair, torch: str) -> list[str]:
     into the next pair (then copy the record)."""
     return [f"{row.id}: known issue {i.id} is open (no fixed_in): check whether torch {torch} fixes it ({i.source}); "
             f"record fixed_in, or carry the record to torch {torch}'s row" for i in row.known_issues if i.fixed_in is None]
+
+
+def _quote(w: IndexWheel) -> dict:
+    """The METADATA lines a record was read from, as the wheel (by its sha256) shows them."""
+    meta = w.metadata
+    lines = ([f"Requires-Python: {meta.requires_python}"] if meta.requires_python else []) + [
+        f"Requires-Dist: {r}" for r in meta.requires_dist]
+    return {"url": f"{w.url}.metadata", "sha256": w.sha256, "lines": lines or ["(no Requires-Dist)"]}
 
 
 def _flow(value: object) -> str:

@@ -21,8 +21,8 @@ from aipc_env.core.specs import check_specifier, check_version, parse_requiremen
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
 
-__all__ = ["PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest", "manifest_path",
-           "pair_artifacts", "torch_requires_dist"]
+__all__ = ["MetadataQuote", "PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest",
+           "manifest_path", "pair_artifacts", "torch_requires_dist"]
 
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -73,8 +73,41 @@ class WheelEntry(StrictModel):
         return any(wheel_platform_fits(tag, platform) for tag in self.platform.split("."))
 
 
+class MetadataQuote(StrictModel):
+    """Lines of one public source as that source shows them: a file of a repository at a commit (a lockfile's
+    dependency record, the project's setup.py at the release tag), or a wheel's METADATA read from its index (the
+    wheel named by its sha256)."""
+
+    repository: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+    path: str | None = Field(default=None, min_length=1)
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
+    url: str | None = Field(default=None, pattern=r"^(https?|file)://")
+    sha256: str | None = Field(default=None, pattern=SHA256)
+    lines: list[str] = Field(min_length=1)
+    """Verbatim, one source line each (whitespace at the ends stripped)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MetadataQuote:
+        in_repo = (self.repository, self.path, self.commit)
+        if all(in_repo) and not (self.url or self.sha256):
+            return self
+        if self.url and self.sha256 and not any(in_repo):
+            return self
+        raise ValueError("a quote names either repository, path and commit, or url and sha256 (the wheel read)")
+
+    @property
+    def where(self) -> str:
+        return f"{self.repository}:{self.path}@{self.commit}" if self.repository else f"{self.url} ({self.sha256})"
+
+
+def _quoted_names(quotes: list[MetadataQuote]) -> str:
+    return " ".join(line for q in quotes for line in q.lines).lower().replace("_", "-")
+
+
 class WheelMetadata(StrictModel):
-    """One XPU-index release's core metadata as its wheels publish it, and where that was read (or inferred from)."""
+    """One XPU-index release's core metadata as its wheels publish it, and where that was read (or inferred from).
+    A `published` record carries its quotes: the source's own lines, with the commit (or wheel) they were read at,
+    naming every package it requires; anything else is `inferred`, and `sources` says from what."""
 
     package: str
     version: str
@@ -84,7 +117,24 @@ class WheelMetadata(StrictModel):
     certainty: Literal["published", "inferred"]
     sources: list[str] = Field(min_length=1)
     """Where it was read (certainty published), or what it was inferred from (inferred)."""
+    quotes: list[MetadataQuote] = []
+    """The source lines a `published` record stands on (inferred records may quote what they were inferred from)."""
     note: str | None = None
+
+    @model_validator(mode="after")
+    def _published_is_quoted(self) -> WheelMetadata:
+        if self.certainty != "published":
+            return self
+        if not self.quotes:
+            raise ValueError(f"{self.package} {self.version}: a published record needs `quotes` (repository, path, "
+                             "commit and the lines as the source shows them); without them it is inferred")
+        shown = _quoted_names(self.quotes)
+        unquoted = [line for line in self.requires_dist
+                    if canonicalize_name(parse_requirement(line).name) not in shown]
+        if unquoted:
+            raise ValueError(f"{self.package} {self.version}: published, but no quoted line shows "
+                             f"{', '.join(unquoted)}; quote it or mark the record inferred")
+        return self
 
     @field_validator("version")
     @classmethod

@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -69,6 +69,10 @@ class EnvRequest:
     unlocked: bool = False
     common: list[str] | None = None
     """The common pip layer (default: environments/pip-layer.txt)."""
+    accept_metadata_drift: bool = False
+    """Build even when an XPU wheel's real METADATA differs from what the lock stands on (recorded)."""
+    read_metadata: Callable | None = None
+    """How a locked wheel's METADATA is read (default: from its URL; tests pass their own index's reader)."""
 
 
 @dataclass
@@ -288,6 +292,7 @@ def build_env(req: EnvRequest) -> EnvResult:
     elif req.prefix.exists() and any(req.prefix.iterdir()) and not env_python(req.prefix).is_file():
         raise InputError("the prefix exists and is not an env", path=req.prefix, key="--prefix",
                          fix="choose an empty or new folder")
+    accepted = [] if req.unlocked else _check_wheel_metadata(req, lockfile, python_version)
     with _rollback(req.prefix):
         if not env_python(req.prefix).is_file():
             layer, why = layer_for(lock_dir, req.platform, python_version) if not req.base_python else (None, "")
@@ -308,17 +313,41 @@ def build_env(req: EnvRequest) -> EnvResult:
                             packages={n: ManifestPackage(version=v, sha256=s)
                                       for n, (v, s) in locked_packages(lock, req.platform, python_version).items()})
         write_model(req.prefix / MANIFEST_NAME, manifest)
-    _record(req, lockfile)
+    _record(req, lockfile, accepted=accepted)
     return EnvResult(req.prefix, python, True, drift, time.perf_counter() - start, lockfile)
 
 
-def _record(req: EnvRequest, lockfile: Path, keep_existing: bool = False) -> None:
+def _check_wheel_metadata(req: EnvRequest, lockfile: Path, python: str) -> list[str]:
+    """Read the real METADATA of the XPU wheels the lock installs here and close the lock over it, before anything is
+    installed: a difference stops the build (both values named), unless --accept-metadata-drift, when it is told,
+    logged and returned for the env record."""
+    from aipc_env.lock.simple_index import MetadataCache
+    from aipc_env.lock.wheelcheck import check_xpu_metadata, read_wheel_metadata
+    from aipc_env.lock.wheels import load_wheel_manifest
+    from aipc_env.paths import cache_dir
+
+    read = req.read_metadata or read_wheel_metadata(MetadataCache(cache_dir() / "core-metadata"))
+    problems = check_xpu_metadata(read_pylock(lockfile), req.platform, python, load_wheel_manifest(), read).problems
+    if not problems:
+        return []
+    if req.accept_metadata_drift:
+        _tell(req.log, [f"accepted (--accept-metadata-drift): {p}" for p in problems])
+        return problems
+    raise AipcError(f"the real METADATA of the {req.pair.id} XPU wheels differs from what the lock stands on; "
+                    "nothing was installed:\n  " + "\n  ".join(problems), path=lockfile,
+                    fix="if the index changed the wheels, correct environments/xpu-wheels.yaml with the source and "
+                        f"re-lock (nox -s lock -- --pair {req.pair.id}); to build anyway: nox -s env -- --pair "
+                        f"{req.pair.id} --accept-metadata-drift (recorded in the env record)")
+
+
+def _record(req: EnvRequest, lockfile: Path, keep_existing: bool = False, accepted: list[str] | None = None) -> None:
     """Record the env for doctor/verify/train. A no-op re-run keeps the build time (kernel-cache staleness)."""
     old = read_env_record()
     if keep_existing and old and old.prefix == str(req.prefix) and old.pair == req.pair.id:
         return
     write_env_record(EnvRecord(prefix=str(req.prefix), python=str(env_python(req.prefix)), pair=req.pair.id,
-                               platform=req.platform, built_at=timestamp(), lockfile=str(lockfile)))
+                               platform=req.platform, built_at=timestamp(), lockfile=str(lockfile),
+                               accepted_metadata_drift=accepted or []))
 
 
 class EnvBuildReport(VersionedModel):

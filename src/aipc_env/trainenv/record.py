@@ -39,6 +39,9 @@ class EnvRecord(VersionedModel):
     platform: str | None = None
     built_at: str
     lockfile: str | None = None
+    accepted_metadata_drift: list[str] = []
+    """Where the XPU wheels' real METADATA differed from what the lock stands on, and the build went on anyway
+    (`env --accept-metadata-drift`)."""
 
 
 class UsedEnvRecord(VersionedModel):

@@ -7,7 +7,7 @@ import datetime as _dt
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 
-from aipc_env.core.platforms import DEFAULT_PYTHON
+from aipc_env.core.platforms import DEFAULT_PYTHON, marker_environment
 from aipc_env.core.specs import parse_requirement, parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.matrix import Pair
@@ -219,8 +219,12 @@ def _triton_missing(ctx: CheckContext, pair: Pair) -> list[str]:
     else:
         record = load_wheel_manifest().metadata_for(triton.name, version, ctx.platform)
         needs = [parse_requirement(r) for r in (record.requires_dist if record else [])]
+        env = ctx.facts.training_env
+        markers = {**marker_environment(ctx.platform, (env.python_version if env else None) or DEFAULT_PYTHON),
+                   "extra": ""}
         missing += [f"{r.name} (required by {triton.name} {version})" for r in needs
-                    if canonicalize_name(r.name) not in ctx.installed]
+                    if (r.marker is None or r.marker.evaluate(markers))
+                    and canonicalize_name(r.name) not in ctx.installed]
     if ctx.facts.is_windows and not (ctx.facts.msvc and ctx.facts.msvc.installs):
         missing.append("MSVC C++ build tools")
     if not ctx.facts.level_zero.header:
