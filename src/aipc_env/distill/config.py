@@ -12,13 +12,18 @@ from pydantic import Field, field_validator, model_validator
 from aipc_env.core.fileio import atomic_write_text, check_writable, read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.distill.grid import check_sigmas, student_grid
+from aipc_env.distill.shapes import EVAL_SEEDS
 from aipc_env.errors import InputError
 from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = [
     "BUILTIN_EVAL_PROMPTS",
     "BUILTIN_PROMPTS",
+    "BUILTIN_MODELS",
+    "BUILTIN_SHAPES_EVAL_PROMPTS",
+    "BUILTIN_SHAPES_PROMPTS",
     "BUILTIN_TINY21",
+    "BUILTIN_TINY21_TRAINED",
     "PROFILES",
     "DistillConfig",
     "default_distill_config",
@@ -29,8 +34,14 @@ __all__ = [
 
 BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
 """A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
+BUILTIN_TINY21_TRAINED = "builtin:tiny-qwen-image-2.1-trained"
+"""The tiny pipeline with its transformer trained on a synthetic distribution (aipc_env.distill.tinytrained21),
+built once per user into the cache: a teacher whose student G3 can judge."""
+BUILTIN_MODELS = (BUILTIN_TINY21, BUILTIN_TINY21_TRAINED)
 BUILTIN_PROMPTS = "builtin:prompts"
 BUILTIN_EVAL_PROMPTS = "builtin:eval-prompts"
+BUILTIN_SHAPES_PROMPTS = "builtin:shapes-prompts"
+BUILTIN_SHAPES_EVAL_PROMPTS = "builtin:shapes-eval-prompts"
 
 
 class PromptsSection(InputModel):
@@ -201,10 +212,10 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
         if not value.startswith("builtin:") and not Path(value).is_file():
             raise InputError(f"prompts file {value!r} does not exist", path=path, key=f"prompts.{key}",
                              fix="point it at a JSONL file with one {\"prompt\": \"...\"} per line")
-    if cfg.model.startswith("builtin:") and cfg.model != BUILTIN_TINY21:
+    if cfg.model.startswith("builtin:") and cfg.model not in BUILTIN_MODELS:
         raise InputError(f"unknown built-in model {cfg.model!r}", path=path, key="model",
-                         fix=f"use {BUILTIN_TINY21} or a model folder")
-    if cfg.eval.mode == "quality" and not cfg.eval.lpips_weights:
+                         fix=f"use {' or '.join(BUILTIN_MODELS)}, or a model folder")
+    if cfg.eval.mode == "quality" and not cfg.eval.lpips_weights and not _trained_tiny(cfg.model):
         raise InputError("eval.mode quality needs LPIPS: G3 decides on LPIPS to the teacher", path=path,
                          key="eval.lpips_weights", fix="set eval.lpips_weights to a folder holding "
                          "hub/checkpoints/alexnet-owt-7be5be79.pth, or set eval.mode: plumbing")
@@ -215,7 +226,26 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
     check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
 
 
-PROFILES = ("tiny", "turbo")
+def _trained_tiny(model: str) -> bool:
+    """The trained tiny teacher (built-in, or a folder whose tiny mark records its training): judged without LPIPS."""
+    if model == BUILTIN_TINY21_TRAINED:
+        return True
+    if model.startswith("builtin:"):
+        return False
+    from aipc_env.distill.models import is_tiny_trained
+
+    return is_tiny_trained(Path(model))
+
+
+PROFILES = ("tiny", "tiny-trained", "turbo")
+TINY_TRAINED_STUDENT = {"max_train_steps": 200, "learning_rate": 1e-3, "rank": 8, "alpha": 16, "batch_size": 8,
+                        "loss_weighting": "endpoint", "base": "full", "gradient_checkpointing": False,
+                        "checkpointing_steps": 100, "checkpoints_total_limit": 1,
+                        "divergence": {"spike_factor": 1000.0, "window": 8, "velocity_every": 25,
+                                       "velocity_tolerance": 3.0}}
+"""The student on the trained tiny teacher (profile tiny-trained)."""
+TINY_TRAINED_MARGIN = 0.0
+"""G3's margin on it (latent MSE to teacher@8)."""
 
 
 def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
@@ -239,6 +269,20 @@ def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
                         "checkpoints_total_limit": 3},
             "eval": {"mode": "quality", "seeds": [0, 1], "lpips_weights": "TODO: folder holding "
                      "hub/checkpoints/alexnet-owt-7be5be79.pth", "decode_device": "cpu"},
+        }
+    if profile == "tiny-trained":
+        return {
+            "schema_version": 1,
+            "model": BUILTIN_TINY21_TRAINED,
+            "output_dir": str(run_dir),
+            "device": "auto",
+            "height": 64,
+            "width": 64,
+            "seed": 0,
+            "threads": 1,
+            "prompts": {"train": BUILTIN_SHAPES_PROMPTS, "eval": BUILTIN_SHAPES_EVAL_PROMPTS},
+            "student": TINY_TRAINED_STUDENT,
+            "eval": {"mode": "quality", "seeds": list(EVAL_SEEDS), "margin": TINY_TRAINED_MARGIN},
         }
     if profile != "tiny":
         raise ValueError(f"unknown profile {profile!r}")
