@@ -18,8 +18,8 @@ from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = [
     "BUILTIN_EVAL_PROMPTS",
-    "BUILTIN_PROMPTS",
     "BUILTIN_MODELS",
+    "BUILTIN_PROMPTS",
     "BUILTIN_SHAPES_EVAL_PROMPTS",
     "BUILTIN_SHAPES_PROMPTS",
     "BUILTIN_TINY21",
@@ -238,14 +238,14 @@ def _trained_tiny(model: str) -> bool:
 
 
 PROFILES = ("tiny", "tiny-trained", "turbo")
-TINY_TRAINED_STUDENT = {"max_train_steps": 200, "learning_rate": 1e-3, "rank": 8, "alpha": 16, "batch_size": 8,
+TINY_TRAINED_STUDENT = {"max_train_steps": 400, "learning_rate": 1e-3, "rank": 8, "alpha": 16, "batch_size": 16,
                         "loss_weighting": "endpoint", "base": "full", "gradient_checkpointing": False,
                         "checkpointing_steps": 100, "checkpoints_total_limit": 1,
                         "divergence": {"spike_factor": 1000.0, "window": 8, "velocity_every": 25,
                                        "velocity_tolerance": 3.0}}
 """The student on the trained tiny teacher (profile tiny-trained)."""
-TINY_TRAINED_MARGIN = 0.0
-"""G3's margin on it (latent MSE to teacher@8)."""
+TINY_TRAINED_MARGIN = 0.0005
+"""G3's margin on it, in latent MSE to teacher@8: about a tenth of naive@4's distance (0.005 on the 64 pairs)."""
 
 
 def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:

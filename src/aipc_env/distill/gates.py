@@ -372,7 +372,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         artifacts_read_back,
         decide_mode,
         g3_metric,
-        judge,
+        judge_entries,
         lora_changes_output,
         not_worse_than_reference,
         outputs_finite,
@@ -466,8 +466,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         _log_grid(cfg, out / "grid.png")
     mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
                 for m in entries[0]["distance_to_teacher"][k]} for k in compared}
-    beats, stats = judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key])
-                          for e in entries], margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
+    beats, stats = judge_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
     manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
                           lora_sha256=lora_sha,
                           teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,

@@ -2,8 +2,9 @@
 wrote and measured (artifacts read back, the LoRA moves the output, the images are finite). Torch-free.
 
 Quality mode judges on LPIPS to teacher@8 (seed 003's statistic: the mean over held-out prompt x seed pairs,
-student vs naive; on the trained tiny teacher, the latent MSE to teacher@8), with two bounds: the student's mean must be below naive's by at least `margin`, and the student
-must be closer than naive on at least `min_win_rate` of the pairs. Plumbing mode judges nothing about the student.
+student vs naive; on the trained tiny teacher, the latent MSE to teacher@8), with two bounds: the student's mean
+must be below naive's by at least `margin`, and the student must be closer than naive on at least `min_win_rate`
+of the pairs. Plumbing mode judges nothing about the student.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from statistics import fmean
 
 from aipc_env.errors import AipcError, InputError
 
-__all__ = ["METRICS", "artifacts_read_back", "decide_mode", "g3_metric", "judge", "lora_changes_output",
+__all__ = ["METRICS", "artifacts_read_back", "decide_mode", "g3_metric", "judge", "judge_entries", "lora_changes_output",
            "not_worse_than_reference", "outputs_finite", "student_beats_naive"]
 
 
@@ -69,6 +70,14 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     beats = student <= naive - margin and student < naive and win_rate >= min_win_rate
     return beats, {"student_mean": student, "naive_mean": naive, "margin": margin, "wins": wins,
                    "pairs": len(pairs), "win_rate": win_rate, "min_win_rate": min_win_rate}
+
+
+def judge_entries(entries: list[dict], metric: str, *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
+    """judge() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
+    `metric` compares (METRICS): LPIPS, the latent MSE on the trained tiny teacher, else the pixel MSE."""
+    key = METRICS[metric][0]
+    return judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key]) for e in entries],
+                 margin=margin, min_win_rate=min_win_rate)
 
 
 def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:

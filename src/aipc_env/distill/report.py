@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
-from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
 from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
 
 
@@ -63,7 +63,7 @@ def current_verdicts(cfg: DistillConfig) -> tuple[dict[str, Verdict], dict[str, 
 
 
 def _where(cfg: DistillConfig, v: Verdict) -> str:
-    model = "tiny-random" if cfg.model == BUILTIN_TINY21 else Path(cfg.model).name
+    model = {BUILTIN_TINY21: "tiny-random", BUILTIN_TINY21_TRAINED: "tiny-trained"}.get(cfg.model, Path(cfg.model).name)
     return f"{model}, {v.dtype or '?'}, {v.device or '?'}"
 
 

@@ -8,8 +8,8 @@ teacher trains on whole batches without padding)."""
 
 from __future__ import annotations
 
-__all__ = ["COLORS", "EVAL_SEEDS", "KINDS", "PROMPTS", "SAMPLE_SIGMAS", "TRAIN_REPEATS", "TRAINED21_VERSION",
-           "eval_prompts", "train_prompts"]
+__all__ = ["COLORS", "EVAL_SEEDS", "KINDS", "PROMPTS", "SAMPLE_SIGMAS", "STRUCTURED_RATIO", "TRAINED21_VERSION",
+           "TRAIN_REPEATS", "check_structured", "eval_prompts", "train_prompts"]
 
 TRAINED21_VERSION = 1
 """Bumped when the trained teacher changes (data, architecture or training): the cached copy is rebuilt."""
@@ -17,15 +17,15 @@ COLORS = ("blue", "gold")
 KINDS = ("square", "stripe")
 """square: a 2x2 block in one of the four quadrants; stripe: one of the four rows."""
 PROMPTS = tuple(f"a {color} {kind}" for color in COLORS for kind in KINDS)
-TRAIN_REPEATS = 12
+TRAIN_REPEATS = 128
 """Trajectories per prompt in the training list, each line with its own noise seed (0, 1, ...: a prompt's
 default seed is derived from the prompt alone, so repeated lines without seeds would be one trajectory)."""
 SAMPLE_SIGMAS = [1.0, 0.9545, 0.9, 0.8333, 0.75, 0.6429, 0.5, 0.3]
 """The teacher's own 8-step grid (model_index.json sample_sigmas, as the real Turbo ships one): linspace(1, 1/8)
 time-shifted by 3 (3s / (1 + 2s)), rounded. It spends its steps where this teacher commits to a place: the student
 grid (every second sigma) then differs from the teacher's about three times more than on the plain linspace."""
-EVAL_SEEDS = (1000, 1001)
-"""G3's noise seeds on this model: none of them is a training trajectory's (those are 0 .. 47)."""
+EVAL_SEEDS = tuple(range(1000, 1016))
+"""G3's noise seeds on this model (16 per prompt: 64 pairs): none is a training trajectory's (those are 0 .. 511)."""
 
 
 def train_prompts(repeats: int = TRAIN_REPEATS) -> list[tuple[str, int]]:
@@ -35,3 +35,21 @@ def train_prompts(repeats: int = TRAIN_REPEATS) -> list[tuple[str, int]]:
 
 def eval_prompts() -> list[str]:
     return list(PROMPTS)
+
+
+STRUCTURED_RATIO = 0.1
+"""The trained teacher's 8-step samples: their mean distance to the data at most this fraction of an untrained
+transformer's (the build refuses to cache a teacher that did not learn)."""
+
+
+def check_structured(teacher: float, untrained: float, ratio: float = STRUCTURED_RATIO) -> str:
+    """The build's bound: teacher@8's mean distance to the data at most `ratio` times an untrained transformer's
+    from the same noise (equal passes; NaN fails)."""
+    from aipc_env.errors import AipcError
+
+    detail = (f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's {untrained:.4g} "
+              f"(bound: at most {ratio:g} times)")
+    if not teacher <= ratio * untrained:
+        raise AipcError(f"the tiny teacher did not learn its distribution: {detail}",
+                        fix="a bug in the tiny teacher's build: report it with this line")
+    return detail

@@ -4,7 +4,7 @@ a synthetic distribution in the VAE's latent space (aipc_env.distill.shapes: a c
 follow the prompt, in one of four places). Deterministic (fixed seeds, one thread), about a minute on one CPU
 core, cached per user (aipc_env.distill.models.model_dir). Its 8-step samples are structured: the build measures
 their distance to the data distribution against an untrained transformer's and refuses to cache a teacher that did
-not learn (check_structured). G3 can then judge a student on it (aipc_env.distill.judge: quality mode on the
+not learn (shapes.check_structured). G3 can then judge a student on it (aipc_env.distill.judge: quality mode on the
 latent distance to teacher@8).
 
 The objective is the pipeline's own: x_t = (1 - sigma) x0 + sigma eps, the velocity target eps - x0, the timestep
@@ -14,6 +14,7 @@ makes). Imports torch: never import this module on the doctor's path.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -23,16 +24,14 @@ from pathlib import Path
 
 import torch
 
-from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION
+from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION, check_structured
 
-__all__ = ["ARCH", "TRAINING", "Shapes", "build_tiny21_trained", "check_structured", "distance_to_data"]
+__all__ = ["ARCH", "TRAINING", "Shapes", "build_tiny21_trained", "distance_to_data"]
 
 ARCH = {"num_layers": 3, "num_attention_heads": 4, "attention_head_dim": 16, "mlp_ratio": 2}
 """The trained transformer: 3 blocks, inner width 64 (the random tiny one is 2 blocks of width 32: too small to
 learn both the prompt's color and the place)."""
 TRAINING = {"steps": 1500, "batch": 32, "lr": 2e-3, "warmup": 50, "seed": 0, "data_seed": 1}
-STRUCTURED_RATIO = 0.1
-"""The teacher@8 samples' mean distance to the data must be at most this fraction of an untrained transformer's."""
 GRID = 4
 """The latent grid at 64x64 pixels (the VAE compresses 16x): 4x4 tokens of 8 channels."""
 CHANNELS = 8
@@ -87,19 +86,6 @@ def distance_to_data(latents: torch.Tensor, prompt_index: list[int], shapes: Sha
     return out
 
 
-def check_structured(teacher: float, untrained: float, ratio: float = STRUCTURED_RATIO) -> str:
-    """The build's bound: teacher@8's mean distance to the data at most `ratio` times an untrained transformer's
-    (equal passes)."""
-    from aipc_env.errors import AipcError
-
-    detail = (f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's {untrained:.4g} "
-              f"(bound: at most {ratio:g} times)")
-    if not teacher <= ratio * untrained:
-        raise AipcError(f"the tiny teacher did not learn its distribution: {detail}",
-                        fix="this is a bug in the tiny teacher's build; report it with this line")
-    return detail
-
-
 def _transformer(seed: int):
     from diffusers import QwenImage21Transformer2DModel
 
@@ -114,7 +100,7 @@ def _sample(model, noise, prompted, sigmas: list[float], shapes_one) -> torch.Te
 
     x = noise
     grid = [*sigmas, 0.0]
-    for s, s_next in zip(grid, grid[1:]):
+    for s, s_next in itertools.pairwise(grid):
         v = sampler.velocity(model, x, torch.tensor(s * 1000.0), prompted, [shapes_one] * x.shape[0])
         x = x + (s_next - s) * v
     return x
