@@ -1,7 +1,7 @@
 """G3 in quality mode on the trained tiny teacher (builtin:tiny-qwen-image-2.1-trained), in-process: the teacher is
 trained once per test run (tests/conftest.py built_once) into a cache folder the built-in name resolves to, the
 student trains on its trajectories, and G3 judges it on the latent distance to teacher@8: a trained student passes,
-the same student turned against the teacher fails by name. The fewest steps that show both verdicts."""
+the same student turned against the teacher fails by name. The teacher build dominates its time."""
 
 from __future__ import annotations
 
@@ -38,16 +38,10 @@ def quiet():
 
 
 def _config(out: Path) -> Path:
-    """The tiny-trained profile, shortened: 256 trajectories, 200 student steps, 8 noise seeds per eval prompt."""
-    from aipc_env.distill.shapes import train_prompts
-
+    """The tiny-trained profile as shipped (its row in docs/distill-quality.md: endpoint weighting, lr 3e-4, no
+    on-policy phase): fewer trajectories, steps or eval pairs made the verdict hang on a few outlier pairs."""
     out.mkdir(parents=True)
-    (out / "train.jsonl").write_text("".join(json.dumps({"prompt": p, "seed": s}) + "\n" for p, s in train_prompts(64)))
-    data = default_distill_config(out, profile="tiny-trained")
-    data["prompts"]["train"] = str(out / "train.jsonl")
-    data["student"]["max_train_steps"] = 200
-    data["eval"]["seeds"] = list(range(1000, 1008))
-    (out / "distill.yaml").write_text(yaml.safe_dump(data))
+    (out / "distill.yaml").write_text(yaml.safe_dump(default_distill_config(out, profile="tiny-trained")))
     return out / "distill.yaml"
 
 
@@ -73,7 +67,7 @@ def test_g3_quality_mode_on_the_trained_tiny_teacher(teacher_cache, tmp_path, mo
     assert g3.mode == "quality" and g3.metrics["metric"] == "latent_mse", g3
     assert g3.status == "pass" and checks["student-beats-naive"].ok, g3.metrics["comparison"]
     stats = g3.metrics["statistics"]
-    assert stats["pairs"] == 32 and stats["student_mean"] <= stats["naive_mean"] - 0.0005
+    assert stats["pairs"] == 64 and stats["student_mean"] <= stats["naive_mean"] - 0.0005
     assert "the trained tiny teacher" in g3.metrics["mode_reason"]
 
     lora = tmp_path / "run" / "lora" / "pytorch_lora_weights.safetensors"

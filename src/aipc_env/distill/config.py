@@ -238,7 +238,7 @@ def _trained_tiny(model: str) -> bool:
 
 
 PROFILES = ("tiny", "tiny-trained", "turbo")
-TINY_TRAINED_STUDENT = {"max_train_steps": 400, "learning_rate": 1e-3, "rank": 8, "alpha": 16, "batch_size": 16,
+TINY_TRAINED_STUDENT = {"max_train_steps": 400, "learning_rate": 3e-4, "rank": 8, "alpha": 16, "batch_size": 16,
                         "loss_weighting": "endpoint", "base": "full", "gradient_checkpointing": False,
                         "checkpointing_steps": 100, "checkpoints_total_limit": 1,
                         "divergence": {"spike_factor": 1000.0, "window": 8, "velocity_every": 25,
