@@ -232,7 +232,7 @@ def _trained_tiny(model: str) -> bool:
         return True
     if model.startswith("builtin:"):
         return False
-    from aipc_env.distill.models import is_tiny_trained
+    from aipc_env.distill.identity import is_tiny_trained
 
     return is_tiny_trained(Path(model))
 

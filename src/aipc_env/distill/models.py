@@ -4,16 +4,14 @@ standalone transformer (NF4 or as saved) for training — seed item 5's working 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from aipc_env.core.fileio import read_json
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
+from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, read_mark, tiny_kind
 from aipc_env.errors import InputError
 
 __all__ = ["device_and_dtype", "is_tiny_random", "is_tiny_trained", "load_pipeline", "load_transformer", "model_dir",
            "model_key", "model_path", "offload_text_encoder", "resolve_run", "tiny_kind", "trained_tiny_path"]
-
-TINY_MARK = "aipc_tiny.json"
 
 
 def trained_tiny_path() -> Path:
@@ -32,35 +30,6 @@ def model_path(cfg: DistillConfig) -> Path:
     return trained_tiny_path() if cfg.model == BUILTIN_TINY21_TRAINED else Path(cfg.model)
 
 
-def _mark(path: Path) -> dict | None:
-    """The tiny mark's content; {} when the mark is there but unreadable (still a tiny model); None without one."""
-    mark = Path(path) / TINY_MARK
-    if not mark.is_file():
-        return None
-    try:
-        data = read_json(mark, "tiny model mark")
-    except InputError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def tiny_kind(path: Path) -> Literal["random", "trained"] | None:
-    """The model's identity, not its path: a tiny pipeline built here (wherever it was saved) carries its mark file;
-    the trained teacher's mark records its training (an unreadable mark counts as random: nothing is judged)."""
-    mark = _mark(path)
-    if mark is None:
-        return None
-    return "trained" if isinstance(mark.get("trained"), dict) else "random"
-
-
-def is_tiny_random(path: Path) -> bool:
-    return tiny_kind(path) == "random"
-
-
-def is_tiny_trained(path: Path) -> bool:
-    return tiny_kind(path) == "trained"
-
-
 def model_dir(cfg: DistillConfig, *, log=print) -> Path:
     """The model folder; the tiny random pipeline is built once into the run folder, the trained tiny teacher once
     into the per-user cache (aipc_env.distill.tinytrained21)."""
@@ -68,7 +37,7 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
         from aipc_env.distill.shapes import TRAINED21_VERSION
 
         path = model_path(cfg)
-        mark = _mark(path) or {}
+        mark = read_mark(path) or {}
         if mark.get("version") != TRAINED21_VERSION or not isinstance(mark.get("trained"), dict):
             from aipc_env.distill.tinytrained21 import build_tiny21_trained
 

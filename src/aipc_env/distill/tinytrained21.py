@@ -106,13 +106,14 @@ def _sample(model, noise, prompted, sigmas: list[float], shapes_one) -> torch.Te
     return x
 
 
-def build_tiny21_trained(out: Path, *, log=print, steps: int | None = None) -> Path:
-    """Train the teacher and write the pipeline to `out` (atomically). `steps` overrides the training length
-    (tests of the refusal only)."""
+def build_tiny21_trained(out: Path, *, log=print) -> Path:
+    """Train the teacher and write the pipeline to `out` (atomically: a failed build leaves nothing there)."""
+    from diffusers import QwenImage21Pipeline
+
     from aipc_env.core.fileio import atomic_dir
     from aipc_env.distill import sampler
-    from aipc_env.distill.models import load_pipeline
     from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+    from aipc_env.train.compat import processor_without_video
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # determinism, and the timing CI plans for
@@ -120,7 +121,8 @@ def build_tiny21_trained(out: Path, *, log=print, steps: int | None = None) -> P
     try:
         with tempfile.TemporaryDirectory() as staging:
             base = build_tiny21_pipeline(Path(staging) / "pipe", seed=0, sample_sigmas=SAMPLE_SIGMAS)
-            pipe = load_pipeline(base, torch.device("cpu"), torch.float32)
+            processor_without_video()  # the test-environment shim (no torchvision), as models.load_pipeline
+            pipe = QwenImage21Pipeline.from_pretrained(str(base), dtype=torch.float32, local_files_only=True)
             encoded = [sampler.encode(pipe, [p], torch.device("cpu")) for p in PROMPTS]
             if len({e.embeds.shape[1] for e in encoded}) != 1 or any(e.mask is not None for e in encoded):
                 raise RuntimeError("the shapes prompts must encode to one length without padding")
@@ -129,7 +131,7 @@ def build_tiny21_trained(out: Path, *, log=print, steps: int | None = None) -> P
             shapes = Shapes()
             shapes_one = [(1, GRID, GRID)]
             model = _transformer(TRAINING["seed"]).train()
-            n_steps = steps if steps is not None else TRAINING["steps"]
+            n_steps = TRAINING["steps"]
             opt = torch.optim.AdamW(model.parameters(), lr=TRAINING["lr"], weight_decay=0.0)
             warm = TRAINING["warmup"]
             sched = torch.optim.lr_scheduler.LambdaLR(
