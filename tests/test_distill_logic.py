@@ -461,6 +461,19 @@ def test_init_tiny_keeps_the_cpu_template(tmp_path):
     assert data["student"]["rank"] == 8 and "teacher_sigmas" not in data
 
 
+def test_init_tiny_trained_writes_the_judged_profile(tmp_path):
+    result = run_cli("distill", "init", str(tmp_path / "t"), "--profile", "tiny-trained")
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load((tmp_path / "t" / "distill.yaml").read_text())
+    assert data["model"] == "builtin:tiny-qwen-image-2.1-trained" and "teacher_sigmas" not in data
+    assert {k: data["student"][k] for k in ("max_train_steps", "learning_rate", "loss_weighting", "rank", "alpha",
+                                            "batch_size", "base")} == {
+        "max_train_steps": 400, "learning_rate": 3e-4, "loss_weighting": "endpoint", "rank": 8, "alpha": 16,
+        "batch_size": 16, "base": "full"}
+    assert "on_policy" not in data["student"]
+    assert load_distill_config(tmp_path / "t" / "distill.yaml").eval.mode == "quality"
+
+
 @pytest.mark.parametrize("student, ok", [
     ({"batch_size": 4, "processes": 2, "gradient_accumulation_steps": 2}, True),
     ({"batch_size": 2, "processes": 2, "gradient_accumulation_steps": 2}, False),

@@ -323,6 +323,8 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False, profil
                          path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
                          "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
     head = {"tiny": "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n",
+            "tiny-trained": "# aipc-env distill, profile tiny-trained: the tiny Qwen-Image-2.1 teacher trained on "
+                            "colored shapes (built once per user, no download); G3 judges the student\n",
             "turbo": "# aipc-env distill, profile turbo: seed 003's settings for Qwen-Image-2.1-Turbo; fill each "
                      "TODO\n"}[profile]
     text = (head + "# relative paths are resolved against this file's folder\n"
