@@ -161,10 +161,11 @@ def build_report(cfg: DistillConfig) -> tuple[str, Path]:
                   f"sampling {m.get('seconds_sample')} s)."]
     if g3 is not None and train is not None and "mean" in g3.metrics:
         metric = g3.metrics["metric"]
+        label = metric.upper().replace("_", " ")
         m = train.metrics
         head = "G3 evidence" if g3.mode != "plumbing" else "G3 plumbing numbers (they judge nothing about the student)"
         lines += ["", f"{head} ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
-                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {metric.upper()}\tNaive {metric.upper()}",
+                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {label}\tNaive {label}",
                   f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
                   f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
                   f"{g3.metrics['mean']['naive'][metric]:.4f}"]
