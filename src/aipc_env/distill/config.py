@@ -115,10 +115,12 @@ class TeacherSection(InputModel):
 
 class EvalSection(InputModel):
     mode: Literal["auto", "quality", "plumbing"] = Field(
-        "auto", description="quality needs LPIPS weights and a real model; auto: quality when lpips_weights is set "
-        "and the model is not a tiny random one (aipc_tiny.json), else plumbing")
+        "auto", description="quality needs LPIPS weights and a real model, or the trained tiny teacher (judged on the "
+        "latent MSE to teacher@8); auto: quality when lpips_weights is set and the model is not a tiny random one "
+        "(aipc_tiny.json), or on the trained tiny teacher, else plumbing")
     seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
-    margin: float = Field(0.0, ge=0, description="quality: the student's mean LPIPS must be below naive's minus this, "
+    margin: float = Field(0.0, ge=0, description="quality: the student's mean distance to the teacher (LPIPS; the latent "
+                          "MSE on the trained tiny teacher) must be below naive's minus this, "
                           "and (with reference_lora) not above the reference's plus this")
     reference_lora: str | None = Field(
         None, description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
@@ -139,7 +141,8 @@ class DistillConfig(VersionedInput):
     FORMAT: ClassVar[str] = "distillation config"
     FIX: ClassVar[str] = "start from `aipc-env distill init` (writes the built-in default) and edit it"
     schema_version: Literal[1] = 1
-    model: str = Field(BUILTIN_TINY21, description="a local diffusers Qwen-Image-2.1(-Turbo) folder, or the tiny one")
+    model: str = Field(BUILTIN_TINY21, description="a local diffusers Qwen-Image-2.1(-Turbo) folder, or a built-in "
+                       "tiny one (random, or trained on shapes)")
     output_dir: str
     device: str = Field("auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
