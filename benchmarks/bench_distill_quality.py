@@ -1,4 +1,5 @@
-"""The distillation recipe judged the way seed-style G3 tables are, on the trained tiny teacher
+"""The distillation recipe judged the way the G3 table of the public Turbo 4-step distillation project
+(ysharma/image21-turbo-trajectories) judges it, here on the trained tiny teacher
 (builtin:tiny-qwen-image-2.1-trained): naive@4 (the teacher on every second sigma of its own grid), and the student
 LoRA with uniform and with endpoint (delta-sigma squared) weighting, with and without the on-policy phase, at two
 learning rates. Every variant trains on the same stored teacher trajectories and is sampled by G3 from the same
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown(result: dict) -> str:
-    """The table, seed-style: one row per run, naive@4 first."""
+    """The table: one row per run, naive@4 first."""
     rows = [r for r in result["rows"] if "student_latent_mse" in r]
     naive = rows[0]["naive_latent_mse"] if rows else float("nan")
     naive_px = rows[0]["naive_pixel_mse"] if rows else float("nan")
