@@ -22,8 +22,9 @@ TRAIN_REPEATS = 128
 default seed is derived from the prompt alone, so repeated lines without seeds would be one trajectory)."""
 SAMPLE_SIGMAS = [1.0, 0.9545, 0.9, 0.8333, 0.75, 0.6429, 0.5, 0.3]
 """The teacher's own 8-step grid (model_index.json sample_sigmas, as the real Turbo ships one): linspace(1, 1/8)
-time-shifted by 3 (3s / (1 + 2s)), rounded. It spends its steps where this teacher commits to a place: the student
-grid (every second sigma) then differs from the teacher's about three times more than on the plain linspace."""
+time-shifted by 3 (3s / (1 + 2s)), rounded. It spends its steps where this teacher commits to a place: on a
+prototype of this teacher, naive@4 landed 0.008 (latent MSE) from teacher@8 on this grid, 0.0025 on the plain
+linspace, and teacher@8 stayed as close to the data."""
 EVAL_SEEDS = tuple(range(1000, 1016))
 """G3's noise seeds on this model (16 per prompt: 64 pairs): none is a training trajectory's (those are 0 .. 511)."""
 
