@@ -28,7 +28,8 @@ OUTPUTS = FIXTURES / "outputs"
 # files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
 # idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half).
 SLOWEST_FIRST = ("test_qflux.py", "test_container.py", "test_distill.py", "test_engine.py", "test_compare_monitor.py",
-                 "test_train.py", "test_verify.py", "test_adapt.py", "test_learning.py", "test_hostile_inputs.py")
+                 "test_distill_quality.py", "test_train.py", "test_verify.py", "test_adapt.py", "test_learning.py",
+                 "test_hostile_inputs.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -461,6 +461,19 @@ def test_init_tiny_keeps_the_cpu_template(tmp_path):
     assert data["student"]["rank"] == 8 and "teacher_sigmas" not in data
 
 
+def test_init_tiny_trained_writes_the_judged_profile(tmp_path):
+    result = run_cli("distill", "init", str(tmp_path / "t"), "--profile", "tiny-trained")
+    assert result.returncode == 0, result.stderr
+    data = yaml.safe_load((tmp_path / "t" / "distill.yaml").read_text())
+    assert data["model"] == "builtin:tiny-qwen-image-2.1-trained" and "teacher_sigmas" not in data
+    assert {k: data["student"][k] for k in ("max_train_steps", "learning_rate", "loss_weighting", "rank", "alpha",
+                                            "batch_size", "base")} == {
+        "max_train_steps": 400, "learning_rate": 3e-4, "loss_weighting": "endpoint", "rank": 8, "alpha": 16,
+        "batch_size": 16, "base": "full"}
+    assert "on_policy" not in data["student"]
+    assert load_distill_config(tmp_path / "t" / "distill.yaml").eval.mode == "quality"
+
+
 @pytest.mark.parametrize("student, ok", [
     ({"batch_size": 4, "processes": 2, "gradient_accumulation_steps": 2}, True),
     ({"batch_size": 2, "processes": 2, "gradient_accumulation_steps": 2}, False),
@@ -1141,3 +1154,168 @@ def test_g2_parity_holds_at_zero():
 
     assert check_parity(0.0, steps=8, batch=2) == "own 8-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 2)"
     assert check_parity(-0.0, steps=4, batch=1) == "own 4-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 1)"
+
+
+# --- the trained tiny teacher: G3 in quality mode on the latent distance -----------------------------------------
+
+def test_g3_judges_the_trained_tiny_teacher_in_quality_mode_without_lpips():
+    from aipc_env.distill.judge import decide_mode, g3_metric
+
+    assert decide_mode("auto", lpips=False, tiny_random=False, tiny_trained=True) == (
+        "quality", "the model is the trained tiny teacher (aipc_tiny.json): latent distance to teacher@8")
+    assert decide_mode("quality", lpips=False, tiny_random=False, tiny_trained=True) == (
+        "quality", "eval.mode: quality (the trained tiny teacher: latent distance to teacher@8)")
+    assert decide_mode("plumbing", lpips=False, tiny_random=False, tiny_trained=True) == (
+        "plumbing", "eval.mode: plumbing")
+    assert g3_metric("quality", lpips=False, tiny_trained=True) == "latent_mse"
+    assert g3_metric("quality", lpips=True, tiny_trained=True) == "latent_mse"  # LPIPS on a random VAE: no
+    assert g3_metric("quality", lpips=True, tiny_trained=False) == "lpips"
+    assert g3_metric("plumbing", lpips=True, tiny_trained=False) == "psnr"
+    assert g3_metric("plumbing", lpips=False, tiny_trained=True) == "psnr"
+
+
+def _entries(pairs: list[tuple[float, float]]) -> list[dict]:
+    """G3 entries whose pixel MSE says the opposite of the latent MSE (the judged distance on this model)."""
+    return [{"distance_to_teacher": {"student": {"latent_mse": s, "mse": n, "psnr": 1.0},
+                                     "naive": {"latent_mse": n, "mse": s, "psnr": 2.0}}} for s, n in pairs]
+
+
+@pytest.mark.parametrize("pairs, margin, beats", [
+    ([(0.25, 0.5), (0.25, 0.5)], 0.25, True),  # at the margin (binary-exact values)
+    ([(0.125, 0.5), (0.125, 0.5)], 0.25, True),  # below it: better than the margin asks
+    ([(0.25 + 1e-9, 0.5), (0.25 + 1e-9, 0.5)], 0.25, False),  # just above it
+    ([(0.375, 0.5), (0.375, 0.5)], 0.25, False),  # closer than naive, but not by the margin
+    ([(0.5, 0.5), (0.5, 0.5)], 0.0, False),  # a tie with no margin
+    ([(0.625, 0.5), (0.0625, 0.5)], 0.0, True),  # mean 0.34375 < 0.5, win rate 0.5: at the win-rate bound
+    ([(0.625, 0.5), (0.625, 0.5), (0.0625, 0.5)], 0.0, False),  # mean 0.4375 < 0.5, win rate 1/3: below it
+])
+def test_g3_on_the_trained_tiny_teacher_passes_only_beating_naive_by_the_margin_in_latent_mse(pairs, margin, beats):
+    from aipc_env.distill.judge import judge_entries
+
+    got, stats = judge_entries(_entries(pairs), "latent_mse", margin=margin, min_win_rate=0.5)
+    assert got is beats
+    assert stats["student_mean"] == sum(s for s, _ in pairs) / len(pairs)
+    assert stats["naive_mean"] == 0.5 and stats["margin"] == margin
+
+
+def test_the_judged_distance_follows_the_metric():
+    from aipc_env.distill.judge import METRICS, judge_entries
+
+    assert {m: k for m, (k, _) in METRICS.items()} == {"lpips": "lpips", "latent_mse": "latent_mse", "psnr": "mse"}
+    entries = _entries([(0.25, 0.5)])  # latent: the student is closer; pixel: naive is
+    assert judge_entries(entries, "latent_mse", margin=0.0, min_win_rate=0.5)[0] is True
+    assert judge_entries(entries, "psnr", margin=0.0, min_win_rate=0.5)[0] is False
+
+
+def test_the_tiny_trained_profile_is_quality_mode_with_its_margin(tmp_path):
+    from aipc_env.distill.config import TINY_TRAINED_MARGIN
+
+    data = default_distill_config(tmp_path / "run", profile="tiny-trained")
+    assert data["model"] == "builtin:tiny-qwen-image-2.1-trained"
+    assert data["prompts"] == {"train": "builtin:shapes-prompts", "eval": "builtin:shapes-eval-prompts"}
+    assert data["eval"] == {"mode": "quality", "seeds": list(range(1000, 1016)), "margin": 0.0005}
+    assert TINY_TRAINED_MARGIN == 0.0005
+    assert (data["height"], data["width"], data["threads"]) == (64, 64, 1)
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_distill_config(tmp_path / "d.yaml")  # quality mode without LPIPS weights: accepted on this model
+    assert cfg.eval.mode == "quality" and cfg.eval.lpips_weights is None
+    data["model"] = "builtin:tiny-qwen-image-2.1-trainedx"
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as err:
+        load_distill_config(tmp_path / "d.yaml")
+    assert err.value.message == "unknown built-in model 'builtin:tiny-qwen-image-2.1-trainedx'"
+    assert err.value.fix == ("use builtin:tiny-qwen-image-2.1 or builtin:tiny-qwen-image-2.1-trained, or a model "
+                             "folder")
+
+
+@pytest.mark.parametrize("mark, kind", [
+    (None, None),  # no mark: a real model
+    ("{}", "random"),
+    ('{"kind": "qwen-image-2.1", "version": 2}', "random"),
+    ('{"kind": "qwen-image-2.1", "version": 1, "trained": {"steps": 1500}}', "trained"),
+    ('{"trained": true}', "random"),  # not a training record
+    ('{"trained": {}', "random"),  # unreadable: counts as random (nothing is judged)
+    ("[1, 2]", "random"),
+])
+def test_a_tiny_models_mark_says_whether_it_was_trained(tmp_path, mark, kind):
+    from aipc_env.distill.models import is_tiny_random, is_tiny_trained, tiny_kind
+
+    folder = _model(tmp_path / "Qwen-Image-2.1-Turbo")
+    if mark is not None:
+        (folder / "aipc_tiny.json").write_text(mark)
+    assert tiny_kind(folder) == kind
+    assert is_tiny_random(folder) is (kind == "random") and is_tiny_trained(folder) is (kind == "trained")
+
+
+def test_quality_mode_without_lpips_only_on_a_folder_marked_trained(tmp_path):
+    data = default_distill_config(tmp_path / "run")
+    data["eval"] = {"mode": "quality"}
+    data["model"] = str(_model(tmp_path / "m"))
+    (tmp_path / "m" / "aipc_tiny.json").write_text('{"trained": {"steps": 1}}')
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    assert load_distill_config(tmp_path / "d.yaml").eval.mode == "quality"
+    (tmp_path / "m" / "aipc_tiny.json").write_text("{}")  # a random tiny model under the same folder
+    with pytest.raises(InputError, match="needs LPIPS"):
+        load_distill_config(tmp_path / "d.yaml")
+
+
+def test_the_shapes_prompts_have_one_length_and_a_seed_per_line():
+    from aipc_env.distill.prompts import load_prompts
+
+    train = load_prompts("builtin:shapes-prompts")
+    assert len(train) == 512 and [r.seed for r in train] == list(range(512))
+    assert {r.prompt for r in train} == {"a blue square", "a blue stripe", "a gold square", "a gold stripe"}
+    assert {len(r.prompt) for r in train} == {13}  # byte-level tokens: one length, no padding in training
+    assert [(r.prompt, r.seed) for r in load_prompts("builtin:shapes-eval-prompts")] == [
+        ("a blue square", None), ("a blue stripe", None), ("a gold square", None), ("a gold stripe", None)]
+    assert load_prompts("builtin:shapes-prompts", limit=3)[2].seed == 2
+
+
+@pytest.mark.parametrize("teacher, untrained, ok", [
+    (0.25, 1.0, True),  # at the bound (ratio 0.25, binary-exact)
+    (0.125, 1.0, True),  # below it
+    (0.25 + 1e-9, 1.0, False),  # just above it
+    (float("nan"), 1.0, False),
+])
+def test_the_tiny_teacher_is_cached_only_when_its_samples_are_structured(teacher, untrained, ok):
+    from aipc_env.distill.shapes import STRUCTURED_RATIO, check_structured
+    from aipc_env.errors import AipcError
+
+    assert STRUCTURED_RATIO == 0.1
+    if ok:
+        assert check_structured(teacher, untrained, 0.25) == (
+            f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's 1 (bound: at most 0.25 times)")
+    else:
+        with pytest.raises(AipcError, match=r"^the tiny teacher did not learn its distribution: teacher@8"):
+            check_structured(teacher, untrained, 0.25)
+
+
+def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch):
+    """model_dir builds the trained teacher only when the cached one is missing or of another version."""
+    import sys
+    import types
+
+    from aipc_env.distill.models import model_dir, trained_tiny_path
+
+    monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(tmp_path / "cache"))
+    built: list[Path] = []
+
+    def build(out, log=print):
+        built.append(out)
+        _model(out)
+        (out / "aipc_tiny.json").write_text('{"version": 1, "trained": {"steps": 1500}}')
+        return out
+
+    monkeypatch.setitem(sys.modules, "aipc_env.distill.tinytrained21",
+                        types.SimpleNamespace(build_tiny21_trained=build))
+    data = default_distill_config(tmp_path / "run", profile="tiny-trained")
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_distill_config(tmp_path / "d.yaml")
+    where = tmp_path / "cache" / "models" / "tiny-qwen-image-2.1-trained-v1"
+    assert trained_tiny_path() == where
+    assert model_dir(cfg, log=lambda m: None) == where and built == [where]
+    assert model_dir(cfg, log=lambda m: None) == where and built == [where]  # cached: not built again
+    (where / "aipc_tiny.json").write_text('{"version": 0, "trained": {"steps": 1500}}')  # an older build
+    assert model_dir(cfg, log=lambda m: None) == where and built == [where, where]
+    (where / "aipc_tiny.json").write_text('{"version": 1}')  # a random pipeline in its place
+    assert model_dir(cfg, log=lambda m: None) == where and len(built) == 3

@@ -42,12 +42,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
                         help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
                         "G0; wrong-sigmas, parity-ulp: G2)")
-    init = stages.add_parser("init", help="write a config to edit (profile tiny: the built-in default; turbo: that "
-                             "project's settings for the real Qwen-Image-2.1-Turbo)")
+    init = stages.add_parser("init", help="write a config to edit (profile tiny: the built-in default; tiny-trained: "
+                             "the trained tiny teacher, judged by G3; turbo: that project's settings for the real "
+                             "Qwen-Image-2.1-Turbo)")
     init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
-    init.add_argument("--profile", choices=["tiny", "turbo"], default="tiny",
-                      help="tiny (default): tiny random model, CPU-sized; turbo: rank 64, alpha 128, lr 1e-4, endpoint "
-                      "weighting, the model's own sigma grid, NF4 teacher, text encoder offloaded")
+    init.add_argument("--profile", choices=["tiny", "tiny-trained", "turbo"], default="tiny",
+                      help="tiny (default): tiny random model, CPU-sized; tiny-trained: the tiny teacher trained on "
+                      "colored shapes (built once, about a minute), G3 in quality mode on the latent distance to "
+                      "teacher@8; turbo: rank 64, alpha 128, lr 1e-4, endpoint weighting, the model's own sigma grid, "
+                      "NF4 teacher, text encoder offloaded")
     init.add_argument("--force", action="store_true", help="replace an existing distill.yaml (kept as distill.yaml.bak)")
     init.set_defaults(run=run)
     gate = stages.add_parser("gate", parents=[common], help="run gate g0, g2 or g3",

@@ -12,13 +12,18 @@ from pydantic import Field, field_validator, model_validator
 from aipc_env.core.fileio import atomic_write_text, check_writable, read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.distill.grid import check_sigmas, student_grid
+from aipc_env.distill.shapes import EVAL_SEEDS
 from aipc_env.errors import InputError
 from aipc_env.train.config import refuse_todos, resolve_path_keys
 
 __all__ = [
     "BUILTIN_EVAL_PROMPTS",
+    "BUILTIN_MODELS",
     "BUILTIN_PROMPTS",
+    "BUILTIN_SHAPES_EVAL_PROMPTS",
+    "BUILTIN_SHAPES_PROMPTS",
     "BUILTIN_TINY21",
+    "BUILTIN_TINY21_TRAINED",
     "PROFILES",
     "DistillConfig",
     "default_distill_config",
@@ -29,8 +34,14 @@ __all__ = [
 
 BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
 """A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
+BUILTIN_TINY21_TRAINED = "builtin:tiny-qwen-image-2.1-trained"
+"""The tiny pipeline with its transformer trained on a synthetic distribution (aipc_env.distill.tinytrained21),
+built once per user into the cache: a teacher whose student G3 can judge."""
+BUILTIN_MODELS = (BUILTIN_TINY21, BUILTIN_TINY21_TRAINED)
 BUILTIN_PROMPTS = "builtin:prompts"
 BUILTIN_EVAL_PROMPTS = "builtin:eval-prompts"
+BUILTIN_SHAPES_PROMPTS = "builtin:shapes-prompts"
+BUILTIN_SHAPES_EVAL_PROMPTS = "builtin:shapes-eval-prompts"
 
 
 class PromptsSection(InputModel):
@@ -104,10 +115,12 @@ class TeacherSection(InputModel):
 
 class EvalSection(InputModel):
     mode: Literal["auto", "quality", "plumbing"] = Field(
-        "auto", description="quality needs LPIPS weights and a real model; auto: quality when lpips_weights is set "
-        "and the model is not a tiny random one (aipc_tiny.json), else plumbing")
+        "auto", description="quality needs LPIPS weights and a real model, or the trained tiny teacher (judged on the "
+        "latent MSE to teacher@8); auto: quality when lpips_weights is set and the model is not a tiny random one "
+        "(aipc_tiny.json), or on the trained tiny teacher, else plumbing")
     seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
-    margin: float = Field(0.0, ge=0, description="quality: the student's mean LPIPS must be below naive's minus this, "
+    margin: float = Field(0.0, ge=0, description="quality: the student's mean distance to the teacher (LPIPS; the latent "
+                          "MSE on the trained tiny teacher) must be below naive's minus this, "
                           "and (with reference_lora) not above the reference's plus this")
     reference_lora: str | None = Field(
         None, description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
@@ -128,7 +141,8 @@ class DistillConfig(VersionedInput):
     FORMAT: ClassVar[str] = "distillation config"
     FIX: ClassVar[str] = "start from `aipc-env distill init` (writes the built-in default) and edit it"
     schema_version: Literal[1] = 1
-    model: str = Field(BUILTIN_TINY21, description="a local diffusers Qwen-Image-2.1(-Turbo) folder, or the tiny one")
+    model: str = Field(BUILTIN_TINY21, description="a local diffusers Qwen-Image-2.1(-Turbo) folder, or a built-in "
+                       "tiny one (random, or trained on shapes)")
     output_dir: str
     device: str = Field("auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
@@ -201,10 +215,10 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
         if not value.startswith("builtin:") and not Path(value).is_file():
             raise InputError(f"prompts file {value!r} does not exist", path=path, key=f"prompts.{key}",
                              fix="point it at a JSONL file with one {\"prompt\": \"...\"} per line")
-    if cfg.model.startswith("builtin:") and cfg.model != BUILTIN_TINY21:
+    if cfg.model.startswith("builtin:") and cfg.model not in BUILTIN_MODELS:
         raise InputError(f"unknown built-in model {cfg.model!r}", path=path, key="model",
-                         fix=f"use {BUILTIN_TINY21} or a model folder")
-    if cfg.eval.mode == "quality" and not cfg.eval.lpips_weights:
+                         fix=f"use {' or '.join(BUILTIN_MODELS)}, or a model folder")
+    if cfg.eval.mode == "quality" and not cfg.eval.lpips_weights and not _trained_tiny(cfg.model):
         raise InputError("eval.mode quality needs LPIPS: G3 decides on LPIPS to the teacher", path=path,
                          key="eval.lpips_weights", fix="set eval.lpips_weights to a folder holding "
                          "hub/checkpoints/alexnet-owt-7be5be79.pth, or set eval.mode: plumbing")
@@ -215,7 +229,26 @@ def _check_paths(cfg: DistillConfig, path: Path) -> None:
     check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
 
 
-PROFILES = ("tiny", "turbo")
+def _trained_tiny(model: str) -> bool:
+    """The trained tiny teacher (built-in, or a folder whose tiny mark records its training): judged without LPIPS."""
+    if model == BUILTIN_TINY21_TRAINED:
+        return True
+    if model.startswith("builtin:"):
+        return False
+    from aipc_env.distill.identity import is_tiny_trained
+
+    return is_tiny_trained(Path(model))
+
+
+PROFILES = ("tiny", "tiny-trained", "turbo")
+TINY_TRAINED_STUDENT = {"max_train_steps": 400, "learning_rate": 3e-4, "rank": 8, "alpha": 16, "batch_size": 16,
+                        "loss_weighting": "endpoint", "base": "full", "gradient_checkpointing": False,
+                        "checkpointing_steps": 100, "checkpoints_total_limit": 1,
+                        "divergence": {"spike_factor": 1000.0, "window": 8, "velocity_every": 25,
+                                       "velocity_tolerance": 3.0}}
+"""The student on the trained tiny teacher (profile tiny-trained)."""
+TINY_TRAINED_MARGIN = 0.0005
+"""G3's margin on it, in latent MSE to teacher@8: about a tenth of naive@4's distance (0.005 on the 64 pairs)."""
 
 
 def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
@@ -239,6 +272,20 @@ def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
                         "checkpoints_total_limit": 3},
             "eval": {"mode": "quality", "seeds": [0, 1], "lpips_weights": "TODO: folder holding "
                      "hub/checkpoints/alexnet-owt-7be5be79.pth", "decode_device": "cpu"},
+        }
+    if profile == "tiny-trained":
+        return {
+            "schema_version": 1,
+            "model": BUILTIN_TINY21_TRAINED,
+            "output_dir": str(run_dir),
+            "device": "auto",
+            "height": 64,
+            "width": 64,
+            "seed": 0,
+            "threads": 1,
+            "prompts": {"train": BUILTIN_SHAPES_PROMPTS, "eval": BUILTIN_SHAPES_EVAL_PROMPTS},
+            "student": TINY_TRAINED_STUDENT,
+            "eval": {"mode": "quality", "seeds": list(EVAL_SEEDS), "margin": TINY_TRAINED_MARGIN},
         }
     if profile != "tiny":
         raise ValueError(f"unknown profile {profile!r}")
@@ -279,6 +326,8 @@ def write_default_distill_config(run_dir: Path, *, replace: bool = False, profil
                          path=path, fix=f"edit it and run `aipc-env distill all --config \"{path}\"`, choose "
                          "another folder, or pass --force to replace it (the old one is kept as distill.yaml.bak)")
     head = {"tiny": "# aipc-env distill built-in default (tiny random Qwen-Image-2.1, no download)\n",
+            "tiny-trained": "# aipc-env distill, profile tiny-trained: the tiny Qwen-Image-2.1 teacher trained on "
+                            "colored shapes (built once per user, no download); G3 judges the student\n",
             "turbo": "# aipc-env distill, profile turbo: the image21-turbo-trajectories settings for "
                      "Qwen-Image-2.1-Turbo; fill each TODO\n"}[profile]
     text = (head + "# relative paths are resolved against this file's folder\n"

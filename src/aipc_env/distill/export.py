@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(args: DistillExport) -> int:
-    from aipc_env.distill.config import BUILTIN_TINY21, load_distill_config
+    from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, load_distill_config
     from aipc_env.distill.grid import resolve_grid
     from aipc_env.distill.inputs import file_sha256
     from aipc_env.distill.models import model_dir
@@ -217,8 +217,9 @@ def _export(args: DistillExport) -> int:
     dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"
     path = model_dir(cfg, log=lambda *_: None)
     grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
-    provenance = Provenance(model_dir=path, base_model="tiny random Qwen-Image-2.1 (aipc-env built-in)"
-                            if cfg.model == BUILTIN_TINY21 else path.name,
+    base_model = {BUILTIN_TINY21: "tiny random Qwen-Image-2.1 (aipc-env built-in)",
+                  BUILTIN_TINY21_TRAINED: "tiny trained Qwen-Image-2.1 (aipc-env built-in)"}.get(cfg.model, path.name)
+    provenance = Provenance(model_dir=path, base_model=base_model,
                             config_sha256=file_sha256(Path(args.config)) or "", repo=args.repo,
                             student_steps=len(grid.student), teacher_steps=len(grid.teacher))
     result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)

@@ -368,9 +368,11 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
 
     from aipc_env.distill.inputs import file_sha256
     from aipc_env.distill.judge import (
+        METRICS,
         artifacts_read_back,
         decide_mode,
-        judge,
+        g3_metric,
+        judge_entries,
         lora_changes_output,
         not_worse_than_reference,
         outputs_finite,
@@ -379,6 +381,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     from aipc_env.distill.models import (
         device_and_dtype,
         is_tiny_random,
+        is_tiny_trained,
         load_pipeline,
         model_dir,
         offload_text_encoder,
@@ -387,7 +390,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
 
     checks, metrics = CheckList(), {}
     path = model_dir(cfg, log=log)
-    mode, why = decide_mode(cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path))
+    trained = is_tiny_trained(path)
+    mode, why = decide_mode(cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path),
+                            tiny_trained=trained)
     metrics["mode_reason"] = why
     lora_file = cfg.out / "lora" / "pytorch_lora_weights.safetensors"
     if not lora_file.is_file():
@@ -395,10 +400,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)
     lora_sha = file_sha256(lora_file)  # the LoRA evaluated: read once, before it is loaded
     reference = _reference_lora(cfg)
-    scorer = _lpips(cfg) if mode == "quality" else None
-    metric = "lpips" if scorer is not None else "psnr"
-    metric_note = ("LPIPS (alex) to teacher@8, lower is better" if scorer is not None else
-                   "PSNR/MSE to teacher@8, higher PSNR is better")
+    metric = g3_metric(mode, lpips=bool(cfg.eval.lpips_weights), tiny_trained=trained)
+    scorer = _lpips(cfg) if metric == "lpips" else None
+    key, metric_note = METRICS[metric]
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(path, device, dtype, cfg.teacher)
@@ -455,15 +459,14 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             _write_png(Image.fromarray(arr), out / files[k])
         rows.append([imgs[k] for k in kinds])
         entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
-            k: _distances(imgs[k][None], imgs["teacher"][None], scorer) for k in compared}})
+            k: {**_distances(imgs[k][None], imgs["teacher"][None], scorer),
+                "latent_mse": float(((run[k].float() - run["teacher"].float()) ** 2).mean())} for k in compared}})
     _grid_image(rows, out / "grid.png")
     if cfg.student.log_with:
         _log_grid(cfg, out / "grid.png")
     mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
                 for m in entries[0]["distance_to_teacher"][k]} for k in compared}
-    key = "lpips" if metric == "lpips" else "mse"
-    beats, stats = judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key])
-                          for e in entries], margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
+    beats, stats = judge_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
     manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
                           lora_sha256=lora_sha,
                           teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,
@@ -481,6 +484,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     checks.run("outputs-finite", lambda: (None, outputs_finite(finite)))
     detail = (f"student {metric} {mean['student'][metric]:.4g} vs naive {mean['naive'][metric]:.4g}; closer to the "
               f"teacher on {stats['wins']}/{stats['pairs']} pairs")
+    if metric == "latent_mse":
+        detail += (f" (pixel MSE student {mean['student']['mse']:.4g} vs naive {mean['naive']['mse']:.4g}; "
+                   f"margin {cfg.eval.margin:g})")
     if mode == "quality":
         checks.run("student-beats-naive", lambda: (None, student_beats_naive(
             beats, detail, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)))

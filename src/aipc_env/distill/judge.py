@@ -2,8 +2,9 @@
 wrote and measured (artifacts read back, the LoRA moves the output, the images are finite). Torch-free.
 
 Quality mode judges on LPIPS to teacher@8 (the recorded project's statistic: the mean over held-out prompt x seed pairs,
-student vs naive), with two bounds: the student's mean must be below naive's by at least `margin`, and the student
-must be closer than naive on at least `min_win_rate` of the pairs. Plumbing mode judges nothing about the student.
+student vs naive; on the trained tiny teacher, the latent MSE to teacher@8), with two bounds: the student's mean
+must be below naive's by at least `margin`, and the student must be closer than naive on at least `min_win_rate`
+of the pairs. Plumbing mode judges nothing about the student.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from statistics import fmean
 
 from aipc_env.errors import AipcError, InputError
 
-__all__ = ["artifacts_read_back", "decide_mode", "judge", "lora_changes_output", "not_worse_than_reference",
-           "outputs_finite", "student_beats_naive"]
+__all__ = ["METRICS", "artifacts_read_back", "decide_mode", "g3_metric", "judge", "judge_entries", "lora_changes_output",
+           "not_worse_than_reference", "outputs_finite", "student_beats_naive"]
 
 
-def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[str, str]:
-    """(mode, why) from eval.mode, whether LPIPS weights are configured, and the model's identity (a tiny random
-    pipeline carries aipc_tiny.json) — never from the model's path."""
+def decide_mode(setting: str, *, lpips: bool, tiny_random: bool, tiny_trained: bool = False) -> tuple[str, str]:
+    """(mode, why) from eval.mode, whether LPIPS weights are configured, and the model's identity (a tiny pipeline
+    carries aipc_tiny.json, which says whether it was trained) — never from the model's path. The trained tiny
+    teacher is judged without LPIPS (on the latent distance to teacher@8, see g3_metric)."""
     if setting == "plumbing":
         return "plumbing", "eval.mode: plumbing"
     if setting == "quality":
@@ -27,15 +29,35 @@ def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[str, s
             raise InputError("eval.mode is quality, but the model is a tiny random pipeline (it has aipc_tiny.json): "
                              "nothing about its student can be judged", key="eval.mode",
                              fix="set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo")
+        if tiny_trained:
+            return "quality", "eval.mode: quality (the trained tiny teacher: latent distance to teacher@8)"
         if not lpips:
             raise InputError("eval.mode is quality, but no LPIPS weights are configured", key="eval.lpips_weights",
                              fix="set eval.lpips_weights, or eval.mode: plumbing")
         return "quality", "eval.mode: quality"
     if tiny_random:
         return "plumbing", "the model is a tiny random pipeline (aipc_tiny.json)"
+    if tiny_trained:
+        return "quality", "the model is the trained tiny teacher (aipc_tiny.json): latent distance to teacher@8"
     if not lpips:
         return "plumbing", "no LPIPS weights configured (eval.lpips_weights)"
     return "quality", "LPIPS weights and a real model"
+
+
+METRICS = {"lpips": ("lpips", "LPIPS (alex) to teacher@8, lower is better"),
+           "latent_mse": ("latent_mse", "latent MSE to teacher@8 (the trained tiny teacher's own space), lower is "
+                          "better; pixel MSE/PSNR recorded beside it"),
+           "psnr": ("mse", "PSNR/MSE to teacher@8, higher PSNR is better")}
+"""G3's metric -> (the distance key judge() compares, lower is better; the note every verdict carries)."""
+
+
+def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> str:
+    """What G3 measures: the trained tiny teacher in quality mode on the latent MSE to teacher@8 (its data lives in
+    latent space; its VAE is random, and LPIPS needs a download), a real model in quality mode on LPIPS, anything
+    in plumbing mode on PSNR/MSE (reported, not judged)."""
+    if mode == "quality":
+        return "latent_mse" if tiny_trained else "lpips" if lpips else "psnr"
+    return "psnr"
 
 
 def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
@@ -48,6 +70,14 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     beats = student <= naive - margin and student < naive and win_rate >= min_win_rate
     return beats, {"student_mean": student, "naive_mean": naive, "margin": margin, "wins": wins,
                    "pairs": len(pairs), "win_rate": win_rate, "min_win_rate": min_win_rate}
+
+
+def judge_entries(entries: list[dict], metric: str, *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
+    """judge() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
+    `metric` compares (METRICS): LPIPS, the latent MSE on the trained tiny teacher, else the pixel MSE."""
+    key = METRICS[metric][0]
+    return judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key]) for e in entries],
+                 margin=margin, min_win_rate=min_win_rate)
 
 
 def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:

@@ -6,28 +6,44 @@ from __future__ import annotations
 from pathlib import Path
 
 from aipc_env.core.fileio import read_json
-from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
+from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, read_mark, tiny_kind
 from aipc_env.errors import InputError
 
-__all__ = ["device_and_dtype", "is_tiny_random", "load_pipeline", "load_transformer", "model_dir", "model_key",
-           "model_path", "offload_text_encoder", "resolve_run"]
+__all__ = ["device_and_dtype", "is_tiny_random", "is_tiny_trained", "load_pipeline", "load_transformer", "model_dir",
+           "model_key", "model_path", "offload_text_encoder", "resolve_run", "tiny_kind", "trained_tiny_path"]
 
-TINY_MARK = "aipc_tiny.json"
+
+def trained_tiny_path() -> Path:
+    """Where the trained tiny teacher is cached: once per user and version (training it takes about a minute)."""
+    from aipc_env.distill.shapes import TRAINED21_VERSION
+    from aipc_env.paths import cache_dir
+
+    return cache_dir() / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}"
 
 
 def model_path(cfg: DistillConfig) -> Path:
-    """Where the model folder is (the built-in tiny one lives in the run folder); builds nothing."""
-    return cfg.out / "tiny-qwen-image-2.1" if cfg.model == BUILTIN_TINY21 else Path(cfg.model)
-
-
-def is_tiny_random(path: Path) -> bool:
-    """The model's identity, not its path: a tiny random pipeline (built by aipc_env.distill.tinypipe21, wherever
-    it was saved) carries its mark file."""
-    return (Path(path) / TINY_MARK).is_file()
+    """Where the model folder is (the built-in tiny random one lives in the run folder, the trained one in the
+    per-user cache); builds nothing."""
+    if cfg.model == BUILTIN_TINY21:
+        return cfg.out / "tiny-qwen-image-2.1"
+    return trained_tiny_path() if cfg.model == BUILTIN_TINY21_TRAINED else Path(cfg.model)
 
 
 def model_dir(cfg: DistillConfig, *, log=print) -> Path:
-    """The model folder; the tiny built-in pipeline is built once into the run folder."""
+    """The model folder; the tiny random pipeline is built once into the run folder, the trained tiny teacher once
+    into the per-user cache (aipc_env.distill.tinytrained21)."""
+    if cfg.model == BUILTIN_TINY21_TRAINED:
+        from aipc_env.distill.shapes import TRAINED21_VERSION
+
+        path = model_path(cfg)
+        mark = read_mark(path) or {}
+        if mark.get("version") != TRAINED21_VERSION or not isinstance(mark.get("trained"), dict):
+            from aipc_env.distill.tinytrained21 import build_tiny21_trained
+
+            log(f"distill: training the tiny Qwen-Image-2.1 teacher once into {path} (about a minute on a CPU)")
+            build_tiny21_trained(path, log=log)
+        return path
     if cfg.model != BUILTIN_TINY21:
         return Path(cfg.model)
     from aipc_env.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline

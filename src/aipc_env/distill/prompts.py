@@ -7,15 +7,18 @@ from pathlib import Path
 
 from aipc_env.core.fileio import parse_json, read_text
 from aipc_env.core.formats import SEED_MAX, Seed, StrictModel
+from aipc_env.distill.shapes import eval_prompts, train_prompts
 from aipc_env.errors import InputError
 
 __all__ = ["BUILTIN", "PromptRecord", "load_prompts"]
 
-BUILTIN = {
+BUILTIN: dict[str, list[str] | list[tuple[str, int]]] = {
     "builtin:prompts": ["a red fox in fresh snow, morning light", "a bowl of ramen on a wooden table",
                         "a lighthouse on a cliff at dusk", 'a shop sign that reads "OPEN LATE"',
                         "a watercolor of a cat asleep on a windowsill", "a blue vintage car on a desert road"],
     "builtin:eval-prompts": ["a paper boat on a puddle", 'a poster with the words "HELLO WORLD"'],
+    "builtin:shapes-prompts": train_prompts(),  # (prompt, seed): the trained tiny teacher's data (distill/shapes.py)
+    "builtin:shapes-eval-prompts": eval_prompts(),
 }
 
 
@@ -30,7 +33,8 @@ def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]
     Accepts {"prompt": ...} and the extractor format of the image21-turbo-trajectories project ({"text": ...} or
     {"caption": ...}); extra keys (e.g. quoted_strings) are kept out."""
     if source in BUILTIN:
-        records = [PromptRecord(prompt=p) for p in BUILTIN[source]]
+        records = [PromptRecord(prompt=p) if isinstance(p, str) else PromptRecord(prompt=p[0], seed=p[1])
+                   for p in BUILTIN[source]]
         return records[:limit] if limit else records
     path = Path(source)
     records: list[PromptRecord] = []

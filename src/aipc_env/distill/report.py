@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
-from aipc_env.distill.config import BUILTIN_TINY21, DistillConfig
+from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
 from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
 
 
@@ -63,7 +63,7 @@ def current_verdicts(cfg: DistillConfig) -> tuple[dict[str, Verdict], dict[str, 
 
 
 def _where(cfg: DistillConfig, v: Verdict) -> str:
-    model = "tiny-random" if cfg.model == BUILTIN_TINY21 else Path(cfg.model).name
+    model = {BUILTIN_TINY21: "tiny-random", BUILTIN_TINY21_TRAINED: "tiny-trained"}.get(cfg.model, Path(cfg.model).name)
     return f"{model}, {v.dtype or '?'}, {v.device or '?'}"
 
 
@@ -161,10 +161,11 @@ def build_report(cfg: DistillConfig) -> tuple[str, Path]:
                   f"sampling {m.get('seconds_sample')} s)."]
     if g3 is not None and train is not None and "mean" in g3.metrics:
         metric = g3.metrics["metric"]
+        label = metric.upper().replace("_", " ")
         m = train.metrics
         head = "G3 evidence" if g3.mode != "plumbing" else "G3 plumbing numbers (they judge nothing about the student)"
         lines += ["", f"{head} ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
-                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {metric.upper()}\tNaive {metric.upper()}",
+                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {label}\tNaive {label}",
                   f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
                   f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
                   f"{g3.metrics['mean']['naive'][metric]:.4f}"]

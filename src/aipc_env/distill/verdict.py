@@ -89,7 +89,7 @@ class TrainMetrics(_Metrics):
 
 
 class G3Metrics(_Metrics):
-    metric: Literal["lpips", "psnr"] | None = None
+    metric: Literal["lpips", "latent_mse", "psnr"] | None = None
     metric_note: str = ""
     mean: dict[str, dict[str, float]] = {}
     comparison: str = ""
@@ -241,7 +241,7 @@ class G3Manifest(VersionedModel):
     FORMAT: ClassVar[str] = "G3 manifest"
     schema_version: Literal[1] = 1
     mode: Literal["quality", "plumbing"]
-    metric: Literal["lpips", "psnr"]
+    metric: Literal["lpips", "latent_mse", "psnr"]
     metric_note: str
     lora: str
     lora_sha256: str

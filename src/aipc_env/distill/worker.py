@@ -79,9 +79,13 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
     if stage == "g3" and mode == "plumbing":
         notes.append("plumbing mode (" + metrics.get("mode_reason", "") + "): artifacts, a LoRA that changes the "
                      "output, finite images; student vs naive is reported, not judged. Judging the student needs "
-                     "the real model, a GPU or XPU, and LPIPS weights")
+                     "the real model, a GPU or XPU, and LPIPS weights (or, on a CPU, the trained tiny teacher: "
+                     "`aipc-env distill init --profile tiny-trained`)")
     if stage == "g3" and metrics.get("metric") == "psnr":
         notes.append("distance measured as PSNR/MSE: no LPIPS weights configured (eval.lpips_weights)")
+    if stage == "g3" and metrics.get("metric") == "latent_mse":
+        notes.append("judged on the latent MSE to teacher@8: the trained tiny teacher's data lives in latent space "
+                     "and its VAE is random (the pixel MSE is recorded beside it)")
     if stage == "train" and inputs:
         inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
     return Verdict(stage=stage, status=status, mode=mode, model=cfg.model, device=device, dtype=dtype,
