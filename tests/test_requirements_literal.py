@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from aipc_env.errors import InputError
 from aipc_env.trainenv.requirements import _admits_older, apply_edits, edit_requirements, specifiers_conflict
+from tests.conftest import ROOT
 
 XPU = "https://download.pytorch.org/whl/xpu"
 HEADER_213 = ("# aipc-env: the pair's XPU torch (xpu-2.13), from the PyTorch XPU index: a plain `pip install -r` keeps "
@@ -132,12 +133,26 @@ def _as_daemon(call):
 
 
 @pytest.fixture
-def shared_dir():
+def shared_dir(matrix, monkeypatch):
+    """A folder daemon may enter. The checkout may sit in a folder only root can read (a clone inside `mktemp -d`):
+    what the edit reads as daemon comes from a world-readable copy of the data (AIPC_ENV_HOME), and the modules it
+    imports are imported first, as root, by one edit of a scratch file."""
+    import shutil
+
     if os.geteuid() != 0:
         pytest.fail("these cases switch to another user and need root (CI runs as root)")
     folder = Path(tempfile.mkdtemp(prefix="aipc-req-"))
     folder.chmod(0o777)
+    home = Path(tempfile.mkdtemp(prefix="aipc-req-home-"))
+    home.chmod(0o755)
+    for part in ("environments", "lockfiles", "launchers"):
+        shutil.copytree(ROOT / part, home / part)
+    monkeypatch.setenv("AIPC_ENV_HOME", str(home))
+    scratch = home / "warm-up requirements.txt"
+    scratch.write_bytes(ORIGINAL)
+    _apply(scratch, matrix)
     yield folder
+    shutil.rmtree(home, ignore_errors=True)
     for child in folder.iterdir():
         child.unlink()
     folder.rmdir()
