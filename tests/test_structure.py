@@ -305,12 +305,39 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
         hops.EnginePhase.parse(["--phase", "bake", "--config", "c.yaml"])
 
 
+NOT_HOP_WORKERS = {
+    "lock/conda_layer.py": "an admin tool run by hand (python -m) to assemble a conda layer, not started by a run",
+    "qflux/loader_check.py": "runs with a qwen-image-finetune clone's interpreter: two positional paths",
+    "tools/monitor.py": "also the user's `aipc-env monitor`: the CLI's own declaration",
+    "fleet/bundle_files.py": "runs alone as a bundle's verify-bundle.py, standard library only",
+    "commands/schemas.py": "a developer's tool that rewrites docs/schemas/",
+    "launch/runner.py": "the launcher's own runner: its arguments are the phases of a launch plan",
+}
+
+
+def _main_modules() -> list[str]:
+    """Every module with an `if __name__ == "__main__":` block (a docstring mentioning one does not count)."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.If) and ast.unparse(node.test) in ('__name__ == "__main__"', "__name__ == '__main__'")
+               for node in tree.body):
+            found.append(path.relative_to(SRC).as_posix())
+    return found
+
+
 def test_no_worker_parses_its_own_arguments():
-    """Workers started by the run service take their arguments from launch.hops (argparse there only)."""
-    workers = ["train/engine.py", "tools/judge.py", "verify/worker.py", "distill/worker.py", "distill/export.py",
-               "distill/publish.py",
-               "qflux/smoke_worker.py"]
-    for rel in workers:
+    """A worker is any module with a __main__ block. Those the run service starts are declared once in
+    launch.hops (argparse there only) and go through run_worker; every other one says here why it is not a hop."""
+    from aipc_env.launch import hops
+
+    hop_modules = {cls.MODULE.removeprefix("aipc_env.").replace(".", "/") + ".py"
+                   for cls in vars(hops).values()
+                   if isinstance(cls, type) and issubclass(cls, hops.WorkerArgs) and cls is not hops.WorkerArgs}
+    workers = _main_modules()
+    assert hop_modules <= set(workers), "a hop names a module without a __main__ block"
+    assert set(workers) - hop_modules == set(NOT_HOP_WORKERS), "a new __main__ module: a hop, or a reason here"
+    for rel in sorted(hop_modules):
         text = (SRC / rel).read_text(encoding="utf-8")
         assert "ArgumentParser(" not in text and "run_worker(" in text and ".parse(argv)" in text, rel
 

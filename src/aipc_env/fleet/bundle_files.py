@@ -107,10 +107,15 @@ def _manifest_files(bundle: str) -> dict[str, str]:
     return files
 
 
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+"""aipc_env.errors.ExitCode's OK, PROBLEMS and USAGE (this file also runs alone, as verify-bundle.py, without the
+package; tests/test_rules.py holds the values equal)."""
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -I verify-bundle.py BUNDLE", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     bundle = os.path.abspath(argv[0])
     try:
         problems = not_plain(bundle) or file_problems(bundle, _manifest_files(bundle))
@@ -119,8 +124,8 @@ def main(argv: list[str]) -> int:
     if problems:
         print(f"aipc-env bundle: the bundle does not match its manifest (damaged or tampered): {summary(problems)}; "
               "nothing was installed", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_PROBLEMS
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import PLATFORMS, Platform
-from aipc_env.errors import InputError
+from aipc_env.errors import ExitCode, InputError
 
 __all__ = [
     "CONDA_SOURCES_NAME",
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"assembled from public lock records: see {CONDA_SOURCES_NAME}.\n"
                           + yaml.safe_dump(doc, sort_keys=False, width=200))
         write_model(sources_path(out), sources)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
