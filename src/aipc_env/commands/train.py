@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from aipc_env.commands.options import ENV, MATRIX, PAIR
+from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -82,7 +83,7 @@ def _heldout_verdict(cfg):
 def _report(outcome, cfg) -> int:
     """The last line: the LoRA on success; else the exit code and the log (the runner said what failed)."""
     rc, log = outcome.exit_code, Path(outcome.plan.log_file)
-    lora = Path(cfg.output_dir) / "lora" / "pytorch_lora_weights.safetensors"
+    lora = RunFolder(Path(cfg.output_dir)).lora_file
     verdict = _heldout_verdict(cfg) if cfg.engine == "builtin" and rc in (ExitCode.OK, ExitCode.PROBLEMS) else None
     if verdict is not None and lora.is_file():
         from aipc_env.train.learning import verdict_lines

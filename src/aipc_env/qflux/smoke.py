@@ -25,6 +25,7 @@ import yaml
 from aipc_env.core.fileio import read_json
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import Platform
+from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.launch.hops import SmokePrepare, SmokeVerify
@@ -199,7 +200,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
             Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
             # the cache and fit phases exactly as `aipc-env train` runs a qflux config
             *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
-                                       output_dir=str(run_dir)), config, py, run_dir / "accelerate_config.yaml"),
+                                       output_dir=str(run_dir)), config, py, run_dir / ACCELERATE_CONFIG),
             Phase(name="verify", argv=SmokeVerify(run=run_dir, clone=clone, config=config).argv(py)),
         ]
 
@@ -208,7 +209,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
         command="smoke", run_dir=run_dir, log_file=run_dir / "smoke.log", phases=phases, env_flag=env_prefix,
         pair_flag=pair_id, matrix_path=matrix_path, engine="qflux", qflux_clone=clone, dry_run=dry_run,
         extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-        files={"accelerate_config.yaml": ACCELERATE}, pythonpath=[str(run_dir / "shim"), str(package_root())],
+        files={ACCELERATE_CONFIG: ACCELERATE}, pythonpath=[str(run_dir / "shim"), str(package_root())],
         say=log), platform=platform, toolchain=toolchain)
     rc = outcome.exit_code
     checks: list[SmokeCheck] = []

@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import ExitCode
 from aipc_env.launch.hops import SmokePrepare, SmokeVerify, run_worker, step_of
 
@@ -111,7 +112,7 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
     if lasts:
         from diffusers import QwenImageEditPipeline, QwenImageTransformer2DModel
 
-        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name="pytorch_lora_weights.safetensors",
+        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name=LORA_WEIGHTS,
                                                          return_lora_metadata=True)
         fresh = QwenImageTransformer2DModel.from_pretrained(str(model), subfolder="transformer")
         QwenImageEditPipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
+from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, InputError
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
 
@@ -71,8 +72,8 @@ def _lora_file(lora: Path) -> tuple[Path, str]:
     """(folder, weight_name): an explicit weight name, since offline loading cannot discover it."""
     if lora.is_file():
         return lora.parent, lora.name
-    if (lora / "pytorch_lora_weights.safetensors").is_file():
-        return lora, "pytorch_lora_weights.safetensors"
+    if (lora / LORA_WEIGHTS).is_file():
+        return lora, LORA_WEIGHTS
     files = sorted(lora.glob("*.safetensors"))
     if len(files) != 1:
         raise InputError("no single LoRA .safetensors file found", path=lora,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.launch.hops import EnginePhase, run_worker
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
@@ -37,7 +38,7 @@ def check_reload(cfg: TrainConfig) -> None:
 
     lora_dir = Path(cfg.output_dir) / "lora"
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
-    raw = load_file(str(lora_dir / "pytorch_lora_weights.safetensors"))
+    raw = load_file(str(lora_dir / LORA_WEIGHTS))
     alpha = (meta or {}).get("transformer.lora_alpha")
     if alpha != cfg.lora.alpha or len(state) != len(raw):
         raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})",

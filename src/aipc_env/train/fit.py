@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import VersionedModel, write_model
+from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.checkpoint import (
     CheckpointState,
@@ -299,7 +300,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
         verdict = judge_builtin_edit(model, count=cfg.data.heldout_samples, latent_hw=cfg.data.target_size[0] // 8,
                                      device=device, dtype=dtype)
         log(f"fit: held-out check done in {time.perf_counter() - t_judge:.2f} s")
-    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / "pytorch_lora_weights.safetensors"),
+    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / LORA_WEIGHTS),
                          final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None, heldout=verdict)
     write_model(out / "fit_summary.json", summary)
     if verdict is not None:

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.launch.hops import EnginePhase, JudgeHeldOut
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
@@ -16,7 +17,6 @@ from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 __all__ = ["ACCELERATE_CONFIG", "accelerate_config_text", "default_config", "engine_phases", "training_request",
            "write_default_config"]
 
-ACCELERATE_CONFIG = "accelerate_config.yaml"
 
 
 def accelerate_config_text(device: str, processes: int = 1, port: int | None = None) -> str:
