@@ -482,7 +482,7 @@ def test_a_model_index_with_a_long_grid_is_quoted_in_a_few_values(tmp_path):
 
 @pytest.mark.parametrize("stage, key, value, message", [
     ("g3", ("mean", "student", "mse"), "x", "Input should be a valid number"),
-    ("g3", ("metric",), "bleu", "Input should be 'lpips' or 'psnr'"),
+    ("g3", ("metric",), "bleu", "Input should be 'lpips', 'latent_mse' or 'psnr'"),
     ("train", ("velocity_mse_on",), "high", "Input should be a valid number"),
     ("trajectories", ("prompts",), "six", "Input should be a valid integer"),
     ("g2", ("teacher_max_abs_diff",), [1], "Input should be a valid number"),
