@@ -1141,3 +1141,17 @@ def test_g2_parity_holds_at_zero():
 
     assert check_parity(0.0, steps=8, batch=2) == "own 8-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 2)"
     assert check_parity(-0.0, steps=4, batch=1) == "own 4-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 1)"
+
+
+def test_only_the_five_stages_write_verdicts():
+    from aipc_env.distill.verdict import is_stage
+
+    names = ("g0", "g2", "trajectories", "train", "g3", "report", "G0", "g1", "")
+    assert [n for n in names if is_stage(n)] == ["g0", "g2", "trajectories", "train", "g3"]
+
+
+def test_the_worker_refuses_an_unknown_stage_by_name_before_loading_anything():
+    from aipc_env.distill.worker import run_stage
+
+    with pytest.raises(InputError, match="unknown distill stage 'g1'"):
+        run_stage(None, "g1", frozenset())

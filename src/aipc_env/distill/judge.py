@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import fmean
+from typing import Literal
 
 from aipc_env.errors import AipcError, InputError
 
@@ -17,7 +18,7 @@ __all__ = ["artifacts_read_back", "decide_mode", "judge", "lora_changes_output",
            "outputs_finite", "student_beats_naive"]
 
 
-def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[str, str]:
+def decide_mode(setting: str, *, lpips: bool, tiny_random: bool) -> tuple[Literal["quality", "plumbing"], str]:
     """(mode, why) from eval.mode, whether LPIPS weights are configured, and the model's identity (a tiny random
     pipeline carries aipc_tiny.json) — never from the model's path."""
     if setting == "plumbing":
