@@ -1319,3 +1319,17 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
     assert model_dir(cfg, log=lambda m: None) == where and built == [where, where]
     (where / "aipc_tiny.json").write_text('{"version": 1}')  # a random pipeline in its place
     assert model_dir(cfg, log=lambda m: None) == where and len(built) == 3
+
+
+def test_only_the_five_stages_write_verdicts():
+    from aipc_env.distill.verdict import is_stage
+
+    names = ("g0", "g2", "trajectories", "train", "g3", "report", "G0", "g1", "")
+    assert [n for n in names if is_stage(n)] == ["g0", "g2", "trajectories", "train", "g3"]
+
+
+def test_the_worker_refuses_an_unknown_stage_by_name_before_loading_anything():
+    from aipc_env.distill.worker import run_stage
+
+    with pytest.raises(InputError, match="unknown distill stage 'g1'"):
+        run_stage(None, "g1", frozenset())

@@ -109,3 +109,17 @@ def test_steps_are_validated():
     for bad in ("0", "1", "-5", "many"):
         result = run_cli("verify", "--steps", bad)
         assert result.returncode == 2 and "--steps" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_bitsandbytes_step_reads_bitsandbytes_own_triton_flag(monkeypatch):
+    """bitsandbytes 0.50 keeps it in bitsandbytes.backends.utils (not bitsandbytes.utils): read from anywhere else it
+    is always False, and an XPU without the native library fails the step although Triton would run NF4."""
+    import bitsandbytes.backends.utils as backends_utils
+    import torch
+
+    from aipc_env.verify import worker
+
+    for flag in (True, False):
+        monkeypatch.setattr(backends_utils, "triton_available", flag)
+        out = worker.step_bitsandbytes({"device": torch.device("cpu"), "bnb_min": None})
+        assert out["metrics"]["triton"] is flag

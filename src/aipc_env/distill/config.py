@@ -45,20 +45,20 @@ BUILTIN_SHAPES_EVAL_PROMPTS = "builtin:shapes-eval-prompts"
 
 
 class PromptsSection(InputModel):
-    train: str = Field(BUILTIN_PROMPTS, description="JSONL, one {\"prompt\": ...} per line (\"seed\" optional)")
-    eval: str = Field(BUILTIN_EVAL_PROMPTS, description="held-out prompts for G3, same format")
-    limit: int | None = Field(None, ge=1, description="use only the first N training prompts")
+    train: str = Field(default=BUILTIN_PROMPTS, description="JSONL, one {\"prompt\": ...} per line (\"seed\" optional)")
+    eval: str = Field(default=BUILTIN_EVAL_PROMPTS, description="held-out prompts for G3, same format")
+    limit: int | None = Field(default=None, ge=1, description="use only the first N training prompts")
 
 
 class DivergenceSection(InputModel):
     """When a training run is stopped as diverged (the recorded 128-prompt run went to loss 1.2 and a velocity MSE
     2.2 while it kept training)."""
 
-    spike_factor: float = Field(4.0, gt=1, description="a pair's velocity error above this times the median of the "
+    spike_factor: float = Field(default=4.0, gt=1, description="a pair's velocity error above this times the median of the "
                                 "last `window` errors of the same student step")
-    window: int = Field(8, ge=2)
-    velocity_every: int = Field(10, ge=1, description="measure the velocity MSE on the training pairs every N steps")
-    velocity_tolerance: float = Field(1.5, gt=1, description="stop when it exceeds the best so far times this")
+    window: int = Field(default=8, ge=2)
+    velocity_every: int = Field(default=10, ge=1, description="measure the velocity MSE on the training pairs every N steps")
+    velocity_tolerance: float = Field(default=1.5, gt=1, description="stop when it exceeds the best so far times this")
 
 
 class OnPolicySection(InputModel):
@@ -69,27 +69,27 @@ class OnPolicySection(InputModel):
 
 
 class StudentSection(InputModel):
-    max_train_steps: int = Field(1000, ge=1)
-    learning_rate: float = Field(1e-4, gt=0)
-    batch_size: int = Field(1, ge=1, description="pairs per optimizer step in all (split over the processes and "
+    max_train_steps: int = Field(default=1000, ge=1)
+    learning_rate: float = Field(default=1e-4, gt=0)
+    batch_size: int = Field(default=1, ge=1, description="pairs per optimizer step in all (split over the processes and "
                             "the accumulation steps)")
-    processes: int = Field(1, ge=1, le=64, description="training processes under `accelerate launch` (gloo on "
+    processes: int = Field(default=1, ge=1, le=64, description="training processes under `accelerate launch` (gloo on "
                            "CPU); an AI PC has one XPU: 1")
-    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    gradient_accumulation_steps: int = Field(default=1, ge=1, le=1024)
     log_with: Literal["tensorboard"] | None = Field(
-        None, description="accelerate tracker for loss, velocity MSE and G3 grids (offline, under output_dir/logs)")
+        default=None, description="accelerate tracker for loss, velocity MSE and G3 grids (offline, under output_dir/logs)")
     loss_weighting: Literal["uniform", "endpoint"] = Field(
-        "endpoint", description="uniform velocity MSE, or endpoint: each step's error times its delta-sigma squared")
-    rank: int = Field(64, ge=1, le=512)
-    alpha: float = Field(128, gt=0)
+        default="endpoint", description="uniform velocity MSE, or endpoint: each step's error times its delta-sigma squared")
+    rank: int = Field(default=64, ge=1, le=512)
+    alpha: float = Field(default=128, gt=0)
     target_modules: list[str] = ["to_q", "to_k", "to_v", "to_out.0"]
-    base: Literal["nf4", "full"] = Field("nf4", description="the frozen base in training: NF4 (QLoRA) or as loaded")
+    base: Literal["nf4", "full"] = Field(default="nf4", description="the frozen base in training: NF4 (QLoRA) or as loaded")
     optimizer: Literal["adamw", "adam8bit"] = "adamw"
-    max_grad_norm: float | None = Field(1.0, gt=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
     gradient_checkpointing: bool = True
-    checkpointing_steps: int = Field(100, ge=1)
-    checkpoints_total_limit: int | None = Field(3, ge=1)
-    resume: str | None = Field(None, description="'auto' (latest checkpoint) or a checkpoint folder")
+    checkpointing_steps: int = Field(default=100, ge=1)
+    checkpoints_total_limit: int | None = Field(default=3, ge=1)
+    resume: str | None = Field(default=None, description="'auto' (latest checkpoint) or a checkpoint folder")
     on_policy: OnPolicySection | None = None
     divergence: DivergenceSection = DivergenceSection()
 
@@ -105,33 +105,33 @@ class StudentSection(InputModel):
 class TeacherSection(InputModel):
     """How the teacher (the base model, in trajectories and gates) is loaded."""
 
-    base: Literal["full", "nf4"] = Field("full", description="the sampling transformer as saved, or NF4 (the "
+    base: Literal["full", "nf4"] = Field(default="full", description="the sampling transformer as saved, or NF4 (the "
                                          "engine's loader; on an AI PC's shared memory the full bf16 one may not fit)")
     offload: Literal["none", "model"] = Field(
-        "none", description="model: diffusers' model CPU offload (each component on the device only while it runs)")
-    offload_text_encoder: bool = Field(True, description="move the text encoder off the device once prompts are "
+        default="none", description="model: diffusers' model CPU offload (each component on the device only while it runs)")
+    offload_text_encoder: bool = Field(default=True, description="move the text encoder off the device once prompts are "
                                        "encoded (seed: 16 GB -> 1.3 GB)")
 
 
 class EvalSection(InputModel):
     mode: Literal["auto", "quality", "plumbing"] = Field(
-        "auto", description="quality needs LPIPS weights and a real model, or the trained tiny teacher (judged on the "
+        default="auto", description="quality needs LPIPS weights and a real model, or the trained tiny teacher (judged on the "
         "latent MSE to teacher@8); auto: quality when lpips_weights is set and the model is not a tiny random one "
         "(aipc_tiny.json), or on the trained tiny teacher, else plumbing")
-    seeds: list[Seed] = Field([0], min_length=1, description="noise seeds per eval prompt")
-    margin: float = Field(0.0, ge=0, description="quality: the student's mean distance to the teacher (LPIPS; the latent "
+    seeds: list[Seed] = Field(default=[0], min_length=1, description="noise seeds per eval prompt")
+    margin: float = Field(default=0.0, ge=0, description="quality: the student's mean distance to the teacher (LPIPS; the latent "
                           "MSE on the trained tiny teacher) must be below naive's minus this, "
                           "and (with reference_lora) not above the reference's plus this")
     reference_lora: str | None = Field(
-        None, description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
+        default=None, description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
         "pytorch_lora_weights.safetensors; any layout diffusers loads, e.g. Lightning's): G3 samples it from the "
         "same prompts, seeds and noise, and quality mode passes only if the student is not worse than it by more "
         "than margin")
-    min_win_rate: float = Field(0.5, ge=0, le=1, description="quality: share of prompt x seed pairs where the "
+    min_win_rate: float = Field(default=0.5, ge=0, le=1, description="quality: share of prompt x seed pairs where the "
                                 "student's LPIPS is below naive's")
-    lpips_weights: str | None = Field(None, description="folder with LPIPS weights (lpips package layout); "
+    lpips_weights: str | None = Field(default=None, description="folder with LPIPS weights (lpips package layout); "
                                       "without it G3 measures PSNR/MSE to the teacher")
-    decode_device: str = Field("cpu", description="where the VAE decodes (distillation lesson 3: the bf16 GPU decode of "
+    decode_device: str = Field(default="cpu", description="where the VAE decodes (distillation lesson 3: the bf16 GPU decode of "
                                "this video VAE needs ~76 GB of transients at 512 px)")
 
 
@@ -172,6 +172,13 @@ class DistillConfig(VersionedInput):
         if self.teacher_sigmas is not None and (problem := check_sigmas(self.teacher_sigmas, self.student_stride)):
             raise ValueError(f"teacher_sigmas: {problem}")
         return self
+
+    @property
+    def teacher_grid(self) -> list[float]:
+        """The teacher grid, only after it is resolved (resolve_grid); teacher_sigmas is None until then."""
+        if self.teacher_sigmas is None:
+            raise RuntimeError("the teacher grid is not resolved yet (resolve_grid)")
+        return self.teacher_sigmas
 
     @property
     def student_sigmas(self) -> list[float]:

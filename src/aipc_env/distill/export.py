@@ -107,7 +107,7 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
             raise InputError(f"tensor {key!r} is not a transformer LoRA weight (transformer.<module>.lora_A/B"
                              ".weight)", path=path, fix="export only LoRAs published by `aipc-env distill train`")
         modules.setdefault(m.group(1), {})[m.group(2)] = value
-    refused = {}
+    refused: dict[str, list[str]] = {}
     for module in sorted(modules):
         try:
             comfyui_key(module)

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -28,7 +28,7 @@ from aipc_env.distill.lessons import (
     check_step_count,
 )
 from aipc_env.distill.prompts import load_prompts
-from aipc_env.distill.verdict import Check, G3Manifest
+from aipc_env.distill.verdict import Check, G3Entry, G3Manifest
 from aipc_env.errors import AipcError, InputError
 
 __all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
@@ -90,7 +90,8 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     from aipc_env.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
     from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
 
-    checks, metrics = CheckList(), {}
+    checks = CheckList()
+    metrics: dict[str, Any] = {}
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
@@ -109,7 +110,7 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     g = torch.Generator().manual_seed(cfg.seed)
     noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
     outs = {}
-    for name, grid in (("teacher", cfg.teacher_sigmas), ("naive", cfg.student_sigmas)):
+    for name, grid in (("teacher", cfg.teacher_grid), ("naive", cfg.student_sigmas)):
         def run(grid=grid, name=name):
             latents = _pipe_latents(pipe, cfg, prompted, noise, grid)
             outs[name] = latents
@@ -119,7 +120,7 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         return checks.items, metrics
 
     def roundtrip():
-        final, steps, timesteps, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, cfg.teacher_sigmas,
+        final, steps, timesteps, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, cfg.teacher_grid,
                                                      cfg.height, cfg.width, use_kv_cache=cfg.use_kv_cache,
                                                      record=True)
         tensors = {"latents": torch.stack([s[0] for s in steps]), "timesteps": timesteps.float(),
@@ -210,7 +211,8 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
 
     from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder, resolve_run
 
-    checks, metrics = CheckList(), {}
+    checks = CheckList()
+    metrics: dict[str, Any] = {}
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(model_dir(cfg, log=log), device, dtype, cfg.teacher)
@@ -222,11 +224,15 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     metrics["scheduler_config"] = {k: sched_cfg.get(k) for k in ("shift", "use_dynamic_shifting", "shift_terminal",
                                                                  "time_shift_type", "stochastic_sampling")}
     metrics["sample_sigmas"] = pipe.config.get("sample_sigmas")
-    checks.run("deterministic-sampler", lambda: (check_deterministic_sampler(sched_cfg), "stochastic_sampling off"))
+    def deterministic() -> tuple[None, str]:
+        check_deterministic_sampler(sched_cfg)
+        return None, "stochastic_sampling off"
+
+    checks.run("deterministic-sampler", deterministic)
     prompts = [r.prompt for r in load_prompts(cfg.prompts.train, limit=2)]
     prompted = sampler.encode(pipe, prompts, device)
     offload_text_encoder(pipe, cfg.teacher)
-    for name, grid in (("teacher", cfg.teacher_sigmas), ("student", cfg.student_sigmas)):
+    for name, grid in (("teacher", cfg.teacher_grid), ("student", cfg.student_sigmas)):
         g = torch.Generator().manual_seed(cfg.seed)
         noise = sampler.initial_noise(pipe, len(prompts), cfg.height, cfg.width, g, device, prompted.embeds.dtype)
         ref = _pipe_latents(pipe, cfg, prompted, noise, grid)
@@ -242,12 +248,15 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         metrics[f"{name}_effective_sigmas"] = [float(s) for s in eff]
         metrics[f"{name}_passed_sigmas"] = grid
 
-        checks.run(f"parity-{name}", lambda diff=diff, grid=grid: (
-            None, check_parity(diff, steps=len(grid), batch=len(prompts))))
-        checks.run(f"sigmas-verbatim-{name}",
-                   lambda grid=grid, name=name, eff=pipe_sigmas: (
-                       check_sigmas_verbatim(grid, eff, sched_cfg, grid=name),
-                       "scheduler.sigmas == given grid + [0]"))
+        def parity(diff: float = diff, grid: list[float] = grid) -> tuple[None, str]:
+            return None, check_parity(diff, steps=len(grid), batch=len(prompts))
+
+        checks.run(f"parity-{name}", parity)
+        def verbatim(grid: list[float] = grid, name: str = name, eff: list[float] = pipe_sigmas) -> tuple[None, str]:
+            check_sigmas_verbatim(grid, eff, sched_cfg, grid=name)
+            return None, "scheduler.sigmas == given grid + [0]"
+
+        checks.run(f"sigmas-verbatim-{name}", verbatim)
     steps = len(cfg.student_sigmas)
     sample_sigmas = pipe.config.get("sample_sigmas")
     behaviour: list[str] = []
@@ -268,7 +277,7 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             behaviour.append(note)
     metrics["behaviour"] = behaviour
     metrics["notes"] = behaviour[:]
-    if sample_sigmas and list(map(float, sample_sigmas)) != list(cfg.teacher_sigmas):
+    if sample_sigmas and list(map(float, sample_sigmas)) != list(cfg.teacher_grid):
         metrics["notes"].append("the config's teacher_sigmas differ from the model's sample_sigmas (model_index.json)")
     return checks.items, metrics
 
@@ -359,7 +368,7 @@ def _write_png(image, path: Path) -> None:
 
 
 def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()
-            ) -> tuple[list[Check], dict, str]:
+            ) -> tuple[list[Check], dict, Literal["quality", "plumbing"]]:
     """Per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same noise, with
     their distances to the teacher. Quality mode (LPIPS, a real model) passes only if the student beats naive by
     the margin and win-rate (aipc_env.distill.judge); plumbing mode checks what can be checked without judging the
@@ -388,7 +397,8 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         resolve_run,
     )
 
-    checks, metrics = CheckList(), {}
+    checks = CheckList()
+    metrics: dict[str, Any] = {}
     path = model_dir(cfg, log=log)
     trained = is_tiny_trained(path)
     mode, why = decide_mode(cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path),
@@ -399,6 +409,8 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
     check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)
     lora_sha = file_sha256(lora_file)  # the LoRA evaluated: read once, before it is loaded
+    if lora_sha is None:  # gone since the check above
+        raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
     reference = _reference_lora(cfg)
     metric = g3_metric(mode, lpips=bool(cfg.eval.lpips_weights), tiny_trained=trained)
     scorer = _lpips(cfg) if metric == "lpips" else None
@@ -407,7 +419,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(path, device, dtype, cfg.teacher)
     records = load_prompts(cfg.prompts.eval)
-    log(f"g3: {len(records)} eval prompts: sampling teacher@{len(cfg.teacher_sigmas)} and "
+    log(f"g3: {len(records)} eval prompts: sampling teacher@{len(cfg.teacher_grid)} and "
         f"naive@{len(cfg.student_sigmas)} ({mode} mode: {why})")
     encoded = [(rec, sampler.encode(pipe, [rec.prompt], device)) for rec in records]
     offload_text_encoder(pipe, cfg.teacher)
@@ -417,7 +429,7 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             g = torch.Generator().manual_seed(seed)
             noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
             runs.append({"prompt": rec.prompt, "seed": seed, "prompted": prompted, "noise": noise,
-                         "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_sigmas),
+                         "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_grid),
                          "naive": _pipe_latents(pipe, cfg, prompted, noise, cfg.student_sigmas)})
     log(f"g3: student@{len(cfg.student_sigmas)} with the LoRA ({lora_file.name})")
     pipe.load_lora_weights(str(lora_file.parent), adapter_name="student")
@@ -469,8 +481,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     beats, stats = judge_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
     manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
                           lora_sha256=lora_sha,
-                          teacher_sigmas=cfg.teacher_sigmas, student_sigmas=cfg.student_sigmas, height=cfg.height,
-                          width=cfg.width, entries=entries, grid="grid.png (rows: prompt x seed; columns: teacher@8, "
+                          teacher_sigmas=cfg.teacher_grid, student_sigmas=cfg.student_sigmas, height=cfg.height,
+                          width=cfg.width, entries=[G3Entry.model_validate(e) for e in entries],
+                          grid="grid.png (rows: prompt x seed; columns: teacher@8, "
                           f"naive@4, student@4{', reference@4' if reference else ''})", mean=mean,
                           reference_lora=str(reference) if reference else None,
                           reference_lora_sha256=file_sha256(reference) if reference else None)

@@ -90,6 +90,7 @@ def model_sample_sigmas(model: Path) -> list[float] | None:
 def resolve_grid(teacher_sigmas: list[float] | None, stride: int, model: Path) -> Grid:
     """The run's grids: the config's teacher grid when it sets one, else the model's sample_sigmas, else the
     pipeline's default linspace."""
+    source: GridSource
     if teacher_sigmas is not None:
         teacher, source = list(teacher_sigmas), "config"
     elif (sampled := model_sample_sigmas(model)) is not None:

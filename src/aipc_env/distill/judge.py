@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import fmean
+from typing import Literal
 
 from aipc_env.errors import AipcError, InputError
 
@@ -18,7 +19,8 @@ __all__ = ["METRICS", "artifacts_read_back", "decide_mode", "g3_metric", "judge"
            "not_worse_than_reference", "outputs_finite", "student_beats_naive"]
 
 
-def decide_mode(setting: str, *, lpips: bool, tiny_random: bool, tiny_trained: bool = False) -> tuple[str, str]:
+def decide_mode(setting: str, *, lpips: bool, tiny_random: bool,
+                tiny_trained: bool = False) -> tuple[Literal["quality", "plumbing"], str]:
     """(mode, why) from eval.mode, whether LPIPS weights are configured, and the model's identity (a tiny pipeline
     carries aipc_tiny.json, which says whether it was trained) — never from the model's path. The trained tiny
     teacher is judged without LPIPS (on the latent distance to teacher@8, see g3_metric)."""

@@ -5,6 +5,7 @@ fix it. Pure checks over tensors, modules and files; torch is imported only insi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aipc_env.errors import AipcError, ExitCode
 
@@ -43,6 +44,8 @@ class LessonError(AipcError):
     name = "lesson"
     seed_item: int | None = None
     exit_code = ExitCode.PROBLEMS
+    metrics: dict[str, Any]
+    """The stage's metrics so far, set where a stage stops on this error (unset otherwise)."""
 
     def __init__(self, message: str, *, fix: str | None = None, path: str | Path | None = None) -> None:
         super().__init__(f"[{self.name}] {message}", fix=fix, path=path)

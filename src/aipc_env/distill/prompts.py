@@ -33,11 +33,11 @@ def load_prompts(source: str, *, limit: int | None = None) -> list[PromptRecord]
     Accepts {"prompt": ...} and the extractor format of the image21-turbo-trajectories project ({"text": ...} or
     {"caption": ...}); extra keys (e.g. quoted_strings) are kept out."""
     if source in BUILTIN:
-        records = [PromptRecord(prompt=p) if isinstance(p, str) else PromptRecord(prompt=p[0], seed=p[1])
+        records: list[PromptRecord] = [PromptRecord(prompt=p) if isinstance(p, str) else PromptRecord(prompt=p[0], seed=p[1])
                    for p in BUILTIN[source]]
         return records[:limit] if limit else records
     path = Path(source)
-    records: list[PromptRecord] = []
+    records = []
     text = read_text(path, "prompts file")
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -161,7 +161,7 @@ def add_lora(model, cfg: DistillConfig) -> list[torch.nn.Parameter]:
     fp32."""
     from peft import LoraConfig
 
-    model.add_adapter(LoraConfig(r=cfg.student.rank, lora_alpha=cfg.student.alpha,
+    model.add_adapter(LoraConfig(r=cfg.student.rank, lora_alpha=cfg.student.alpha,  # type: ignore[arg-type]  # peft says int; float works
                                  target_modules=cfg.student.target_modules, init_lora_weights=True))
     params = [p for n, p in model.named_parameters() if "lora_" in n]
     for p in params:
@@ -291,7 +291,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     mkey = model_key(path)
     trajs = load_trajectories(cfg, mkey)
     stride = cfg.student_stride
-    n_steps = len(cfg.teacher_sigmas) // stride
+    n_steps = len(cfg.teacher_grid) // stride
     h, w = cfg.height // 32 * 32, cfg.width // 32 * 32
     shapes_one = [[(1, h // 16, w // 16)]]
     set_seed(cfg.seed)
@@ -300,6 +300,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     if s.gradient_checkpointing:
         model.enable_gradient_checkpointing()
     model.train()
+    opt: torch.optim.Optimizer
     if s.optimizer == "adam8bit":
         import bitsandbytes as bnb
 
@@ -351,7 +352,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
                                f"{last_good or 'none yet'}",
                                fix="lower student.learning_rate (a 3e-4 run diverged in the recorded project; try 1e-4 or 5e-5) "
                                    "and resume from the last good checkpoint (student.resume)")
-        err.metrics = {"steps": step, "diverged_at": step, "reason": reason,  # type: ignore[attr-defined]
+        err.metrics = {"steps": step, "diverged_at": step, "reason": reason,
                        "last_good_checkpoint": str(last_good) if last_good else None, "checks": checks}
         return err
 
@@ -445,7 +446,7 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
         check_training_outcome(objective_start=objective_start, objective_end=objective_end, velocity_on=vel_on,
                                velocity_off=vel_off, tolerance=s.divergence.velocity_tolerance)
     except (ObjectiveRose, VelocityDiverged) as err:
-        err.metrics = metrics  # type: ignore[attr-defined]
+        err.metrics = metrics
         raise
     return metrics
 
@@ -473,7 +474,7 @@ def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], 
     return None
 
 
-def require_tracker(name: str) -> None:
+def require_tracker(name: str | None) -> None:
     from accelerate.utils import is_tensorboard_available
 
     if name == "tensorboard" and not is_tensorboard_available():

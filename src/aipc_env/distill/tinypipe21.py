@@ -102,7 +102,7 @@ def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = 
                                transformer=transformer, sample_sigmas=sample_sigmas)
     out = Path(out)
     with atomic_dir(out) as tmp_dir:
-        pipe.save_pretrained(tmp_dir)
+        pipe.save_pretrained(tmp_dir)  # type: ignore[attr-defined]  # mypy sees diffusers' dummy class, not the pipeline
         (tmp_dir / "LICENSE").write_text((Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(
             encoding="utf-8"), encoding="utf-8")  # an export copies the model's licence; this one has its own
         (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"kind": "qwen-image-2.1", "seed": seed,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -21,6 +21,7 @@ __all__ = [
     "G3Manifest",
     "Stage",
     "Verdict",
+    "is_stage",
     "read_verdict",
     "summary",
     "take_out_after",
@@ -32,6 +33,13 @@ Stage = Literal["g0", "g2", "trajectories", "train", "g3"]
 STAGES: tuple[str, ...] = ("g0", "g2", "trajectories", "train", "g3")
 """The order of `distill all`, the recorded project's: G0 -> G2 -> trajectories -> train -> G3. A stage's verdict counts only
 while every stage before it has a current passing one."""
+
+
+def is_stage(name: str) -> TypeGuard[Stage]:
+    """A stage whose verdict is written (not `report`)."""
+    return name in STAGES
+
+
 STAGE_TITLES = {"g0": "G0 plumbing", "trajectories": "teacher trajectories", "train": "student training",
                 "g2": "G2 sampler parity", "g3": "G3 quality gate"}
 PLUMBING_TITLE = "G3 plumbing check"

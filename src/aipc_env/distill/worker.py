@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any, Literal
 
-from aipc_env.errors import AipcError, ExitCode
+from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.launch.hops import DistillStages, run_worker
 
 __all__ = ["main", "run_stage"]
@@ -27,10 +28,14 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
     from aipc_env.core.formats import timestamp
     from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
     from aipc_env.distill.lessons import LessonError
-    from aipc_env.distill.verdict import ErrorInfo, Verdict
+    from aipc_env.distill.verdict import STAGES, Check, ErrorInfo, Verdict, is_stage
 
+    if not is_stage(stage):
+        raise InputError(f"unknown distill stage {stage!r}", fix=f"use one of {', '.join(STAGES)} or report")
     t0 = time.perf_counter()
-    checks, metrics, mode, error, device, dtype, dev, peak = [], {}, None, None, None, None, None, None
+    checks: list[Check] = []
+    metrics: dict[str, Any] = {}
+    mode, error, device, dtype, dev, peak = None, None, None, None, None, None
     from aipc_env.distill.models import resolve_run
     from aipc_env.distill.verdict import STAGE_TITLES
 
@@ -74,7 +79,7 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
 
         peak = peak_memory(dev)
     failed = error is not None or not all(c.ok for c in checks)
-    status = "fail" if failed else "ok" if mode == "plumbing" else "pass"
+    status: Literal["pass", "fail", "ok"] = "fail" if failed else "ok" if mode == "plumbing" else "pass"
     notes = list(metrics.pop("notes", []))
     if stage == "g3" and mode == "plumbing":
         notes.append("plumbing mode (" + metrics.get("mode_reason", "") + "): artifacts, a LoRA that changes the "

@@ -52,8 +52,8 @@ def _tree(text: str | None) -> ast.Module | None:
         return None
 
 
-def _functions(tree: ast.AST | None) -> dict[str, ast.FunctionDef]:
-    out: dict[str, ast.FunctionDef] = {}
+def _functions(tree: ast.AST | None) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     if tree is None:
         return out
     for node in ast.walk(tree):
@@ -162,8 +162,8 @@ def check_source(rel: str, text: str) -> list[Finding]:
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef):
             body = _segment(text, fn)
-            if re.search(r'\.type\s*==\s*"cuda"', body) and '"xpu"' not in body:
-                line = fn.lineno + body[: re.search(r'\.type\s*==\s*"cuda"', body).start()].count("\n")
+            if (cuda := re.search(r'\.type\s*==\s*"cuda"', body)) and '"xpu"' not in body:
+                line = fn.lineno + body[: cuda.start()].count("\n")
                 add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
                     "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
     return findings
@@ -252,7 +252,7 @@ def check_structure(texts: dict[str, str]) -> list[Finding]:
     seed = texts.get(f"{SRC}/utils/seed.py")
     cfg_rel, base_rel = f"{SRC}/data/config.py", f"{SRC}/trainer/base_trainer.py"
     tree = _tree(config)
-    if tree is not None:
+    if config is not None and tree is not None:
         model_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
         if model_cfg is not None and "quantize_type" not in _segment(config, model_cfg):
             add("ERROR", "no-nf4-schema", cfg_rel, model_cfg.lineno, "ModelConfig has no quantize_type: an NF4 "

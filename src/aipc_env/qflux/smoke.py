@@ -177,7 +177,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     from aipc_env.paths import cache_dir, package_root
     from aipc_env.qflux.adapt import is_adapted
     from aipc_env.qflux.loader import LOADER_SCRIPT
-    from aipc_env.train.config import TrainConfig
+    from aipc_env.train.config import QfluxSection, TrainConfig
     from aipc_env.train.run import engine_phases
 
     log = log or _say
@@ -199,7 +199,7 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
                                                     plus=plus).argv(py)),
             Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
             # the cache and fit phases exactly as `aipc-env train` runs a qflux config
-            *engine_phases(TrainConfig(engine="qflux", qflux={"clone": str(clone), "config": str(config)},
+            *engine_phases(TrainConfig(engine="qflux", qflux=QfluxSection(clone=str(clone), config=str(config)),
                                        output_dir=str(run_dir)), config, py, run_dir / ACCELERATE_CONFIG),
             Phase(name="verify", argv=SmokeVerify(run=run_dir, clone=clone, config=config).argv(py)),
         ]

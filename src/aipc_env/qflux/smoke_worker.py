@@ -86,8 +86,9 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
     dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4",
                            transformer_path=cfg["model"].get("transformer_path"))
     linears = {n: m for n, m in dit.transformer_blocks.named_modules() if isinstance(m, torch.nn.Linear)}
-    nf4 = [n for n, m in linears.items() if isinstance(m, bnb.nn.Linear4bit) and m.weight.quant_type == "nf4"]
-    check("nf4-linear-layers", linears and len(nf4) == len(linears),
+    nf4 = [n for n, m in linears.items() if isinstance(m, bnb.nn.Linear4bit)
+           and isinstance(m.weight, bnb.nn.Params4bit) and m.weight.quant_type == "nf4"]
+    check("nf4-linear-layers", bool(linears) and len(nf4) == len(linears),
           f"{len(nf4)}/{len(linears)} Linear layers of the DiT blocks are bnb.nn.Linear4bit (nf4), as the clone's "
           "load_transformer(quantize_type='nf4') gives them to the fit phase")
     log = run / "smoke.log"
@@ -100,7 +101,7 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
     if lasts:
         state = json.loads((Path(lasts[-1]) / "state.json").read_text(encoding="utf-8"))
     others = [p for p in glob.glob(str(output / "**" / "checkpoint-*"), recursive=True) if p not in lasts]
-    check("final-checkpoint", bool(lasts) and state.get("global_step") == steps and state.get("is_last"),
+    check("final-checkpoint", bool(lasts) and state.get("global_step") == steps and bool(state.get("is_last")),
           f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
           f"{len(lasts)} final and {len(others)} periodic checkpoint(s)")
     steps_kept = sorted(int(p.rsplit("-", 1)[-1]) for p in others if p.rsplit("-", 1)[-1].isdigit())

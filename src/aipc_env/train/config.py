@@ -120,10 +120,10 @@ class TrainConfig(VersionedInput):
     optimizer: OptimizerSection = OptimizerSection()
     cache_dir: str | None = None
     output_dir: str
-    device: str = Field("auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|xpu(:\d+)?|cuda(:\d+)?)$")
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     env: dict[str, str] = {}
-    monitor: bool = Field(False, description="sample system and device memory beside the run (memory.csv/.png)")
+    monitor: bool = Field(default=False, description="sample system and device memory beside the run (memory.csv/.png)")
     qflux: QfluxSection | None = None
 
     @field_validator("env")

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Any
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
@@ -77,8 +78,8 @@ def step_device(ctx: dict) -> dict:
     elif device.type == "cuda":
         if not torch.cuda.is_available():
             raise StepFailed("CUDA requested but torch.cuda.is_available() is False", metrics)
-        props = torch.cuda.get_device_properties(device)
-        metrics.update(name=props.name, total_memory_gb=round(props.total_memory / 1e9, 2))
+        cuda_props = torch.cuda.get_device_properties(device)
+        metrics.update(name=cuda_props.name, total_memory_gb=round(cuda_props.total_memory / 1e9, 2))
     else:
         import platform
 
@@ -103,7 +104,7 @@ def step_bitsandbytes(ctx: dict) -> dict:
     backend = getattr(cext, "BNB_BACKEND", None)
     native = lib != "ErrorHandlerMockBNBNativeLibrary"
     try:
-        from bitsandbytes.utils import triton_available as triton
+        from bitsandbytes.backends.utils import triton_available as triton
     except ImportError:  # older releases: no Triton kernels at all
         triton = False
     plan = bnb_backends(ctx["device"].type, native=native, triton=bool(triton))
@@ -159,13 +160,16 @@ def step_linear4bit(ctx: dict) -> dict:
     g = torch.Generator().manual_seed(1)
     weight = torch.randn(256, 512, generator=g) * 0.02
     bias = torch.randn(256, generator=g) * 0.01
-    metrics, failures = {}, []
+    metrics: dict[str, float] = {}
+    failures: list[str] = []
     for name in _dtypes(ctx):
         dt = DTYPES[name]
         layer = bnb.nn.Linear4bit(512, 256, bias=True, compute_dtype=dt, quant_type="nf4", device="meta")
         layer.weight = bnb.nn.Params4bit(weight.clone(), requires_grad=False, quant_type="nf4")
         layer.bias = torch.nn.Parameter(bias.to(dt), requires_grad=False)
         layer = layer.to(device)
+        if not isinstance(layer.weight, bnb.nn.Params4bit):
+            raise StepFailed(f"{name}: Linear4bit.to({device}) lost its Params4bit weight", metrics)
         deq = F.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()
         x = (torch.randn(8, 512, generator=g)).to(device, dt).requires_grad_(True)
         xr = x.detach().float().requires_grad_(True)
@@ -181,6 +185,8 @@ def step_linear4bit(ctx: dict) -> dict:
             y1 = layer(x1)
             yr1 = x1.float() @ deq.T + layer.bias.float()
         bound = tol.matmul_max_rel_err(name)
+        if x.grad is None or xr.grad is None:
+            raise StepFailed(f"{name}: backward left no gradient on the input", metrics)
         errs = {"forward": rel(y, yr), "backward": rel(x.grad, xr.grad), "gemv": rel(y1, yr1)}
         for kind, err in errs.items():
             metrics[f"{name}_{kind}_rel_err"] = float(f"{err:.3g}")
@@ -215,6 +221,7 @@ def step_adam8bit(ctx: dict) -> dict:
                 a.grad, b.grad = grad.clone(), grad.clone()
             if "adam8bit-drift" in INJECT:  # test hook: an 8-bit optimizer that follows other gradients
                 for a in p8:
+                    assert a.grad is not None  # set just above
                     a.grad = a.grad + torch.randn(a.shape, generator=g).to(device) * 0.02
             s = time.perf_counter()
             opt8.step()
@@ -227,6 +234,7 @@ def step_adam8bit(ctx: dict) -> dict:
                 "toolkit matching the pair, and the Level Zero headers (LEVEL_ZERO_V1_SDK_PATH)"
                 if device.type == "xpu" else None)
         raise StepFailed(f"Adam8bit.step() raised {type(exc).__name__}: {exc}", {}, hint) from exc
+    assert first is not None  # the loop ran 20 steps
     rest = (time.perf_counter() - t0 - first) / 19
     state_dtypes = {k: str(v.dtype).replace("torch.", "") for k, v in opt8.state[p8[0]].items() if torch.is_tensor(v)}
     d8 = torch.cat([(a.detach() - p).flatten() for a, p in zip(p8, p0)])
@@ -418,7 +426,7 @@ def _run_steps(args: VerifySteps) -> int:
             continue
         say(f"[....] {title} ...")
         t = ctx["said"] = time.perf_counter()
-        entry = {"id": key, "title": title}
+        entry: dict[str, Any] = {"id": key, "title": title}
         try:
             out = fn(ctx)
             entry.update(passed=True, **out)
