@@ -53,7 +53,7 @@ METRICS = {"lpips": ("lpips", "LPIPS (alex) to teacher@8, lower is better"),
 """G3's metric -> (the distance key judge() compares, lower is better; the note every verdict carries)."""
 
 
-def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> str:
+def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> Literal["lpips", "latent_mse", "psnr"]:
     """What G3 measures: the trained tiny teacher in quality mode on the latent MSE to teacher@8 (its data lives in
     latent space; its VAE is random, and LPIPS needs a download), a real model in quality mode on LPIPS, anything
     in plumbing mode on PSNR/MSE (reported, not judged)."""

@@ -31,7 +31,8 @@ __all__ = ["ARCH", "TRAINING", "Shapes", "build_tiny21_trained", "distance_to_da
 ARCH = {"num_layers": 3, "num_attention_heads": 4, "attention_head_dim": 16, "mlp_ratio": 2}
 """The trained transformer: 3 blocks, inner width 64 (the random tiny one is 2 blocks of width 32: too small to
 learn both the prompt's color and the place)."""
-TRAINING = {"steps": 1500, "batch": 32, "lr": 2e-3, "warmup": 50, "seed": 0, "data_seed": 1}
+TRAINING: dict[str, int] = {"steps": 1500, "batch": 32, "warmup": 50, "seed": 0, "data_seed": 1}
+LEARNING_RATE = 2e-3
 GRID = 4
 """The latent grid at 64x64 pixels (the VAE compresses 16x): 4x4 tokens of 8 channels."""
 CHANNELS = 8
@@ -47,7 +48,7 @@ class Shapes:
         for name in COLORS:
             v = torch.randn(CHANNELS, generator=g)
             colors[name] = v / v.norm() * math.sqrt(CHANNELS) * 0.9
-        masks = {"square": [], "stripe": []}
+        masks: dict[str, list[torch.Tensor]] = {"square": [], "stripe": []}
         half = GRID // 2
         for i in (0, half):
             for j in (0, half):
@@ -132,7 +133,7 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
             shapes_one = [(1, GRID, GRID)]
             model = _transformer(TRAINING["seed"]).train()
             n_steps = TRAINING["steps"]
-            opt = torch.optim.AdamW(model.parameters(), lr=TRAINING["lr"], weight_decay=0.0)
+            opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
             warm = TRAINING["warmup"]
             sched = torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / n_steps)))
@@ -166,7 +167,7 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
                 model.save_pretrained(tmp / "transformer")
                 mark = {"kind": "qwen-image-2.1", "seed": 0, "version": TRAINED21_VERSION, "dynamic_shifting": False,
                         "trained": {"data": "distill/shapes.py", "prompts": list(PROMPTS), "arch": ARCH,
-                                    "training": {**TRAINING, "steps": n_steps},
+                                    "training": {**TRAINING, "lr": LEARNING_RATE, "steps": n_steps},
                                     "final_loss": round(sum(losses[-100:]) / min(100, len(losses)), 5),
                                     "seconds": round(time.perf_counter() - t0, 1), **measured}}
                 (tmp / "aipc_tiny.json").write_text(json.dumps(mark, indent=1))

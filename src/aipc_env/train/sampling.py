@@ -38,7 +38,7 @@ def sample_edit_latents(transformer: Any, scheduler: Any, *, controls: Any, prom
     h, w = target_hw
     dtype, device = prompt_embeds.dtype, controls.device
     noise = randn_tensor((batch, 1, channels, h, w), generator=generator, device=device, dtype=dtype)
-    latents = QwenImageEditPipeline._pack_latents(noise, batch, channels, h, w)  # type: ignore[no-untyped-call]  # diffusers is untyped
+    latents = QwenImageEditPipeline._pack_latents(noise, batch, channels, h, w)
     img_shapes = [[(1, h // 2, w // 2), (1, control_hw[0] // 2, control_hw[1] // 2)]] * batch
     sigmas = np.linspace(1.0, 1 / steps, steps).tolist()  # the pipeline's own schedule (it passes the array)
     cfg = scheduler.config

@@ -104,7 +104,7 @@ def scheduler_for_tiny() -> Any:
 
     from aipc_env.train.tinypipe import SCHEDULER_CONFIG
 
-    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)  # type: ignore[no-untyped-call]  # diffusers is untyped
+    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
 
 def _recipe_key() -> str:
@@ -154,7 +154,7 @@ def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) ->
         except Exception:  # noqa: BLE001 - an unreadable record means: build it again
             meta = None
         if isinstance(meta, dict) and meta.get("recipe") == asdict(BASE_RECIPE) and meta.get("sha256") == _digest(weights):
-            model = QwenImageTransformer2DModel.from_pretrained(str(folder))  # type: ignore[no-untyped-call]  # diffusers is untyped
+            model = QwenImageTransformer2DModel.from_pretrained(str(folder))
             return model.float().eval()
         log(f"tiny base: {folder} does not match its record; building it again")
     log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
