@@ -142,6 +142,7 @@ def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
     from aipc_env.core.formats import load_versioned
     from aipc_env.lock.conda_layer import (
         CondaSources,
+        can_check_closure,
         closure_problems,
         conda_python,
         read_conda_lock,
@@ -149,7 +150,9 @@ def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
     )
 
     lock = read_conda_lock(conda_lock_path(lock_dir))
-    problems = closure_problems(lock)
+    # without the lock extra (a plain pipx install) the closure is left to a checker that has conda's rules: a note
+    # of lock_notes says so, the rest is still checked
+    problems = closure_problems(lock) if can_check_closure() else []
     if sources_path(lock_dir).is_file():  # assembled from public records (a lock made by conda-lock has no sidecar)
         problems += source_problems(lock, load_versioned(CondaSources, sources_path(lock_dir)))
     held = {v for p in lock.metadata.platforms if (v := conda_python(lock, p)) is not None}
