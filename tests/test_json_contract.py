@@ -115,3 +115,17 @@ def test_an_internal_error_is_a_json_error_document(monkeypatch, capsys):
 def test_without_json_a_refusal_prints_nothing_on_stdout(tmp_path, capsys):
     code, out = _run(["dataset", "validate", str(tmp_path / "missing")], capsys)
     assert code == 2 and out == ""
+
+
+def test_fleet_winget_json_prints_its_configuration(capsys):
+    """It ended in "internal error: TypeError: a command's --json output must be a model, not dict" (exit 3)."""
+    import yaml
+
+    from aipc_env.fleet.winget import SCHEMA_URL, render_yaml, winget_configuration
+    from aipc_env.matrix import load_matrix
+
+    code, out = _run(["fleet", "winget", "--pair", "xpu-2.12", "--json"], capsys)
+    assert code == 0
+    pair = load_matrix().get("xpu-2.12")
+    assert json.loads(out) == yaml.safe_load(render_yaml(winget_configuration(pair), pair))
+    assert SCHEMA_URL in render_yaml(winget_configuration(pair), pair)

@@ -129,6 +129,7 @@ def _winget(args: argparse.Namespace) -> Result:
     from aipc_env.core.fileio import atomic_write_text
     from aipc_env.fleet.winget import (
         WinGetCheckReport,
+        WinGetDocument,
         check_file,
         render_yaml,
         validate_configuration,
@@ -155,8 +156,8 @@ def _winget(args: argparse.Namespace) -> Result:
     if args.out:
         atomic_write_text(args.out, text)
         progress(args).say(f"wrote {args.out}")
-        return Result(config)
-    return Result(config, lambda: print(text, end=""))
+        return Result(WinGetDocument(config))
+    return Result(WinGetDocument(config), lambda: print(text, end=""))
 
 
 def _ansible(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from pydantic import RootModel
 
 from aipc_env.core.templating import powershell_literal, render_marked, yaml_comment
 from aipc_env.doctor.checks.gpu import MIN_WINDOWS_DRIVER_BUILD
@@ -18,6 +19,7 @@ from aipc_env.matrix import Pair
 __all__ = [
     "SCHEMA_URL",
     "WinGetCheckReport",
+    "WinGetDocument",
     "WinGetIssue",
     "check_file",
     "oneapi_provisioned_by_winget",
@@ -84,6 +86,11 @@ def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict | None, dict | None]:
 
 def oneapi_provisioned_by_winget(pair: Pair, pins: WinGetPins | None = None) -> bool:
     return (pins or load_winget_pins()).oneapi_for(pair.oneapi) is not None
+
+
+class WinGetDocument(RootModel[dict[str, Any]]):
+    """A WinGet configuration as data (what `fleet winget --json` prints): its format is WinGet's own
+    (SCHEMA_URL, checked by winget_check against the official schema), not one of aipc-env's."""
 
 
 def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
