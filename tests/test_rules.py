@@ -179,6 +179,16 @@ def test_mypy_is_clean():
     assert result.returncode == 0, result.stdout[-6000:]
 
 
+def test_the_typing_debt_only_shrinks():
+    """The modules mypy still skips ([[tool.mypy.overrides]] with ignore_errors in pyproject.toml): at most the
+    29 it started with; lower this number when a module is typed and leaves the list."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    skipped = [m for o in config["tool"]["mypy"]["overrides"] if o.get("ignore_errors") for m in o["module"]]
+    assert len(skipped) <= 29, skipped
+
+
 def test_every_type_ignore_names_its_code_and_its_reason():
     """`# type: ignore[code]  # why` everywhere: a bare ignore hides every error on its line, one without a reason
     cannot be reviewed."""

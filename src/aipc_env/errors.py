@@ -86,7 +86,7 @@ def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = 
         lines.append(f"{key}: {msg}{shown}")
     detail = lines[0] if len(lines) == 1 else "\n    " + "\n    ".join(lines)
     error = InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)
-    error.first_key = first_key  # type: ignore[attr-defined]
+    error.first_key = first_key  # type: ignore[attr-defined]  # the first offending key travels on the ValidationError for the message
     return error
 
 

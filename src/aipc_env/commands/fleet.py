@@ -120,7 +120,7 @@ def _pair(args: argparse.Namespace, platform: str = "win-64"):
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import gather_situation
 
-    situation = gather_situation(load_matrix(args.matrix), platform, pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]
+    situation = gather_situation(load_matrix(args.matrix), platform, pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]  # the platform was validated by argparse's choices
                                  this_machine=False)
     return decide(situation, "target").pair.pair
 

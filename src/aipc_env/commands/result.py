@@ -82,7 +82,7 @@ def render(result: Result, args: argparse.Namespace) -> int:
 
         from aipc_env.core.terminal import EscapingStream
 
-        with redirect_stdout(EscapingStream(sys.stdout)):  # type: ignore[type-var]
+        with redirect_stdout(EscapingStream(sys.stdout)):
             result.text()  # values from outside (a pasted version, a file name) never drive the terminal
     sys.stdout.flush()
     return int(result.code)

@@ -80,7 +80,7 @@ def models() -> dict[str, type]:
 
 
 def schemas() -> dict[str, dict]:
-    return {name: model.model_json_schema() for name, model in models().items()}  # type: ignore[attr-defined]
+    return {name: model.model_json_schema() for name, model in models().items()}  # type: ignore[attr-defined]  # every listed model is a pydantic model (model_json_schema)
 
 
 def write_schemas(folder: Path) -> list[Path]:

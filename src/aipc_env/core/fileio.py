@@ -347,7 +347,7 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     data = dict(pairs)
     if len(data) != len(pairs):
         seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]  # next() over a generator whose items are the duplicate keys
         raise DuplicateKeyError(f"the key {twice[:80]!r} appears twice in one object")
     return data
 
@@ -415,7 +415,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
 
     base: Any = None
     if getattr(yaml, "__with_libyaml__", False):
-        from yaml._yaml import CParser as base  # type: ignore[no-redef]
+        from yaml._yaml import CParser as base  # type: ignore[no-redef]  # libyaml's C classes where present, else the pure-Python ones (same interface)
 
     class _Counting(Composer):
         made = 0
@@ -449,14 +449,14 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
                                  fix="aipc-env's files are small; check the path")
 
     if base is not None:  # libyaml's events, composed here (CParser's own composer cannot be bounded)
-        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore
+        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore[misc]  # libyaml's C parser mixed into the bounded composer (a runtime base)
             def __init__(self, stream: str) -> None:
                 base.__init__(self, stream)
                 Composer.__init__(self)
                 yaml.constructor.SafeConstructor.__init__(self)
                 yaml.resolver.Resolver.__init__(self)
     else:
-        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]
+        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]  # libyaml's C classes where present, else the pure-Python ones (same interface)
             pass
 
     return _Loader(text)

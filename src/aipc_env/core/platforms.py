@@ -71,7 +71,7 @@ def display_adapters() -> list[tuple[str, str, str, str]]:
         while True:
             dev = _Display()
             dev.cb = ctypes.sizeof(dev)
-            if not ctypes.windll.user32.EnumDisplayDevicesW(None, i, ctypes.byref(dev), 0):  # type: ignore[attr-defined]
+            if not ctypes.windll.user32.EnumDisplayDevicesW(None, i, ctypes.byref(dev), 0):  # type: ignore[attr-defined]  # ctypes.windll exists on Windows only (this branch runs there)
                 break
             i += 1
             ven = re.search(r"VEN_([0-9A-Fa-f]{4})", dev.DeviceID)

@@ -79,7 +79,7 @@ def command_line(argv: list[str]) -> str:
 
 def _group_kwargs() -> dict[str, Any]:
     if IS_WINDOWS:
-        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]  # Windows-only names (windll, CREATE_NEW_PROCESS_GROUP, CTRL_BREAK_EVENT); this branch runs there
     return {"start_new_session": True}
 
 
@@ -102,7 +102,7 @@ def signal_group(proc: subprocess.Popen, signum: int) -> None:
             elif signum == getattr(signal, "SIGKILL", 9):
                 subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False)
             else:
-                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # Windows-only names (windll, CREATE_NEW_PROCESS_GROUP, CTRL_BREAK_EVENT); this branch runs there
         else:
             os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError, OSError):
@@ -166,7 +166,7 @@ def run_logged(argv: list[str], log: Path, *, cwd: Path | None = None, env: dict
         chunks: list[bytes] = []
         assert proc.stdout is not None
         try:
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]  # stdout is a pipe here: Popen(stdout=PIPE)
                 chunks.append(chunk)
                 text = chunk.decode("utf-8", "replace")
                 fh.write(text)
@@ -217,12 +217,12 @@ def pid_alive(pid: int) -> bool:
     if IS_WINDOWS:
         import ctypes
 
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]  # Windows-only names (windll, CREATE_NEW_PROCESS_GROUP, CTRL_BREAK_EVENT); this branch runs there
         if not handle:
             return False
         code = ctypes.c_ulong()
-        ok = ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]
-        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+        ok = ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]  # Windows-only names (windll, CREATE_NEW_PROCESS_GROUP, CTRL_BREAK_EVENT); this branch runs there
+        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]  # Windows-only names (windll, CREATE_NEW_PROCESS_GROUP, CTRL_BREAK_EVENT); this branch runs there
         return bool(ok) and code.value == 259  # STILL_ACTIVE
     try:
         os.kill(pid, 0)

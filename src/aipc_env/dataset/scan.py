@@ -221,7 +221,7 @@ def _scan_csv(path: Path) -> Scan:
             v = (row.get(col) or "").strip()
             return (base / v) if v else None
         controls = [c for c in [p("path_control"), *[p(c) for c in extra_cols]] if c is not None]
-        scan.samples.append(Sample(id=f"line {i}", target=p("path_target"), controls=controls,  # type: ignore[arg-type]
+        scan.samples.append(Sample(id=f"line {i}", target=p("path_target"), controls=controls,  # type: ignore[arg-type]  # a sample's parts are paths or in-memory bytes, as Sample declares at run time
                                    mask=p("path_mask"), prompt=(row.get("prompt") or "").strip() or None,
                                    where=f"{path.name} line {i}"))
     return scan

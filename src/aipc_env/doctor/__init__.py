@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Iterable
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from pydantic import BaseModel
 
@@ -29,7 +29,7 @@ __all__ = [
     "select_checks",
 ]
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Final = 1
 
 
 class Summary(BaseModel):

@@ -408,7 +408,7 @@ def _distributions(paths: list[str]) -> dict[str, str]:
 def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bool = False,
                 timeout: float = 30.0) -> TrainingEnv:
     """Read an env's Python version and installed distributions (metadata only: nothing is imported)."""
-    env = TrainingEnv(prefix=str(prefix), source=source, python=str(python))  # type: ignore[arg-type]
+    env = TrainingEnv(prefix=str(prefix), source=source, python=str(python))
     if not python.is_file():
         env.error = f"no Python interpreter in {prefix}"
         return env

@@ -39,7 +39,7 @@ def system_memory() -> tuple[int, int]:
 
         status = _Status()
         status.dwLength = ctypes.sizeof(_Status)
-        ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]
+        ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]  # ctypes.windll exists on Windows only (this branch runs there)
         return int(status.ullTotalPhys), int(status.ullAvailPhys)
     return parse_meminfo(Path("/proc/meminfo").read_text())
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from aipc_env.core.fileio import read_json
 from aipc_env.core.formats import StrictModel, VersionedModel, validate_versioned
@@ -36,7 +36,7 @@ __all__ = [
     "load_facts",
 ]
 
-FACTS_SCHEMA_VERSION = 1
+FACTS_SCHEMA_VERSION: Final = 1
 
 
 class MachineIdentity(StrictModel):

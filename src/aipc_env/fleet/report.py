@@ -182,7 +182,7 @@ def _drift(mine: dict[str, str | None], dists: dict[str, str], golden: dict[str,
             detail = (f"{len(names)} package(s) differ: "
                       + ", ".join(f"{n} {dists.get(n, '-')}/{golden_dists.get(n, '-')}" for n in names[:6])
                       + (" ..." if len(names) > 6 else ""))
-        out.append(DriftEntry(kind=kind, value=mine.get(kind), golden=golden.get(kind), detail=detail))  # type: ignore[arg-type]
+        out.append(DriftEntry(kind=kind, value=mine.get(kind), golden=golden.get(kind), detail=detail))
     return out
 
 
@@ -222,7 +222,7 @@ def _summarize(path: Path) -> Seen | MachineRow:
 
     report, state, problem = _load(path)
     if report is None:
-        return MachineRow(key=shown(path.stem), file=shown(path), state=state, problem=problem)  # type: ignore[arg-type]
+        return MachineRow(key=shown(path.stem), file=shown(path), state=state, problem=problem)
     key, hostname, machine_id = _identity(report, path)
     facts, dists = provisioned(report)
     findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings
@@ -281,7 +281,7 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
             group.machines.append(seen.hostname or key)
         drift = _drift(seen.facts, seen.dists, golden_facts, golden_dists) if golden is not None else []
         state_name = "failing+drifted" if failed and drift else "failing" if failed else "drifted" if drift else "ok"
-        rows.append(MachineRow(key=key, file=seen.path, state=state_name, hostname=seen.hostname,  # type: ignore[arg-type]
+        rows.append(MachineRow(key=key, file=seen.path, state=state_name, hostname=seen.hostname,
                                machine_id=seen.machine_id, collected_at=seen.collected_at, pair=seen.facts["pair"],
                                env_hash=seen.facts["env"], facts=seen.facts, failed=failed, warned=warned, drift=drift))
     superseded = [MachineRow(key=s.key, file=s.path, state="superseded", hostname=s.hostname,

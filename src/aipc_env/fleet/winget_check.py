@@ -35,7 +35,7 @@ def _enum(*values: str):
     def convert(value: Any) -> Any:
         return canonical.get(value.lower(), value) if isinstance(value, str) else value
 
-    return Annotated[Literal[values], BeforeValidator(convert)]  # type: ignore[valid-type]
+    return Annotated[Literal[values], BeforeValidator(convert)]
 
 
 def _ps_bool(value: Any) -> Any:
@@ -74,11 +74,11 @@ class WinGetPackage(DscSettings):
     Id: str = Field(min_length=1)
     Source: str | None = None
     Version: str | None = None
-    Ensure: Ensure = "Present"  # type: ignore[valid-type]
-    MatchOption: _enum("Equals", "EqualsCaseInsensitive", "StartsWithCaseInsensitive",  # type: ignore[valid-type]
+    Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
+    MatchOption: _enum("Equals", "EqualsCaseInsensitive", "StartsWithCaseInsensitive",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
                        "ContainsCaseInsensitive") = "EqualsCaseInsensitive"
     UseLatest: PsBool = False
-    InstallMode: _enum("Default", "Silent", "Interactive") = "Silent"  # type: ignore[valid-type]
+    InstallMode: _enum("Default", "Silent", "Interactive") = "Silent"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
 
     def warnings(self) -> list[tuple[str, str]]:
         if self.Version and self.UseLatest:
@@ -115,9 +115,9 @@ class Registry(DscSettings):
     Key: str
     ValueName: str
     ValueData: str | list[str] | None = None
-    ValueType: _enum("String", "Binary", "DWord", "QWord", "MultiString",  # type: ignore[valid-type]
+    ValueType: _enum("String", "Binary", "DWord", "QWord", "MultiString",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
                      "ExpandString") = "String"
-    Ensure: Ensure = "Present"  # type: ignore[valid-type]
+    Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
     Hex: PsBool = False
     Force: PsBool = False
 
@@ -152,7 +152,7 @@ class OsVersion(DscSettings):
 class DeveloperMode(DscSettings):
     """Microsoft.Windows.Developer/DeveloperMode."""
 
-    Ensure: Ensure = "Present"  # type: ignore[valid-type]
+    Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
 
 
 class Script(DscSettings):
@@ -181,7 +181,7 @@ class Directives(BaseModel):
     description: str | None = None
     allowPrerelease: PsBool | None = None
     module: str | None = None
-    securityContext: _enum("current", "elevated", "restricted") | None = None  # type: ignore[valid-type]
+    securityContext: _enum("current", "elevated", "restricted") | None = None  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
 
 
 class Resource(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from pydantic import field_validator
 
@@ -16,7 +16,7 @@ from aipc_env.matrix import Pair
 __all__ = ["ENV_NAME", "Activation", "LaunchPlan", "Phase", "base_env", "choose_oneapi", "choose_vcvars", "plan_run"]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PLAN_VERSION = 1
+PLAN_VERSION: Final = 1
 
 
 class Phase(StrictModel):
@@ -94,11 +94,11 @@ def choose_oneapi(pair: Pair | None, oneapi: OneApiInfo, platform: Platform) -> 
             continue
         root = PureWindowsPath(inst.root) if platform == "win-64" else PurePosixPath(inst.root)
         if inst.layout == "unified" and pair.oneapi in inst.releases:
-            return Activation(folder=str(root / pair.oneapi), name=f"oneapi-vars.{ext}",  # type: ignore[arg-type]
+            return Activation(folder=str(root / pair.oneapi), name=f"oneapi-vars.{ext}",
                               release=pair.oneapi), warnings
         if inst.setvars and inst.version == pair.oneapi:
             folder, name = _split(inst.setvars, platform)
-            return Activation(folder=folder, name=name, release=pair.oneapi), warnings  # type: ignore[arg-type]
+            return Activation(folder=folder, name=name, release=pair.oneapi), warnings
     others = sorted({inst.version for inst in oneapi.installs if inst.version})
     if others:
         warnings.append(f"oneAPI {', '.join(others)} is installed but {pair.id} needs {pair.oneapi}; it is NOT "
@@ -116,7 +116,7 @@ def choose_vcvars(pair: Pair | None, msvc: MsvcInfo | None, platform: Platform) 
         return None, []
     tools = [i for i in msvc.installs if i.has_vc_tools and i.vcvars64]
     if tools:
-        folder, _ = _split(tools[-1].vcvars64, platform)  # type: ignore[arg-type]
+        folder, _ = _split(tools[-1].vcvars64, platform)  # type: ignore[arg-type]  # the path was checked to be set above
         return Activation(folder=folder, name="vcvars64.bat"), []
     if msvc.cl_on_path:
         return None, []

@@ -111,7 +111,7 @@ def run_phase(phase: dict, env: dict, log) -> int:
     out = sys.stdout.buffer
     sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
     assert proc.stdout is not None
-    for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+    for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]  # stdout is a pipe here: Popen(stdout=PIPE)
         if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
             out.write(chunk)
             out.flush()

@@ -183,11 +183,11 @@ def record_metadata(data: dict, readers: dict[str, IndexReader]) -> list[str]:
             problems.append(f"{pkg['name']} {pkg.get('version')}: {errors[0]}")
             continue
         first = metas[0]
-        if any(not first.same_requirements(m) for m in metas[1:]):  # type: ignore[union-attr]
+        if any(not first.same_requirements(m) for m in metas[1:]):  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
             problems.append(f"{pkg['name']} {pkg.get('version')}: its wheels declare different Requires-Dist; "
                             "one record per package cannot say which")
             continue
-        tool["requires-dist"] = list(first.requires_dist)  # type: ignore[union-attr]
-        if first.requires_python:  # type: ignore[union-attr]
-            tool["requires-python"] = first.requires_python  # type: ignore[union-attr]
+        tool["requires-dist"] = list(first.requires_dist)  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
+        if first.requires_python:  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
+            tool["requires-python"] = first.requires_python  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
     return problems

@@ -201,7 +201,7 @@ def _metadata_from_wheel(file: IndexFile) -> bytes:
     else:
         source = _RangeFile(file.url, _size(file.url))
     try:
-        with zipfile.ZipFile(source) as zf:  # type: ignore[arg-type]
+        with zipfile.ZipFile(source) as zf:
             members = [i for i in zf.infolist() if i.filename.count("/") == 1
                        and i.filename.endswith(".dist-info/METADATA")]
             if len(members) != 1:

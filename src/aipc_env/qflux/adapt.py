@@ -284,7 +284,7 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
 
 def _write_manifest(clone: Path, plan: Plan, state: str) -> AdaptManifest:
     manifest = AdaptManifest(
-        patch_set=PATCH_SET, state=state, when=timestamp(),  # type: ignore[arg-type]
+        patch_set=PATCH_SET, state=state, when=timestamp(),
         files=[FileRecord(path=i.path, pristine_sha256=_sha(i.pristine),
                           adapted_sha256=hashlib.sha256(i.adapted).hexdigest(), edits=i.edits) for i in plan.files])
     write_model(clone / STATE_DIR / "manifest.json", manifest)

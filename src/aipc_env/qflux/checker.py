@@ -74,7 +74,7 @@ def _lines(text: str) -> tuple[str, ...]:
 def _segment(text: str, node: ast.AST) -> str:
     """ast.get_source_segment(text, node), with the text split into lines once rather than once per node (that
     split made the check of one clone take 5 s)."""
-    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]  # every statement node has line numbers; ast.stmt's stub says optional
     start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]  # UTF-8 byte offsets
     lines = _lines(text)
     if first == last:

@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
 from aipc_env.core.formats import VersionedModel, load_versioned, write_model
@@ -34,7 +34,7 @@ __all__ = [
     "write_entry",
 ]
 
-CACHE_SCHEMA_VERSION = 1
+CACHE_SCHEMA_VERSION: Final = 1
 ENTRY_KIND = "aipc-env cache entry"
 
 

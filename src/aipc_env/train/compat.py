@@ -32,7 +32,7 @@ def processor_without_video() -> bool:
         if cls is None:
             continue
         if hasattr(cls, "get_attributes"):  # transformers >= 5
-            cls.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])  # type: ignore[method-assign]
+            cls.get_attributes = classmethod(lambda cls: ["image_processor", "tokenizer"])
         else:  # transformers 4.x (qwen-image-finetune pins 4.52.4)
             cls.attributes = ["image_processor", "tokenizer"]
     _APPLIED = True

@@ -4,7 +4,7 @@ naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,7 +25,7 @@ __all__ = [
     "resolve_path_keys",
 ]
 
-CONFIG_VERSION = 1
+CONFIG_VERSION: Final = 1
 MAX_CONFIG_BYTES = 1 << 20
 MAX_ENV_VALUE = 8192
 """Bytes per `env:` value: environments have limits (32767 characters per variable on Windows, a few MiB in all on

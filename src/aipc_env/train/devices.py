@@ -75,7 +75,7 @@ def peak_rss_mb() -> float | None:
         try:
             import psutil
 
-            return round(psutil.Process().memory_info().peak_wset / 2**20, 1)  # type: ignore[attr-defined]
+            return round(psutil.Process().memory_info().peak_wset / 2**20, 1)
         except Exception:  # noqa: BLE001 - informative only
             return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

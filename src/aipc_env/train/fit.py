@@ -257,7 +257,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
                                     fix="run the cache phase again")
                 g = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + micro)
                 drop = [bool(torch.rand(1, generator=g) < cfg.data.caption_dropout_rate) for _ in entries]
-                batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]
+                batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]  # accelerate moves a batch dict; collate takes the device it names
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
                     loss = flow_matching_loss(model, batch, g, cfg.data.mask_weight)
                 accelerator.backward(loss / accum)

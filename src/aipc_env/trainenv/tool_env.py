@@ -38,7 +38,7 @@ def train_requirements(requires: list[str]) -> list[str]:
     for line in requires:
         req = parse_requirement(line)
         marker = str(req.marker) if req.marker else ""
-        if "extra" in marker and not req.marker.evaluate({"extra": "train"}):  # type: ignore[union-attr]
+        if "extra" in marker and not req.marker.evaluate({"extra": "train"}):  # type: ignore[union-attr]  # a requirement with 'extra' in its text has a marker
             continue
         if req.name.lower() == "torch":
             continue

@@ -55,7 +55,7 @@ def plan_torch_install(version: str, *, intel_gpu: bool, build: str | None = Non
     for torch then needed."""
     if build not in (None, "", "auto", "xpu", "cpu"):
         raise ValueError(f"{ENV_VARS['build']}={build!r}: use xpu, cpu or auto")
-    chosen: Build = build if build in ("xpu", "cpu") else ("xpu" if intel_gpu else "cpu")  # type: ignore[assignment]
+    chosen: Build = build if build in ("xpu", "cpu") else ("xpu" if intel_gpu else "cpu")  # type: ignore[assignment]  # a Literal chosen from the fixed table above
     why = ("forced" if build in ("xpu", "cpu") else
            "this machine has an Intel GPU" if intel_gpu else "no Intel GPU here: the CPU build, not PyPI's CUDA one")
     requirement = f"torch=={version}+{chosen}"

@@ -183,7 +183,7 @@ def check(id: str, category: str, title: str) -> Callable[[CheckFn], CheckFn]:
     decorated functions unmutated, and the checks are what mutation testing must reach."""
 
     def deco(fn: CheckFn) -> CheckFn:
-        fn.spec = CheckSpec(id=id, category=category, title=title, fn=fn, order=next(_DECLARED))  # type: ignore[attr-defined]
+        fn.spec = CheckSpec(id=id, category=category, title=title, fn=fn, order=next(_DECLARED))  # type: ignore[attr-defined]  # the check registry marks the function object itself
         return fn
 
     return deco

@@ -99,7 +99,7 @@ def check_device_probe(ctx: CheckContext) -> Verdict:
         return fail(f"probe failed: {probe.error}", "torch could not be imported in the training env",
                     f"rebuild the env: {ctx.env_fix()}")
     if probe.xpu_available:
-        devs = ", ".join(f"{d.get('name')} ({int(d.get('total_memory') or 0) / 1e9:.1f} GB)"  # type: ignore[call-overload]
+        devs = ", ".join(f"{d.get('name')} ({int(d.get('total_memory') or 0) / 1e9:.1f} GB)"  # type: ignore[call-overload]  # sorted() over optional names the check filtered for None
                          for d in probe.devices)
         return ok(f"torch {probe.torch_version}: {devs}")
     if probe.torch_version and probe.torch_version.endswith("+xpu"):

@@ -86,7 +86,7 @@ def check_pair(ctx: CheckContext) -> Verdict:
     if res.status == "unknown":
         return fail(res.summary, "a runtime no pair of the matrix knows cannot be matched to a toolkit",
                     f"rebuild the env: {ctx.env_fix()}", *evidence)
-    pair = ctx.matrix.by_id[res.pair]  # type: ignore[index]
+    pair = ctx.matrix.by_id[res.pair]  # type: ignore[index]  # the pair was resolved before this check runs
     details = evidence + (f"source: {pair.source}",)
     seen = f"{pair.id}: torch {', '.join(pair.torch)} + oneAPI {pair.oneapi} runtime"
     if pair.certainty == "provisional":

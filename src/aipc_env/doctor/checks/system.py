@@ -87,7 +87,7 @@ def check_long_paths(ctx: CheckContext) -> Verdict:
     early = _registry_unreadable(ctx, "LongPathsEnabled")
     if early:
         return early
-    value = ctx.facts.registry.long_paths_enabled  # type: ignore[union-attr]
+    value = ctx.facts.registry.long_paths_enabled  # type: ignore[union-attr]  # the check is registered only for machines with these facts
     if value == 1:
         return ok("LongPathsEnabled = 1")
     return fail(f"LongPathsEnabled = {value if value is not None else 'not set'}",
