@@ -6,6 +6,8 @@ import sys
 from typing import Literal
 
 DEFAULT_PYTHON = "3.12"
+CPYTHON_MINORS = tuple(f"3.{minor}" for minor in range(9, 16))
+"""Every CPython minor a pair's env, lock or image may be built for, oldest first (3.9 to 3.15): the one list."""
 """The Python of an env when nothing names one (a lock's own Python, from lock-meta.json, comes first)."""
 
 __all__ = ["DEFAULT_PYTHON", "PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu",

@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from aipc_env.core.platforms import PLATFORMS, Platform, lock_environment, marker_environment, wheel_platform_fits
+from aipc_env.core.platforms import CPYTHON_MINORS, PLATFORMS, Platform, lock_environment, marker_environment, wheel_platform_fits
 from aipc_env.core.specs import parse_marker, parse_requirement, parse_version
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
@@ -30,7 +30,7 @@ from aipc_env.matrix import Pair
 __all__ = ["PROVENANCE_TOOL", "OfflinePlan", "merge_pylock", "plan_offline", "pypi_requirements", "stub_wheels"]
 
 PROVENANCE_TOOL = "aipc-env"
-CANDIDATE_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+CANDIDATE_PYTHONS = CPYTHON_MINORS
 PLATFORM_SYSTEM: dict[Platform, str] = {"win-64": "Windows", "linux-64": "Linux"}
 
 

@@ -26,7 +26,7 @@ __all__ = [
     "uv_project",
 ]
 
-from aipc_env.core.platforms import DEFAULT_PYTHON
+from aipc_env.core.platforms import CPYTHON_MINORS, DEFAULT_PYTHON
 
 PYPI_URL = "https://pypi.org/simple"
 XPU_INDEX_URL = "https://download.pytorch.org/whl/xpu"
@@ -39,10 +39,11 @@ def pair_python(pair: Pair, preferred: str = DEFAULT_PYTHON) -> str:
     spec = pair.python_specifier
     if f"{preferred}.0" in spec:
         return preferred
-    for minor in range(14, 8, -1):
-        if f"3.{minor}.0" in spec:
-            return f"3.{minor}"
-    raise InputError(f"no Python 3.9-3.14 satisfies {pair.python}", key=f"{pair.id}.python")
+    for minor in reversed(CPYTHON_MINORS):
+        if f"{minor}.0" in spec:
+            return minor
+    raise InputError(f"no Python {CPYTHON_MINORS[0]}-{CPYTHON_MINORS[-1]} satisfies {pair.python}",
+                     key=f"{pair.id}.python")
 
 
 def common_requirements(path: Path | None = None) -> list[str]:
