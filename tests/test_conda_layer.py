@@ -263,7 +263,7 @@ def test_a_relock_that_cannot_reach_the_channels_carries_the_layer_over(tmp_path
 def test_without_conda_lock_the_closure_is_a_note_not_a_crash(tmp_path, monkeypatch):
     """A plain install (no `lock` extra) has no conda MatchSpec: lock check still checks everything else, and says
     the closure was not checked; with conda-lock the same broken layer is a problem."""
-    from aipc_env.lock import conda_layer
+    from aipc_env.lock import condaspec
     from aipc_env.lock.lockfile import LockMeta, lock_notes
 
     folder = tmp_path / "xpu-2.12"
@@ -271,9 +271,9 @@ def test_without_conda_lock_the_closure_is_a_note_not_a_crash(tmp_path, monkeypa
     (folder / "conda-lock.yml").write_text(yaml.safe_dump(_drop(_doc(), "linux-64", "openssl")))
     meta = load_versioned(LockMeta, folder / "lock-meta.json")
     assert any("not in the lock" in p for p in check_pair_lock(folder, load_matrix()))
-    assert conda_layer.CLOSURE_UNCHECKED not in lock_notes(meta)
-    monkeypatch.setattr(conda_layer, "can_check_closure", lambda: False)
+    assert condaspec.CLOSURE_UNCHECKED not in lock_notes(meta)
+    monkeypatch.setattr(condaspec, "can_check_closure", lambda: False)
     problems = check_pair_lock(folder, load_matrix())
     assert not any("not in the lock" in p for p in problems)
     assert any("a source for a package the lock does not hold" in p for p in problems)  # sources still checked
-    assert conda_layer.CLOSURE_UNCHECKED in lock_notes(meta)
+    assert condaspec.CLOSURE_UNCHECKED in lock_notes(meta)

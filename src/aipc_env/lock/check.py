@@ -142,12 +142,12 @@ def conda_layer_problems(lock_dir: Path, meta: LockMeta | None) -> list[str]:
     from aipc_env.core.formats import load_versioned
     from aipc_env.lock.conda_layer import (
         CondaSources,
-        can_check_closure,
         closure_problems,
         conda_python,
         read_conda_lock,
         source_problems,
     )
+    from aipc_env.lock.condaspec import can_check_closure
 
     lock = read_conda_lock(conda_lock_path(lock_dir))
     # without the lock extra (a plain pipx install) the closure is left to a checker that has conda's rules: a note

@@ -201,19 +201,6 @@ def interpreter_drift(lock_dir: Path, platform: str, installed: str) -> tuple[st
     return None if held == installed else (held or "", installed)
 
 
-def can_check_closure() -> bool:
-    """Whether conda's MatchSpec (vendored by conda-lock, the `lock` extra) can be imported here."""
-    try:
-        from conda_lock._vendor.conda.models.match_spec import MatchSpec  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-CLOSURE_UNCHECKED = ("the conda layer's closure was not checked: conda-lock (conda's MatchSpec) is not installed "
-                     "here; pip install 'aipc-env[lock]' checks it")
-
-
 def closure_problems(lock: CondaLock) -> list[str]:
     """Every dependency of every package satisfied inside the lock (per platform), by conda's MatchSpec; the roots
     present; no package twice."""

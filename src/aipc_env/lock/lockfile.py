@@ -335,7 +335,7 @@ def lock_notes(meta: LockMeta) -> list[str]:
     if layer.get("status") == "locked" and layer.get("python"):
         notes.append(f"conda layer: Python {layer['python']}" + (f" ({layer['reason']})" if layer.get("reason") else "")
                      + (f"; {layer['uncovered']}" if layer.get("uncovered") else ""))
-        from aipc_env.lock.conda_layer import CLOSURE_UNCHECKED, can_check_closure
+        from aipc_env.lock.condaspec import CLOSURE_UNCHECKED, can_check_closure
 
         if not can_check_closure():
             notes.append(CLOSURE_UNCHECKED)
