@@ -280,16 +280,13 @@ def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
             "eval": {"mode": "quality", "seeds": [0, 1], "lpips_weights": "TODO: folder holding "
                      "hub/checkpoints/alexnet-owt-7be5be79.pth", "decode_device": "cpu"},
         }
+    tiny = {"output_dir": str(run_dir), "device": "auto", "height": 64, "width": 64, "seed": 0, "threads": 1}
+    """What both tiny profiles share (CPU-sized, no download)."""
     if profile == "tiny-trained":
         return {
             "schema_version": 1,
             "model": BUILTIN_TINY21_TRAINED,
-            "output_dir": str(run_dir),
-            "device": "auto",
-            "height": 64,
-            "width": 64,
-            "seed": 0,
-            "threads": 1,
+            **tiny,
             "prompts": {"train": BUILTIN_SHAPES_PROMPTS, "eval": BUILTIN_SHAPES_EVAL_PROMPTS},
             "student": TINY_TRAINED_STUDENT,
             "eval": {"mode": "quality", "seeds": list(EVAL_SEEDS), "margin": TINY_TRAINED_MARGIN},
@@ -299,12 +296,7 @@ def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
     return {
         "schema_version": 1,
         "model": BUILTIN_TINY21,
-        "output_dir": str(run_dir),
-        "device": "auto",
-        "height": 64,
-        "width": 64,
-        "seed": 0,
-        "threads": 1,
+        **tiny,
         "prompts": {"train": BUILTIN_PROMPTS, "eval": BUILTIN_EVAL_PROMPTS},
         "student": {"max_train_steps": 20, "learning_rate": 3e-3, "rank": 8, "alpha": 16,
                     "loss_weighting": "endpoint", "base": "nf4", "checkpointing_steps": 10,

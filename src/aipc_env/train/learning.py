@@ -29,8 +29,6 @@ class HeldOutSample(StrictModel):
     """Distance of the LoRA's result (same noise) to the target."""
     lora_to_other_targets: float | None = None
     """Mean distance of the LoRA's result to the other held-out samples' targets (None: not measured)."""
-    base_pixels: float | None = None
-    lora_pixels: float | None = None
 
 
 class LearningVerdict(StrictModel):
