@@ -60,8 +60,12 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
     overrides, rest = take_options(list(session.posargs))
     source = detect(pinned_torch(CONSTRAINTS), {**os.environ, **overrides}) if torch else None
     digest = hashlib.sha256()
-    for part in ((ROOT / "pyproject.toml").read_bytes(), CONSTRAINTS.read_bytes(), str(extras).encode(),
-                 (source.describe() if source else "").encode()):
+    for part in (
+        (ROOT / "pyproject.toml").read_bytes(),
+        CONSTRAINTS.read_bytes(),
+        str(extras).encode(),
+        (source.describe() if source else "").encode(),
+    ):
         digest.update(part)
     stamp = Path(session.virtualenv.location) / STAMP
     if stamp.is_file() and stamp.read_text() == digest.hexdigest():
@@ -94,8 +98,22 @@ def _train_env(session: nox.Session) -> tuple[str, list[str]]:
     flags = {"AIPC_ENV_TORCH": "--torch", "AIPC_ENV_TORCH_INDEX": "--torch-index", "AIPC_ENV_TORCH_WHEELS": "--torch-wheels"}
     torch_args = [f"{flags[name]}={value}" for name, value in overrides.items()]
     envdir = session.cache_dir.parent
-    session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", "train",
-                "--install-only", "--", *torch_args, external=True, stdout=sys.stderr)
+    session.run(
+        sys.executable,
+        "-m",
+        "nox",
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "--envdir",
+        str(envdir),
+        "-s",
+        "train",
+        "--install-only",
+        "--",
+        *torch_args,
+        external=True,
+        stdout=sys.stderr,
+    )
     python = envdir / "train" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     return str(python), rest
 
@@ -184,8 +202,10 @@ def tests(session: nox.Session) -> None:
     else:
         tier("fast", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
-    session.log(f"branch coverage of src/aipc_env (in-process, statements + branches, "
-                f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%")
+    session.log(
+        f"branch coverage of src/aipc_env (in-process, statements + branches, "
+        f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%"
+    )
     if not rest:  # a test file per worker (its module fixtures run once), the slowest files first; three workers on
         # two cores: the slow files wait on image builds, installs and subprocesses (two kept 1.7 cores busy)
         tier("slow", "-m", "slow", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder")
@@ -197,14 +217,27 @@ def lint(session: nox.Session) -> None:
     types of torch and pydantic need the real packages); CI runs both as tests."""
     python = _tests_env(session)
     session.run(python, "-m", "ruff", "check", "src", "tests", "benchmarks", "noxfile.py", external=True)
+    session.run(python, "-m", "ruff", "format", "--check", "src", "tests", "benchmarks", "docs", "noxfile.py", external=True)
     session.run(python, "-m", "mypy", external=True)
 
 
 def _tests_env(session: nox.Session) -> str:
     """The tests session's interpreter, installed or confirmed current first."""
     envdir = session.cache_dir.parent
-    session.run(sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", "tests",
-                "--install-only", external=True, stdout=sys.stderr)
+    session.run(
+        sys.executable,
+        "-m",
+        "nox",
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "--envdir",
+        str(envdir),
+        "-s",
+        "tests",
+        "--install-only",
+        external=True,
+        stdout=sys.stderr,
+    )
     return str(envdir / "tests" / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
@@ -212,10 +245,18 @@ def _tests_env(session: nox.Session) -> str:
 def docs(session: nox.Session) -> None:
     """Build the docs site with `mkdocs build --strict` (broken links, anchors and snippets fail); CI runs it. Only
     MkDocs and Material, pinned by constraints-dev.txt, are installed. `-- --site-dir DIR` writes the site there."""
-    session.install("mkdocs", "mkdocs-material", "pymdown-extensions", "-c", str(CONSTRAINTS), silent=False,
-                    env=UV_TLS, stdout=sys.stderr)
-    session.run("mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), *session.posargs,
-                env={"NO_MKDOCS_2_WARNING": "1"})
+    session.install(
+        "mkdocs", "mkdocs-material", "pymdown-extensions", "-c", str(CONSTRAINTS), silent=False, env=UV_TLS, stdout=sys.stderr
+    )
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(ROOT / "mkdocs.yml"),
+        *session.posargs,
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @nox.session

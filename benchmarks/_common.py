@@ -39,8 +39,13 @@ class Child:
     stdout: str
 
 
-def run_child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-              pin: bool = True, ok_codes: tuple[int, ...] = (0,)) -> Child:
+def run_child(
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    pin: bool = True,
+    ok_codes: tuple[int, ...] = (0,),
+) -> Child:
     """Run a child to completion; its wall time, peak RSS (MiB) and stdout. A failure stops the benchmark."""
     import tempfile
 
@@ -65,8 +70,12 @@ def run_child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | No
 
 def spread(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"median": round(statistics.median(ordered), 5), "min": round(ordered[0], 5),
-            "max": round(ordered[-1], 5), "n": len(ordered)}
+    return {
+        "median": round(statistics.median(ordered), 5),
+        "min": round(ordered[0], 5),
+        "max": round(ordered[-1], 5),
+        "n": len(ordered),
+    }
 
 
 def machine(env: dict[str, str] | None = None, *, pinned: bool) -> dict[str, object]:
@@ -87,10 +96,16 @@ def machine(env: dict[str, str] | None = None, *, pinned: bool) -> dict[str, obj
             versions[name] = version(name)
         except Exception:  # noqa: BLE001 - informative only
             versions[name] = None
-    return {"cpu": brand, "logical_cores": os.cpu_count(), "os": platform.platform(),
-            "python": platform.python_version(), "threads": (env or {}).get("OMP_NUM_THREADS"),
-            "pinned_cpu": bool(pinned and taskset()), "packages": versions,
-            "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    return {
+        "cpu": brand,
+        "logical_cores": os.cpu_count(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "threads": (env or {}).get("OMP_NUM_THREADS"),
+        "pinned_cpu": bool(pinned and taskset()),
+        "packages": versions,
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def write_result(name: str, result: dict) -> Path:

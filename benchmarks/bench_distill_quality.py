@@ -57,10 +57,14 @@ def _config(out: Path, *, repeats: int, steps: int, student: dict | None = None)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="student optimizer steps (default: the profile's)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="training trajectories per prompt (default: the profile's, distill/shapes.py)")
-    parser.add_argument("--render", action="store_true", help="only write docs/outputs/distill-quality.md.txt from the recorded "
-                        "benchmarks/results/distill-quality.json")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="training trajectories per prompt (default: the profile's, distill/shapes.py)"
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="only write docs/outputs/distill-quality.md.txt from the recorded benchmarks/results/distill-quality.json",
+    )
     args = parser.parse_args(argv)
     if args.render:
         import json
@@ -110,30 +114,54 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             g3 = run_stage(vcfg, "g3", frozenset(), log=quiet) if train.passed else None
             g3_s = time.perf_counter() - t0
-            row = {"variant": name, "loss_weighting": weighting, "on_policy": on_policy, "learning_rate": lr,
-                   "steps": steps, "train_status": train.status,
-                   "train_error": train.error.name if train.error else None,
-                   "velocity_mse_on": train.metrics.get("velocity_mse_on"),
-                   "velocity_mse_off": train.metrics.get("velocity_mse_off"),
-                   "train_s": round(train_s, 1), "g3_s": round(g3_s, 1)}
+            row = {
+                "variant": name,
+                "loss_weighting": weighting,
+                "on_policy": on_policy,
+                "learning_rate": lr,
+                "steps": steps,
+                "train_status": train.status,
+                "train_error": train.error.name if train.error else None,
+                "velocity_mse_on": train.metrics.get("velocity_mse_on"),
+                "velocity_mse_off": train.metrics.get("velocity_mse_off"),
+                "train_s": round(train_s, 1),
+                "g3_s": round(g3_s, 1),
+            }
             if g3 is not None and "mean" in g3.metrics:
                 mean, stats = g3.metrics["mean"], g3.metrics["statistics"]
-                row.update({"g3_status": g3.status, "mode": g3.mode,
-                            "student_latent_mse": mean["student"]["latent_mse"],
-                            "naive_latent_mse": mean["naive"]["latent_mse"],
-                            "student_pixel_mse": mean["student"]["mse"], "naive_pixel_mse": mean["naive"]["mse"],
-                            "wins": stats["wins"], "pairs": stats["pairs"], "margin": stats["margin"],
-                            "beats_naive": g3.status == "pass"})
+                row.update(
+                    {
+                        "g3_status": g3.status,
+                        "mode": g3.mode,
+                        "student_latent_mse": mean["student"]["latent_mse"],
+                        "naive_latent_mse": mean["naive"]["latent_mse"],
+                        "student_pixel_mse": mean["student"]["mse"],
+                        "naive_pixel_mse": mean["naive"]["mse"],
+                        "wins": stats["wins"],
+                        "pairs": stats["pairs"],
+                        "margin": stats["margin"],
+                        "beats_naive": g3.status == "pass",
+                    }
+                )
             rows.append(row)
             print(row, flush=True)
         mark = yaml.safe_load((teacher / "aipc_tiny.json").read_text())["trained"]
-    result = {"benchmark": "distill-quality", "teacher": "builtin:tiny-qwen-image-2.1-trained",
-              "teacher_record": mark, "prompts": list(PROMPTS), "trajectories": repeats * len(PROMPTS),
-              "eval_seeds": cfg.eval.seeds, "pairs": len(PROMPTS) * len(cfg.eval.seeds),
-              "teacher_sigmas": cfg.teacher_sigmas or "model sample_sigmas",
-              "student": {k: v for k, v in TINY_TRAINED_STUDENT.items() if k not in ("learning_rate", "loss_weighting")},
-              "margin": cfg.eval.margin, "min_win_rate": cfg.eval.min_win_rate, "times": times, "rows": rows,
-              "machine": machine({"OMP_NUM_THREADS": "1"}, pinned=False)}
+    result = {
+        "benchmark": "distill-quality",
+        "teacher": "builtin:tiny-qwen-image-2.1-trained",
+        "teacher_record": mark,
+        "prompts": list(PROMPTS),
+        "trajectories": repeats * len(PROMPTS),
+        "eval_seeds": cfg.eval.seeds,
+        "pairs": len(PROMPTS) * len(cfg.eval.seeds),
+        "teacher_sigmas": cfg.teacher_sigmas or "model sample_sigmas",
+        "student": {k: v for k, v in TINY_TRAINED_STUDENT.items() if k not in ("learning_rate", "loss_weighting")},
+        "margin": cfg.eval.margin,
+        "min_win_rate": cfg.eval.min_win_rate,
+        "times": times,
+        "rows": rows,
+        "machine": machine({"OMP_NUM_THREADS": "1"}, pinned=False),
+    }
     write_result("distill-quality", result)
     DOC.write_text(markdown(result), encoding="utf-8")
     print(f"wrote {DOC}")
@@ -157,33 +185,40 @@ def markdown(result: dict) -> str:
         f"{result['student']['batch_size']}, on {result['trajectories']} stored teacher trajectories. "
         f"G3 in quality mode: {pairs} held-out prompt x seed pairs, the same noise for every row; the distance is "
         "the latent MSE to teacher@8 (lower is better), the pixel MSE after the (random) VAE beside it. "
-        f"\"Beats naive@4\": mean below naive's by the margin ({result['margin']:g}) and closer than naive on at "
+        f'"Beats naive@4": mean below naive\'s by the margin ({result["margin"]:g}) and closer than naive on at '
         f"least {result['min_win_rate']:g} of the pairs (G3 passes).",
         "",
         "The `tiny-trained` profile (`aipc-env distill init --profile tiny-trained`) ships the row with endpoint "
         "weighting, lr 0.0003 and no on-policy phase; `tests/test_distill_quality.py` runs G3 on it in CI.",
         "",
-        "| Run | lr | Loss weighting | On-policy | Latent MSE to teacher@8 | Pixel MSE | Closer than naive | "
-        "Beats naive@4 |",
+        "| Run | lr | Loss weighting | On-policy | Latent MSE to teacher@8 | Pixel MSE | Closer than naive | Beats naive@4 |",
         "|---|---|---|---|---|---|---|---|",
         f"| naive@4 | - | - | - | {naive:.5f} | {naive_px:.6f} | - | - |",
     ]
     for r in result["rows"]:
         if "student_latent_mse" not in r:
-            lines.append(f"| student | {r['learning_rate']:g} | {r['loss_weighting']} | "
-                         f"{'yes' if r['on_policy'] else 'no'} | training stopped: {r['train_error']} | | | no |")
+            lines.append(
+                f"| student | {r['learning_rate']:g} | {r['loss_weighting']} | "
+                f"{'yes' if r['on_policy'] else 'no'} | training stopped: {r['train_error']} | | | no |"
+            )
             continue
-        lines.append(f"| student | {r['learning_rate']:g} | {r['loss_weighting']} | "
-                     f"{'yes' if r['on_policy'] else 'no'} | {r['student_latent_mse']:.5f} | "
-                     f"{r['student_pixel_mse']:.6f} | {r['wins']}/{r['pairs']} | "
-                     f"{'**yes**' if r['beats_naive'] else 'no'} |")
+        lines.append(
+            f"| student | {r['learning_rate']:g} | {r['loss_weighting']} | "
+            f"{'yes' if r['on_policy'] else 'no'} | {r['student_latent_mse']:.5f} | "
+            f"{r['student_pixel_mse']:.6f} | {r['wins']}/{r['pairs']} | "
+            f"{'**yes**' if r['beats_naive'] else 'no'} |"
+        )
     t = result["times"]
-    lines += ["", f"Times (one CPU thread, {result['machine']['cpu']}, a shared machine: load 4-9 during the run): "
-              f"teacher {'built' if t['teacher_built'] else 'loaded from the cache'} in {t['teacher_s']} s, "
-              f"trajectories {t['trajectories_s']} s, per variant train "
-              f"{min(r['train_s'] for r in result['rows'])}-{max(r['train_s'] for r in result['rows'])} s and G3 "
-              f"{min(r['g3_s'] for r in result['rows'])}-{max(r['g3_s'] for r in result['rows'])} s. "
-              f"Measured {result['machine']['measured_at']}.", ""]
+    lines += [
+        "",
+        f"Times (one CPU thread, {result['machine']['cpu']}, a shared machine: load 4-9 during the run): "
+        f"teacher {'built' if t['teacher_built'] else 'loaded from the cache'} in {t['teacher_s']} s, "
+        f"trajectories {t['trajectories_s']} s, per variant train "
+        f"{min(r['train_s'] for r in result['rows'])}-{max(r['train_s'] for r in result['rows'])} s and G3 "
+        f"{min(r['g3_s'] for r in result['rows'])}-{max(r['g3_s'] for r in result['rows'])} s. "
+        f"Measured {result['machine']['measured_at']}.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -44,9 +44,19 @@ if sys.argv[1:2] == ["--version"]:
 def _record(prefix: Path, name: str, version: str, build: str) -> None:
     meta = prefix / "conda-meta"
     meta.mkdir(parents=True, exist_ok=True)
-    (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(
-        {"name": name, "version": version, "build": build, "build_number": 0, "subdir": "linux-64",
-         "channel": "https://conda.anaconda.org/conda-forge", "files": [f"bin/{name}"]}))
+    (meta / f"{name}-{version}-{build}.json").write_text(
+        json.dumps(
+            {
+                "name": name,
+                "version": version,
+                "build": build,
+                "build_number": 0,
+                "subdir": "linux-64",
+                "channel": "https://conda.anaconda.org/conda-forge",
+                "files": [f"bin/{name}"],
+            }
+        )
+    )
 
 
 def runbook_shape() -> list[Path]:
@@ -94,18 +104,34 @@ def measure(env: dict[str, str], rounds: int) -> dict[str, object]:
         c_times.append(c)
         ratios.append(d / c)
     report = json.loads(run_child(doctor, env, ok_codes=(0, 1)).stdout)
-    conda = {t["name"]: {"version": t["version"], "source": t.get("version_source")}
-             for t in report["facts"]["conda"]} if "facts" in report else {}
-    return {"doctor_s": spread(d_times), "collect_env_s": spread(c_times),
-            "ratio_median": round(statistics.median(d_times) / statistics.median(c_times), 3),
-            "ratio_per_round": spread(ratios), "conda_tools_seen": conda}
+    conda = (
+        {t["name"]: {"version": t["version"], "source": t.get("version_source")} for t in report["facts"]["conda"]}
+        if "facts" in report
+        else {}
+    )
+    return {
+        "doctor_s": spread(d_times),
+        "collect_env_s": spread(c_times),
+        "ratio_median": round(statistics.median(d_times) / statistics.median(c_times), 3),
+        "ratio_per_round": spread(ratios),
+        "conda_tools_seen": conda,
+    }
 
 
 def torch_imported(env: dict[str, str]) -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import sys; from aipc_env.cli import main\n"
-                            "try:\n    main(['doctor', '--json'])\nexcept SystemExit:\n    pass\n"
-                            "print('torch' in sys.modules, file=sys.stderr)"],
-                           capture_output=True, text=True, env=env, check=False)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from aipc_env.cli import main\n"
+            "try:\n    main(['doctor', '--json'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     return probe.stderr.strip().splitlines()[-1] == "True"
 
 
@@ -116,8 +142,12 @@ def main() -> int:
     if args.rounds < 5:
         parser.error("--rounds must be at least 5")
     shapes = {"bare": shape_env([]), "runbook": shape_env(runbook_shape())}
-    result: dict[str, object] = {"benchmark": "aipc-env doctor --json vs python -m torch.utils.collect_env",
-                                 "target_ratio_runbook": TARGET, "rounds": args.rounds, "alternated": True}
+    result: dict[str, object] = {
+        "benchmark": "aipc-env doctor --json vs python -m torch.utils.collect_env",
+        "target_ratio_runbook": TARGET,
+        "rounds": args.rounds,
+        "alternated": True,
+    }
     for name, env in shapes.items():
         result[name] = measure(env, args.rounds)
     result["torch_imported_by_doctor"] = torch_imported(shapes["runbook"])

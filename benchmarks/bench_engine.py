@@ -86,8 +86,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--reruns", type=int, default=3, help="whole alternated measurements, for the stability of "
-                        "the median ratio (target: all within +-0.05)")
+    parser.add_argument(
+        "--reruns",
+        type=int,
+        default=3,
+        help="whole alternated measurements, for the stability of the median ratio (target: all within +-0.05)",
+    )
     args = parser.parse_args()
     from aipc_env.train.tinypipe import build_tiny_pipeline
 
@@ -95,12 +99,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         model = build_tiny_pipeline(base / "model")
-        cfg = {"model": {"path": str(model)}, "lora": {"rank": 4, "alpha": 8},
-               "data": {"datasets": [str(_dataset(base / "data"))], "target_size": [64, 64], "batch_size": 2,
-                        "num_workers": 0},
-               "train": {"max_train_steps": args.steps, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
-                         "checkpointing_steps": 100000, "max_grad_norm": None, "lr_scheduler": "constant"},
-               "output_dir": str(base / "out"), "cache_dir": str(base / "cache"), "device": "cpu"}
+        cfg = {
+            "model": {"path": str(model)},
+            "lora": {"rank": 4, "alpha": 8},
+            "data": {"datasets": [str(_dataset(base / "data"))], "target_size": [64, 64], "batch_size": 2, "num_workers": 0},
+            "train": {
+                "max_train_steps": args.steps,
+                "gradient_accumulation_steps": 1,
+                "learning_rate": 1e-2,
+                "checkpointing_steps": 100000,
+                "max_grad_norm": None,
+                "lr_scheduler": "constant",
+            },
+            "output_dir": str(base / "out"),
+            "cache_dir": str(base / "cache"),
+            "device": "cpu",
+        }
         config = base / "config.yaml"
         config.write_text(yaml.safe_dump(cfg))
         engine = [sys.executable, "-m", "aipc_env.train.engine", "--config", str(config), "--phase"]
@@ -117,8 +131,10 @@ def main() -> int:
                 rows = [json.loads(x) for x in (base / "out" / "train_log.jsonl").read_text().splitlines()]
                 engine_runs.append(statistics.median(r["step_seconds"] for r in rows[2:]))
                 fit_rss.append(fit.peak_rss_mb)
-                bare = run_child([sys.executable, "-c", BARE_LOOP, json.dumps(
-                    {"model": str(model), "entries": entries, "steps": args.steps})], env)
+                bare = run_child(
+                    [sys.executable, "-c", BARE_LOOP, json.dumps({"model": str(model), "entries": entries, "steps": args.steps})],
+                    env,
+                )
                 times = json.loads(bare.stdout.strip().splitlines()[-1])["step_seconds"]
                 bare_runs.append(statistics.median(times[2:]))
                 bare_rss.append(bare.peak_rss_mb)
@@ -127,13 +143,20 @@ def main() -> int:
     ratios = [e / b for e, b in zip(engine_runs, bare_runs)]
     result = {
         "benchmark": "engine per-step overhead vs a bare NF4+LoRA loop (same work)",
-        "engine_seconds_per_step": spread(engine_runs), "bare_seconds_per_step": spread(bare_runs),
-        "ratio_per_round": [round(r, 3) for r in ratios], "ratio_median": round(statistics.median(ratios), 3),
-        "target_ratio": 1.1, "rounds": args.rounds, "steps": args.steps, "reruns": args.reruns,
+        "engine_seconds_per_step": spread(engine_runs),
+        "bare_seconds_per_step": spread(bare_runs),
+        "ratio_per_round": [round(r, 3) for r in ratios],
+        "ratio_median": round(statistics.median(ratios), 3),
+        "target_ratio": 1.1,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "reruns": args.reruns,
         "ratio_median_per_rerun": rerun_medians,
         "rerun_medians_within_0_05": all(abs(m - statistics.median(rerun_medians)) <= 0.05 for m in rerun_medians),
-        "cache_samples_per_second": throughput, "cache_peak_rss_mb": round(cache.peak_rss_mb),
-        "fit_peak_rss_mb": round(max(fit_rss)), "bare_peak_rss_mb": round(max(bare_rss)),
+        "cache_samples_per_second": throughput,
+        "cache_peak_rss_mb": round(cache.peak_rss_mb),
+        "fit_peak_rss_mb": round(max(fit_rss)),
+        "bare_peak_rss_mb": round(max(bare_rss)),
         "machine": machine(env, pinned=True),
     }
     write_result("engine", result)

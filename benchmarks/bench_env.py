@@ -38,34 +38,68 @@ def main() -> int:
         xpu_url = write_simple_index(xpu, base / "xpu").as_uri()
         layer = base / "pip-layer.txt"
         layer.write_text("\n".join(f"common{i}>=1.0" for i in range(20)) + "\n")
-        env = dict(os.environ, AIPC_ENV_STATE_DIR=str(base / "state"), AIPC_ENV_CACHE_DIR=str(base / "cache"),
-                   AIPC_ENV_PYPI_URL=pypi_url, AIPC_ENV_XPU_INDEX_URL=xpu_url)
+        env = dict(
+            os.environ,
+            AIPC_ENV_STATE_DIR=str(base / "state"),
+            AIPC_ENV_CACHE_DIR=str(base / "cache"),
+            AIPC_ENV_PYPI_URL=pypi_url,
+            AIPC_ENV_XPU_INDEX_URL=xpu_url,
+        )
         aipc = [sys.executable, "-m", "aipc_env"]
         common = ["--pair", PAIR, "--lock-root", str(base / "lockfiles"), "--pip-layer", str(layer)]
         py = f"{sys.version_info[0]}.{sys.version_info[1]}"
         subprocess.run(aipc + ["lock", "--pip-only", "--python", py, *common], env=env, check=True, capture_output=True)
         t = time.perf_counter()
-        subprocess.run(aipc + ["env", "--prefix", str(base / "env-lock"), "--base-python", sys.executable, *common],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            aipc + ["env", "--prefix", str(base / "env-lock"), "--base-python", sys.executable, *common],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         from_lock = time.perf_counter() - t
         t = time.perf_counter()
-        subprocess.run(aipc + ["env", "--prefix", str(base / "env-lock"), "--base-python", sys.executable, *common],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            aipc + ["env", "--prefix", str(base / "env-lock"), "--base-python", sys.executable, *common],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         noop = time.perf_counter() - t
         # the runbook's way: a venv, then pip install -r the specs with the XPU index as an extra index
         reqs = base / "requirements.txt"
-        reqs.write_text("\n".join(["torch==2.13.0+xpu", "triton-xpu==3.7.2", "bitsandbytes>=0.50.0"]
-                                  + [f"common{i}>=1.0" for i in range(20)]) + "\n")
+        reqs.write_text(
+            "\n".join(["torch==2.13.0+xpu", "triton-xpu==3.7.2", "bitsandbytes>=0.50.0"] + [f"common{i}>=1.0" for i in range(20)])
+            + "\n"
+        )
         t = time.perf_counter()
         subprocess.run([sys.executable, "-m", "venv", str(base / "env-pip")], check=True)
-        subprocess.run([str(base / "env-pip" / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir",
-                        "--index-url", pypi_url, "--extra-index-url", xpu_url, "-r", str(reqs)],
-                       check=True, capture_output=True, env={**os.environ, "PIP_FIND_LINKS": "",
-                                                             "PIP_CONFIG_FILE": os.devnull})
+        subprocess.run(
+            [
+                str(base / "env-pip" / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-cache-dir",
+                "--index-url",
+                pypi_url,
+                "--extra-index-url",
+                xpu_url,
+                "-r",
+                str(reqs),
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull},
+        )
         pip_way = time.perf_counter() - t
-    result = {"env_from_lock_s": round(from_lock, 2), "venv_plus_pip_install_r_s": round(pip_way, 2),
-              "ratio_lock_vs_pip": round(from_lock / pip_way, 3), "noop_rerun_s": round(noop, 2),
-              "packages": len(pypi) + len(xpu)}
+    result = {
+        "env_from_lock_s": round(from_lock, 2),
+        "venv_plus_pip_install_r_s": round(pip_way, 2),
+        "ratio_lock_vs_pip": round(from_lock / pip_way, 3),
+        "noop_rerun_s": round(noop, 2),
+        "packages": len(pypi) + len(xpu),
+    }
     print(json.dumps(result, indent=2))
     return 0
 

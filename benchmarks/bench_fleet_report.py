@@ -34,10 +34,24 @@ def _browser_seconds(page: Path, profile: Path) -> float | None:
     if browser is None:
         return None
     start = time.perf_counter()
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={profile}", "--dump-dom", page.as_uri() + "#drift=env"],
-                   capture_output=True, check=True, timeout=300)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.as_uri() + "#drift=env",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
     return time.perf_counter() - start
 
 
@@ -49,8 +63,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         info = generate_reports(base / "reports", args.count)
-        argv = [sys.executable, "-m", "aipc_env", "fleet", "report", str(base / "reports"), "--golden",
-                str(info["golden"]), "--out", str(base / "r.html"), "--csv", str(base / "r.csv")]
+        argv = [
+            sys.executable,
+            "-m",
+            "aipc_env",
+            "fleet",
+            "report",
+            str(base / "reports"),
+            "--golden",
+            str(info["golden"]),
+            "--out",
+            str(base / "r.html"),
+            "--csv",
+            str(base / "r.csv"),
+        ]
         report, browser, total = [], [], []
         for _ in range(args.rounds):
             seconds = run_child(argv, pin=False, ok_codes=(0, 1)).seconds
@@ -61,11 +87,18 @@ def main() -> int:
             total.append(seconds + (shown or 0.0))
         size = sum(p.stat().st_size for p in (base / "reports").iterdir())
         page_bytes = (base / "r.html").stat().st_size
-    result = {"benchmark": "fleet report over generated doctor reports, then the page in headless Chromium",
-              "reports": args.count, "report_bytes_total": size, "page_bytes": page_bytes,
-              "report_seconds": spread(report), "browser_seconds": spread(browser) if browser else None,
-              "seconds": spread(total), "target_seconds": TARGET_SECONDS, "rounds": args.rounds,
-              "machine": machine(pinned=False)}
+    result = {
+        "benchmark": "fleet report over generated doctor reports, then the page in headless Chromium",
+        "reports": args.count,
+        "report_bytes_total": size,
+        "page_bytes": page_bytes,
+        "report_seconds": spread(report),
+        "browser_seconds": spread(browser) if browser else None,
+        "seconds": spread(total),
+        "target_seconds": TARGET_SECONDS,
+        "rounds": args.rounds,
+        "machine": machine(pinned=False),
+    }
     write_result("fleet-report", result)
     return 0 if result["seconds"]["median"] <= TARGET_SECONDS else 1
 

@@ -30,10 +30,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         stamp = Path(tmp) / "first-line"
         body = f"import time; open({str(stamp)!r}, 'w').write(repr(time.time()))"
-        plan = LaunchPlan(platform="linux-64", run_dir=str(Path(tmp) / "run"), python=sys.executable,
-                          env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
-                          phases=[Phase(name="fit", argv=[sys.executable, "-c", body])],
-                          log_file=str(Path(tmp) / "run" / "train.log"))
+        plan = LaunchPlan(
+            platform="linux-64",
+            run_dir=str(Path(tmp) / "run"),
+            python=sys.executable,
+            env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
+            phases=[Phase(name="fit", argv=[sys.executable, "-c", body])],
+            log_file=str(Path(tmp) / "run" / "train.log"),
+        )
         script = write_launcher(plan)
         launcher, bare = [], []
         for _ in range(args.repeat):
@@ -44,8 +48,18 @@ def main() -> int:
             subprocess.run([sys.executable, "-c", body], check=True)
             bare.append(float(stamp.read_text()) - start)
     lo, b = statistics.median(launcher), statistics.median(bare)
-    print(json.dumps({"launcher_overhead_median_s": round(lo, 4), "bare_python_start_median_s": round(b, 4),
-                      "ratio_vs_bare": round(lo / b, 2), "target_s": 1.0, "repeat": args.repeat}, indent=2))
+    print(
+        json.dumps(
+            {
+                "launcher_overhead_median_s": round(lo, 4),
+                "bare_python_start_median_s": round(b, 4),
+                "ratio_vs_bare": round(lo / b, 2),
+                "target_s": 1.0,
+                "repeat": args.repeat,
+            },
+            indent=2,
+        )
+    )
     return 0 if lo < 1.0 else 1
 
 

@@ -36,8 +36,14 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="aipc-bench-learning-") as tmp:
         env = pinned(2)
-        env.update({"AIPC_ENV_DATA_DIR": f"{tmp}/data", "AIPC_ENV_STATE_DIR": f"{tmp}/state",
-                    "AIPC_ENV_CACHE_DIR": f"{tmp}/cache", "PYTHONPATH": str(ROOT / "src")})
+        env.update(
+            {
+                "AIPC_ENV_DATA_DIR": f"{tmp}/data",
+                "AIPC_ENV_STATE_DIR": f"{tmp}/state",
+                "AIPC_ENV_CACHE_DIR": f"{tmp}/cache",
+                "PYTHONPATH": str(ROOT / "src"),
+            }
+        )
         argv = [sys.executable, "-m", "aipc_env", "train", "--env", str(Path(sys.executable).parent.parent)]
         first = run_child(argv, env=env, cwd=ROOT, pin=False)
         rounds = []
@@ -47,15 +53,26 @@ def main() -> int:
             if not found:
                 raise SystemExit(f"no held-out check line in the run's output:\n{child.stdout[-2000:]}")
             check = float(found.group(1))
-            rounds.append({"run_seconds": round(child.seconds, 3), "check_seconds": check,
-                           "ratio": round(check / (child.seconds - check), 4),
-                           "verdict": VERDICT.search(child.stdout).group(0)})  # type: ignore[union-attr]
+            rounds.append(
+                {
+                    "run_seconds": round(child.seconds, 3),
+                    "check_seconds": check,
+                    "ratio": round(check / (child.seconds - check), 4),
+                    "verdict": VERDICT.search(child.stdout).group(0),
+                }
+            )  # type: ignore[union-attr]
     ratio = statistics.median(r["ratio"] for r in rounds)
-    result = {"benchmark": "held-out learning check vs the rest of the built-in default run (same run)",
-              "ratio_median": round(ratio, 4), "bound": BOUND, "within_bound": ratio <= BOUND,
-              "check_seconds": spread([r["check_seconds"] for r in rounds]),
-              "run_seconds": spread([r["run_seconds"] for r in rounds]), "first_run_seconds": round(first.seconds, 3),
-              "rounds": rounds, "machine": machine(env, pinned=False)}
+    result = {
+        "benchmark": "held-out learning check vs the rest of the built-in default run (same run)",
+        "ratio_median": round(ratio, 4),
+        "bound": BOUND,
+        "within_bound": ratio <= BOUND,
+        "check_seconds": spread([r["check_seconds"] for r in rounds]),
+        "run_seconds": spread([r["run_seconds"] for r in rounds]),
+        "first_run_seconds": round(first.seconds, 3),
+        "rounds": rounds,
+        "machine": machine(env, pinned=False),
+    }
     write_result("learning-check", result)
     return 0 if ratio <= BOUND else 1
 

@@ -29,8 +29,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        env = dict(os.environ, AIPC_ENV_STATE_DIR=str(base / "state"), AIPC_ENV_CACHE_DIR=str(base / "cache"),
-                   AIPC_ENV_DATA_DIR=str(base / "data"))
+        env = dict(
+            os.environ,
+            AIPC_ENV_STATE_DIR=str(base / "state"),
+            AIPC_ENV_CACHE_DIR=str(base / "cache"),
+            AIPC_ENV_DATA_DIR=str(base / "data"),
+        )
         nox = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(base / "nox")]
         cold_doctor = run_child(nox + ["-s", "doctor"], env, pin=False, ok_codes=(0, 1))
         cold_train = run_child(nox + ["-s", "train"], env, pin=False)
@@ -45,13 +49,18 @@ def main() -> int:
     train_ratio = statistics.median(nox_train) / statistics.median(direct_train)
     result = {
         "benchmark": "warm nox sessions vs their anchors",
-        "nox_doctor_s": spread(doctor), "collect_env_s": spread(collect),
-        "doctor_ratio_median": round(doctor_ratio, 3), "doctor_target": 0.5,
-        "nox_train_s": spread(nox_train), "direct_train_s": spread(direct_train),
-        "train_ratio_median": round(train_ratio, 3), "train_target": 1.3,
+        "nox_doctor_s": spread(doctor),
+        "collect_env_s": spread(collect),
+        "doctor_ratio_median": round(doctor_ratio, 3),
+        "doctor_target": 0.5,
+        "nox_train_s": spread(nox_train),
+        "direct_train_s": spread(direct_train),
+        "train_ratio_median": round(train_ratio, 3),
+        "train_target": 1.3,
         "cold_first_run_s": {"doctor": round(cold_doctor.seconds, 1), "train": round(cold_train.seconds, 1)},
         "doctor_exit_code_note": "the doctor exits 1 on a machine without an Intel GPU; that is its verdict",
-        "rounds": args.rounds, "torch_wheels": os.environ.get("AIPC_ENV_TORCH_WHEELS"),
+        "rounds": args.rounds,
+        "torch_wheels": os.environ.get("AIPC_ENV_TORCH_WHEELS"),
         "machine": machine(pinned=False),
     }
     write_result("nox", result)

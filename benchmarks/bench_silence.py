@@ -46,8 +46,12 @@ def longest_gap(argv: list[str], env: dict[str, str]) -> tuple[float, str, float
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--only", choices=sorted(COMMANDS), action="append",
-                        help="measure only these commands; the others keep their last results in the file")
+    parser.add_argument(
+        "--only",
+        choices=sorted(COMMANDS),
+        action="append",
+        help="measure only these commands; the others keep their last results in the file",
+    )
     args = parser.parse_args()
     chosen = {name: command for name, command in COMMANDS.items() if not args.only or name in args.only}
     gaps: dict[str, list[float]] = {name: [] for name in chosen}
@@ -56,19 +60,27 @@ def main() -> int:
     for _ in range(args.rounds):
         for name, command in chosen.items():  # alternated
             with tempfile.TemporaryDirectory() as tmp:
-                env = dict(os.environ, AIPC_ENV_STATE_DIR=f"{tmp}/state", AIPC_ENV_CACHE_DIR=f"{tmp}/cache",
-                           AIPC_ENV_DATA_DIR=f"{tmp}/data", PYTHONUNBUFFERED="1")
-                gap, line, total = longest_gap([sys.executable, "-m", "aipc_env", *command, "--env", sys.prefix],
-                                               env)
+                env = dict(
+                    os.environ,
+                    AIPC_ENV_STATE_DIR=f"{tmp}/state",
+                    AIPC_ENV_CACHE_DIR=f"{tmp}/cache",
+                    AIPC_ENV_DATA_DIR=f"{tmp}/data",
+                    PYTHONUNBUFFERED="1",
+                )
+                gap, line, total = longest_gap([sys.executable, "-m", "aipc_env", *command, "--env", sys.prefix], env)
             gaps[name].append(gap)
             totals[name].append(total)
             if gap >= worst_line.get(name, (0.0, ""))[0]:
                 worst_line[name] = (gap, line)
-    result = {"benchmark": "longest silence between output lines", "target_s": TARGET_S, "rounds": args.rounds,
-              "longest_gap_s": {name: spread(values) for name, values in gaps.items()},
-              "line_after_the_longest_gap": {name: line for name, (_, line) in worst_line.items()},
-              "total_s": {name: spread(values) for name, values in totals.items()},
-              "machine": machine(pinned=False)}
+    result = {
+        "benchmark": "longest silence between output lines",
+        "target_s": TARGET_S,
+        "rounds": args.rounds,
+        "longest_gap_s": {name: spread(values) for name, values in gaps.items()},
+        "line_after_the_longest_gap": {name: line for name, (_, line) in worst_line.items()},
+        "total_s": {name: spread(values) for name, values in totals.items()},
+        "machine": machine(pinned=False),
+    }
     previous = RESULTS / "silence.json"
     if args.only and previous.is_file():  # keep the commands not measured this time
         old = json.loads(previous.read_text())

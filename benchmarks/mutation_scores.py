@@ -30,8 +30,18 @@ def module_of(mutant: str) -> str:
 
 
 def scores(lines: list[str], equivalents: dict[str, str]) -> dict[str, dict]:
-    by_module: dict[str, dict] = defaultdict(lambda: {"mutants": 0, "killed": 0, "survived": 0, "no_tests": 0,
-                                                      "timeout": 0, "other": 0, "equivalent": 0, "survivors": []})
+    by_module: dict[str, dict] = defaultdict(
+        lambda: {
+            "mutants": 0,
+            "killed": 0,
+            "survived": 0,
+            "no_tests": 0,
+            "timeout": 0,
+            "other": 0,
+            "equivalent": 0,
+            "survivors": [],
+        }
+    )
     for line in lines:
         match = LINE.match(line)
         if not match:
@@ -65,21 +75,28 @@ def scores(lines: list[str], equivalents: dict[str, str]) -> dict[str, dict]:
 
 
 def main() -> int:
-    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     equivalents = yaml.safe_load(EQUIVALENTS.read_text(encoding="utf-8")) or {}
     present = {line.split(":")[0].strip() for line in out if LINE.match(line)}
     stale = sorted(set(equivalents) - present)
-    result = {"tool": "mutmut", "goal": GOAL, "modules": scores(out, equivalents), "stale_equivalents": stale,
-              "equivalents_file": str(EQUIVALENTS.relative_to(ROOT))}
+    result = {
+        "tool": "mutmut",
+        "goal": GOAL,
+        "modules": scores(out, equivalents),
+        "stale_equivalents": stale,
+        "equivalents_file": str(EQUIVALENTS.relative_to(ROOT)),
+    }
     target = ROOT / "benchmarks" / "results" / "mutation.json"
     previous = json.loads(target.read_text(encoding="utf-8"))["modules"] if target.is_file() else {}
     result["modules"] = {**previous, **result["modules"]}  # a run of some modules keeps the others' scores
     target.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for name, row in result["modules"].items():
-        print(f"{name}: {row['score']:.1%} ({row['killed']} killed of {row['mutants'] - row['equivalent']}; "
-              f"{row['equivalent']} equivalent, {len(row['survivors'])} survivor(s))"
-              + ("" if row["goal_met"] else "  BELOW 90%"))
+        print(
+            f"{name}: {row['score']:.1%} ({row['killed']} killed of {row['mutants'] - row['equivalent']}; "
+            f"{row['equivalent']} equivalent, {len(row['survivors'])} survivor(s))" + ("" if row["goal_met"] else "  BELOW 90%")
+        )
     if stale:
         print(f"stale entries in {EQUIVALENTS.name}: {stale}")
     return 0 if all(r["goal_met"] for r in result["modules"].values()) and not stale else 1

@@ -42,8 +42,11 @@ def main() -> None:
     for name, spec in zip(("fast", "slow"), args.tiers):
         junit, wall = spec.rsplit(":", 1)
         files = file_times(Path(junit))
-        run["tiers"][name] = {"wall_s": float(wall), "worker_s": round(sum(files.values()), 1),  # type: ignore[index]
-                              "files": files}
+        run["tiers"][name] = {
+            "wall_s": float(wall),
+            "worker_s": round(sum(files.values()), 1),  # type: ignore[index]
+            "files": files,
+        }
     run["wall_s"] = round(sum(t["wall_s"] for t in run["tiers"].values()), 1)  # type: ignore[attr-defined]
     result["runs"][args.label] = run
     result["machine"] = machine(pinned=False)

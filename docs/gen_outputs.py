@@ -76,8 +76,16 @@ def _env() -> dict[str, str]:
 
 def _run(args: list[str], cwd: Path) -> str:
     """stdout then stderr of `aipc-env ARGS`, and its exit code on a last line when it is not 0."""
-    proc = subprocess.run([sys.executable, "-m", "aipc_env", *args], check=False, cwd=cwd, env=_env(), capture_output=True,
-                          text=True, encoding="utf-8", timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aipc_env", *args],
+        check=False,
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
     text = proc.stdout + proc.stderr
     if proc.returncode:
         text += f"(exit code {proc.returncode})\n"
@@ -95,8 +103,8 @@ def _write_dataset(folder: Path, size: tuple[int, int] = (672, 384)) -> None:
         Image.new("RGB", size, (40 * i, 90, 160)).save(folder / "training_images" / f"{stem}.png")
         Image.new("RGB", size, (40 * i, 90, 60)).save(folder / "control_images" / f"{stem}.png")
         (folder / "training_images" / f"{stem}.txt").write_text(
-            "Paint the mug in the photo deep blue and keep the table, the light and the shadows as they are.\n",
-            encoding="utf-8")
+            "Paint the mug in the photo deep blue and keep the table, the light and the shadows as they are.\n", encoding="utf-8"
+        )
 
 
 def cheap_outputs() -> dict[str, str]:
@@ -115,9 +123,16 @@ def record_training(prefix: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         env = {**_env(), "XDG_DATA_HOME": str(data)}
-        proc = subprocess.run([sys.executable, "-m", "aipc_env", "train", "--env", prefix], check=False, cwd=tmp,
-                              env=env,
-                              capture_output=True, text=True, encoding="utf-8", timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "aipc_env", "train", "--env", prefix],
+            check=False,
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=900,
+        )
         if proc.returncode:
             raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         text = (proc.stdout + proc.stderr).replace(str(data), "~/.local/share").replace(prefix, "$ENV")
@@ -133,8 +148,16 @@ def record_distillation(prefix: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         env = {**_env(), "XDG_DATA_HOME": str(data)}
-        proc = subprocess.run([sys.executable, "-m", "aipc_env", "distill", "all", "--env", prefix], check=False,
-                              cwd=tmp, env=env, capture_output=True, text=True, encoding="utf-8", timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "aipc_env", "distill", "all", "--env", prefix],
+            check=False,
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=900,
+        )
         if proc.returncode:
             raise SystemExit(f"distill all failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         run = data / "aipc-env" / "runs" / "distill"
@@ -151,9 +174,18 @@ def record_compare(prefix: str) -> None:
     python = Path(prefix) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        subprocess.run([str(python), "-c", "import sys; from pathlib import Path; from aipc_env.train.tinypipe "
-                        "import build_tiny_pipeline; build_tiny_pipeline(Path(sys.argv[1]))", str(root / "tiny")],
-                       check=True, env=_env(), timeout=600)
+        subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import sys; from pathlib import Path; from aipc_env.train.tinypipe "
+                "import build_tiny_pipeline; build_tiny_pipeline(Path(sys.argv[1]))",
+                str(root / "tiny"),
+            ],
+            check=True,
+            env=_env(),
+            timeout=600,
+        )
         _write_dataset(root / "data", size=(64, 64))
         held = root / "held-out"
         for sub in ("training_images", "control_images"):
@@ -162,15 +194,37 @@ def record_compare(prefix: str) -> None:
                 for f in (root / "data" / sub).glob(f"{stem}.*"):
                     shutil.copy(f, held / sub)
         config = root / "config.yaml"
-        config.write_text(COMPARE_CONFIG.format(model=root / "tiny", data=root / "data", out=root / "run"),
-                          encoding="utf-8")
+        config.write_text(COMPARE_CONFIG.format(model=root / "tiny", data=root / "data", out=root / "run"), encoding="utf-8")
         env = {**_env(), "XDG_DATA_HOME": str(root / "xdg")}
         for interpreter, args in (
-                (sys.executable, ["train", str(config), "--env", prefix]),
-                (str(python), ["compare", "--config", str(config), "--lora", str(root / "run" / "lora"), "--test-set",
-                               str(held), "--out", str(root / "compare"), "--num-inference-steps", "4"])):
-            proc = subprocess.run([interpreter, "-m", "aipc_env", *args], check=False, cwd=tmp, env=env,
-                                  capture_output=True, text=True, encoding="utf-8", timeout=900)
+            (sys.executable, ["train", str(config), "--env", prefix]),
+            (
+                str(python),
+                [
+                    "compare",
+                    "--config",
+                    str(config),
+                    "--lora",
+                    str(root / "run" / "lora"),
+                    "--test-set",
+                    str(held),
+                    "--out",
+                    str(root / "compare"),
+                    "--num-inference-steps",
+                    "4",
+                ],
+            ),
+        ):
+            proc = subprocess.run(
+                [interpreter, "-m", "aipc_env", *args],
+                check=False,
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                timeout=900,
+            )
             if proc.returncode:
                 raise SystemExit(f"{args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         (ROOT / "docs" / "img").mkdir(exist_ok=True)
@@ -180,8 +234,9 @@ def record_compare(prefix: str) -> None:
 def main(argv: list[str]) -> int:
     texts = cheap_outputs()
     if "--check" in argv:
-        stale = [name for name, text in texts.items()
-                 if not (OUT / name).is_file() or (OUT / name).read_text(encoding="utf-8") != text]
+        stale = [
+            name for name, text in texts.items() if not (OUT / name).is_file() or (OUT / name).read_text(encoding="utf-8") != text
+        ]
         for name in stale:
             print(f"docs/outputs/{name} is out of date: run python docs/gen_outputs.py", file=sys.stderr)
         return 1 if stale else 0

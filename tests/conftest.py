@@ -27,9 +27,19 @@ OUTPUTS = FIXTURES / "outputs"
 # The slowest test files first (worker seconds per file: benchmarks/results/suite.json). `--dist loadfile` hands
 # files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
 # idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half).
-SLOWEST_FIRST = ("test_qflux.py", "test_container.py", "test_distill.py", "test_engine.py", "test_compare_monitor.py",
-                 "test_distill_quality.py", "test_train.py", "test_verify.py", "test_adapt.py", "test_learning.py",
-                 "test_hostile_inputs.py")
+SLOWEST_FIRST = (
+    "test_qflux.py",
+    "test_container.py",
+    "test_distill.py",
+    "test_engine.py",
+    "test_compare_monitor.py",
+    "test_distill_quality.py",
+    "test_train.py",
+    "test_verify.py",
+    "test_adapt.py",
+    "test_learning.py",
+    "test_hostile_inputs.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,14 +74,22 @@ def matrix():
     return load_matrix()
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 120,
-            input: str | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m aipc_env ...` in a real subprocess, the way users run it."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "aipc_env", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or ROOT, timeout=timeout, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "aipc_env", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or ROOT,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def find_tool(name: str) -> str | None:
@@ -177,9 +195,25 @@ def fleet_bundle(tmp_path_factory) -> Path:
         keys = out.parent / "admin keys"  # the admin's, kept outside the bundle
         keys.mkdir(parents=True)
         admin_keys(keys)
-        result = run_cli("fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(lock), "--platform", "linux-64",
-                         "--python", "3.11", "--out", str(out), "--json", "--sign", str(keys / "admin.key"),
-                         timeout=900, env={"AIPC_ENV_CACHE_DIR": str(folder / "cache")})
+        result = run_cli(
+            "fleet",
+            "bundle",
+            "--pair",
+            "xpu-2.13",
+            "--lock",
+            str(lock),
+            "--platform",
+            "linux-64",
+            "--python",
+            "3.11",
+            "--out",
+            str(out),
+            "--json",
+            "--sign",
+            str(keys / "admin.key"),
+            timeout=900,
+            env={"AIPC_ENV_CACHE_DIR": str(folder / "cache")},
+        )
         assert result.returncode == 0, result.stderr[-3000:]
 
     return built_once(tmp_path_factory, "fleet-bundle", build) / "bundle" / "bundle-linux-64"
@@ -190,8 +224,12 @@ def admin_keys(folder: Path) -> Path:
     import shutil
 
     require_tool(None if shutil.which("minisign") else "minisign is not installed (apt-get install minisign)")
-    subprocess.run(["minisign", "-G", "-W", "-p", str(folder / "admin.pub"), "-s", str(folder / "admin.key")],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["minisign", "-G", "-W", "-p", str(folder / "admin.pub"), "-s", str(folder / "admin.key")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return folder
 
 
@@ -208,14 +246,21 @@ def signing_key(tmp_path_factory) -> tuple[Path, str]:
     home = tmp_path_factory.mktemp("gnupg")
     home.chmod(0o700)
     env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
-    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Repo Test <repo@example.org>",
-                    "ed25519", "sign", "never"], check=True, capture_output=True, env=env, timeout=120)
-    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], check=True, capture_output=True,
-                             text=True, env=env).stdout
+    subprocess.run(
+        ["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Repo Test <repo@example.org>", "ed25519", "sign", "never"],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    listing = subprocess.run(
+        ["gpg", "--batch", "--with-colons", "--list-keys"], check=True, capture_output=True, text=True, env=env
+    ).stdout
     fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
     key = tmp_path_factory.mktemp("key") / "repo.asc"
-    key.write_bytes(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True,
-                                   capture_output=True, env=env).stdout)
+    key.write_bytes(
+        subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], check=True, capture_output=True, env=env).stdout
+    )
     return key, fingerprint
 
 

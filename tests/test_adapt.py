@@ -19,8 +19,11 @@ from tests.conftest import run_cli
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and STATE_DIR not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and STATE_DIR not in p.parts
+    }
 
 
 @pytest.fixture
@@ -35,12 +38,23 @@ def test_check_fails_on_the_pristine_clone_with_located_findings(clone):
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     rules = {(f["level"], f["rule"]) for f in report["findings"]}
-    for expected in [("ERROR", "cuda-call"), ("ERROR", "flash-attention-2"), ("ERROR", "no-device-helpers"),
-                     ("ERROR", "device-type-cuda-only"), ("ERROR", "no-nf4-schema"), ("ERROR", "no-nf4-loader"),
-                     ("ERROR", "no-max-steps-guard"), ("ERROR", "hub-id"), ("ERROR", "num-workers-positive"),
-                     ("WARN", "no-epoch-break"), ("WARN", "checkpoints-total-limit-unused"),
-                     ("WARN", "no-xpu-seed"), ("WARN", "lora-without-metadata"), ("WARN", "cuda-sdp-switch"),
-                     ("WARN", "no-xpu-accelerate-config")]:
+    for expected in [
+        ("ERROR", "cuda-call"),
+        ("ERROR", "flash-attention-2"),
+        ("ERROR", "no-device-helpers"),
+        ("ERROR", "device-type-cuda-only"),
+        ("ERROR", "no-nf4-schema"),
+        ("ERROR", "no-nf4-loader"),
+        ("ERROR", "no-max-steps-guard"),
+        ("ERROR", "hub-id"),
+        ("ERROR", "num-workers-positive"),
+        ("WARN", "no-epoch-break"),
+        ("WARN", "checkpoints-total-limit-unused"),
+        ("WARN", "no-xpu-seed"),
+        ("WARN", "lora-without-metadata"),
+        ("WARN", "cuda-sdp-switch"),
+        ("WARN", "no-xpu-accelerate-config"),
+    ]:
         assert expected in rules, expected
     sdp = [f for f in report["findings"] if f["rule"] == "cuda-sdp-switch"]
     assert len(sdp) == 3 and all("enable_" in f["message"] for f in sdp)  # the FSDP path's three switches
@@ -62,10 +76,15 @@ def test_apply_check_reapply_revert(clone):
     again = run_cli("adapt", str(clone))
     assert again.returncode == 0 and "already adapted" in again.stdout
     assert tree_hashes(clone) == adapted  # byte-identical
-    offenders = [f"{p}:{n}" for p in (clone / "src").rglob("*.py") if p.name != "device_utils.py"
-                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "torch.cuda." in line]
+    offenders = [
+        f"{p}:{n}"
+        for p in (clone / "src").rglob("*.py")
+        if p.name != "device_utils.py"
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "torch.cuda." in line
+    ]
     assert offenders == []
-    assert "attn_implementation=\"sdpa\"" in (clone / "src/qflux/models/load_model.py").read_text()
+    assert 'attn_implementation="sdpa"' in (clone / "src/qflux/models/load_model.py").read_text()
     assert (clone / "src/qflux/utils/device_utils.py").is_file()
     reverted = run_cli("adapt", str(clone), "--revert")
     assert reverted.returncode == 0, reverted.stderr
@@ -87,9 +106,12 @@ def test_line_endings_and_modes_are_kept(clone):
 
 def test_another_commit_with_a_changed_anchor_is_refused_untouched(clone):
     base = clone / "src/qflux/trainer/base_trainer.py"
-    base.write_text(base.read_text(encoding="utf-8").replace("                # Run validation if needed\n",
-                                                             "                # run validation when due\n"),
-                    encoding="utf-8")
+    base.write_text(
+        base.read_text(encoding="utf-8").replace(
+            "                # Run validation if needed\n", "                # run validation when due\n"
+        ),
+        encoding="utf-8",
+    )
     before = tree_hashes(clone)
     result = run_cli("adapt", str(clone))
     assert result.returncode == 1
@@ -100,8 +122,9 @@ def test_another_commit_with_a_changed_anchor_is_refused_untouched(clone):
 
 def test_another_commit_with_an_unknown_cuda_call_is_refused(clone):
     extra = clone / "src/qflux/utils/tools.py"
-    extra.write_text(extra.read_text(encoding="utf-8") + "\n\ndef peak():\n    return torch.cuda.max_memory_allocated()\n",
-                     encoding="utf-8")
+    extra.write_text(
+        extra.read_text(encoding="utf-8") + "\n\ndef peak():\n    return torch.cuda.max_memory_allocated()\n", encoding="utf-8"
+    )
     before = tree_hashes(clone)
     with pytest.raises(AnchorMismatch, match=r"tools\.py:\d+: return torch\.cuda\.max_memory_allocated"):
         apply_adaptation(clone, log=lambda m: None)
@@ -111,12 +134,12 @@ def test_another_commit_with_an_unknown_cuda_call_is_refused(clone):
 def test_another_commit_that_keeps_the_anchors_is_adapted_the_same_way(clone):
     """An upstream commit that changed other code (a new helper, an edited docstring) adapts cleanly."""
     tools = clone / "src/qflux/utils/tools.py"
-    tools.write_text(tools.read_text(encoding="utf-8") + "\n\ndef added_upstream():\n    return 1\n",
-                     encoding="utf-8")
+    tools.write_text(tools.read_text(encoding="utf-8") + "\n\ndef added_upstream():\n    return 1\n", encoding="utf-8")
     trainer = clone / "src/qflux/trainer/qwen_image_edit_trainer.py"
-    trainer.write_text(trainer.read_text(encoding="utf-8").replace("Load and separate components",
-                                                                   "Load, then separate components"),
-                       encoding="utf-8")
+    trainer.write_text(
+        trainer.read_text(encoding="utf-8").replace("Load and separate components", "Load, then separate components"),
+        encoding="utf-8",
+    )
     apply_adaptation(clone, log=lambda m: None)
     assert check_clone(clone).findings == []
     assert "def added_upstream" in tools.read_text(encoding="utf-8")
@@ -197,14 +220,12 @@ def adapted_reference(upstream_pristine, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("signal_kind", ["INT", "KILL"])
-@pytest.mark.parametrize("instant", ["adapt:after-backup", "adapt:after-journal", "adapt:after-replace",
-                                     "adapt:before-applied"])
+@pytest.mark.parametrize("instant", ["adapt:after-backup", "adapt:after-journal", "adapt:after-replace", "adapt:before-applied"])
 def test_an_interrupt_at_any_instant_is_recovered(clone, adapted_reference, instant, signal_kind):
     """A real SIGINT (Ctrl-C) or SIGKILL (power cut) at each critical instant of apply: the next `adapt` finishes
     to exactly the adapted tree, and `--revert` from there restores every pristine byte."""
     pristine = tree_hashes(clone)
-    stopped = run_cli("adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": instant,
-                                                "AIPC_ENV_INTERRUPT_SIGNAL": signal_kind})
+    stopped = run_cli("adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": instant, "AIPC_ENV_INTERRUPT_SIGNAL": signal_kind})
     assert stopped.returncode in (130, -9), stopped.stderr
     if signal_kind == "INT":
         assert tree_hashes(clone) == pristine  # rolled back on the spot
@@ -218,8 +239,9 @@ def test_an_interrupt_at_any_instant_is_recovered(clone, adapted_reference, inst
 
 def test_revert_works_from_an_interrupted_apply(clone):
     pristine = tree_hashes(clone)
-    stopped = run_cli("adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": "adapt:after-replace",
-                                                "AIPC_ENV_INTERRUPT_SIGNAL": "KILL"})
+    stopped = run_cli(
+        "adapt", str(clone), env={"AIPC_ENV_INTERRUPT_AT": "adapt:after-replace", "AIPC_ENV_INTERRUPT_SIGNAL": "KILL"}
+    )
     assert stopped.returncode == -9 and (clone / STATE_DIR / "manifest.json").is_file()
     assert tree_hashes(clone) != pristine  # one file was replaced when the power went
     reverted = run_cli("adapt", str(clone), "--revert")
@@ -266,11 +288,16 @@ def test_readapting_from_a_damaged_backup_is_refused(clone, damage):
     assert tree_hashes(clone) == adapted
 
 
-@pytest.mark.parametrize("text, ok", [("distributed_type: 'NO'\nmixed_precision: 'no'\n", True),
-                                      ("distributed_type: NO\nmixed_precision: 'no'\n", False),
-                                      ("distributed_type: 'NO'\nmixed_precision: no\n", False),
-                                      ("distributed_type: 'NO'\nmixed_precision: fp4\n", False),
-                                      ("distributed_type: 'XPU_ONLY'\n", False)])
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("distributed_type: 'NO'\nmixed_precision: 'no'\n", True),
+        ("distributed_type: NO\nmixed_precision: 'no'\n", False),
+        ("distributed_type: 'NO'\nmixed_precision: no\n", False),
+        ("distributed_type: 'NO'\nmixed_precision: fp4\n", False),
+        ("distributed_type: 'XPU_ONLY'\n", False),
+    ],
+)
 def test_the_created_accelerate_config_is_judged_by_accelerates_own_types(clone, text, ok):
     """An unquoted NO is the YAML boolean false: accelerate's file loader takes it and `accelerate launch` fails
     later; the checker says so, and checks every value against accelerate's own enums."""

@@ -22,20 +22,32 @@ from aipc_env.fleet.bundle import MANIFEST, SIGNATURE, BundleManifest
 from aipc_env.fleet.bundle_check import BundleTampered, verify_bundle
 from aipc_env.fleet.sign import SignatureInvalid, generate_keypair, sign_file
 
-FILES = {"pylock.linux-64.toml": b"lock", "requirements.txt": b"reqs", "wheels/aipc_env-1-py3-none-any.whl": b"w",
-         "wheels/torch-2.13.0.whl": b"t", "bootstrap.sh": b"#!/bin/sh\n"}
+FILES = {
+    "pylock.linux-64.toml": b"lock",
+    "requirements.txt": b"reqs",
+    "wheels/aipc_env-1-py3-none-any.whl": b"w",
+    "wheels/torch-2.13.0.whl": b"t",
+    "bootstrap.sh": b"#!/bin/sh\n",
+}
 
 
-def _bundle(root: Path, *, files: dict[str, bytes] | None = None, listed: dict[str, str] | None = None,
-            **fields) -> Path:
+def _bundle(root: Path, *, files: dict[str, bytes] | None = None, listed: dict[str, str] | None = None, **fields) -> Path:
     files = FILES if files is None else files
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     sums = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
-    manifest = {"pair": "xpu-2.11", "platform": "linux-64", "python": "3.11", "lockfile": "pylock.linux-64.toml",
-                "requirements": "requirements.txt", "aipc_env_wheel": "aipc_env-1-py3-none-any.whl",
-                "created_at": "2026-12-01T00:00:00+00:00", "files": sums if listed is None else listed, **fields}
+    manifest = {
+        "pair": "xpu-2.11",
+        "platform": "linux-64",
+        "python": "3.11",
+        "lockfile": "pylock.linux-64.toml",
+        "requirements": "requirements.txt",
+        "aipc_env_wheel": "aipc_env-1-py3-none-any.whl",
+        "created_at": "2026-12-01T00:00:00+00:00",
+        "files": sums if listed is None else listed,
+        **fields,
+    }
     write_model(root / MANIFEST, BundleManifest.model_validate(manifest))
     return root
 
@@ -51,8 +63,10 @@ def test_an_intact_unsigned_bundle_verifies_with_a_warning(tmp_path):
     warnings: list[str] = []
     manifest = verify_bundle(_bundle(tmp_path), warn=warnings.append)
     assert manifest.pair == "xpu-2.11" and sorted(manifest.files) == sorted(FILES)
-    assert warnings == ["warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle "
-                        "could have changed it (files and manifest alike)"]
+    assert warnings == [
+        "warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle "
+        "could have changed it (files and manifest alike)"
+    ]
 
 
 def test_a_signed_bundle_verifies_with_its_key_and_is_warned_about_without_one(tmp_path):
@@ -62,8 +76,9 @@ def test_a_signed_bundle_verifies_with_its_key_and_is_warned_about_without_one(t
     warnings: list[str] = []
     assert verify_bundle(bundle, public, warn=warnings.append).pair == "xpu-2.11" and warnings == []
     verify_bundle(bundle, None, warn=warnings.append)
-    assert warnings == ["warning: the bundle is signed, but no trust key is set (--trust or "
-                        "AIPC_ENV_BUNDLE_TRUST): its signature was not checked"]
+    assert warnings == [
+        "warning: the bundle is signed, but no trust key is set (--trust or AIPC_ENV_BUNDLE_TRUST): its signature was not checked"
+    ]
 
 
 def test_a_wrong_key_a_changed_manifest_or_no_signature_are_refused_with_a_key(tmp_path):
@@ -101,12 +116,10 @@ def test_each_tamper_kind_alone(tmp_path):
     b = _bundle(tmp_path / "unnamed-reqs", requirements="r.txt")
     _refused(b, "the bundle does not match its manifest: r.txt: named by the manifest but not one of its files")
     b = _bundle(tmp_path / "unnamed-wheel", aipc_env_wheel="x.whl")
-    _refused(b, "the bundle does not match its manifest: wheels/x.whl: named by the manifest but not one of its "
-                "files")
+    _refused(b, "the bundle does not match its manifest: wheels/x.whl: named by the manifest but not one of its files")
 
 
-@pytest.mark.parametrize("rel", ["../outside", "/etc/passwd", "a\\b", "c:x", "a//b", "./a", "a/./b", "a/../b", "",
-                                 "wheels/"])
+@pytest.mark.parametrize("rel", ["../outside", "/etc/passwd", "a\\b", "c:x", "a//b", "./a", "a/./b", "a/../b", "", "wheels/"])
 def test_paths_outside_the_bundle_are_refused(tmp_path, rel):
     sums = {r: hashlib.sha256(d).hexdigest() for r, d in FILES.items()}
     b = _bundle(tmp_path, listed={**sums, rel: "0" * 64})
@@ -121,51 +134,55 @@ def test_safe_nested_paths_are_accepted(tmp_path):
 def test_links_are_refused_before_anything_is_read(tmp_path):
     b = _bundle(tmp_path / "b")
     os.symlink(tmp_path, b / "wheels" / "up")
-    _refused(b, "the bundle holds links or special files (wheels/up: link): a bundle is regular files and folders "
-                "only")
+    _refused(b, "the bundle holds links or special files (wheels/up: link): a bundle is regular files and folders only")
     c = _bundle(tmp_path / "c")
     os.symlink(c / "bootstrap.sh", c / "alias.sh")
-    _refused(c, "the bundle holds links or special files (alias.sh: link): a bundle is regular files and folders "
-                "only")
+    _refused(c, "the bundle holds links or special files (alias.sh: link): a bundle is regular files and folders only")
     d = _bundle(tmp_path / "d")
     os.mkfifo(d / "wheels" / "x.whl")  # a reader would block on it
-    _refused(d, "the bundle holds links or special files (wheels/x.whl: FIFO): a bundle is regular files and "
-                "folders only")
+    _refused(d, "the bundle holds links or special files (wheels/x.whl: FIFO): a bundle is regular files and folders only")
     e = _bundle(tmp_path / "e")
     import socket
 
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(e / "s"))
-        _refused(e, "the bundle holds links or special files (s: special file): a bundle is regular files and "
-                    "folders only")
+        _refused(e, "the bundle holds links or special files (s: special file): a bundle is regular files and folders only")
 
 
 def test_five_problems_are_shown_then_a_count(tmp_path):
     b = _bundle(tmp_path)
     for i in range(7):
         (b / f"extra-{i}").write_bytes(b"x")
-    _refused(b, "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
-                "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest (+2 more)")
+    _refused(
+        b,
+        "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
+        "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest (+2 more)",
+    )
     c = _bundle(tmp_path / "five")
     for i in range(5):
         (c / f"extra-{i}").write_bytes(b"x")
-    _refused(c, "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
-                "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest")
+    _refused(
+        c,
+        "the bundle does not match its manifest: extra-0: not in the manifest; extra-1: not in the manifest; "
+        "extra-2: not in the manifest; extra-3: not in the manifest; extra-4: not in the manifest",
+    )
 
 
 def test_six_links_name_five_and_every_refusal_names_the_bundle(tmp_path):
     b = _bundle(tmp_path / "links")
     for i in range(6):
         os.symlink(b / "bootstrap.sh", b / f"l{i}")
-    _refused(b, "the bundle holds links or special files (l0: link, l1: link, l2: link, l3: link, l4: link): a "
-                "bundle is regular files and folders only")
+    _refused(
+        b,
+        "the bundle holds links or special files (l0: link, l1: link, l2: link, l3: link, l4: link): a "
+        "bundle is regular files and folders only",
+    )
     with pytest.raises(BundleTampered) as err:
         verify_bundle(b, warn=lambda _m: None)
     assert err.value.path == str(b)
     with pytest.raises(InputError) as err:
         verify_bundle(tmp_path / "empty-dir", warn=lambda _m: None)
-    assert (err.value.path, err.value.fix) == (str(tmp_path / "empty-dir"),
-                                               "pass the folder made by `aipc-env fleet bundle`")
+    assert (err.value.path, err.value.fix) == (str(tmp_path / "empty-dir"), "pass the folder made by `aipc-env fleet bundle`")
     c = _bundle(tmp_path / "six")
     for i in range(6):
         (c / f"extra-{i}").write_bytes(b"x")
@@ -178,8 +195,11 @@ def test_an_unsafe_path_does_not_stop_the_other_checks(tmp_path):
     sums = {r: hashlib.sha256(d).hexdigest() for r, d in FILES.items()}
     b = _bundle(tmp_path, listed={"../up": "0" * 64, **sums})
     (b / "bootstrap.sh").write_bytes(b"changed")
-    _refused(b, "the bundle does not match its manifest: ../up: not a path inside the bundle; bootstrap.sh: sha256 "
-                "differs from the manifest")
+    _refused(
+        b,
+        "the bundle does not match its manifest: ../up: not a path inside the bundle; bootstrap.sh: sha256 "
+        "differs from the manifest",
+    )
 
 
 def test_a_signature_beside_the_manifest_is_the_one_checked(tmp_path):
@@ -197,8 +217,9 @@ def _standalone(tmp_path: Path, bundle: Path, *flags: str) -> subprocess.Complet
     verifier = tmp_path / "shipped" / bundle_files.VERIFIER
     verifier.parent.mkdir(exist_ok=True)
     shutil.copyfile(bundle_files.__file__, verifier)
-    return subprocess.run([sys.executable, *flags, str(verifier), str(bundle)], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, *flags, str(verifier), str(bundle)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
 
 
 def test_the_bootstrap_check_is_the_same_check_run_standalone(tmp_path):
@@ -209,8 +230,10 @@ def test_the_bootstrap_check_is_the_same_check_run_standalone(tmp_path):
     (bundle / "extra.txt").write_bytes(b"x")
     bad = _standalone(tmp_path, bundle, "-I")
     assert bad.returncode == 1
-    assert bad.stderr == ("aipc-env bundle: the bundle does not match its manifest (damaged or tampered): bootstrap.sh: "
-                          "sha256 differs from the manifest; extra.txt: not in the manifest; nothing was installed\n")
+    assert bad.stderr == (
+        "aipc-env bundle: the bundle does not match its manifest (damaged or tampered): bootstrap.sh: "
+        "sha256 differs from the manifest; extra.txt: not in the manifest; nothing was installed\n"
+    )
     os.symlink(bundle / "requirements.txt", bundle / "alias")
     assert "alias: link" in _standalone(tmp_path, bundle, "-I").stderr
 
@@ -233,8 +256,7 @@ def test_the_standalone_check_uses_the_standard_library_only():
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 
-@pytest.mark.parametrize("size, refused", [(bundle_files.MAX_MANIFEST_BYTES, False),
-                                           (bundle_files.MAX_MANIFEST_BYTES + 1, True)])
+@pytest.mark.parametrize("size, refused", [(bundle_files.MAX_MANIFEST_BYTES, False), (bundle_files.MAX_MANIFEST_BYTES + 1, True)])
 def test_the_standalone_manifest_size_bound(tmp_path, size, refused):
     bundle = _bundle(tmp_path / "b")
     text = (bundle / MANIFEST).read_bytes().rstrip()
@@ -246,12 +268,14 @@ def test_the_standalone_manifest_size_bound(tmp_path, size, refused):
 
 def test_a_manifest_that_is_not_one_object_is_refused_by_name(tmp_path):
     bundle = _bundle(tmp_path / "b")
-    for text in (b"[]", b'"files"', b"null", b"[{\"files\": {}}]"):
+    for text in (b"[]", b'"files"', b"null", b'[{"files": {}}]'):
         (bundle / MANIFEST).write_bytes(text)
         result = _standalone(tmp_path, bundle, "-I")
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        assert result.stderr == ("aipc-env bundle: the bundle does not match its manifest (damaged or tampered): "
-                                 "bundle-manifest.json: the manifest is not one JSON object; nothing was installed\n")
+        assert result.stderr == (
+            "aipc-env bundle: the bundle does not match its manifest (damaged or tampered): "
+            "bundle-manifest.json: the manifest is not one JSON object; nothing was installed\n"
+        )
 
 
 def test_a_file_listed_twice_is_refused_even_when_the_last_hash_is_right(tmp_path):

@@ -89,8 +89,9 @@ def test_cpu_torch_on_an_intel_gpu_machine_fails(matrix):
     assert f.status == Status.FAIL and "XPU index" in f.why
 
 
-@pytest.mark.parametrize("gib,tier", [(15.6, 16), (31.2, 32), (31.8, 32), (23.5, 24), (62.6, 64), (95.4, 96),
-                                      (29.0, 32), (27.0, 24)])
+@pytest.mark.parametrize(
+    "gib,tier", [(15.6, 16), (31.2, 32), (31.8, 32), (23.5, 24), (62.6, 64), (95.4, 96), (29.0, 32), (27.0, 24)]
+)
 def test_ram_tiers(gib, tier):
     assert ram_tier_gb(int(gib * 2**30)) == tier
 
@@ -146,8 +147,13 @@ def test_last_verification_failed_or_injected(matrix):
     from aipc_env.facts.model import VerifyRecord
 
     facts = load_facts(MACHINES / "win11_core_ultra_32gb.json")
-    facts.last_verify = VerifyRecord(when="2026-11-20T10:00:00+00:00", passed=False, device="xpu:0",
-                                     env_prefix=facts.training_env.prefix, summary="6/7 steps passed")
+    facts.last_verify = VerifyRecord(
+        when="2026-11-20T10:00:00+00:00",
+        passed=False,
+        device="xpu:0",
+        env_prefix=facts.training_env.prefix,
+        summary="6/7 steps passed",
+    )
     (f,) = run_checks(facts, matrix, ["last-verify"]).findings
     assert f.status == Status.FAIL and "6/7" in f.seen
     facts.last_verify.injected = ["frozen-optimizer"]
@@ -168,41 +174,41 @@ def test_machine_fixtures_are_what_the_builder_writes():
 
 # the registry, recorded once and reviewed: every check's id, category and title, in the order the doctor runs them
 REGISTERED = [
-    ('os', 'System', 'Operating system'),
-    ('cpu', 'System', 'CPU'),
-    ('ram', 'System', 'Memory (RAM)'),
-    ('disk', 'System', 'Free disk space'),
-    ('long-paths', 'Windows settings', 'Long path support'),
-    ('gpu-memory-ceiling', 'Windows settings', 'Shared GPU memory ceiling'),
-    ('tdr', 'Windows settings', 'GPU timeout (TDR)'),
-    ('probes', 'System', 'Fact collection'),
-    ('container', 'Container', 'Running in a container'),
-    ('dri-access', 'Container', 'GPU device nodes (/dev/dri)'),
-    ('intel-gpu', 'GPU', 'Intel GPU'),
-    ('gpu-driver', 'GPU', 'GPU driver'),
-    ('multi-gpu', 'GPU', 'Device selection'),
-    ('device-probe', 'GPU', 'Live XPU probe'),
-    ('bnb-backend', 'GPU', 'bitsandbytes backend'),
-    ('known-issues', 'GPU', 'Known issues of the pair'),
-    ('conda', 'Toolchain', 'conda / mamba'),
-    ('msvc', 'Toolchain', 'MSVC C++ build tools'),
-    ('oneapi-installed', 'Toolchain', "oneAPI toolkit for the env's pair"),
-    ('oneapi-activated', 'Toolchain', 'Activated oneAPI (setvars)'),
-    ('level-zero', 'Toolchain', 'Level Zero headers'),
-    ('setvars-quirk', 'Toolchain', 'NoDefaultCurrentDirectoryInExePath'),
-    ('training-env', 'Training env', 'Training environment'),
-    ('torch-xpu', 'Training env', 'torch build'),
-    ('pair', 'Training env', 'torch+xpu / oneAPI pair'),
-    ('env-lock', 'Training env', "Packages match the pair's lock"),
-    ('runtime-mix', 'Training env', 'Intel runtime from one release'),
-    ('python', 'Training env', 'Python version'),
-    ('interpreter', 'Training env', 'Interpreter from the conda layer'),
-    ('bitsandbytes', 'Training env', 'bitsandbytes version'),
-    ('bnb-backends', 'Training env', 'bitsandbytes XPU backends'),
-    ('triton', 'Training env', 'Exactly one Triton'),
-    ('kernel-cache', 'Training env', 'Triton / inductor kernel caches'),
-    ('last-verify', 'Training env', 'Last verification'),
-    ('model-dir', 'Model', 'Qwen-Image-Edit model directory'),
+    ("os", "System", "Operating system"),
+    ("cpu", "System", "CPU"),
+    ("ram", "System", "Memory (RAM)"),
+    ("disk", "System", "Free disk space"),
+    ("long-paths", "Windows settings", "Long path support"),
+    ("gpu-memory-ceiling", "Windows settings", "Shared GPU memory ceiling"),
+    ("tdr", "Windows settings", "GPU timeout (TDR)"),
+    ("probes", "System", "Fact collection"),
+    ("container", "Container", "Running in a container"),
+    ("dri-access", "Container", "GPU device nodes (/dev/dri)"),
+    ("intel-gpu", "GPU", "Intel GPU"),
+    ("gpu-driver", "GPU", "GPU driver"),
+    ("multi-gpu", "GPU", "Device selection"),
+    ("device-probe", "GPU", "Live XPU probe"),
+    ("bnb-backend", "GPU", "bitsandbytes backend"),
+    ("known-issues", "GPU", "Known issues of the pair"),
+    ("conda", "Toolchain", "conda / mamba"),
+    ("msvc", "Toolchain", "MSVC C++ build tools"),
+    ("oneapi-installed", "Toolchain", "oneAPI toolkit for the env's pair"),
+    ("oneapi-activated", "Toolchain", "Activated oneAPI (setvars)"),
+    ("level-zero", "Toolchain", "Level Zero headers"),
+    ("setvars-quirk", "Toolchain", "NoDefaultCurrentDirectoryInExePath"),
+    ("training-env", "Training env", "Training environment"),
+    ("torch-xpu", "Training env", "torch build"),
+    ("pair", "Training env", "torch+xpu / oneAPI pair"),
+    ("env-lock", "Training env", "Packages match the pair's lock"),
+    ("runtime-mix", "Training env", "Intel runtime from one release"),
+    ("python", "Training env", "Python version"),
+    ("interpreter", "Training env", "Interpreter from the conda layer"),
+    ("bitsandbytes", "Training env", "bitsandbytes version"),
+    ("bnb-backends", "Training env", "bitsandbytes XPU backends"),
+    ("triton", "Training env", "Exactly one Triton"),
+    ("kernel-cache", "Training env", "Triton / inductor kernel caches"),
+    ("last-verify", "Training env", "Last verification"),
+    ("model-dir", "Model", "Qwen-Image-Edit model directory"),
 ]
 
 
@@ -226,20 +232,31 @@ def test_check_attaches_its_spec_and_specs_of_keeps_declaration_order():
     check("zz-second", "System", "Second")(second)
     module = types.SimpleNamespace(second=second, first=first, number=3, builtin=len, plain=lambda ctx: None)
     specs = specs_of(module)
-    assert [(s.id, s.category, s.title, s.fn) for s in specs] == [("zz-first", "GPU", "First", first),
-                                                                   ("zz-second", "System", "Second", second)]
+    assert [(s.id, s.category, s.title, s.fn) for s in specs] == [
+        ("zz-first", "GPU", "First", first),
+        ("zz-second", "System", "Second", second),
+    ]
     assert specs[0].order + 1 == specs[1].order
     assert specs_of(types.SimpleNamespace()) == []
 
 
-@pytest.mark.parametrize(("machine", "line"), [
-    ("ci_machine", "No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
-                   "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU."),
-    ("win11_16gb", "Not ready to train: 1 problem(s); first memory (ram): 15.6 GiB (16 GB class) (fix: use a machine "
-                   "with 32 GB or more)"),
-    ("linux_arc_a770", "Ready to train, with 2 warning(s) below."),
-    ("win11_core_ultra_32gb", "Ready to train."),
-])
+@pytest.mark.parametrize(
+    ("machine", "line"),
+    [
+        (
+            "ci_machine",
+            "No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
+            "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU.",
+        ),
+        (
+            "win11_16gb",
+            "Not ready to train: 1 problem(s); first memory (ram): 15.6 GiB (16 GB class) (fix: use a machine "
+            "with 32 GB or more)",
+        ),
+        ("linux_arc_a770", "Ready to train, with 2 warning(s) below."),
+        ("win11_core_ultra_32gb", "Ready to train."),
+    ],
+)
 def test_the_bottom_line_comes_first(matrix, machine, line):
     report = run_checks(load_facts(MACHINES / f"{machine}.json"), matrix)
     assert report.bottom_line == line

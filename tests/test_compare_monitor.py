@@ -36,8 +36,20 @@ def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811
             shutil.copy(f, test_set / "training_images")
         shutil.copy(dataset / "control_images" / f"{stem}.jpg", test_set / "control_images")
     out = tmp_path / "compare ü"
-    result = run_cli("compare", "--config", str(config), "--lora", str(lora), "--test-set", str(test_set), "--out",
-                     str(out), "--num-inference-steps", "2", timeout=600)
+    result = run_cli(
+        "compare",
+        "--config",
+        str(config),
+        "--lora",
+        str(lora),
+        "--test-set",
+        str(test_set),
+        "--out",
+        str(out),
+        "--num-inference-steps",
+        "2",
+        timeout=600,
+    )
     assert result.returncode in (0, 1), result.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     # the verdict: the LoRA's mean pixel distance to the targets against 0.8 x the base's (a 12-step LoRA of a random
@@ -64,8 +76,17 @@ def test_compare_bad_inputs(trained, tmp_path):
     config, lora = trained
     (tmp_path / "empty" / "training_images").mkdir(parents=True)
     (tmp_path / "empty" / "control_images").mkdir()
-    result = run_cli("compare", "--config", str(config), "--lora", str(lora), "--test-set", str(tmp_path / "empty"),
-                     "--out", str(tmp_path / "o"))
+    result = run_cli(
+        "compare",
+        "--config",
+        str(config),
+        "--lora",
+        str(lora),
+        "--test-set",
+        str(tmp_path / "empty"),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert result.returncode == 2 and "no usable sample" in result.stderr
     # a LoRA for another model: shapes that do not fit
     from safetensors.torch import load_file, save_file
@@ -77,23 +98,63 @@ def test_compare_bad_inputs(trained, tmp_path):
     save_file(state, str(other / "pytorch_lora_weights.safetensors"))
     cfg = yaml.safe_load(Path(config).read_text())
     held = Path(cfg["data"]["datasets"][0])
-    result = run_cli("compare", "--config", str(config), "--lora", str(other), "--test-set", str(held), "--out",
-                     str(tmp_path / "o2"), "--num-inference-steps", "1", "--max-samples", "1", timeout=600)
+    result = run_cli(
+        "compare",
+        "--config",
+        str(config),
+        "--lora",
+        str(other),
+        "--test-set",
+        str(held),
+        "--out",
+        str(tmp_path / "o2"),
+        "--num-inference-steps",
+        "1",
+        "--max-samples",
+        "1",
+        timeout=600,
+    )
     assert result.returncode == 2 and "does not fit this model" in result.stderr, result.stderr[-2000:]
-    missing = run_cli("compare", "--config", str(config), "--lora", str(tmp_path / "nope"), "--test-set", str(held),
-                      "--out", str(tmp_path / "o3"))
+    missing = run_cli(
+        "compare",
+        "--config",
+        str(config),
+        "--lora",
+        str(tmp_path / "nope"),
+        "--test-set",
+        str(held),
+        "--out",
+        str(tmp_path / "o3"),
+    )
     assert missing.returncode == 2 and "LoRA not found" in missing.stderr
 
 
 def test_monitor_runs_beside_a_launch_and_stops_with_it(tmp_path):
     run = tmp_path / "run"
-    plan = LaunchPlan(platform="linux-64", run_dir=str(run), python=sys.executable,
-                      env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
-                      phases=[Phase(name="fit", argv=[sys.executable, "-c", "import time; time.sleep(2.5)"])],
-                      background=[Phase(name="monitor", argv=[sys.executable, "-m", "aipc_env.tools.monitor", "--out",
-                                                              str(run / "memory.csv"), "--interval", "0.2",
-                                                              "--device", "none"])],
-                      log_file=str(run / "train.log"))
+    plan = LaunchPlan(
+        platform="linux-64",
+        run_dir=str(run),
+        python=sys.executable,
+        env=base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
+        phases=[Phase(name="fit", argv=[sys.executable, "-c", "import time; time.sleep(2.5)"])],
+        background=[
+            Phase(
+                name="monitor",
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "aipc_env.tools.monitor",
+                    "--out",
+                    str(run / "memory.csv"),
+                    "--interval",
+                    "0.2",
+                    "--device",
+                    "none",
+                ],
+            )
+        ],
+        log_file=str(run / "train.log"),
+    )
     result = subprocess.run(["sh", str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     with (run / "memory.csv").open() as fh:
@@ -103,14 +164,19 @@ def test_monitor_runs_beside_a_launch_and_stops_with_it(tmp_path):
 
 
 def test_monitor_cli(tmp_path):
-    result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), "--interval", "0.1", "--duration", "0.5",
-                     "--device", "none")
+    result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), "--interval", "0.1", "--duration", "0.5", "--device", "none")
     assert result.returncode == 0 and (tmp_path / "m.png").is_file()
 
 
 def test_monitor_validates_interval_and_pid(tmp_path):
-    for bad in (["--interval", "0"], ["--interval", "-1"], ["--interval", "nan"], ["--duration", "inf"],
-                ["--pid", "999999999"], ["--pid", "abc"]):
+    for bad in (
+        ["--interval", "0"],
+        ["--interval", "-1"],
+        ["--interval", "nan"],
+        ["--duration", "inf"],
+        ["--pid", "999999999"],
+        ["--pid", "abc"],
+    ):
         result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), *bad, timeout=30)
         assert result.returncode == 2 and "Traceback" not in result.stderr, bad
     assert not (tmp_path / "m.csv").exists()

@@ -32,10 +32,16 @@ from tests.conftest import ROOT, require_tool
 PAIRS = sorted(p.name for p in (ROOT / "lockfiles").iterdir() if p.is_dir())
 # What the public record shows (prefix-dev/pixi examples/polarify/pixi.lock at this commit, environment py312)
 COMMIT = "2b25fc76dd3b5cc50a235387d948474975c40d73"
-PYTHON_WIN = ("https://conda.anaconda.org/conda-forge/win-64/python-3.12.5-h889d299_0_cpython.conda",
-              "4cef304eb8877fd3094c14b57097ccc1b817b4afbf2223dd45d2b61e44064740", "db056d8b140ab2edd56a2f9bdb203dcd")
-PIP = ("https://conda.anaconda.org/conda-forge/noarch/pip-24.2-pyhd8ed1ab_0.conda",
-       "15b480571a7a4d896aa187648cce99f98bac3926253f028f228d2e9e1cf7c1e1", "6721aef6bfe5937abe70181545dd2c51")
+PYTHON_WIN = (
+    "https://conda.anaconda.org/conda-forge/win-64/python-3.12.5-h889d299_0_cpython.conda",
+    "4cef304eb8877fd3094c14b57097ccc1b817b4afbf2223dd45d2b61e44064740",
+    "db056d8b140ab2edd56a2f9bdb203dcd",
+)
+PIP = (
+    "https://conda.anaconda.org/conda-forge/noarch/pip-24.2-pyhd8ed1ab_0.conda",
+    "15b480571a7a4d896aa187648cce99f98bac3926253f028f228d2e9e1cf7c1e1",
+    "6721aef6bfe5937abe70181545dd2c51",
+)
 
 
 def test_every_shipped_pair_has_a_conda_layer_for_both_platforms():
@@ -70,8 +76,7 @@ def test_conda_lock_renders_the_explicit_file_the_env_build_installs(tmp_path):
     source = ROOT / "lockfiles" / "xpu-2.12" / "conda-lock.yml"
     lock = read_conda_lock(source)
     for platform in ("win-64", "linux-64"):
-        subprocess.run(conda_render_argv(conda_lock, source, platform, tmp_path), check=True, capture_output=True,
-                       timeout=120)
+        subprocess.run(conda_render_argv(conda_lock, source, platform, tmp_path), check=True, capture_output=True, timeout=120)
         lines = (tmp_path / f"conda-{platform}.explicit.txt").read_text().splitlines()
         assert "@EXPLICIT" in lines
         listed = {ln for ln in lines if ln.startswith("https://")}
@@ -88,7 +93,11 @@ def test_shipped_layers_are_closed_and_sourced():
         (key,) = sources.sources
         record = sources.sources[key]
         assert (record.repository, record.path, record.commit, record.environment) == (
-            "prefix-dev/pixi", "examples/polarify/pixi.lock", COMMIT, "py312")
+            "prefix-dev/pixi",
+            "examples/polarify/pixi.lock",
+            COMMIT,
+            "py312",
+        )
         assert check_pair_lock(folder, load_matrix()) == []
 
 
@@ -116,10 +125,12 @@ def _set(doc: dict, on: str, name: str, **changes) -> dict:
 
 def test_closure_names_each_unsatisfied_dependency():
     assert closure_problems(_lock(_drop(_doc(), "win-64", "libzlib"))) == [
-        "win-64: python 3.12.5 depends on libzlib >=1.3.1,<2.0a0: not in the lock"]
+        "win-64: python 3.12.5 depends on libzlib >=1.3.1,<2.0a0: not in the lock"
+    ]
     old_zlib = "https://conda.anaconda.org/conda-forge/win-64/libzlib-1.2.13-hcfcfb64_5.conda"
     assert closure_problems(_lock(_set(_doc(), "win-64", "libzlib", version="1.2.13", url=old_zlib))) == [
-        "win-64: python 3.12.5 depends on libzlib >=1.3.1,<2.0a0: the lock has 1.2.13 (hcfcfb64_5)"]
+        "win-64: python 3.12.5 depends on libzlib >=1.3.1,<2.0a0: the lock has 1.2.13 (hcfcfb64_5)"
+    ]
     # the boundary: the lowest release the spec allows is accepted
     at_floor = "https://conda.anaconda.org/conda-forge/win-64/libzlib-1.3.1-h2466b09_1.conda"
     assert closure_problems(_lock(_set(_doc(), "win-64", "libzlib", version="1.3.1", url=at_floor))) == []
@@ -138,30 +149,35 @@ def test_sources_must_match_the_lock():
     lock = read_conda_lock(ROOT / "lockfiles" / "xpu-2.12" / "conda-lock.yml")
     sources = load_versioned(CondaSources, ROOT / "lockfiles" / "xpu-2.12" / "conda-sources.json")
     tampered = _lock(_set(_doc(), "win-64", "pip", hash={"md5": "0" * 32, "sha256": "0" * 64}))
-    assert source_problems(tampered, sources) == [
-        f"win-64: pip 24.2: sha256 {'0' * 64} in the lock, {PIP[1]} where it was read"]
+    assert source_problems(tampered, sources) == [f"win-64: pip 24.2: sha256 {'0' * 64} in the lock, {PIP[1]} where it was read"]
     fewer = sources.model_copy(update={"packages": [s for s in sources.packages if s.name != "tk"]})
     assert source_problems(lock, fewer) == [
         "linux-64: tk 8.6.13: no source recorded for https://conda.anaconda.org/conda-forge/linux-64/"
         "tk-8.6.13-noxft_h4845f30_101.conda",
-        "win-64: tk 8.6.13: no source recorded for https://conda.anaconda.org/conda-forge/win-64/"
-        "tk-8.6.13-h5226925_1.conda"]
+        "win-64: tk 8.6.13: no source recorded for https://conda.anaconda.org/conda-forge/win-64/tk-8.6.13-h5226925_1.conda",
+    ]
     fewer_pkgs = _lock(_drop(_doc(), "win-64", "tk"))
     assert source_problems(fewer_pkgs, sources) == [
         "win-64: https://conda.anaconda.org/conda-forge/win-64/tk-8.6.13-h5226925_1.conda: a source for a package "
-        "the lock does not hold"]
+        "the lock does not hold"
+    ]
     other = sources.model_copy(update={"python": "3.12.6"})
-    assert source_problems(lock, other) == ["win-64: python 3.12.5 in the lock, 3.12.6 in conda-sources.json",
-                                            "linux-64: python 3.12.5 in the lock, 3.12.6 in conda-sources.json"]
+    assert source_problems(lock, other) == [
+        "win-64: python 3.12.5 in the lock, 3.12.6 in conda-sources.json",
+        "linux-64: python 3.12.5 in the lock, 3.12.6 in conda-sources.json",
+    ]
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (lambda d: _set(d, "win-64", "pip", url="https://example.org/pip-24.2-pyhd8ed1ab_0.conda"), "conda-forge"),
-    (lambda d: _set(d, "win-64", "pip", hash={"sha256": PIP[1]}), "md5"),
-    (lambda d: _set(d, "win-64", "pip", platform="osx-arm64"), "platform"),
-    (lambda d: _set(d, "win-64", "pip", manager="pip"), "manager"),
-    (lambda d: _set(d, "win-64", "pip", optional=True), "optional"),
-])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: _set(d, "win-64", "pip", url="https://example.org/pip-24.2-pyhd8ed1ab_0.conda"), "conda-forge"),
+        (lambda d: _set(d, "win-64", "pip", hash={"sha256": PIP[1]}), "md5"),
+        (lambda d: _set(d, "win-64", "pip", platform="osx-arm64"), "platform"),
+        (lambda d: _set(d, "win-64", "pip", manager="pip"), "manager"),
+        (lambda d: _set(d, "win-64", "pip", optional=True), "optional"),
+    ],
+)
 def test_a_malformed_conda_layer_is_a_named_input_error(tmp_path, change, named):
     from aipc_env.errors import InputError
 
@@ -179,8 +195,7 @@ def test_lock_check_fails_on_a_tampered_copy(tmp_path):
     assert check_pair_lock(folder, matrix) == []
     (folder / "conda-lock.yml").write_text(yaml.safe_dump(_drop(_doc(), "linux-64", "openssl")))
     problems = check_pair_lock(folder, matrix)
-    assert f"{folder / 'conda-lock.yml'}: linux-64: python 3.12.5 depends on openssl >=3.3.1,<4.0a0: not in the lock" \
-        in problems
+    assert f"{folder / 'conda-lock.yml'}: linux-64: python 3.12.5 depends on openssl >=3.3.1,<4.0a0: not in the lock" in problems
     assert any("a source for a package the lock does not hold" in p for p in problems)
 
 
@@ -193,31 +208,39 @@ def test_lock_check_holds_lock_meta_to_the_layer(tmp_path):
     meta["conda_layer"]["python"] = "3.12.4"
     (folder / "lock-meta.json").write_text(json.dumps(meta))
     assert check_pair_lock(folder, load_matrix()) == [
-        f"{folder / 'conda-lock.yml'}: python 3.12.5, but lock-meta.json's conda_layer says 3.12.4"]
+        f"{folder / 'conda-lock.yml'}: python 3.12.5, but lock-meta.json's conda_layer says 3.12.4"
+    ]
 
 
 def test_which_python_the_layer_covers(tmp_path):
     folder = ROOT / "lockfiles" / "xpu-2.12"
-    assert layer_for(folder, "win-64", "3.12") == (folder / "conda-lock.yml",
-                                                  f"interpreter: Python 3.12.5 from the conda layer {folder / 'conda-lock.yml'}")
+    assert layer_for(folder, "win-64", "3.12") == (
+        folder / "conda-lock.yml",
+        f"interpreter: Python 3.12.5 from the conda layer {folder / 'conda-lock.yml'}",
+    )
     path, why = layer_for(folder, "linux-64", "3.13")
-    assert path is None and why == ("the conda layer holds Python 3.12.5 for linux-64, not 3.13: the interpreter "
-                                    "comes from `conda create python=3.13` (unpinned)")
+    assert path is None and why == (
+        "the conda layer holds Python 3.12.5 for linux-64, not 3.13: the interpreter "
+        "comes from `conda create python=3.13` (unpinned)"
+    )
     path, why = layer_for(tmp_path, "win-64", "3.12")
     assert path is None and "no conda layer" in why and "conda create python=3.12" in why
 
 
-@pytest.mark.parametrize(("installed", "drift"), [("3.12.5", None), ("3.12.12", ("3.12.5", "3.12.12")),
-                                                  ("3.12.4", ("3.12.5", "3.12.4")), ("3.13.1", None),
-                                                  ("3.11.9", None)])
+@pytest.mark.parametrize(
+    ("installed", "drift"),
+    [("3.12.5", None), ("3.12.12", ("3.12.5", "3.12.12")), ("3.12.4", ("3.12.5", "3.12.4")), ("3.13.1", None), ("3.11.9", None)],
+)
 def test_interpreter_drift(installed, drift):
     assert interpreter_drift(ROOT / "lockfiles" / "xpu-2.12", "win-64", installed) == drift
 
 
 def test_assemble_from_a_pixi_lock_refuses_a_missing_root():
-    pixi = {"version": 6, "environments": {"e": {"packages": {"win-64": [{"conda": PYTHON_WIN[0]}],
-                                                               "linux-64": []}}},
-            "packages": [{"conda": PYTHON_WIN[0], "sha256": PYTHON_WIN[1], "md5": PYTHON_WIN[2], "depends": []}]}
+    pixi = {
+        "version": 6,
+        "environments": {"e": {"packages": {"win-64": [{"conda": PYTHON_WIN[0]}], "linux-64": []}}},
+        "packages": [{"conda": PYTHON_WIN[0], "sha256": PYTHON_WIN[1], "md5": PYTHON_WIN[2], "depends": []}],
+    }
     from aipc_env.errors import InputError
 
     with pytest.raises(InputError, match="environment e has no pip for win-64"):
@@ -232,8 +255,10 @@ def test_a_bundle_carries_the_layers_packages_only_for_its_python(tmp_path, monk
     said: list[str] = []
     folder = ROOT / "lockfiles" / "xpu-2.12"
     assert bundle._conda_packages(folder, "win-64", tmp_path / "c", tmp_path / "cache", "3.11", said.append) == []
-    assert fetched == [] and said == ["no conda packages: the conda layer holds Python 3.12.5 for win-64, not 3.11: "
-                                      "the interpreter comes from `conda create python=3.11` (unpinned)"]
+    assert fetched == [] and said == [
+        "no conda packages: the conda layer holds Python 3.12.5 for win-64, not 3.11: "
+        "the interpreter comes from `conda create python=3.11` (unpinned)"
+    ]
     assert bundle._conda_packages(folder, "win-64", tmp_path / "c", tmp_path / "cache", "3.12", said.append)
     assert len(fetched) == 18 and (PYTHON_WIN[0], PYTHON_WIN[1]) in {(a.url, a.sha256) for a in fetched}
 
@@ -250,8 +275,17 @@ def test_a_relock_that_cannot_reach_the_channels_carries_the_layer_over(tmp_path
     work = tmp_path / "work"
     work.mkdir()
     said: list[str] = []
-    status = lock._conda_layer(load_matrix().get("xpu-2.12"), python, work, ["win-64", "linux-64"],
-                               tmp_path / "log", {}, said.append, folder, ["3.11", "3.12", "3.13"])
+    status = lock._conda_layer(
+        load_matrix().get("xpu-2.12"),
+        python,
+        work,
+        ["win-64", "linux-64"],
+        tmp_path / "log",
+        {},
+        said.append,
+        folder,
+        ["3.11", "3.12", "3.13"],
+    )
     if python == "3.12":
         assert status == json.loads((folder / "lock-meta.json").read_text())["conda_layer"]
         assert (work / "conda-lock.yml").read_bytes() == (folder / "conda-lock.yml").read_bytes()

@@ -20,8 +20,11 @@ from tests.conftest import ROOT, require_tool, run_cli
 pytestmark = pytest.mark.slow
 TOOLS = ("buildah", "podman", "mmdebstrap", "runc")
 # this machine's podman needs runc and raised limits (crun refuses its cgroups; see shared/facts/container.md)
-RUNTIME = ["--engine-option=--runtime=runc", "--run-option=--ulimit=nofile=20000:20000",
-           "--run-option=--ulimit=nproc=32768:32768"]
+RUNTIME = [
+    "--engine-option=--runtime=runc",
+    "--run-option=--ulimit=nofile=20000:20000",
+    "--run-option=--ulimit=nproc=32768:32768",
+]
 
 
 def _torch_wheels() -> str | None:
@@ -32,8 +35,7 @@ def _torch_wheels() -> str | None:
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
     missing = [t for t in TOOLS if not shutil.which(t)]
-    require_tool(f"missing {', '.join(missing)} (apt-get install -y buildah podman mmdebstrap runc)" if missing
-                 else None)
+    require_tool(f"missing {', '.join(missing)} (apt-get install -y buildah podman mmdebstrap runc)" if missing else None)
     wheels = _torch_wheels()
     require_tool(None if wheels else "no local torch 2.13.0+cpu wheel for Python 3.11 (AIPC_ENV_TORCH_WHEELS)")
     base = tmp_path_factory.mktemp("containers")
@@ -59,24 +61,64 @@ def _lock(box, name: str, *extra: str) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "req.in").write_text("\n".join(["torch==2.13.0+cpu", f"{ROOT}[train]", *extra]) + "\n")
     out = folder / "pylock.linux-64.toml"
-    subprocess.run([find_uv(), "pip", "compile", "req.in", "--format", "pylock.toml", "-o", str(out),
-                    "--python-version", "3.11", "--python-platform", "x86_64-unknown-linux-gnu", "--find-links",
-                    box["wheels"], "-c", str(ROOT / "environments" / "constraints-dev.txt"), "--no-header",
-                    "--quiet"], cwd=folder, check=True, timeout=300)
+    subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "compile",
+            "req.in",
+            "--format",
+            "pylock.toml",
+            "-o",
+            str(out),
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-unknown-linux-gnu",
+            "--find-links",
+            box["wheels"],
+            "-c",
+            str(ROOT / "environments" / "constraints-dev.txt"),
+            "--no-header",
+            "--quiet",
+        ],
+        cwd=folder,
+        check=True,
+        timeout=300,
+    )
     return out
 
 
 def _build(box, lock: Path, tag: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     # a Debian 12 base: its Python 3.11 is the one the local torch CPU wheel is for (the default base is Debian 13)
-    return run_cli("container", "build", "--lock", str(lock), "--gpu-runtime", "none", "--base",
-                   "localhost/aipc-base:bookworm", "--python", "3.11", "--find-links",
-                   box["wheels"], "--out", str(box["base"] / f"ctx-{tag}"), "--tag", f"localhost/aipc-env:{tag}",
-                   "--json", *extra, env={**box["env"], **(env or {})}, timeout=1200)
+    return run_cli(
+        "container",
+        "build",
+        "--lock",
+        str(lock),
+        "--gpu-runtime",
+        "none",
+        "--base",
+        "localhost/aipc-base:bookworm",
+        "--python",
+        "3.11",
+        "--find-links",
+        box["wheels"],
+        "--out",
+        str(box["base"] / f"ctx-{tag}"),
+        "--tag",
+        f"localhost/aipc-env:{tag}",
+        "--json",
+        *extra,
+        env={**box["env"], **(env or {})},
+        timeout=1200,
+    )
 
 
 def _image_id(box, image: str) -> str | None:
-    found = subprocess.run(["buildah", "images", "--quiet", "--no-trunc", image], env={**os.environ, **box["env"]},
-                           capture_output=True, text=True)
+    found = subprocess.run(
+        ["buildah", "images", "--quiet", "--no-trunc", image], env={**os.environ, **box["env"]}, capture_output=True, text=True
+    )
     return found.stdout.strip().removeprefix("sha256:") or None if found.returncode == 0 else None
 
 
@@ -92,15 +134,26 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     assert "--require-hashes" in containerfile and "--mount=type=bind,source=wheels" in containerfile
     assert "COPY pylock.linux-64.toml" in containerfile and "USER aipc" in containerfile
     # the image's packages match its lock
-    clean = run_cli("container", "check", "localhost/aipc-env:a", "--lock", str(lock), "--json", env=box["env"],
-                    timeout=300)
+    clean = run_cli("container", "check", "localhost/aipc-env:a", "--lock", str(lock), "--json", env=box["env"], timeout=300)
     assert clean.returncode == 0 and json.loads(clean.stdout)["drift"] == [], clean.stdout[-2000:]
     # the doctor runs inside, and sees the container and the stand-in render node
     out = box["base"] / "host output ü"
     out.mkdir()
     os.chown(out, 1000, 1000)  # a user's folder: the run is its owner (a root-owned one needs --allow-root)
-    doctor = run_cli("container", "run", "--image", "localhost/aipc-env:a", "--device", "/dev/null:/dev/dri/renderD128",
-                     *RUNTIME, "--", "doctor", "--json", env=box["env"], timeout=300)
+    doctor = run_cli(
+        "container",
+        "run",
+        "--image",
+        "localhost/aipc-env:a",
+        "--device",
+        "/dev/null:/dev/dri/renderD128",
+        *RUNTIME,
+        "--",
+        "doctor",
+        "--json",
+        env=box["env"],
+        timeout=300,
+    )
     assert doctor.returncode in (0, 1), doctor.stderr[-2000:]
     command = next(line for line in doctor.stderr.splitlines() if line.startswith("aipc-env: "))
     assert "--device /dev/null:/dev/dri/renderD128" in command and "--group-add render" not in command
@@ -108,9 +161,21 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     facts = json.loads(doctor.stdout)["facts"]
     assert facts["container"]["engine"] == "podman" and "/dev/dri/renderD128" in facts["container"]["dri_nodes"]
     # the built-in default trains inside the image and leaves its LoRA in the mounted host folder
-    train = run_cli("container", "run", "--image", "localhost/aipc-env:a", "--device",
-                    "/dev/null:/dev/dri/renderD128", "--output", str(out), *RUNTIME, "--", "train",
-                    env=box["env"], timeout=900)
+    train = run_cli(
+        "container",
+        "run",
+        "--image",
+        "localhost/aipc-env:a",
+        "--device",
+        "/dev/null:/dev/dri/renderD128",
+        "--output",
+        str(out),
+        *RUNTIME,
+        "--",
+        "train",
+        env=box["env"],
+        timeout=900,
+    )
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert (out / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors").is_file()
     # a second build from scratch (no storage, no cache layers, the base bootstrapped again): the same image
@@ -122,10 +187,12 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     # power cut right after it leaves the new image tagged; a context left mid-render is finished by the next
     # build; each next build ends with the same image
     assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:")
-    for at, kill, code in (("container:render-partial", True, -9), ("container:before-image", False, 130),
-                           ("container:after-image", True, -9)):
-        stopped = _build(box, lock, "a", env={"AIPC_ENV_INTERRUPT_AT": at,
-                                              "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
+    for at, kill, code in (
+        ("container:render-partial", True, -9),
+        ("container:before-image", False, 130),
+        ("container:after-image", True, -9),
+    ):
+        stopped = _build(box, lock, "a", env={"AIPC_ENV_INTERRUPT_AT": at, "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
         assert stopped.returncode == code, (at, stopped.stderr[-2000:])
         assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:"), at
         again = _build(box, lock, "a")
@@ -135,12 +202,12 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     changed = _build(box, changed_lock, "c")
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert json.loads(changed.stdout)["image_id"] != ident
-    drift = run_cli("container", "check", "localhost/aipc-env:c", "--lock", str(lock), "--json", env=box["env"],
-                    timeout=300)
+    drift = run_cli("container", "check", "localhost/aipc-env:c", "--lock", str(lock), "--json", env=box["env"], timeout=300)
     report = json.loads(drift.stdout)
     assert drift.returncode == 1 and report["lock_sha256"] != report["image_lock_sha256"]
-    assert [(d["kind"], d["name"], d["locked"], d["installed"]) for d in report["drift"]] == \
-        [("version", "pyyaml", "6.0.2", "6.0.3")]
+    assert [(d["kind"], d["name"], d["locked"], d["installed"]) for d in report["drift"]] == [
+        ("version", "pyyaml", "6.0.2", "6.0.3")
+    ]
 
 
 def test_a_wrong_hash_fails_the_build_with_a_named_error(box):

@@ -57,8 +57,7 @@ def test_the_hosts_numeric_group_of_each_node_is_added(engine, tmp_path):
     assert f"{dev / 'dri'}:/dev/dri" in argv and "warning" not in result.stderr
 
 
-@pytest.mark.parametrize("gid, mode, added", [(108, 0o660, ["108"]), (108, 0o666, []), (0, 0o660, []),
-                                               (108, 0o664, ["108"])])
+@pytest.mark.parametrize("gid, mode, added", [(108, 0o660, ["108"]), (108, 0o666, []), (0, 0o660, []), (108, 0o664, ["108"])])
 def test_which_nodes_need_a_group(engine, tmp_path, gid, mode, added):
     dev = _dev_root(tmp_path, {"renderD128": (gid, mode)})
     assert _groups(_command(_run("--dev-root", str(dev)))) == added
@@ -80,16 +79,14 @@ def test_never_root_silently(engine, tmp_path):
     mine = tmp_path / "root-owned"
     mine.mkdir()
     os.chown(mine, 0, 0)
-    refused = run_cli("container", "run", "--image", "localhost/x:y", "--dry-run", "--output", str(mine), "--",
-                      "doctor")
+    refused = run_cli("container", "run", "--image", "localhost/x:y", "--dry-run", "--output", str(mine), "--", "doctor")
     assert refused.returncode == 2 and "owned by root" in refused.stderr and "--allow-root" in refused.stderr
     argv = _command(_run(output=mine))
     assert argv[argv.index("--user") + 1] == "0:0"
     theirs = tmp_path / "user-owned"
     theirs.mkdir()
     os.chown(theirs, 1234, 2345)
-    argv = _command(run_cli("container", "run", "--image", "localhost/x:y", "--dry-run", "--output", str(theirs),
-                            "--", "doctor"))
+    argv = _command(run_cli("container", "run", "--image", "localhost/x:y", "--dry-run", "--output", str(theirs), "--", "doctor"))
     assert argv[argv.index("--user") + 1] == "1234:2345"
 
 
@@ -98,8 +95,15 @@ def test_ipc_host_only_on_request(engine):
     assert "--ipc=host" in _command(_run("--ipc-host"))
 
 
-@pytest.mark.parametrize("hard, expected", [(20000, ["--ulimit=nofile=20000:20000"]), (1_048_575,
-                         ["--ulimit=nofile=1048575:1048575"]), (1_048_576, []), (2_000_000, [])])
+@pytest.mark.parametrize(
+    "hard, expected",
+    [
+        (20000, ["--ulimit=nofile=20000:20000"]),
+        (1_048_575, ["--ulimit=nofile=1048575:1048575"]),
+        (1_048_576, []),
+        (2_000_000, []),
+    ],
+)
 def test_rlimits_podman_cannot_raise(hard, expected):
     import resource
 

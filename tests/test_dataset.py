@@ -87,12 +87,12 @@ def test_csv_paths_are_relative_to_the_csv(tmp_path):
     root = local(tmp_path / "c", n=5)
     rows = ["path_target,path_control,path_control_1,prompt"]
     for i in range(5):
-        rows.append(f"training_images/s{i}.png,control_images/s{i}.jpg,control_images/s{i}.jpg,\"{PROMPT}\"")
+        rows.append(f'training_images/s{i}.png,control_images/s{i}.jpg,control_images/s{i}.jpg,"{PROMPT}"')
     (root / "train.csv").write_text("\n".join(rows) + "\n")
     scan = scan_dataset(root / "train.csv")
     assert scan.format == "csv" and len(scan.samples[0].controls) == 2
     assert validate_dataset(root / "train.csv", (64, 64)).valid
-    (root / "broken.csv").write_text("path_target,prompt\nmissing.png,\"x\"\n")
+    (root / "broken.csv").write_text('path_target,prompt\nmissing.png,"x"\n')
     v = validate_dataset(root / "broken.csv", (64, 64))
     assert not v.valid and any("does not exist" in i for i in v.issues)
 
@@ -124,8 +124,14 @@ def test_cli_verdict_json(tmp_path):
     bad = run_cli("dataset", "validate", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "dataset not found" in bad.stderr
     few = run_cli("dataset", "validate", str(local(tmp_path / "few", n=2)))
-    assert few.returncode == 1 and set(json.loads(few.stdout)) == {"schema_version", "valid", "format", "sample_count",
-                                                                    "issues", "warnings"}
+    assert few.returncode == 1 and set(json.loads(few.stdout)) == {
+        "schema_version",
+        "valid",
+        "format",
+        "sample_count",
+        "issues",
+        "warnings",
+    }
 
 
 def test_training_refuses_an_invalid_dataset_before_any_model(tmp_path):
@@ -143,8 +149,9 @@ def test_training_refuses_an_invalid_dataset_before_any_model(tmp_path):
 
 def _csv_dataset(tmp_path: Path, prompt: str = "Füge die kleine rote Figur links ein, bitte jetzt gleich") -> Path:
     root = local(tmp_path / "c", n=5)
-    rows = ["path_target,path_control,prompt"] + [f"training_images/s{i}.png,control_images/s{i}.jpg,\"{prompt}\""
-                                                 for i in range(5)]
+    rows = ["path_target,path_control,prompt"] + [
+        f'training_images/s{i}.png,control_images/s{i}.jpg,"{prompt}"' for i in range(5)
+    ]
     (root / "rows.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return root
 
@@ -152,8 +159,11 @@ def _csv_dataset(tmp_path: Path, prompt: str = "Füge die kleine rote Figur link
 def test_csv_in_cp1252_and_utf16_is_read(tmp_path):
     root = _csv_dataset(tmp_path)
     text = (root / "rows.txt").read_text(encoding="utf-8")
-    for name, data in (("ansi.csv", text.encode("cp1252")), ("unicode.csv", text.encode("utf-16")),
-                       ("tabs.csv", text.replace(",", "\t").encode("utf-16"))):
+    for name, data in (
+        ("ansi.csv", text.encode("cp1252")),
+        ("unicode.csv", text.encode("utf-16")),
+        ("tabs.csv", text.replace(",", "\t").encode("utf-16")),
+    ):
         (root / name).write_bytes(data)
         scan = scan_dataset(root / name)
         assert len(scan.samples) == 5 and scan.samples[0].prompt.startswith("Füge"), name

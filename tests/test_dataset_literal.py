@@ -20,11 +20,24 @@ def _png(path: Path, size=(64, 64), mode="RGB") -> Path:
     return path
 
 
-def _sample(root: Path, sid: str, *, controls: int = 1, size=(64, 64), prompt: str | None = PROMPT,
-            mode="RGB", prompt_file: Path | None = None) -> Sample:
-    return Sample(id=sid, target=_png(root / f"{sid}.png", size, mode),
-                  controls=[_png(root / f"{sid}_c{i}.png") for i in range(controls)], prompt=prompt,
-                  prompt_file=prompt_file, where=f"{sid}.png")
+def _sample(
+    root: Path,
+    sid: str,
+    *,
+    controls: int = 1,
+    size=(64, 64),
+    prompt: str | None = PROMPT,
+    mode="RGB",
+    prompt_file: Path | None = None,
+) -> Sample:
+    return Sample(
+        id=sid,
+        target=_png(root / f"{sid}.png", size, mode),
+        controls=[_png(root / f"{sid}_c{i}.png") for i in range(controls)],
+        prompt=prompt,
+        prompt_file=prompt_file,
+        where=f"{sid}.png",
+    )
 
 
 def _verdict(tmp_path, samples, fmt="csv", target_size=(64, 64)):
@@ -46,44 +59,63 @@ def test_broken_missing_and_non_rgb_images(tmp_path):
         "a.png: target cannot be read as an image (UnidentifiedImageError)",
         "b.png: target is L, not RGB (convert it: RGBA, greyscale and palette images are not handled like RGB)",
         f"c.png: control 0 {tmp_path / 'missing.png'} does not exist",
-        "d.png: target cannot be read as an image (UnidentifiedImageError)"]
+        "d.png: target cannot be read as an image (UnidentifiedImageError)",
+    ]
     assert verdict.valid is False
 
 
-@pytest.mark.parametrize(("fmt", "prompt_file", "issue"), [
-    ("csv", None, "s.png: empty prompt"),
-    ("parquet", None, "s.png: empty prompt"),
-    ("local", None, "s.png: no prompt (upstream silently drops such a sample); add s.txt with the edit instruction"),
-    ("local", "s.txt", "s.png: its prompt file s.txt is empty; write the edit instruction into it"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "prompt_file", "issue"),
+    [
+        ("csv", None, "s.png: empty prompt"),
+        ("parquet", None, "s.png: empty prompt"),
+        ("local", None, "s.png: no prompt (upstream silently drops such a sample); add s.txt with the edit instruction"),
+        ("local", "s.txt", "s.png: its prompt file s.txt is empty; write the edit instruction into it"),
+    ],
+)
 def test_a_sample_without_a_prompt_per_format(tmp_path, fmt, prompt_file, issue):
     sample = _sample(tmp_path, "s", prompt=None, prompt_file=tmp_path / prompt_file if prompt_file else None)
     assert _verdict(tmp_path, [sample], fmt).issues == [issue, "1 sample(s): at least 5 are needed"]
 
 
-@pytest.mark.parametrize(("prompt", "vague"), [
-    ("Edit the image.", True), ("  make it better...  ", True), ("EDIT", True), (".edit", False),
-    ("edit the images", False),
-])
+@pytest.mark.parametrize(
+    ("prompt", "vague"),
+    [
+        ("Edit the image.", True),
+        ("  make it better...  ", True),
+        ("EDIT", True),
+        (".edit", False),
+        ("edit the images", False),
+    ],
+)
 def test_vague_prompts_ignore_case_spaces_and_final_dots(tmp_path, prompt, vague):
     warnings = _verdict(tmp_path, [_sample(tmp_path, "s", prompt=prompt)]).warnings
     assert (f"s.png: prompt {prompt!r} is too vague to teach an edit" in warnings) is vague
 
 
-@pytest.mark.parametrize(("in_group", "shown"), [
-    (2, "1 control(s): s0, s1"), (3, "1 control(s): s0, s1, s2"), (4, "1 control(s): s0, s1, s2…"),
-])
+@pytest.mark.parametrize(
+    ("in_group", "shown"),
+    [
+        (2, "1 control(s): s0, s1"),
+        (3, "1 control(s): s0, s1, s2"),
+        (4, "1 control(s): s0, s1, s2…"),
+    ],
+)
 def test_the_control_count_detail_cuts_after_three(tmp_path, in_group, shown):
     samples = [_sample(tmp_path, f"s{i}") for i in range(in_group)] + [_sample(tmp_path, "t", controls=2)]
     assert _verdict(tmp_path, samples).issues[0] == (
         f"samples have different numbers of control images ({shown}; 2 control(s): t); upstream takes the count "
-        "from the first sample (s0) and fails or ignores controls on the others")
+        "from the first sample (s0) and fails or ignores controls on the others"
+    )
 
 
 def test_small_targets_are_listed_up_to_five(tmp_path):
     samples = [_sample(tmp_path, f"s{i}", size=(32 + i, 48)) for i in range(6)]
     warnings = _verdict(tmp_path, samples).warnings
-    assert warnings[0] == ("6 target image(s) smaller than target_size [64, 64] will be upscaled: s0 (32x48), "
-                           "s1 (33x48), s2 (34x48), s3 (35x48), s4 (36x48)")
+    assert warnings[0] == (
+        "6 target image(s) smaller than target_size [64, 64] will be upscaled: s0 (32x48), "
+        "s1 (33x48), s2 (34x48), s3 (35x48), s4 (36x48)"
+    )
     assert _verdict(tmp_path, samples, target_size=None).warnings[0] == (
-        "6 samples: enough for a smoke test only (20–50 for a narrow task)")
+        "6 samples: enough for a smoke test only (20–50 for a narrow task)"
+    )

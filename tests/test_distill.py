@@ -75,8 +75,7 @@ def finished_run(tmp_path_factory, sampled_model) -> Path:
     """`aipc-env distill all` with the model's own grid (no teacher_sigmas in the config), through the generated
     launcher."""
     out = tmp_path_factory.mktemp("distill") / "run & (x86) ü"
-    result = run_cli("distill", "all", "--config", str(_config(out, model=str(sampled_model))), "--json",
-                     timeout=600)
+    result = run_cli("distill", "all", "--config", str(_config(out, model=str(sampled_model))), "--json", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout)
     assert [v["stage"] for v in report["verdicts"]] == ["g0", "g2", "trajectories", "train", "g3"]
@@ -105,9 +104,10 @@ def test_all_stages_run_on_the_models_own_grid(finished_run, sampled_model):
     assert g2["metrics"]["teacher_max_abs_diff"] == 0.0 and g2["metrics"]["student_max_abs_diff"] == 0.0
     assert g2["metrics"]["teacher_effective_sigmas"] == pytest.approx(TURBO_LIKE + [0.0])
     assert g2["metrics"]["student_effective_sigmas"] == pytest.approx(student + [0.0])
-    assert g2["notes"] == ["num_inference_steps=4 ignored; sigmas= used verbatim (8 steps)",
-                           "num_inference_steps=4 ignored; the model's sample_sigmas (8 steps, model_index.json) "
-                           "used verbatim"]
+    assert g2["notes"] == [
+        "num_inference_steps=4 ignored; sigmas= used verbatim (8 steps)",
+        "num_inference_steps=4 ignored; the model's sample_sigmas (8 steps, model_index.json) used verbatim",
+    ]
     assert g2["metrics"]["steps_probe_default-grid"] == {"requested": 4, "sigmas_passed": False, "ran": 8}
     index = json.loads((out / "trajectories" / "index.json").read_text())
     assert index["teacher_sigmas"] == TURBO_LIKE  # recorded on the model's grid, not linspace
@@ -135,8 +135,12 @@ def test_all_stages_run_on_the_models_own_grid(finished_run, sampled_model):
     assert "num_inference_steps=4 ignored" in report
     assert "Built with Qwen" in report and "Qwen Research Licence" in report
     # plumbing says neither "quality" nor "passed" anywhere: verdict, summary, report, report JSON
-    for text in ((out / "verdicts" / "g3.json").read_text(), (out / "verdicts" / "g3.txt").read_text(), report,
-                 (out / "report.json").read_text()):
+    for text in (
+        (out / "verdicts" / "g3.json").read_text(),
+        (out / "verdicts" / "g3.txt").read_text(),
+        report,
+        (out / "report.json").read_text(),
+    ):
         assert "quality" not in text.lower() and "passed" not in text.lower()
 
 
@@ -158,8 +162,7 @@ def test_report_command_and_json(finished_run):
     result = run_cli("distill", "report", "--config", str(finished_run / "distill.yaml"), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert [g["gate"].split(" (")[0] for g in data["gates"]] == ["G0 plumbing", "G2 sampler parity",
-                                                                 "G3 plumbing check"]
+    assert [g["gate"].split(" (")[0] for g in data["gates"]] == ["G0 plumbing", "G2 sampler parity", "G3 plumbing check"]
     assert data["gates"][1]["result"].startswith("PASS") and data["gates"][2]["result"].startswith("OK")
     assert data["current"] == ["g0", "g2", "trajectories", "train", "g3"] and data["ignored"] == {}
 
@@ -180,13 +183,16 @@ def test_trajectories_are_resumable_and_hash_keyed(finished_run, quiet):
     assert redo["computed"] == 1 and read_trajectory(paths[1]) is not None
 
 
-@pytest.mark.parametrize("fault, stage, check, error", [
-    ("grad-embeddings", "g0", "embeddings-without-grad", "embeddings-attached-to-graph"),
-    ("rgba", "g0", "teacher-8-step-rgb", "rgba-not-sliced"),
-    ("no-lora-metadata", "g0", "lora-save-reload", "lora-metadata-missing"),
-    ("wrong-sigmas", "g2", "sigmas-verbatim-teacher", "sigmas-not-verbatim"),
-    ("parity-ulp", "g2", "parity-teacher", "sampler-parity-broken"),  # just above the bound (0.0)
-])
+@pytest.mark.parametrize(
+    "fault, stage, check, error",
+    [
+        ("grad-embeddings", "g0", "embeddings-without-grad", "embeddings-attached-to-graph"),
+        ("rgba", "g0", "teacher-8-step-rgb", "rgba-not-sliced"),
+        ("no-lora-metadata", "g0", "lora-save-reload", "lora-metadata-missing"),
+        ("wrong-sigmas", "g2", "sigmas-verbatim-teacher", "sigmas-not-verbatim"),
+        ("parity-ulp", "g2", "parity-teacher", "sampler-parity-broken"),  # just above the bound (0.0)
+    ],
+)
 def test_injected_fault_fails_the_matching_gate_with_a_named_error(tmp_path, fault, stage, check, error):
     out = tmp_path / "run"
     result = run_cli("distill", "gate", stage, "--config", str(_config(out)), "--inject", fault, timeout=300)
@@ -225,6 +231,7 @@ def test_trajectories_refuse_grad_attached_embeddings(tmp_path, quiet):
 
 
 # --- the lessons, each proved on the real objects -------------------------------------------------------------
+
 
 def test_lesson_embeddings_need_no_grad(pipe):
     """encode_prompt is not decorated: with grad enabled, the embeddings carry the text encoder's graph."""
@@ -294,8 +301,7 @@ def test_lesson_scheduler_must_use_sigmas_verbatim(tmp_path, quiet):
     cfg = load_distill_config(_config(tmp_path / "run", model=str(model)))
     checks, metrics = gate_g2(cfg, log=lambda m: None)
     failed = {c.name: c.error for c in checks if not c.ok}
-    assert failed == {"sigmas-verbatim-teacher": "sigmas-not-verbatim",
-                      "sigmas-verbatim-student": "sigmas-not-verbatim"}
+    assert failed == {"sigmas-verbatim-teacher": "sigmas-not-verbatim", "sigmas-verbatim-student": "sigmas-not-verbatim"}
     assert metrics["teacher_max_abs_diff"] == 0.0 and metrics["student_max_abs_diff"] == 0.0
 
 
@@ -339,6 +345,7 @@ def test_nf4_base_uses_peft_bitsandbytes_lora_layer(tiny21, tmp_path, quiet):
 
 # --- training machinery ---------------------------------------------------------------------------------------
 
+
 def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, quiet):
     import torch
 
@@ -358,7 +365,7 @@ def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, 
         dsigma = float(batch.sigma_next - batch.sigma)
         assert dsigma == pytest.approx((TURBO_LIKE[::2][1:] + [0.0])[k] - TURBO_LIKE[::2][k], rel=1e-6)
         assert float(uniform) == pytest.approx(float(err[0]))
-        assert float(endpoint) == pytest.approx(float(uniform) * dsigma ** 2, rel=1e-6)
+        assert float(endpoint) == pytest.approx(float(uniform) * dsigma**2, rel=1e-6)
 
 
 def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finished_run, sampled_model, quiet):
@@ -372,8 +379,7 @@ def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finis
     trajs = load_trajectories(cfg, model_key(root))
     model = load_transformer(root, torch.device("cpu"), torch.float32, base="full")
     add_lora(model, cfg)
-    starts, ends = _on_policy(model, trajs, [(0, 0), (1, 1)], 2, [[(1, 4, 4)]], torch.device("cpu"),
-                              torch.float32)
+    starts, ends = _on_policy(model, trajs, [(0, 0), (1, 1)], 2, [[(1, 4, 4)]], torch.device("cpu"), torch.float32)
     # k=0: the stored noise, then two teacher steps == the stored teacher trajectory (KV cache aside: close)
     assert torch.equal(starts[0], trajs[0].latents[0])
     assert torch.allclose(ends[0], trajs[0].latents[2], atol=1e-5)
@@ -388,8 +394,9 @@ def test_on_policy_phase_trains(finished_run, sampled_model, tmp_path, quiet):
 
     out = tmp_path / "run"
     shutil.copytree(finished_run / "trajectories", out / "trajectories")
-    cfg = load_distill_config(_config(out, model=str(sampled_model), student__max_train_steps=4,
-                                      student__on_policy={"start_step": 1, "fraction": 1.0}))
+    cfg = load_distill_config(
+        _config(out, model=str(sampled_model), student__max_train_steps=4, student__on_policy={"start_step": 1, "fraction": 1.0})
+    )
     verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
     assert verdict.status == "pass", verdict.error
     assert verdict.metrics["on_policy_steps"] == 3
@@ -397,16 +404,22 @@ def test_on_policy_phase_trains(finished_run, sampled_model, tmp_path, quiet):
     assert kinds == ["offline", "on-policy", "on-policy", "on-policy"]
 
 
-def test_divergence_stops_with_a_named_error_keeping_the_last_good_checkpoint(finished_run, sampled_model, tmp_path,
-                                                                              quiet):
+def test_divergence_stops_with_a_named_error_keeping_the_last_good_checkpoint(finished_run, sampled_model, tmp_path, quiet):
     import shutil
 
     from aipc_env.distill.worker import run_stage
 
     out = tmp_path / "run"
     shutil.copytree(finished_run / "trajectories", out / "trajectories")
-    cfg = load_distill_config(_config(out, model=str(sampled_model), student__learning_rate=0.1,
-                                      student__checkpointing_steps=2, student__checkpoints_total_limit=None))
+    cfg = load_distill_config(
+        _config(
+            out,
+            model=str(sampled_model),
+            student__learning_rate=0.1,
+            student__checkpointing_steps=2,
+            student__checkpoints_total_limit=None,
+        )
+    )
     verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
     assert verdict.status == "fail" and verdict.error.name == "training-diverged"
     assert "velocity MSE" in verdict.error.message and "learning_rate" in verdict.error.fix
@@ -416,10 +429,15 @@ def test_divergence_stops_with_a_named_error_keeping_the_last_good_checkpoint(fi
     assert not (out / "lora").exists()
     # a spike with the velocity check out of the way
     shutil.rmtree(out / "checkpoints")
-    cfg = load_distill_config(_config(out, model=str(sampled_model), student__learning_rate=0.1,
-                                      student__checkpointing_steps=1000,
-                                      student__divergence={"spike_factor": 4, "window": 3, "velocity_every": 1000,
-                                                           "velocity_tolerance": 1000}))
+    cfg = load_distill_config(
+        _config(
+            out,
+            model=str(sampled_model),
+            student__learning_rate=0.1,
+            student__checkpointing_steps=1000,
+            student__divergence={"spike_factor": 4, "window": 3, "velocity_every": 1000, "velocity_tolerance": 1000},
+        )
+    )
     verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
     assert verdict.error.name == "training-diverged" and "loss spike" in verdict.error.message
 
@@ -436,8 +454,15 @@ def test_resume_ends_with_the_same_lora_as_an_uninterrupted_run(finished_run, sa
         out = tmp_path / name
         shutil.copytree(finished_run / "trajectories", out / "trajectories")
         for i, n in enumerate(steps):
-            cfg = load_distill_config(_config(out, model=str(sampled_model), student__max_train_steps=n,
-                                              student__checkpointing_steps=2, student__resume="auto" if i else None))
+            cfg = load_distill_config(
+                _config(
+                    out,
+                    model=str(sampled_model),
+                    student__max_train_steps=n,
+                    student__checkpointing_steps=2,
+                    student__resume="auto" if i else None,
+                )
+            )
             verdict = run_stage(cfg, "train", frozenset(), log=lambda m: None)
             assert verdict.status == "pass", verdict.error
         runs[name] = load_file(str(out / "lora" / "pytorch_lora_weights.safetensors"))
@@ -449,6 +474,7 @@ def test_resume_ends_with_the_same_lora_as_an_uninterrupted_run(finished_run, sa
 
 # --- the recorded order, fresh verdicts, G3 that can fail ---------------------------------------------------------
 
+
 def _copy_run(finished_run: Path, out: Path, model: Path, **changes) -> Path:
     """The finished run's folder under a new output_dir (its verdicts stay current: output_dir is not an input)."""
     import shutil
@@ -457,8 +483,7 @@ def _copy_run(finished_run: Path, out: Path, model: Path, **changes) -> Path:
     return _config(out, model=str(model), **changes)
 
 
-def test_an_injected_g2_fault_stops_the_run_before_trajectories_and_no_g3_result_shows(finished_run, sampled_model,
-                                                                                         tmp_path):
+def test_an_injected_g2_fault_stops_the_run_before_trajectories_and_no_g3_result_shows(finished_run, sampled_model, tmp_path):
     config = _copy_run(finished_run, tmp_path / "run", sampled_model)
     out = tmp_path / "run"
     result = run_cli("distill", "all", "--config", str(config), "--inject", "wrong-sigmas", "--json", timeout=600)
@@ -574,8 +599,9 @@ def _round_trip(sampled_model, lora_dir: Path, dest: Path) -> dict:
             pipe.load_lora_weights(str(dest.parent), weight_name=dest.name, adapter_name="student")
         prompted = sampler.encode(pipe, ["a red fox in fresh snow"], cpu)
         noise = sampler.initial_noise(pipe, 1, 64, 64, torch.Generator().manual_seed(3), cpu, torch.float32)
-        outputs[name] = pipe(prompt_embeds=prompted.embeds, latents=noise, height=64, width=64,
-                             sigmas=TURBO_LIKE[::2], output_type="latent").images
+        outputs[name] = pipe(
+            prompt_embeds=prompted.embeds, latents=noise, height=64, width=64, sigmas=TURBO_LIKE[::2], output_type="latent"
+        ).images
     return outputs
 
 
@@ -595,8 +621,19 @@ def test_comfyui_export_round_trips_through_diffusers(finished_run, sampled_mode
     from diffusers import QwenImage21Pipeline
 
     dest = tmp_path / "export & ü" / "student.safetensors"
-    result = run_cli("distill", "export", "--config", str(finished_run / "distill.yaml"), "--format", "comfyui",
-                     "--out", str(dest), "--repo", "my-org/tiny-turbo-4step", timeout=300)
+    result = run_cli(
+        "distill",
+        "export",
+        "--config",
+        str(finished_run / "distill.yaml"),
+        "--format",
+        "comfyui",
+        "--out",
+        str(dest),
+        "--repo",
+        "my-org/tiny-turbo-4step",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "8 LoRA modules (rank 8, alpha 16)" in result.stdout
     assert (dest.parent / "LICENSE").read_bytes() == (sampled_model / "LICENSE").read_bytes()
@@ -610,30 +647,72 @@ def test_comfyui_export_round_trips_through_diffusers(finished_run, sampled_mode
     diff = float((outputs["diffusers"] - outputs["comfyui"]).abs().max())
     assert diff <= 1e-6  # measured 0.0: alpha/rank = 2 is folded into lora_down exactly
     assert float((outputs["base"] - outputs["comfyui"]).abs().max()) > 1e-4  # the LoRA is really applied
-    refused = run_cli("distill", "export", "--config", str(finished_run / "distill.yaml"), "--out", str(dest),
-                      "--repo", "me/Qwen-Image-Turbo-4step", timeout=300)
-    assert refused.returncode == 2 and "starts with \"Qwen\"" in refused.stderr
+    refused = run_cli(
+        "distill",
+        "export",
+        "--config",
+        str(finished_run / "distill.yaml"),
+        "--out",
+        str(dest),
+        "--repo",
+        "me/Qwen-Image-Turbo-4step",
+        timeout=300,
+    )
+    assert refused.returncode == 2 and 'starts with "Qwen"' in refused.stderr
     assert "Traceback" not in refused.stderr
     from tests.support.hub import Hub
 
     with Hub() as hub:  # publish through the launcher, in the training env, against the stand-in hub API
-        offline = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
-                          str(dest.parent), "--repo", "my-org/tiny-turbo-4step", "--endpoint", hub.url, timeout=300,
-                          env={"HF_HUB_OFFLINE": "1"})
+        offline = run_cli(
+            "distill",
+            "publish",
+            "--config",
+            str(finished_run / "distill.yaml"),
+            "--folder",
+            str(dest.parent),
+            "--repo",
+            "my-org/tiny-turbo-4step",
+            "--endpoint",
+            hub.url,
+            timeout=300,
+            env={"HF_HUB_OFFLINE": "1"},
+        )
         assert offline.returncode == 2 and hub.requests == []
         assert "offline mode is on (HF_HUB_OFFLINE)" in (finished_run / "distill.log").read_text(encoding="utf-8")
-        pushed = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
-                         str(dest.parent), "--repo", "my-org/tiny-turbo-4step", "--endpoint", hub.url, timeout=300,
-                         env={"HF_HUB_OFFLINE": "0"})
+        pushed = run_cli(
+            "distill",
+            "publish",
+            "--config",
+            str(finished_run / "distill.yaml"),
+            "--folder",
+            str(dest.parent),
+            "--repo",
+            "my-org/tiny-turbo-4step",
+            "--endpoint",
+            hub.url,
+            timeout=300,
+            env={"HF_HUB_OFFLINE": "0"},
+        )
         assert pushed.returncode == 0, pushed.stderr[-3000:]
         assert "published 3 files to my-org/tiny-turbo-4step" in pushed.stdout
         assert hub.files("my-org/tiny-turbo-4step") == {p.name: p.read_bytes() for p in dest.parent.iterdir()}
         hub.fail.add("create")
-        denied = run_cli("distill", "publish", "--config", str(finished_run / "distill.yaml"), "--folder",
-                         str(dest.parent), "--repo", "my-org/other", "--endpoint", hub.url, timeout=300,
-                         env={"HF_HUB_OFFLINE": "0"})
+        denied = run_cli(
+            "distill",
+            "publish",
+            "--config",
+            str(finished_run / "distill.yaml"),
+            "--folder",
+            str(dest.parent),
+            "--repo",
+            "my-org/other",
+            "--endpoint",
+            hub.url,
+            timeout=300,
+            env={"HF_HUB_OFFLINE": "0"},
+        )
         log = (finished_run / "distill.log").read_text(encoding="utf-8")
-        last = log[log.rindex("phase publish:"):]
+        last = log[log.rindex("phase publish:") :]
         assert denied.returncode == 1 and "error: G1 push preflight failed at 'create'" in last
         assert "Traceback" not in last and "phase publish failed (exit code 1)" in denied.stderr
 
@@ -651,16 +730,27 @@ def test_an_mlp_lora_exports_in_the_form_comfyui_maps_and_diffusers_reads_back(s
 
     pipe = load_pipeline(sampled_model, torch.device("cpu"), torch.float32)
     tr = pipe.transformer
-    tr.add_adapter(LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=[
-        "to_q", "to_out.0", "img_mlp.proj", "img_mlp.gate_layer", "img_mlp.out"]))
+    tr.add_adapter(
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            init_lora_weights=False,
+            target_modules=["to_q", "to_out.0", "img_mlp.proj", "img_mlp.gate_layer", "img_mlp.out"],
+        )
+    )
     with torch.no_grad():
         for name, p in tr.named_parameters():
             if "lora_B" in name:
                 p.mul_(0.05)
     publish(tr, tmp_path / "lora")
     dest = tmp_path / "export" / "mlp.safetensors"
-    export_lora(tmp_path / "lora", dest, provenance=Provenance(
-        model_dir=sampled_model, base_model="tiny", config_sha256="0" * 64, student_steps=4, teacher_steps=8))
+    export_lora(
+        tmp_path / "lora",
+        dest,
+        provenance=Provenance(
+            model_dir=sampled_model, base_model="tiny", config_sha256="0" * 64, student_steps=4, teacher_steps=8
+        ),
+    )
     bases = _in_comfyuis_key_map(dest)
     assert "transformer_blocks.1.img_mlp.gate_layer" in bases and "transformer_blocks.1.img_mlp.proj" in bases
     assert "diffusion_model.transformer_blocks.1.img_mlp.out" in bases and len(bases) == 10
@@ -669,8 +759,7 @@ def test_an_mlp_lora_exports_in_the_form_comfyui_maps_and_diffusers_reads_back(s
     assert float((outputs["base"] - outputs["comfyui"]).abs().max()) > 1e-4
 
 
-def test_two_processes_end_with_the_same_lora_as_one_with_the_same_effective_batch(finished_run, sampled_model,
-                                                                                   tmp_path):
+def test_two_processes_end_with_the_same_lora_as_one_with_the_same_effective_batch(finished_run, sampled_model, tmp_path):
     """accelerate launch, 2 CPU processes on gloo, 1 pair each, against 1 process accumulating 2 micro-batches of 1:
     the same pairs, the same gradient. Tolerance 1e-6 (measured: bit-exact)."""
     import shutil
@@ -681,15 +770,23 @@ def test_two_processes_end_with_the_same_lora_as_one_with_the_same_effective_bat
     for name, processes, accumulation in (("two-processes", 2, 1), ("accumulated", 1, 2)):
         out = tmp_path / name
         shutil.copytree(finished_run / "trajectories", out / "trajectories")
-        config = _config(out, model=str(sampled_model), student__batch_size=2, student__processes=processes,
-                         student__gradient_accumulation_steps=accumulation, student__max_train_steps=6,
-                         student__checkpointing_steps=4)
+        config = _config(
+            out,
+            model=str(sampled_model),
+            student__batch_size=2,
+            student__processes=processes,
+            student__gradient_accumulation_steps=accumulation,
+            student__max_train_steps=6,
+            student__checkpointing_steps=4,
+        )
         result = run_cli("distill", "train", "--config", str(config), "--json", timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         verdict = json.loads(result.stdout)["verdicts"][0]
         assert verdict["metrics"]["processes"] == processes
-        runs[name] = (load_file(str(out / "lora" / "pytorch_lora_weights.safetensors")),
-                      [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()])
+        runs[name] = (
+            load_file(str(out / "lora" / "pytorch_lora_weights.safetensors")),
+            [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()],
+        )
     (a, log_a), (b, log_b) = runs["two-processes"], runs["accumulated"]
     assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
     assert [r["pairs"] for r in log_a] == [r["pairs"] for r in log_b]
@@ -704,8 +801,11 @@ def test_nf4_teacher_keeps_g2_parity(sampled_model, tmp_path, quiet):
     from aipc_env.distill.gates import gate_g2
     from aipc_env.distill.models import load_pipeline
 
-    cfg = load_distill_config(_config(tmp_path / "run", model=str(sampled_model),
-                                      teacher={"base": "nf4", "offload": "none", "offload_text_encoder": True}))
+    cfg = load_distill_config(
+        _config(
+            tmp_path / "run", model=str(sampled_model), teacher={"base": "nf4", "offload": "none", "offload_text_encoder": True}
+        )
+    )
     checks, metrics = gate_g2(cfg, log=lambda m: None)
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
     assert metrics["teacher_max_abs_diff"] == 0.0
@@ -718,10 +818,14 @@ def test_loss_velocity_and_g3_grid_go_to_tensorboard(finished_run, sampled_model
 
     from aipc_env.distill.worker import run_stage
 
-    config = _copy_run(finished_run, tmp_path / "run", sampled_model, student__max_train_steps=4,
-                       student__log_with="tensorboard",
-                       student__divergence={"spike_factor": 10.0, "window": 8, "velocity_every": 2,
-                                            "velocity_tolerance": 3.0})
+    config = _copy_run(
+        finished_run,
+        tmp_path / "run",
+        sampled_model,
+        student__max_train_steps=4,
+        student__log_with="tensorboard",
+        student__divergence={"spike_factor": 10.0, "window": 8, "velocity_every": 2, "velocity_tolerance": 3.0},
+    )
     cfg = load_distill_config(config)
     assert run_stage(cfg, "train", frozenset(), log=lambda m: None).passed
     assert run_stage(cfg, "g3", frozenset(), log=lambda m: None).passed
@@ -735,6 +839,7 @@ def test_loss_velocity_and_g3_grid_go_to_tensorboard(finished_run, sampled_model
 
 
 # --- config and input errors ----------------------------------------------------------------------------------
+
 
 def test_config_errors_name_the_file_and_key(tmp_path):
     bad = _config(tmp_path / "a", student__loss_wieghting="endpoint")
@@ -761,8 +866,7 @@ def test_prompts_file_errors_name_the_line(tmp_path):
     path.write_text('{"prompt": "a cat"}\n{"text": "a dog", "seed": 3}\n\nnot json\n', encoding="utf-8")
     with pytest.raises(InputError, match="line 4 is not JSON"):
         load_prompts(str(path))
-    path.write_text('\ufeff{"prompt": "a cat"}\n{"text": "a dog", "seed": 3, "quoted_strings": []}\n',
-                    encoding="utf-8")
+    path.write_text('\ufeff{"prompt": "a cat"}\n{"text": "a dog", "seed": 3, "quoted_strings": []}\n', encoding="utf-8")
     records = load_prompts(str(path))
     assert [(r.prompt, r.seed) for r in records] == [("a cat", None), ("a dog", 3)]
     path.write_text('{"prompt": ""}\n', encoding="utf-8")

@@ -23,9 +23,16 @@ def _diffusers_linears() -> dict[str, tuple[int, int]]:
 
     cfg = KEYMAP["model"]["config"]
     model = QwenImage21Transformer2DModel(
-        patch_size=1, in_channels=cfg["in_channels"], out_channels=cfg["out_channels"], num_layers=cfg["num_layers"],
-        attention_head_dim=cfg["attention_head_dim"], num_attention_heads=cfg["num_attention_heads"],
-        context_in_dim=cfg["context_in_dim"], mlp_ratio=cfg["mlp_ratio"], axes_dims_rope=tuple(cfg["axes_dims_rope"]))
+        patch_size=1,
+        in_channels=cfg["in_channels"],
+        out_channels=cfg["out_channels"],
+        num_layers=cfg["num_layers"],
+        attention_head_dim=cfg["attention_head_dim"],
+        num_attention_heads=cfg["num_attention_heads"],
+        context_in_dim=cfg["context_in_dim"],
+        mlp_ratio=cfg["mlp_ratio"],
+        axes_dims_rope=tuple(cfg["axes_dims_rope"]),
+    )
     return {name: tuple(m.weight.shape) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
 
 
@@ -47,17 +54,27 @@ def _prov(tmp_path: Path, **kw):
     model.mkdir(parents=True, exist_ok=True)
     if not (model / "LICENSE").exists():
         (model / "LICENSE").write_text("Qwen RESEARCH LICENSE AGREEMENT (test copy)\n", encoding="utf-8")
-    return Provenance(**{"model_dir": model, "base_model": "Qwen-Image-2.1-Turbo", "config_sha256": "c" * 64,
-                         "student_steps": 4, "teacher_steps": 8, **kw})
+    return Provenance(
+        **{
+            "model_dir": model,
+            "base_model": "Qwen-Image-2.1-Turbo",
+            "config_sha256": "c" * 64,
+            "student_steps": 4,
+            "teacher_steps": 8,
+            **kw,
+        }
+    )
 
 
 def _publish(folder: Path, tensors: dict, rank: int = 2, alpha: float = 4.0) -> Path:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / "pytorch_lora_weights.safetensors"),
-              metadata={"format": "pt", "lora_adapter_metadata": json.dumps({"transformer.r": rank,
-                                                                             "transformer.lora_alpha": alpha})})
+    save_file(
+        tensors,
+        str(folder / "pytorch_lora_weights.safetensors"),
+        metadata={"format": "pt", "lora_adapter_metadata": json.dumps({"transformer.r": rank, "transformer.lora_alpha": alpha})},
+    )
     return folder
 
 
@@ -79,10 +96,18 @@ def test_every_module_the_export_accepts_loads_in_comfyuis_key_map_onto_the_righ
             assert name.startswith(tuple(KEYMAP["unproven_prefixes"])), name
     assert len(accepted) == len(linears) - 2  # only the timestep embedder's two layers are refused
     assert {n.split(".", 2)[-1] for n in accepted if n.startswith("transformer_blocks.")} == {
-        "attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "img_mlp.proj", "img_mlp.gate_layer", "img_mlp.out"}
+        "attn.to_q",
+        "attn.to_k",
+        "attn.to_v",
+        "attn.to_out.0",
+        "img_mlp.proj",
+        "img_mlp.gate_layer",
+        "img_mlp.out",
+    }
     dest = tmp_path / "export" / "student.safetensors"
-    export_lora(_publish(tmp_path / "lora", _lora_for({n: s for n, (_, s) in accepted.items()})), dest,
-                provenance=_prov(tmp_path))
+    export_lora(
+        _publish(tmp_path / "lora", _lora_for({n: s for n, (_, s) in accepted.items()})), dest, provenance=_prov(tmp_path)
+    )
     written = load_file(str(dest))
     bases = {k.removesuffix(s) for k in written for s in SUFFIXES if k.endswith(s)}
     assert len(written) == 3 * len(bases) == 3 * len(accepted)
@@ -112,14 +137,17 @@ def test_the_prefixed_form_of_a_fused_half_is_what_comfyui_drops():
     assert comfyui_key("transformer_blocks.1.attn.to_q") == "diffusion_model.transformer_blocks.1.attn.to_q"
 
 
-@pytest.mark.parametrize("module, reason", [
-    ("time_text_embed.timestep_embedder.linear_1", "timestep embedder"),
-    ("transformer_blocks.0.img_mlp.gate_up", "no such module"),
-    ("transformer_blocks.0.txt_mlp.proj", "no such module"),
-    ("transformer_blocks.x.attn.to_q", "no such module"),
-    ("transformer_blocks.0.attn.to_q.extra", "no such module"),
-    ("img_mlp.proj", "no such module"),
-])
+@pytest.mark.parametrize(
+    "module, reason",
+    [
+        ("time_text_embed.timestep_embedder.linear_1", "timestep embedder"),
+        ("transformer_blocks.0.img_mlp.gate_up", "no such module"),
+        ("transformer_blocks.0.txt_mlp.proj", "no such module"),
+        ("transformer_blocks.x.attn.to_q", "no such module"),
+        ("transformer_blocks.0.attn.to_q.extra", "no such module"),
+        ("img_mlp.proj", "no such module"),
+    ],
+)
 def test_a_module_comfyui_cannot_map_is_refused_by_name(tmp_path, module, reason):
     import torch
 
@@ -128,8 +156,14 @@ def test_a_module_comfyui_cannot_map_is_refused_by_name(tmp_path, module, reason
     with pytest.raises(ValueError, match=reason):
         comfyui_key(module)
     ok = {"transformer_blocks.0.attn.to_q": (32, 32)}
-    folder = _publish(tmp_path / "lora", {**_lora_for(ok), f"transformer.{module}.lora_A.weight": torch.zeros(2, 8),
-                                          f"transformer.{module}.lora_B.weight": torch.zeros(8, 2)})
+    folder = _publish(
+        tmp_path / "lora",
+        {
+            **_lora_for(ok),
+            f"transformer.{module}.lora_A.weight": torch.zeros(2, 8),
+            f"transformer.{module}.lora_B.weight": torch.zeros(8, 2),
+        },
+    )
     dest = tmp_path / "out" / "x.safetensors"
     with pytest.raises(InputError) as err:
         export_lora(folder, dest, provenance=_prov(tmp_path))
@@ -149,28 +183,52 @@ def test_many_refused_modules_are_named_a_few_at_a_time(tmp_path):
         tensors[f"transformer.transformer_blocks.{i}.txt_mlp.proj.lora_B.weight"] = torch.zeros(8, 2)
     with pytest.raises(InputError) as err:
         export_lora(_publish(tmp_path / "lora", tensors), tmp_path / "o.safetensors", provenance=_prov(tmp_path))
-    assert err.value.message.startswith("ComfyUI would not load transformer_blocks.0.txt_mlp.proj, "
-                                        "transformer_blocks.1.txt_mlp.proj, transformer_blocks.2.txt_mlp.proj "
-                                        "(and 2 more): ")
+    assert err.value.message.startswith(
+        "ComfyUI would not load transformer_blocks.0.txt_mlp.proj, "
+        "transformer_blocks.1.txt_mlp.proj, transformer_blocks.2.txt_mlp.proj "
+        "(and 2 more): "
+    )
 
 
 # --- what travels with an export -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("repo", ["turbo-4step", "my-org/turbo-4step", "me/my-qwen-lora", "qwen/turbo-4step",
-                                  "me/Turbo-for-Qwen-Image", "a" * 96, f"{'o' * 96}/{'n' * 96}", "me/q"])
+
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "turbo-4step",
+        "my-org/turbo-4step",
+        "me/my-qwen-lora",
+        "qwen/turbo-4step",
+        "me/Turbo-for-Qwen-Image",
+        "a" * 96,
+        f"{'o' * 96}/{'n' * 96}",
+        "me/q",
+    ],
+)
 def test_repository_names_that_are_allowed(repo):
     from aipc_env.distill.licence import check_repo_name
 
     assert check_repo_name(repo) == repo
 
 
-@pytest.mark.parametrize("repo, message", [
-    ("Qwen-Image-Turbo-4step", "starts with \"Qwen\""), ("me/qwen-turbo", "starts with \"Qwen\""),
-    ("me/QWEN2", "starts with \"Qwen\""), ("me/Qwen", "starts with \"Qwen\""),
-    ("a" * 97, "not a repository id"), ("", "not a repository id"), ("a/b/c", "not a repository id"),
-    ("me/../x", "not a repository id"), ("me/x\n--extra", "not a repository id"), ("-x", "not a repository id"),
-    ("me/x.git", "not a repository id"), ("me/ x", "not a repository id"),
-])
+@pytest.mark.parametrize(
+    "repo, message",
+    [
+        ("Qwen-Image-Turbo-4step", 'starts with "Qwen"'),
+        ("me/qwen-turbo", 'starts with "Qwen"'),
+        ("me/QWEN2", 'starts with "Qwen"'),
+        ("me/Qwen", 'starts with "Qwen"'),
+        ("a" * 97, "not a repository id"),
+        ("", "not a repository id"),
+        ("a/b/c", "not a repository id"),
+        ("me/../x", "not a repository id"),
+        ("me/x\n--extra", "not a repository id"),
+        ("-x", "not a repository id"),
+        ("me/x.git", "not a repository id"),
+        ("me/ x", "not a repository id"),
+    ],
+)
 def test_repository_names_that_are_refused(repo, message):
     from aipc_env.distill.licence import check_repo_name
 
@@ -212,8 +270,9 @@ def test_the_licence_must_be_in_the_model_folder_and_is_copied_verbatim(tmp_path
 def test_the_notice_says_what_changed_and_built_with_qwen_with_hostile_names_neutralised(tmp_path):
     from aipc_env.distill.export import export_lora
 
-    folder = _publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32),
-                                                    "transformer_blocks.1.img_mlp.proj": (64, 32)}))
+    folder = _publish(
+        tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32), "transformer_blocks.1.img_mlp.proj": (64, 32)})
+    )
     dest = tmp_path / "out" / "x.safetensors"
     export_lora(folder, dest, provenance=_prov(tmp_path, base_model="evil`\n# Injected heading\n<script>"))
     notice = (dest.parent / "NOTICE.md").read_text(encoding="utf-8")
@@ -253,6 +312,7 @@ def test_an_export_replaces_only_what_an_earlier_export_wrote(tmp_path):
 
 # --- publish: G1 push preflight and the push, against a local stand-in of the hub API ---------------------------
 
+
 @pytest.fixture
 def hub():
     from tests.support.hub import Hub
@@ -265,8 +325,9 @@ def _exported(tmp_path: Path) -> Path:
     from aipc_env.distill.export import export_lora
 
     dest = tmp_path / "export" / "student.safetensors"
-    export_lora(_publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)})), dest,
-                provenance=_prov(tmp_path))
+    export_lora(
+        _publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)})), dest, provenance=_prov(tmp_path)
+    )
     return dest.parent
 
 
@@ -284,8 +345,10 @@ def test_publish_runs_g1_then_pushes_the_weights_with_licence_and_notice(tmp_pat
     assert sorted(files) == ["LICENSE", "NOTICE.md", "student.safetensors"]  # the preflight file is gone
     for name, data in files.items():
         assert data == (folder / name).read_bytes()
-    assert result["files"] == [{"path": n, "sha256": hashlib.sha256((folder / n).read_bytes()).hexdigest()}
-                               for n in ("student.safetensors", "LICENSE", "NOTICE.md")]
+    assert result["files"] == [
+        {"path": n, "sha256": hashlib.sha256((folder / n).read_bytes()).hexdigest()}
+        for n in ("student.safetensors", "LICENSE", "NOTICE.md")
+    ]
     assert result["commit"] == hub.repos["me/turbo-4step"]["commits"][-1][0] and result["private"] is True
     probe_commit = hub.repos["me/turbo-4step"]["commits"][1]
     assert list(probe_commit[1]) == [PREFLIGHT_FILE] and len(probe_commit[1][PREFLIGHT_FILE]) == 1024
@@ -324,8 +387,7 @@ def test_an_unreachable_hub_is_a_named_step_not_a_traceback(tmp_path):
     assert err.value.message.startswith(f"G1 push preflight failed at 'create' against http://127.0.0.1:{port}")
 
 
-@pytest.mark.parametrize("repo, message", [("me/Qwen-Image-Turbo-4step", "starts with \"Qwen\""),
-                                           ("turbo-4step", "has no owner")])
+@pytest.mark.parametrize("repo, message", [("me/Qwen-Image-Turbo-4step", 'starts with "Qwen"'), ("turbo-4step", "has no owner")])
 def test_publish_refuses_a_name_before_reaching_the_hub(tmp_path, hub, repo, message):
     from aipc_env.distill.publish import publish
 

@@ -46,6 +46,7 @@ def _cfg(tmp_path: Path, **changes):
 
 # --- the grid ---------------------------------------------------------------------------------------------------
 
+
 def test_the_teacher_grid_is_the_models_sample_sigmas(tmp_path):
     grid = resolve_grid(None, 2, _model(tmp_path / "m", TURBO_LIKE))
     assert grid == Grid(teacher=TURBO_LIKE, student=[1.0, 0.954, 0.87, 0.7], stride=2, source="model sample_sigmas")
@@ -61,15 +62,18 @@ def test_a_config_grid_wins_and_no_grid_means_the_pipeline_default(tmp_path):
     assert plain.teacher == [1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
 
 
-@pytest.mark.parametrize("sigmas, problem", [
-    ([1.0], "at least 2"),
-    ([1.0, 0.5, 0.25], "multiple of student_stride 2"),
-    ([1.0, 0.5, 0.5, 0.25], "fall strictly"),
-    ([1.0, 0.6, 0.3, 0.0], "within (0, 1]"),  # the terminal 0 is the scheduler's
-    ([1.01, 0.6, 0.3, 0.1], "within (0, 1]"),
-    ([1.0, "0.6", 0.3, 0.1], "numbers"),
-    ([1.0, True, 0.3, 0.1], "numbers"),
-])
+@pytest.mark.parametrize(
+    "sigmas, problem",
+    [
+        ([1.0], "at least 2"),
+        ([1.0, 0.5, 0.25], "multiple of student_stride 2"),
+        ([1.0, 0.5, 0.5, 0.25], "fall strictly"),
+        ([1.0, 0.6, 0.3, 0.0], "within (0, 1]"),  # the terminal 0 is the scheduler's
+        ([1.01, 0.6, 0.3, 0.1], "within (0, 1]"),
+        ([1.0, "0.6", 0.3, 0.1], "numbers"),
+        ([1.0, True, 0.3, 0.1], "numbers"),
+    ],
+)
 def test_unusable_grids_are_named(sigmas, problem):
     assert problem in check_sigmas(sigmas, 2)
 
@@ -100,15 +104,21 @@ def test_a_model_grid_that_cannot_be_used_names_model_index_json(tmp_path):
 
 # --- G2's step count --------------------------------------------------------------------------------------------
 
+
 def test_an_ignored_num_inference_steps_is_the_expected_behaviour_not_a_fault():
     from aipc_env.distill.lessons import check_step_count
 
-    assert check_step_count(4, 8, passed=TURBO_LIKE, sample_sigmas=None) == \
-        "num_inference_steps=4 ignored; sigmas= used verbatim (8 steps)"
-    assert check_step_count(4, 8, passed=None, sample_sigmas=TURBO_LIKE) == \
-        "num_inference_steps=4 ignored; the model's sample_sigmas (8 steps, model_index.json) used verbatim"
-    assert check_step_count(4, 4, passed=None, sample_sigmas=None) == \
-        "num_inference_steps=4 honoured (no sample_sigmas configured)"
+    assert (
+        check_step_count(4, 8, passed=TURBO_LIKE, sample_sigmas=None)
+        == "num_inference_steps=4 ignored; sigmas= used verbatim (8 steps)"
+    )
+    assert (
+        check_step_count(4, 8, passed=None, sample_sigmas=TURBO_LIKE)
+        == "num_inference_steps=4 ignored; the model's sample_sigmas (8 steps, model_index.json) used verbatim"
+    )
+    assert (
+        check_step_count(4, 4, passed=None, sample_sigmas=None) == "num_inference_steps=4 honoured (no sample_sigmas configured)"
+    )
 
 
 @pytest.mark.parametrize("ran", [7, 9])
@@ -125,14 +135,16 @@ def test_a_step_count_off_by_one_either_way_is_a_grid_fault(ran):
 
 # --- G3's mode and judgement ------------------------------------------------------------------------------------
 
+
 def test_g3_mode_comes_from_the_flag_or_the_models_identity_never_its_path():
     from aipc_env.distill.judge import decide_mode
 
     assert decide_mode("auto", lpips=True, tiny_random=False) == ("quality", "LPIPS weights and a real model")
-    assert decide_mode("auto", lpips=True, tiny_random=True) == \
-        ("plumbing", "the model is a tiny random pipeline (aipc_tiny.json)")
-    assert decide_mode("auto", lpips=False, tiny_random=False) == \
-        ("plumbing", "no LPIPS weights configured (eval.lpips_weights)")
+    assert decide_mode("auto", lpips=True, tiny_random=True) == (
+        "plumbing",
+        "the model is a tiny random pipeline (aipc_tiny.json)",
+    )
+    assert decide_mode("auto", lpips=False, tiny_random=False) == ("plumbing", "no LPIPS weights configured (eval.lpips_weights)")
     assert decide_mode("plumbing", lpips=True, tiny_random=False) == ("plumbing", "eval.mode: plumbing")
     assert decide_mode("quality", lpips=True, tiny_random=False) == ("quality", "eval.mode: quality")
     with pytest.raises(InputError, match="tiny random pipeline"):
@@ -148,14 +160,17 @@ def test_a_tiny_model_saved_under_a_real_looking_name_is_still_tiny(tmp_path):
     assert not is_tiny_random(_model(tmp_path / "tiny-qwen-image-2.1"))
 
 
-@pytest.mark.parametrize("margin, pairs, beats", [
-    (0.0, [(0.20, 0.30), (0.20, 0.30)], True),
-    (0.25, [(0.25, 0.5), (0.25, 0.5)], True),  # at the margin (binary-exact values)
-    (0.25 + 1e-9, [(0.25, 0.5), (0.25, 0.5)], False),  # just above it
-    (0.0, [(0.30, 0.30), (0.30, 0.30)], False),  # a tie does not beat naive
-    (0.0, [(0.10, 0.30), (0.40, 0.30)], True),  # win rate 0.5: at the bound
-    (0.0, [(0.05, 0.30), (0.40, 0.30), (0.40, 0.30)], False),  # mean better, win rate 1/3 below 0.5
-])
+@pytest.mark.parametrize(
+    "margin, pairs, beats",
+    [
+        (0.0, [(0.20, 0.30), (0.20, 0.30)], True),
+        (0.25, [(0.25, 0.5), (0.25, 0.5)], True),  # at the margin (binary-exact values)
+        (0.25 + 1e-9, [(0.25, 0.5), (0.25, 0.5)], False),  # just above it
+        (0.0, [(0.30, 0.30), (0.30, 0.30)], False),  # a tie does not beat naive
+        (0.0, [(0.10, 0.30), (0.40, 0.30)], True),  # win rate 0.5: at the bound
+        (0.0, [(0.05, 0.30), (0.40, 0.30), (0.40, 0.30)], False),  # mean better, win rate 1/3 below 0.5
+    ],
+)
 def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
     from aipc_env.distill.judge import judge
 
@@ -164,21 +179,25 @@ def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
     assert stats["pairs"] == len(pairs) and stats["wins"] == sum(1 for s, n in pairs if s < n)
 
 
-@pytest.mark.parametrize("student, reference, margin, ok", [
-    (0.25, 0.25, 0.0, True),  # equal: not worse
-    (0.25, 0.5, 0.0, True),  # better
-    (0.5, 0.25, 0.25, True),  # worse by exactly the margin (binary-exact values): at the bound
-    (0.5 + 1e-9, 0.25, 0.25, False),  # just above it
-    (0.25 + 1e-9, 0.25, 0.0, False),  # worse with no margin
-    (float("nan"), 0.25, 0.0, False),  # a NaN distance never passes
-])
+@pytest.mark.parametrize(
+    "student, reference, margin, ok",
+    [
+        (0.25, 0.25, 0.0, True),  # equal: not worse
+        (0.25, 0.5, 0.0, True),  # better
+        (0.5, 0.25, 0.25, True),  # worse by exactly the margin (binary-exact values): at the bound
+        (0.5 + 1e-9, 0.25, 0.25, False),  # just above it
+        (0.25 + 1e-9, 0.25, 0.0, False),  # worse with no margin
+        (float("nan"), 0.25, 0.0, False),  # a NaN distance never passes
+    ],
+)
 def test_g3_holds_the_student_to_the_reference_lora_within_the_margin(student, reference, margin, ok):
     from aipc_env.distill.judge import not_worse_than_reference
     from aipc_env.distill.lessons import StudentWorseThanReference
 
     if ok:
         assert not_worse_than_reference(student, reference, margin=margin, metric="lpips").startswith(
-            f"student lpips {student:.4g} vs reference {reference:.4g}")
+            f"student lpips {student:.4g} vs reference {reference:.4g}"
+        )
     else:
         with pytest.raises(StudentWorseThanReference) as err:
             not_worse_than_reference(student, reference, margin=margin, metric="lpips")
@@ -214,14 +233,14 @@ def test_g3_win_rate_bound():
 
 # --- the train stage's outcome ----------------------------------------------------------------------------------
 
+
 def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
     from aipc_env.distill.lessons import ObjectiveRose, check_training_outcome
 
     check_training_outcome(objective_start=1.0, objective_end=0.999, velocity_on=1.0, velocity_off=1.0, tolerance=1.5)
     for end in (1.0, 1.001):
         with pytest.raises(ObjectiveRose, match="did not fall"):
-            check_training_outcome(objective_start=1.0, objective_end=end, velocity_on=1.0, velocity_off=1.0,
-                                   tolerance=1.5)
+            check_training_outcome(objective_start=1.0, objective_end=end, velocity_on=1.0, velocity_off=1.0, tolerance=1.5)
 
 
 def test_a_diverged_velocity_fails_the_train_stage_by_name():
@@ -258,6 +277,7 @@ def test_gathered_errors_come_back_in_pick_order():
 
 # --- inputs and staleness ---------------------------------------------------------------------------------------
 
+
 def test_each_stage_hashes_only_the_config_it_reads(tmp_path):
     from aipc_env.distill.inputs import config_hash
 
@@ -290,8 +310,7 @@ def test_stale_reasons_name_what_changed():
 def _write(out: Path, stage: str, status: str, inputs: dict, mode=None) -> None:
     from aipc_env.distill.verdict import Verdict, write_verdict
 
-    write_verdict(out, Verdict(stage=stage, status=status, mode=mode, model="m", when="t", seconds=0.0,
-                               inputs=inputs))
+    write_verdict(out, Verdict(stage=stage, status=status, mode=mode, model="m", when="t", seconds=0.0, inputs=inputs))
 
 
 def test_the_report_counts_only_current_verdicts_in_stage_order(tmp_path):
@@ -317,8 +336,7 @@ def test_the_report_counts_only_current_verdicts_in_stage_order(tmp_path):
     (cfg.out / "lora" / "pytorch_lora_weights.safetensors").write_bytes(b"another lora")
     shown, ignored = current_verdicts(cfg)
     assert list(shown) == ["g0", "g2", "trajectories"]
-    assert ignored == {"train": "stale: the student LoRA changed since it ran",
-                       "g3": "not current: student training is stale"}
+    assert ignored == {"train": "stale: the student LoRA changed since it ran", "g3": "not current: student training is stale"}
     assert status_line(shown) == "in progress: train, g3 not run or not current"
 
 
@@ -339,8 +357,7 @@ def test_a_plumbing_verdict_never_says_quality_or_passed(tmp_path):
     text = summary(v) + v.model_dump_json()
     assert summary(v).startswith("G3 plumbing check: OK")
     assert "quality" not in text.lower() and "pass" not in text.lower()
-    assert Verdict(stage="g3", status="pass", mode="quality", model="m", when="t", seconds=1.0).title == \
-        "G3 quality gate"
+    assert Verdict(stage="g3", status="pass", mode="quality", model="m", when="t", seconds=1.0).title == "G3 quality gate"
 
 
 # --- ComfyUI export ---------------------------------------------------------------------------------------------
@@ -356,8 +373,16 @@ def _prov(tmp_path: Path, **kw):
     model = tmp_path / "model-with-licence"
     model.mkdir(parents=True, exist_ok=True)
     (model / "LICENSE").write_text("Qwen RESEARCH LICENSE AGREEMENT (test copy)\n", encoding="utf-8")
-    return Provenance(**{"model_dir": model, "base_model": "Qwen-Image-2.1-Turbo", "config_sha256": "c" * 64,
-                         "student_steps": 4, "teacher_steps": 8, **kw})
+    return Provenance(
+        **{
+            "model_dir": model,
+            "base_model": "Qwen-Image-2.1-Turbo",
+            "config_sha256": "c" * 64,
+            "student_steps": 4,
+            "teacher_steps": 8,
+            **kw,
+        }
+    )
 
 
 def _lora(tmp_path: Path, tensors: dict, meta: dict | None) -> Path:
@@ -379,39 +404,53 @@ def test_the_comfyui_layout_is_lightnings(tmp_path):
     from aipc_env.distill.export import export_lora
 
     a, b = torch.randn(4, 16), torch.randn(16, 4)
-    folder = _lora(tmp_path, {"transformer.transformer_blocks.0.attn.to_out.0.lora_A.weight": a,
-                              "transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight": b},
-                   {"transformer.r": 4, "transformer.lora_alpha": 8.0})
+    folder = _lora(
+        tmp_path,
+        {
+            "transformer.transformer_blocks.0.attn.to_out.0.lora_A.weight": a,
+            "transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight": b,
+        },
+        {"transformer.r": 4, "transformer.lora_alpha": 8.0},
+    )
     result = export_lora(folder, tmp_path / "out" / "x.safetensors", provenance=_prov(tmp_path))
     got = load_file(str(tmp_path / "out" / "x.safetensors"))
-    assert sorted(got) == ["diffusion_model.transformer_blocks.0.attn.to_out.0.alpha",
-                           "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight",
-                           "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_up.weight"]
+    assert sorted(got) == [
+        "diffusion_model.transformer_blocks.0.attn.to_out.0.alpha",
+        "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight",
+        "diffusion_model.transformer_blocks.0.attn.to_out.0.lora_up.weight",
+    ]
     assert torch.equal(got["diffusion_model.transformer_blocks.0.attn.to_out.0.lora_down.weight"], a)
     assert torch.equal(got["diffusion_model.transformer_blocks.0.attn.to_out.0.lora_up.weight"], b)
     assert float(got["diffusion_model.transformer_blocks.0.attn.to_out.0.alpha"]) == 8.0
     assert result["modules"] == 1 and result["rank"] == 4 and result["alpha"] == 8.0
 
 
-@pytest.mark.parametrize("tensors, meta, message", [
-    ({_A: (4, 8), _B: (8, 4)}, None, "no adapter metadata"),
-    ({_A: (4, 8), _B: (8, 4)},
-     {"transformer.r": 4}, "unreadable"),
-    ({_A: (4, 8), _B: (8, 4)},
-     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"to_q": 2}}, "rank_pattern"),
-    ({_A: (4, 8), _B: (8, 4)},
-     {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.use_dora": True}, "DoRA"),
-    ({_A: (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
-     "without its pair"),
-    ({_A: (3, 8), _B: (8, 3)},
-     {"transformer.r": 4, "transformer.lora_alpha": 8}, "do not have rank 4"),
-    ({"text_encoder.a.lora_A.weight": (4, 8), "text_encoder.a.lora_B.weight": (8, 4)},
-     {"transformer.r": 4, "transformer.lora_alpha": 8}, "not a transformer LoRA weight"),
-    ({"transformer.../x.lora_A.weight": (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8},
-     "not a transformer LoRA weight"),
-    ({_A: (4, 8), _B: (8, 4)},
-     {"transformer.r": 4, "transformer.lora_alpha": 0}, "not usable"),
-])
+@pytest.mark.parametrize(
+    "tensors, meta, message",
+    [
+        ({_A: (4, 8), _B: (8, 4)}, None, "no adapter metadata"),
+        ({_A: (4, 8), _B: (8, 4)}, {"transformer.r": 4}, "unreadable"),
+        (
+            {_A: (4, 8), _B: (8, 4)},
+            {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"to_q": 2}},
+            "rank_pattern",
+        ),
+        ({_A: (4, 8), _B: (8, 4)}, {"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.use_dora": True}, "DoRA"),
+        ({_A: (4, 8)}, {"transformer.r": 4, "transformer.lora_alpha": 8}, "without its pair"),
+        ({_A: (3, 8), _B: (8, 3)}, {"transformer.r": 4, "transformer.lora_alpha": 8}, "do not have rank 4"),
+        (
+            {"text_encoder.a.lora_A.weight": (4, 8), "text_encoder.a.lora_B.weight": (8, 4)},
+            {"transformer.r": 4, "transformer.lora_alpha": 8},
+            "not a transformer LoRA weight",
+        ),
+        (
+            {"transformer.../x.lora_A.weight": (4, 8)},
+            {"transformer.r": 4, "transformer.lora_alpha": 8},
+            "not a transformer LoRA weight",
+        ),
+        ({_A: (4, 8), _B: (8, 4)}, {"transformer.r": 4, "transformer.lora_alpha": 0}, "not usable"),
+    ],
+)
 def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, message):
     import torch
 
@@ -436,14 +475,14 @@ def test_export_of_a_missing_or_damaged_lora(tmp_path):
 
 # --- init profiles ----------------------------------------------------------------------------------------------
 
+
 def test_init_turbo_writes_the_seeds_settings_and_refuses_to_run_until_filled(tmp_path):
     result = run_cli("distill", "init", str(tmp_path / "turbo"), "--profile", "turbo")
     assert result.returncode == 0, result.stderr
     data = yaml.safe_load((tmp_path / "turbo" / "distill.yaml").read_text())
     assert data["student"]["rank"] == 64 and data["student"]["alpha"] == 128
     assert data["student"]["learning_rate"] == 1e-4 and data["student"]["loss_weighting"] == "endpoint"
-    assert "teacher_sigmas" not in data and data["teacher"] == {"base": "nf4", "offload": "none",
-                                                                 "offload_text_encoder": True}
+    assert "teacher_sigmas" not in data and data["teacher"] == {"base": "nf4", "offload": "none", "offload_text_encoder": True}
     assert data["eval"]["mode"] == "quality" and (data["height"], data["width"]) == (512, 512)
     with pytest.raises(InputError, match="placeholder left to fill") as err:
         load_distill_config(tmp_path / "turbo" / "distill.yaml")
@@ -466,20 +505,31 @@ def test_init_tiny_trained_writes_the_judged_profile(tmp_path):
     assert result.returncode == 0, result.stderr
     data = yaml.safe_load((tmp_path / "t" / "distill.yaml").read_text())
     assert data["model"] == "builtin:tiny-qwen-image-2.1-trained" and "teacher_sigmas" not in data
-    assert {k: data["student"][k] for k in ("max_train_steps", "learning_rate", "loss_weighting", "rank", "alpha",
-                                            "batch_size", "base")} == {
-        "max_train_steps": 400, "learning_rate": 3e-4, "loss_weighting": "endpoint", "rank": 8, "alpha": 16,
-        "batch_size": 16, "base": "full"}
+    assert {
+        k: data["student"][k]
+        for k in ("max_train_steps", "learning_rate", "loss_weighting", "rank", "alpha", "batch_size", "base")
+    } == {
+        "max_train_steps": 400,
+        "learning_rate": 3e-4,
+        "loss_weighting": "endpoint",
+        "rank": 8,
+        "alpha": 16,
+        "batch_size": 16,
+        "base": "full",
+    }
     assert "on_policy" not in data["student"]
     assert load_distill_config(tmp_path / "t" / "distill.yaml").eval.mode == "quality"
 
 
-@pytest.mark.parametrize("student, ok", [
-    ({"batch_size": 4, "processes": 2, "gradient_accumulation_steps": 2}, True),
-    ({"batch_size": 2, "processes": 2, "gradient_accumulation_steps": 2}, False),
-    ({"batch_size": 6, "processes": 2, "gradient_accumulation_steps": 2}, False),
-    ({"batch_size": 8, "processes": 2, "gradient_accumulation_steps": 2}, True),
-])
+@pytest.mark.parametrize(
+    "student, ok",
+    [
+        ({"batch_size": 4, "processes": 2, "gradient_accumulation_steps": 2}, True),
+        ({"batch_size": 2, "processes": 2, "gradient_accumulation_steps": 2}, False),
+        ({"batch_size": 6, "processes": 2, "gradient_accumulation_steps": 2}, False),
+        ({"batch_size": 8, "processes": 2, "gradient_accumulation_steps": 2}, True),
+    ],
+)
 def test_the_batch_must_split_into_equal_micro_batches(tmp_path, student, ok):
     if ok:
         assert _cfg(tmp_path, student={**default_distill_config(tmp_path)["student"], **student})
@@ -518,17 +568,27 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
     from aipc_env.commands.distill import ALL, worker_phases
 
     assert ALL == ["g0", "g2", "trajectories", "train", "g3"]
-    phases = worker_phases("py", tmp_path / "c.yaml", ALL + ["report"], run_id="r1", inject=["rgba"],
-                           accelerate_config=tmp_path / "a.yaml")
+    phases = worker_phases(
+        "py", tmp_path / "c.yaml", ALL + ["report"], run_id="r1", inject=["rgba"], accelerate_config=tmp_path / "a.yaml"
+    )
     assert [p.name for p in phases] == ["distill-1", "distill-2-train", "distill-3"]
     assert phases[0].argv[:5] == ["py", "-m", "aipc_env.distill.worker", "--stages", "g0,g2,trajectories"]
-    assert phases[1].argv[:8] == ["py", "-m", "accelerate.commands.launch", "--quiet", "--config_file",
-                                  str(tmp_path / "a.yaml"), "-m", "aipc_env.distill.worker"]
+    assert phases[1].argv[:8] == [
+        "py",
+        "-m",
+        "accelerate.commands.launch",
+        "--quiet",
+        "--config_file",
+        str(tmp_path / "a.yaml"),
+        "-m",
+        "aipc_env.distill.worker",
+    ]
     assert phases[2].argv[4] == "g3,report"
     assert all(p.argv[-4:] == ["--run-id", "r1", "--inject", "rgba"] for p in phases)
 
 
 # --- the distillation lessons as checks, on small real tensors, modules and files --------------------------------------
+
 
 def test_embeddings_with_a_graph_are_refused():
     import torch
@@ -543,8 +603,17 @@ def test_embeddings_with_a_graph_are_refused():
         check_embeddings_detached(leaf)
 
 
-@pytest.mark.parametrize("shape, ok", [((1, 3, 8, 8), True), ((2, 3, 4, 4), True), ((1, 4, 8, 8), False),
-                                       ((1, 2, 8, 8), False), ((3, 8, 8), False), ((1, 1, 3, 8, 8), False)])
+@pytest.mark.parametrize(
+    "shape, ok",
+    [
+        ((1, 3, 8, 8), True),
+        ((2, 3, 4, 4), True),
+        ((1, 4, 8, 8), False),
+        ((1, 2, 8, 8), False),
+        ((3, 8, 8), False),
+        ((1, 1, 3, 8, 8), False),
+    ],
+)
 def test_only_rgb_batches_pass(shape, ok):
     import torch
 
@@ -592,8 +661,10 @@ def test_sigmas_are_compared_as_the_scheduler_holds_them_float32():
     check_sigmas_verbatim(passed, passed + [0.0], {}, grid="teacher")  # float64 values equal once float32
     with pytest.raises(SigmasNotVerbatim) as err:
         check_sigmas_verbatim(passed, [1.0, 0.1, 0.12344, 0.0], {"shift": 1.0}, grid="teacher")
-    assert err.value.message.startswith("[sigmas-not-verbatim] the scheduler warps the teacher grid: passed "
-                                        "[1.0, 0.1, 0.1235], it runs [1.0, 0.1, 0.1234, 0.0] (scheduler config ")
+    assert err.value.message.startswith(
+        "[sigmas-not-verbatim] the scheduler warps the teacher grid: passed "
+        "[1.0, 0.1, 0.1235], it runs [1.0, 0.1, 0.1234, 0.0] (scheduler config "
+    )
 
 
 def _tiny_student(lora_names=("lora_A", "lora_B")):
@@ -634,20 +705,21 @@ def test_the_lora_must_exist_before_prepare_and_be_what_the_optimizer_holds():
         check_lora_before_prepare(empty, torch.optim.SGD([empty.base], lr=1))
 
 
-@pytest.mark.parametrize("meta, error, message", [
-    ({"transformer.r": 4, "transformer.lora_alpha": 8.0}, None, None),
-    (None, "LoraMetadataMissing", "alpha = rank \\(4\\) instead of 8, a 0.5x-strength adapter"),
-    ({"transformer.r": 4, "transformer.lora_alpha": 4.0}, "LoraAlphaLost", "rank 4, alpha 4.0; trained with rank 4, "
-                                                                          "alpha 8"),
-    ({"transformer.r": 8, "transformer.lora_alpha": 8.0}, "LoraAlphaLost", "rank 8, alpha 8.0; trained with rank 4"),
-])
+@pytest.mark.parametrize(
+    "meta, error, message",
+    [
+        ({"transformer.r": 4, "transformer.lora_alpha": 8.0}, None, None),
+        (None, "LoraMetadataMissing", "alpha = rank \\(4\\) instead of 8, a 0.5x-strength adapter"),
+        ({"transformer.r": 4, "transformer.lora_alpha": 4.0}, "LoraAlphaLost", "rank 4, alpha 4.0; trained with rank 4, alpha 8"),
+        ({"transformer.r": 8, "transformer.lora_alpha": 8.0}, "LoraAlphaLost", "rank 8, alpha 8.0; trained with rank 4"),
+    ],
+)
 def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message):
     import torch
 
     from aipc_env.distill import lessons
 
-    folder = _lora(tmp_path, {_A: torch.zeros(4, 16),
-                              _B: torch.zeros(16, 4)}, meta)
+    folder = _lora(tmp_path, {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}, meta)
     if error is None:
         assert lessons.check_lora_metadata(folder, rank=4, alpha=8)["transformer.lora_alpha"] == 8.0
     else:
@@ -656,6 +728,7 @@ def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message)
 
 
 # --- whole answers: every refusal's message, key and fix; the hashes as computed from their definition ----------
+
 
 def _error(exc: InputError) -> tuple:
     return exc.message, exc.key, exc.fix
@@ -668,12 +741,17 @@ def test_g3_mode_refusals_whole():
         decide_mode("quality", lpips=True, tiny_random=True)
     assert _error(err.value) == (
         "eval.mode is quality, but the model is a tiny random pipeline (it has aipc_tiny.json): nothing about its "
-        "student can be judged", "eval.mode",
-        "set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo")
+        "student can be judged",
+        "eval.mode",
+        "set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo",
+    )
     with pytest.raises(InputError) as err:
         decide_mode("quality", lpips=False, tiny_random=False)
-    assert _error(err.value) == ("eval.mode is quality, but no LPIPS weights are configured", "eval.lpips_weights",
-                                 "set eval.lpips_weights, or eval.mode: plumbing")
+    assert _error(err.value) == (
+        "eval.mode is quality, but no LPIPS weights are configured",
+        "eval.lpips_weights",
+        "set eval.lpips_weights, or eval.mode: plumbing",
+    )
     with pytest.raises(ValueError, match=r"^no prompt x seed pairs to judge$"):
         from aipc_env.distill.judge import judge
 
@@ -683,20 +761,21 @@ def test_g3_mode_refusals_whole():
 def test_g3_statistics_whole_and_a_tie_never_beats():
     from aipc_env.distill.judge import judge
 
-    assert judge([(0.25, 0.5), (0.75, 0.5)], margin=0.0, min_win_rate=0.5) == (False, {
-        "student_mean": 0.5, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 2, "win_rate": 0.5,
-        "min_win_rate": 0.5})
+    assert judge([(0.25, 0.5), (0.75, 0.5)], margin=0.0, min_win_rate=0.5) == (
+        False,
+        {"student_mean": 0.5, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 2, "win_rate": 0.5, "min_win_rate": 0.5},
+    )
     assert judge([(0.5, 0.5)], margin=0.0, min_win_rate=0.0)[0] is False  # a tie, whatever the win-rate bound
-    assert judge([(0.25, 0.5)], margin=0.0, min_win_rate=0.0) == (True, {
-        "student_mean": 0.25, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 1, "win_rate": 1.0,
-        "min_win_rate": 0.0})
+    assert judge([(0.25, 0.5)], margin=0.0, min_win_rate=0.0) == (
+        True,
+        {"student_mean": 0.25, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 1, "win_rate": 1.0, "min_win_rate": 0.0},
+    )
 
 
 def test_grid_messages_whole():
     assert check_sigmas([1.0], 2) == "a grid needs at least 2 sigmas"
     assert check_sigmas([1.0, "x"], 2) == "sigmas must be numbers"
-    assert check_sigmas([0.5, 1.0], 2) == ("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by "
-                                          "the scheduler)")
+    assert check_sigmas([0.5, 1.0], 2) == ("sigmas must fall strictly, within (0, 1] (the terminal 0 is added by the scheduler)")
     assert check_sigmas([1.0, 0.5, 0.25], 2) == "3 sigmas is not a multiple of student_stride 2"
 
 
@@ -706,8 +785,9 @@ def test_the_default_grid_for_one_to_four_steps():
     assert default_teacher_sigmas(1) == [1.0]
     assert default_teacher_sigmas(2) == [1.0, 0.5]
     assert default_teacher_sigmas(4) == [1.0, 0.75, 0.5, 0.25]
-    assert default_teacher_sigmas(3)[1] == pytest.approx(2 / 3, rel=1e-7) and default_teacher_sigmas(3)[2] == \
-        pytest.approx(1 / 3, rel=1e-7)
+    assert default_teacher_sigmas(3)[1] == pytest.approx(2 / 3, rel=1e-7) and default_teacher_sigmas(3)[2] == pytest.approx(
+        1 / 3, rel=1e-7
+    )
 
 
 def test_model_index_refusals_whole(tmp_path):
@@ -717,16 +797,20 @@ def test_model_index_refusals_whole(tmp_path):
     cases = [
         (" " * ((1 << 20) - 2) + "{}", None),  # at the size bound: read
         (" " * ((1 << 20) - 1) + "{}", ("model_index.json is larger than 1 MiB", None, fix)),  # above it
-        ("{not json", ("not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes",
-                       None, fix)),
+        ("{not json", ("not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes", None, fix)),
         ("[" * 64 + "]" * 64, None),  # at the depth bound: read (not a mapping: no grid)
         ("[" * 65 + "]" * 65, ("model_index.json is nested deeper than 64 levels", None, fix)),
         ("[" * 100_000 + "]" * 100_000, ("model_index.json is nested deeper than 64 levels", None, fix)),
         ('{"sample_sigmas": [' + "1" * 4300 + "]}", None),  # at the digit bound: read (the grid check refuses it)
-        ('{"sample_sigmas": [' + "1" * 4301 + "]}", ("model_index.json holds a number of more than 4300 digits",
-                                                     None, fix)),
-        ('{"sample_sigmas": 3}', ("sample_sigmas is int, not a list", "sample_sigmas",
-                                  "restore the model's model_index.json, or set teacher_sigmas in the config")),
+        ('{"sample_sigmas": [' + "1" * 4301 + "]}", ("model_index.json holds a number of more than 4300 digits", None, fix)),
+        (
+            '{"sample_sigmas": 3}',
+            (
+                "sample_sigmas is int, not a list",
+                "sample_sigmas",
+                "restore the model's model_index.json, or set teacher_sigmas in the config",
+            ),
+        ),
     ]
     for text, expected in cases:
         index.write_text(text)
@@ -751,9 +835,11 @@ def test_model_index_refusals_whole(tmp_path):
     index.write_text('{"sample_sigmas": [1.0, 0.8, 0.6]}')
     with pytest.raises(InputError) as err:
         resolve_grid(None, 2, model)
-    assert _error(err.value) == ("its sample_sigmas [1.0, 0.8, 0.6] cannot be the teacher grid: 3 sigmas is not a "
-                                 "multiple of student_stride 2", "sample_sigmas",
-                                 "set teacher_sigmas (and student_stride) in the distillation config")
+    assert _error(err.value) == (
+        "its sample_sigmas [1.0, 0.8, 0.6] cannot be the teacher grid: 3 sigmas is not a multiple of student_stride 2",
+        "sample_sigmas",
+        "set teacher_sigmas (and student_stride) in the distillation config",
+    )
     assert err.value.path == str(index)
 
 
@@ -773,8 +859,11 @@ def test_input_hashes_from_their_definition(tmp_path):
     assert config_hash(cfg, "g3") == digest({k: dumped[k] for k in (*g2_keys, "student", "eval")})
     grid = Grid(teacher=[1.0, 0.5], student=[1.0], stride=2, source="config")
     assert grid_hash(grid) == digest({"teacher": [1.0, 0.5], "stride": 2})
-    assert stage_inputs(cfg, "g2", model_key="mk", grid=grid) == {"config": config_hash(cfg, "g2"), "model": "mk",
-                                                                  "grid": grid_hash(grid)}
+    assert stage_inputs(cfg, "g2", model_key="mk", grid=grid) == {
+        "config": config_hash(cfg, "g2"),
+        "model": "mk",
+        "grid": grid_hash(grid),
+    }
     assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == "none"
     (cfg.out / "lora").mkdir(parents=True)
     big = bytes(range(256)) * 8193  # more than one 1 MiB block
@@ -791,9 +880,7 @@ def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, caps
     from aipc_env.distill.export import main
 
     cfg = _cfg(tmp_path)
-    _lora(cfg.out, {_A: torch.zeros(4, 16),
-                    _B: torch.zeros(16, 4)},
-          {"transformer.r": 4, "transformer.lora_alpha": 8.0})
+    _lora(cfg.out, {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}, {"transformer.r": 4, "transformer.lora_alpha": 8.0})
     dest = cfg.out / "export" / "student-comfyui.safetensors"
     # no licence in the model folder: refused, naming the file and the fix; nothing written
     assert main(["--config", str(tmp_path / "distill.yaml")]) == 2
@@ -804,9 +891,11 @@ def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, caps
     licence = "Qwen RESEARCH LICENSE AGREEMENT\nRelease Date: (test copy)\n"
     (Path(cfg.model) / "LICENSE").write_text(licence, encoding="utf-8")
     assert main(["--config", str(tmp_path / "distill.yaml")]) == 0
-    assert capsys.readouterr().out == (f"distill: exported 1 LoRA modules (rank 4, alpha 8) in the comfyui layout to "
-                                       f"{dest}, with the base model's licence (LICENSE) and the change notice "
-                                       "(NOTICE.md) beside it\n")
+    assert capsys.readouterr().out == (
+        f"distill: exported 1 LoRA modules (rank 4, alpha 8) in the comfyui layout to "
+        f"{dest}, with the base model's licence (LICENSE) and the change notice "
+        "(NOTICE.md) beside it\n"
+    )
     assert dest.is_file() and (dest.parent / "LICENSE").read_text(encoding="utf-8") == licence
     notice = (dest.parent / "NOTICE.md").read_text(encoding="utf-8")
     config_sha = hashlib.sha256((tmp_path / "distill.yaml").read_bytes()).hexdigest()
@@ -817,12 +906,25 @@ def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, caps
     assert meta["built_with"] == "Built with Qwen" and meta["training_config_sha256"] == config_sha
     assert meta["license_sha256"] == hashlib.sha256(licence.encode()).hexdigest()
     other = tmp_path / "elsewhere" / "x.safetensors"
-    assert main(["--config", str(tmp_path / "distill.yaml"), "--format", "comfyui", "--out", str(other),
-                 "--repo", "my-org/turbo-4step"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                str(tmp_path / "distill.yaml"),
+                "--format",
+                "comfyui",
+                "--out",
+                str(other),
+                "--repo",
+                "my-org/turbo-4step",
+            ]
+        )
+        == 0
+    )
     assert other.is_file() and "to " + str(other) + ", with" in capsys.readouterr().out
     assert "- Repository: `my-org/turbo-4step`" in (other.parent / "NOTICE.md").read_text(encoding="utf-8")
     assert main(["--config", str(tmp_path / "distill.yaml"), "--out", str(other), "--repo", "me/Qwen-Turbo"]) == 2
-    assert "starts with \"Qwen\"" in capsys.readouterr().err
+    assert 'starts with "Qwen"' in capsys.readouterr().err
     (cfg.out / "lora" / "pytorch_lora_weights.safetensors").unlink()
     assert main(["--config", str(tmp_path / "distill.yaml")]) == 2
     err = capsys.readouterr().err
@@ -844,27 +946,39 @@ def test_export_refusals_whole(tmp_path):
     pair = {_A: torch.zeros(4, 8), _B: torch.zeros(8, 4)}
     meta = {"transformer.r": 4, "transformer.lora_alpha": 8}
     again = "publish it again with `aipc-env distill train`"
-    assert refused(pair, None) == ("the LoRA has no adapter metadata: its alpha is unknown, and an export would load "
-                                   "at the wrong strength", again)
+    assert refused(pair, None) == (
+        "the LoRA has no adapter metadata: its alpha is unknown, and an export would load at the wrong strength",
+        again,
+    )
     assert refused(pair, {"transformer.r": 4}) == (
-        "its adapter metadata is unreadable (KeyError: 'transformer.lora_alpha')", again)
+        "its adapter metadata is unreadable (KeyError: 'transformer.lora_alpha')",
+        again,
+    )
     assert refused(pair, {**meta, "transformer.alpha_pattern": {"a": 2}}) == (
         "per-module ranks or alphas (rank_pattern/alpha_pattern) are not exported",
-        "train with one rank and alpha for every module")
+        "train with one rank and alpha for every module",
+    )
     assert refused(pair, {**meta, "transformer.use_rslora": True}) == (
-        "DoRA or rsLoRA adapters have no ComfyUI LoRA layout", "train a plain LoRA (use_dora and use_rslora off)")
+        "DoRA or rsLoRA adapters have no ComfyUI LoRA layout",
+        "train a plain LoRA (use_dora and use_rslora off)",
+    )
     assert refused(pair, {**meta, "transformer.r": 0}) == ("rank 0 / alpha 8 in its metadata are not usable", again)
     assert refused({_B: torch.zeros(8, 4)}, meta) == (
-        "module transformer_blocks.0.attn.to_q has lora_B without its pair", "publish the LoRA again")
-    assert refused({_A: torch.zeros(4, 8, 1), _B:
-                    torch.zeros(8, 4)}, meta) == (
-        "module transformer_blocks.0.attn.to_q: lora_A (4, 8, 1) / lora_B (8, 4) do not have rank 4", "publish the LoRA again")
-    assert refused({_A: torch.zeros(4, 8), _B:
-                    torch.zeros(8, 3)}, meta) == (
-        "module transformer_blocks.0.attn.to_q: lora_A (4, 8) / lora_B (8, 3) do not have rank 4", "publish the LoRA again")
+        "module transformer_blocks.0.attn.to_q has lora_B without its pair",
+        "publish the LoRA again",
+    )
+    assert refused({_A: torch.zeros(4, 8, 1), _B: torch.zeros(8, 4)}, meta) == (
+        "module transformer_blocks.0.attn.to_q: lora_A (4, 8, 1) / lora_B (8, 4) do not have rank 4",
+        "publish the LoRA again",
+    )
+    assert refused({_A: torch.zeros(4, 8), _B: torch.zeros(8, 3)}, meta) == (
+        "module transformer_blocks.0.attn.to_q: lora_A (4, 8) / lora_B (8, 3) do not have rank 4",
+        "publish the LoRA again",
+    )
     assert refused({"unet.a.lora_A.weight": torch.zeros(4, 8)}, meta) == (
         "tensor 'unet.a.lora_A.weight' is not a transformer LoRA weight (transformer.<module>.lora_A/B.weight)",
-        "export only LoRAs published by `aipc-env distill train`")
+        "export only LoRAs published by `aipc-env distill train`",
+    )
     from aipc_env.distill.export import comfyui_state_dict
 
     with pytest.raises(InputError, match="100001 tensors: more than any Qwen-Image LoRA has"):
@@ -887,52 +1001,81 @@ def test_every_lesson_error_whole():
         return type(err.value).__name__, err.value.message, err.value.fix
 
     assert caught(lessons.check_deterministic_sampler, {"stochastic_sampling": True}) == (
-        "StochasticSampler", "[stochastic-sampler] the scheduler has stochastic_sampling on: trajectories and parity "
-        "need the deterministic Euler step", "set stochastic_sampling: false in scheduler/scheduler_config.json")
-    config = {"use_dynamic_shifting": True, "shift": 1.0, "shift_terminal": 0.02, "time_shift_type": "exponential",
-              "use_karras_sigmas": False, "use_exponential_sigmas": False, "use_beta_sigmas": False, "other": 1}
-    assert caught(lessons.check_sigmas_verbatim, [1.0, 0.123456], [1.0, np.float32(0.5), 0.0], config,
-                  grid="teacher") == (
-        "SigmasNotVerbatim", "[sigmas-not-verbatim] the scheduler warps the teacher grid: passed [1.0, 0.1235], it "
+        "StochasticSampler",
+        "[stochastic-sampler] the scheduler has stochastic_sampling on: trajectories and parity "
+        "need the deterministic Euler step",
+        "set stochastic_sampling: false in scheduler/scheduler_config.json",
+    )
+    config = {
+        "use_dynamic_shifting": True,
+        "shift": 1.0,
+        "shift_terminal": 0.02,
+        "time_shift_type": "exponential",
+        "use_karras_sigmas": False,
+        "use_exponential_sigmas": False,
+        "use_beta_sigmas": False,
+        "other": 1,
+    }
+    assert caught(lessons.check_sigmas_verbatim, [1.0, 0.123456], [1.0, np.float32(0.5), 0.0], config, grid="teacher") == (
+        "SigmasNotVerbatim",
+        "[sigmas-not-verbatim] the scheduler warps the teacher grid: passed [1.0, 0.1235], it "
         "runs [1.0, 0.5, 0.0] (scheduler config {'use_dynamic_shifting': True, 'shift': 1.0, 'shift_terminal': 0.02, "
         "'time_shift_type': 'exponential', 'use_karras_sigmas': False, 'use_exponential_sigmas': False, "
         "'use_beta_sigmas': False})",
         "use the real Turbo scheduler config (use_dynamic_shifting: false, shift: 1.0, shift_terminal: null) in "
-        "scheduler/scheduler_config.json")
+        "scheduler/scheduler_config.json",
+    )
     assert caught(lessons.check_step_count, 4, 5, passed=[1.0, 0.5], sample_sigmas=None) == (
-        "GridNotHonoured", "[grid-not-honoured] pipe(num_inference_steps=4, sigmas=<2>) ran 5 steps, expected 2 "
-        "(sample_sigmas: None)", "use a QwenImage21Pipeline whose scheduler takes sigmas= as given (diffusers >= "
-        "0.42)")
+        "GridNotHonoured",
+        "[grid-not-honoured] pipe(num_inference_steps=4, sigmas=<2>) ran 5 steps, expected 2 (sample_sigmas: None)",
+        "use a QwenImage21Pipeline whose scheduler takes sigmas= as given (diffusers >= 0.42)",
+    )
     assert caught(lessons.check_step_count, 4, 5, passed=None, sample_sigmas=None)[1] == (
-        "[grid-not-honoured] pipe(num_inference_steps=4) ran 5 steps, expected 4 (sample_sigmas: None)")
-    assert caught(lessons.check_training_outcome, objective_start=1.0, objective_end=2.0, velocity_on=0.0,
-                  velocity_off=1.0, tolerance=1.5) == (
-        "ObjectiveRose", "[objective-rose] the student objective on the training pairs did not fall: 1 -> 2",
-        "lower student.learning_rate, or train longer at a lower one; the LoRA was published for inspection only")
-    assert caught(lessons.check_training_outcome, objective_start=1.0, objective_end=0.5, velocity_on=4.0,
-                  velocity_off=2.0, tolerance=1.5) == (
-        "VelocityDiverged", "[velocity-diverged] with the adapter on, the velocity MSE on the training pairs is 4, "
-        "more than 1.5 x the adapter-off 2", "lower student.learning_rate (the recorded diverged run: 2.2 vs 0.025)")
+        "[grid-not-honoured] pipe(num_inference_steps=4) ran 5 steps, expected 4 (sample_sigmas: None)"
+    )
+    assert caught(
+        lessons.check_training_outcome, objective_start=1.0, objective_end=2.0, velocity_on=0.0, velocity_off=1.0, tolerance=1.5
+    ) == (
+        "ObjectiveRose",
+        "[objective-rose] the student objective on the training pairs did not fall: 1 -> 2",
+        "lower student.learning_rate, or train longer at a lower one; the LoRA was published for inspection only",
+    )
+    assert caught(
+        lessons.check_training_outcome, objective_start=1.0, objective_end=0.5, velocity_on=4.0, velocity_off=2.0, tolerance=1.5
+    ) == (
+        "VelocityDiverged",
+        "[velocity-diverged] with the adapter on, the velocity MSE on the training pairs is 4, more than 1.5 x the adapter-off 2",
+        "lower student.learning_rate (the recorded diverged run: 2.2 vs 0.025)",
+    )
     assert caught(lessons.check_rgb, torch.zeros(1, 4, 2, 2)) == (
-        "RgbaNotSliced", "[rgba-not-sliced] the decoded images have shape (1, 4, 2, 2), expected [B, 3, H, W] (the "
-        "2.1 VAE decodes 4 channels: RGBA)", "slice the decode as vae.decode(z)[0][:, :3, 0] "
-        "(aipc_env.distill.sampler.decode_rgb)")
+        "RgbaNotSliced",
+        "[rgba-not-sliced] the decoded images have shape (1, 4, 2, 2), expected [B, 3, H, W] (the "
+        "2.1 VAE decodes 4 channels: RGBA)",
+        "slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.distill.sampler.decode_rgb)",
+    )
     leaf = torch.ones(1, requires_grad=True)
     assert caught(lessons.check_embeddings_detached, leaf * 2, where="test embeddings") == (
-        "EmbeddingsAttachedToGraph", "[embeddings-attached-to-graph] the test embeddings carry the text encoder's "
-        "autograd graph (grad_fn MulBackward0)", "compute embeddings under torch.no_grad() "
-        "(aipc_env.distill.sampler.encode does), or detach them")
+        "EmbeddingsAttachedToGraph",
+        "[embeddings-attached-to-graph] the test embeddings carry the text encoder's autograd graph (grad_fn MulBackward0)",
+        "compute embeddings under torch.no_grad() (aipc_env.distill.sampler.encode does), or detach them",
+    )
     model = _tiny_student()
     assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1)) == (
-        "LoraAfterPrepare", "[lora-added-after-prepare] the student was never prepared through "
-        "aipc_env.distill.student.prepare_student", "add the LoRA, build the optimizer, then prepare")
+        "LoraAfterPrepare",
+        "[lora-added-after-prepare] the student was never prepared through aipc_env.distill.student.prepare_student",
+        "add the LoRA, build the optimizer, then prepare",
+    )
     lessons.mark_prepared(model)
     model.lora_C = torch.nn.Parameter(torch.zeros(1))
-    assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2] == \
-        "add the LoRA (transformer.add_adapter) before accelerator.prepare"
+    assert (
+        caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2]
+        == "add the LoRA (transformer.add_adapter) before accelerator.prepare"
+    )
     del model.lora_C
-    assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2] == \
-        "build the optimizer from the LoRA parameters after add_adapter"
+    assert (
+        caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1))[2]
+        == "build the optimizer from the LoRA parameters after add_adapter"
+    )
 
 
 def test_lora_metadata_errors_whole(tmp_path):
@@ -940,21 +1083,24 @@ def test_lora_metadata_errors_whole(tmp_path):
 
     from aipc_env.distill import lessons
 
-    tensors = {_A: torch.zeros(4, 16),
-               _B: torch.zeros(16, 4)}
+    tensors = {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}
     bare = _lora(tmp_path / "bare", tensors, None)
     with pytest.raises(lessons.LoraMetadataMissing) as err:
         lessons.check_lora_metadata(bare, rank=4, alpha=8)
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-metadata-missing] the LoRA in {bare} has no adapter metadata: diffusers would load it with alpha = "
         "rank (4) instead of 8, a 0.5x-strength adapter",
-        "save with pipe.save_lora_weights(..., **_collate_lora_metadata({'transformer': transformer}))", str(bare))
+        "save with pipe.save_lora_weights(..., **_collate_lora_metadata({'transformer': transformer}))",
+        str(bare),
+    )
     lost = _lora(tmp_path / "lost", tensors, {"transformer.r": 4, "transformer.lora_alpha": 4.0})
     with pytest.raises(lessons.LoraAlphaLost) as err:
         lessons.check_lora_metadata(lost, rank=4, alpha=8)
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-alpha-lost] the LoRA in {lost} loads with rank 4, alpha 4.0; trained with rank 4, alpha 8",
-        "publish from the trained module's peft_config (aipc_env.distill.student.publish)", str(lost))
+        "publish from the trained module's peft_config (aipc_env.distill.student.publish)",
+        str(lost),
+    )
 
 
 def test_export_bounds_paths_and_what_it_writes(tmp_path):
@@ -963,22 +1109,36 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
 
     from aipc_env.distill.export import comfyui_state_dict, export_lora
 
-    folder = _lora(tmp_path / "r1", {_A: torch.ones(1, 8),
-                                     _B: torch.ones(8, 1)},
-                   {"transformer.r": 1, "transformer.lora_alpha": 0.5})  # rank 1 and alpha below 1: both usable
+    folder = _lora(
+        tmp_path / "r1", {_A: torch.ones(1, 8), _B: torch.ones(8, 1)}, {"transformer.r": 1, "transformer.lora_alpha": 0.5}
+    )  # rank 1 and alpha below 1: both usable
     dest = tmp_path / "out.safetensors"
     src = folder / "pytorch_lora_weights.safetensors"
     assert export_lora(folder, dest, provenance=_prov(tmp_path)) == {
-        "format": "comfyui", "path": str(dest), "modules": 1, "rank": 1, "alpha": 0.5, "source": str(src),
-        "licence": str(tmp_path / "LICENSE"), "notice": str(tmp_path / "NOTICE.md")}
+        "format": "comfyui",
+        "path": str(dest),
+        "modules": 1,
+        "rank": 1,
+        "alpha": 0.5,
+        "source": str(src),
+        "licence": str(tmp_path / "LICENSE"),
+        "notice": str(tmp_path / "NOTICE.md"),
+    }
     licence_sha = hashlib.sha256(b"Qwen RESEARCH LICENSE AGREEMENT (test copy)\n").hexdigest()
     with safe_open(str(dest), framework="pt") as fh:
         assert fh.metadata() == {
-            "format": "pt", "aipc_env_export": "comfyui", "lora_rank": "1", "lora_alpha": "0.5",
-            "built_with": "Built with Qwen", "license_file": "LICENSE", "license_sha256": licence_sha,
-            "base_model": "Qwen-Image-2.1-Turbo", "training_config_sha256": "c" * 64,
+            "format": "pt",
+            "aipc_env_export": "comfyui",
+            "lora_rank": "1",
+            "lora_alpha": "0.5",
+            "built_with": "Built with Qwen",
+            "license_file": "LICENSE",
+            "license_sha256": licence_sha,
+            "base_model": "Qwen-Image-2.1-Turbo",
+            "training_config_sha256": "c" * 64,
             "notice": "Built with Qwen. A LoRA derivative of Qwen-Image-2.1-Turbo (rank 1, alpha 0.5, 4-step "
-                      "distillation of its 8-step output); the base model's licence applies: see LICENSE."}
+            "distillation of its 8-step output); the base model's licence applies: see LICENSE.",
+        }
         assert fh.get_tensor("diffusion_model.transformer_blocks.0.attn.to_q.alpha").dtype == torch.float32
     with pytest.raises(InputError, match="not a transformer LoRA weight"):  # 100000 tensors: at the bound, read on
         comfyui_state_dict({f"x{i}": None for i in range(100_000)}, 1, 1.0, path=tmp_path)
@@ -986,14 +1146,16 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
     with pytest.raises(InputError, match=r"lora_B \(8, 4, 1\) do not have rank 4") as err:
         comfyui_state_dict(bad, 4, 8.0, path=tmp_path / "p")
     assert err.value.path == str(tmp_path / "p")
-    for meta, tensors in ((None, bad), ({"transformer.r": 4}, bad), ({"transformer.r": 4, "transformer.lora_alpha": 8,
-                                                                       "transformer.use_dora": True}, bad),
-                          ({"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"a": 1}},
-                           bad), ({"transformer.r": 0, "transformer.lora_alpha": 8}, bad),
-                          ({"transformer.r": 4, "transformer.lora_alpha": 8}, bad),
-                          ({"transformer.r": 4, "transformer.lora_alpha": 8}, {"u.lora_A.weight": torch.zeros(1)}),
-                          ({"transformer.r": 4, "transformer.lora_alpha": 8},
-                           {_A: torch.zeros(4, 8)})):
+    for meta, tensors in (
+        (None, bad),
+        ({"transformer.r": 4}, bad),
+        ({"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.use_dora": True}, bad),
+        ({"transformer.r": 4, "transformer.lora_alpha": 8, "transformer.rank_pattern": {"a": 1}}, bad),
+        ({"transformer.r": 0, "transformer.lora_alpha": 8}, bad),
+        ({"transformer.r": 4, "transformer.lora_alpha": 8}, bad),
+        ({"transformer.r": 4, "transformer.lora_alpha": 8}, {"u.lora_A.weight": torch.zeros(1)}),
+        ({"transformer.r": 4, "transformer.lora_alpha": 8}, {_A: torch.zeros(4, 8)}),
+    ):
         folder = _lora(tmp_path / f"m{len(list(tmp_path.iterdir()))}", tensors, meta)
         with pytest.raises(InputError) as err:
             export_lora(folder, dest, provenance=_prov(tmp_path))
@@ -1007,8 +1169,10 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
     with pytest.raises(InputError) as err:
         export_lora(damaged, dest, provenance=_prov(tmp_path))
     assert err.value.message.startswith("not a readable safetensors file (SafetensorError: ")
-    assert (err.value.fix, err.value.path) == ("publish the LoRA again with `aipc-env distill train`",
-                                               str(damaged / "pytorch_lora_weights.safetensors"))
+    assert (err.value.fix, err.value.path) == (
+        "publish the LoRA again with `aipc-env distill train`",
+        str(damaged / "pytorch_lora_weights.safetensors"),
+    )
     with pytest.raises(InputError) as err:
         export_lora(damaged, dest, "kohya", provenance=_prov(tmp_path))
     assert err.value.fix == "use one of: comfyui"
@@ -1041,6 +1205,7 @@ def test_current_inputs_and_the_model_changing(tmp_path):
 
 # --- G3's checks on what it wrote and measured (judge.py) --------------------------------------------------------
 
+
 def _g3_out(tmp_path: Path, runs: int = 2, lora: str = "ab" * 32) -> Path:
     from aipc_env.core.formats import write_model
     from aipc_env.distill.verdict import G3Entry, G3Manifest
@@ -1054,9 +1219,23 @@ def _g3_out(tmp_path: Path, runs: int = 2, lora: str = "ab" * 32) -> Path:
             (out / name).write_bytes(b"png")
         entries.append(G3Entry(prompt=f"p{i}", seed=7, files=files, distance_to_teacher={}))
     (out / "grid.png").write_bytes(b"png")
-    write_model(out / "manifest.json", G3Manifest(
-        mode="plumbing", metric="psnr", metric_note="", lora="l", lora_sha256=lora, teacher_sigmas=[1.0],
-        student_sigmas=[1.0], height=32, width=32, entries=entries, grid="grid.png", mean={}))
+    write_model(
+        out / "manifest.json",
+        G3Manifest(
+            mode="plumbing",
+            metric="psnr",
+            metric_note="",
+            lora="l",
+            lora_sha256=lora,
+            teacher_sigmas=[1.0],
+            student_sigmas=[1.0],
+            height=32,
+            width=32,
+            entries=entries,
+            grid="grid.png",
+            mean={},
+        ),
+    )
     return out
 
 
@@ -1065,22 +1244,30 @@ def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
     from aipc_env.errors import AipcError
 
     out = _g3_out(tmp_path)
-    assert artifacts_read_back(out, 2, "ab" * 32) == "2 comparisons, every image and the grid on disk, manifest " \
-                                                   "reads back"
+    assert artifacts_read_back(out, 2, "ab" * 32) == "2 comparisons, every image and the grid on disk, manifest reads back"
     for runs in (1, 3):  # one entry fewer or more than the runs
-        with pytest.raises(AipcError, match=rf"^the G3 artifacts are incomplete: 2 of {runs} entries, missing "
-                                            r"grid\.png$"):
+        with pytest.raises(
+            AipcError,
+            match=rf"^the G3 artifacts are incomplete: 2 of {runs} entries, missing "
+            r"grid\.png$",
+        ):
             artifacts_read_back(out, runs, "ab" * 32)
     with pytest.raises(AipcError, match=r"^the manifest names another LoRA than the one evaluated$"):
         artifacts_read_back(out, 2, "cd" * 32)
     (out / "001-seed7-naive.png").unlink()
-    with pytest.raises(AipcError, match=r"^the G3 artifacts are incomplete: 2 of 2 entries, missing "
-                                        r"\['001-seed7-naive\.png'\]$"):
+    with pytest.raises(
+        AipcError,
+        match=r"^the G3 artifacts are incomplete: 2 of 2 entries, missing "
+        r"\['001-seed7-naive\.png'\]$",
+    ):
         artifacts_read_back(out, 2, "ab" * 32)
     for name in ("000-seed7-teacher.png", "000-seed7-naive.png", "000-seed7-student.png"):
         (out / name).unlink()
-    with pytest.raises(AipcError, match=r"missing \['000-seed7-teacher\.png', '000-seed7-naive\.png', "
-                                        r"'000-seed7-student\.png'\]$"):
+    with pytest.raises(
+        AipcError,
+        match=r"missing \['000-seed7-teacher\.png', '000-seed7-naive\.png', "
+        r"'000-seed7-student\.png'\]$",
+    ):
         artifacts_read_back(out, 2, "ab" * 32)
     (tmp_path / "again").mkdir()
     fresh = _g3_out(tmp_path / "again")
@@ -1094,8 +1281,11 @@ def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
     from aipc_env.distill.lessons import StudentNotBetter
     from aipc_env.errors import AipcError
 
-    with pytest.raises(StudentNotBetter, match=r"^\[student-not-better-than-naive\] with the LoRA on, the 4-step output equals "
-                                               r"naive@4 bit for bit: the adapter is inactive or all zeros$"):
+    with pytest.raises(
+        StudentNotBetter,
+        match=r"^\[student-not-better-than-naive\] with the LoRA on, the 4-step output equals "
+        r"naive@4 bit for bit: the adapter is inactive or all zeros$",
+    ):
         lora_changes_output(0.0)
     assert lora_changes_output(5e-45) == "the LoRA moves the 4-step latents (max |student - naive| 5e-45)"
     assert lora_changes_output(0.25) == "the LoRA moves the 4-step latents (max |student - naive| 0.25)"
@@ -1103,13 +1293,18 @@ def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
     with pytest.raises(AipcError, match=r"^an output image holds NaN or Inf values$"):
         outputs_finite(False)
     assert student_beats_naive(True, "d", margin=0.01, min_win_rate=0.5) == "d"
-    with pytest.raises(StudentNotBetter, match=r"^\[student-not-better-than-naive\] the student does not beat naive@4 by "
-                                               r"margin 0\.01 with win rate "
-                                               r">= 0\.5: d$") as info:
+    with pytest.raises(
+        StudentNotBetter,
+        match=r"^\[student-not-better-than-naive\] the student does not beat naive@4 by "
+        r"margin 0\.01 with win rate "
+        r">= 0\.5: d$",
+    ) as info:
         student_beats_naive(False, "d", margin=0.01, min_win_rate=0.5)
     assert info.value.name == "student-not-better-than-naive"
-    assert info.value.fix == "see the velocity diagnostic in `aipc-env distill report`; try endpoint weighting, a " \
-                             "lower lr, or the on-policy phase (student.on_policy)"
+    assert (
+        info.value.fix == "see the velocity diagnostic in `aipc-env distill report`; try endpoint weighting, a "
+        "lower lr, or the on-policy phase (student.on_policy)"
+    )
     with pytest.raises(StudentNotBetter) as info:
         lora_changes_output(0.0)
     assert info.value.fix == "check the train stage's verdict (did the LoRA change?) and the LoRA file's keys"
@@ -1132,9 +1327,10 @@ def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing
     assert checks.run("b", broken) is None and checks.ok is False
     assert checks.run("c", bad_input) is None
     assert [(c.name, c.ok, c.detail, c.error, c.fix) for c in checks.items] == [
-        ("a", True, "fine", None, None), ("b", False, "[sampler-parity-broken] off by one ulp", "sampler-parity-broken",
-                                         "mirror it"),
-        ("c", False, "no such file", "input", "make it")]
+        ("a", True, "fine", None, None),
+        ("b", False, "[sampler-parity-broken] off by one ulp", "sampler-parity-broken", "mirror it"),
+        ("c", False, "no such file", "input", "make it"),
+    ]
     with pytest.raises(ZeroDivisionError):  # a bug is not a verdict
         checks.run("d", lambda: (1 / 0, ""))
 
@@ -1143,8 +1339,11 @@ def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing
 def test_g2_parity_refuses_any_difference_even_one_float_step(diff):
     from aipc_env.distill.lessons import ParityBroken, check_parity
 
-    with pytest.raises(ParityBroken, match=r"^\[sampler-parity-broken\] the own 4-step loop differs from pipe\(\.\.\.\) "
-                                           r"by up to \S+$") as info:
+    with pytest.raises(
+        ParityBroken,
+        match=r"^\[sampler-parity-broken\] the own 4-step loop differs from pipe\(\.\.\.\) "
+        r"by up to \S+$",
+    ) as info:
         check_parity(diff, steps=4, batch=2)
     assert info.value.fix == "mirror the pipeline exactly (see aipc_env.distill.sampler)"
 
@@ -1158,15 +1357,19 @@ def test_g2_parity_holds_at_zero():
 
 # --- the trained tiny teacher: G3 in quality mode on the latent distance -----------------------------------------
 
+
 def test_g3_judges_the_trained_tiny_teacher_in_quality_mode_without_lpips():
     from aipc_env.distill.judge import decide_mode, g3_metric
 
     assert decide_mode("auto", lpips=False, tiny_random=False, tiny_trained=True) == (
-        "quality", "the model is the trained tiny teacher (aipc_tiny.json): latent distance to teacher@8")
+        "quality",
+        "the model is the trained tiny teacher (aipc_tiny.json): latent distance to teacher@8",
+    )
     assert decide_mode("quality", lpips=False, tiny_random=False, tiny_trained=True) == (
-        "quality", "eval.mode: quality (the trained tiny teacher: latent distance to teacher@8)")
-    assert decide_mode("plumbing", lpips=False, tiny_random=False, tiny_trained=True) == (
-        "plumbing", "eval.mode: plumbing")
+        "quality",
+        "eval.mode: quality (the trained tiny teacher: latent distance to teacher@8)",
+    )
+    assert decide_mode("plumbing", lpips=False, tiny_random=False, tiny_trained=True) == ("plumbing", "eval.mode: plumbing")
     assert g3_metric("quality", lpips=False, tiny_trained=True) == "latent_mse"
     assert g3_metric("quality", lpips=True, tiny_trained=True) == "latent_mse"  # LPIPS on a random VAE: no
     assert g3_metric("quality", lpips=True, tiny_trained=False) == "lpips"
@@ -1176,19 +1379,29 @@ def test_g3_judges_the_trained_tiny_teacher_in_quality_mode_without_lpips():
 
 def _entries(pairs: list[tuple[float, float]]) -> list[dict]:
     """G3 entries whose pixel MSE says the opposite of the latent MSE (the judged distance on this model)."""
-    return [{"distance_to_teacher": {"student": {"latent_mse": s, "mse": n, "psnr": 1.0},
-                                     "naive": {"latent_mse": n, "mse": s, "psnr": 2.0}}} for s, n in pairs]
+    return [
+        {
+            "distance_to_teacher": {
+                "student": {"latent_mse": s, "mse": n, "psnr": 1.0},
+                "naive": {"latent_mse": n, "mse": s, "psnr": 2.0},
+            }
+        }
+        for s, n in pairs
+    ]
 
 
-@pytest.mark.parametrize("pairs, margin, beats", [
-    ([(0.25, 0.5), (0.25, 0.5)], 0.25, True),  # at the margin (binary-exact values)
-    ([(0.125, 0.5), (0.125, 0.5)], 0.25, True),  # below it: better than the margin asks
-    ([(0.25 + 1e-9, 0.5), (0.25 + 1e-9, 0.5)], 0.25, False),  # just above it
-    ([(0.375, 0.5), (0.375, 0.5)], 0.25, False),  # closer than naive, but not by the margin
-    ([(0.5, 0.5), (0.5, 0.5)], 0.0, False),  # a tie with no margin
-    ([(0.625, 0.5), (0.0625, 0.5)], 0.0, True),  # mean 0.34375 < 0.5, win rate 0.5: at the win-rate bound
-    ([(0.625, 0.5), (0.625, 0.5), (0.0625, 0.5)], 0.0, False),  # mean 0.4375 < 0.5, win rate 1/3: below it
-])
+@pytest.mark.parametrize(
+    "pairs, margin, beats",
+    [
+        ([(0.25, 0.5), (0.25, 0.5)], 0.25, True),  # at the margin (binary-exact values)
+        ([(0.125, 0.5), (0.125, 0.5)], 0.25, True),  # below it: better than the margin asks
+        ([(0.25 + 1e-9, 0.5), (0.25 + 1e-9, 0.5)], 0.25, False),  # just above it
+        ([(0.375, 0.5), (0.375, 0.5)], 0.25, False),  # closer than naive, but not by the margin
+        ([(0.5, 0.5), (0.5, 0.5)], 0.0, False),  # a tie with no margin
+        ([(0.625, 0.5), (0.0625, 0.5)], 0.0, True),  # mean 0.34375 < 0.5, win rate 0.5: at the win-rate bound
+        ([(0.625, 0.5), (0.625, 0.5), (0.0625, 0.5)], 0.0, False),  # mean 0.4375 < 0.5, win rate 1/3: below it
+    ],
+)
 def test_g3_on_the_trained_tiny_teacher_passes_only_beating_naive_by_the_margin_in_latent_mse(pairs, margin, beats):
     from aipc_env.distill.judge import judge_entries
 
@@ -1224,19 +1437,21 @@ def test_the_tiny_trained_profile_is_quality_mode_with_its_margin(tmp_path):
     with pytest.raises(InputError) as err:
         load_distill_config(tmp_path / "d.yaml")
     assert err.value.message == "unknown built-in model 'builtin:tiny-qwen-image-2.1-trainedx'"
-    assert err.value.fix == ("use builtin:tiny-qwen-image-2.1 or builtin:tiny-qwen-image-2.1-trained, or a model "
-                             "folder")
+    assert err.value.fix == ("use builtin:tiny-qwen-image-2.1 or builtin:tiny-qwen-image-2.1-trained, or a model folder")
 
 
-@pytest.mark.parametrize("mark, kind", [
-    (None, None),  # no mark: a real model
-    ("{}", "random"),
-    ('{"kind": "qwen-image-2.1", "version": 2}', "random"),
-    ('{"kind": "qwen-image-2.1", "version": 1, "trained": {"steps": 1500}}', "trained"),
-    ('{"trained": true}', "random"),  # not a training record
-    ('{"trained": {}', "random"),  # unreadable: counts as random (nothing is judged)
-    ("[1, 2]", "random"),
-])
+@pytest.mark.parametrize(
+    "mark, kind",
+    [
+        (None, None),  # no mark: a real model
+        ("{}", "random"),
+        ('{"kind": "qwen-image-2.1", "version": 2}', "random"),
+        ('{"kind": "qwen-image-2.1", "version": 1, "trained": {"steps": 1500}}', "trained"),
+        ('{"trained": true}', "random"),  # not a training record
+        ('{"trained": {}', "random"),  # unreadable: counts as random (nothing is judged)
+        ("[1, 2]", "random"),
+    ],
+)
 def test_a_tiny_models_mark_says_whether_it_was_trained(tmp_path, mark, kind):
     from aipc_env.distill.models import is_tiny_random, is_tiny_trained, tiny_kind
 
@@ -1267,16 +1482,23 @@ def test_the_shapes_prompts_have_one_length_and_a_seed_per_line():
     assert {r.prompt for r in train} == {"a blue square", "a blue stripe", "a gold square", "a gold stripe"}
     assert {len(r.prompt) for r in train} == {13}  # byte-level tokens: one length, no padding in training
     assert [(r.prompt, r.seed) for r in load_prompts("builtin:shapes-eval-prompts")] == [
-        ("a blue square", None), ("a blue stripe", None), ("a gold square", None), ("a gold stripe", None)]
+        ("a blue square", None),
+        ("a blue stripe", None),
+        ("a gold square", None),
+        ("a gold stripe", None),
+    ]
     assert load_prompts("builtin:shapes-prompts", limit=3)[2].seed == 2
 
 
-@pytest.mark.parametrize("teacher, untrained, ok", [
-    (0.25, 1.0, True),  # at the bound (ratio 0.25, binary-exact)
-    (0.125, 1.0, True),  # below it
-    (0.25 + 1e-9, 1.0, False),  # just above it
-    (float("nan"), 1.0, False),
-])
+@pytest.mark.parametrize(
+    "teacher, untrained, ok",
+    [
+        (0.25, 1.0, True),  # at the bound (ratio 0.25, binary-exact)
+        (0.125, 1.0, True),  # below it
+        (0.25 + 1e-9, 1.0, False),  # just above it
+        (float("nan"), 1.0, False),
+    ],
+)
 def test_the_tiny_teacher_is_cached_only_when_its_samples_are_structured(teacher, untrained, ok):
     from aipc_env.distill.shapes import STRUCTURED_RATIO, check_structured
     from aipc_env.errors import AipcError
@@ -1284,7 +1506,8 @@ def test_the_tiny_teacher_is_cached_only_when_its_samples_are_structured(teacher
     assert STRUCTURED_RATIO == 0.1
     if ok:
         assert check_structured(teacher, untrained, 0.25) == (
-            f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's 1 (bound: at most 0.25 times)")
+            f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's 1 (bound: at most 0.25 times)"
+        )
     else:
         with pytest.raises(AipcError, match=r"^the tiny teacher did not learn its distribution: teacher@8"):
             check_structured(teacher, untrained, 0.25)
@@ -1306,8 +1529,7 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
         (out / "aipc_tiny.json").write_text('{"version": 1, "trained": {"steps": 1500}}')
         return out
 
-    monkeypatch.setitem(sys.modules, "aipc_env.distill.tinytrained21",
-                        types.SimpleNamespace(build_tiny21_trained=build))
+    monkeypatch.setitem(sys.modules, "aipc_env.distill.tinytrained21", types.SimpleNamespace(build_tiny21_trained=build))
     data = default_distill_config(tmp_path / "run", profile="tiny-trained")
     (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
     cfg = load_distill_config(tmp_path / "d.yaml")

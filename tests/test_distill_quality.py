@@ -24,8 +24,7 @@ def teacher_cache(tmp_path_factory) -> Path:
     from aipc_env.distill.tinytrained21 import build_tiny21_trained
 
     def build(folder: Path) -> None:
-        build_tiny21_trained(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}",
-                             log=lambda m: None)
+        build_tiny21_trained(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
 
     return built_once(tmp_path_factory, "tiny21-trained", build)
 

@@ -23,6 +23,7 @@ def _load(name: str):
 
 # --- the command reference ---------------------------------------------------------------------------------------
 
+
 def test_the_committed_cli_reference_is_the_parsers():
     gen = _load("gen_cli_reference")
     committed = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
@@ -48,12 +49,12 @@ def test_the_reference_lists_every_command_and_exit_code():
     text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     for command in ("doctor", "train", "fleet bundle", "distill gate", "container run", "dataset validate", "adapt"):
         assert f"`aipc-env {command}`" in text, command
-    for code, name in ((0, "OK"), (1, "PROBLEMS"), (2, "USAGE"), (3, "INTERNAL"), (127, "CANNOT_START"),
-                       (130, "INTERRUPTED")):
+    for code, name in ((0, "OK"), (1, "PROBLEMS"), (2, "USAGE"), (3, "INTERNAL"), (127, "CANNOT_START"), (130, "INTERRUPTED")):
         assert f"| `{code}` | `{name}` |" in text
 
 
 # --- the getting-started outputs -----------------------------------------------------------------------------------
+
 
 def test_the_getting_started_outputs_are_the_tools_current_ones():
     gen = _load("gen_outputs")
@@ -85,9 +86,14 @@ def shipped_files() -> list[Path]:
     environments."""
     files = [ROOT / "README.md", ROOT / "launchers" / "README.md", ROOT / "mkdocs.yml"]
     for folder in ("src", "docs", "launchers", "environments"):
-        files += [p for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and not any(part.endswith(".egg-info") for part in p.parts)  # an editable install's build output
-                  and p.suffix not in (".png", ".pyc", ".whl")]
+        files += [
+            p
+            for p in (ROOT / folder).rglob("*")
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and not any(part.endswith(".egg-info") for part in p.parts)  # an editable install's build output
+            and p.suffix not in (".png", ".pyc", ".whl")
+        ]
     return sorted(set(files))
 
 
@@ -136,21 +142,45 @@ def test_the_runbook_and_the_distillation_project_are_named_with_where_they_live
 INTERNAL = re.compile(
     r"\bseed[ _-]?0\d\d\b|\bseeds[\\/]|\b(?:the|a|this) seed['’]s\b|\bseed (?:items?|lessons?|documents?|files?"
     r"|next step)\b|\b(?:as )?the seed (?:learned|says|said|recorded|found|documents?)\b|\bseed[ -]document",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 """"seed" used as the name of a document ("seed 003", "the seed's order", "Seed item 1"); random seeds are fine."""
 
 
-@pytest.mark.parametrize("text", ["turns seed 003 into stages", "the seed-003 recipe", "Seed 003's G1",
-                                  "the seed's order", "Seed item 1:", "seed lesson 3", "as the seed learned",
-                                  "read ../seeds/003_x.txt", "Seed next step 2", "the seed documents"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "turns seed 003 into stages",
+        "the seed-003 recipe",
+        "Seed 003's G1",
+        "the seed's order",
+        "Seed item 1:",
+        "seed lesson 3",
+        "as the seed learned",
+        "read ../seeds/003_x.txt",
+        "Seed next step 2",
+        "the seed documents",
+    ],
+)
 def test_the_internal_name_pattern_catches_document_uses(text):
     assert INTERNAL.search(text)
 
 
-@pytest.mark.parametrize("text", ["seed: 42", "the same seeds", "torch.manual_seed_all(seed)", "a random seed",
-                                  "everything is a function of the seed", "noise seed per prompt",
-                                  "seed_everything(seed)", "secret key (64: seed + public)", "--seed 7",
-                                  r'per line (\"seed\" optional)'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "seed: 42",
+        "the same seeds",
+        "torch.manual_seed_all(seed)",
+        "a random seed",
+        "everything is a function of the seed",
+        "noise seed per prompt",
+        "seed_everything(seed)",
+        "secret key (64: seed + public)",
+        "--seed 7",
+        r"per line (\"seed\" optional)",
+    ],
+)
 def test_the_internal_name_pattern_leaves_random_seeds_alone(text):
     assert not INTERNAL.search(text)
 

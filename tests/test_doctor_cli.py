@@ -41,8 +41,7 @@ def test_good_machine_exits_0_and_check_selection():
 
 def test_bad_input_exits_2_without_traceback(tmp_path):
     bad = tmp_path / "facts.json"
-    bad.write_text('{"schema_version": 1, "collected_at": "x", "os": {"system": "Windows"}, "memory": '
-                   '{"total_bytes": "lots"}}')
+    bad.write_text('{"schema_version": 1, "collected_at": "x", "os": {"system": "Windows"}, "memory": {"total_bytes": "lots"}}')
     result = run_cli("doctor", "--facts", str(bad))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert str(bad) in result.stderr and "memory.total_bytes" in result.stderr
@@ -58,8 +57,10 @@ def test_bad_input_exits_2_without_traceback(tmp_path):
 
 
 def test_doctor_never_imports_torch():
-    code = ("import sys; from aipc_env.cli import main; rc = main(['doctor', '--json']); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)")
+    code = (
+        "import sys; from aipc_env.cli import main; rc = main(['doctor', '--json']); "
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)"
+    )
     import subprocess
     import sys
 
@@ -101,8 +102,9 @@ def test_stdout_to_a_full_device_is_a_clear_error():
     if not os.path.exists("/dev/full"):
         return
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "aipc_env", "matrix", "--json"], stdout=full,
-                                stderr=subprocess.PIPE, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "aipc_env", "matrix", "--json"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
     assert result.returncode == 2 and "cannot write the output" in result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 

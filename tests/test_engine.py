@@ -75,20 +75,43 @@ def trained_run(tiny_pipe, tmp_path_factory) -> Path:
 
 
 def _config(tmp: Path, model: Path, data: Path, **train) -> Path:
-    cfg = {"engine": "builtin", "model": {"path": str(model)}, "lora": {"rank": 4, "alpha": 8},
-           "data": {"datasets": [str(data)], "target_size": [64, 64], "batch_size": 2, "num_workers": 0,
-                    "caption_dropout_rate": 0.2, "mask_weight": 2.0},
-           "train": {"max_train_steps": 12, "gradient_accumulation_steps": 2, "learning_rate": 1e-2,
-                     "checkpointing_steps": 3, "checkpoints_total_limit": 2, **train},
-           "output_dir": str(tmp / "out run"), "cache_dir": str(tmp.parent / "shared-cache"), "device": "cpu"}
+    cfg = {
+        "engine": "builtin",
+        "model": {"path": str(model)},
+        "lora": {"rank": 4, "alpha": 8},
+        "data": {
+            "datasets": [str(data)],
+            "target_size": [64, 64],
+            "batch_size": 2,
+            "num_workers": 0,
+            "caption_dropout_rate": 0.2,
+            "mask_weight": 2.0,
+        },
+        "train": {
+            "max_train_steps": 12,
+            "gradient_accumulation_steps": 2,
+            "learning_rate": 1e-2,
+            "checkpointing_steps": 3,
+            "checkpoints_total_limit": 2,
+            **train,
+        },
+        "output_dir": str(tmp / "out run"),
+        "cache_dir": str(tmp.parent / "shared-cache"),
+        "device": "cpu",
+    }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
 def _engine(phase: str, config: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aipc_env.train.engine", "--phase", phase, "--config", str(config)],
-                          capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "aipc_env.train.engine", "--phase", phase, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, trained_run):
@@ -110,9 +133,18 @@ def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, train
     image = Image.open(dataset / "control_images" / "s0.jpg").convert("RGB")
 
     def generate():
-        return np.asarray(pipe(image=image, prompt="Add the small red character", num_inference_steps=2,
-                               height=64, width=64, true_cfg_scale=1.0,
-                               generator=torch.Generator().manual_seed(0)).images[0], dtype=np.int16)
+        return np.asarray(
+            pipe(
+                image=image,
+                prompt="Add the small red character",
+                num_inference_steps=2,
+                height=64,
+                width=64,
+                true_cfg_scale=1.0,
+                generator=torch.Generator().manual_seed(0),
+            ).images[0],
+            dtype=np.int16,
+        )
 
     base = generate()
     pipe.load_lora_weights(str(out / "lora"), weight_name="pytorch_lora_weights.safetensors")
@@ -155,8 +187,11 @@ def test_kill_at_a_random_step_and_resume_gives_the_same_weights(tiny_pipe, data
     killed = tmp_path / "killed"
     killed.mkdir()
     cfg_b = _config(killed, tiny_pipe, dataset, max_train_steps=30, checkpointing_steps=1, resume="auto")
-    proc = subprocess.Popen([sys.executable, "-m", "aipc_env.train.engine", "--phase", "fit", "--config", str(cfg_b)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aipc_env.train.engine", "--phase", "fit", "--config", str(cfg_b)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     log = killed / "out run" / "train_log.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -37,22 +37,34 @@ def playbook(tmp_path_factory, fleet_bundle):
     assert result.returncode == 0, result.stderr
     shutil.copytree(fleet_bundle, out / "bundle-linux-64")
     collections = collections_path(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aipc-env-tests")
-    env = isolated_env(out.parent, ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_NOCOLOR="1",
-                       ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_LOCAL_TEMP=str(out.parent / "ansible-tmp"))
+    env = isolated_env(
+        out.parent,
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_LOCAL_TEMP=str(out.parent / "ansible-tmp"),
+    )
     return out, env
 
 
 def test_syntax_check_and_lint(playbook):
     out, env = playbook
-    syntax = subprocess.run([_bin("ansible-playbook"), "-i", "inventory.example.yml", "site.yml", "--syntax-check"],
-                            cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    syntax = subprocess.run(
+        [_bin("ansible-playbook"), "-i", "inventory.example.yml", "site.yml", "--syntax-check"],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert syntax.returncode == 0, syntax.stdout + syntax.stderr
     bundle = out / "bundle-linux-64"
     moved = out.parent / "bundle-aside"
     bundle.rename(moved)  # lint the playbook, not the bundle's files
     try:
-        lint = subprocess.run([_bin("ansible-lint"), "--offline", "--nocolor"], cwd=out, env=env,
-                              capture_output=True, text=True, timeout=600)
+        lint = subprocess.run(
+            [_bin("ansible-lint"), "--offline", "--nocolor"], cwd=out, env=env, capture_output=True, text=True, timeout=600
+        )
     finally:
         moved.rename(bundle)
     assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr[-3000:]
@@ -70,8 +82,9 @@ def test_win_task_arguments_exist_in_ansible_doc(playbook):
             if not module.split(".")[-1].startswith("win_"):
                 continue
             if module not in docs:
-                raw = subprocess.run([_bin("ansible-doc"), "-t", "module", "-j", module], env=env,
-                                     capture_output=True, text=True, timeout=120)
+                raw = subprocess.run(
+                    [_bin("ansible-doc"), "-t", "module", "-j", module], env=env, capture_output=True, text=True, timeout=120
+                )
                 assert raw.returncode == 0, raw.stderr
                 docs[module] = json.loads(raw.stdout)[module]["doc"]["options"]
             options = docs[module]
@@ -96,23 +109,36 @@ def _inventory(out: Path, hosts: int, uv_cache: str) -> Path:
     for i in range(1, hosts + 1):
         root = out.parent / f"host root {i}"
         env = {**tool_dirs(root), "UV_CACHE_DIR": uv_cache, "PATH": "/usr/bin:/bin"}
-        lines += [f"    aipc-pc-{i:03d}:", "      ansible_connection: local",
-                  f"      ansible_python_interpreter: {sys.executable}", f"      aipc_root: {json.dumps(str(root))}",
-                  f"      aipc_environment: {json.dumps(env)}"]  # the GPU runtime variables stay at their defaults
+        lines += [
+            f"    aipc-pc-{i:03d}:",
+            "      ansible_connection: local",
+            f"      ansible_python_interpreter: {sys.executable}",
+            f"      aipc_root: {json.dumps(str(root))}",
+            f"      aipc_environment: {json.dumps(env)}",
+        ]  # the GPU runtime variables stay at their defaults
     path = out / "inventory.test.yml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def _play(out: Path, env: dict, inventory: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    require_tool(None if shutil.which("unshare") and
-                 subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-                 else "unshare -n is not available")
-    result = subprocess.run(["unshare", "-n", "--", _bin("ansible-playbook"), "-i", str(inventory), "site.yml",
-                             "--forks", str(HOSTS), *extra], cwd=out, env=env, capture_output=True, text=True,
-                            timeout=1200)
-    recap = {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-             for m in re.finditer(r"^(aipc-pc-\d+)\s+:\s+(.*)$", result.stdout, re.MULTILINE)}
+    require_tool(
+        None
+        if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+        else "unshare -n is not available"
+    )
+    result = subprocess.run(
+        ["unshare", "-n", "--", _bin("ansible-playbook"), "-i", str(inventory), "site.yml", "--forks", str(HOSTS), *extra],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    recap = {
+        m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+        for m in re.finditer(r"^(aipc-pc-\d+)\s+:\s+(.*)$", result.stdout, re.MULTILINE)
+    }
     return result, recap
 
 
@@ -170,8 +196,9 @@ def test_the_gpu_runtime_follows_the_distribution_table(playbook, warm_caches):
     inventory = _inventory(out, 1, warm_caches["UV_CACHE_DIR"])
     said, _ = _play(out, env, inventory, "--tags", "gpu")
     assert said.returncode == 0 and "NOT INSTALLED: Debian 12 (bookworm) cannot provide" in said.stdout, said.stdout
-    refused, _ = _play(out, env, inventory, "--tags", "gpu", "-e", "ansible_distribution=Fedora",
-                       "-e", "ansible_distribution_major_version=41")
+    refused, _ = _play(
+        out, env, inventory, "--tags", "gpu", "-e", "ansible_distribution=Fedora", "-e", "ansible_distribution_major_version=41"
+    )
     assert refused.returncode == 2 and "does not know where fedora-41 gets the Intel GPU runtime" in refused.stdout
 
 
@@ -187,17 +214,54 @@ def test_intel_repository_given_when_written(tmp_path, signing_key):
     key, fingerprint = signing_key
     line = "deb [arch=amd64] https://repositories.intel.com/gpu/ubuntu noble unified"
     out = tmp_path / "play"
-    wrong = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source", line,
-                    "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", "0" * 40)
+    wrong = run_cli(
+        "fleet",
+        "ansible",
+        "--pair",
+        "xpu-2.13",
+        "--out",
+        str(out),
+        "--gpu-runtime-source",
+        line,
+        "--gpu-runtime-key",
+        str(key),
+        "--gpu-runtime-key-fingerprint",
+        "0" * 40,
+    )
     assert wrong.returncode == 2 and "fingerprint" in wrong.stderr and not out.exists()
-    unsafe = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source",
-                     line.replace("[arch=amd64]", "[trusted=yes]"), "--gpu-runtime-key", str(key),
-                     "--gpu-runtime-key-fingerprint", fingerprint)
+    unsafe = run_cli(
+        "fleet",
+        "ansible",
+        "--pair",
+        "xpu-2.13",
+        "--out",
+        str(out),
+        "--gpu-runtime-source",
+        line.replace("[arch=amd64]", "[trusted=yes]"),
+        "--gpu-runtime-key",
+        str(key),
+        "--gpu-runtime-key-fingerprint",
+        fingerprint,
+    )
     assert unsafe.returncode == 2 and not out.exists()
-    ok = run_cli("fleet", "ansible", "--pair", "xpu-2.13", "--out", str(out), "--gpu-runtime-source", line,
-                 "--gpu-runtime-key", str(key), "--gpu-runtime-key-fingerprint", fingerprint)
+    ok = run_cli(
+        "fleet",
+        "ansible",
+        "--pair",
+        "xpu-2.13",
+        "--out",
+        str(out),
+        "--gpu-runtime-source",
+        line,
+        "--gpu-runtime-key",
+        str(key),
+        "--gpu-runtime-key-fingerprint",
+        fingerprint,
+    )
     assert ok.returncode == 0, ok.stderr
     linux = _ansible_vars(out / "group_vars" / "aipc_linux.yml")
-    assert linux["aipc_gpu_runtime_source"] == ("deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.asc arch=amd64] "
-                                                "https://repositories.intel.com/gpu/ubuntu noble unified")
+    assert linux["aipc_gpu_runtime_source"] == (
+        "deb [signed-by=/usr/share/keyrings/aipc-gpu-keyring.asc arch=amd64] "
+        "https://repositories.intel.com/gpu/ubuntu noble unified"
+    )
     assert (out / "files" / linux["aipc_gpu_runtime_key"]).read_bytes() == key.read_bytes()

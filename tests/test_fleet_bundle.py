@@ -48,26 +48,46 @@ def test_bootstrap_with_no_network_gives_a_clean_env(fleet_bundle, tmp_path, war
     result = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)], env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "(no network)" in result.stdout
-    stub = subprocess.run([str(prefix / "bin" / "python"), "-c", "import torch_stub; print(torch_stub.VALUE)"],
-                          capture_output=True, text=True)
+    stub = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", "import torch_stub; print(torch_stub.VALUE)"], capture_output=True, text=True
+    )
     assert stub.stdout.strip() == "XPU"
     assert not [p for p in bundle.rglob("*") if p.name == ".tool"]  # the bootstrap's tool env lives outside
-    check = _offline([sys.executable, "-m", "aipc_env", "env", "--check", "--bundle", str(bundle), "--prefix",
-                      str(prefix), "--json"], env)
+    check = _offline(
+        [sys.executable, "-m", "aipc_env", "env", "--check", "--bundle", str(bundle), "--prefix", str(prefix), "--json"], env
+    )
     assert check.returncode == 0 and json.loads(check.stdout)["drift"] == [], check.stdout[-2000:]
 
 
-@pytest.mark.parametrize("victim, refusal", [
-    ("wheels", "damaged or tampered"), ("requirements.linux-64.txt", "damaged or tampered"),
-    ("verify-bundle.py", "verify-bundle.py is missing or not the one this bundle was made with")])
+@pytest.mark.parametrize(
+    "victim, refusal",
+    [
+        ("wheels", "damaged or tampered"),
+        ("requirements.linux-64.txt", "damaged or tampered"),
+        ("verify-bundle.py", "verify-bundle.py is missing or not the one this bundle was made with"),
+    ],
+)
 def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp_path, victim, refusal):
     bundle = _copy(fleet_bundle, tmp_path / "bundle")
     target = min((bundle / "wheels").glob("pydantic-*.whl")) if victim == "wheels" else bundle / victim
     target.write_bytes(target.read_bytes() + b"\n# tampered")
     prefix = tmp_path / "env"
     env = isolated_env(tmp_path)
-    result = _offline([sys.executable, "-m", "aipc_env", "env", "--bundle", str(bundle),
-                       "--prefix", str(prefix), "--base-python", sys.executable], env)
+    result = _offline(
+        [
+            sys.executable,
+            "-m",
+            "aipc_env",
+            "env",
+            "--bundle",
+            str(bundle),
+            "--prefix",
+            str(prefix),
+            "--base-python",
+            sys.executable,
+        ],
+        env,
+    )
     assert result.returncode == 1 and "does not match its manifest" in result.stderr
     assert target.relative_to(bundle).as_posix() in result.stderr and not prefix.exists()
     require_tool(distro_python_with_venv())
@@ -77,8 +97,12 @@ def test_a_tampered_bundle_is_refused_and_nothing_is_installed(fleet_bundle, tmp
 
 
 def _resign(bundle: Path, keys: Path) -> None:
-    subprocess.run(["minisign", "-S", "-s", str(keys / "admin.key"), "-m", str(bundle / "bundle-manifest.json")],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["minisign", "-S", "-s", str(keys / "admin.key"), "-m", str(bundle / "bundle-manifest.json")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def _keys(fleet_bundle: Path) -> Path:
@@ -97,16 +121,36 @@ def _install(bundle: Path, tmp_path: Path, *extra: str, env_extra: dict | None =
     prefix = tmp_path / "env"
     env = isolated_env(tmp_path, **(env_extra or {}))
     env.pop("AIPC_ENV_BUNDLE_TRUST", None) if not env_extra else None
-    result = subprocess.run([sys.executable, "-m", "aipc_env", "env", "--bundle", str(bundle), "--prefix", str(prefix),
-                             "--base-python", sys.executable, *extra], capture_output=True, text=True, env=env,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aipc_env",
+            "env",
+            "--bundle",
+            str(bundle),
+            "--prefix",
+            str(prefix),
+            "--base-python",
+            sys.executable,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     return result, prefix
 
 
 def test_the_signature_verifies_with_the_real_minisign(fleet_bundle):
     keys = _keys(fleet_bundle)
-    result = subprocess.run(["minisign", "-Vm", str(fleet_bundle / "bundle-manifest.json"), "-p",
-                             str(keys / "admin.pub")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["minisign", "-Vm", str(fleet_bundle / "bundle-manifest.json"), "-p", str(keys / "admin.pub")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and "Signature and comment signature verified" in result.stdout
     assert "aipc-env bundle xpu-2.13 linux-64" in result.stdout
 
@@ -122,8 +166,10 @@ def test_rehashed_files_and_manifest_without_a_valid_signature_are_refused(fleet
     result, prefix = _install(bundle, tmp_path, "--trust", str(keys / "admin.pub"))
     assert result.returncode == 1 and "does not verify" in result.stderr and not prefix.exists()
     require_tool(distro_python_with_venv())
-    boot = _offline(["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)],
-                    isolated_env(tmp_path, PATH="/usr/bin:/bin", AIPC_ENV_BUNDLE_TRUST=str(keys / "admin.pub")))
+    boot = _offline(
+        ["sh", str(bundle / "bootstrap.sh"), "--prefix", str(prefix)],
+        isolated_env(tmp_path, PATH="/usr/bin:/bin", AIPC_ENV_BUNDLE_TRUST=str(keys / "admin.pub")),
+    )
     assert boot.returncode == 1 and "signature does not verify" in boot.stderr and not prefix.exists()
 
 
@@ -191,8 +237,18 @@ def test_a_bundle_holding_a_fifo_or_a_linked_folder_is_refused(fleet_bundle, tmp
 def test_a_bundle_needs_an_empty_folder(fleet_bundle, tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("x")
-    result = run_cli("fleet", "bundle", "--lock", str(fleet_bundle / "pylock.linux-64.toml"), "--platform",
-                     "linux-64", "--python", "3.11", "--out", str(tmp_path / "used"))
+    result = run_cli(
+        "fleet",
+        "bundle",
+        "--lock",
+        str(fleet_bundle / "pylock.linux-64.toml"),
+        "--platform",
+        "linux-64",
+        "--python",
+        "3.11",
+        "--out",
+        str(tmp_path / "used"),
+    )
     assert result.returncode == 2 and "not empty" in result.stderr
 
 
@@ -203,12 +259,28 @@ def test_an_interrupted_bundle_build_leaves_no_bundle_and_the_next_run_recovers(
     from aipc_env.fleet.bundle_check import verify_bundle
 
     out = tmp_path / "bundle"
-    argv = ["fleet", "bundle", "--pair", "xpu-2.13", "--lock", str(fleet_bundle / "pylock.linux-64.toml"),
-            "--platform", "linux-64", "--python", "3.11", "--out", str(out), "--find-links",
-            str(fleet_bundle / "wheels")]
+    argv = [
+        "fleet",
+        "bundle",
+        "--pair",
+        "xpu-2.13",
+        "--lock",
+        str(fleet_bundle / "pylock.linux-64.toml"),
+        "--platform",
+        "linux-64",
+        "--python",
+        "3.11",
+        "--out",
+        str(out),
+        "--find-links",
+        str(fleet_bundle / "wheels"),
+    ]
     env = {"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")}
-    stopped = run_cli(*argv, env={**env, "AIPC_ENV_INTERRUPT_AT": "bundle:after-wheels",
-                                  "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""}, timeout=600)
+    stopped = run_cli(
+        *argv,
+        env={**env, "AIPC_ENV_INTERRUPT_AT": "bundle:after-wheels", "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""},
+        timeout=600,
+    )
     assert stopped.returncode == (-9 if kill else 130), stopped.stderr[-2000:]
     assert not out.exists()
     assert bool(list(tmp_path.glob(".bundle-partial-*"))) == kill
@@ -229,8 +301,19 @@ def test_a_lock_that_cannot_install_aipc_env_is_refused_before_anything_is_fetch
     lock.parent.mkdir()
     lock.write_text("\n[[packages]]\n".join(kept), encoding="utf-8")
     out = tmp_path / "bundle"
-    result = run_cli("fleet", "bundle", "--lock", str(lock), "--platform", "linux-64", "--python", "3.11", "--out",
-                     str(out), env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_cli(
+        "fleet",
+        "bundle",
+        "--lock",
+        str(lock),
+        "--platform",
+        "linux-64",
+        "--python",
+        "3.11",
+        "--out",
+        str(out),
+        env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "cannot install aipc-env offline" in result.stderr and "cryptography is not in the lock" in result.stderr
     assert "uv is not in the lock" in result.stderr

@@ -28,8 +28,19 @@ def fleet(tmp_path_factory):
     newer["schema_version"] = 9
     (base / "reports" / "from-the-future.json").write_text(json.dumps(newer))
     out = base / "report.html"
-    result = run_cli("fleet", "report", str(base / "reports"), "--golden", str(info["golden"]), "--out", str(out),
-                     "--csv", str(base / "report.csv"), "--json", timeout=300)
+    result = run_cli(
+        "fleet",
+        "report",
+        str(base / "reports"),
+        "--golden",
+        str(info["golden"]),
+        "--out",
+        str(out),
+        "--csv",
+        str(base / "report.csv"),
+        "--json",
+        timeout=300,
+    )
     return base, info, result
 
 
@@ -71,23 +82,29 @@ def test_the_html_page_in_a_headless_browser(fleet, tmp_path):
     base, info, _ = fleet
     browser = _chromium()
     require_tool(None if browser else "chromium is missing (apt-get install chromium)")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     page = (base / "report.html").as_uri()
     dom = subprocess.run([browser, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=180)
     assert dom.returncode == 0, dom.stderr[-2000:]
     for name in info["drifted"]:
         assert f">{name}<" in dom.stdout  # every drifted machine is a row of the rendered page
-    assert dom.stdout.count('data-state="drifted"') + dom.stdout.count('data-state="failing+drifted"') == \
-        len(info["drifted"])
+    assert dom.stdout.count('data-state="drifted"') + dom.stdout.count('data-state="failing+drifted"') == len(info["drifted"])
     assert '<svg id="chart"' in dom.stdout and 'data-check="ram"' in dom.stdout
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     shot = artifacts / "fleet-report.png"
     shot.unlink(missing_ok=True)
-    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1280,1000", page], capture_output=True,
-                   timeout=180)
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1280,1000", page], capture_output=True, timeout=180)
     assert shot.is_file() and shot.stat().st_size > 10_000
 
 
@@ -100,13 +117,16 @@ def _edit(path, change) -> None:
 def test_one_row_per_machine_the_newest_wins(tmp_path):
     generate_reports(tmp_path / "r", 3)
     first = tmp_path / "r" / "AIPC-0001.json"
-    for name, when, bnb in (("old-1.json", "2026-11-01T08:00:00+00:00", "0.49.1"),
-                            ("old-2.json", "2026-11-15T08:00:00+00:00", "0.49.1")):
+    for name, when, bnb in (
+        ("old-1.json", "2026-11-01T08:00:00+00:00", "0.49.1"),
+        ("old-2.json", "2026-11-15T08:00:00+00:00", "0.49.1"),
+    ):
         (tmp_path / "r" / name).write_text(first.read_text())
 
         def stale(r, when=when, bnb=bnb):
             r["facts"]["collected_at"] = when
             r["facts"]["training_env"]["distributions"]["bitsandbytes"] = bnb
+
         _edit(tmp_path / "r" / name, stale)
     _edit(first, lambda r: r["facts"].__setitem__("collected_at", "2026-12-01T08:00:00+00:00"))
     golden = tmp_path / "golden.json"
@@ -123,18 +143,22 @@ def test_one_row_per_machine_the_newest_wins(tmp_path):
     assert result.returncode == 0  # the stale drift does not count
 
 
-@pytest.mark.parametrize("kind, change, value", [
-    ("driver", lambda f: f["gpus"][0].__setitem__("driver_version", "32.0.101.6000"), "32.0.101.6000"),
-    ("oneapi", lambda f: f["oneapi"]["installs"][0].__setitem__("version", "2025.2"), "2025.2"),
-    ("os", lambda f: f["os"].__setitem__("version", "10.0.22631"), "Windows 10.0.22631"),
-    ("aipc-env", lambda f: f.__setitem__("aipc_env_version", "0.0.9"), "0.0.9"),
-    ("env", lambda f: f["training_env"]["distributions"].__setitem__("peft", "0.1"), None),
-])
+@pytest.mark.parametrize(
+    "kind, change, value",
+    [
+        ("driver", lambda f: f["gpus"][0].__setitem__("driver_version", "32.0.101.6000"), "32.0.101.6000"),
+        ("oneapi", lambda f: f["oneapi"]["installs"][0].__setitem__("version", "2025.2"), "2025.2"),
+        ("os", lambda f: f["os"].__setitem__("version", "10.0.22631"), "Windows 10.0.22631"),
+        ("aipc-env", lambda f: f.__setitem__("aipc_env_version", "0.0.9"), "0.0.9"),
+        ("env", lambda f: f["training_env"]["distributions"].__setitem__("peft", "0.1"), None),
+    ],
+)
 def test_drift_of_each_provisioned_fact(tmp_path, kind, change, value):
     generate_reports(tmp_path / "r", 2)
     _edit(tmp_path / "r" / "AIPC-0000.json", lambda r: change(r["facts"]))
-    report = json.loads(run_cli("fleet", "report", str(tmp_path / "r"), "--golden", str(tmp_path / "golden.json"),
-                                "--json").stdout)
+    report = json.loads(
+        run_cli("fleet", "report", str(tmp_path / "r"), "--golden", str(tmp_path / "golden.json"), "--json").stdout
+    )
     rows = {m["hostname"]: m for m in report["machines"]}
     assert [d["kind"] for d in rows["AIPC-0000"]["drift"]] == [kind]
     if value is not None:
@@ -145,8 +169,9 @@ def test_drift_of_each_provisioned_fact(tmp_path, kind, change, value):
 def test_pair_drift(tmp_path):
     generate_reports(tmp_path / "r", 2)
     _edit(tmp_path / "r" / "AIPC-0001.json", lambda r: r["resolution"].__setitem__("pair", "xpu-2.10"))
-    report = json.loads(run_cli("fleet", "report", str(tmp_path / "r"), "--golden", str(tmp_path / "golden.json"),
-                                "--json").stdout)
+    report = json.loads(
+        run_cli("fleet", "report", str(tmp_path / "r"), "--golden", str(tmp_path / "golden.json"), "--json").stdout
+    )
     drift = {m["hostname"]: m["drift"] for m in report["machines"]}["AIPC-0001"]
     assert [(d["kind"], d["value"]) for d in drift] == [("pair", "xpu-2.10")]
 
@@ -156,6 +181,7 @@ def test_older_report_versions_are_labelled_with_the_upgrade(tmp_path):
 
     def legacy(r):
         r["report_schema_version"] = r.pop("schema_version")
+
     _edit(tmp_path / "r" / "AIPC-0000.json", legacy)
     _edit(tmp_path / "r" / "AIPC-0001.json", lambda r: r.__setitem__("schema_version", 0))
     result = run_cli("fleet", "report", str(tmp_path / "r"), "--json")
@@ -174,12 +200,24 @@ def test_the_page_filters_and_sorts_in_the_browser(fleet, tmp_path):
     base, info, _ = fleet
     browser = _chromium()
     require_tool(None if browser else "chromium is missing (apt-get install chromium)")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
 
     def dom(fragment: str) -> str:
-        out = subprocess.run([browser, *flags, "--dump-dom", (base / "report.html").as_uri() + fragment],
-                             capture_output=True, text=True, timeout=180)
+        out = subprocess.run(
+            [browser, *flags, "--dump-dom", (base / "report.html").as_uri() + fragment],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 
@@ -191,8 +229,7 @@ def test_the_page_filters_and_sorts_in_the_browser(fleet, tmp_path):
     states = [s for s, _ in default]
     assert states.index("ok") > max(i for i, s in enumerate(states) if s != "ok" and s != "superseded")
     drifted = visible(dom("#drift=env"))
-    assert sorted(m for _, m in drifted) == sorted(
-        m for s, m in default if "drifted" in s)
+    assert sorted(m for _, m in drifted) == sorted(m for s, m in default if "drifted" in s)
     assert len(drifted) == len(info["drifted"])
     hostnames = {m["key"]: m["hostname"] or "" for m in json.loads(fleet[2].stdout)["machines"]}
     page = dom("#sort=hostname-desc")

@@ -38,8 +38,7 @@ def test_generated_configuration_is_valid_and_follows_the_matrix_and_the_doctor(
     by_id = {r["id"]: r for r in data["properties"]["resources"] + data["properties"]["assertions"]}
     # xpu-2.13's oneAPI 2026.0 is in winget-pkgs only as Intel.OneAPI.Toolkit 2026.0.0.193 (a new id)
     assert by_id["oneapi"]["settings"] == {"id": "Intel.OneAPI.Toolkit", "source": "winget", "version": "2026.0.0.193"}
-    assert by_id["oneapi"]["dependsOn"] == ["vs-cpp-workload"] and by_id["vs-cpp-workload"]["dependsOn"] == \
-        ["vs-build-tools"]
+    assert by_id["oneapi"]["dependsOn"] == ["vs-cpp-workload"] and by_id["vs-cpp-workload"]["dependsOn"] == ["vs-build-tools"]
     assert "Microsoft.VisualStudio.Workload.VCTools" in by_id["vs-cpp-workload"]["settings"]["components"]
     assert by_id["miniforge"]["settings"]["id"] == "CondaForge.Miniforge3" and by_id["git"]["settings"]["id"] == "Git.Git"
     assert int(by_id["tdr-delay"]["settings"]["ValueData"][0]) >= TDR_MIN_SECONDS
@@ -52,36 +51,83 @@ BROKEN = [
     # (change in the generated text, expected key, expected message, text on the located line,
     #  whether the official schema alone passes the broken file)
     (("  resources:", "  resourcez:"), "properties.resourcez", "no such property", "resourcez:", True),
-    (("      settings:\n        id: Git.Git", "      setings:\n        id: Git.Git"),
-     "properties.resources[4].setings", "no such property", "setings:", True),
-    (("        id: Git.Git\n", "        id: Git.Git\n        versoin: '2.55.0'\n"),
-     "properties.resources[4].settings.versoin", "no such property", "versoin:", True),
-    (("        id: Git.Git\n", "        installMode: Quiet\n"),
-     "properties.resources[4].settings.installMode", "'Default', 'Silent' or 'Interactive'", "installMode: Quiet",
-     True),
-    (("        id: Git.Git\n", ""), "properties.resources[4].settings.Id", "required by the module", "settings:",
-     True),
-    (("Key: HKEY_LOCAL_MACHINE\\SYSTEM\\CurrentControlSet\\Control\\FileSystem", "Key: SYSTEM\\FileSystem"),
-     "properties.resources[5].settings.Key", "hive", "Key: SYSTEM", True),
-    (("ValueType: DWord", "ValueType: DWordd"), "properties.resources[5].settings.ValueType", "'DWord'",
-     "ValueType: DWordd", True),
+    (
+        ("      settings:\n        id: Git.Git", "      setings:\n        id: Git.Git"),
+        "properties.resources[4].setings",
+        "no such property",
+        "setings:",
+        True,
+    ),
+    (
+        ("        id: Git.Git\n", "        id: Git.Git\n        versoin: '2.55.0'\n"),
+        "properties.resources[4].settings.versoin",
+        "no such property",
+        "versoin:",
+        True,
+    ),
+    (
+        ("        id: Git.Git\n", "        installMode: Quiet\n"),
+        "properties.resources[4].settings.installMode",
+        "'Default', 'Silent' or 'Interactive'",
+        "installMode: Quiet",
+        True,
+    ),
+    (("        id: Git.Git\n", ""), "properties.resources[4].settings.Id", "required by the module", "settings:", True),
+    (
+        ("Key: HKEY_LOCAL_MACHINE\\SYSTEM\\CurrentControlSet\\Control\\FileSystem", "Key: SYSTEM\\FileSystem"),
+        "properties.resources[5].settings.Key",
+        "hive",
+        "Key: SYSTEM",
+        True,
+    ),
+    (
+        ("ValueType: DWord", "ValueType: DWordd"),
+        "properties.resources[5].settings.ValueType",
+        "'DWord'",
+        "ValueType: DWordd",
+        True,
+    ),
     (("        - '1'\n", "        - 'one'\n"), "properties.resources[5].settings", "whole number", "settings:", True),
-    (("      id: git\n", "      id: miniforge\n"), "properties.resources[4].id", "duplicate id 'miniforge'",
-     "id: miniforge", True),
-    (("        - vs-build-tools", "        - vs-buildtools"), "properties.resources[1].dependsOn[0]",
-     "no resource has as id", "- vs-buildtools", True),
-    (("configurationVersion: 0.2.0", "configurationVersion: 1.0.0"), "properties.configurationVersion", "pattern",
-     "configurationVersion: 1.0.0", True),
-    (("securityContext: elevated", "securityContext: root"), "securityContext", "'current', 'elevated' or "
-     "'restricted'", "securityContext: root", True),
-    (("configurationVersion: 0.2.0", "configurationVersion: zero"), "properties.configurationVersion", "schema",
-     "configurationVersion: zero", False),
+    (
+        ("      id: git\n", "      id: miniforge\n"),
+        "properties.resources[4].id",
+        "duplicate id 'miniforge'",
+        "id: miniforge",
+        True,
+    ),
+    (
+        ("        - vs-build-tools", "        - vs-buildtools"),
+        "properties.resources[1].dependsOn[0]",
+        "no resource has as id",
+        "- vs-buildtools",
+        True,
+    ),
+    (
+        ("configurationVersion: 0.2.0", "configurationVersion: 1.0.0"),
+        "properties.configurationVersion",
+        "pattern",
+        "configurationVersion: 1.0.0",
+        True,
+    ),
+    (
+        ("securityContext: elevated", "securityContext: root"),
+        "securityContext",
+        "'current', 'elevated' or 'restricted'",
+        "securityContext: root",
+        True,
+    ),
+    (
+        ("configurationVersion: 0.2.0", "configurationVersion: zero"),
+        "properties.configurationVersion",
+        "schema",
+        "configurationVersion: zero",
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize("change,key,message,on_line,schema_passes", BROKEN, ids=[b[1] for b in BROKEN])
-def test_broken_files_are_rejected_with_a_located_error(generated, tmp_path, change, key, message, on_line,
-                                                        schema_passes):
+def test_broken_files_are_rejected_with_a_located_error(generated, tmp_path, change, key, message, on_line, schema_passes):
     import jsonschema
 
     from aipc_env.fleet.winget_check import schema
@@ -96,8 +142,9 @@ def test_broken_files_are_rejected_with_a_located_error(generated, tmp_path, cha
         assert not list(jsonschema.Draft202012Validator(schema()).iter_errors(yaml.safe_load(broken_text)))
     result = run_cli("fleet", "winget", "--check", str(broken))
     assert result.returncode == 1, result.stdout
-    line = next(ln for ln in result.stdout.splitlines() if f": {key}: " in ln or (key == "securityContext" and
-                                                                               ".securityContext: " in ln))
+    line = next(
+        ln for ln in result.stdout.splitlines() if f": {key}: " in ln or (key == "securityContext" and ".securityContext: " in ln)
+    )
     assert ": error: " in line, line
     assert message in line, line
     number = int(line.split(":")[1])
@@ -107,13 +154,21 @@ def test_broken_files_are_rejected_with_a_located_error(generated, tmp_path, cha
 def test_a_dependency_cycle_and_an_empty_file():
     from aipc_env.fleet.winget import validate_configuration
 
-    cfg = {"properties": {"configurationVersion": "0.2.0", "resources": [
-        {"resource": "A/B", "id": "a", "dependsOn": ["b"]}, {"resource": "A/B", "id": "b", "dependsOn": ["a"]}]}}
+    cfg = {
+        "properties": {
+            "configurationVersion": "0.2.0",
+            "resources": [{"resource": "A/B", "id": "a", "dependsOn": ["b"]}, {"resource": "A/B", "id": "b", "dependsOn": ["a"]}],
+        }
+    }
     issues = validate_configuration(cfg)
     assert any("dependency cycle: a -> b -> a" in i.message for i in issues)
     assert [i.key for i in validate_configuration({})] == ["properties"]  # the schema accepts {}; the models do not
-    cfg = {"properties": {"configurationVersion": "0.2.0", "resources": [
-        {"resource": "A/B", "settings": {}}, {"resource": "A/B", "settings": {}}]}}
+    cfg = {
+        "properties": {
+            "configurationVersion": "0.2.0",
+            "resources": [{"resource": "A/B", "settings": {}}, {"resource": "A/B", "settings": {}}],
+        }
+    }
     assert [i.severity for i in validate_configuration(cfg)] == ["warning", "warning"]  # ids are optional
 
 
@@ -213,8 +268,10 @@ def test_forms_real_modules_accept(tmp_path):
 
 def test_version_with_use_latest_is_a_warning(tmp_path):
     path = tmp_path / "x.dsc.yaml"
-    path.write_text("properties:\n  configurationVersion: 0.2.0\n  resources:\n"
-                    "    - resource: Microsoft.WinGet.DSC/WinGetPackage\n"
-                    "      settings: {id: Git.Git, version: '2.55.0', useLatest: true}\n")
+    path.write_text(
+        "properties:\n  configurationVersion: 0.2.0\n  resources:\n"
+        "    - resource: Microsoft.WinGet.DSC/WinGetPackage\n"
+        "      settings: {id: Git.Git, version: '2.55.0', useLatest: true}\n"
+    )
     result = run_cli("fleet", "winget", "--check", str(path))
     assert result.returncode == 0 and ": warning: " in result.stdout and "UseLatest" in result.stdout

@@ -42,8 +42,12 @@ def test_oneapi_component_layout_with_a_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("ONEAPI_ROOT", str(root))
     facts = gather_facts(GatherOptions(work_dir=tmp_path))
     (install,) = [i for i in facts.oneapi.installs if i.root == str(root)]
-    assert (install.layout, install.version, install.version_source, install.compiler_build) == \
-        ("component", "2025.0", "icpx", "2025.0.4")
+    assert (install.layout, install.version, install.version_source, install.compiler_build) == (
+        "component",
+        "2025.0",
+        "icpx",
+        "2025.0.4",
+    )
     assert install.releases == ["2025.0"]
 
 
@@ -68,8 +72,7 @@ def test_a_hung_tool_becomes_a_probe_error_not_a_hang(tmp_path, monkeypatch):
 
 def test_env_from_state_is_read_through_its_interpreter(tmp_path):
     prefix = Path(sys.prefix)
-    write_env_record(EnvRecord(prefix=str(prefix), python=sys.executable, pair="xpu-2.13",
-                               built_at="2026-11-01T00:00:00+00:00"))
+    write_env_record(EnvRecord(prefix=str(prefix), python=sys.executable, pair="xpu-2.13", built_at="2026-11-01T00:00:00+00:00"))
     facts = gather_machine(GatherOptions(work_dir=tmp_path))
     env = facts.training_env
     assert env.source == "state" and env.pair == "xpu-2.13" and env.error is None
@@ -90,8 +93,11 @@ def test_without_a_chosen_env_facts_name_none(tmp_path):
 def test_the_local_wheel_folders_torch_is_a_fact(tmp_path, monkeypatch):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    for name in ("torch-2.9.1+xpu-cp311-cp311-linux_x86_64.whl", "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl",
-                 "torch-bad-name.whl"):
+    for name in (
+        "torch-2.9.1+xpu-cp311-cp311-linux_x86_64.whl",
+        "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl",
+        "torch-bad-name.whl",
+    ):
         (wheels / name).write_bytes(b"")
     monkeypatch.setenv("AIPC_ENV_TORCH_WHEELS", str(wheels))
     assert gather_machine(GatherOptions(work_dir=tmp_path)).local_torch_wheels == ["2.13.0", "2.9.1"]

@@ -17,6 +17,7 @@ from aipc_env.trainenv.requirements import edit_requirements
 
 # -- matrix resolution: the fewest contradictions win among pairs with as many matches --------------------------
 
+
 def test_fewest_contradictions_break_a_tie(matrix):
     # tcmlib 1.2.0 is in xpu-2.6 and 2.7 alike; on Windows intel-pti is fingerprinted by 2.7 alone (2.6 pins it for
     # Linux only), so a different version of it contradicts 2.7 only
@@ -32,17 +33,21 @@ def test_fewest_contradictions_break_a_tie(matrix):
 
 # -- patch-requirements: bitsandbytes is raised only when the line admits a version below the pair's minimum ----
 
-@pytest.mark.parametrize("line, edited", [
-    ("bitsandbytes>=0.50.1", True),   # below the bound
-    ("bitsandbytes>=0.50.2", False),  # at it
-    ("bitsandbytes>=0.50.3", False),  # above it
-    ("bitsandbytes==0.50.1", True),
-    ("bitsandbytes==0.50.2", False),
-    ("bitsandbytes>0.50.1", True),    # admits 0.50.1.post1, below the minimum
-    ("bitsandbytes>0.50.2", False),
-    ("bitsandbytes", True),
-    ("bitsandbytes<=0.50", True),
-])
+
+@pytest.mark.parametrize(
+    "line, edited",
+    [
+        ("bitsandbytes>=0.50.1", True),  # below the bound
+        ("bitsandbytes>=0.50.2", False),  # at it
+        ("bitsandbytes>=0.50.3", False),  # above it
+        ("bitsandbytes==0.50.1", True),
+        ("bitsandbytes==0.50.2", False),
+        ("bitsandbytes>0.50.1", True),  # admits 0.50.1.post1, below the minimum
+        ("bitsandbytes>0.50.2", False),
+        ("bitsandbytes", True),
+        ("bitsandbytes<=0.50", True),
+    ],
+)
 def test_bitsandbytes_minimum_at_below_and_above(matrix, line, edited):
     pair = matrix.get("xpu-2.10")
     assert pair.bitsandbytes_min == "0.50.2"
@@ -55,6 +60,7 @@ def test_bitsandbytes_minimum_at_below_and_above(matrix, line, edited):
 
 # -- dataset: a target smaller than target_size on either side is reported -----------------------------------------
 
+
 def _one_sample(root: Path, size: tuple[int, int]) -> Path:
     for folder, name in (("training_images", "s0.png"), ("control_images", "s0.png")):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -63,13 +69,16 @@ def _one_sample(root: Path, size: tuple[int, int]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("width, height, small", [
-    (64, 64, False),  # at the bound
-    (63, 64, True),   # only the width below
-    (64, 63, True),   # only the height below
-    (63, 63, True),
-    (65, 65, False),
-])
+@pytest.mark.parametrize(
+    "width, height, small",
+    [
+        (64, 64, False),  # at the bound
+        (63, 64, True),  # only the width below
+        (64, 63, True),  # only the height below
+        (63, 63, True),
+        (65, 65, False),
+    ],
+)
 def test_small_target_images_on_either_side(tmp_path, width, height, small):
     verdict = validate_dataset(_one_sample(tmp_path / "ds", (width, height)), (64, 64))  # (height, width)
     warned = any("smaller than target_size" in w for w in verdict.warnings)
@@ -84,8 +93,10 @@ def test_target_size_height_and_width_are_not_swapped(tmp_path):
 
 # -- train config: image sides are multiples of 16, at least 16 --------------------------------------------------
 
-@pytest.mark.parametrize("side, ok", [(8, False), (15, False), (16, True), (17, False), (24, False), (32, True),
-                                      (40, False), (48, True)])
+
+@pytest.mark.parametrize(
+    "side, ok", [(8, False), (15, False), (16, True), (17, False), (24, False), (32, True), (40, False), (48, True)]
+)
 def test_target_size_sides_are_multiples_of_16(side, ok):
     data = {"datasets": ["ds"], "target_size": [side, 64]}
     if ok:
@@ -97,44 +108,86 @@ def test_target_size_sides_are_multiples_of_16(side, ok):
 
 # -- env drift: each kind its own case, from literal lock and manifest data --------------------------------------
 
+
 def _drift(installed: dict[str, str], manifest_sha: str | None = "a" * 64, modified=None, platform="linux-64"):
     from aipc_env.lock.lockfile import Pylock
     from aipc_env.trainenv.drift import Manifest, compute_drift
 
-    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [
-        {"name": "tinydep", "version": "2.0", "wheels": [{"url": "https://example.org/tinydep-2.0-py3-none-any.whl",
-                                                         "hashes": {"sha256": "a" * 64}}]},
-        {"name": "winonly", "version": "1.0", "marker": "sys_platform == 'win32'",
-         "wheels": [{"url": "https://example.org/winonly-1.0-py3-none-any.whl", "hashes": {"sha256": "c" * 64}}]},
-        {"name": "nohash", "version": "3.0", "wheels": [{"url": "https://example.org/nohash-3.0-py3-none-any.whl"}]},
-        {"name": "nowheel", "version": "4.0"},
-    ]})
-    manifest = None if manifest_sha is None else Manifest.model_validate({
-        "pair": "xpu-2.13", "platform": "linux-64", "lockfile": "pylock.linux-64.toml",
-        "installed_at": "2026-12-01T00:00:00+00:00",
-        "packages": {"tinydep": {"version": "2.0", "sha256": manifest_sha}, "nohash": {"version": "3.0", "sha256": ""},
-                     "nowheel": {"version": "4.0", "sha256": ""}}})
+    lock = Pylock.model_validate(
+        {
+            "lock_version": "1.0",
+            "packages": [
+                {
+                    "name": "tinydep",
+                    "version": "2.0",
+                    "wheels": [{"url": "https://example.org/tinydep-2.0-py3-none-any.whl", "hashes": {"sha256": "a" * 64}}],
+                },
+                {
+                    "name": "winonly",
+                    "version": "1.0",
+                    "marker": "sys_platform == 'win32'",
+                    "wheels": [{"url": "https://example.org/winonly-1.0-py3-none-any.whl", "hashes": {"sha256": "c" * 64}}],
+                },
+                {"name": "nohash", "version": "3.0", "wheels": [{"url": "https://example.org/nohash-3.0-py3-none-any.whl"}]},
+                {"name": "nowheel", "version": "4.0"},
+            ],
+        }
+    )
+    manifest = (
+        None
+        if manifest_sha is None
+        else Manifest.model_validate(
+            {
+                "pair": "xpu-2.13",
+                "platform": "linux-64",
+                "lockfile": "pylock.linux-64.toml",
+                "installed_at": "2026-12-01T00:00:00+00:00",
+                "packages": {
+                    "tinydep": {"version": "2.0", "sha256": manifest_sha},
+                    "nohash": {"version": "3.0", "sha256": ""},
+                    "nowheel": {"version": "4.0", "sha256": ""},
+                },
+            }
+        )
+    )
     installed = {"nohash": "3.0", "nowheel": "4.0", **installed}
-    return [(d.kind, d.name, d.locked, d.installed, d.files, d.describe())
-            for d in compute_drift(lock, installed, manifest, platform, "3.11", modified)]
+    return [
+        (d.kind, d.name, d.locked, d.installed, d.files, d.describe())
+        for d in compute_drift(lock, installed, manifest, platform, "3.11", modified)
+    ]
 
 
 def test_env_drift_kinds_one_by_one():
     assert _drift({"tinydep": "2.0"}) == []  # winonly is for Windows only: not missing on linux-64
     assert _drift({"tinydep": "2.0"}, platform="win-64") == [  # the marker is judged for the env's platform
-        ("missing", "winonly", "1.0", None, [], "winonly 1.0: in the lock, not installed")]
+        ("missing", "winonly", "1.0", None, [], "winonly 1.0: in the lock, not installed")
+    ]
     assert _drift({}) == [("missing", "tinydep", "2.0", None, [], "tinydep 2.0: in the lock, not installed")]
-    assert _drift({"tinydep": "1.0"}) == [("version", "tinydep", "2.0", "1.0", [],
-                                           "tinydep: lock has 2.0, env has 1.0")]
+    assert _drift({"tinydep": "1.0"}) == [("version", "tinydep", "2.0", "1.0", [], "tinydep: lock has 2.0, env has 1.0")]
     assert _drift({"tinydep": "2.0"}, manifest_sha="b" * 64) == [  # same version, another artifact
-        ("hash", "tinydep", "a" * 12, "b" * 12, [],
-         f"tinydep: the lock's artifact changed (sha256 {'a' * 12}), env has {'b' * 12}")]
+        (
+            "hash",
+            "tinydep",
+            "a" * 12,
+            "b" * 12,
+            [],
+            f"tinydep: the lock's artifact changed (sha256 {'a' * 12}), env has {'b' * 12}",
+        )
+    ]
     assert _drift({"tinydep": "2.0"}, manifest_sha=None) == []  # no manifest: hashes cannot be compared
     assert _drift({"tinydep": "2.0"}, modified={"tinydep": ["b.py", "a.py"]}) == [
-        ("modified", "tinydep", "2.0", "2.0", ["a.py", "b.py"],
-         "tinydep 2.0: 2 installed file(s) changed since the install (a.py, b.py)")]
-    assert _drift({"tinydep": "2.0", "Stray_Pkg": "1"}) == [("extra", "stray-pkg", None, "1", [],
-                                                             "stray-pkg 1: installed, not in the lock")]
+        (
+            "modified",
+            "tinydep",
+            "2.0",
+            "2.0",
+            ["a.py", "b.py"],
+            "tinydep 2.0: 2 installed file(s) changed since the install (a.py, b.py)",
+        )
+    ]
+    assert _drift({"tinydep": "2.0", "Stray_Pkg": "1"}) == [
+        ("extra", "stray-pkg", None, "1", [], "stray-pkg 1: installed, not in the lock")
+    ]
     # a version drift is reported as such even when the hash differs too (the version says more)
     assert [d[0] for d in _drift({"tinydep": "1.0"}, manifest_sha="b" * 64)] == ["version"]
 
@@ -149,26 +202,30 @@ def test_modified_files_are_listed_up_to_three(count, shown):
 
 # -- requirements: which specifier pairs conflict, and the in-place edit with its backup ---------------------------
 
-@pytest.mark.parametrize("a, b, conflict", [
-    ("", ">=1", False),                 # no constraint on one side
-    (">=1.0", "<1.0", True),
-    ("<=1.0", ">=1.0", False),          # 1.0 satisfies both: at the bound
-    ("==2.0", ">=1.5", False),
-    ("<2", ">=2", True),
-    ("==69.5.1", ">=77.0.3", True),     # the runbook's setuptools case
-    ("~=1.4", ">=1.5", False),
-    ("==1.*", ">=2", True),
-    ("==1.4.*", "<1.4.1", False),
-    ("==1.2.3", ">1.2.3", True),
-    (">1.2.3", "<1.2.5", False),        # 1.2.4: the next micro
-    (">1.2.9", "<1.4", False),          # 1.3.0: the next minor
-    (">1.9.9", "<2.1", False),
-    ("==2.0.0rc1", ">=1.0", False),     # a pre-release satisfies both
-    (">2.0", "<2.0.2", False),          # 2.0.1: the next micro of a two-part version (padded with 0)
-    (">2.0,!=2.0.0.1", "<2.0.2", False),  # 2.0.1 again: the next micro has three parts
-    (">=2.0.0rc1", "<2.0.0", True),     # PEP 440: <2.0.0 excludes 2.0.0's own pre-releases
-    ("===weird", ">=1", False),         # not a version: never called a conflict
-])
+
+@pytest.mark.parametrize(
+    "a, b, conflict",
+    [
+        ("", ">=1", False),  # no constraint on one side
+        (">=1.0", "<1.0", True),
+        ("<=1.0", ">=1.0", False),  # 1.0 satisfies both: at the bound
+        ("==2.0", ">=1.5", False),
+        ("<2", ">=2", True),
+        ("==69.5.1", ">=77.0.3", True),  # the runbook's setuptools case
+        ("~=1.4", ">=1.5", False),
+        ("==1.*", ">=2", True),
+        ("==1.4.*", "<1.4.1", False),
+        ("==1.2.3", ">1.2.3", True),
+        (">1.2.3", "<1.2.5", False),  # 1.2.4: the next micro
+        (">1.2.9", "<1.4", False),  # 1.3.0: the next minor
+        (">1.9.9", "<2.1", False),
+        ("==2.0.0rc1", ">=1.0", False),  # a pre-release satisfies both
+        (">2.0", "<2.0.2", False),  # 2.0.1: the next micro of a two-part version (padded with 0)
+        (">2.0,!=2.0.0.1", "<2.0.2", False),  # 2.0.1 again: the next micro has three parts
+        (">=2.0.0rc1", "<2.0.0", True),  # PEP 440: <2.0.0 excludes 2.0.0's own pre-releases
+        ("===weird", ">=1", False),  # not a version: never called a conflict
+    ],
+)
 def test_specifiers_conflict(a, b, conflict):
     from packaging.specifiers import SpecifierSet
 
@@ -184,8 +241,14 @@ ORIGINAL = b"\xef\xbb\xbftorch==2.3.0\r\nbitsandbytes==0.43.0\r\ndiffusers\r\n"
 def _apply(path, matrix, dry_run=False):
     from aipc_env.trainenv.requirements import apply_edits
 
-    return apply_edits(path, pair=matrix.get("xpu-2.10"), xpu_index="https://download.pytorch.org/whl/xpu",
-                       pip_layer=None, locked=None, dry_run=dry_run)
+    return apply_edits(
+        path,
+        pair=matrix.get("xpu-2.10"),
+        xpu_index="https://download.pytorch.org/whl/xpu",
+        pip_layer=None,
+        locked=None,
+        dry_run=dry_run,
+    )
 
 
 def test_apply_edits_dry_run_then_real_then_again(tmp_path, matrix):
@@ -217,15 +280,20 @@ def test_apply_edits_refusals_change_nothing(tmp_path, matrix):
             _apply(path, matrix)
         return caught.value.message, caught.value.path, caught.value.fix
 
-    assert refusal(tmp_path / "nope.txt") == ("requirements file not found", str(tmp_path / "nope.txt"),
-                                              "pass the clone's requirements.txt")
+    assert refusal(tmp_path / "nope.txt") == (
+        "requirements file not found",
+        str(tmp_path / "nope.txt"),
+        "pass the clone's requirements.txt",
+    )
     assert refusal(tmp_path) == ("is a folder, expected a requirements file", str(tmp_path), None)
     path = tmp_path / "requirements.txt"
     path.write_bytes(ORIGINAL)
     path.chmod(0o444)
-    assert refusal(path) == ("the requirements file is read-only; nothing was changed", str(path),
-                             "make it writable (chmod u+w, or clear the read-only attribute) and run again, or "
-                             "use --dry-run to see the edits")
+    assert refusal(path) == (
+        "the requirements file is read-only; nothing was changed",
+        str(path),
+        "make it writable (chmod u+w, or clear the read-only attribute) and run again, or use --dry-run to see the edits",
+    )
     assert path.read_bytes() == ORIGINAL and not (tmp_path / "requirements.txt.aipc-backup").exists()
     result, _, backup = _apply(path, matrix, dry_run=True)  # a dry run of a read-only file is fine
     assert result.changed and backup is None
@@ -239,58 +307,66 @@ def test_apply_edits_without_a_bom_writes_none(tmp_path, matrix):
     assert b"torch==2.10.0+xpu" in path.read_bytes()
 
 
-
-UPSTREAM_LIKE = ("# upstream requirements\n"
-                 "torch>=2.3\n"
-                 "torchvision\n"
-                 "bitsandbytes==0.43.0 ; sys_platform != 'darwin'\n"
-                 "setuptools==69.5.1\n"
-                 "flash-attn==2.5.8\n"
-                 "diffusers[torch]>=0.33 # pinned upstream\n"
-                 "-e .\n"
-                 "diffusers==0.34\n"
-                 "  peft>=0.10\n"
-                 "https://example.org/x.whl\n")
-EDITED = ("# upstream requirements\n"
-          "# aipc-env: torch comes from the pair's XPU pins below\n"
-          "# torch>=2.3\n"
-          "# aipc-env: torchvision comes from the pair's XPU pins below\n"
-          "# torchvision\n"
-          "bitsandbytes>=0.50.2; sys_platform != \"darwin\"  # aipc-env: XPU needs >= 0.50.2\n"
-          "setuptools==69.5.1\n"
-          "# aipc-env: flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)\n"
-          "# flash-attn==2.5.8\n"
-          "diffusers[torch]>=0.33 # pinned upstream\n"
-          "-e .\n"
-          "diffusers==0.34\n"
-          "  peft>=0.10\n"
-          "https://example.org/x.whl\n"
-          "# aipc-env: the pair's XPU torch (xpu-2.10), from the PyTorch XPU index: a plain `pip install -r` keeps it "
-          "and never\n"
-          "# aipc-env: takes PyPI's CUDA build (and its nvidia-* packages) instead\n"
-          "--extra-index-url https://download.pytorch.org/whl/xpu\n"
-          "torch==2.10.0+xpu\n"
-          "torchvision==0.25.0+xpu\n")
+UPSTREAM_LIKE = (
+    "# upstream requirements\n"
+    "torch>=2.3\n"
+    "torchvision\n"
+    "bitsandbytes==0.43.0 ; sys_platform != 'darwin'\n"
+    "setuptools==69.5.1\n"
+    "flash-attn==2.5.8\n"
+    "diffusers[torch]>=0.33 # pinned upstream\n"
+    "-e .\n"
+    "diffusers==0.34\n"
+    "  peft>=0.10\n"
+    "https://example.org/x.whl\n"
+)
+EDITED = (
+    "# upstream requirements\n"
+    "# aipc-env: torch comes from the pair's XPU pins below\n"
+    "# torch>=2.3\n"
+    "# aipc-env: torchvision comes from the pair's XPU pins below\n"
+    "# torchvision\n"
+    'bitsandbytes>=0.50.2; sys_platform != "darwin"  # aipc-env: XPU needs >= 0.50.2\n'
+    "setuptools==69.5.1\n"
+    "# aipc-env: flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)\n"
+    "# flash-attn==2.5.8\n"
+    "diffusers[torch]>=0.33 # pinned upstream\n"
+    "-e .\n"
+    "diffusers==0.34\n"
+    "  peft>=0.10\n"
+    "https://example.org/x.whl\n"
+    "# aipc-env: the pair's XPU torch (xpu-2.10), from the PyTorch XPU index: a plain `pip install -r` keeps it "
+    "and never\n"
+    "# aipc-env: takes PyPI's CUDA build (and its nvidia-* packages) instead\n"
+    "--extra-index-url https://download.pytorch.org/whl/xpu\n"
+    "torch==2.10.0+xpu\n"
+    "torchvision==0.25.0+xpu\n"
+)
 
 
 def test_the_whole_edit_of_an_upstream_like_file(matrix):
     """Every line as written (reviewed by hand): torch lines commented for the pair's pins, bitsandbytes raised
     with its marker kept, CUDA-only packages commented, repeats and pip-layer conflicts reported, other lines
     (options, URLs, indentation, comments) untouched; a second pass changes nothing."""
-    kwargs = {"pair": matrix.get("xpu-2.10"), "xpu_index": "https://download.pytorch.org/whl/xpu",
-              "pip_layer": ["peft==0.9.0", "accelerate>=1.0"], "locked": None}
+    kwargs = {
+        "pair": matrix.get("xpu-2.10"),
+        "xpu_index": "https://download.pytorch.org/whl/xpu",
+        "pip_layer": ["peft==0.9.0", "accelerate>=1.0"],
+        "locked": None,
+    }
     result = edit_requirements(UPSTREAM_LIKE, **kwargs)
     assert result.changed and result.text == EDITED
     assert result.edits == [
-        "line 2: torch replaced by the pair's XPU build", "line 3: torchvision replaced by the pair's XPU build",
+        "line 2: torch replaced by the pair's XPU build",
+        "line 3: torchvision replaced by the pair's XPU build",
         "line 4: \"bitsandbytes==0.43.0 ; sys_platform != 'darwin'\" -> bitsandbytes>=0.50.2 (XPU backend)",
         "line 6: commented out flash-attn",
-        "appended torch==2.10.0+xpu, torchvision==0.25.0+xpu with the XPU index line "
-        "(https://download.pytorch.org/whl/xpu)"]
+        "appended torch==2.10.0+xpu, torchvision==0.25.0+xpu with the XPU index line (https://download.pytorch.org/whl/xpu)",
+    ]
     assert result.report == [
         "line 9: diffusers is listed again (first on line 7); pip takes both, and conflicting pins fail the install",
-        "line 10: peft>=0.10 conflicts with aipc-env's pip layer (peft==0.9.0): this env cannot also be aipc-env's "
-        "training env"]
+        "line 10: peft>=0.10 conflicts with aipc-env's pip layer (peft==0.9.0): this env cannot also be aipc-env's training env",
+    ]
     again = edit_requirements(EDITED, **kwargs)
     assert not again.changed and again.text == EDITED and again.edits == []
     crlf = edit_requirements(UPSTREAM_LIKE.replace("\n", "\r\n"), **kwargs)
@@ -336,24 +412,28 @@ def test_the_whole_verdict_of_a_flawed_dataset(tmp_path):
         f"{t}/s5.png: no control image (the input of the edit)",
         "samples have different numbers of control images (0 control(s): s5; 1 control(s): s0, s1, s2…; "
         "2 control(s): s4); upstream takes the count from the first sample (s0) and fails or ignores controls on "
-        "the others"]
+        "the others",
+    ]
     assert verdict.warnings == [
         f"{t}/s1.png: prompt 'make it better' is too vague to teach an edit",
-        f"{t}/s2.png: prompt reads like a caption of the result; write the edit instruction (\"Add the character to "
-        "the image\")",
+        f'{t}/s2.png: prompt reads like a caption of the result; write the edit instruction ("Add the character to the image")',
         "1 target image(s) smaller than target_size [64, 64] will be upscaled: s0 (32x64)",
         "6 samples: enough for a smoke test only (20–50 for a narrow task)",
-        "hold out at least 3 samples as a test set that training never sees"]
+        "hold out at least 3 samples as a test set that training never sees",
+    ]
 
 
-@pytest.mark.parametrize("n, issue, warning", [
-    (4, "4 sample(s): at least 5 are needed", None),
-    (5, None, "5 samples: enough for a smoke test only (20–50 for a narrow task)"),
-    (19, None, "19 samples: enough for a smoke test only (20–50 for a narrow task)"),
-    (20, None, "20 samples: fewer than 30; 50–100 generalise better"),
-    (29, None, "29 samples: fewer than 30; 50–100 generalise better"),
-    (30, None, None),
-])
+@pytest.mark.parametrize(
+    "n, issue, warning",
+    [
+        (4, "4 sample(s): at least 5 are needed", None),
+        (5, None, "5 samples: enough for a smoke test only (20–50 for a narrow task)"),
+        (19, None, "19 samples: enough for a smoke test only (20–50 for a narrow task)"),
+        (20, None, "20 samples: fewer than 30; 50–100 generalise better"),
+        (29, None, "29 samples: fewer than 30; 50–100 generalise better"),
+        (30, None, None),
+    ],
+)
 def test_sample_count_bounds(tmp_path, n, issue, warning):
     verdict = validate_dataset(_samples(tmp_path / "ds", n), (64, 64))
     assert verdict.issues == ([issue] if issue else [])

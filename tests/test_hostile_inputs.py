@@ -74,10 +74,16 @@ def test_a_long_dependency_chain_is_checked_without_recursion(tmp_path):
     import yaml
 
     count = 1500
-    resources = [{"resource": "Microsoft.WinGet.DSC/WinGetPackage", "id": f"r{i}",
-                  "directives": {"description": f"step {i}"},
-                  "settings": {"id": "Git.Git", "source": "winget"},
-                  **({"dependsOn": [f"r{i - 1}"]} if i else {})} for i in range(count)]
+    resources = [
+        {
+            "resource": "Microsoft.WinGet.DSC/WinGetPackage",
+            "id": f"r{i}",
+            "directives": {"description": f"step {i}"},
+            "settings": {"id": "Git.Git", "source": "winget"},
+            **({"dependsOn": [f"r{i - 1}"]} if i else {}),
+        }
+        for i in range(count)
+    ]
     resources[0]["dependsOn"] = [f"r{count - 1}"]  # closes the chain into one cycle of 1,500
     doc = {"properties": {"configurationVersion": "0.2.0", "resources": resources}}
     path = tmp_path / "chain.dsc.yaml"
@@ -136,18 +142,20 @@ def test_a_hostile_hostname_reaches_the_fleet_csv_as_text(tmp_path):
     report = json.loads((tmp_path / "r" / "AIPC-0000.json").read_text())
     report["facts"]["machine"]["hostname"] = '=cmd|"/c calc"!A1'
     (tmp_path / "r" / "AIPC-0000.json").write_text(json.dumps(report))
-    result = run_cli("fleet", "report", str(tmp_path / "r"), "--csv", str(tmp_path / "out.csv"), "--out",
-                     str(tmp_path / "out.html"))
+    result = run_cli(
+        "fleet", "report", str(tmp_path / "r"), "--csv", str(tmp_path / "out.csv"), "--out", str(tmp_path / "out.html")
+    )
     assert result.returncode in (0, 1), result.stderr[-2000:]
     rows = list(csv.DictReader(io.StringIO((tmp_path / "out.csv").read_text(encoding="utf-8"))))
     hostnames = {r["hostname"] for r in rows}
-    assert "'=cmd|\"/c calc\"!A1" in hostnames
+    assert '\'=cmd|"/c calc"!A1' in hostnames
     assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())
     page = (tmp_path / "out.html").read_text(encoding="utf-8")
     assert "=cmd|&#34;/c calc&#34;!A1" in page and '"/c calc"' not in page  # HTML-escaped, quotes included
 
 
 # --- every invalid value is exit 2, naming the file and key (or the option) -----------------------------------
+
 
 def _assert_input_error(result, *needles: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stdout[-1000:], result.stderr[-2000:])
@@ -156,8 +164,19 @@ def _assert_input_error(result, *needles: str) -> None:
         assert needle in result.stderr, (needle, result.stderr[-2000:])
 
 
-@pytest.mark.parametrize("value, ok", [("NaN", False), ("Infinity", False), ("-Infinity", False), ("-0.5", False),
-                                       ("0", True), ("32", True), ("1048576", True), ("1048577", False)])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("NaN", False),
+        ("Infinity", False),
+        ("-Infinity", False),
+        ("-0.5", False),
+        ("0", True),
+        ("32", True),
+        ("1048576", True),
+        ("1048577", False),
+    ],
+)
 def test_probe_numbers_must_be_finite_and_in_range(tmp_path, value, ok):
     probe = tmp_path / "probe.json"
     probe.write_text('{"gpu_name": "Intel(R) Arc(TM) Graphics", "xpu_available": true, "ram_gb": ' + value + "}")
@@ -168,9 +187,15 @@ def test_probe_numbers_must_be_finite_and_in_range(tmp_path, value, ok):
         _assert_input_error(result, "probe.json", "ram_gb")
 
 
-@pytest.mark.parametrize("argv", [["lock", "--pair", "xpu-2.12"], ["env", "--dry-run", "--pair", "xpu-2.12"],
-                                  ["fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", "b"],
-                                  ["container", "render", "--pair", "xpu-2.12"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["lock", "--pair", "xpu-2.12"],
+        ["env", "--dry-run", "--pair", "xpu-2.12"],
+        ["fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", "b"],
+        ["container", "render", "--pair", "xpu-2.12"],
+    ],
+)
 @pytest.mark.parametrize("python", ["abc", "3", "3.7", "4.0", "3.100", "3.12.1"])
 def test_a_malformed_python_is_a_usage_error(tmp_path, argv, python):
     _assert_input_error(run_cli(*argv, "--python", python, cwd=tmp_path), "argument --python", repr(python))
@@ -195,10 +220,15 @@ def test_an_invalid_marker_in_a_pylock_names_the_file_and_package(tmp_path):
     lock = tmp_path / "xpu-2.12" / "pylock.linux-64.toml"
     text = lock.read_text()
     start = text.index('marker = "')
-    lock.write_text(text[:start] + "marker = \"python_version >>> '3.10'\"" + text[text.index("\n", start):])
+    lock.write_text(text[:start] + "marker = \"python_version >>> '3.10'\"" + text[text.index("\n", start) :])
     for argv in (["lock", "check"], ["env", "--dry-run"]):
-        _assert_input_error(run_cli(*argv, "--pair", "xpu-2.12", "--lock-root", str(tmp_path)),
-                            "pylock.linux-64.toml", "packages[", "marker", "invalid PEP 508 marker")
+        _assert_input_error(
+            run_cli(*argv, "--pair", "xpu-2.12", "--lock-root", str(tmp_path)),
+            "pylock.linux-64.toml",
+            "packages[",
+            "marker",
+            "invalid PEP 508 marker",
+        )
 
 
 @pytest.mark.parametrize("length, ok", [(131_071, True), (131_072, True), (131_073, False)])
@@ -227,8 +257,9 @@ def _edited(src, dst, old: str, new: str):
     return dst
 
 
-@pytest.mark.parametrize("seed, ok", [("0", True), ("4294967295", True), ("4294967296", False), ("-1", False),
-                                      ("99999999999999999999999999", False)])
+@pytest.mark.parametrize(
+    "seed, ok", [("0", True), ("4294967295", True), ("4294967296", False), ("-1", False), ("99999999999999999999999999", False)]
+)
 def test_seed_bounds_in_a_config(smoke_config, tmp_path, seed, ok):
     config = _edited(smoke_config, tmp_path / "c.yaml", "seed: 42", f"seed: {seed}")
     result = run_cli("train", str(config), "--dry-run")
@@ -240,8 +271,18 @@ def test_seed_bounds_in_a_config(smoke_config, tmp_path, seed, ok):
 
 @pytest.mark.parametrize("seed, ok", [("4294967295", True), ("4294967296", False), ("-1", False), ("x", False)])
 def test_seed_bounds_of_an_option(tmp_path, seed, ok):
-    result = run_cli("compare", "--config", str(tmp_path / "none.yaml"), "--lora", "l", "--test-set", "t", "--out",
-                     str(tmp_path / "o"), f"--seed={seed}")
+    result = run_cli(
+        "compare",
+        "--config",
+        str(tmp_path / "none.yaml"),
+        "--lora",
+        "l",
+        "--test-set",
+        "t",
+        "--out",
+        str(tmp_path / "o"),
+        f"--seed={seed}",
+    )
     _assert_input_error(result, *([] if ok else ["argument --seed"]))
     if ok:
         assert "none.yaml" in result.stderr  # got past --seed to the missing config
@@ -258,8 +299,9 @@ def test_non_finite_numbers_in_configs_name_the_key(smoke_config, tmp_path, valu
     data = default_distill_config(tmp_path)
     data["student"]["alpha"] = float(value.replace(".", ""))
     (tmp_path / "distill.yaml").write_text(yaml.safe_dump(data))
-    _assert_input_error(run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml")),
-                        "distill.yaml", "student.alpha", "finite")
+    _assert_input_error(
+        run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml")), "distill.yaml", "student.alpha", "finite"
+    )
 
 
 def _read_only_folder(tmp_path):
@@ -277,8 +319,9 @@ def _read_only_folder(tmp_path):
 
 def test_outputs_in_a_read_only_folder_are_refused_before_any_work(smoke_config, tmp_path):
     ro = _read_only_folder(tmp_path)
-    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(ro / "sub" / "c.yaml")),
-                        "argument --out", "not writable")
+    _assert_input_error(
+        run_cli("recommend", "--smoke", "--force", "--out", str(ro / "sub" / "c.yaml")), "argument --out", "not writable"
+    )
     _assert_input_error(run_cli("distill", "init", str(ro / "run")), "argument folder", "not writable")
     _assert_input_error(run_cli("fleet", "report", str(tmp_path), "--csv", str(ro / "r.csv")), "argument --csv")
     config = _edited(smoke_config, tmp_path / "t.yaml", "output_dir: ", f"output_dir: {ro / 'run'} #")
@@ -291,23 +334,27 @@ def test_outputs_in_a_read_only_folder_are_refused_before_any_work(smoke_config,
 def test_a_folder_given_as_an_output_file_and_the_reverse(tmp_path):
     (tmp_path / "x.py").mkdir()
     (tmp_path / "file").write_text("keep")
-    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "x.py")),
-                        "argument --out", "is a folder")
+    _assert_input_error(
+        run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "x.py")), "argument --out", "is a folder"
+    )
     _assert_input_error(run_cli("distill", "init", str(tmp_path / "file")), "argument folder", "is a file")
-    _assert_input_error(run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "file" / "c.yaml")),
-                        "is a file, not a folder")
+    _assert_input_error(
+        run_cli("recommend", "--smoke", "--force", "--out", str(tmp_path / "file" / "c.yaml")), "is a file, not a folder"
+    )
     assert (tmp_path / "file").read_text() == "keep"
 
 
 def test_the_last_net_through_the_cli(tmp_path):
     """An OSError a user's path causes that no check caught first (a folder read as a file) is exit 2 naming it."""
     (tmp_path / "layer.txt").mkdir()
-    result = run_cli("lock", "--pair", "xpu-2.12", "--pip-layer", str(tmp_path / "layer.txt"), "--lock-root",
-                     str(tmp_path / "locks"))
+    result = run_cli(
+        "lock", "--pair", "xpu-2.12", "--pip-layer", str(tmp_path / "layer.txt"), "--lock-root", str(tmp_path / "locks")
+    )
     _assert_input_error(result, "layer.txt", "Is a directory")
 
 
 # --- distill init keeps the user's work ---------------------------------------------------------------------
+
 
 def test_distill_init_refuses_to_overwrite_and_writes_paths_as_typed(tmp_path):
     (tmp_path / "work").mkdir()
@@ -328,6 +375,7 @@ def test_distill_init_refuses_to_overwrite_and_writes_paths_as_typed(tmp_path):
 
 
 # --- numbers past Python's digit limit -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("parse, doc", [("parse_json", "[{}]"), ("parse_yaml", "[{}]\n"), ("parse_toml", "a = {}\n")])
 @pytest.mark.parametrize("digits, ok", [(4299, True), (4300, True), (4301, False), (5000, False)])
@@ -352,13 +400,17 @@ def test_a_facts_file_with_a_5000_digit_number_through_the_cli(tmp_path):
 
 # --- minisign files and keys -----------------------------------------------------------------------------------
 
+
 def test_trust_and_signature_files_are_read_bounded_from_the_stream(tmp_path):
     """/dev/zero has no size to check beforehand: read up to 4 KiB, then refused (it once ran out of memory)."""
     from aipc_env.fleet.sign import PublicKey, SignatureInvalid, verify_file
 
     (tmp_path / "bundle").mkdir()
-    _assert_input_error(run_cli("env", "--bundle", str(tmp_path / "bundle"), "--trust", "/dev/zero", timeout=60),
-                        "/dev/zero", "too large to be a minisign file")
+    _assert_input_error(
+        run_cli("env", "--bundle", str(tmp_path / "bundle"), "--trust", "/dev/zero", timeout=60),
+        "/dev/zero",
+        "too large to be a minisign file",
+    )
     target = tmp_path / "m.json"
     target.write_text("{}")
     with pytest.raises(SignatureInvalid, match="no signature"):  # not a regular file: not a signature
@@ -395,12 +447,18 @@ def _encrypted_key(tmp_path: Path, opslimit: int, memlimit: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("ops, mem, ok", [
-    (32768, 2 * 1073741824, True),  # memlimit at its bound: scrypt runs (and the wrong password shows)
-    (2 * 33554432, 1 << 20, True),  # opslimit at its bound
-    (32768, 2 * 1073741824 + 1, False), (2 * 33554432 + 1, 1 << 20, False), (1 << 62, 1 << 62, False),
-    (0, 1 << 20, False), (32768, 0, False),
-])
+@pytest.mark.parametrize(
+    "ops, mem, ok",
+    [
+        (32768, 2 * 1073741824, True),  # memlimit at its bound: scrypt runs (and the wrong password shows)
+        (2 * 33554432, 1 << 20, True),  # opslimit at its bound
+        (32768, 2 * 1073741824 + 1, False),
+        (2 * 33554432 + 1, 1 << 20, False),
+        (1 << 62, 1 << 62, False),
+        (0, 1 << 20, False),
+        (32768, 0, False),
+    ],
+)
 def test_scrypt_limits_in_a_secret_key_are_bounded(tmp_path, ops, mem, ok):
     from aipc_env.errors import InputError
     from aipc_env.fleet.sign import read_secret_key
@@ -416,17 +474,41 @@ def test_scrypt_limits_in_a_secret_key_are_bounded(tmp_path, ops, mem, ok):
 
 def test_a_hostile_signing_key_is_refused_through_the_cli_before_any_work(tmp_path):
     path = _encrypted_key(tmp_path, 1 << 62, 1 << 62)
-    result = run_cli("fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", str(tmp_path / "b"),
-                     "--sign", str(path), env={"AIPC_ENV_SIGN_PASSWORD": "pw"}, timeout=60)
+    result = run_cli(
+        "fleet",
+        "bundle",
+        "--pair",
+        "xpu-2.12",
+        "--platform",
+        "linux-64",
+        "--out",
+        str(tmp_path / "b"),
+        "--sign",
+        str(path),
+        env={"AIPC_ENV_SIGN_PASSWORD": "pw"},
+        timeout=60,
+    )
     _assert_input_error(result, str(path), "scrypt limits")
     assert not (tmp_path / "b").exists()
 
 
 # --- distill: alpha, sigmas, verdicts ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rank, alpha, ok", [(1, 0.5, True), (4096, 8.0, True), (4097, 8.0, False), (0, 8.0, False),
-                                             (4, "Infinity", False), (4, "NaN", False), (4, "-Infinity", False),
-                                             (4, 1e308, True), (4, 0, False)])
+
+@pytest.mark.parametrize(
+    "rank, alpha, ok",
+    [
+        (1, 0.5, True),
+        (4096, 8.0, True),
+        (4097, 8.0, False),
+        (0, 8.0, False),
+        (4, "Infinity", False),
+        (4, "NaN", False),
+        (4, "-Infinity", False),
+        (4, 1e308, True),
+        (4, 0, False),
+    ],
+)
 def test_an_export_carries_only_a_usable_rank_and_finite_alpha(tmp_path, rank, alpha, ok):
     """json.loads reads Infinity and NaN: an adapter saying lora_alpha Infinity was once exported."""
     from safetensors.torch import save_file
@@ -476,26 +558,45 @@ def test_a_model_index_with_a_long_grid_is_quoted_in_a_few_values(tmp_path):
     _assert_input_error(result, "its sample_sigmas [0.5, 0.5, 0.5, 0.5, ... (50000 values)] cannot be the teacher grid")
     assert len(result.stderr) < 1000
     (model / "model_index.json").write_text("[" * 5000 + "]" * 5000)
-    _assert_input_error(run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml"), timeout=60),
-                        "model_index.json is nested deeper than 64 levels")
+    _assert_input_error(
+        run_cli("distill", "report", "--config", str(tmp_path / "distill.yaml"), timeout=60),
+        "model_index.json is nested deeper than 64 levels",
+    )
 
 
-@pytest.mark.parametrize("stage, key, value, message", [
-    ("g3", ("mean", "student", "mse"), "x", "Input should be a valid number"),
-    ("g3", ("metric",), "bleu", "Input should be 'lpips', 'latent_mse' or 'psnr'"),
-    ("train", ("velocity_mse_on",), "high", "Input should be a valid number"),
-    ("trajectories", ("prompts",), "six", "Input should be a valid integer"),
-    ("g2", ("teacher_max_abs_diff",), [1], "Input should be a valid number"),
-])
+@pytest.mark.parametrize(
+    "stage, key, value, message",
+    [
+        ("g3", ("mean", "student", "mse"), "x", "Input should be a valid number"),
+        ("g3", ("metric",), "bleu", "Input should be 'lpips', 'latent_mse' or 'psnr'"),
+        ("train", ("velocity_mse_on",), "high", "Input should be a valid number"),
+        ("trajectories", ("prompts",), "six", "Input should be a valid integer"),
+        ("g2", ("teacher_max_abs_diff",), [1], "Input should be a valid number"),
+    ],
+)
 def test_a_verdict_with_string_metrics_is_a_named_error_not_a_crash(tmp_path, stage, key, value, message):
     from aipc_env.core.formats import load_versioned
     from aipc_env.distill.verdict import Verdict
 
-    metrics = {"g3": {"metric": "psnr", "metric_note": "n", "mean": {"student": {"mse": 1.0, "psnr": 2.0},
-                                                                      "naive": {"mse": 1.0, "psnr": 2.0}}},
-               "train": {"velocity_mse_on": 0.1}, "trajectories": {"prompts": 6}, "g2": {"teacher_max_abs_diff": 0.0}}
-    good = {"schema_version": 1, "stage": stage, "status": "ok", "model": "m", "when": "t", "seconds": 1.0,
-            "metrics": metrics[stage]}
+    metrics = {
+        "g3": {
+            "metric": "psnr",
+            "metric_note": "n",
+            "mean": {"student": {"mse": 1.0, "psnr": 2.0}, "naive": {"mse": 1.0, "psnr": 2.0}},
+        },
+        "train": {"velocity_mse_on": 0.1},
+        "trajectories": {"prompts": 6},
+        "g2": {"teacher_max_abs_diff": 0.0},
+    }
+    good = {
+        "schema_version": 1,
+        "stage": stage,
+        "status": "ok",
+        "model": "m",
+        "when": "t",
+        "seconds": 1.0,
+        "metrics": metrics[stage],
+    }
     path = tmp_path / f"{stage}.json"
     path.write_text(json.dumps(good))
     load_versioned(Verdict, path)  # the well-formed one reads
@@ -521,15 +622,26 @@ def test_a_run_whose_verdict_holds_a_string_metric_reports_exit_2(tmp_path):
     (run / "verdicts").mkdir(parents=True)
     data = default_distill_config(run)
     (run / "distill.yaml").write_text(yaml.safe_dump(data))
-    (run / "verdicts" / "g3.json").write_text(json.dumps({
-        "schema_version": 1, "stage": "g3", "status": "ok", "model": "m", "when": "t", "seconds": 1.0,
-        "metrics": {"metric": "psnr", "mean": {"student": {"psnr": "high"}, "naive": {"psnr": 1.0}}}}))
+    (run / "verdicts" / "g3.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "stage": "g3",
+                "status": "ok",
+                "model": "m",
+                "when": "t",
+                "seconds": 1.0,
+                "metrics": {"metric": "psnr", "mean": {"student": {"psnr": "high"}, "naive": {"psnr": 1.0}}},
+            }
+        )
+    )
     result = run_cli("distill", "report", "--config", str(run / "distill.yaml"), timeout=60)
     assert result.returncode in (0, 2), result.stderr[-1000:]  # no model yet: nothing is current, or refused by name
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
 # --- names and mounts ---------------------------------------------------------------------------------------------
+
 
 def test_report_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):
     import os
@@ -538,8 +650,17 @@ def test_report_file_names_that_are_not_utf8_are_shown_escaped(tmp_path):
     os.makedirs(folder)
     with open(os.path.join(folder, b"m\xff\xfe.json"), "w") as fh:
         fh.write("{}")
-    result = run_cli("fleet", "report", str(tmp_path / "reports"), "--json", "--out", str(tmp_path / "r.html"),
-                     "--csv", str(tmp_path / "r.csv"), timeout=60)
+    result = run_cli(
+        "fleet",
+        "report",
+        str(tmp_path / "reports"),
+        "--json",
+        "--out",
+        str(tmp_path / "r.html"),
+        "--csv",
+        str(tmp_path / "r.csv"),
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert json.loads(result.stdout)["machines"][0]["file"].endswith("m\\xff\\xfe.json")
     assert "m\\xff\\xfe" in (tmp_path / "r.csv").read_text(encoding="utf-8")
@@ -568,8 +689,21 @@ def test_container_run_refuses_an_output_folder_with_a_colon_through_the_cli(tmp
     require_tool(None if find_tool("podman") or Path("/usr/sbin/podman").exists() else "podman (Debian package)")
     out = tmp_path / name
     out.mkdir()
-    result = run_cli("container", "run", "--dry-run", "--engine", "podman", "--allow-root", "--output", str(out),
-                     "--dev-root", str(tmp_path), "--", "doctor", timeout=60)
+    result = run_cli(
+        "container",
+        "run",
+        "--dry-run",
+        "--engine",
+        "podman",
+        "--allow-root",
+        "--output",
+        str(out),
+        "--dev-root",
+        str(tmp_path),
+        "--",
+        "doctor",
+        timeout=60,
+    )
     if ok:
         assert result.returncode == 0, result.stderr[-1000:]
         assert f"-v {out}:/output " in result.stderr

@@ -30,8 +30,7 @@ def _snapshot(root: Path) -> dict[str, bytes | str]:
 def _plant(folder: Path, journal_name: str, final: Path, *, state: str = "ready", record=None) -> Path:
     """A journal naming `final`, and a temp file of the writer's naming beside it (the attacker's content)."""
     journal = folder / journal_name
-    journal.write_text(json.dumps({"state": state, "renames": [{"token": TOKEN, "final": str(final)}],
-                                   "record": record}))
+    journal.write_text(json.dumps({"state": state, "renames": [{"token": TOKEN, "final": str(final)}], "record": record}))
     final.parent.mkdir(parents=True, exist_ok=True)
     (final.parent / f".aipc-tmp-{TOKEN}-{final.name}").write_bytes(b"ATTACKER")
     return journal
@@ -46,6 +45,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path]:
 
 
 # --- the writer -----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("state", ["ready", "staging"])
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "linked-folder", "linked-final"])
@@ -72,18 +72,24 @@ def test_a_journal_naming_a_file_outside_the_folder_changes_nothing(tmp_path, st
     assert victim.read_text() == "keep\n"
 
 
-@pytest.mark.parametrize("body", [
-    '{"state": "ready", "renames": [["a", "b"]], "record": null}',  # the old list form: not the model's
-    '{"state": "ready", "renames": [{"token": 5, "final": "/x"}], "record": null}',
-    '{"state": "ready", "renames": [{"token": "0123abcd", "final": ""}], "record": null}',
-    '{"state": "ready", "renames": [{"token": "../../x", "final": "/x"}], "record": null}',
-    '{"state": "done", "renames": [], "record": null}',
-    '{"state": "ready", "renames": "abc", "record": null}',
-    '{"state": "ready", "renames": [], "record": {"../x": "' + "0" * 64 + '"}}',
-    '{"state": "ready", "renames": [], "record": {"a": "not a hash"}}',
-    '{"state": "ready", "state": "staging", "renames": [], "record": null}',  # duplicate key
-    '[]', 'null', '"x"', '{half',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"state": "ready", "renames": [["a", "b"]], "record": null}',  # the old list form: not the model's
+        '{"state": "ready", "renames": [{"token": 5, "final": "/x"}], "record": null}',
+        '{"state": "ready", "renames": [{"token": "0123abcd", "final": ""}], "record": null}',
+        '{"state": "ready", "renames": [{"token": "../../x", "final": "/x"}], "record": null}',
+        '{"state": "done", "renames": [], "record": null}',
+        '{"state": "ready", "renames": "abc", "record": null}',
+        '{"state": "ready", "renames": [], "record": {"../x": "' + "0" * 64 + '"}}',
+        '{"state": "ready", "renames": [], "record": {"a": "not a hash"}}',
+        '{"state": "ready", "state": "staging", "renames": [], "record": null}',  # duplicate key
+        "[]",
+        "null",
+        '"x"',
+        "{half",
+    ],
+)
 def test_a_journal_of_the_wrong_form_is_a_named_refusal_that_changes_nothing(tmp_path, body):
     out = tmp_path / "out"
     out.mkdir()
@@ -104,10 +110,12 @@ def test_a_journal_inside_the_folder_is_still_finished(tmp_path):
     import hashlib
 
     record = {"a.yml": hashlib.sha256(b"new").hexdigest()}
-    OutputFolder(out).journal.write_text(json.dumps(
-        {"state": "ready", "renames": [{"token": TOKEN, "final": str(out / "a.yml")}], "record": record}))
-    assert recover(OutputFolder(out).journal, OutputFolder(out).owns) == [f"finished writing {out / 'a.yml'} "
-                                                                          "(an interrupted run)"]
+    OutputFolder(out).journal.write_text(
+        json.dumps({"state": "ready", "renames": [{"token": TOKEN, "final": str(out / "a.yml")}], "record": record})
+    )
+    assert recover(OutputFolder(out).journal, OutputFolder(out).owns) == [
+        f"finished writing {out / 'a.yml'} (an interrupted run)"
+    ]
     assert (out / "a.yml").read_bytes() == b"new" and OutputFolder(out).recorded() == record
 
 
@@ -132,8 +140,14 @@ def test_a_record_naming_paths_outside_counts_for_nothing(tmp_path):
     (out / "a.yml").write_text("the admin's")
     import hashlib
 
-    (out / RECORD).write_text(json.dumps({"written_by": "aipc-env", "files": {
-        "a.yml": hashlib.sha256(b"the admin's").hexdigest(), "../victim/important.txt": "0" * 64}}))
+    (out / RECORD).write_text(
+        json.dumps(
+            {
+                "written_by": "aipc-env",
+                "files": {"a.yml": hashlib.sha256(b"the admin's").hexdigest(), "../victim/important.txt": "0" * 64},
+            }
+        )
+    )
     with pytest.raises(InputError, match="is not a file aipc-env wrote here"):
         OutputFolder(out).write({"a.yml": b"x"})
     (out / RECORD).write_text(json.dumps({"written_by": "aipc-env", "files": {"a.yml": 5}}))
@@ -162,8 +176,9 @@ def test_a_journal_may_name_only_the_files_of_the_commit_now_running(tmp_path):
         commit_files({tmp_path / "LICENSE": b"l", tmp_path / "model.safetensors": b"w"}, journal)
     assert victim.read_text() == "keep" and not (tmp_path / "LICENSE").exists()
     assert (tmp_path / f".aipc-tmp-{TOKEN}-notes.txt").read_bytes() == b"ATTACKER"  # not even removed
-    journal.write_text(json.dumps({"state": "ready", "renames": [{"token": TOKEN, "final": str(tmp_path / "LICENSE")}],
-                                   "record": None}))
+    journal.write_text(
+        json.dumps({"state": "ready", "renames": [{"token": TOKEN, "final": str(tmp_path / "LICENSE")}], "record": None})
+    )
     (tmp_path / f".aipc-tmp-{TOKEN}-LICENSE").write_bytes(b"from the interrupted run")
     commit_files({tmp_path / "LICENSE": b"l", tmp_path / "model.safetensors": b"w"}, journal)  # its own: finished
     assert (tmp_path / "LICENSE").read_bytes() == b"l" and not journal.exists()
@@ -176,6 +191,7 @@ def test_the_writers_own_names_are_not_output_names(tmp_path):
 
 
 # --- through the commands -----------------------------------------------------------------------------------------
+
 
 def test_fleet_ansible_never_follows_a_planted_journal_out_of_its_folder(tmp_path):
     out, victim = _setup(tmp_path)
@@ -201,8 +217,15 @@ def test_keygen_never_follows_a_planted_journal(tmp_path):
     keys, victim = _setup(tmp_path)
     _plant(keys, ".admin.key" + JOURNAL_SUFFIX, victim)
     before = _snapshot(victim.parent)
-    result = run_cli("fleet", "keygen", "--secret", str(keys / "admin.key"), "--public", str(keys / "admin.pub"),
-                     env={"AIPC_ENV_SIGN_PASSWORD": ""})
+    result = run_cli(
+        "fleet",
+        "keygen",
+        "--secret",
+        str(keys / "admin.key"),
+        "--public",
+        str(keys / "admin.pub"),
+        env={"AIPC_ENV_SIGN_PASSWORD": ""},
+    )
     assert result.returncode == 2 and "journal that cannot be trusted" in result.stderr, result.stderr
     assert _snapshot(victim.parent) == before and not (keys / "admin.key").exists()
 

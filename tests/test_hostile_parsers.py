@@ -35,11 +35,15 @@ def _named(result, *needles: str, code: int = ExitCode.USAGE) -> None:
 
 # --- duplicate keys ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, key", [
-    ('{"a": 1, "a": 1}', "a"),  # even the same value twice
-    ('{"x": {"files": {"f": "0", "f": "1"}}}', "f"),
-    ('[{"k": 1}, {"k": 1, "k": 2}]', "k"),
-])
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('{"a": 1, "a": 1}', "a"),  # even the same value twice
+        ('{"x": {"files": {"f": "0", "f": "1"}}}', "f"),
+        ('[{"k": 1}, {"k": 1, "k": 2}]', "k"),
+    ],
+)
 def test_a_key_twice_in_one_object_is_refused_at_every_json_reader(text, key):
     with pytest.raises(InputError, match=f"the key '{key}' appears twice in one object") as err:
         fileio.parse_json(text, "f.json", "test file")
@@ -58,11 +62,18 @@ def test_a_facts_file_naming_a_key_twice_through_the_cli(tmp_path):
 
 # --- one bounded parser of versions and requirements ----------------------------------------------------------------
 
-@pytest.mark.parametrize("value, ok", [
-    ("1." + "0" * 24, True), ("1." + "0" * 25, False),  # the digit run: at and above the bound
-    ("1" + ".0" * 63, True), ("1" + ".0" * 64, False),  # 127 and 129 characters (128 is the bound)
-    ("1" * 5000, False), ("1.0." + "9" * 4301, False),
-])
+
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("1." + "0" * 24, True),
+        ("1." + "0" * 25, False),  # the digit run: at and above the bound
+        ("1" + ".0" * 63, True),
+        ("1" + ".0" * 64, False),  # 127 and 129 characters (128 is the bound)
+        ("1" * 5000, False),
+        ("1.0." + "9" * 4301, False),
+    ],
+)
 def test_the_version_bounds(value, ok):
     if ok:
         assert str(specs.parse_version(value)).startswith("1")
@@ -79,15 +90,18 @@ def test_a_version_of_exactly_the_length_bound_is_read():
     assert len(value) == 128 and specs.parse_version(value)
 
 
-@pytest.mark.parametrize("line, error", [
-    ("numpy==" + "1" * 5000, InvalidRequirement),
-    ("numpy>=1." + "0" * 30, InvalidRequirement),
-    ("--index-url https://evil.example/simple", InvalidRequirement),
-    ("-e .", InvalidRequirement),
-    ("numpy; os_name = 'nt'", InvalidRequirement),  # one '=' is no marker operator
-    ("numpy; bogus_variable == '1'", InvalidRequirement),
-    ("x" * 3000, InvalidRequirement),
-])
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ("numpy==" + "1" * 5000, InvalidRequirement),
+        ("numpy>=1." + "0" * 30, InvalidRequirement),
+        ("--index-url https://evil.example/simple", InvalidRequirement),
+        ("-e .", InvalidRequirement),
+        ("numpy; os_name = 'nt'", InvalidRequirement),  # one '=' is no marker operator
+        ("numpy; bogus_variable == '1'", InvalidRequirement),
+        ("x" * 3000, InvalidRequirement),
+    ],
+)
 def test_requirements_that_are_not_pep_508_or_are_too_large(line, error):
     with pytest.raises(error):
         specs.parse_requirement(line)
@@ -128,21 +142,23 @@ def test_a_5000_digit_version_through_resolve_and_doctor_facts(tmp_path):
     path = tmp_path / "facts.json"
     path.write_text(json.dumps(facts), encoding="utf-8")
     doctor = run_cli("doctor", "--facts", str(path))
-    assert doctor.returncode in (ExitCode.OK, ExitCode.PROBLEMS) and "internal error" not in doctor.stderr, \
-        doctor.stderr[-2000:]
+    assert doctor.returncode in (ExitCode.OK, ExitCode.PROBLEMS) and "internal error" not in doctor.stderr, doctor.stderr[-2000:]
 
 
 LOCKS = ROOT / "lockfiles"
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda t: t.update({"requires-dist": ["colorama; platform_system = 'Windows'"]}), "requires-dist"),
-    (lambda t: t.update({"requires-dist": ["--index-url https://evil.example/simple"]}), "requires-dist"),
-    (lambda t: t.update({"requires-dist": "colorama"}), "requires-dist"),  # a string, not a list
-    (lambda t: t.update({"requires-dist": ["colorama==" + "1" * 5000]}), "requires-dist"),
-    (lambda t: t.update({"requires-python": ">=3.7,<<4"}), "requires-python"),
-    (lambda t: t.update({"requires-python": 3.7}), "requires-python"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda t: t.update({"requires-dist": ["colorama; platform_system = 'Windows'"]}), "requires-dist"),
+        (lambda t: t.update({"requires-dist": ["--index-url https://evil.example/simple"]}), "requires-dist"),
+        (lambda t: t.update({"requires-dist": "colorama"}), "requires-dist"),  # a string, not a list
+        (lambda t: t.update({"requires-dist": ["colorama==" + "1" * 5000]}), "requires-dist"),
+        (lambda t: t.update({"requires-python": ">=3.7,<<4"}), "requires-python"),
+        (lambda t: t.update({"requires-python": 3.7}), "requires-python"),
+    ],
+)
 def test_a_locks_recorded_metadata_is_checked_when_the_lock_is_read(tmp_path, edit, needle):
     root = tmp_path / "lockfiles"
     shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
@@ -158,13 +174,15 @@ def test_a_5000_digit_package_version_in_a_lock_is_a_named_error(tmp_path):
     root = tmp_path / "lockfiles"
     shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
     path = root / "xpu-2.12" / "pylock.linux-64.toml"
-    text = path.read_text(encoding="utf-8").replace('name = "tqdm"\nversion = "4.70.1"',
-                                                    f'name = "tqdm"\nversion = "{"4" * 5000}"', 1)
+    text = path.read_text(encoding="utf-8").replace(
+        'name = "tqdm"\nversion = "4.70.1"', f'name = "tqdm"\nversion = "{"4" * 5000}"', 1
+    )
     path.write_text(text, encoding="utf-8")
     _named(run_cli("lock", "check", "--lock-root", str(root), timeout=120), str(path), "is not a version")
 
 
 # --- YAML refused before or while it is built -----------------------------------------------------------------------
+
 
 def test_a_5_mb_yaml_file_is_refused_before_parsing(tmp_path):
     path = tmp_path / "big.yaml"
@@ -209,8 +227,11 @@ def test_a_winget_file_of_5_mb_through_the_cli(tmp_path):
 
 # --- identifiers, full matches ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["xpu-2.12\n", "xpu 2.12", "xpu-2.12\nresources: []", "{{ x }}", "", "-x", "x-",
-                                   "a" * 101, "x\x1b", "x/y", "x'y", "ü"])
+
+@pytest.mark.parametrize(
+    "value",
+    ["xpu-2.12\n", "xpu 2.12", "xpu-2.12\nresources: []", "{{ x }}", "", "-x", "x-", "a" * 101, "x\x1b", "x/y", "x'y", "ü"],
+)
 def test_identifiers_are_plain_names_matched_whole(value):
     with pytest.raises(ValueError, match="is not a plain name"):
         specs.check_identifier(value)
@@ -224,10 +245,10 @@ def test_plain_identifiers_pass(value):
 def test_a_pair_id_holding_a_newline_is_refused_by_the_matrix(tmp_path):
     matrix = tmp_path / "matrix.yaml"
     text = (ROOT / "environments" / "matrix.yaml").read_text(encoding="utf-8")
-    matrix.write_text(text.replace("  - id: xpu-2.7\n", '  - id: "xpu-2.7\\nresources: [{resource: Script}]"\n', 1),
-                      encoding="utf-8")
-    _named(run_cli("fleet", "winget", "--matrix", str(matrix), "--pair", "xpu-2.12"), "matrix.yaml",
-           "is not a plain name")
+    matrix.write_text(
+        text.replace("  - id: xpu-2.7\n", '  - id: "xpu-2.7\\nresources: [{resource: Script}]"\n', 1), encoding="utf-8"
+    )
+    _named(run_cli("fleet", "winget", "--matrix", str(matrix), "--pair", "xpu-2.12"), "matrix.yaml", "is not a plain name")
 
 
 def test_a_check_id_from_a_report_is_a_plain_name():
@@ -251,14 +272,18 @@ def test_a_repository_name_with_a_trailing_newline_is_refused(name):
 
 # --- encodings: a byte-order mark, UTF-8, then cp1252, said ---------------------------------------------------
 
-@pytest.mark.parametrize("raw, encoding", [
-    ("torch==2.11.0+xpu\r\nnumpy==1.26.0 # cafés\r\n".encode("cp1252"), "cp1252"),
-    ("numpy 1.26.0 é\r\n".encode("cp1252"), "cp1252"),
-    ("numpy==1.26.0 # café\n".encode(), "utf-8"),
-    (b"\xef\xbb\xbf" + "numpy==1.26.0 # café\n".encode(), "utf-8 with a byte-order mark"),
-    ("numpy==1.26.0\r\n".encode("utf-16"), "utf-16-le"),  # what PowerShell 5.1's `>` writes
-    (b"\xfe\xff" + "numpy==1.26.0\r\n".encode("utf-16-be"), "utf-16-be"),
-])
+
+@pytest.mark.parametrize(
+    "raw, encoding",
+    [
+        ("torch==2.11.0+xpu\r\nnumpy==1.26.0 # cafés\r\n".encode("cp1252"), "cp1252"),
+        ("numpy 1.26.0 é\r\n".encode("cp1252"), "cp1252"),
+        ("numpy==1.26.0 # café\n".encode(), "utf-8"),
+        (b"\xef\xbb\xbf" + "numpy==1.26.0 # café\n".encode(), "utf-8 with a byte-order mark"),
+        ("numpy==1.26.0\r\n".encode("utf-16"), "utf-16-le"),  # what PowerShell 5.1's `>` writes
+        (b"\xfe\xff" + "numpy==1.26.0\r\n".encode("utf-16-be"), "utf-16-be"),
+    ],
+)
 def test_a_package_list_is_read_bom_then_utf8_then_cp1252(tmp_path, raw, encoding):
     from aipc_env.matrix.piplist import read_list_text, read_pip_list
 
@@ -286,6 +311,7 @@ def test_utf16_with_a_bom_that_does_not_decode_is_a_named_error(tmp_path):
 
 # --- control characters in text for people ----------------------------------------------------------------------
 
+
 def test_control_characters_are_shown_escaped():
     from aipc_env.core.terminal import visible
 
@@ -308,6 +334,7 @@ def test_an_error_naming_a_hostile_value_never_drives_the_terminal(tmp_path):
 
 # --- paths that are not UTF-8 -------------------------------------------------------------------------------------
 
+
 def test_a_config_under_a_folder_that_is_not_utf8_is_a_named_error(tmp_path):
     import os
     import subprocess
@@ -318,8 +345,9 @@ def test_a_config_under_a_folder_that_is_not_utf8_is_a_named_error(tmp_path):
     config = folder + b"/config.yaml"
     with open(config, "w", encoding="utf-8") as fh:
         fh.write("schema_version: 1\n")
-    result = subprocess.run([sys.executable, "-m", "aipc_env", "train", "--dry-run", config], capture_output=True,
-                            timeout=120, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "aipc_env", "train", "--dry-run", config], capture_output=True, timeout=120, cwd=ROOT
+    )
     stderr = result.stderr.decode("utf-8", "replace")
     assert result.returncode == ExitCode.USAGE, stderr[-2000:]
     assert "holds a file name that is not UTF-8 text" in stderr and "bad\\xff" in stderr and "Traceback" not in stderr

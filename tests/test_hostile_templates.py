@@ -37,10 +37,36 @@ HOSTILE = [
     "x\n- resource: PSDscResources/Script",  # a new list item
     "{{ lookup('pipe', 'touch /tmp/aipc-hostile') }}",  # live Jinja
     "{% for x in range(10**9) %}{% endfor %}",
-    "it's", "‘curly’ ’quotes‚‛", "\"double\"", "$(Remove-Item C:\\)", "`backtick`", "${env:PATH}", "$HOME",
-    "a # comment", "key: value", "- item", "&anchor", "*alias", "!!python/object:os.system", "!unsafe x",
-    "%25 %PATH% !x! ^& (x86)", "x\r\ny", "x\x85y", "x\u2028y", "x\u2029y", "tab\there", "\x1b[2J\x07",
-    "null", "yes", "1e3", "0x10", "~", "", " leading and trailing ", "ü ñ 中文 🙂", "x" * 5000,
+    "it's",
+    "‘curly’ ’quotes‚‛",
+    '"double"',
+    "$(Remove-Item C:\\)",
+    "`backtick`",
+    "${env:PATH}",
+    "$HOME",
+    "a # comment",
+    "key: value",
+    "- item",
+    "&anchor",
+    "*alias",
+    "!!python/object:os.system",
+    "!unsafe x",
+    "%25 %PATH% !x! ^& (x86)",
+    "x\r\ny",
+    "x\x85y",
+    "x\u2028y",
+    "x\u2029y",
+    "tab\there",
+    "\x1b[2J\x07",
+    "null",
+    "yes",
+    "1e3",
+    "0x10",
+    "~",
+    "",
+    " leading and trailing ",
+    "ü ñ 中文 🙂",
+    "x" * 5000,
 ]
 IDS = [f"h{i}" for i in range(len(HOSTILE))]
 
@@ -53,8 +79,17 @@ def _marks(path: Path) -> list[str]:
 
 def test_every_marked_template_is_covered():
     names = {p.name for p in MARKED}
-    assert {"site.yml", "group_vars-all.yml", "group_vars-aipc_linux.yml", "bootstrap.sh", "bootstrap.ps1",
-            "dsc-driver-test.ps1", "dsc-oneapi-test.ps1", "dsc-oneapi-set.ps1", "Containerfile"} <= names
+    assert {
+        "site.yml",
+        "group_vars-all.yml",
+        "group_vars-aipc_linux.yml",
+        "bootstrap.sh",
+        "bootstrap.ps1",
+        "dsc-driver-test.ps1",
+        "dsc-oneapi-test.ps1",
+        "dsc-oneapi-set.ps1",
+        "Containerfile",
+    } <= names
 
 
 @pytest.mark.parametrize("template", MARKED, ids=[p.name for p in MARKED])
@@ -72,6 +107,7 @@ def test_a_plain_slot_refuses_every_hostile_value(template):
 
 
 # --- YAML -------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", HOSTILE, ids=IDS)
 def test_a_yaml_scalar_reads_back_as_the_same_one_value(value):
@@ -102,6 +138,7 @@ def test_the_winget_file_keeps_its_structure_whatever_the_header_names(value):
 
 # --- Ansible ----------------------------------------------------------------------------------------------------
 
+
 def _ansible_load(text: str):
     return ansible_load(str(text))
 
@@ -121,10 +158,15 @@ def _hostile_table():
 
     marker = "{{ lookup('pipe', 'touch MARKER') }}"
     return GpuRuntimeTable.model_construct(
-        schema_version=1, checked="2026-12-01", packages=["libze1", marker, "x\ny: 1"],
-        distributions={"debian-12": Distribution.model_construct(
-            name=f"Debian {marker}", source="unsupported", python="3.11", why="why\nz: injected {% raw %}",
-            repository=None)})
+        schema_version=1,
+        checked="2026-12-01",
+        packages=["libze1", marker, "x\ny: 1"],
+        distributions={
+            "debian-12": Distribution.model_construct(
+                name=f"Debian {marker}", source="unsupported", python="3.11", why="why\nz: injected {% raw %}", repository=None
+            )
+        },
+    )
 
 
 def _rendered_playbook(monkeypatch, tmp_path: Path) -> dict[str, str]:
@@ -134,20 +176,32 @@ def _rendered_playbook(monkeypatch, tmp_path: Path) -> dict[str, str]:
 
     marker = str(tmp_path / "evaluated")
     table = _hostile_table()
-    table = table.model_copy(update={"packages": [p.replace("MARKER", marker) for p in table.packages],
-                                     "distributions": {k: d.model_copy(update={"name": d.name.replace("MARKER", marker)})
-                                                       for k, d in table.distributions.items()}})
+    table = table.model_copy(
+        update={
+            "packages": [p.replace("MARKER", marker) for p in table.packages],
+            "distributions": {
+                k: d.model_copy(update={"name": d.name.replace("MARKER", marker)}) for k, d in table.distributions.items()
+            },
+        }
+    )
     monkeypatch.setattr("aipc_env.matrix.gpu_runtime.load_gpu_runtime", lambda *a, **k: table)
-    source = GpuSource(line=f"deb {{{{ lookup('pipe', 'touch {marker}') }}}} noble\n- x", key_file=tmp_path,
-                       key_name="k'ey\n{{ 7 * 7 }}.asc")
+    source = GpuSource(
+        line=f"deb {{{{ lookup('pipe', 'touch {marker}') }}}} noble\n- x", key_file=tmp_path, key_name="k'ey\n{{ 7 * 7 }}.asc"
+    )
     return ansible.render_playbook(load_matrix().get("xpu-2.12"), source)
 
 
 def test_group_vars_from_hostile_data_keep_their_structure_and_their_literal_values(monkeypatch, tmp_path):
     files = _rendered_playbook(monkeypatch, tmp_path)
     linux = _ansible_load(files["group_vars/aipc_linux.yml"])
-    assert set(linux) == {"aipc_root", "aipc_install_gpu_runtime", "aipc_gpu_runtime_source", "aipc_gpu_runtime_key",
-                          "aipc_gpu_packages", "aipc_gpu_runtime_by_distribution"}
+    assert set(linux) == {
+        "aipc_root",
+        "aipc_install_gpu_runtime",
+        "aipc_gpu_runtime_source",
+        "aipc_gpu_runtime_key",
+        "aipc_gpu_packages",
+        "aipc_gpu_runtime_by_distribution",
+    }
     assert linux["aipc_gpu_runtime_key"] == "k'ey\n{{ 7 * 7 }}.asc"
     assert linux["aipc_gpu_packages"][2] == "x\ny: 1"
     assert linux["aipc_gpu_runtime_by_distribution"]["debian-12"]["why"] == "why z: injected {% raw %}"  # one line
@@ -161,23 +215,44 @@ def test_ansible_never_evaluates_a_value_from_a_data_file(monkeypatch, tmp_path)
     play = tmp_path / "play"
     (play / "group_vars").mkdir(parents=True)
     (play / "group_vars" / "aipc_linux.yml").write_text(files["group_vars/aipc_linux.yml"], encoding="utf-8")
-    (play / "inventory.yml").write_text(f"aipc_linux:\n  hosts:\n    here:\n      ansible_connection: local\n"
-                                        f"      ansible_python_interpreter: {sys.executable}\n", encoding="utf-8")
+    (play / "inventory.yml").write_text(
+        f"aipc_linux:\n  hosts:\n    here:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n",
+        encoding="utf-8",
+    )
     (play / "probe.yml").write_text(
         "- hosts: aipc_linux\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.debug:\n        msg: \"{{ aipc_gpu_packages[1] }} | "
+        '    - ansible.builtin.debug:\n        msg: "{{ aipc_gpu_packages[1] }} | '
         "{{ aipc_gpu_runtime_by_distribution['debian-12'].name }} | {{ aipc_gpu_runtime_source }} | "
-        "{{ aipc_gpu_runtime_key }}\"\n", encoding="utf-8")
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
-           "ANSIBLE_HOME": str(tmp_path / "home")}
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory.yml", "probe.yml"],
-                         cwd=play, env=env, capture_output=True, text=True, timeout=300)
+        '{{ aipc_gpu_runtime_key }}"\n',
+        encoding="utf-8",
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_HOME": str(tmp_path / "home"),
+    }
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory.yml", "probe.yml"],
+        cwd=play,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert not (tmp_path / "evaluated").exists()
     assert f"{{{{ lookup('pipe', 'touch {tmp_path / 'evaluated'}') }}}}" in run.stdout
     assert "{{ 7 * 7 }}" in run.stdout and "49" not in run.stdout.split("msg")[-1]
-    syntax = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory.yml", "probe.yml",
-                             "--syntax-check"], cwd=play, env=env, capture_output=True, text=True, timeout=300)
+    syntax = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory.yml", "probe.yml", "--syntax-check"],
+        cwd=play,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert syntax.returncode == 0, syntax.stderr[-2000:]
 
 
@@ -232,8 +307,9 @@ def _string_literals(node) -> list:
     return found
 
 
-@pytest.mark.parametrize("name, slot", [("dsc-driver-test.ps1", "floor"), ("dsc-oneapi-test.ps1", "release"),
-                                        ("dsc-oneapi-set.ps1", "release")])
+@pytest.mark.parametrize(
+    "name, slot", [("dsc-driver-test.ps1", "floor"), ("dsc-oneapi-test.ps1", "release"), ("dsc-oneapi-set.ps1", "release")]
+)
 @pytest.mark.parametrize("value", [v for v in HOSTILE if "\u2018" not in v and "\u201a" not in v][:20])
 def test_the_dsc_scripts_parse_with_a_powershell_grammar_whatever_they_hold(name, slot, value):
     from aipc_env.fleet import template_text
@@ -247,8 +323,7 @@ def test_the_dsc_scripts_parse_with_a_powershell_grammar_whatever_they_hold(name
     assert literal in hostile
     nodes = [n.text.decode() for n in _string_literals(tree.root_node) if n.type == "string_literal"]
     assert literal in nodes  # the value is one string token, not code
-    assert len(nodes) == len([n for n in _string_literals(parser.parse(plain).root_node)
-                              if n.type == "string_literal"])
+    assert len(nodes) == len([n for n in _string_literals(parser.parse(plain).root_node) if n.type == "string_literal"])
 
 
 def test_the_dsc_scripts_in_the_winget_file_are_the_literals():
@@ -257,5 +332,6 @@ def test_the_dsc_scripts_in_the_winget_file_are_the_literals():
 
     config = winget_configuration(load_matrix().get("xpu-2.12"))
     oneapi = next(a for a in config["properties"]["assertions"] if a["id"] == "oneapi-installed")
-    assert oneapi["settings"]["SetScript"] == ("throw ('install Intel oneAPI ' + '2025.3' + ' through the fleet "
-                                               "channel: winget-pkgs does not list it')")
+    assert oneapi["settings"]["SetScript"] == (
+        "throw ('install Intel oneAPI ' + '2025.3' + ' through the fleet channel: winget-pkgs does not list it')"
+    )

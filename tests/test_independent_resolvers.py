@@ -39,16 +39,19 @@ def pip(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("pip") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    got = subprocess.run([str(python), "-m", "pip", "install", "-q", "pip>=26.3"], capture_output=True, text=True,
-                         timeout=300)
+    got = subprocess.run([str(python), "-m", "pip", "install", "-q", "pip>=26.3"], capture_output=True, text=True, timeout=300)
     require_tool(None if got.returncode == 0 else f"pip>=26.3 could not be installed: {got.stderr[-300:]}")
     return python
 
 
 def _pip_dry_run(python: Path, lock: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                           "--disable-pip-version-check", "-r", lock.name], capture_output=True, text=True,
-                          cwd=lock.parent, timeout=600)
+    return subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--disable-pip-version-check", "-r", lock.name],
+        capture_output=True,
+        text=True,
+        cwd=lock.parent,
+        timeout=600,
+    )
 
 
 def test_pip_installs_each_linux_lock_on_this_python(pip, tmp_path):
@@ -67,8 +70,7 @@ def test_pip_refuses_a_lock_for_another_platform(pip, tmp_path):
     lock = stand_in_xpu_lock(pylock_path(LOCKS / "xpu-2.12", "win-64"), "win-64", tmp_path / "xpu")
     result = _pip_dry_run(pip, lock)
     assert result.returncode != 0
-    assert ("Provided environment does not satisfy any of the environments specified in the lock file"
-            in result.stderr)
+    assert "Provided environment does not satisfy any of the environments specified in the lock file" in result.stderr
 
 
 def test_pip_finds_a_dependency_the_lock_lacks(pip, tmp_path):
@@ -77,27 +79,48 @@ def test_pip_finds_a_dependency_the_lock_lacks(pip, tmp_path):
     lock = stand_in_xpu_lock(pylock_path(LOCKS / "xpu-2.12", "linux-64"), "linux-64", tmp_path / "xpu")
     raw = lock.read_text(encoding="utf-8")
     start = raw.index('[[packages]]\nname = "setuptools"')
-    lock.write_text(raw[:start] + raw[raw.index("[[packages]]", start + 1):], encoding="utf-8")
+    lock.write_text(raw[:start] + raw[raw.index("[[packages]]", start + 1) :], encoding="utf-8")
     result = _pip_dry_run(pip, lock)
     assert result.returncode != 0
     assert "setuptools<82" in result.stderr and "torch==2.12.0+xpu" in result.stderr
 
 
-def _uv_compile(lockfile: Path, links: Path, platform: str, python: str, tmp_path: Path,
-                change=lambda reqs: reqs) -> tuple[subprocess.CompletedProcess, dict[str, str], dict[str, str]]:
+def _uv_compile(
+    lockfile: Path, links: Path, platform: str, python: str, tmp_path: Path, change=lambda reqs: reqs
+) -> tuple[subprocess.CompletedProcess, dict[str, str], dict[str, str]]:
     """Compile the lock's pins that apply to (platform, python); returns the result, what it resolved and what the
     lock has there (canonical name -> version)."""
     uv = find_tool("uv")
     require_tool(None if uv else "uv is not installed")
     packages = tomllib.loads(lockfile.read_text(encoding="utf-8"))["packages"]
     env = marker_environment(platform, python)
-    applying = {canonicalize_name(p["name"]): p["version"] for p in packages
-                if not p.get("marker") or Marker(p["marker"]).evaluate(env)}
+    applying = {
+        canonicalize_name(p["name"]): p["version"] for p in packages if not p.get("marker") or Marker(p["marker"]).evaluate(env)
+    }
     reqs = tmp_path / "locked.in"
     reqs.write_text("\n".join(change([f"{n}=={v}" for n, v in applying.items()])) + "\n", encoding="utf-8")
-    result = subprocess.run([uv, "pip", "compile", str(reqs), "--python-version", python, "--python-platform",
-                             TARGET[platform], "--find-links", str(links), "--only-binary", ":all:", "--no-header",
-                             "--no-annotate", "--quiet"], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            uv,
+            "pip",
+            "compile",
+            str(reqs),
+            "--python-version",
+            python,
+            "--python-platform",
+            TARGET[platform],
+            "--find-links",
+            str(links),
+            "--only-binary",
+            ":all:",
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     resolved = dict(line.split("==", 1) for line in result.stdout.splitlines() if "==" in line)
     return result, {canonicalize_name(n): v.split(";")[0].strip() for n, v in resolved.items()}, applying
 
@@ -107,8 +130,10 @@ def test_uv_compiles_each_lock_to_itself_on_every_python_and_platform(pair, tmp_
     """uv resolves the locked pins with the packages' real metadata (PyPI) and the stand-ins' (manifest): nothing
     conflicts and nothing is missing (it adds no package the lock lacks); each Python and platform side by side."""
     cases = [(platform, python) for platform in PLATFORMS for python in read_meta(LOCKS / pair).pythons]
-    links = {platform: stand_in_xpu_lock(pylock_path(LOCKS / pair, platform), platform, tmp_path / platform).parent
-             for platform in PLATFORMS}
+    links = {
+        platform: stand_in_xpu_lock(pylock_path(LOCKS / pair, platform), platform, tmp_path / platform).parent
+        for platform in PLATFORMS
+    }
 
     def compile_one(case):
         platform, python = case
@@ -125,8 +150,13 @@ def test_uv_compiles_each_lock_to_itself_on_every_python_and_platform(pair, tmp_
 def test_uv_refuses_the_setuptools_xpu_2_12_pinned_before(tmp_path):
     lockfile = pylock_path(LOCKS / "xpu-2.12", "win-64")
     links = stand_in_xpu_lock(lockfile, "win-64", tmp_path / "xpu").parent
-    result, _, _ = _uv_compile(lockfile, links, "win-64", "3.12", tmp_path,
-                               change=lambda reqs: [r.replace("setuptools==81.0.0", "setuptools==84.2.1")
-                                                    for r in reqs])
+    result, _, _ = _uv_compile(
+        lockfile,
+        links,
+        "win-64",
+        "3.12",
+        tmp_path,
+        change=lambda reqs: [r.replace("setuptools==81.0.0", "setuptools==84.2.1") for r in reqs],
+    )
     assert result.returncode != 0
     assert "torch==2.12.0+xpu depends on setuptools<82" in result.stderr

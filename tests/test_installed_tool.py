@@ -28,21 +28,24 @@ def installed(tmp_path_factory, warm_caches):
     src, dist, home, outside = base / "src", base / "dist", base / "home", base / "somewhere else"
     _copy_checkout(src)
     outside.mkdir()
-    built = subprocess.run([uv, "build", "--wheel", "--out-dir", str(dist), str(src)], capture_output=True, text=True,
-                           timeout=600)
+    built = subprocess.run(
+        [uv, "build", "--wheel", "--out-dir", str(dist), str(src)], capture_output=True, text=True, timeout=600
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("aipc_env-*.whl")
     env = isolated_env(base, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: base/home
-    install = subprocess.run(["/usr/bin/pipx", "install", str(wheel)], cwd=outside, env=env, capture_output=True,
-                             text=True, timeout=900)
+    install = subprocess.run(
+        ["/usr/bin/pipx", "install", str(wheel)], cwd=outside, env=env, capture_output=True, text=True, timeout=900
+    )
     assert install.returncode == 0, (install.stdout + install.stderr)[-3000:]
     cli = home / ".local" / "bin" / "aipc-env"
     assert cli.is_file()
     shutil.rmtree(src)  # nothing of the checkout is left to find
 
     def run(*args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(cli), *args], cwd=outside, env={**env, **extra}, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(cli), *args], cwd=outside, env={**env, **extra}, capture_output=True, text=True, timeout=timeout
+        )
 
     run.home, run.outside = home, outside  # type: ignore[attr-defined]
     return run
@@ -87,8 +90,7 @@ def test_the_readme_commands_that_need_no_network(installed, tmp_path, upstream_
     (out / "pip list.txt").write_text(WIN_27_LIST)
     resolve = installed("resolve", "--pip-list", str(out / "pip list.txt"))
     assert resolve.returncode == 0 and "xpu-2.7" in resolve.stdout, resolve.stdout + resolve.stderr
-    recommend = installed("recommend", "--facts", str(MACHINES / "win11_core_ultra_32gb.json"), "--out",
-                          str(out / "c.yaml"))
+    recommend = installed("recommend", "--facts", str(MACHINES / "win11_core_ultra_32gb.json"), "--out", str(out / "c.yaml"))
     assert recommend.returncode == 0 and (out / "c.yaml").is_file(), recommend.stderr
     clone = tmp_path / "qflux clone"
     shutil.copytree(upstream_pristine, clone)
@@ -101,15 +103,17 @@ def test_the_readme_commands_that_need_no_network(installed, tmp_path, upstream_
 
 @pytest.mark.slow
 def test_train_builds_its_own_env_and_never_imports_torch_in_the_tools_venv(installed):
-    require_tool(None if os.environ.get("AIPC_ENV_TORCH_WHEELS") else
-                 "AIPC_ENV_TORCH_WHEELS names no local torch wheel folder (.ci/run sets it)")
+    require_tool(
+        None
+        if os.environ.get("AIPC_ENV_TORCH_WHEELS")
+        else "AIPC_ENV_TORCH_WHEELS names no local torch wheel folder (.ci/run sets it)"
+    )
     result = installed("train", timeout=1500)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     last = [line for line in result.stdout.splitlines() if line.strip()][-1]
     assert last.startswith("aipc-env: LoRA ") and Path(last.removeprefix("aipc-env: LoRA ")).is_file()
     home = installed.home  # type: ignore[attr-defined]
-    assert "training env: building" in result.stdout and str(home / ".local" / "share" / "aipc-env" / "envs") in \
-        result.stdout
+    assert "training env: building" in result.stdout and str(home / ".local" / "share" / "aipc-env" / "envs") in result.stdout
     tool_venv = home / ".local" / "pipx" / "venvs" / "aipc-env"
     if not tool_venv.is_dir():
         tool_venv = home / ".local" / "share" / "pipx" / "venvs" / "aipc-env"

@@ -26,8 +26,7 @@ def _atomic(dst, content: str, at: str | None = None, kill: bool = False) -> sub
     import os
 
     env = dict(os.environ, AIPC_ENV_INTERRUPT_AT=at or "", AIPC_ENV_INTERRUPT_SIGNAL="KILL" if kill else "")
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(dst), content], env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(dst), content], env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("at", ["atomic-dir:before-rename", "atomic-dir:after-old-moved"])
@@ -72,8 +71,9 @@ def test_an_interrupted_render_is_finished_by_the_next_and_refused_by_a_build(tm
 
     out = tmp_path / "ctx"
     argv = ["container", "render", "--pair", "xpu-2.12", "--gpu-runtime", "none", "--out", str(out)]
-    stopped = run_cli(*argv, env={"AIPC_ENV_INTERRUPT_AT": "container:render-partial",
-                                  "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
+    stopped = run_cli(
+        *argv, env={"AIPC_ENV_INTERRUPT_AT": "container:render-partial", "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""}
+    )
     assert stopped.returncode == (-9 if kill else 130), stopped.stderr[-2000:]
     assert (out / CONTAINERFILE).is_file() and (out / RENDERING_MARK).is_file() and not (out / SPEC_NAME).exists()
     with pytest.raises(InputError, match="render was interrupted"):

@@ -16,8 +16,7 @@ from tests.conftest import ROOT
 
 ERROR_SCHEMA = json.loads((ROOT / "docs" / "schemas" / "error-document.schema.json").read_text(encoding="utf-8"))
 
-WITHOUT_JSON = {"train", "container run", "fleet ansible", "fleet keygen", "distill init", "distill export",
-                "distill publish"}
+WITHOUT_JSON = {"train", "container run", "fleet ansible", "fleet keygen", "distill init", "distill export", "distill publish"}
 """Commands whose output is a process's own (a training run's phases, a container's command) or files only; each
 is a gap to close, not a rule: the list may only shrink."""
 
@@ -65,8 +64,7 @@ def test_a_bad_argument_is_a_json_error_document(command, capsys):
     doc = _error_document(out)
     assert code == 2 and doc["code"] == 2 and doc["code_name"] == "USAGE"
     # argparse names what it refused first: a missing required argument, else the unknown option
-    assert doc["message"].startswith("aipc-env") and ("--no-such-option" in doc["message"] or "required" in
-                                                      doc["message"]), doc
+    assert doc["message"].startswith("aipc-env") and ("--no-such-option" in doc["message"] or "required" in doc["message"]), doc
     assert doc["fix"].endswith("--help lists the arguments")
 
 
@@ -74,8 +72,7 @@ BAD_INPUTS = {
     "dataset validate": (["dataset", "validate", "{missing}"], "{missing}"),
     "resolve": (["resolve", "--pip-list", "{missing}"], "{missing}"),
     "doctor": (["doctor", "--facts", "{missing}"], "{missing}"),
-    "compare": (["compare", "--config", "{missing}", "--lora", "x", "--test-set", "y", "--out", "{tmp}/o"],
-                "{missing}"),
+    "compare": (["compare", "--config", "{missing}", "--lora", "x", "--test-set", "y", "--out", "{tmp}/o"], "{missing}"),
     "patch-requirements": (["patch-requirements", "{missing}"], "{missing}"),
     "fleet report": (["fleet", "report", "{missing}"], "{missing}"),
 }

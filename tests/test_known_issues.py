@@ -24,25 +24,28 @@ A770_WIN = MACHINES / "win11_arc_a770.json"
 MATRIX = load_matrix()
 
 
-@pytest.mark.parametrize(("name", "device", "family"), [
-    ("Intel(R) Arc(TM) A770 Graphics", "56a0", "arc-a"),
-    ("Intel(R) Arc(TM) A730M Graphics", None, "arc-a"),  # the GPU of the issue's report
-    ("Intel(R) Arc(TM) Pro A60 Graphics", None, "arc-a"),
-    ("Intel(R) Arc(TM) B580 Graphics", "e20b", "arc-b"),
-    ("Intel(R) Arc(TM) Pro B60 Graphics", None, "arc-b"),
-    ("Intel(R) Arc(TM) Graphics", "7d55", "igpu"),  # Core Ultra (Meteor Lake): "Arc" without a model number
-    ("Intel(R) Arc(TM) 140V GPU (16GB)", "64a0", "igpu"),
-    ("Intel(R) Iris(R) Xe Graphics", None, "igpu"),
-    ("Intel(R) UHD Graphics 770", None, "igpu"),
-    # Linux sysfs names carry no model: the PCI id decides (include/drm/intel/pciids.h)
-    ("Intel GPU 56a0", "56a0", "arc-a"),
-    ("Intel GPU 56A5", "56A5", "arc-a"),
-    ("Intel GPU e20c", "e20c", "arc-b"),
-    ("Intel GPU 7d45", "7d45", "igpu"),
-    ("Intel GPU 56c0", "56c0", None),  # Flex 170 (ATS-M): not an Arc A-series
-    ("Intel GPU abcd", "abcd", None),
-    ("Intel GPU", "", None),
-])
+@pytest.mark.parametrize(
+    ("name", "device", "family"),
+    [
+        ("Intel(R) Arc(TM) A770 Graphics", "56a0", "arc-a"),
+        ("Intel(R) Arc(TM) A730M Graphics", None, "arc-a"),  # the GPU of the issue's report
+        ("Intel(R) Arc(TM) Pro A60 Graphics", None, "arc-a"),
+        ("Intel(R) Arc(TM) B580 Graphics", "e20b", "arc-b"),
+        ("Intel(R) Arc(TM) Pro B60 Graphics", None, "arc-b"),
+        ("Intel(R) Arc(TM) Graphics", "7d55", "igpu"),  # Core Ultra (Meteor Lake): "Arc" without a model number
+        ("Intel(R) Arc(TM) 140V GPU (16GB)", "64a0", "igpu"),
+        ("Intel(R) Iris(R) Xe Graphics", None, "igpu"),
+        ("Intel(R) UHD Graphics 770", None, "igpu"),
+        # Linux sysfs names carry no model: the PCI id decides (include/drm/intel/pciids.h)
+        ("Intel GPU 56a0", "56a0", "arc-a"),
+        ("Intel GPU 56A5", "56A5", "arc-a"),
+        ("Intel GPU e20c", "e20c", "arc-b"),
+        ("Intel GPU 7d45", "7d45", "igpu"),
+        ("Intel GPU 56c0", "56c0", None),  # Flex 170 (ATS-M): not an Arc A-series
+        ("Intel GPU abcd", "abcd", None),
+        ("Intel GPU", "", None),
+    ],
+)
 def test_gpu_family(name, device, family):
     assert family_of(name, device) == family
 
@@ -54,6 +57,7 @@ def test_facts_families_come_from_the_os_listing_and_sycl():
 
 
 # --- the shipped record -------------------------------------------------------------------------------------------
+
 
 def _issue() -> KnownIssue:
     (issue,) = MATRIX.get("xpu-2.14").known_issues
@@ -70,22 +74,27 @@ def test_the_shipped_record_of_197520():
     assert [p.id for p in MATRIX.pairs if p.known_issues] == ["xpu-2.14"]
 
 
-@pytest.mark.parametrize(("platform", "families", "torch", "hit"), [
-    ("win-64", {"arc-a"}, "2.14.1", True),
-    ("win-64", {"arc-a"}, "2.14.0", True),
-    ("win-64", {"arc-a", "igpu"}, "2.14.1", True),
-    ("linux-64", {"arc-a"}, "2.14.1", False),
-    ("win-64", {"arc-b"}, "2.14.1", False),
-    ("win-64", {"igpu"}, "2.14.1", False),
-    ("win-64", set(), "2.14.1", False),
-])
+@pytest.mark.parametrize(
+    ("platform", "families", "torch", "hit"),
+    [
+        ("win-64", {"arc-a"}, "2.14.1", True),
+        ("win-64", {"arc-a"}, "2.14.0", True),
+        ("win-64", {"arc-a", "igpu"}, "2.14.1", True),
+        ("linux-64", {"arc-a"}, "2.14.1", False),
+        ("win-64", {"arc-b"}, "2.14.1", False),
+        ("win-64", {"igpu"}, "2.14.1", False),
+        ("win-64", set(), "2.14.1", False),
+    ],
+)
 def test_which_machines_the_record_hits(platform, families, torch, hit):
     pair = MATRIX.get("xpu-2.14")
     assert bool(pair.issues_hitting(platform, families, torch)) is hit
 
 
-@pytest.mark.parametrize(("torch", "hit"), [("2.14.0", True), ("2.14.0+xpu", True), ("2.14.1", False),
-                                            ("2.14.1+xpu", False), ("2.15.0", False), ("2.13.0", True)])
+@pytest.mark.parametrize(
+    ("torch", "hit"),
+    [("2.14.0", True), ("2.14.0+xpu", True), ("2.14.1", False), ("2.14.1+xpu", False), ("2.15.0", False), ("2.13.0", True)],
+)
 def test_fixed_in_is_the_first_release_without_it(torch, hit):
     fixed = _issue().model_copy(update={"fixed_in": "2.14.1"})
     assert fixed.hits("win-64", {"arc-a"}, torch) is hit
@@ -107,6 +116,7 @@ def test_known_issues_do_not_make_a_lock_stale():
 
 # --- validation: a malformed record is a named input error ------------------------------------------------------
 
+
 def _matrix_with(tmp_path, **changes):
     raw = yaml.safe_load((ROOT / "environments" / "matrix.yaml").read_text(encoding="utf-8"))
     row = next(p for p in raw["pairs"] if p["id"] == "xpu-2.14")
@@ -121,22 +131,25 @@ def _matrix_with(tmp_path, **changes):
     return path
 
 
-@pytest.mark.parametrize(("changes", "named"), [
-    ({"id": "197520"}, "owner/repository#number"),
-    ({"id": "pytorch/pytorch#0"}, "owner/repository#number"),
-    ({"source": "http://github.com/pytorch/pytorch/issues/197520"}, "https"),
-    ({"source": "https://github.com/pytorch/pytorch/issues/19752"}, "not the URL of pytorch/pytorch#197520"),
-    ({"source": "https://github.com/intel/torch-xpu-ops/issues/197520"}, "not the URL"),
-    ({"gpu_families": []}, "name at least one"),
-    ({"gpu_families": ["arc-c"]}, "gpu_families"),
-    ({"platforms": ["osx-arm64"]}, "platforms"),
-    ({"platforms": []}, "name at least one"),
-    ({"severity": "bad"}, "severity"),
-    ({"fixed_in": "soon"}, "fixed_in"),
-    ({"seen": None}, "seen"),
-    ({"what": None}, "what"),
-    ({"typo": "x"}, "typo"),
-])
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"id": "197520"}, "owner/repository#number"),
+        ({"id": "pytorch/pytorch#0"}, "owner/repository#number"),
+        ({"source": "http://github.com/pytorch/pytorch/issues/197520"}, "https"),
+        ({"source": "https://github.com/pytorch/pytorch/issues/19752"}, "not the URL of pytorch/pytorch#197520"),
+        ({"source": "https://github.com/intel/torch-xpu-ops/issues/197520"}, "not the URL"),
+        ({"gpu_families": []}, "name at least one"),
+        ({"gpu_families": ["arc-c"]}, "gpu_families"),
+        ({"platforms": ["osx-arm64"]}, "platforms"),
+        ({"platforms": []}, "name at least one"),
+        ({"severity": "bad"}, "severity"),
+        ({"fixed_in": "soon"}, "fixed_in"),
+        ({"seen": None}, "seen"),
+        ({"what": None}, "what"),
+        ({"typo": "x"}, "typo"),
+    ],
+)
 def test_a_malformed_record_is_refused_by_name(tmp_path, changes, named):
     with pytest.raises(InputError) as err:
         load_matrix(_matrix_with(tmp_path, **changes))
@@ -160,6 +173,7 @@ def test_a_well_formed_fixed_record_loads(tmp_path):
 
 # --- the doctor -----------------------------------------------------------------------------------------------
 
+
 def _known(facts):
     (finding,) = run_checks(facts, MATRIX, ["known-issues"]).findings
     return finding
@@ -176,16 +190,20 @@ def test_doctor_names_197520_on_a_windows_a770_with_xpu_2_14():
 
 def test_doctor_is_quiet_on_the_other_side_of_each_boundary():
     facts = load_facts(A770_WIN)
-    b580 = facts.model_copy(update={
-        "gpus": [GpuInfo(name="Intel(R) Arc(TM) B580 Graphics", vendor_id="8086", device_id="e20b", status="OK")],
-        "sycl_devices": [SyclDevice(backend="level_zero", kind="gpu", index=0, name="Intel(R) Arc(TM) B580 Graphics")]})
+    b580 = facts.model_copy(
+        update={
+            "gpus": [GpuInfo(name="Intel(R) Arc(TM) B580 Graphics", vendor_id="8086", device_id="e20b", status="OK")],
+            "sycl_devices": [SyclDevice(backend="level_zero", kind="gpu", index=0, name="Intel(R) Arc(TM) B580 Graphics")],
+        }
+    )
     assert _known(b580).status == "ok"
     igpu = load_facts(MACHINES / "win11_core_ultra_32gb.json")
     igpu.training_env = facts.training_env
     assert _known(igpu).status == "ok" and "xpu-2.14" in _known(igpu).seen
     linux = load_facts(MACHINES / "linux_arc_a770.json")
-    linux.training_env = linux.training_env.model_copy(update={"pair": "xpu-2.14", "distributions": {
-        **facts.training_env.distributions}})
+    linux.training_env = linux.training_env.model_copy(
+        update={"pair": "xpu-2.14", "distributions": {**facts.training_env.distributions}}
+    )
     assert _known(linux).status == "ok" and "xpu-2.14" in _known(linux).seen
     older = load_facts(MACHINES / "win11_core_ultra_32gb.json")  # an xpu-2.11 env ...
     older.gpus, older.sycl_devices = facts.gpus, facts.sycl_devices  # ... on the A770
@@ -199,6 +217,7 @@ def test_doctor_skips_without_a_known_gpu_family():
 
 
 # --- env --dry-run and recommend --------------------------------------------------------------------------------
+
 
 def test_env_dry_run_names_197520_on_the_a770_facts(capsys):
     code = main(["env", "--pair", "xpu-2.14", "--dry-run", "--facts", str(A770_WIN)])
@@ -235,15 +254,26 @@ def test_recommend_names_197520_on_the_a770_facts(capsys):
 
 # --- matrix refresh keeps them current --------------------------------------------------------------------------
 
+
 def _index_torch(version: str):
     from aipc_env.lock.coremeta import CoreMetadata
     from aipc_env.lock.refresh import IndexWheel
 
-    meta = CoreMetadata(name="torch", version=f"{version}+xpu", requires_python=">=3.10",
-                        requires_dist=("intel-sycl-rt==2026.1.0", "triton-xpu==3.8.0"))
+    meta = CoreMetadata(
+        name="torch",
+        version=f"{version}+xpu",
+        requires_python=">=3.10",
+        requires_dist=("intel-sycl-rt==2026.1.0", "triton-xpu==3.8.0"),
+    )
     file = f"torch-{version}+xpu-cp312-cp312-win_amd64.whl"
-    return IndexWheel(project="torch", file=file, url=f"https://download.pytorch.org/whl/xpu/{file}",
-                      sha256="ab" * 32, metadata=meta, page="https://download.pytorch.org/whl/xpu/torch/")
+    return IndexWheel(
+        project="torch",
+        file=file,
+        url=f"https://download.pytorch.org/whl/xpu/{file}",
+        sha256="ab" * 32,
+        metadata=meta,
+        page="https://download.pytorch.org/whl/xpu/torch/",
+    )
 
 
 @pytest.mark.parametrize(("torch", "noted"), [("2.14.2", True), ("2.16.0", False)])
@@ -257,11 +287,19 @@ def test_refresh_asks_whether_a_new_release_fixes_an_open_issue(torch, noted):
     notes = [n for n in plan.notes if ISSUE in n]
     assert bool(notes) is noted  # 2.16 follows xpu-2.15, which records none
     if noted:
-        assert notes == [f"xpu-2.14: known issue {ISSUE} is open (no fixed_in): check whether torch 2.14.2 fixes it "
-                         "(https://github.com/pytorch/pytorch/issues/197520); record fixed_in, or carry the record "
-                         "to torch 2.14.2's row"]
-    fixed = MATRIX.model_copy(update={"pairs": [p.model_copy(update={"known_issues": [
-        i.model_copy(update={"fixed_in": "2.14.1"}) for i in p.known_issues]}) for p in MATRIX.pairs]})
+        assert notes == [
+            f"xpu-2.14: known issue {ISSUE} is open (no fixed_in): check whether torch 2.14.2 fixes it "
+            "(https://github.com/pytorch/pytorch/issues/197520); record fixed_in, or carry the record "
+            "to torch 2.14.2's row"
+        ]
+    fixed = MATRIX.model_copy(
+        update={
+            "pairs": [
+                p.model_copy(update={"known_issues": [i.model_copy(update={"fixed_in": "2.14.1"}) for i in p.known_issues]})
+                for p in MATRIX.pairs
+            ]
+        }
+    )
     assert not [n for n in plan_refresh(fixed, manifest, [_index_torch(torch)], [], "x").notes if ISSUE in n]
 
 

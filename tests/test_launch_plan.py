@@ -18,9 +18,14 @@ NASTY = r"C:\Users\Zoë & Co (x86)\100% !bang! ^caret"
 
 
 def plan(**kw) -> LaunchPlan:
-    base = dict(platform="win-64", run_dir=NASTY + r"\run", python=NASTY + r"\env\python.exe",
-                env={"USER_VAL": 'a|b & echo INJECTED "q" %PATH%'}, phases=[Phase(name="fit", argv=["x"])],
-                log_file=NASTY + r"\run\train.log")
+    base = dict(
+        platform="win-64",
+        run_dir=NASTY + r"\run",
+        python=NASTY + r"\env\python.exe",
+        env={"USER_VAL": 'a|b & echo INJECTED "q" %PATH%'},
+        phases=[Phase(name="fit", argv=["x"])],
+        log_file=NASTY + r"\run\train.log",
+    )
     base.update(kw)
     return LaunchPlan(**base)
 
@@ -64,8 +69,17 @@ def test_oneapi_matching_release_only(matrix):
     assert act is None and "2025.0 is installed but xpu-2.10 needs 2025.3" in warnings[0]
     act, warnings = choose_oneapi(matrix.get("xpu-2.10"), OneApiInfo(), "win-64")
     assert act is None and "no oneAPI toolkit found" in warnings[0]
-    component = OneApiInfo(installs=[OneApiInstall(root="/opt/intel/oneapi", version="2025.2", layout="component",
-                                                   setvars="/opt/intel/oneapi/setvars.sh", releases=["2025.2"])])
+    component = OneApiInfo(
+        installs=[
+            OneApiInstall(
+                root="/opt/intel/oneapi",
+                version="2025.2",
+                layout="component",
+                setvars="/opt/intel/oneapi/setvars.sh",
+                releases=["2025.2"],
+            )
+        ]
+    )
     act, _ = choose_oneapi(matrix.get("xpu-2.9"), component, "linux-64")
     assert (act.folder, act.name) == ("/opt/intel/oneapi", "setvars.sh")
     # a pair that compiles no kernels on Windows needs no toolkit

@@ -19,22 +19,31 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX launchers")
 SHELLS = ["bash", "dash"]
 NASTY = "run & echo INJECTED; $(touch pwned) `id` 'q' \"d\" | 100% !x! ^ (x86) ü"
-RECORD = ("import json, os, sys; json.dump({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': dict(os.environ)}, "
-          "open(os.environ['AIPC_RECORD'], 'w'))")
+RECORD = (
+    "import json, os, sys; json.dump({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': dict(os.environ)}, "
+    "open(os.environ['AIPC_RECORD'], 'w'))"
+)
 
 
 def _plan(tmp: Path, phases: list[Phase], oneapi: Activation | None = None, **env: str) -> LaunchPlan:
     run = tmp / NASTY
-    return LaunchPlan(platform="linux-64", run_dir=str(run), python=sys.executable, oneapi=oneapi,
-                      env={**base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"),
-                           "USER_VALUE": NASTY, **env},
-                      phases=phases, log_file=str(run / "train.log"))
+    return LaunchPlan(
+        platform="linux-64",
+        run_dir=str(run),
+        python=sys.executable,
+        oneapi=oneapi,
+        env={**base_env("linux-64", pythonpath=[str(ROOT / "src")], device=None, engine="builtin"), "USER_VALUE": NASTY, **env},
+        phases=phases,
+        log_file=str(run / "train.log"),
+    )
 
 
 def _fake_oneapi(root: Path) -> Activation:
     root.mkdir(parents=True)
-    (root / "setvars.sh").write_text('[ "$1" = "--force" ] || return 5\nexport SETVARS_COMPLETED=1\n'
-                                     'export ONEAPI_ROOT="$(pwd)"\necho "oneAPI environment initialized"\n')
+    (root / "setvars.sh").write_text(
+        '[ "$1" = "--force" ] || return 5\nexport SETVARS_COMPLETED=1\n'
+        'export ONEAPI_ROOT="$(pwd)"\necho "oneAPI environment initialized"\n'
+    )
     return Activation(folder=str(root), name="setvars.sh", release="2025.3")
 
 
@@ -42,8 +51,12 @@ def _fake_oneapi(root: Path) -> Activation:
 def test_environment_argv_and_log(shell, tmp_path):
     record = tmp_path / "record.json"
     data_arg = str(tmp_path / "data ü & $(x)")
-    plan = _plan(tmp_path, [Phase(name="cache", argv=[sys.executable, "-c", RECORD, data_arg])],
-                 oneapi=_fake_oneapi(tmp_path / "intel one api"), AIPC_RECORD=str(record))
+    plan = _plan(
+        tmp_path,
+        [Phase(name="cache", argv=[sys.executable, "-c", RECORD, data_arg])],
+        oneapi=_fake_oneapi(tmp_path / "intel one api"),
+        AIPC_RECORD=str(record),
+    )
     script = write_launcher(plan)
     result = subprocess.run([shell, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -60,8 +73,13 @@ def test_environment_argv_and_log(shell, tmp_path):
 @pytest.mark.parametrize("shell", SHELLS)
 def test_failing_cache_stops_before_fit_and_code_passes_through(shell, tmp_path):
     marker = tmp_path / "fit-ran"
-    plan = _plan(tmp_path, [Phase(name="cache", argv=[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]),
-                            Phase(name="fit", argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])])
+    plan = _plan(
+        tmp_path,
+        [
+            Phase(name="cache", argv=[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]),
+            Phase(name="fit", argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"]),
+        ],
+    )
     result = subprocess.run([shell, str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
     assert result.returncode == 3
     assert not marker.exists()
@@ -84,9 +102,11 @@ def _alive(pid: int) -> bool:
 def test_stopping_the_launcher_stops_training_no_orphans(sig, tmp_path):
     pidfile = tmp_path / "pids"
     # the phase starts a grandchild too, as accelerate launch does
-    body = ("import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
-            "'import time; time.sleep(120)']); open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {child.pid}');"
-            " time.sleep(120)")
+    body = (
+        "import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(120)']); open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {child.pid}');"
+        " time.sleep(120)"
+    )
     plan = _plan(tmp_path, [Phase(name="fit", argv=[sys.executable, "-c", body])], PIDS=str(pidfile))
     proc = subprocess.Popen(["dash", str(write_launcher(plan))], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
@@ -112,8 +132,11 @@ def test_failing_oneapi_activation_is_a_named_exit_code(shell, tmp_path):
     root.mkdir()
     (root / "setvars.sh").write_text("return 7\n")
     marker = tmp_path / "ran"
-    plan = _plan(tmp_path, [Phase(name="fit", argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])],
-                 oneapi=Activation(folder=str(root), name="setvars.sh", release="2025.3"))
+    plan = _plan(
+        tmp_path,
+        [Phase(name="fit", argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])],
+        oneapi=Activation(folder=str(root), name="setvars.sh", release="2025.3"),
+    )
     result = subprocess.run([shell, str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
     assert result.returncode == ExitCode.PROBLEMS and "oneAPI activation failed" in result.stderr
     assert not marker.exists()

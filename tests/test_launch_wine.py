@@ -35,11 +35,21 @@ def _setup(wine, tmp_path: Path, *, fail_setvars: bool = False, exit_code: int =
     oneapi = fake_oneapi_bat(base / "Program Files (x86)" / "Intel" / "oneAPI", fail=fail_setvars) if with_oneapi else None
     record = base / "record.txt"
     plan = LaunchPlan(
-        platform="win-64", run_dir=str(run), python=wine.winpath(exe),
+        platform="win-64",
+        run_dir=str(run),
+        python=wine.winpath(exe),
         oneapi=Activation(folder=wine.winpath(oneapi), name="setvars.bat", release="2025.3") if oneapi else None,
-        env={"PYTHONUTF8": "1", "SYCL_CACHE_PERSISTENT": "1", "USER_VALUE": USER_VALUE, "PYTHONHOME": None,
-             "AIPC_STANDIN_OUT": wine.winpath(record), "AIPC_STANDIN_EXIT": str(exit_code)},
-        phases=[Phase(name="fit", argv=["unused"])], log_file=wine.winpath(run / "train.log"))
+        env={
+            "PYTHONUTF8": "1",
+            "SYCL_CACHE_PERSISTENT": "1",
+            "USER_VALUE": USER_VALUE,
+            "PYTHONHOME": None,
+            "AIPC_STANDIN_OUT": wine.winpath(record),
+            "AIPC_STANDIN_EXIT": str(exit_code),
+        },
+        phases=[Phase(name="fit", argv=["unused"])],
+        log_file=wine.winpath(run / "train.log"),
+    )
     return write_launcher(plan), record, wine.winpath(run)
 
 
@@ -65,8 +75,9 @@ def test_exact_command_environment_and_exit_code(wine, tmp_path):
 
 def test_variable_absent_stays_absent(wine, tmp_path):
     script, record, _ = _setup(wine, tmp_path)
-    result = wine.run_bat(script, unset=("NoDefaultCurrentDirectoryInExePath",),
-                          NOT_FOR_THE_RUN="x")  # a variable of ours is passed, so the env reaching cmd is this one
+    result = wine.run_bat(
+        script, unset=("NoDefaultCurrentDirectoryInExePath",), NOT_FOR_THE_RUN="x"
+    )  # a variable of ours is passed, so the env reaching cmd is this one
     assert result.returncode == 0, result.stderr
     _, recorded, _ = read_record(record)
     assert recorded.get("NOT_FOR_THE_RUN") == "x"

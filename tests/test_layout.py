@@ -12,12 +12,29 @@ import tomllib
 from tests.conftest import ROOT
 
 SRC = ROOT / "src" / "aipc_env"
-ENVIRONMENT_SIDE = ("aipc_env.cli", "aipc_env.commands", "aipc_env.facts", "aipc_env.doctor", "aipc_env.matrix",
-                    "aipc_env.lock", "aipc_env.trainenv", "aipc_env.launch", "aipc_env.train.config",
-                    "aipc_env.train.run", "aipc_env.train.recommend", "aipc_env.train.checkpoint",
-                    "aipc_env.dataset", "aipc_env.commands.schemas", "aipc_env.distill.config", "aipc_env.distill.prompts",
-                    "aipc_env.distill.verdict", "aipc_env.distill.report", "aipc_env.distill.trajectories",
-                    "aipc_env.distill.lessons", "aipc_env.qflux")
+ENVIRONMENT_SIDE = (
+    "aipc_env.cli",
+    "aipc_env.commands",
+    "aipc_env.facts",
+    "aipc_env.doctor",
+    "aipc_env.matrix",
+    "aipc_env.lock",
+    "aipc_env.trainenv",
+    "aipc_env.launch",
+    "aipc_env.train.config",
+    "aipc_env.train.run",
+    "aipc_env.train.recommend",
+    "aipc_env.train.checkpoint",
+    "aipc_env.dataset",
+    "aipc_env.commands.schemas",
+    "aipc_env.distill.config",
+    "aipc_env.distill.prompts",
+    "aipc_env.distill.verdict",
+    "aipc_env.distill.report",
+    "aipc_env.distill.trajectories",
+    "aipc_env.distill.lessons",
+    "aipc_env.qflux",
+)
 
 
 def _modules():
@@ -28,13 +45,15 @@ def _modules():
 
 
 def test_environment_side_imports_no_torch():
-    code = ("import importlib, pkgutil, sys, aipc_env\n"
-            f"sides = {ENVIRONMENT_SIDE!r}\n"
-            "for info in pkgutil.walk_packages(aipc_env.__path__, 'aipc_env.'):\n"
-            "    if info.name.startswith(sides):\n"
-            "        importlib.import_module(info.name)\n"
-            "from aipc_env.cli import build_parser; build_parser()\n"
-            "print(sorted(m for m in ('torch', 'diffusers', 'bitsandbytes', 'transformers') if m in sys.modules))\n")
+    code = (
+        "import importlib, pkgutil, sys, aipc_env\n"
+        f"sides = {ENVIRONMENT_SIDE!r}\n"
+        "for info in pkgutil.walk_packages(aipc_env.__path__, 'aipc_env.'):\n"
+        "    if info.name.startswith(sides):\n"
+        "        importlib.import_module(info.name)\n"
+        "from aipc_env.cli import build_parser; build_parser()\n"
+        "print(sorted(m for m in ('torch', 'diffusers', 'bitsandbytes', 'transformers') if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -56,20 +75,29 @@ def test_no_private_name_crosses_modules():
     for name, _, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("aipc_env"):
-                crossing += [f"{name}: {node.module}.{a.name}" for a in node.names
-                             if a.name.startswith("_") and not a.name.startswith("__")]
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                    node.attr.startswith("_") and not node.attr.startswith("__") and node.value.id in (
-                    "parse", "gather", "checks", "specs", "resolve", "select", "record"):
+                crossing += [
+                    f"{name}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.value.id in ("parse", "gather", "checks", "specs", "resolve", "select", "record")
+            ):
                 crossing.append(f"{name}: {node.value.id}.{node.attr}")
     assert not crossing
 
 
 def test_wheel_package_list_is_complete():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {name for name, path, _ in _modules() if path.name == "__init__.py"} | {"aipc_env.launchers",
-                                                                                   "aipc_env.environments",
-                                                                                   "aipc_env.lockfiles"}
+    found = {name for name, path, _ in _modules() if path.name == "__init__.py"} | {
+        "aipc_env.launchers",
+        "aipc_env.environments",
+        "aipc_env.lockfiles",
+    }
     assert listed == found
 
 
@@ -90,8 +118,12 @@ def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
     for folder in ("src", "launchers", "environments", "lockfiles"):
         shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
     out = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = out.glob("aipc_env-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -109,8 +141,12 @@ def test_the_built_wheel_ships_the_launcher_templates_and_the_data(tmp_path):
             name = f"aipc_env/lockfiles/{lock.relative_to(ROOT / 'lockfiles').as_posix()}"
             assert archive.read(name) == lock.read_bytes(), name
         package = ROOT / "src" / "aipc_env"  # every template and script file beside the code that renders it
-        shipped_files = sorted(p for folder in ("templates", "scripts") for p in package.rglob(f"{folder}/*")
-                               if p.is_file() and "__pycache__" not in p.parts)
+        shipped_files = sorted(
+            p
+            for folder in ("templates", "scripts")
+            for p in package.rglob(f"{folder}/*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
         assert len(shipped_files) >= 20
         for path in shipped_files:
             name = f"aipc_env/{path.relative_to(package).as_posix()}"

@@ -20,6 +20,7 @@ def _samples(base: float, lora: float, other: float | None = None, n: int = 2) -
 
 # --- the verdict's bounds: LoRA <= (1 - margin) x base, and <= (1 - margin) x the other samples' targets --------
 
+
 @pytest.mark.parametrize(("lora", "learned"), [(0.79, True), (0.8, True), (0.81, False)])
 def test_verdict_against_the_base_at_below_and_above_the_margin(lora, learned):
     v = judge_learning(_samples(1.0, lora), metric="latent RMS", margin=0.2)
@@ -54,14 +55,18 @@ def test_verdict_refuses_no_samples_and_bad_margins():
 def test_verdict_words():
     good = judge_learning(_samples(0.41, 0.12), metric="latent RMS")
     assert verdict_lines(good, "fit: ") == [
-        "fit: held-out distance to the targets (2 samples, latent RMS): base 0.41, LoRA 0.12: the LoRA learned the edit"]
+        "fit: held-out distance to the targets (2 samples, latent RMS): base 0.41, LoRA 0.12: the LoRA learned the edit"
+    ]
     bad = verdict_lines(judge_learning(_samples(0.41, 0.40, 0.40), metric="latent RMS"), "")
-    assert bad[0].startswith("held-out distance to the targets (2 samples, latent RMS): base 0.41, LoRA 0.4 (to the "
-                             "other samples' targets 0.4): the LoRA did NOT learn the edit: the LoRA is not closer")
+    assert bad[0].startswith(
+        "held-out distance to the targets (2 samples, latent RMS): base 0.41, LoRA 0.4 (to the "
+        "other samples' targets 0.4): the LoRA did NOT learn the edit: the LoRA is not closer"
+    )
     assert bad[1].startswith("what to try: ")
 
 
 # --- the objective against an exact oracle ---------------------------------------------------------------------
+
 
 class _Oracle:
     """A 'model' that knows the answer: the edit is x0 = -control, so the velocity at x_t, time s is (x_t - x0) / s.
@@ -72,7 +77,7 @@ class _Oracle:
         self.n = n_target
 
     def __call__(self, *, hidden_states, timestep, **_kw):
-        noisy, control = hidden_states[:, : self.n], hidden_states[:, self.n:]
+        noisy, control = hidden_states[:, : self.n], hidden_states[:, self.n :]
         s = timestep.view(-1, 1, 1).to(hidden_states.dtype)
         v = (noisy - (-control)) / s
         return (hidden_states.new_zeros(hidden_states.shape).index_copy(1, _arange(self.n), v),)
@@ -94,8 +99,14 @@ def _oracle_inputs(batch: int = 4, n: int = 16):
 
     g = torch.Generator().manual_seed(11)
     control = torch.randn(batch, n, 64, generator=g, dtype=torch.float64)
-    return {"target": -control, "controls": control, "prompt_embeds": torch.zeros(batch, 3, 64, dtype=torch.float64),
-            "prompt_mask": None, "img_shapes": [[(1, 4, 4), (1, 4, 4)]] * batch, "token_mask": None}
+    return {
+        "target": -control,
+        "controls": control,
+        "prompt_embeds": torch.zeros(batch, 3, 64, dtype=torch.float64),
+        "prompt_mask": None,
+        "img_shapes": [[(1, 4, 4), (1, 4, 4)]] * batch,
+        "token_mask": None,
+    }
 
 
 @pytest.mark.slow
@@ -131,13 +142,22 @@ def test_sampling_with_the_oracle_lands_on_the_target():
 
     oracle = _Oracle(16)
     oracle.config = Config()
-    out = sample_edit_latents(oracle, scheduler_for_tiny(), controls=inputs["controls"],
-                              prompt_embeds=inputs["prompt_embeds"], prompt_mask=None, target_hw=(8, 8),
-                              control_hw=(8, 8), steps=8, generator=torch.Generator().manual_seed(0))
+    out = sample_edit_latents(
+        oracle,
+        scheduler_for_tiny(),
+        controls=inputs["controls"],
+        prompt_embeds=inputs["prompt_embeds"],
+        prompt_mask=None,
+        target_hw=(8, 8),
+        control_hw=(8, 8),
+        steps=8,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert float((out - inputs["target"]).abs().max()) < 1e-5  # the scheduler keeps its sigmas in float32
 
 
 # --- the held-out sampler is the pipeline's own loop -------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_held_out_sampler_equals_the_diffusers_pipeline(tiny_pipe):  # noqa: F811 - pytest fixture injection
@@ -162,19 +182,36 @@ def test_held_out_sampler_equals_the_diffusers_pipeline(tiny_pipe):  # noqa: F81
 
     hook = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
     try:
-        expected = pipe(image=image, prompt="Paint it in its average colour", height=64, width=64, num_inference_steps=4,
-                        true_cfg_scale=1.0, generator=torch.Generator().manual_seed(3), output_type="latent").images
+        expected = pipe(
+            image=image,
+            prompt="Paint it in its average colour",
+            height=64,
+            width=64,
+            num_inference_steps=4,
+            true_cfg_scale=1.0,
+            generator=torch.Generator().manual_seed(3),
+            output_type="latent",
+        ).images
     finally:
         hook.remove()
     kw, n = seen["kw"], expected.shape[1]
     control_hw = tuple(2 * x for x in kw["img_shapes"][0][1][1:])
-    got = sample_edit_latents(pipe.transformer, pipe.scheduler, controls=kw["hidden_states"][:, n:],
-                              prompt_embeds=kw["encoder_hidden_states"], prompt_mask=kw["encoder_hidden_states_mask"],
-                              target_hw=(8, 8), control_hw=control_hw, steps=4, generator=torch.Generator().manual_seed(3))
+    got = sample_edit_latents(
+        pipe.transformer,
+        pipe.scheduler,
+        controls=kw["hidden_states"][:, n:],
+        prompt_embeds=kw["encoder_hidden_states"],
+        prompt_mask=kw["encoder_hidden_states_mask"],
+        target_hw=(8, 8),
+        control_hw=control_hw,
+        steps=4,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(got, expected)
 
 
 # --- the built-in default learns the edit; broken objectives do not ---------------------------------------------
+
 
 def _broken(fault: str):
     """flow_matching_loss with one deliberate learning fault (the real one is aipc_env.train.objective)."""
@@ -190,9 +227,14 @@ def _broken(fault: str):
         controls = torch.zeros_like(inputs["controls"]) if fault == "control" else inputs["controls"]
         timestep = 1 - sigma if fault == "timestep" else sigma
         target = x0 - noise if fault == "target" else noise - x0
-        pred = model(hidden_states=torch.cat([noisy, controls], dim=1), encoder_hidden_states=inputs["prompt_embeds"],
-                     encoder_hidden_states_mask=inputs["prompt_mask"], timestep=timestep,
-                     img_shapes=inputs["img_shapes"], return_dict=False)[0][:, : x0.shape[1]]
+        pred = model(
+            hidden_states=torch.cat([noisy, controls], dim=1),
+            encoder_hidden_states=inputs["prompt_embeds"],
+            encoder_hidden_states_mask=inputs["prompt_mask"],
+            timestep=timestep,
+            img_shapes=inputs["img_shapes"],
+            return_dict=False,
+        )[0][:, : x0.shape[1]]
         return ((pred.float() - target.float()) ** 2).mean()
 
     return loss
@@ -231,8 +273,7 @@ def _fit(raw: dict, out: Path, monkeypatch, fault: str | None) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", [None, "target", "control"])
-def test_the_default_learns_the_edit_and_broken_objectives_do_not(fault, default_cache, tiny_base, tmp_path,
-                                                                  monkeypatch):
+def test_the_default_learns_the_edit_and_broken_objectives_do_not(fault, default_cache, tiny_base, tmp_path, monkeypatch):
     use_tiny_base(tiny_base)
     verdict = _fit(default_cache, tmp_path / "run", monkeypatch, fault)
     assert verdict["learned"] is (fault is None), verdict

@@ -26,12 +26,12 @@ from tests.support.wheels import make_wheel, sha256_of
 LOCKS = ROOT / "lockfiles"
 
 
-def _dist(name, version="1.0", requires=(), *, marker=None, python=None, wheels=("x-1.0-py3-none-any.whl",),
-          sdist=False):
+def _dist(name, version="1.0", requires=(), *, marker=None, python=None, wheels=("x-1.0-py3-none-any.whl",), sdist=False):
     return LockedDist(name, version, marker, tuple(requires), python, tuple(wheels), sdist)
 
 
 # -- the rules, in process --------------------------------------------------------------------------------------
+
 
 def test_a_closed_lock_has_no_problem():
     dists = [_dist("a", requires=["b>=1", "c; python_version < '3.11'"]), _dist("b", "1.0")]
@@ -41,34 +41,44 @@ def test_a_closed_lock_has_no_problem():
 def test_a_missing_requirement_names_platform_python_package_and_requirement():
     dists = [_dist("a", requires=["b>=1"])]
     assert closure_problems(dists, "win-64", "3.12") == [
-        "win-64 Python 3.12: a 1.0 requires b>=1, which the lock does not have for it"]
+        "win-64 Python 3.12: a 1.0 requires b>=1, which the lock does not have for it"
+    ]
 
 
-@pytest.mark.parametrize(("python", "problems"), [
-    ("3.10", ["linux-64 Python 3.10: a 1.0 requires c, which the lock does not have for it"]),
-    ("3.11", []),  # at the marker's bound: python_version < '3.11' is false
-    ("3.12", []),
-])
+@pytest.mark.parametrize(
+    ("python", "problems"),
+    [
+        ("3.10", ["linux-64 Python 3.10: a 1.0 requires c, which the lock does not have for it"]),
+        ("3.11", []),  # at the marker's bound: python_version < '3.11' is false
+        ("3.12", []),
+    ],
+)
 def test_a_marker_limits_a_requirement_to_some_pythons(python, problems):
     dists = [_dist("a", requires=["c; python_version < '3.11'"])]
     assert closure_problems(dists, "linux-64", python) == problems
 
 
-@pytest.mark.parametrize(("platform", "problems"), [
-    ("win-64", ["win-64 Python 3.12: a 1.0 requires pywin32, which the lock does not have for it"]),
-    ("linux-64", []),
-])
+@pytest.mark.parametrize(
+    ("platform", "problems"),
+    [
+        ("win-64", ["win-64 Python 3.12: a 1.0 requires pywin32, which the lock does not have for it"]),
+        ("linux-64", []),
+    ],
+)
 def test_a_marker_limits_a_requirement_to_a_platform(platform, problems):
     dists = [_dist("a", requires=["pywin32; platform_system == 'Windows'"])]
     assert closure_problems(dists, platform, "3.12") == problems
 
 
-@pytest.mark.parametrize(("locked", "problems"), [
-    ("1.9", ["linux-64 Python 3.12: a 1.0 requires b>=2,<3, but the lock has b 1.9"]),  # below
-    ("2.0", []),  # at the lower bound
-    ("2.1rc1", []),  # a pre-release inside the range satisfies it, as pip check says
-    ("3.0", ["linux-64 Python 3.12: a 1.0 requires b<3,>=2, but the lock has b 3.0"]),  # at the excluded upper bound
-])
+@pytest.mark.parametrize(
+    ("locked", "problems"),
+    [
+        ("1.9", ["linux-64 Python 3.12: a 1.0 requires b>=2,<3, but the lock has b 1.9"]),  # below
+        ("2.0", []),  # at the lower bound
+        ("2.1rc1", []),  # a pre-release inside the range satisfies it, as pip check says
+        ("3.0", ["linux-64 Python 3.12: a 1.0 requires b<3,>=2, but the lock has b 3.0"]),  # at the excluded upper bound
+    ],
+)
 def test_a_locked_version_outside_the_specifier_is_a_conflict(locked, problems):
     dists = [_dist("a", requires=["b>=2,<3"]), _dist("b", locked)]
     got = closure_problems(dists, "linux-64", "3.12")
@@ -76,24 +86,32 @@ def test_a_locked_version_outside_the_specifier_is_a_conflict(locked, problems):
 
 
 def test_extras_asked_for_bring_their_requirements():
-    dists = [_dist("a", requires=["b[fast]>=1"]),
-             _dist("b", requires=["c; extra == 'fast'", "d; extra == 'slow'", "e"]), _dist("e")]
+    dists = [
+        _dist("a", requires=["b[fast]>=1"]),
+        _dist("b", requires=["c; extra == 'fast'", "d; extra == 'slow'", "e"]),
+        _dist("e"),
+    ]
     assert closure_problems(dists, "linux-64", "3.12") == [
-        "linux-64 Python 3.12: b 1.0[fast] requires c, which the lock does not have for it"]
+        "linux-64 Python 3.12: b 1.0[fast] requires c, which the lock does not have for it"
+    ]
 
 
 def test_an_extras_requirement_with_a_marker_counts_only_where_the_marker_holds():
     dists = [_dist("a", requires=["b[win]"]), _dist("b", requires=["c; extra == 'win' and sys_platform == 'win32'"])]
     assert closure_problems(dists, "linux-64", "3.12") == []
     assert closure_problems(dists, "win-64", "3.12") == [
-        "win-64 Python 3.12: b 1.0[win] requires c, which the lock does not have for it"]
+        "win-64 Python 3.12: b 1.0[win] requires c, which the lock does not have for it"
+    ]
 
 
-@pytest.mark.parametrize(("requires_python", "problems"), [
-    (">=3.13", ["linux-64 Python 3.12: a 1.0 requires Python >=3.13"]),
-    (">=3.12", []),  # at the bound
-    ("<3.12", ["linux-64 Python 3.12: a 1.0 requires Python <3.12"]),
-])
+@pytest.mark.parametrize(
+    ("requires_python", "problems"),
+    [
+        (">=3.13", ["linux-64 Python 3.12: a 1.0 requires Python >=3.13"]),
+        (">=3.12", []),  # at the bound
+        ("<3.12", ["linux-64 Python 3.12: a 1.0 requires Python <3.12"]),
+    ],
+)
 def test_requires_python_of_a_selected_package(requires_python, problems):
     assert closure_problems([_dist("a", python=requires_python)], "linux-64", "3.12") == problems
 
@@ -101,10 +119,8 @@ def test_requires_python_of_a_selected_package(requires_python, problems):
 def test_a_package_without_a_wheel_for_the_python_and_no_sdist():
     numpy = _dist("numpy", "2.0", wheels=("numpy-2.0-cp311-cp311-win_amd64.whl",))
     assert closure_problems([numpy], "win-64", "3.11") == []
-    assert closure_problems([numpy], "win-64", "3.12") == [
-        "win-64 Python 3.12: numpy 2.0 has no wheel for it (and no sdist)"]
-    assert closure_problems([numpy], "linux-64", "3.11") == [
-        "linux-64 Python 3.11: numpy 2.0 has no wheel for it (and no sdist)"]
+    assert closure_problems([numpy], "win-64", "3.12") == ["win-64 Python 3.12: numpy 2.0 has no wheel for it (and no sdist)"]
+    assert closure_problems([numpy], "linux-64", "3.11") == ["linux-64 Python 3.11: numpy 2.0 has no wheel for it (and no sdist)"]
     assert closure_problems([_dist("numpy", wheels=(), sdist=True)], "win-64", "3.12") == []
 
 
@@ -112,42 +128,51 @@ def test_a_package_locked_twice_for_one_python_is_named():
     dists = [_dist("a", "1.0", marker="python_version >= '3.11'"), _dist("a", "2.0", marker="python_version >= '3.12'")]
     assert closure_problems(dists, "linux-64", "3.11") == []
     assert closure_problems(dists, "linux-64", "3.12") == [
-        "linux-64 Python 3.12: a is locked twice for it (1.0 and 2.0); their markers overlap"]
+        "linux-64 Python 3.12: a is locked twice for it (1.0 and 2.0); their markers overlap"
+    ]
 
 
 def test_packages_whose_marker_excludes_the_target_do_not_count():
     dists = [_dist("a", requires=["b"]), _dist("b", marker="python_version < '3.12'")]
     assert closure_problems(dists, "linux-64", "3.11") == []
     assert closure_problems(dists, "linux-64", "3.12") == [
-        "linux-64 Python 3.12: a 1.0 requires b, which the lock does not have for it"]
+        "linux-64 Python 3.12: a 1.0 requires b, which the lock does not have for it"
+    ]
 
 
-@pytest.mark.parametrize(("name", "platform", "python", "installs"), [
-    ("x-1-py3-none-any.whl", "win-64", "3.12", True),
-    ("x-1-cp312-cp312-win_amd64.whl", "win-64", "3.12", True),
-    ("x-1-cp312-cp312-win_amd64.whl", "win-64", "3.13", False),
-    ("x-1-cp312-cp312-manylinux_2_28_x86_64.whl", "linux-64", "3.12", True),
-    ("x-1-cp312-cp312-linux_x86_64.whl", "linux-64", "3.12", True),
-    ("x-1-cp312-cp312-manylinux_2_28_aarch64.whl", "linux-64", "3.12", False),
-    ("x-1-cp312-cp312-musllinux_1_2_x86_64.whl", "linux-64", "3.12", False),
-    ("x-1-cp39-abi3-win_amd64.whl", "win-64", "3.12", True),  # abi3: this Python and later
-    ("x-1-cp313-abi3-win_amd64.whl", "win-64", "3.12", False),
-    ("x-1-cp313-cp313t-win_amd64.whl", "win-64", "3.13", False),  # free-threaded only
-    ("not a wheel", "win-64", "3.12", False),
-])
+@pytest.mark.parametrize(
+    ("name", "platform", "python", "installs"),
+    [
+        ("x-1-py3-none-any.whl", "win-64", "3.12", True),
+        ("x-1-cp312-cp312-win_amd64.whl", "win-64", "3.12", True),
+        ("x-1-cp312-cp312-win_amd64.whl", "win-64", "3.13", False),
+        ("x-1-cp312-cp312-manylinux_2_28_x86_64.whl", "linux-64", "3.12", True),
+        ("x-1-cp312-cp312-linux_x86_64.whl", "linux-64", "3.12", True),
+        ("x-1-cp312-cp312-manylinux_2_28_aarch64.whl", "linux-64", "3.12", False),
+        ("x-1-cp312-cp312-musllinux_1_2_x86_64.whl", "linux-64", "3.12", False),
+        ("x-1-cp39-abi3-win_amd64.whl", "win-64", "3.12", True),  # abi3: this Python and later
+        ("x-1-cp313-abi3-win_amd64.whl", "win-64", "3.12", False),
+        ("x-1-cp313-cp313t-win_amd64.whl", "win-64", "3.13", False),  # free-threaded only
+        ("not a wheel", "win-64", "3.12", False),
+    ],
+)
 def test_wheel_tags(name, platform, python, installs):
     assert wheel_installs(name, platform, python) is installs
 
 
 # -- the shipped locks ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("pair", "package", "needed_by"), [
-    ("xpu-2.12", "pyelftools", "triton-xpu 3.7.1 requires pyelftools"),
-    ("xpu-2.10", "pyelftools", "triton-xpu 3.6.0 requires pyelftools"),
-    ("xpu-2.7", "setuptools", "pytorch-triton-xpu 3.3.1 requires setuptools>=40.8.0"),
-    ("xpu-2.9", "setuptools", "pytorch-triton-xpu 3.5.0 requires setuptools>=70.2.0"),
-    ("xpu-2.12", "tqdm", "huggingface-hub"),  # a PyPI package's own dependency, from its recorded metadata
-])
+
+@pytest.mark.parametrize(
+    ("pair", "package", "needed_by"),
+    [
+        ("xpu-2.12", "pyelftools", "triton-xpu 3.7.1 requires pyelftools"),
+        ("xpu-2.10", "pyelftools", "triton-xpu 3.6.0 requires pyelftools"),
+        ("xpu-2.7", "setuptools", "pytorch-triton-xpu 3.3.1 requires setuptools>=40.8.0"),
+        ("xpu-2.9", "setuptools", "pytorch-triton-xpu 3.5.0 requires setuptools>=70.2.0"),
+        ("xpu-2.12", "tqdm", "huggingface-hub"),  # a PyPI package's own dependency, from its recorded metadata
+    ],
+)
 def test_lock_check_names_a_removed_dependency_with_its_python_and_platform(tmp_path, pair, package, needed_by):
     root = tmp_path / "lockfiles"
     shutil.copytree(LOCKS / pair, root / pair)
@@ -161,8 +186,7 @@ def test_lock_check_names_a_removed_dependency_with_its_python_and_platform(tmp_
     problems = json.loads(result.stdout)["pairs"][0]["problems"]
     pythons = json.loads((root / pair / "lock-meta.json").read_text())["pythons"]
     named = [p for p in problems if needed_by in p]
-    assert named and all(f"{path}: win-64 Python " in p and ", which the lock does not have for it" in p
-                         for p in named)
+    assert named and all(f"{path}: win-64 Python " in p and ", which the lock does not have for it" in p for p in named)
     assert {p.split("Python ")[1].split(":")[0] for p in named} == set(pythons)
     assert all("linux-64" not in p for p in problems)
 
@@ -177,20 +201,30 @@ def test_every_shipped_lock_records_the_metadata_of_every_pypi_package():
 
 # -- core metadata ----------------------------------------------------------------------------------------------
 
+
 def test_core_metadata_fields():
-    meta = parse_core_metadata(b"Metadata-Version: 2.1\nName: Foo_Bar\nVersion: 1.0\nRequires-Dist: b>=1\n"
-                               b"Requires-Dist: c; extra == 'x'\nRequires-Python: >=3.11\n\nlong description\n")
+    meta = parse_core_metadata(
+        b"Metadata-Version: 2.1\nName: Foo_Bar\nVersion: 1.0\nRequires-Dist: b>=1\n"
+        b"Requires-Dist: c; extra == 'x'\nRequires-Python: >=3.11\n\nlong description\n"
+    )
     assert (meta.key, meta.version, meta.requires_dist, meta.requires_python) == (
-        "foo-bar", "1.0", ("b>=1", "c; extra == 'x'"), ">=3.11")
+        "foo-bar",
+        "1.0",
+        ("b>=1", "c; extra == 'x'"),
+        ">=3.11",
+    )
 
 
-@pytest.mark.parametrize(("raw", "message"), [
-    (b"Name: a\n", "metadata without Name or Version"),
-    (b"Name: a\nVersion: not.a.version!\n", "Version 'not.a.version!' is not a PEP 440 version"),
-    (b"Name: a\nVersion: 1\nRequires-Dist: b >>> 1\n", "Requires-Dist 'b >>> 1' is not a PEP 508 requirement"),
-    (b"Name: a\nVersion: 1\nRequires-Python: three\n", "Requires-Python 'three' is not a version specifier"),
-    (b"Name: a\nVersion: 1\nSummary: \xff\n", "metadata is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"Name: a\n", "metadata without Name or Version"),
+        (b"Name: a\nVersion: not.a.version!\n", "Version 'not.a.version!' is not a PEP 440 version"),
+        (b"Name: a\nVersion: 1\nRequires-Dist: b >>> 1\n", "Requires-Dist 'b >>> 1' is not a PEP 508 requirement"),
+        (b"Name: a\nVersion: 1\nRequires-Python: three\n", "Requires-Python 'three' is not a version specifier"),
+        (b"Name: a\nVersion: 1\nSummary: \xff\n", "metadata is not UTF-8"),
+    ],
+)
 def test_bad_core_metadata_is_refused_with_the_reason(raw, message):
     with pytest.raises(MetadataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("!", "!")):
         parse_core_metadata(raw)
@@ -204,6 +238,7 @@ def test_core_metadata_size_bound():
 
 
 # -- a local stand-in index -------------------------------------------------------------------------------------
+
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves a folder, honouring single byte ranges (as files.pythonhosted.org does); counts what it sends."""
@@ -219,7 +254,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         if range_header is None or not path.is_file():
             return super().send_head()
         first, last = (int(x) for x in range_header.removeprefix("bytes=").split("-"))
-        data = path.read_bytes()[first:last + 1]
+        data = path.read_bytes()[first : last + 1]
         self.send_response(206)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -244,7 +279,8 @@ def stand_in_index(tmp_path):
     page.joinpath("index.html").write_text(
         f'<a href="../../files/{with_meta.name}#sha256={sha256_of(with_meta)}" data-core-metadata="sha256='
         f'{hashlib.sha256(meta_bytes).hexdigest()}">{with_meta.name}</a>\n'
-        f'<a href="../../files/{without.name}#sha256={sha256_of(without)}">{without.name}</a>\n')
+        f'<a href="../../files/{without.name}#sha256={sha256_of(without)}">{without.name}</a>\n'
+    )
     handler = lambda *a, **k: _RangeHandler(*a, directory=str(tmp_path / "srv"), **k)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -256,8 +292,10 @@ def stand_in_index(tmp_path):
 def test_metadata_from_a_pep_658_file_and_from_a_wheel_by_ranges(stand_in_index):
     index, with_meta, without, tmp = stand_in_index
     page = project_files(index, "Demo")
-    assert page[with_meta.name].metadata == hashlib.sha256(
-        b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: b>=1\n").hexdigest()
+    assert (
+        page[with_meta.name].metadata
+        == hashlib.sha256(b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: b>=1\n").hexdigest()
+    )
     assert page[without.name].metadata is None
     cache = MetadataCache(tmp / "cache")
     meta, _ = fetch_metadata(page[with_meta.name], expect_sha256=sha256_of(with_meta), cache=cache)
@@ -271,15 +309,17 @@ def test_metadata_from_a_pep_658_file_and_from_a_wheel_by_ranges(stand_in_index)
 def test_a_metadata_file_that_does_not_match_its_hash_is_refused(stand_in_index):
     index, with_meta, _, tmp = stand_in_index
     (tmp / "srv" / "files" / (with_meta.name + ".metadata")).write_bytes(
-        b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")  # a dependency dropped
+        b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
+    )  # a dependency dropped
     with pytest.raises(IndexReadError, match=r"\.metadata: sha256 [0-9a-f]{64}, the index page gives"):
         fetch_metadata(project_files(index, "demo")[with_meta.name])
 
 
 def test_a_lock_hash_the_index_does_not_give_is_refused(stand_in_index):
     index, with_meta, _, _ = stand_in_index
-    with pytest.raises(IndexReadError, match=f"{with_meta.name}: the index gives sha256 {sha256_of(with_meta)}, "
-                                             f"the lock {'ab' * 32}"):
+    with pytest.raises(
+        IndexReadError, match=f"{with_meta.name}: the index gives sha256 {sha256_of(with_meta)}, the lock {'ab' * 32}"
+    ):
         fetch_metadata(project_files(index, "demo")[with_meta.name], expect_sha256="ab" * 32)
 
 
@@ -287,21 +327,43 @@ def test_recording_refuses_a_package_whose_wheels_disagree(stand_in_index):
     index, with_meta, without, _ = stand_in_index
     reader = IndexReader(index)
     wheel = lambda w: {"name": w.name, "url": f"{index}/../files/{w.name}", "hashes": {"sha256": sha256_of(w)}}
-    agree = {"packages": [{"name": "demo", "version": "1.0", "wheels": [wheel(with_meta)],
-                           "tool": {"aipc-env": {"provenance": "index", "index": index}}}]}
+    agree = {
+        "packages": [
+            {
+                "name": "demo",
+                "version": "1.0",
+                "wheels": [wheel(with_meta)],
+                "tool": {"aipc-env": {"provenance": "index", "index": index}},
+            }
+        ]
+    }
     assert record_metadata(agree, {index: reader}) == []
     assert agree["packages"][0]["tool"]["aipc-env"]["requires-dist"] == ["b>=1"]
-    disagree = {"packages": [{"name": "demo", "version": "1.0", "wheels": [wheel(with_meta), wheel(without)],
-                              "tool": {"aipc-env": {"provenance": "index", "index": index}}}]}
+    disagree = {
+        "packages": [
+            {
+                "name": "demo",
+                "version": "1.0",
+                "wheels": [wheel(with_meta), wheel(without)],
+                "tool": {"aipc-env": {"provenance": "index", "index": index}},
+            }
+        ]
+    }
     assert record_metadata(disagree, {index: reader}) == [
-        "demo 1.0: its wheels declare different Requires-Dist; one record per package cannot say which"]
-    sdist_only = {"packages": [{"name": "s", "version": "1", "sdist": {"url": "u"},
-                                "tool": {"aipc-env": {"provenance": "index", "index": index}}}]}
+        "demo 1.0: its wheels declare different Requires-Dist; one record per package cannot say which"
+    ]
+    sdist_only = {
+        "packages": [
+            {"name": "s", "version": "1", "sdist": {"url": "u"}, "tool": {"aipc-env": {"provenance": "index", "index": index}}}
+        ]
+    }
     assert record_metadata(sdist_only, {index: reader}) == [
-        "s 1: only an sdist is locked; its metadata cannot be read without building it (lock a release with wheels)"]
+        "s 1: only an sdist is locked; its metadata cannot be read without building it (lock a release with wheels)"
+    ]
 
 
 # -- the real PyPI ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.pypi
 def test_recorded_metadata_is_what_pypi_serves(tmp_path):
@@ -314,15 +376,20 @@ def test_recorded_metadata_is_what_pypi_serves(tmp_path):
     from aipc_env.lock.requires import wheel_name
     from aipc_env.lock.simple_index import _metadata_from_wheel
 
-    packages = [pkg for path in sorted(LOCKS.glob("*/pylock.*.toml")) for pkg in read_pylock(path).packages
-                if provenance_of(pkg)["provenance"] == "index"]
+    packages = [
+        pkg
+        for path in sorted(LOCKS.glob("*/pylock.*.toml"))
+        for pkg in read_pylock(path).packages
+        if provenance_of(pkg)["provenance"] == "index"
+    ]
     sample = random.Random(32).sample(packages, 12)
     reader = IndexReader("https://pypi.org/simple", MetadataCache(tmp_path / "cache"))
     for pkg in sample:
         served = reader.metadata(pkg.name, wheel_name(pkg.wheels[0]), pkg.wheels[0].hashes["sha256"])
         recorded = provenance_of(pkg)
         assert {normal_requirement(r) for r in served.requires_dist} == {
-            normal_requirement(r) for r in recorded["requires-dist"]}, pkg.name
+            normal_requirement(r) for r in recorded["requires-dist"]
+        }, pkg.name
         assert served.requires_python == recorded.get("requires-python"), pkg.name
     small = next(p for p in sample if p.wheels)
     file = reader.page(small.name)[wheel_name(small.wheels[0])]
@@ -332,39 +399,55 @@ def test_recorded_metadata_is_what_pypi_serves(tmp_path):
 
 # -- lock values that would reach generated files (issue 34) -----------------------------------------------------
 
+
 def test_a_package_name_with_a_newline_is_refused_before_anything_is_written(tmp_path):
     root = tmp_path / "lockfiles"
     shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
     path = root / "xpu-2.12" / "pylock.linux-64.toml"
     text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace('name = "pyelftools"', 'name = "pyelftools\\n--extra-index-url https://evil.example/simple"',
-                                 1), encoding="utf-8")
+    path.write_text(
+        text.replace('name = "pyelftools"', 'name = "pyelftools\\n--extra-index-url https://evil.example/simple"', 1),
+        encoding="utf-8",
+    )
     check = run_cli("lock", "check", "--lock-root", str(root))
     assert check.returncode == ExitCode.USAGE and str(path) in check.stderr and "is not a package name" in check.stderr
     render = run_cli("container", "render", "--lock", str(path), "--gpu-runtime", "none", "--out", str(tmp_path / "c"))
     assert render.returncode == ExitCode.USAGE and not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize(("sha", "refused"), [
-    ("ab" * 32, False),  # a digest
-    ("ab" * 32 + "\n--extra-index-url https://evil.example/simple", True),
-    ("AB" * 32, True),  # not lowercase
-    ("ab" * 31, True),  # 62 digits
-])
+@pytest.mark.parametrize(
+    ("sha", "refused"),
+    [
+        ("ab" * 32, False),  # a digest
+        ("ab" * 32 + "\n--extra-index-url https://evil.example/simple", True),
+        ("AB" * 32, True),  # not lowercase
+        ("ab" * 31, True),  # 62 digits
+    ],
+)
 def test_a_sha256_that_is_not_a_digest_never_reaches_the_requirements(tmp_path, sha, refused):
     from aipc_env.errors import InputError
     from aipc_env.lock.artifacts import hashed_requirements, select_artifacts
     from aipc_env.lock.lockfile import Pylock
 
-    lock = Pylock.model_validate({"lock_version": "1.0", "packages": [
-        {"name": "demo", "version": "1.0", "wheels": [{"url": "https://x.org/demo-1.0-py3-none-any.whl",
-                                                      "hashes": {"sha256": sha}}]}]})
+    lock = Pylock.model_validate(
+        {
+            "lock_version": "1.0",
+            "packages": [
+                {
+                    "name": "demo",
+                    "version": "1.0",
+                    "wheels": [{"url": "https://x.org/demo-1.0-py3-none-any.whl", "hashes": {"sha256": sha}}],
+                }
+            ],
+        }
+    )
     if refused:
         with pytest.raises(InputError, match="is not a sha256 digest"):
             select_artifacts(lock, "3.12", tmp_path / "pylock.toml")
     else:
         assert hashed_requirements(select_artifacts(lock, "3.12", tmp_path / "pylock.toml")).endswith(
-            f"demo==1.0 --hash=sha256:{sha}\n")
+            f"demo==1.0 --hash=sha256:{sha}\n"
+        )
 
 
 def test_xpu_wheels_relabelled_as_index_while_lock_meta_says_manifest_are_named(tmp_path):
@@ -381,8 +464,10 @@ def test_xpu_wheels_relabelled_as_index_while_lock_meta_says_manifest_are_named(
     result = run_cli("lock", "check", "--lock-root", str(root), "--json")
     problems = json.loads(result.stdout)["pairs"][0]["problems"]
     assert result.returncode == ExitCode.PROBLEMS
-    assert f"{path}: torch 2.12.0+xpu says provenance `index`, but lock-meta.json says the XPU wheels came from " \
-           "environments/xpu-wheels.yaml" in problems
+    assert (
+        f"{path}: torch 2.12.0+xpu says provenance `index`, but lock-meta.json says the XPU wheels came from "
+        "environments/xpu-wheels.yaml" in problems
+    )
 
 
 def test_a_lock_without_recorded_metadata_reads_its_index_and_names_what_it_cannot(tmp_path, matrix):
@@ -427,8 +512,18 @@ def test_lock_verify_never_writes_a_file_the_lock_names_outside_its_folder(tmp_p
     torch["wheels"][0]["name"] = name
     path.write_text(tomli_w.dumps(data), encoding="utf-8")
     (root / "xpu-2.12" / "pylock.linux-64.toml").unlink()
-    result = run_cli("lock", "verify", "--pair", "xpu-2.12", "--lock-root", str(root), "--json", "--mirror",
-                     "https://127.0.0.1:9/whl", timeout=120)
+    result = run_cli(
+        "lock",
+        "verify",
+        "--pair",
+        "xpu-2.12",
+        "--lock-root",
+        str(root),
+        "--json",
+        "--mirror",
+        "https://127.0.0.1:9/whl",
+        timeout=120,
+    )
     report = json.loads(result.stdout)["reports"][0]
     bad = [c for c in report["checked"] if c["file"] == name[:200]]
     assert result.returncode == ExitCode.PROBLEMS and len(bad) == 1
@@ -436,10 +531,13 @@ def test_lock_verify_never_writes_a_file_the_lock_names_outside_its_folder(tmp_p
     assert not (tmp_path / "escaped.whl").exists() and not (tmp_path / "locks" / "escaped.whl").exists()
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda p: p.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n"), "nested deeper than 64 levels"),
-    (lambda p: p.write_bytes(b"lock-version = '1.0'\n# \xff\n"), "is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n"), "nested deeper than 64 levels"),
+        (lambda p: p.write_bytes(b"lock-version = '1.0'\n# \xff\n"), "is not UTF-8"),
+    ],
+)
 def test_a_hostile_lock_file_is_a_named_input_error_never_a_crash(tmp_path, make, message):
     root = tmp_path / "lockfiles"
     shutil.copytree(LOCKS / "xpu-2.12", root / "xpu-2.12")
@@ -460,8 +558,9 @@ def test_lock_check_pair_and_lock_root_stay_what_they_name(tmp_path):
     shutil.copytree(LOCKS / "xpu-2.12", tmp_path / "lockfiles" / "xpu-2.12")
     relative = run_cli("lock", "check", "--lock-root", "lockfiles", "--pair", "xpu-2.12", cwd=tmp_path)
     assert relative.returncode == ExitCode.OK, relative.stderr
-    assert str(tmp_path / "lockfiles") in run_cli("lock", "check", "--lock-root", "lockfiles", "--json",
-                                                  cwd=tmp_path).stdout  # reported absolute
+    assert (
+        str(tmp_path / "lockfiles") in run_cli("lock", "check", "--lock-root", "lockfiles", "--json", cwd=tmp_path).stdout
+    )  # reported absolute
 
 
 @pytest.mark.parametrize("command", [["doctor", "--facts"], ["resolve", "--pip-list"], ["fleet", "winget", "--check"]])
@@ -491,4 +590,5 @@ def test_lock_meta_counts_must_equal_the_locks(tmp_path, delta):
         assert result.returncode == ExitCode.PROBLEMS and counted == [
             f"{meta_file}: says the locks hold {said['index'] + delta} index, {said['public-lockfile']} "
             f"public-lockfile, but they hold {said['index']} index, {said['public-lockfile']} public-lockfile: a "
-            "lock was edited after it was made; re-lock: nox -s lock -- --pair xpu-2.12"]
+            "lock was edited after it was made; re-lock: nox -s lock -- --pair xpu-2.12"
+        ]

@@ -41,12 +41,17 @@ def indexes(tmp_path_factory, matrix):
     for pin in pair.runtime_pins:
         requires.append(f"{pin.name}=={pin.version}" + (f"; {pin.marker}" if pin.marker else ""))
         pypi.append(make_wheel(base / "w", pin.name, pin.version))
-    pypi += [make_wheel(base / "w", "torch", "2.13.0", payload="DECOY"),  # decoy on the default index
-             make_wheel(base / "w", "bitsandbytes", "0.50.2"),
-             make_wheel(base / "w", "tinydep", "1.0"), make_wheel(base / "w", "tinydep", "2.0")]
-    xpu += [make_wheel(base / "x", "torch", "2.13.0+xpu", requires=requires, payload="XPU"),
-            make_wheel(base / "x", "triton-xpu", "3.7.2"),
-            make_wheel(base / "x", "tinydep", "9.9", payload="WRONG-INDEX")]  # must never be taken
+    pypi += [
+        make_wheel(base / "w", "torch", "2.13.0", payload="DECOY"),  # decoy on the default index
+        make_wheel(base / "w", "bitsandbytes", "0.50.2"),
+        make_wheel(base / "w", "tinydep", "1.0"),
+        make_wheel(base / "w", "tinydep", "2.0"),
+    ]
+    xpu += [
+        make_wheel(base / "x", "torch", "2.13.0+xpu", requires=requires, payload="XPU"),
+        make_wheel(base / "x", "triton-xpu", "3.7.2"),
+        make_wheel(base / "x", "tinydep", "9.9", payload="WRONG-INDEX"),
+    ]  # must never be taken
     pypi_simple = write_simple_index(pypi, base / "pypi")
     xpu_simple = write_simple_index(xpu, base / "xpu")
     return Indexes(pypi_simple.as_uri(), xpu_simple.as_uri()), base
@@ -56,19 +61,28 @@ def indexes(tmp_path_factory, matrix):
 def locked(indexes, matrix, tmp_path_factory):
     idx, _ = indexes
     root = tmp_path_factory.mktemp("lockfiles")
-    lock_pair(matrix.get(PAIR), root, indexes=idx, python=PY, conda_layer=False, log=root.parent / "lock.log",
-              common=COMMON)
+    lock_pair(matrix.get(PAIR), root, indexes=idx, python=PY, conda_layer=False, log=root.parent / "lock.log", common=COMMON)
     return root
 
 
 def _request(matrix, root, prefix, idx, **kw) -> EnvRequest:
-    return EnvRequest(pair=matrix.get(PAIR), prefix=prefix, platform="linux-64", lock_root=root,
-                      log=prefix.parent / "env.log", indexes=idx, base_python=sys.executable, common=COMMON, **kw)
+    return EnvRequest(
+        pair=matrix.get(PAIR),
+        prefix=prefix,
+        platform="linux-64",
+        lock_root=root,
+        log=prefix.parent / "env.log",
+        indexes=idx,
+        base_python=sys.executable,
+        common=COMMON,
+        **kw,
+    )
 
 
 def _stub(prefix: Path, module: str) -> str:
-    return subprocess.run([str(prefix / "bin" / "python"), "-c", f"import {module}; print({module}.VALUE)"],
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", f"import {module}; print({module}.VALUE)"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_lock_routes_torch_to_the_xpu_index_and_the_rest_to_pypi(locked, indexes):
@@ -111,9 +125,23 @@ def test_build_from_lock_drift_repair_and_noop(locked, indexes, matrix, tmp_path
     again = build_env(_request(matrix, locked, prefix, idx))
     assert not again.changed and again.drift_before == []  # a no-op: no drift, nothing reinstalled (timed in bench_env)
     # drift: somebody changes a package after the build
-    subprocess.run([find_uv(), "pip", "install", "--python", str(prefix / "bin" / "python"), "--index-url",
-                    idx.pypi_url, "tinydep==1.0", "bitsandbytes==0.50.2", "--reinstall-package", "tinydep"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "install",
+            "--python",
+            str(prefix / "bin" / "python"),
+            "--index-url",
+            idx.pypi_url,
+            "tinydep==1.0",
+            "bitsandbytes==0.50.2",
+            "--reinstall-package",
+            "tinydep",
+        ],
+        check=True,
+        capture_output=True,
+    )
     drift = check_env(prefix, result.lockfile, "linux-64")
     assert [(d.kind, d.name, d.locked, d.installed) for d in drift] == [("version", "tinydep", "2.0", "1.0")]
     repaired = build_env(_request(matrix, locked, prefix, idx))
@@ -147,8 +175,11 @@ def test_env_check_cli_reports_extra_and_missing(locked, indexes, matrix, tmp_pa
     py = str(prefix / "bin" / "python")
     subprocess.run([find_uv(), "pip", "uninstall", "--python", py, "triton-xpu"], check=True, capture_output=True)
     make_wheel(base / "extra", "stray", "0.1")
-    subprocess.run([find_uv(), "pip", "install", "--python", py, str(base / "extra" / "stray-0.1-py3-none-any.whl")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [find_uv(), "pip", "install", "--python", py, str(base / "extra" / "stray-0.1-py3-none-any.whl")],
+        check=True,
+        capture_output=True,
+    )
     out = run_cli("env", "--check", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked), "--json")
     assert out.returncode == 1
     kinds = {(d["kind"], d["name"]) for d in json.loads(out.stdout)["drift"]}
@@ -160,13 +191,19 @@ def _state(prefix: Path) -> dict:
     import hashlib
 
     site = next((prefix / "lib").glob("python*/site-packages"))
-    files = {str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(site.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    files = {
+        str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(site.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     from aipc_env.facts.gather import inspect_env
     from aipc_env.trainenv.envs import env_python
 
-    return {"versions": inspect_env(prefix, env_python(prefix)).distributions, "files": files,
-            "manifest": (prefix / "aipc-env-manifest.json").read_text()}
+    return {
+        "versions": inspect_env(prefix, env_python(prefix)).distributions,
+        "files": files,
+        "manifest": (prefix / "aipc-env-manifest.json").read_text(),
+    }
 
 
 def _tamper(wheel: Path) -> bytes:
@@ -176,15 +213,28 @@ def _tamper(wheel: Path) -> bytes:
     return original
 
 
-def test_a_tampered_wheel_fails_the_hash_check_and_a_healthy_env_stays_as_it_was(locked, indexes, matrix,
-                                                                                   tmp_path):
+def test_a_tampered_wheel_fails_the_hash_check_and_a_healthy_env_stays_as_it_was(locked, indexes, matrix, tmp_path):
     idx, base = indexes
     prefix = tmp_path / "env"
     build_env(_request(matrix, locked, prefix, idx))
     assert check_env(prefix, pylock_path(locked / PAIR, "linux-64"), "linux-64") == []  # healthy to start with
     # someone installs PyPI's torch over the XPU one: the repair must fetch torch again, and meets a tampered wheel
-    subprocess.run([find_uv(), "pip", "install", "--python", str(prefix / "bin" / "python"), "--index-url",
-                    idx.pypi_url, "--reinstall-package", "torch", "torch==2.13.0"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "install",
+            "--python",
+            str(prefix / "bin" / "python"),
+            "--index-url",
+            idx.pypi_url,
+            "--reinstall-package",
+            "torch",
+            "torch==2.13.0",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert _stub(prefix, "torch_stub") == "DECOY"
     subprocess.run([find_uv(), "cache", "clean"], capture_output=True)
     before = _state(prefix)
@@ -237,11 +287,11 @@ def test_lock_check_validates_hashes_encodings_and_the_root(locked, tmp_path):
     lock = bad / "pylock.linux-64.toml"
     text = lock.read_text()
     first = text.index('sha256 = "') + len('sha256 = "')
-    lock.write_text(text[:first] + "not-a-hash" + text[first + 64:])
+    lock.write_text(text[:first] + "not-a-hash" + text[first + 64 :])
     win = bad / "pylock.win-64.toml"
     wtext = win.read_text()
     first = wtext.index('sha256 = "') + len('sha256 = "')
-    win.write_text(wtext[:first] + "0" * 64 + wtext[first + 64:])
+    win.write_text(wtext[:first] + "0" * 64 + wtext[first + 64 :])
     result = run_cli("lock", "check", "--lock-root", str(tmp_path / "lockfiles"), "--json")
     assert result.returncode == 1
     problems = json.loads(result.stdout)["pairs"][0]["problems"]
@@ -270,14 +320,35 @@ def test_no_lock_says_how_and_unlocked_records_one(indexes, matrix, tmp_path):
 
 def test_conda_layer_command_lines():
     prefix, lock, explicit = Path("/envs/x y"), Path("/l/conda-lock.yml"), Path("/t/conda-linux-64.explicit.txt")
-    assert conda_create_argv(CondaTool("conda-lock", "/b/conda-lock"), prefix, lockfile=lock) == \
-        ["/b/conda-lock", "install", "--prefix", "/envs/x y", "/l/conda-lock.yml"]
+    assert conda_create_argv(CondaTool("conda-lock", "/b/conda-lock"), prefix, lockfile=lock) == [
+        "/b/conda-lock",
+        "install",
+        "--prefix",
+        "/envs/x y",
+        "/l/conda-lock.yml",
+    ]
     for name in ("micromamba", "mamba", "conda"):
-        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, explicit=explicit) == \
-            [f"/b/{name}", "create", "--yes", "--prefix", "/envs/x y", "--file", str(explicit)]
-        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, python="3.12") == \
-            [f"/b/{name}", "create", "--yes", "--prefix", "/envs/x y", "--override-channels", "-c", "conda-forge",
-             "python=3.12", "pip"]
+        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, explicit=explicit) == [
+            f"/b/{name}",
+            "create",
+            "--yes",
+            "--prefix",
+            "/envs/x y",
+            "--file",
+            str(explicit),
+        ]
+        assert conda_create_argv(CondaTool(name, f"/b/{name}"), prefix, python="3.12") == [
+            f"/b/{name}",
+            "create",
+            "--yes",
+            "--prefix",
+            "/envs/x y",
+            "--override-channels",
+            "-c",
+            "conda-forge",
+            "python=3.12",
+            "pip",
+        ]
 
 
 CONDA_LOCK_FIXTURE = """\
@@ -329,23 +400,37 @@ def test_conda_lock_render_works_offline(tmp_path):
     require_tool(None if Path(conda_lock).exists() else "conda-lock is not installed (pip install -e .[lock])")
     lock = tmp_path / "conda-lock.yml"
     lock.write_text(CONDA_LOCK_FIXTURE)
-    subprocess.run(conda_render_argv(conda_lock, lock, "win-64", tmp_path), check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(conda_render_argv(conda_lock, lock, "win-64", tmp_path), check=True, capture_output=True, timeout=120)
     text = (tmp_path / "conda-win-64.explicit.txt").read_text()
     assert "@EXPLICIT" in text and "win-64/python-3.12.12-h0159041_1_cpython.conda#" in text
 
 
 def _cli_build(prefix: Path, locked: Path, idx, *, at: str | None = None, kill: bool = False):
     env = {"AIPC_ENV_INTERRUPT_AT": at or "", "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""}
-    return run_cli("env", "--pair", PAIR, "--prefix", str(prefix), "--lock-root", str(locked), "--pypi-url",
-                   idx.pypi_url, "--xpu-index-url", idx.xpu_index_url, "--base-python", sys.executable, env=env,
-                   timeout=300)
+    return run_cli(
+        "env",
+        "--pair",
+        PAIR,
+        "--prefix",
+        str(prefix),
+        "--lock-root",
+        str(locked),
+        "--pypi-url",
+        idx.pypi_url,
+        "--xpu-index-url",
+        idx.xpu_index_url,
+        "--base-python",
+        sys.executable,
+        env=env,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("at, kill", [("env:after-interpreter", False), ("env:after-interpreter", True),
-                                      ("env:after-install", True), ("env:before-commit", True)])
-def test_an_interrupted_fresh_build_leaves_nothing_or_is_finished_by_the_next_run(locked, indexes, tmp_path, at,
-                                                                                    kill):
+@pytest.mark.parametrize(
+    "at, kill",
+    [("env:after-interpreter", False), ("env:after-interpreter", True), ("env:after-install", True), ("env:before-commit", True)],
+)
+def test_an_interrupted_fresh_build_leaves_nothing_or_is_finished_by_the_next_run(locked, indexes, tmp_path, at, kill):
     """Ctrl-C (SIGINT: the handlers run) leaves no prefix; a power cut (SIGKILL: nothing runs) leaves a
     half-built prefix with its building mark, which the next run removes before building again."""
     from aipc_env.trainenv.build import building_mark
@@ -366,8 +451,15 @@ def test_an_interrupted_fresh_build_leaves_nothing_or_is_finished_by_the_next_ru
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.parametrize("at, kill", [("env:after-snapshot", True), ("env:after-install", False),
-                                      ("env:after-install", True), ("env:rollback-after-remove", True)])
+@pytest.mark.parametrize(
+    "at, kill",
+    [
+        ("env:after-snapshot", True),
+        ("env:after-install", False),
+        ("env:after-install", True),
+        ("env:rollback-after-remove", True),
+    ],
+)
 def test_an_interrupted_repair_is_rolled_back_then_repaired(locked, indexes, matrix, tmp_path, at, kill):
     """A repair stopped at any instant: Ctrl-C restores the snapshot at once; after a power cut the next run puts
     the snapshot back (even when the site-packages was already removed) and repairs."""
@@ -375,8 +467,22 @@ def test_an_interrupted_repair_is_rolled_back_then_repaired(locked, indexes, mat
     prefix = tmp_path / "env"
     build_env(_request(matrix, locked, prefix, idx))
     py = str(prefix / "bin" / "python")
-    subprocess.run([find_uv(), "pip", "install", "--python", py, "--index-url", idx.pypi_url, "tinydep==1.0",
-                    "--reinstall-package", "tinydep"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "install",
+            "--python",
+            py,
+            "--index-url",
+            idx.pypi_url,
+            "tinydep==1.0",
+            "--reinstall-package",
+            "tinydep",
+        ],
+        check=True,
+        capture_output=True,
+    )
     drifted = _state(prefix)
     if at == "env:rollback-after-remove":  # the rollback runs only on a failure: the repair meets a tampered wheel
         wheel = base / "pypi" / "files" / "tinydep-2.0-py3-none-any.whl"

@@ -44,8 +44,10 @@ def test_the_four_complete_pairs_are_shipped_and_pass_lock_check(matrix):
     for status in report["pairs"]:
         assert status["problems"] == []
         # said, not invented: the interpreter the public records give, and the Pythons it leaves to the fallback
-        assert any(n.startswith("conda layer: Python 3.12.5 (assembled from public lock records") and
-                   "3.11, 3.13: no conda layer" in n for n in status["notes"])
+        assert any(
+            n.startswith("conda layer: Python 3.12.5 (assembled from public lock records") and "3.11, 3.13: no conda layer" in n
+            for n in status["notes"]
+        )
 
 
 @pytest.mark.parametrize("pair", SHIPPED)
@@ -77,8 +79,12 @@ def test_public_artifacts_are_the_manifests_current_entries(pair, matrix):
         for p in others:  # resolved by uv against PyPI, with the core metadata PyPI serves for them recorded
             tool = provenance_of(p)
             assert (tool["provenance"], tool["index"]) == ("index", meta.pypi_url)
-            assert isinstance(tool["requires-dist"], list) and set(tool) <= {"provenance", "index", "requires-dist",
-                                                                              "requires-python"}
+            assert isinstance(tool["requires-dist"], list) and set(tool) <= {
+                "provenance",
+                "index",
+                "requires-dist",
+                "requires-python",
+            }
 
 
 def test_superseded_hashes_exist_in_the_manifest_and_in_no_lock():
@@ -134,9 +140,24 @@ def test_uv_accepts_each_pylock(pair, platform, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
     target = {"win-64": "x86_64-pc-windows-msvc", "linux-64": "x86_64-unknown-linux-gnu"}[platform]
-    result = subprocess.run([uv, "pip", "sync", "--preview-features", "pylock", "--dry-run", "--python",
-                             str(venv / "bin" / "python"), "--python-platform", target,
-                             str(pylock_path(LOCKS / pair, platform))], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            uv,
+            "pip",
+            "sync",
+            "--preview-features",
+            "pylock",
+            "--dry-run",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--python-platform",
+            target,
+            str(pylock_path(LOCKS / pair, platform)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     meta = read_meta(LOCKS / pair)
     assert f"+ torch=={meta.torch}+xpu" in result.stderr
@@ -214,8 +235,7 @@ def _stand_in_mirror(tmp_path: Path, pair: str, requires=None) -> tuple[Path, Pa
                 name = wheel.model_extra["name"]
                 tag = name.removesuffix(".whl").split("-", 2)[2]
                 lines = requires(name, recorded) if requires else recorded
-                made = make_wheel(build, pkg.name, pkg.version, requires=lines, tag=tag,
-                                  requires_python=record.requires_python)
+                made = make_wheel(build, pkg.name, pkg.version, requires=lines, tag=tag, requires_python=record.requires_python)
                 served.mkdir(exist_ok=True)
                 shutil.move(made, served / name)
                 text = text.replace(wheel.hashes["sha256"], hashlib.sha256((served / name).read_bytes()).hexdigest())
@@ -228,8 +248,17 @@ def _verify_from(served: Path, root: Path, pair: str):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        return run_cli("lock", "verify", "--pair", pair, "--lock-root", str(root), "--mirror",
-                       f"http://127.0.0.1:{server.server_address[1]}", timeout=300)
+        return run_cli(
+            "lock",
+            "verify",
+            "--pair",
+            pair,
+            "--lock-root",
+            str(root),
+            "--mirror",
+            f"http://127.0.0.1:{server.server_address[1]}",
+            timeout=300,
+        )
     finally:
         server.shutdown()
 
@@ -254,51 +283,82 @@ def test_lock_verify_names_a_reuploaded_file_and_both_hashes(tmp_path):
     assert "17 verified, 1 changed, 0 unverified" in result.stdout
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    (lambda recorded: [*recorded, "numpy>=2"], "Requires-Dist: the wheel also requires numpy>=2, which "
-                                                "environments/xpu-wheels.yaml does not record"),
-    (lambda recorded: recorded[1:], "Requires-Dist: environments/xpu-wheels.yaml records pyelftools, which the wheel "
-                                    "does not require"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (
+            lambda recorded: [*recorded, "numpy>=2"],
+            "Requires-Dist: the wheel also requires numpy>=2, which environments/xpu-wheels.yaml does not record",
+        ),
+        (
+            lambda recorded: recorded[1:],
+            "Requires-Dist: environments/xpu-wheels.yaml records pyelftools, which the wheel does not require",
+        ),
+    ],
+)
 def test_lock_verify_names_the_triton_metadata_field_that_differs(tmp_path, change, field):
     target = "triton_xpu-3.7.1-cp312-cp312-win_amd64.whl"
-    root, served = _stand_in_mirror(tmp_path, "xpu-2.12",
-                                    requires=lambda name, recorded: change(recorded) if name == target else recorded)
+    root, served = _stand_in_mirror(
+        tmp_path, "xpu-2.12", requires=lambda name, recorded: change(recorded) if name == target else recorded
+    )
     result = _verify_from(served, root, "xpu-2.12")
     assert result.returncode == ExitCode.PROBLEMS
     assert "18 verified, 0 changed, 0 unverified" in result.stdout
-    assert [ln.strip() for ln in result.stdout.splitlines() if "Requires-" in ln] == [
-        f"Requires-Dist: {target}: {field}"]
+    assert [ln.strip() for ln in result.stdout.splitlines() if "Requires-" in ln] == [f"Requires-Dist: {target}: {field}"]
 
 
 def test_requires_dist_is_compared_with_the_row(matrix):
     from aipc_env.lock.verify import requires_dist_problems
 
     pair = matrix.get("xpu-2.12")
-    requires = ["intel-cmplr-lib-rt==2025.3.2", "intel-cmplr-lib-ur==2025.3.2", "intel-cmplr-lic-rt==2025.3.2",
-                "intel-sycl-rt==2025.3.2", "onemkl-license==2025.3.1", "onemkl-sycl-blas==2025.3.1", "onemkl-sycl-dft==2025.3.1",
-                "onemkl-sycl-lapack==2025.3.1", "onemkl-sycl-rng==2025.3.1", "onemkl-sycl-sparse==2025.3.1",
-                "dpcpp-cpp-rt==2025.3.2", "intel-opencl-rt==2025.3.2", "intel-openmp==2025.3.2", "mkl==2025.3.1",
-                "tbb==2022.3.1", "tcmlib==1.4.1", "umf==1.0.3", "intel-pti==0.16.0",
-                "oneccl==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
-                "oneccl-devel==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
-                "impi-rt==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
-                "triton-xpu==3.7.1", "filelock", "typing-extensions>=4.10.0",
-                "setuptools<82", "sympy>=1.13.3", "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5",
-                "opt-einsum>=3.3; extra == 'opt-einsum'"]
+    requires = [
+        "intel-cmplr-lib-rt==2025.3.2",
+        "intel-cmplr-lib-ur==2025.3.2",
+        "intel-cmplr-lic-rt==2025.3.2",
+        "intel-sycl-rt==2025.3.2",
+        "onemkl-license==2025.3.1",
+        "onemkl-sycl-blas==2025.3.1",
+        "onemkl-sycl-dft==2025.3.1",
+        "onemkl-sycl-lapack==2025.3.1",
+        "onemkl-sycl-rng==2025.3.1",
+        "onemkl-sycl-sparse==2025.3.1",
+        "dpcpp-cpp-rt==2025.3.2",
+        "intel-opencl-rt==2025.3.2",
+        "intel-openmp==2025.3.2",
+        "mkl==2025.3.1",
+        "tbb==2022.3.1",
+        "tcmlib==1.4.1",
+        "umf==1.0.3",
+        "intel-pti==0.16.0",
+        "oneccl==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+        "oneccl-devel==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+        "impi-rt==2021.17.2; platform_system == 'Linux' and platform_machine == 'x86_64'",
+        "triton-xpu==3.7.1",
+        "filelock",
+        "typing-extensions>=4.10.0",
+        "setuptools<82",
+        "sympy>=1.13.3",
+        "networkx>=2.5.1",
+        "jinja2",
+        "fsspec>=0.8.5",
+        "opt-einsum>=3.3; extra == 'opt-einsum'",
+    ]
     assert requires_dist_problems(requires, pair, "linux-64", "3.12") == []
     assert requires_dist_problems(requires, pair, "win-64", "3.12") == []
     drifted = [r.replace("umf==1.0.3", "umf==1.0.4") for r in requires] + ["numpy==2.0", "pyyaml"]
     assert requires_dist_problems(drifted, pair, "linux-64", "3.12") == [
         "umf: torch requires ==1.0.4, the matrix row pins 1.0.3",
-        "torch pins numpy==2.0 which the matrix row does not list (runtime_pins)"]
-    assert any("tcmlib" in p for p in requires_dist_problems([r for r in requires if "tcmlib" not in r], pair,
-                                                             "linux-64", "3.12"))
+        "torch pins numpy==2.0 which the matrix row does not list (runtime_pins)",
+    ]
+    assert any(
+        "tcmlib" in p for p in requires_dist_problems([r for r in requires if "tcmlib" not in r], pair, "linux-64", "3.12")
+    )
 
 
 def test_partial_pairs_are_refused_with_what_is_missing(tmp_path):
-    result = run_cli("lock", "--pair", "xpu-2.13", "--from-manifest", "--pip-only", "--lock-root",
-                     str(tmp_path / "locks"), timeout=300)
+    result = run_cli(
+        "lock", "--pair", "xpu-2.13", "--from-manifest", "--pip-only", "--lock-root", str(tmp_path / "locks"), timeout=300
+    )
     assert result.returncode == ExitCode.PROBLEMS
     assert "xpu-2.13 cannot be locked from public hashes" in result.stderr and "win-64" in result.stderr
     assert not (tmp_path / "locks" / "xpu-2.13").exists()
@@ -343,8 +403,7 @@ def test_container_render_uses_the_shipped_lock(tmp_path):
 
 def test_bundle_names_the_unreachable_artifact_and_leaves_nothing(tmp_path):
     out = tmp_path / "bundle"
-    result = run_cli("fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", str(out),
-                     timeout=600)
+    result = run_cli("fleet", "bundle", "--pair", "xpu-2.12", "--platform", "linux-64", "--out", str(out), timeout=600)
     assert result.returncode == ExitCode.PROBLEMS, result.stderr[-2000:]
     assert "torch-2.12.0+xpu-cp312-cp312-linux_x86_64.whl" in result.stderr
     assert "https://download.pytorch.org/whl/xpu/torch-2.12.0%2Bxpu-cp312-cp312-linux_x86_64.whl" in result.stderr

@@ -11,8 +11,7 @@ from tests.conftest import ROOT, run_cli
 
 def test_every_release_of_the_stack_is_a_row(matrix):
     torches = {v for p in matrix.pairs for v in p.torch}
-    for v in ["2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.13.0",
-              "2.14.0", "2.14.1"]:
+    for v in ["2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0", "2.12.0", "2.13.0", "2.14.0", "2.14.1"]:
         assert v in torches
     assert all(p.source and p.certainty for p in matrix.pairs)
     assert matrix.get("xpu-2.14").certainty == "provisional"
@@ -32,8 +31,11 @@ def test_bitsandbytes_is_at_least_0_50_2_and_native_only_on_a_2025_1_runtime_or_
     """0.50.2 fixes the Triton 4-bit quantize kernels writing past absmax (PR #2043); the native XPU library is built
     with DPC++ 2025.1 and does not load against the 2025.0 runtime of xpu-2.6 and xpu-2.7."""
     assert {p.bitsandbytes_min for p in matrix.pairs} == {"0.50.2"}
-    sycl = {p.id: next(pin.version for pin in p.pins_for("linux-64") if pin.key == "intel-sycl-rt")
-            for p in matrix.pairs if p.runtime_pins}
+    sycl = {
+        p.id: next(pin.version for pin in p.pins_for("linux-64") if pin.key == "intel-sycl-rt")
+        for p in matrix.pairs
+        if p.runtime_pins
+    }
     assert {p.id for p in matrix.pairs if not p.bitsandbytes_native} == {"xpu-2.6", "xpu-2.7"}
     assert all(Version(v) >= Version("2025.1") for pid, v in sycl.items() if matrix.get(pid).bitsandbytes_native)
 

@@ -21,8 +21,13 @@ def _nox(tmp_path, *args: str, env: dict[str, str] | None = None, timeout: float
         require_tool("nox is not installed (the dev extra has it)")
     require_tool(None if find_tool("uv") else "uv is not on PATH")
     full = isolated_env(tmp_path, drop=("VIRTUAL_ENV", "NOX"), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir",
-                           str(tmp_path / "nox"), *args], capture_output=True, text=True, timeout=timeout, env=full)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(tmp_path / "nox"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+    )
 
 
 @pytest.mark.slow

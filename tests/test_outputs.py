@@ -24,6 +24,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 # --- the folder's rules -------------------------------------------------------------------------------------------
 
+
 def test_a_folder_takes_new_files_and_replaces_only_its_own_unedited_ones(tmp_path):
     out = tmp_path / "out"
     OutputFolder(out).write({"a.yml": b"1", "sub/b.yml": b"2"})
@@ -65,8 +66,9 @@ def test_nothing_is_written_through_a_symlink_in_the_folder(tmp_path):
         OutputFolder(tmp_path / "linked")
 
 
-@pytest.mark.parametrize("name", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\nb", "a\\b", "c:x", "",
-                                  "x" * 201, "/".join("d" * 9)])
+@pytest.mark.parametrize(
+    "name", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\nb", "a\\b", "c:x", "", "x" * 201, "/".join("d" * 9)]
+)
 def test_names_stay_inside_the_folder(tmp_path, name):
     with pytest.raises(InputError, match="is not a plain file name inside the output folder"):
         OutputFolder(tmp_path / "out").write({name: b"x"})
@@ -99,8 +101,7 @@ def test_an_interrupt_at_each_instant_leaves_the_old_set_or_the_new_one(tmp_path
     out = tmp_path / "out"
     subprocess.run([sys.executable, "-c", _WRITER, str(out), "old"], check=True, timeout=60)
     env = {**os.environ, "AIPC_ENV_INTERRUPT_AT": at, **({"AIPC_ENV_INTERRUPT_SIGNAL": "KILL"} if kill else {})}
-    stopped = subprocess.run([sys.executable, "-c", _WRITER, str(out), "new"], env=env, capture_output=True,
-                             timeout=60)
+    stopped = subprocess.run([sys.executable, "-c", _WRITER, str(out), "new"], env=env, capture_output=True, timeout=60)
     assert stopped.returncode != 0
     contents = {k: v for k, v in _tree(out).items() if not k.startswith(".")}
     if at == "outputs:staged-one" and not kill:  # Ctrl-C while staging: undone at once
@@ -122,6 +123,7 @@ def test_a_journal_that_cannot_be_read_is_a_named_error(tmp_path):
 
 
 # --- through the commands -----------------------------------------------------------------------------------------
+
 
 def test_fleet_ansible_keeps_an_admins_files_and_follows_no_link(tmp_path):
     out = tmp_path / "playbook & ü"
@@ -165,11 +167,17 @@ def test_keygen_interrupted_at_each_instant_leaves_no_half_pair(tmp_path, at):
     assert oct((keys / "admin.key").stat().st_mode & 0o777) == "0o600"
     message = tmp_path / "m.txt"
     message.write_text("hello\n")
-    sign = subprocess.run([find_tool("minisign"), "-S", "-s", str(keys / "admin.key"), "-m", str(message)],
-                          capture_output=True, text=True, timeout=60, input="\n")
+    sign = subprocess.run(
+        [find_tool("minisign"), "-S", "-s", str(keys / "admin.key"), "-m", str(message)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="\n",
+    )
     assert sign.returncode == 0, sign.stderr
-    verify = subprocess.run([find_tool("minisign"), "-Vm", str(message), "-p", str(keys / "admin.pub")],
-                            capture_output=True, text=True, timeout=60)
+    verify = subprocess.run(
+        [find_tool("minisign"), "-Vm", str(message), "-p", str(keys / "admin.pub")], capture_output=True, text=True, timeout=60
+    )
     assert verify.returncode == 0 and "Signature and comment signature verified" in verify.stdout
     third = run_cli(*args, env=env)
     assert third.returncode == 2 and "a key is never overwritten" in third.stderr

@@ -35,8 +35,7 @@ def test_release_from_paths():
 
 def test_sycl_ls_current_and_old_formats():
     cur = parse_sycl_ls((OUTPUTS / "sycl_ls_current.txt").read_text())
-    assert [(d.backend, d.kind, d.index) for d in cur] == [("level_zero", "gpu", 0), ("opencl", "cpu", 1),
-                                                           ("opencl", "gpu", 2)]
+    assert [(d.backend, d.kind, d.index) for d in cur] == [("level_zero", "gpu", 0), ("opencl", "cpu", 1), ("opencl", "gpu", 2)]
     assert cur[0].name == "Intel(R) Arc(TM) Graphics" and cur[0].version == "12.71.4" and cur[0].driver == "1.6.34303"
     assert cur[2].name == "Intel(R) Arc(TM) Graphics" and cur[2].driver == "25.27.34303"
     win = parse_sycl_ls((OUTPUTS / "sycl_ls_windows_u.txt").read_text())
@@ -46,8 +45,12 @@ def test_sycl_ls_current_and_old_formats():
 
 
 def test_cim_single_object_and_list():
-    one = {"Name": "Intel(R) Arc(TM) Graphics", "DriverVersion": "32.0.101.6874",
-           "PNPDeviceID": "PCI\\VEN_8086&DEV_7D55&SUBSYS_0C2D1028&REV_08\\3&11583659&0&10", "Status": "OK"}
+    one = {
+        "Name": "Intel(R) Arc(TM) Graphics",
+        "DriverVersion": "32.0.101.6874",
+        "PNPDeviceID": "PCI\\VEN_8086&DEV_7D55&SUBSYS_0C2D1028&REV_08\\3&11583659&0&10",
+        "Status": "OK",
+    }
     gpus = parse_cim_gpus(json.dumps(one))
     assert gpus[0].vendor_id == "8086" and gpus[0].device_id == "7d55"
     two = parse_cim_gpus(json.dumps([one, {"Name": "Microsoft Basic Display Adapter", "PNPDeviceID": "ROOT\\X"}]))
@@ -55,8 +58,10 @@ def test_cim_single_object_and_list():
 
 
 def test_vswhere_marks_installs_without_cpp_tools():
-    rows = [{"installationPath": r"C:\VS\Community", "installationVersion": "17.14", "displayName": "VS 2022"},
-            {"installationPath": r"C:\VS\BuildTools", "installationVersion": "17.10", "displayName": "Build Tools"}]
+    rows = [
+        {"installationPath": r"C:\VS\Community", "installationVersion": "17.14", "displayName": "VS 2022"},
+        {"installationPath": r"C:\VS\BuildTools", "installationVersion": "17.10", "displayName": "Build Tools"},
+    ]
     installs = parse_vswhere(json.dumps(rows), with_vc_tools={r"C:\VS\BuildTools"})
     assert [i.has_vc_tools for i in installs] == [False, True]
     assert installs[1].vcvars64.endswith(r"VC\Auxiliary\Build\vcvars64.bat")
@@ -70,15 +75,18 @@ def test_meminfo_and_model_variant():
     assert model_variant({"_class_name": "FluxPipeline"}, None)[1] == "unknown"
 
 
-@pytest.mark.parametrize("vendor, name, intel", [
-    ("8086", "Display adapter", True),
-    (None, "Intel(R) Arc(TM) Graphics", True),
-    (None, "INTEL GPU 7d55", True),
-    ("10de", "NVIDIA GeForce RTX 4090", False),
-    ("80860", "GPU", False),
-    ("808", "GPU", False),
-    (None, "Microsoft Basic Display Adapter", False),
-])
+@pytest.mark.parametrize(
+    "vendor, name, intel",
+    [
+        ("8086", "Display adapter", True),
+        (None, "Intel(R) Arc(TM) Graphics", True),
+        (None, "INTEL GPU 7d55", True),
+        ("10de", "NVIDIA GeForce RTX 4090", False),
+        ("80860", "GPU", False),
+        ("808", "GPU", False),
+        (None, "Microsoft Basic Display Adapter", False),
+    ],
+)
 def test_one_rule_tells_an_intel_gpu(vendor, name, intel):
     """The one Intel-GPU rule the doctor's GPU checks, the fleet report and recommend all use."""
     from aipc_env.facts.model import GpuInfo

@@ -26,8 +26,14 @@ def pair():
 
 
 def _edit(path: Path, pair, **kw):
-    return apply_edits(path, pair=pair, xpu_index=XPU, pip_layer=kw.pop("pip_layer", PIP_LAYER),
-                       locked=kw.pop("locked", LOCKED), dry_run=kw.pop("dry_run", False))
+    return apply_edits(
+        path,
+        pair=pair,
+        xpu_index=XPU,
+        pip_layer=kw.pop("pip_layer", PIP_LAYER),
+        locked=kw.pop("locked", LOCKED),
+        dry_run=kw.pop("dry_run", False),
+    )
 
 
 def test_upstream_file(upstream_clone, pair):
@@ -60,11 +66,13 @@ def test_conflicts_are_reported_without_a_lock(upstream_clone, pair):
 
 
 def test_crlf_comments_extras_markers(pair):
-    text = ("# top comment\r\n"
-            "bitsandbytes[triton]<0.49 ; platform_system == 'Windows'  # keep this note\r\n"
-            "  transformer-engine[pytorch]==1.9 ; sys_platform == 'linux'\r\n"
-            "-r other.txt\r\n"
-            "bitsandbytes==0.50.2\r\n")
+    text = (
+        "# top comment\r\n"
+        "bitsandbytes[triton]<0.49 ; platform_system == 'Windows'  # keep this note\r\n"
+        "  transformer-engine[pytorch]==1.9 ; sys_platform == 'linux'\r\n"
+        "-r other.txt\r\n"
+        "bitsandbytes==0.50.2\r\n"
+    )
     result = edit_requirements(text, pair=pair, xpu_index=XPU)
     assert "\n" not in result.text.replace("\r\n", "")  # CRLF kept, also on the added lines
     out = result.text.split("\r\n")
@@ -136,20 +144,29 @@ def _stand_in_xpu_index(base: Path, pair) -> Path:
     from tests.support.wheels import make_wheel, write_simple_index
 
     manifest = load_wheel_manifest()
-    torch, vision, triton = (f"{pair.newest_torch}+xpu", pair.torchvision_version(pair.newest_torch),
-                             pair.triton_for(pair.newest_torch))
-    wheels = [make_wheel(base / "w", name, version, requires=manifest.metadata_for(name, version, "linux-64")
-                         .requires_dist)
-              for name, version in (("torch", torch), ("torchvision", vision), (pair.triton.name, triton))]
+    torch, vision, triton = (
+        f"{pair.newest_torch}+xpu",
+        pair.torchvision_version(pair.newest_torch),
+        pair.triton_for(pair.newest_torch),
+    )
+    wheels = [
+        make_wheel(base / "w", name, version, requires=manifest.metadata_for(name, version, "linux-64").requires_dist)
+        for name, version in (("torch", torch), ("torchvision", vision), (pair.triton.name, triton))
+    ]
     return write_simple_index(wheels, base / "xpu-index")
 
 
 def _uv_compile(req: Path, tmp_path: Path, platform: str, *extra: str) -> subprocess.CompletedProcess:
     from aipc_env.lock.tools import find_uv
 
-    return subprocess.run([find_uv(), "pip", "compile", str(req), "--python-version", "3.12", "--python-platform",
-                           platform, "--no-header", *extra], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=600, env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")})
+    return subprocess.run(
+        [find_uv(), "pip", "compile", str(req), "--python-version", "3.12", "--python-platform", platform, "--no-header", *extra],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")},
+    )
 
 
 @pytest.mark.pypi
@@ -161,11 +178,13 @@ def test_patched_file_resolves_with_the_pairs_torch_and_no_cuda(upstream_clone, 
     (tmp_path / "req.txt").write_text(path.read_text().replace(XPU, index.as_uri()))
     (tmp_path / "override.txt").write_text(f"torch=={pair.newest_torch}+xpu\n")
     out = tmp_path / "resolved.txt"
-    result = _uv_compile(tmp_path / "req.txt", tmp_path, platform, "-o", str(out),
-                         "--override", str(tmp_path / "override.txt"))
+    result = _uv_compile(tmp_path / "req.txt", tmp_path, platform, "-o", str(out), "--override", str(tmp_path / "override.txt"))
     assert result.returncode == 0, result.stderr[-3000:]
-    pins = {line.split("==")[0]: line.split("==")[1].split()[0] for line in out.read_text().splitlines()
-            if "==" in line and not line.startswith((" ", "#"))}
+    pins = {
+        line.split("==")[0]: line.split("==")[1].split()[0]
+        for line in out.read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    }
     assert pins["torch"] == f"{pair.newest_torch}+xpu" and pins["torchvision"] == f"{pair.newest_torchvision}+xpu"
     assert pins["transformers"] == "4.52.4" and "setuptools" in pins
     # nvidia-ml-py is the pure-Python NVML binding (one py3-none-any wheel) that wandb's GPU monitor imports;
@@ -180,7 +199,9 @@ def test_the_unpatched_file_does_not_resolve_with_the_pairs_torch(upstream_clone
     """The evidence for the setuptools edit: upstream's own file, with the pair's torch, has no solution."""
     index = _stand_in_xpu_index(tmp_path, pair)
     req = tmp_path / "req.txt"
-    req.write_text((upstream_clone / "requirements.txt").read_text().replace("transformer_engine[pytorch]\n", "")
-                   + f"--extra-index-url {index.as_uri()}\ntorch=={pair.newest_torch}+xpu\n")
+    req.write_text(
+        (upstream_clone / "requirements.txt").read_text().replace("transformer_engine[pytorch]\n", "")
+        + f"--extra-index-url {index.as_uri()}\ntorch=={pair.newest_torch}+xpu\n"
+    )
     result = _uv_compile(req, tmp_path, "x86_64-unknown-linux-gnu")
     assert result.returncode != 0 and "setuptools" in result.stderr, result.stderr[-2000:]

@@ -34,8 +34,9 @@ def test_build_falls_back_through_toolkit_then_local_wheels_then_newest(matrix):
 
 
 def test_a_run_has_no_fallback_a_non_xpu_env_has_no_pair(matrix):
-    situation = Situation(matrix, "linux-64", env=_env("/e"), installed={"torch": "2.13.0+cpu"},
-                          toolkits=("2025.3",), offered_torch=("2.9.1",))
+    situation = Situation(
+        matrix, "linux-64", env=_env("/e"), installed={"torch": "2.13.0+cpu"}, toolkits=("2025.3",), offered_torch=("2.9.1",)
+    )
     assert decide(situation, "run").pair.pair is None
     assert decide(situation, "build").pair.pair.id == "xpu-2.12"
 
@@ -43,8 +44,7 @@ def test_a_run_has_no_fallback_a_non_xpu_env_has_no_pair(matrix):
 def test_resolved_packages_outrank_the_record_and_the_record_outranks_fallbacks(matrix):
     pair = matrix.get("xpu-2.9")
     installed = {"torch": pair.newest_torch + "+xpu"}
-    situation = Situation(matrix, "linux-64", env=_env("/e", "state", "xpu-2.12"), recorded="xpu-2.12",
-                          installed=installed)
+    situation = Situation(matrix, "linux-64", env=_env("/e", "state", "xpu-2.12"), recorded="xpu-2.12", installed=installed)
     resolved = decide(situation, "run").pair
     assert resolved.pair.id == "xpu-2.9" and "resolved" in resolved.why
     drifted = decide(replace(situation, installed={"numpy": "2.0"}), "run").pair
@@ -53,15 +53,26 @@ def test_resolved_packages_outrank_the_record_and_the_record_outranks_fallbacks(
 
 
 def test_a_target_machine_ignores_this_ones_toolkits_and_wheels(matrix):
-    situation = Situation(matrix, "linux-64", toolkits=("2025.3",), offered_torch=("2.9.1",),
-                          installed={"torch": matrix.get("xpu-2.9").newest_torch + "+xpu"})
+    situation = Situation(
+        matrix,
+        "linux-64",
+        toolkits=("2025.3",),
+        offered_torch=("2.9.1",),
+        installed={"torch": matrix.get("xpu-2.9").newest_torch + "+xpu"},
+    )
     assert decide(situation, "target").pair.pair == matrix.newest("linux-64")
     assert decide(replace(situation, pair_flag="xpu-2.9"), "target").pair.pair.id == "xpu-2.9"
 
 
 def test_a_qflux_run_gets_an_env_to_build_for_the_build_policys_pair(matrix):
-    situation = Situation(matrix, "linux-64", env=_env("/e", "state", "xpu-2.13"), recorded="xpu-2.13",
-                          offered_torch=("2.9.1",), qflux_clone=Path("clone"))
+    situation = Situation(
+        matrix,
+        "linux-64",
+        env=_env("/e", "state", "xpu-2.13"),
+        recorded="xpu-2.13",
+        offered_torch=("2.9.1",),
+        qflux_clone=Path("clone"),
+    )
     decision = decide(situation, "run")
     assert decision.build == "qflux" and decision.env is None
     assert decision.pair.pair.newest_torch == "2.9.1"  # the env's record does not choose the qflux env's pair
@@ -95,12 +106,10 @@ def test_env_candidates_in_order_and_refusals():
 
 def test_the_gatherer_checks_each_candidate_for_an_interpreter(tmp_path):
     assert env_candidates(tmp_path / "none").flag_missing == tmp_path / "none"
-    write_env_record(EnvRecord(prefix=str(tmp_path / "gone"), python="x", pair=None,
-                               built_at="2026-11-01T00:00:00+00:00"))
+    write_env_record(EnvRecord(prefix=str(tmp_path / "gone"), python="x", pair=None, built_at="2026-11-01T00:00:00+00:00"))
     assert env_candidates().built_missing is not None
     prefix = Path(sys.prefix)
-    write_env_record(EnvRecord(prefix=str(prefix), python=sys.executable, pair="xpu-2.13",
-                               built_at="2026-11-01T00:00:00+00:00"))
+    write_env_record(EnvRecord(prefix=str(prefix), python=sys.executable, pair="xpu-2.13", built_at="2026-11-01T00:00:00+00:00"))
     candidates = env_candidates(prefix)
     assert candidates.flag.record.pair == "xpu-2.13" and candidates.built.source == "state"
     assert env_python(prefix).is_file()

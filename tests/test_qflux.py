@@ -60,8 +60,12 @@ def run_in_env(python: Path, code: str, cwd: Path) -> subprocess.CompletedProces
 
 
 def test_the_env_keeps_the_pairs_torch_and_has_no_cuda_packages(qflux_python, pair):
-    out = run_in_env(qflux_python, "import importlib.metadata as m, json; print(json.dumps(sorted("
-                     "(d.metadata['Name'].lower(), d.version) for d in m.distributions())))", Path.cwd())
+    out = run_in_env(
+        qflux_python,
+        "import importlib.metadata as m, json; print(json.dumps(sorted("
+        "(d.metadata['Name'].lower(), d.version) for d in m.distributions())))",
+        Path.cwd(),
+    )
     dists = dict(json.loads(out.stdout))
     assert dists["torch"].startswith(pair.newest_torch), dists["torch"]
     assert dists["transformers"] == "4.52.4" and dists["pydantic"] == "2.11.7"
@@ -70,9 +74,11 @@ def test_the_env_keeps_the_pairs_torch_and_has_no_cuda_packages(qflux_python, pa
 
 
 def test_adapted_clone_imports_qflux_main_without_transformer_engine(adapted_clone, qflux_python):
-    out = run_in_env(qflux_python, "import importlib.util, qflux.main\n"
-                     "assert importlib.util.find_spec('transformer_engine') is None\nprint('imported')",
-                     adapted_clone / "src")
+    out = run_in_env(
+        qflux_python,
+        "import importlib.util, qflux.main\nassert importlib.util.find_spec('transformer_engine') is None\nprint('imported')",
+        adapted_clone / "src",
+    )
     assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
 
 
@@ -89,15 +95,20 @@ def _datasets(root: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("gb", [31.6, 62.6, 95.4])
-def test_every_recommended_config_loads_through_the_clones_own_loader(gb, adapted_clone, upstream_pristine,
-                                                                      qflux_python, tmp_path):
+def test_every_recommended_config_loads_through_the_clones_own_loader(
+    gb, adapted_clone, upstream_pristine, qflux_python, tmp_path
+):
     from aipc_env.errors import InputError
     from aipc_env.qflux.loader import validate_with_clone
     from aipc_env.train.recommend import Machine, qflux_config, recommend
 
     for kind, path in _datasets(tmp_path / "ds").items():
-        rec = recommend(Machine(ram_bytes=int(gb * GiB), device="cpu"), dataset_path=path,
-                        model_path=str(tmp_path / "model"), output_dir=str(tmp_path / "out"))
+        rec = recommend(
+            Machine(ram_bytes=int(gb * GiB), device="cpu"),
+            dataset_path=path,
+            model_path=str(tmp_path / "model"),
+            output_dir=str(tmp_path / "out"),
+        )
         if "text_encoder_path" in rec.config["model"]:
             rec.config["model"]["text_encoder_path"] = str(tmp_path / "te-nf4")
         cfg = qflux_config(rec, dataset_path=path)
@@ -144,8 +155,12 @@ def _train_config(tmp_path: Path, clone: Path, qcfg: dict) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     qfile = tmp_path / "qflux config.yaml"
     qfile.write_text(yaml.safe_dump(qcfg, sort_keys=False), encoding="utf-8")
-    cfg = {"engine": "qflux", "qflux": {"clone": str(clone), "config": str(qfile)}, "output_dir": str(tmp_path / "out"),
-           "device": "cpu"}
+    cfg = {
+        "engine": "qflux",
+        "qflux": {"clone": str(clone), "config": str(qfile)},
+        "output_dir": str(tmp_path / "out"),
+        "device": "cpu",
+    }
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
@@ -159,16 +174,13 @@ def test_train_runs_the_clones_loader_before_any_phase(adapted_clone, qflux_pyth
     todo = _train_config(tmp_path / "a", adapted_clone, qflux_config(rec, dataset_path=None))
     result = run_cli("train", str(todo), "--dry-run", "--env", env, timeout=300)
     assert result.returncode == 2 and "TODO" in result.stderr and "model.pretrained_model_name_or_path" in result.stderr
-    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"),
-                    dataset_path="/d")
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"), dataset_path="/d")
     good = qflux_config(rec, dataset_path="/d")
-    ok = run_cli("train", str(_train_config(tmp_path / "b", adapted_clone, good)), "--dry-run", "--env", env,
-                 timeout=300)
+    ok = run_cli("train", str(_train_config(tmp_path / "b", adapted_clone, good)), "--dry-run", "--env", env, timeout=300)
     assert ok.returncode == 0 and "the clone's loader accepts" in ok.stdout, ok.stderr
     flat = json.loads(json.dumps(good))
     flat["data"]["init_args"]["processor"] = {"process_type": "center_crop", "target_size": [384, 672]}
-    bad = run_cli("train", str(_train_config(tmp_path / "c", adapted_clone, flat)), "--dry-run", "--env", env,
-                  timeout=300)
+    bad = run_cli("train", str(_train_config(tmp_path / "c", adapted_clone, flat)), "--dry-run", "--env", env, timeout=300)
     assert bad.returncode == 2 and "data.init_args.processor" in bad.stderr and "Extra inputs" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "c" / "out" / "launch.sh").exists()
@@ -179,11 +191,9 @@ def test_train_with_engine_qflux_runs_in_the_clones_qflux_env(adapted_clone, qfl
     missing, here from uv's warm cache), never in the default training env that cannot import the clone."""
     from aipc_env.train.recommend import Machine, qflux_config, recommend
 
-    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"),
-                    dataset_path="/d")
+    rec = recommend(Machine(ram_bytes=64 * GiB, device="cpu"), model_path="/m", output_dir=str(tmp_path / "o"), dataset_path="/d")
     config = _train_config(tmp_path / "b", adapted_clone, qflux_config(rec, dataset_path="/d"))
-    result = run_cli("train", str(config), "--dry-run", timeout=1200,
-                     env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_cli("train", str(config), "--dry-run", timeout=1200, env={"AIPC_ENV_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "the clone's qflux env, built by aipc-env" in result.stdout
     assert "the clone's loader accepts" in result.stdout
@@ -211,8 +221,14 @@ except Exception as exc:
 def _probe(python: Path, clone: Path, dataset, cache: Path) -> dict:
     env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    out = subprocess.run([str(python), "-c", PROBE, json.dumps(dataset), str(cache)], cwd=clone / "src", env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [str(python), "-c", PROBE, json.dumps(dataset), str(cache)],
+        cwd=clone / "src",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -243,8 +259,10 @@ def test_dataset_warnings_match_what_upstreams_loader_really_does(upstream_prist
     text = "\n".join(qflux_warnings(scan_dataset(root)))
     assert "b.PNG" in text and "BOM" in text and "mix extensions" in text
     cli = run_cli("dataset", "validate", str(root), "--engine", "qflux", "--target-size", "64", "64")
-    assert "b.PNG" in cli.stdout and not any("qflux:" in w for w in json.loads(
-        run_cli("dataset", "validate", str(root), "--target-size", "64", "64").stdout)["warnings"])
+    assert "b.PNG" in cli.stdout and not any(
+        "qflux:" in w
+        for w in json.loads(run_cli("dataset", "validate", str(root), "--target-size", "64", "64").stdout)["warnings"]
+    )
     # CSV paths relative to the CSV
     (tmp_path / "csvds").mkdir()
     shutil.copy(root / "images" / "a.png", tmp_path / "csvds" / "t.png")
@@ -256,21 +274,27 @@ def test_dataset_warnings_match_what_upstreams_loader_really_does(upstream_prist
     assert "relative path" in "\n".join(qflux_warnings(scan_dataset(csv)))
 
 
-def test_local_parquet_dict_form_fails_upstream_and_loads_once_adapted(upstream_pristine, adapted_clone,
-                                                                       qflux_python, tmp_path):
+def test_local_parquet_dict_form_fails_upstream_and_loads_once_adapted(upstream_pristine, adapted_clone, qflux_python, tmp_path):
     make = (
         "import sys, io\nfrom PIL import Image\nfrom datasets import Dataset\n"
         "from qflux.utils.huggingface import FEATURES\n"
         "img = Image.new('RGB', (64, 64))\n"
         "rows = {'id': ['a', 'b'], 'control_images': [[img], [img]], 'control_mask': [None, None],\n"
         "        'target_image': [img, img], 'prompt': ['Add a hat', 'Remove the hat']}\n"
-        "Dataset.from_dict(rows, features=FEATURES).to_parquet(sys.argv[1])\n")
+        "Dataset.from_dict(rows, features=FEATURES).to_parquet(sys.argv[1])\n"
+    )
     target = tmp_path / "pq" / "data"
     target.mkdir(parents=True)
     env = {**os.environ, "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    made = subprocess.run([str(qflux_python), "-c", make, str(target / "train-00000-of-00001.parquet")],
-                          cwd=adapted_clone / "src", env=env, capture_output=True, text=True, timeout=600)
+    made = subprocess.run(
+        [str(qflux_python), "-c", make, str(target / "train-00000-of-00001.parquet")],
+        cwd=adapted_clone / "src",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     form = [{"repo_id": str(tmp_path / "pq"), "split": "train"}]
     assert not _probe(qflux_python, upstream_pristine, form, tmp_path / "c1")["ok"]
@@ -298,15 +322,19 @@ def test_the_plain_edit_smoke_config_loads_with_upstreams_plain_trainer(adapted_
     from aipc_env.qflux.smoke import recommended_for, smoke_config
     from aipc_env.train.recommend import Machine
 
-    cfg, changed = smoke_config(recommended_for(Machine(ram_bytes=int(31.6 * GiB))), tmp_path / "run",
-                                accelerator=False, plus=False)
+    cfg, changed = smoke_config(
+        recommended_for(Machine(ram_bytes=int(31.6 * GiB))), tmp_path / "run", accelerator=False, plus=False
+    )
     assert "trainer" in changed
     file = tmp_path / "plain edit.yaml"
     file.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     result = validate_with_clone(qflux_python, adapted_clone, file)
     assert result["trainer"] == "QwenImageEdit" and result["quantization_type"] == "nf4"
-    out = run_in_env(qflux_python, "from qflux.trainer.qwen_image_edit_trainer import QwenImageEditTrainer\n"
-                     "print(QwenImageEditTrainer.__name__)", adapted_clone / "src")
+    out = run_in_env(
+        qflux_python,
+        "from qflux.trainer.qwen_image_edit_trainer import QwenImageEditTrainer\nprint(QwenImageEditTrainer.__name__)",
+        adapted_clone / "src",
+    )
     assert out.returncode == 0 and "QwenImageEditTrainer" in out.stdout, out.stderr[-2000:]
 
 
@@ -319,12 +347,23 @@ def test_smoke_trains_recommends_config_with_upstreams_own_phases(adapted_clone,
     from aipc_env.train.recommend import Machine
 
     run_dir = tmp_path / "smoke run & ü"
-    result = run_smoke(adapted_clone, plus=plus, run_dir=run_dir, env_prefix=qflux_python.parent.parent,
-                       log=lambda m: None, machine=Machine(ram_bytes=int(31.6 * GiB)))
+    result = run_smoke(
+        adapted_clone,
+        plus=plus,
+        run_dir=run_dir,
+        env_prefix=qflux_python.parent.parent,
+        log=lambda m: None,
+        machine=Machine(ram_bytes=int(31.6 * GiB)),
+    )
     assert result.passed, result.summary() + "\n" + Path(result.log).read_text(errors="replace")[-3000:]
     names = {c.name for c in result.checks}
-    assert names == {"nf4-linear-layers", "fit-phase-ran-nf4", "final-checkpoint", "checkpoints-pruned",
-                     "lora-reloads-with-alpha"}
+    assert names == {
+        "nf4-linear-layers",
+        "fit-phase-ran-nf4",
+        "final-checkpoint",
+        "checkpoints-pruned",
+        "lora-reloads-with-alpha",
+    }
     log = Path(result.log).read_text(errors="replace")
     assert "qflux.main" in log and "5/5" in log
     assert Path(result.env_python).parent == qflux_python.parent
@@ -337,18 +376,34 @@ def test_smoke_trains_recommends_config_with_upstreams_own_phases(adapted_clone,
     recommended = _dotted(json.loads(cli.stdout)["config"])
     trained = _dotted(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
     differ = {k for k in recommended.keys() | trained.keys() if recommended.get(k, "<absent>") != trained.get(k, "<absent>")}
-    assert differ == set(result.changed), (differ ^ set(result.changed))
-    expected = {"model.pretrained_model_name_or_path", "data.init_args.dataset_path", "data.init_args.cache_dir",
-                "cache.cache_dir", "logging.output_dir", "data.init_args.processor.init_args.target_size",
-                "data.init_args.processor.init_args.controls_size", "train.max_train_steps",
-                "train.checkpointing_steps", "lr_scheduler.warmup_steps", "cache.devices.vae",
-                "cache.devices.text_encoder", "model.text_encoder_path"} | (set() if plus else {"trainer"})
+    assert differ == set(result.changed), differ ^ set(result.changed)
+    expected = {
+        "model.pretrained_model_name_or_path",
+        "data.init_args.dataset_path",
+        "data.init_args.cache_dir",
+        "cache.cache_dir",
+        "logging.output_dir",
+        "data.init_args.processor.init_args.target_size",
+        "data.init_args.processor.init_args.controls_size",
+        "train.max_train_steps",
+        "train.checkpointing_steps",
+        "lr_scheduler.warmup_steps",
+        "cache.devices.vae",
+        "cache.devices.text_encoder",
+        "model.text_encoder_path",
+    } | (set() if plus else {"trainer"})
     assert set(result.changed) == expected
     assert "validate_environment" in result.changed["model.text_encoder_path"]
-    for key, value in {"optimizer.class_path": "bitsandbytes.optim.Adam8bit", "train.gradient_checkpointing": True,
-                       "data.init_args.caption_dropout_rate": 0.05, "train.checkpoints_total_limit": 3,
-                       "model.quantize_type": "nf4", "train.gradient_accumulation_steps": 2,
-                       "data.num_workers": 1, "model.lora.r": 16}.items():
+    for key, value in {
+        "optimizer.class_path": "bitsandbytes.optim.Adam8bit",
+        "train.gradient_checkpointing": True,
+        "data.init_args.caption_dropout_rate": 0.05,
+        "train.checkpoints_total_limit": 3,
+        "model.quantize_type": "nf4",
+        "train.gradient_accumulation_steps": 2,
+        "data.num_workers": 1,
+        "model.lora.r": 16,
+    }.items():
         assert trained[key] == value, key
     assert "changed only 13" in result.summary() or "changed only 14" in result.summary()
 
@@ -385,21 +440,42 @@ def test_smoke_launcher_activates_its_pairs_oneapi_under_wine(adapted_clone, tmp
         prefix = base / "qflux env"
         prefix.mkdir(parents=True)
         shutil.copy(wine.standin, prefix / "python.exe")
-        write_env_record(EnvRecord(prefix=str(prefix), python=str(prefix / "python.exe"), pair=pair.id,
-                                   platform="win-64", built_at="2026-12-01T00:00:00+00:00"))
+        write_env_record(
+            EnvRecord(
+                prefix=str(prefix),
+                python=str(prefix / "python.exe"),
+                pair=pair.id,
+                platform="win-64",
+                built_at="2026-12-01T00:00:00+00:00",
+            )
+        )
         root = fake_oneapi_bat(base / "Program Files (x86)" / "Intel" / "oneAPI", release=pair.oneapi)
-        toolchain = OneApiInfo(installs=[OneApiInstall(root=wine.winpath(root), layout="component",
-                                                       releases=[pair.oneapi], version=pair.oneapi,
-                                                       setvars=wine.winpath(root / "setvars.bat"))])
-        result = run_smoke(adapted_clone, run_dir=base / "smoke & run", env_prefix=prefix, dry_run=True,
-                           log=lambda m: None, platform="win-64", toolchain=(toolchain, None))
+        toolchain = OneApiInfo(
+            installs=[
+                OneApiInstall(
+                    root=wine.winpath(root),
+                    layout="component",
+                    releases=[pair.oneapi],
+                    version=pair.oneapi,
+                    setvars=wine.winpath(root / "setvars.bat"),
+                )
+            ]
+        )
+        result = run_smoke(
+            adapted_clone,
+            run_dir=base / "smoke & run",
+            env_prefix=prefix,
+            dry_run=True,
+            log=lambda m: None,
+            platform="win-64",
+            toolchain=(toolchain, None),
+        )
         assert result.pair == pair.id and result.launcher.endswith("launch.bat")
         # the env was chosen on this Linux host, so its interpreter has a POSIX path: give launch.env the Windows
         # name of the same file (on Windows the policy yields that name itself); every other line stays as written
         env_file = Path(result.launcher).with_name("launch.env")
         lines = env_file.read_bytes().decode("utf-8").split("\r\n")
-        lines = [f"AIPC_PYTHON={wine.winpath(prefix / 'python.exe')}" if ln.startswith("AIPC_PYTHON=") else ln
-                 for ln in lines]
+        lines = [f"AIPC_PYTHON={wine.winpath(prefix / 'python.exe')}" if ln.startswith("AIPC_PYTHON=") else ln for ln in lines]
         env_file.write_bytes("\r\n".join(lines).encode("utf-8"))
         assert any(ln.startswith("AIPC_ONEAPI_DIR=") for ln in lines)
         record = base / "record.txt"
@@ -473,10 +549,14 @@ def test_upstreams_transformer_ignores_no_attribute_of_an_offered_variant(adapte
     for path in files.values():
         _, unused, _ = QwenImageTransformer2DModel.extract_init_dict(json.loads(Path(path).read_text()))
         assert not [k for k in unused if not k.startswith("_")], (path, unused)
-    ran = subprocess.run([str(qflux_python), "-c", VARIANT_SCRIPT, json.dumps(files)], capture_output=True, text=True,
-                         cwd=adapted_clone / "src", env={**os.environ, "PYTHONPATH": str(adapted_clone / "src"),
-                                                          "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1"},
-                         timeout=600)
+    ran = subprocess.run(
+        [str(qflux_python), "-c", VARIANT_SCRIPT, json.dumps(files)],
+        capture_output=True,
+        text=True,
+        cwd=adapted_clone / "src",
+        env={**os.environ, "PYTHONPATH": str(adapted_clone / "src"), "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1"},
+        timeout=600,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     ignored = json.loads(ran.stdout.strip().splitlines()[-1])
     assert ignored == {"edit": [], "edit-2509": [], "edit-2511": ["zero_cond_t"]}
@@ -543,10 +623,20 @@ def test_the_xpu_nf4_load_path_runs_up_to_the_call_that_needs_an_accelerator(ada
     model = build_tiny_pipeline(tmp_path / "tiny", plus=True)
     made = run_cli("quantize", "text-encoder", "--src", str(model), "--dst", str(te), "--device", "cpu")
     assert made.returncode == 0, made.stderr[-2000:]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(adapted_clone / "src"), str(Path(__file__).parents[1] / "src")]),
-           "QFLUX_DOTENV_LOADED": "1", "HF_HUB_OFFLINE": "1"}
-    ran = subprocess.run([str(qflux_python), "-c", XPU_LOAD_SCRIPT, str(tmp_path / "clone-side"), str(te)],
-                         capture_output=True, text=True, env=env, cwd=adapted_clone / "src", timeout=900)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(adapted_clone / "src"), str(Path(__file__).parents[1] / "src")]),
+        "QFLUX_DOTENV_LOADED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    ran = subprocess.run(
+        [str(qflux_python), "-c", XPU_LOAD_SCRIPT, str(tmp_path / "clone-side"), str(te)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=adapted_clone / "src",
+        timeout=900,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     result = json.loads(ran.stdout.strip().splitlines()[-1])
     assert result["config"] == {"load_in_4bit": True, "quant_type": "nf4", "compute_dtype": "torch.bfloat16"}

@@ -35,9 +35,14 @@ def test_transformer_nf4_folder_matches_diffusers_quantize_on_load(tiny_pipe, tm
     bnb_quantizer.BnB4BitDiffusersQuantizer.validate_environment = lambda self, *a, **k: None  # "No GPU found"
     try:
         reference = QwenImageTransformer2DModel.from_pretrained(
-            str(tiny_pipe), subfolder="transformer", torch_dtype=torch.float32, device_map={"": "cpu"},
-            quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                   bnb_4bit_compute_dtype=torch.float32))
+            str(tiny_pipe),
+            subfolder="transformer",
+            torch_dtype=torch.float32,
+            device_map={"": "cpu"},
+            quantization_config=BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+            ),
+        )
     finally:
         bnb_quantizer.BnB4BitDiffusersQuantizer.validate_environment = check
     b = make_batch(batch_size=1)
@@ -46,8 +51,13 @@ def test_transformer_nf4_folder_matches_diffusers_quantize_on_load(tiny_pipe, tm
 
     def out(model):
         with torch.no_grad():
-            return model(hidden_states=torch.cat([b.target, b.control], 1), encoder_hidden_states=b.prompt_embeds,
-                         timestep=torch.tensor([0.5]), img_shapes=b.img_shapes, return_dict=False)[0]
+            return model(
+                hidden_states=torch.cat([b.target, b.control], 1),
+                encoder_hidden_states=b.prompt_embeds,
+                timestep=torch.tensor([0.5]),
+                img_shapes=b.img_shapes,
+                return_dict=False,
+            )[0]
 
     sl, sr = loaded.state_dict(), reference.state_dict()
     assert sl.keys() == sr.keys()  # the same layers quantized, the same statistics kept
@@ -74,8 +84,9 @@ def test_prequantized_dirs_train(tiny_pipe, dataset, tmp_path):  # noqa: F811
 
 def test_bad_inputs(tmp_path):
     (tmp_path / "empty model").mkdir()
-    result = run_cli("quantize", "transformer", "--src", str(tmp_path / "empty model"), "--dst", str(tmp_path / "o"),
-                     "--device", "cpu")
+    result = run_cli(
+        "quantize", "transformer", "--src", str(tmp_path / "empty model"), "--dst", str(tmp_path / "o"), "--device", "cpu"
+    )
     assert result.returncode == 2 and "no transformer/config.json" in result.stderr
     assert not (tmp_path / "o").exists()
     missing = run_cli("quantize", "text-encoder", "--src", str(tmp_path / "nope"), "--dst", str(tmp_path / "o"))

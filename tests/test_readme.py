@@ -54,15 +54,13 @@ def test_readme_main_command_verbatim_on_the_distro_python(tmp_path, warm_caches
     require_tool(None if Path("/usr/bin/pipx").is_file() else "the distro's pipx is missing (apt-get install pipx)")
     externally_managed = list(Path("/usr/lib").glob("python3*/EXTERNALLY-MANAGED"))
     require_tool(None if externally_managed else "the distro Python here is not PEP 668 externally managed")
-    refused = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--dry-run", "nox"], capture_output=True,
-                             text=True)
+    refused = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--dry-run", "nox"], capture_output=True, text=True)
     assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr + refused.stdout
     repo, home = tmp_path / "checkout", tmp_path / "home"
     _copy_checkout(repo)
     env = isolated_env(tmp_path, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: tmp_path/home
     command = readme_commands()["train"]
-    result = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True,
-                            timeout=1500)
+    result = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     last = [line for line in result.stdout.splitlines() if line.strip()][-1]
@@ -93,15 +91,17 @@ def test_readme_install_line_gives_a_cli_whose_smoke_starts(tmp_path, upstream_p
     repo, home = tmp_path / "checkout", tmp_path / "home"
     _copy_checkout(repo)
     env = isolated_env(tmp_path, clean_home=True, PATH="/usr/bin:/bin", **warm_caches)  # HOME: tmp_path/home
-    install = subprocess.run(["bash", "-c", readme_install_line()], cwd=repo, env=env, capture_output=True,
-                             text=True, timeout=900)
+    install = subprocess.run(
+        ["bash", "-c", readme_install_line()], cwd=repo, env=env, capture_output=True, text=True, timeout=900
+    )
     assert install.returncode == 0, (install.stdout + install.stderr)[-4000:]
     cli = home / ".local" / "bin" / "aipc-env"
     assert cli.is_file(), install.stdout
     clone = tmp_path / "qflux clone"
     shutil.copytree(upstream_pristine, clone)
-    proc = subprocess.Popen([str(cli), "adapt", str(clone), "--smoke"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(cli), "adapt", str(clone), "--smoke"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     seen = []
     try:
         for line in proc.stdout:  # type: ignore[union-attr]

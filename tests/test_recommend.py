@@ -22,8 +22,7 @@ def machine(gb: float) -> Machine:
     return Machine(ram_bytes=int(gb * GiB))
 
 
-@pytest.mark.parametrize("gb,size,text_encoder", [(31.6, [384, 672], True), (62.6, [512, 768], False),
-                                                  (95.4, [512, 768], False)])
+@pytest.mark.parametrize("gb,size,text_encoder", [(31.6, [384, 672], True), (62.6, [512, 768], False), (95.4, [512, 768], False)])
 def test_tiers(gb, size, text_encoder):
     rec = recommend(machine(gb))
     cfg = rec.config
@@ -71,8 +70,9 @@ def test_qflux_layout_is_upstreams_nested_one():
 
 
 def test_probe_json_and_facts_inputs(tmp_path):
-    probe = ProbeJson.model_validate({"xpu_available": False, "ram_gb": 31.5, "gpu_name": "Intel(R) Arc(TM) Graphics",
-                                      "future_field": 1})
+    probe = ProbeJson.model_validate(
+        {"xpu_available": False, "ram_gb": 31.5, "gpu_name": "Intel(R) Arc(TM) Graphics", "future_field": 1}
+    )
     rec = recommend(machine_from_probe(probe))
     assert any("no XPU device" in n for n in rec.notes)
     facts = machine_from_facts(load_facts(MACHINES / "linux_arc_a770.json"))

@@ -68,12 +68,12 @@ def test_torch_version_xpu_contradiction(matrix):
 
 
 def test_resolve_command(tmp_path):
-    ok = run_cli("resolve", "--json", "--pip-list", str(OUTPUTS / "pip_list_torch211_xpu_win.txt"), "--platform",
-                 "win-64")
+    ok = run_cli("resolve", "--json", "--pip-list", str(OUTPUTS / "pip_list_torch211_xpu_win.txt"), "--platform", "win-64")
     assert ok.returncode == 0, ok.stderr
     assert '"pair": "xpu-2.11"' in ok.stdout and '"oneapi": "2025.3"' in ok.stdout
-    mixed = run_cli("resolve", "--json", "--pip-list", str(OUTPUTS / "pip_freeze_torch210_mixed_linux.txt"),
-                    "--platform", "linux-64")
+    mixed = run_cli(
+        "resolve", "--json", "--pip-list", str(OUTPUTS / "pip_freeze_torch210_mixed_linux.txt"), "--platform", "linux-64"
+    )
     assert mixed.returncode == 1 and '"status": "mixed"' in mixed.stdout
     missing = run_cli("resolve", "--pip-list", str(tmp_path / "nope.txt"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "nope.txt" in missing.stderr
@@ -83,9 +83,11 @@ def test_resolve_command(tmp_path):
 
 def test_direct_url_lines_are_read(tmp_path):
     path = tmp_path / "freeze.txt"
-    path.write_text("torch @ file:///C:/wheels/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n"
-                    "intel-sycl-rt==2025.1.1\n"
-                    "bitsandbytes @ https://example.invalid/bitsandbytes-0.50.2-py3-none-win_amd64.whl\n")
+    path.write_text(
+        "torch @ file:///C:/wheels/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n"
+        "intel-sycl-rt==2025.1.1\n"
+        "bitsandbytes @ https://example.invalid/bitsandbytes-0.50.2-py3-none-win_amd64.whl\n"
+    )
     found = read_pip_list(path)
     assert found["torch"] == "2.8.0+xpu" and found["bitsandbytes"] == "0.50.2"
     result = run_cli("resolve", "--json", "--pip-list", str(path), "--platform", "win-64")
@@ -104,64 +106,240 @@ def test_two_different_torch_lines_are_a_named_error(tmp_path):
 # Whole verdicts as literals (reviewed by hand against environments/matrix.yaml): every field a user or the doctor
 # reads, so a dropped field, a swapped flag or a lost evidence line fails here.
 
+
 def _verdict(installed, matrix, platform, tv=None):
     res = resolve_pair(installed, matrix, platform, tv)
-    return (res.status, res.pair, res.candidates, res.torch, res.torch_is_xpu, len(res.matched), len(res.missing),
-            [(m.name, m.installed, m.expected, m.belongs_to) for m in res.mismatches], res.evidence, res.summary)
+    return (
+        res.status,
+        res.pair,
+        res.candidates,
+        res.torch,
+        res.torch_is_xpu,
+        len(res.matched),
+        len(res.missing),
+        [(m.name, m.installed, m.expected, m.belongs_to) for m in res.mismatches],
+        res.evidence,
+        res.summary,
+    )
 
 
-WIN_211_RUNTIME = {"intel-cmplr-lib-rt": "2025.3.2", "intel-cmplr-lib-ur": "2025.3.2", "intel-cmplr-lic-rt": "2025.3.2",
-                   "intel-sycl-rt": "2025.3.2", "onemkl-license": "2025.3.1", "onemkl-sycl-blas": "2025.3.1",
-                   "onemkl-sycl-dft": "2025.3.1",
-                   "onemkl-sycl-lapack": "2025.3.1", "onemkl-sycl-rng": "2025.3.1", "onemkl-sycl-sparse": "2025.3.1",
-                   "dpcpp-cpp-rt": "2025.3.2", "intel-opencl-rt": "2025.3.2", "intel-openmp": "2025.3.2",
-                   "mkl": "2025.3.1", "tbb": "2022.3.1", "tcmlib": "1.4.1", "umf": "1.0.3", "intel-pti": "0.16.0",
-                   "triton-xpu": "3.7.0"}
+WIN_211_RUNTIME = {
+    "intel-cmplr-lib-rt": "2025.3.2",
+    "intel-cmplr-lib-ur": "2025.3.2",
+    "intel-cmplr-lic-rt": "2025.3.2",
+    "intel-sycl-rt": "2025.3.2",
+    "onemkl-license": "2025.3.1",
+    "onemkl-sycl-blas": "2025.3.1",
+    "onemkl-sycl-dft": "2025.3.1",
+    "onemkl-sycl-lapack": "2025.3.1",
+    "onemkl-sycl-rng": "2025.3.1",
+    "onemkl-sycl-sparse": "2025.3.1",
+    "dpcpp-cpp-rt": "2025.3.2",
+    "intel-opencl-rt": "2025.3.2",
+    "intel-openmp": "2025.3.2",
+    "mkl": "2025.3.1",
+    "tbb": "2022.3.1",
+    "tcmlib": "1.4.1",
+    "umf": "1.0.3",
+    "intel-pti": "0.16.0",
+    "triton-xpu": "3.7.0",
+}
 
 
-@pytest.mark.parametrize("installed, platform, tv, expected", [
-    ({**WIN_211_RUNTIME, "torch": "2.11.0+xpu"}, "win-64", None,
-     ("exact", "xpu-2.11", ["xpu-2.11"], "2.11.0+xpu", True, 19, 0, [], ["torch 2.11.0+xpu belongs to xpu-2.11"],
-      "xpu-2.11: every runtime pin matches")),
-    ({**WIN_211_RUNTIME, "torch": "2.11.0+cpu"}, "win-64", None,
-     ("not-xpu", "xpu-2.11", ["xpu-2.11"], "2.11.0+cpu", False, 19, 0, [],
-      ["torch 2.11.0+cpu belongs to xpu-2.11", "torch 2.11.0+cpu has no '+xpu' local version"],
-      "torch 2.11.0+cpu is not an XPU build")),
-    ({"torch": "2.13.0+cpu"}, "linux-64", None,
-     ("not-xpu", None, [], "2.13.0+cpu", False, 0, 0, [],
-      ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
-      "torch 2.13.0+cpu is not an XPU build")),
-    ({"torch": "2.13.0+cpu", "intel-sycl-rt": "2026.0.0", "tcmlib": "1.5.0"}, "linux-64", None,
-     ("partial", "xpu-2.13", ["xpu-2.13"], "2.13.0+cpu", False, 2, 21, [],
-      ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
-      "xpu-2.13: matches, but 21 pinned package(s) are not installed")),
-    ({"torch": "banana", "tcmlib": "1.5.0"}, "win-64", None,
-     ("ambiguous", None, ["xpu-2.13", "xpu-2.14"], "banana", False, 0, 0, [],
-      ["torch version 'banana' is not a PEP 440 version"],
-      "runtime matches several pairs: xpu-2.13, xpu-2.14 (torch not installed)")),
-    ({"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "intel-pti": "0.15.0"}, "win-64", None,
-     ("mixed", "xpu-2.10", ["xpu-2.10"], None, False, 2, 16, [("onemkl-license", "2099.1.0", ["2025.3.0"], [])],
-      ["2 runtime fingerprint(s) match xpu-2.10"], "xpu-2.10: 1 package(s) differ from its pins: onemkl-license "
-      "2099.1.0 (expected 2025.3.0)")),
-    ({"torch": "2.8.0+xpu"}, "win-64", "20250101",
-     ("partial", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [], ["torch 2.8.0+xpu belongs to xpu-2.8"],
-      "xpu-2.8: matches, but 18 pinned package(s) are not installed")),
-    ({"torch": "2.8.0+xpu"}, "win-64", "19990101",
-     ("mixed", "xpu-2.8", ["xpu-2.8"], "2.8.0+xpu", True, 0, 18, [("torch.version.xpu", "19990101", ["20250101"], [])],
-      ["torch 2.8.0+xpu belongs to xpu-2.8", "torch.version.xpu is 19990101, xpu-2.8 was built with 20250101"],
-      "xpu-2.8: 1 package(s) differ from its pins: torch.version.xpu 19990101 (expected 20250101)")),
-    ({"torch": "2.13.0+xpu"}, "linux-64", "20990101",  # the row records no torch.version.xpu: nothing to compare
-     ("partial", "xpu-2.13", ["xpu-2.13"], "2.13.0+xpu", True, 0, 23, [], ["torch 2.13.0+xpu belongs to xpu-2.13"],
-      "xpu-2.13: matches, but 23 pinned package(s) are not installed")),
-    ({"torch": "2.99.0+xpu", "tcmlib": "1.4.1"}, "win-64", None,  # an XPU torch no row lists
-     ("ambiguous", None, ["xpu-2.10", "xpu-2.11", "xpu-2.12"], "2.99.0+xpu", True, 0, 0, [], [],
-      "runtime matches several pairs: xpu-2.10, xpu-2.11, xpu-2.12 (torch not installed)")),
-    # contradictions counted, not flagged: 2.10 has three (onemkl-license, umf, mkl) and one match, 2.11 and 2.12
-    # two each and two matches (tcmlib, their onemkl-license)
-    ({"tcmlib": "1.4.1", "onemkl-license": "2025.3.1", "umf": "9.9", "mkl": "9.9"}, "win-64", None,
-     ("ambiguous", None, ["xpu-2.11", "xpu-2.12"], None, False, 0, 0, [], [],
-      "runtime matches several pairs: xpu-2.11, xpu-2.12 (torch not installed)")),
-])
+@pytest.mark.parametrize(
+    "installed, platform, tv, expected",
+    [
+        (
+            {**WIN_211_RUNTIME, "torch": "2.11.0+xpu"},
+            "win-64",
+            None,
+            (
+                "exact",
+                "xpu-2.11",
+                ["xpu-2.11"],
+                "2.11.0+xpu",
+                True,
+                19,
+                0,
+                [],
+                ["torch 2.11.0+xpu belongs to xpu-2.11"],
+                "xpu-2.11: every runtime pin matches",
+            ),
+        ),
+        (
+            {**WIN_211_RUNTIME, "torch": "2.11.0+cpu"},
+            "win-64",
+            None,
+            (
+                "not-xpu",
+                "xpu-2.11",
+                ["xpu-2.11"],
+                "2.11.0+cpu",
+                False,
+                19,
+                0,
+                [],
+                ["torch 2.11.0+cpu belongs to xpu-2.11", "torch 2.11.0+cpu has no '+xpu' local version"],
+                "torch 2.11.0+cpu is not an XPU build",
+            ),
+        ),
+        (
+            {"torch": "2.13.0+cpu"},
+            "linux-64",
+            None,
+            (
+                "not-xpu",
+                None,
+                [],
+                "2.13.0+cpu",
+                False,
+                0,
+                0,
+                [],
+                ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
+                "torch 2.13.0+cpu is not an XPU build",
+            ),
+        ),
+        (
+            {"torch": "2.13.0+cpu", "intel-sycl-rt": "2026.0.0", "tcmlib": "1.5.0"},
+            "linux-64",
+            None,
+            (
+                "partial",
+                "xpu-2.13",
+                ["xpu-2.13"],
+                "2.13.0+cpu",
+                False,
+                2,
+                21,
+                [],
+                ["torch 2.13.0+cpu belongs to xpu-2.13", "torch 2.13.0+cpu has no '+xpu' local version"],
+                "xpu-2.13: matches, but 21 pinned package(s) are not installed",
+            ),
+        ),
+        (
+            {"torch": "banana", "tcmlib": "1.5.0"},
+            "win-64",
+            None,
+            (
+                "ambiguous",
+                None,
+                ["xpu-2.13", "xpu-2.14"],
+                "banana",
+                False,
+                0,
+                0,
+                [],
+                ["torch version 'banana' is not a PEP 440 version"],
+                "runtime matches several pairs: xpu-2.13, xpu-2.14 (torch not installed)",
+            ),
+        ),
+        (
+            {"tcmlib": "1.4.1", "onemkl-license": "2099.1.0", "intel-pti": "0.15.0"},
+            "win-64",
+            None,
+            (
+                "mixed",
+                "xpu-2.10",
+                ["xpu-2.10"],
+                None,
+                False,
+                2,
+                16,
+                [("onemkl-license", "2099.1.0", ["2025.3.0"], [])],
+                ["2 runtime fingerprint(s) match xpu-2.10"],
+                "xpu-2.10: 1 package(s) differ from its pins: onemkl-license 2099.1.0 (expected 2025.3.0)",
+            ),
+        ),
+        (
+            {"torch": "2.8.0+xpu"},
+            "win-64",
+            "20250101",
+            (
+                "partial",
+                "xpu-2.8",
+                ["xpu-2.8"],
+                "2.8.0+xpu",
+                True,
+                0,
+                18,
+                [],
+                ["torch 2.8.0+xpu belongs to xpu-2.8"],
+                "xpu-2.8: matches, but 18 pinned package(s) are not installed",
+            ),
+        ),
+        (
+            {"torch": "2.8.0+xpu"},
+            "win-64",
+            "19990101",
+            (
+                "mixed",
+                "xpu-2.8",
+                ["xpu-2.8"],
+                "2.8.0+xpu",
+                True,
+                0,
+                18,
+                [("torch.version.xpu", "19990101", ["20250101"], [])],
+                ["torch 2.8.0+xpu belongs to xpu-2.8", "torch.version.xpu is 19990101, xpu-2.8 was built with 20250101"],
+                "xpu-2.8: 1 package(s) differ from its pins: torch.version.xpu 19990101 (expected 20250101)",
+            ),
+        ),
+        (
+            {"torch": "2.13.0+xpu"},
+            "linux-64",
+            "20990101",  # the row records no torch.version.xpu: nothing to compare
+            (
+                "partial",
+                "xpu-2.13",
+                ["xpu-2.13"],
+                "2.13.0+xpu",
+                True,
+                0,
+                23,
+                [],
+                ["torch 2.13.0+xpu belongs to xpu-2.13"],
+                "xpu-2.13: matches, but 23 pinned package(s) are not installed",
+            ),
+        ),
+        (
+            {"torch": "2.99.0+xpu", "tcmlib": "1.4.1"},
+            "win-64",
+            None,  # an XPU torch no row lists
+            (
+                "ambiguous",
+                None,
+                ["xpu-2.10", "xpu-2.11", "xpu-2.12"],
+                "2.99.0+xpu",
+                True,
+                0,
+                0,
+                [],
+                [],
+                "runtime matches several pairs: xpu-2.10, xpu-2.11, xpu-2.12 (torch not installed)",
+            ),
+        ),
+        # contradictions counted, not flagged: 2.10 has three (onemkl-license, umf, mkl) and one match, 2.11 and 2.12
+        # two each and two matches (tcmlib, their onemkl-license)
+        (
+            {"tcmlib": "1.4.1", "onemkl-license": "2025.3.1", "umf": "9.9", "mkl": "9.9"},
+            "win-64",
+            None,
+            (
+                "ambiguous",
+                None,
+                ["xpu-2.11", "xpu-2.12"],
+                None,
+                False,
+                0,
+                0,
+                [],
+                [],
+                "runtime matches several pairs: xpu-2.11, xpu-2.12 (torch not installed)",
+            ),
+        ),
+    ],
+)
 def test_whole_verdicts(matrix, installed, platform, tv, expected):
     assert _verdict(installed, matrix, platform, tv) == expected
 
@@ -169,8 +347,9 @@ def test_whole_verdicts(matrix, installed, platform, tv, expected):
 def test_resolve_report_fields(matrix):
     from aipc_env.matrix.resolve import resolve_report
 
-    report = resolve_report({"torch": "2.13.0+xpu", "triton-xpu": "3.7.2", "pytorch-triton-xpu": "3.7.2",
-                             "numpy": "2.1"}, matrix, "linux-64")
+    report = resolve_report(
+        {"torch": "2.13.0+xpu", "triton-xpu": "3.7.2", "pytorch-triton-xpu": "3.7.2", "numpy": "2.1"}, matrix, "linux-64"
+    )
     assert (report.platform, report.oneapi, report.certainty) == ("linux-64", "2026.0", "confirmed")
     assert report.triton_packages == {"pytorch-triton-xpu": "3.7.2", "triton-xpu": "3.7.2"}
     assert report.summary == report.resolution.summary and report.resolution.pair == "xpu-2.13"
@@ -222,21 +401,27 @@ def test_a_mixed_list_names_each_expected_version_and_the_fix(tmp_path):
     assert result.returncode == 1
     assert result.stdout.splitlines()[:2] == [
         "✗ xpu-2.7: 1 package(s) differ from its pins: umf 0.10.0 (expected 0.9.1)",
-        "    umf 0.10.0: xpu-2.7 pins 0.9.1; 0.10.0 belongs to xpu-2.8"]
-    assert ('    fix: in the training env: pip install "umf==0.9.1" (or rebuild the env from the pair\'s lock: aipc-env '
-            "env --pair xpu-2.7)") in result.stdout
+        "    umf 0.10.0: xpu-2.7 pins 0.9.1; 0.10.0 belongs to xpu-2.8",
+    ]
+    assert (
+        '    fix: in the training env: pip install "umf==0.9.1" (or rebuild the env from the pair\'s lock: aipc-env '
+        "env --pair xpu-2.7)"
+    ) in result.stdout
 
 
-@pytest.mark.parametrize(("text", "found"), [
-    ("torch @ file:///C:/w/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n", ("win-64", "a win_amd64 wheel")),
-    ("torch @ https://x/torch-2.8.0%2Bxpu-cp312-cp312-linux_x86_64.whl\n", ("linux-64", "a linux wheel")),
-    ("numpy 2.0 C:\\Users\\Zoë\\env\\Lib\\site-packages pip\n", ("win-64", "Windows paths")),
-    ("numpy 2.0 /home/z/env/lib/python3.12/site-packages pip\n", ("linux-64", "Linux paths")),
-    ("pywin32==311\n", ("win-64", "pywin32")),
-    ("oneccl==2021.17.2\n", ("linux-64", "oneccl")),
-    ("numpy==2.0\n", (None, "the list does not show its platform")),
-    ("numpy==2.0 \n", (None, "the list does not show its platform")),
-])
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("torch @ file:///C:/w/torch-2.8.0%2Bxpu-cp312-cp312-win_amd64.whl\n", ("win-64", "a win_amd64 wheel")),
+        ("torch @ https://x/torch-2.8.0%2Bxpu-cp312-cp312-linux_x86_64.whl\n", ("linux-64", "a linux wheel")),
+        ("numpy 2.0 C:\\Users\\Zoë\\env\\Lib\\site-packages pip\n", ("win-64", "Windows paths")),
+        ("numpy 2.0 /home/z/env/lib/python3.12/site-packages pip\n", ("linux-64", "Linux paths")),
+        ("pywin32==311\n", ("win-64", "pywin32")),
+        ("oneccl==2021.17.2\n", ("linux-64", "oneccl")),
+        ("numpy==2.0\n", (None, "the list does not show its platform")),
+        ("numpy==2.0 \n", (None, "the list does not show its platform")),
+    ],
+)
 def test_what_a_list_says_of_its_platform(matrix, text, found):
     from aipc_env.matrix.piplist import platform_of_list
 
@@ -249,7 +434,9 @@ def test_a_list_showing_both_platforms_says_so_and_this_machines_is_assumed(tmp_
 
     text = "pywin32==311\noneccl==2021.17.2\n"
     assert platform_of_list(text, parse_pip_list(text), matrix) == (
-        None, "the list shows both platforms (win-64: pywin32; linux-64: oneccl)")
+        None,
+        "the list shows both platforms (win-64: pywin32; linux-64: oneccl)",
+    )
     path = tmp_path / "l.txt"
     path.write_text("torch==2.12.0+xpu\n" + text)
     out = run_cli("resolve", "--json", "--pip-list", str(path)).stdout

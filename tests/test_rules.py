@@ -44,8 +44,11 @@ def test_one_function_chooses_the_pair():
             continue
         newest += [f"{rel}:{n}" for n in _calls(tree, "newest")]
         resolvers += [rel for _ in _calls(tree, "resolve_pair")]
-        choosers += [rel for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-                     and re.fullmatch(r"(choose|pick|select|smoke)_pair|.*_pair_for", node.name)]
+        choosers += [
+            rel
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and re.fullmatch(r"(choose|pick|select|smoke)_pair|.*_pair_for", node.name)
+        ]
     assert newest == [n for n in newest if n.startswith("trainenv/select.py")] and newest
     assert choosers == ["trainenv/select.py"]
     assert set(resolvers) <= {"trainenv/select.py", "doctor/checks/base.py"}
@@ -85,8 +88,11 @@ def test_no_module_returns_a_literal_exit_code():
     """Every module of the package, not a list of them: a new worker or command is covered the day it is written."""
     modules = sorted(SRC.rglob("*.py"))
     assert len(modules) > 150
-    offenders = {p.relative_to(SRC).as_posix(): lines for p in modules
-                 if (lines := _literal_exit_codes(ast.parse(p.read_text(encoding="utf-8"))))}
+    offenders = {
+        p.relative_to(SRC).as_posix(): lines
+        for p in modules
+        if (lines := _literal_exit_codes(ast.parse(p.read_text(encoding="utf-8"))))
+    }
     assert offenders == {}
 
 
@@ -94,7 +100,10 @@ def test_the_standalone_bundle_check_uses_the_exit_code_table():
     from aipc_env.fleet import bundle_files
 
     assert (bundle_files.EXIT_OK, bundle_files.EXIT_PROBLEMS, bundle_files.EXIT_USAGE) == (
-        ExitCode.OK, ExitCode.PROBLEMS, ExitCode.USAGE)
+        ExitCode.OK,
+        ExitCode.PROBLEMS,
+        ExitCode.USAGE,
+    )
 
 
 def test_the_scan_finds_literals():
@@ -104,16 +113,28 @@ def test_the_scan_finds_literals():
     assert _literal_exit_codes(ast.parse("def a():\n    return ExitCode.OK\n")) == []
 
 
-TEMPLATE_FILES = sorted([*(p for p in (ROOT / "launchers").iterdir() if p.suffix in (".sh", ".bat")),
-                         *(p for folder in (*SRC.rglob("templates"), *SRC.rglob("scripts")) if folder.is_dir()
-                           for p in folder.rglob("*") if p.is_file())])
+TEMPLATE_FILES = sorted(
+    [
+        *(p for p in (ROOT / "launchers").iterdir() if p.suffix in (".sh", ".bat")),
+        *(
+            p
+            for folder in (*SRC.rglob("templates"), *SRC.rglob("scripts"))
+            if folder.is_dir()
+            for p in folder.rglob("*")
+            if p.is_file()
+        ),
+    ]
+)
 """Every launcher and every template or script file the package renders or ships, found by folder."""
 
 
 def _literal_exits(text: str) -> list[str]:
     """`exit 1`, `exit /b 2`, `sys.exit(1)`, `rc not in [0, 1]`: exit codes written as numbers."""
-    return (re.findall(r"\bexit(?: /b)? +(\d+)", text) + re.findall(r"\bsys\.exit\((\d+)\)", text)
-            + re.findall(r"\brc (?:not )?in \[([\d, ]+)\]", text))
+    return (
+        re.findall(r"\bexit(?: /b)? +(\d+)", text)
+        + re.findall(r"\bsys\.exit\((\d+)\)", text)
+        + re.findall(r"\brc (?:not )?in \[([\d, ]+)\]", text)
+    )
 
 
 def test_templates_name_their_exit_codes():
@@ -134,8 +155,11 @@ def test_the_rendered_playbook_is_yaml(matrix):
 
     from aipc_env.fleet.ansible import GpuSource, render_playbook
 
-    source = GpuSource("deb [signed-by=/etc/apt/keyrings/intel-gpu.asc] https://repositories.intel.com/gpu/ubuntu "
-                       "noble client", Path("intel-gpu.asc"), "intel-gpu.asc")
+    source = GpuSource(
+        "deb [signed-by=/etc/apt/keyrings/intel-gpu.asc] https://repositories.intel.com/gpu/ubuntu noble client",
+        Path("intel-gpu.asc"),
+        "intel-gpu.asc",
+    )
     for gpu in (None, source):
         for rel, text in render_playbook(matrix.get("xpu-2.13"), gpu).items():
             if rel.endswith(".yml"):
@@ -143,8 +167,12 @@ def test_the_rendered_playbook_is_yaml(matrix):
 
 
 def test_the_exit_scan_finds_numbers():
-    assert _literal_exits("exit 1\nexit /b 2\nsys.exit(3)\nfailed_when: x.rc not in [0, 1]\nexit $RC\n") == \
-        ["1", "2", "3", "0, 1"]
+    assert _literal_exits("exit 1\nexit /b 2\nsys.exit(3)\nfailed_when: x.rc not in [0, 1]\nexit $RC\n") == [
+        "1",
+        "2",
+        "3",
+        "0, 1",
+    ]
 
 
 def test_every_run_starts_through_the_run_service():
@@ -158,15 +186,33 @@ def test_every_run_starts_through_the_run_service():
     assert starters["run_launcher"] == {"launch/service.py"}
     assert starters["write_launcher"] == {"launch/service.py"}
     assert starters["plan_run"] == {"launch/service.py"}
-    assert starters["start_run"] == {"commands/train.py", "commands/verify.py", "commands/distill.py",
-                                     "qflux/smoke.py"}
+    assert starters["start_run"] == {"commands/train.py", "commands/verify.py", "commands/distill.py", "qflux/smoke.py"}
 
 
 def test_ruff_is_clean():
     ruff = find_tool("ruff")
     require_tool(None if ruff else "ruff is not installed (the dev extra has it)")
-    result = subprocess.run([ruff, "check", "--no-cache", "src", "tests", "benchmarks", "noxfile.py"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [ruff, "check", "--no-cache", "src", "tests", "benchmarks", "noxfile.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_ruff_format_leaves_the_tree_as_it_is():
+    """The tree is in `ruff format`'s style (the qflux edit files, hashed by adapt, are excluded in pyproject)."""
+    ruff = find_tool("ruff")
+    require_tool(None if ruff else "ruff is not installed (the dev extra has it)")
+    result = subprocess.run(
+        [ruff, "format", "--check", "--no-cache", "src", "tests", "benchmarks", "docs", "noxfile.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-4000:]
 
 
@@ -174,8 +220,9 @@ def test_mypy_is_clean():
     """The type checker over src/ at 0 errors ([tool.mypy] in pyproject.toml: unused and code-less ignores fail)."""
     mypy = find_tool("mypy")
     require_tool(None if mypy else "mypy is not installed (the dev extra has it)")
-    result = subprocess.run([mypy, "--no-incremental", "--cache-dir", "/dev/null"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [mypy, "--no-incremental", "--cache-dir", "/dev/null"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-6000:]
 
 
@@ -221,18 +268,31 @@ def test_every_guard_in_the_security_model_names_a_test_that_exists():
 
 
 def test_the_reference_scan_follows_the_last_named_file():
-    assert _test_references("`tests/test_a.py::test_x`, `::test_y`; `test_b.py::test_z`") == \
-        [("test_a.py", "test_x"), ("test_a.py", "test_y"), ("test_b.py", "test_z")]
+    assert _test_references("`tests/test_a.py::test_x`, `::test_y`; `test_b.py::test_z`") == [
+        ("test_a.py", "test_x"),
+        ("test_a.py", "test_y"),
+        ("test_b.py", "test_z"),
+    ]
 
 
 # --- one reader (issue 34) -------------------------------------------------------------------------------------
 
-PARSERS = {("json", "loads"), ("json", "load"), ("tomllib", "loads"), ("tomllib", "load"), ("yaml", "safe_load"),
-           ("yaml", "load"), ("yaml", "full_load"), ("yaml", "unsafe_load")}
+PARSERS = {
+    ("json", "loads"),
+    ("json", "load"),
+    ("tomllib", "loads"),
+    ("tomllib", "load"),
+    ("yaml", "safe_load"),
+    ("yaml", "load"),
+    ("yaml", "full_load"),
+    ("yaml", "unsafe_load"),
+}
 PARSE_ALLOWED = {
     # standard-library-only modules (they run before or outside aipc-env's own env): bounded by hand
-    "fleet/bundle_files.py": (1, "the bundle's manifest, size-bounded first, one object, each key once (run by "
-                                 "bootstrap scripts; stdlib only)"),
+    "fleet/bundle_files.py": (
+        1,
+        "the bundle's manifest, size-bounded first, one object, each key once (run by bootstrap scripts; stdlib only)",
+    ),
     # files aipc-env generated itself in its own run folder, read by the worker that runs in the qflux env
     "qflux/smoke_worker.py": (3, "the smoke's own generated config and upstream's recommended config, state.json"),
 }
@@ -248,8 +308,7 @@ def test_every_file_is_parsed_by_the_one_reader_or_an_allowed_exception():
             continue
         for node in ast.walk(tree):
             func = node.func if isinstance(node, ast.Call) else None
-            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-                    (func.value.id, func.attr) in PARSERS:
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (func.value.id, func.attr) in PARSERS:
                 found[rel] = found.get(rel, 0) + 1
     unexpected = {rel: n for rel, n in found.items() if n > PARSE_ALLOWED.get(rel, (0, ""))[0]}
     assert not unexpected, f"parse user files with aipc_env.core.fileio (read_json/read_yaml/parse_toml ...): {unexpected}"
@@ -260,6 +319,12 @@ def test_every_file_is_parsed_by_the_one_reader_or_an_allowed_exception():
 def test_the_reader_scan_finds_a_direct_parse(tmp_path):
     """The scan itself: a direct json.loads in a module not on the list is found."""
     tree = ast.parse("import json\n\ndef f(p):\n    return json.loads(p.read_text())\n")
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and isinstance(n.func.value, ast.Name) and (n.func.value.id, n.func.attr) in PARSERS]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and (n.func.value.id, n.func.attr) in PARSERS
+    ]
     assert len(calls) == 1

@@ -34,8 +34,11 @@ def test_every_versioned_format_has_a_schema():
             yield from subclasses(sub)
 
     listed = set(models().values())
-    missing = [c.__qualname__ for c in subclasses(VersionedModel) if c.__module__.startswith("aipc_env") and
-               c.__module__ != "aipc_env.core.formats" and c not in listed]  # formats holds the base classes
+    missing = [
+        c.__qualname__
+        for c in subclasses(VersionedModel)
+        if c.__module__.startswith("aipc_env") and c.__module__ != "aipc_env.core.formats" and c not in listed
+    ]  # formats holds the base classes
     assert not missing, f"add to aipc_env.commands.schemas.models(): {missing}"
 
 

@@ -158,12 +158,18 @@ def test_the_package_root_holds_only_the_cli_errors_and_paths():
 
 def test_the_scans_find_a_cycle_an_up_arrow_and_a_room_off_the_map(tmp_path):
     pkg = tmp_path / "aipc_env"
-    for rel, text in {"__init__.py": "", "errors.py": "from aipc_env.paths import x\n",
-                      "paths.py": "def f():\n    from aipc_env import errors\n",
-                      "lock/__init__.py": "", "lock/a.py": "from aipc_env.facts.b import y\n",
-                      "facts/__init__.py": "", "facts/b.py": "from ..lock import a\n",
-                      "matrix/__init__.py": "", "matrix/m.py": "from aipc_env.lock import a\n",
-                      "newroom.py": "import aipc_env.errors\n"}.items():
+    for rel, text in {
+        "__init__.py": "",
+        "errors.py": "from aipc_env.paths import x\n",
+        "paths.py": "def f():\n    from aipc_env import errors\n",
+        "lock/__init__.py": "",
+        "lock/a.py": "from aipc_env.facts.b import y\n",
+        "facts/__init__.py": "",
+        "facts/b.py": "from ..lock import a\n",
+        "matrix/__init__.py": "",
+        "matrix/m.py": "from aipc_env.lock import a\n",
+        "newroom.py": "import aipc_env.errors\n",
+    }.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     graph = import_graph(pkg)
@@ -183,8 +189,7 @@ def _choose_pair_calls(src: Path) -> list[tuple[str, str, int, int]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
             for node in ast.walk(func):
-                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) \
-                        == "choose_pair":
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "choose_pair":
                     calls.append((mod, func.name, len(node.args), len(node.keywords)))
     return calls
 
@@ -193,8 +198,9 @@ def test_choose_pair_is_called_from_one_place_with_one_shape():
     assert _choose_pair_calls(SRC) == [("aipc_env.trainenv.select", "decide", 2, 0)]
 
 
-@pytest.mark.parametrize("body", ["def f(s):\n    return choose_pair(s, 'run')\n",
-                                  "def g(m):\n    return choose_pair(m, 'win-64', fallback=True)\n"])
+@pytest.mark.parametrize(
+    "body", ["def f(s):\n    return choose_pair(s, 'run')\n", "def g(m):\n    return choose_pair(m, 'win-64', fallback=True)\n"]
+)
 def test_the_call_scan_sees_a_second_caller(tmp_path, body):
     pkg = tmp_path / "aipc_env"
     (pkg / "trainenv").mkdir(parents=True)
@@ -229,8 +235,7 @@ def test_no_command_prints_json_or_asks_for_it():
 
 def test_the_json_scan_finds_a_command_that_prints_json(tmp_path):
     (tmp_path / "commands").mkdir()
-    (tmp_path / "commands" / "x.py").write_text(
-        "import json\ndef run(args):\n    if args.json:\n        print(json.dumps({}))\n")
+    (tmp_path / "commands" / "x.py").write_text("import json\ndef run(args):\n    if args.json:\n        print(json.dumps({}))\n")
     assert _json_printers(tmp_path) == ["x.py:3: args.json", "x.py:4: dumps"]
 
 
@@ -240,7 +245,8 @@ CODE_IN_STRINGS = re.compile(
     r"|\$ErrorActionPreference|Write-(?:Error|Warning)|Get-(?:ChildItem|CimInstance)|(?:Join|Test)-Path"
     r"|(?:ForEach|Where)-Object|\bparam\(\["  # PowerShell
     r"|(?:^|\n)\s*(?:RUN|FROM|COPY|ENTRYPOINT) "  # Containerfile
-    r"|(?:^|\n)\s*- name: |(?:^|\n)\s*hosts: |\{\{ *[a-z_]+ *\}\}")  # Ansible YAML
+    r"|(?:^|\n)\s*- name: |(?:^|\n)\s*hosts: |\{\{ *[a-z_]+ *\}\}"
+)  # Ansible YAML
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -249,8 +255,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             for i, stmt in enumerate(body):  # the docstring, and attribute docstrings after assignments
-                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and \
-                        (i == 0 or isinstance(body[i - 1], (ast.Assign, ast.AnnAssign))):
+                if (
+                    isinstance(stmt, ast.Expr)
+                    and isinstance(stmt.value, ast.Constant)
+                    and (i == 0 or isinstance(body[i - 1], (ast.Assign, ast.AnnAssign)))
+                ):
                     ids.add(id(stmt.value))
     return ids
 
@@ -263,8 +272,12 @@ def code_in_strings(src: Path) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skip = _docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
-                    and CODE_IN_STRINGS.search(node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+                and CODE_IN_STRINGS.search(node.value)
+            ):
                 found.append(f"{mod}:{node.lineno}")
     return found
 
@@ -273,9 +286,18 @@ def test_no_shell_powershell_html_or_yaml_in_python_strings():
     assert code_in_strings(SRC) == []
 
 
-@pytest.mark.parametrize("text", ['"<td>{x}</td>"', '"#!/bin/sh\\nset -eu\\n"', '"$ErrorActionPreference = 1"',
-                                  '"(Test-Path (Join-Path $root x))"',
-                                  '"FROM x\\nRUN y"', '"- name: x\\n  hosts: all"', 'f"<tr>{a}"'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"<td>{x}</td>"',
+        '"#!/bin/sh\\nset -eu\\n"',
+        '"$ErrorActionPreference = 1"',
+        '"(Test-Path (Join-Path $root x))"',
+        '"FROM x\\nRUN y"',
+        '"- name: x\\n  hosts: all"',
+        'f"<tr>{a}"',
+    ],
+)
 def test_the_code_scan_finds_each_language(tmp_path, text):
     pkg = tmp_path / "aipc_env"
     pkg.mkdir()
@@ -287,15 +309,17 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
     """What a caller writes, the worker reads back as the same spec (one declaration per hop)."""
     from aipc_env.launch import hops
 
-    cases = [hops.EnginePhase(phase="fit", config=tmp_path / "c d.yaml"),
-             hops.JudgeHeldOut(config=tmp_path / "c d.yaml"),
-             hops.VerifySteps(out=tmp_path / "r.json", steps=7, bnb_min="0.50.2", only=("adam8bit", "device")),
-             hops.VerifySteps(),
-             hops.DistillStages(stages="g0,g2", config=tmp_path / "c.yaml", run_id="r1", inject=("rgba", "x y")),
-             hops.DistillExport(config=tmp_path / "c.yaml", out=tmp_path / "o.safetensors", repo="me/m"),
-             hops.DistillPublish(config=tmp_path / "c.yaml", repo="me/m", public=True),
-             hops.SmokePrepare(out=tmp_path, recommended=tmp_path / "r.yaml", config=tmp_path / "c.yaml", plus=True),
-             hops.SmokeVerify(run=tmp_path, clone=tmp_path / "clone", config=tmp_path / "c.yaml")]
+    cases = [
+        hops.EnginePhase(phase="fit", config=tmp_path / "c d.yaml"),
+        hops.JudgeHeldOut(config=tmp_path / "c d.yaml"),
+        hops.VerifySteps(out=tmp_path / "r.json", steps=7, bnb_min="0.50.2", only=("adam8bit", "device")),
+        hops.VerifySteps(),
+        hops.DistillStages(stages="g0,g2", config=tmp_path / "c.yaml", run_id="r1", inject=("rgba", "x y")),
+        hops.DistillExport(config=tmp_path / "c.yaml", out=tmp_path / "o.safetensors", repo="me/m"),
+        hops.DistillPublish(config=tmp_path / "c.yaml", repo="me/m", public=True),
+        hops.SmokePrepare(out=tmp_path, recommended=tmp_path / "r.yaml", config=tmp_path / "c.yaml", plus=True),
+        hops.SmokeVerify(run=tmp_path, clone=tmp_path / "clone", config=tmp_path / "c.yaml"),
+    ]
     for spec in cases:
         argv = spec.argv("py")
         assert argv[:3] == ["py", "-m", spec.MODULE]
@@ -320,8 +344,10 @@ def _main_modules() -> list[str]:
     found = []
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(isinstance(node, ast.If) and ast.unparse(node.test) in ('__name__ == "__main__"', "__name__ == '__main__'")
-               for node in tree.body):
+        if any(
+            isinstance(node, ast.If) and ast.unparse(node.test) in ('__name__ == "__main__"', "__name__ == '__main__'")
+            for node in tree.body
+        ):
             found.append(path.relative_to(SRC).as_posix())
     return found
 
@@ -331,9 +357,11 @@ def test_no_worker_parses_its_own_arguments():
     launch.hops (argparse there only) and go through run_worker; every other one says here why it is not a hop."""
     from aipc_env.launch import hops
 
-    hop_modules = {cls.MODULE.removeprefix("aipc_env.").replace(".", "/") + ".py"
-                   for cls in vars(hops).values()
-                   if isinstance(cls, type) and issubclass(cls, hops.WorkerArgs) and cls is not hops.WorkerArgs}
+    hop_modules = {
+        cls.MODULE.removeprefix("aipc_env.").replace(".", "/") + ".py"
+        for cls in vars(hops).values()
+        if isinstance(cls, type) and issubclass(cls, hops.WorkerArgs) and cls is not hops.WorkerArgs
+    }
     workers = _main_modules()
     assert hop_modules <= set(workers), "a hop names a module without a __main__ block"
     assert set(workers) - hop_modules == set(NOT_HOP_WORKERS), "a new __main__ module: a hop, or a reason here"

@@ -40,9 +40,20 @@ def _record(prefix: Path, name: str, version: str, build: str = "h0_0") -> Path:
     meta = prefix / "conda-meta"
     meta.mkdir(parents=True, exist_ok=True)
     path = meta / f"{name}-{version}-{build}.json"
-    path.write_text(json.dumps({"build": build, "build_number": 0, "channel": "https://conda.anaconda.org/conda-forge",
-                                "name": name, "version": version, "subdir": "linux-64",
-                                "files": [f"bin/{name}"], "requested_spec": name}))
+    path.write_text(
+        json.dumps(
+            {
+                "build": build,
+                "build_number": 0,
+                "channel": "https://conda.anaconda.org/conda-forge",
+                "name": name,
+                "version": version,
+                "subdir": "linux-64",
+                "files": [f"bin/{name}"],
+                "requested_spec": name,
+            }
+        )
+    )
     return path
 
 
@@ -65,8 +76,18 @@ def test_entry_points_written_by_real_installers(tmp_path, installer):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     wheel = make_wheel(tmp_path / "wheels", "stand-tool", "3.1.4", scripts={"stand-tool": "stand_tool_stub:main"})
     if installer == "pip":
-        argv = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-index",
-                "--no-deps", "-q", str(wheel)]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-index",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ]
     else:
         argv = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--offline", "--no-deps", str(wheel)]
     subprocess.run(argv, check=True, capture_output=True, env={**os.environ, "PIP_CONSTRAINT": ""})
@@ -141,8 +162,11 @@ def test_tools_without_files_are_asked_all_at_once(tmp_path, monkeypatch):
     log = tmp_path / "log"
     bindir = tmp_path / "bare bin"
     for name, text in (("conda", "conda 24.1.0"), ("micromamba", "2.0.5")):
-        _executable(bindir / name, f"#!/bin/sh\necho start {name} $(date +%s.%N) >> '{log}'\nsleep 1\n"
-                                   f"echo end {name} $(date +%s.%N) >> '{log}'\necho '{text}'\n")
+        _executable(
+            bindir / name,
+            f"#!/bin/sh\necho start {name} $(date +%s.%N) >> '{log}'\nsleep 1\n"
+            f"echo end {name} $(date +%s.%N) >> '{log}'\necho '{text}'\n",
+        )
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
     for var in ("CONDA_EXE", "MAMBA_EXE"):
         monkeypatch.delenv(var, raising=False)
@@ -174,14 +198,25 @@ def test_env_layout_from_files_equals_the_interpreters_answer(tmp_path, maker):
     uv = find_tool("uv")
     require_tool(None if maker == "venv" or uv else "uv is not on PATH")
     prefix = tmp_path / "train env ü"
-    argv = ([sys.executable, "-m", "venv", "--without-pip", str(prefix)] if maker == "venv"
-            else [uv, "venv", "--python", sys.executable, str(prefix)])
+    argv = (
+        [sys.executable, "-m", "venv", "--without-pip", str(prefix)]
+        if maker == "venv"
+        else [uv, "venv", "--python", sys.executable, str(prefix)]
+    )
     subprocess.run(argv, check=True, capture_output=True)
     layout = env_layout_from_files(prefix)
     assert layout is not None
-    ask = subprocess.run([str(prefix / "bin" / "python"), "-I", "-c",
-                          "import sys, sysconfig; print('.'.join(map(str, sys.version_info[:3])));"
-                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    ask = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-I",
+            "-c",
+            "import sys, sysconfig; print('.'.join(map(str, sys.version_info[:3])));print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     version, purelib = ask.stdout.split("\n")[:2]
     assert layout[0] == version and Path(layout[1][0]).resolve() == Path(purelib).resolve()
     env = inspect_env(prefix, prefix / "bin" / "python")
@@ -190,8 +225,7 @@ def test_env_layout_from_files_equals_the_interpreters_answer(tmp_path, maker):
 
 def test_env_that_sees_system_site_packages_asks_its_interpreter(tmp_path):
     prefix = tmp_path / "sys env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(prefix)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(prefix)], check=True)
     assert env_layout_from_files(prefix) is None
     env = inspect_env(prefix, prefix / "bin" / "python")
     assert env.error is None and env.python_version == ".".join(map(str, sys.version_info[:3]))

@@ -32,8 +32,7 @@ def test_the_decision():
 
 def test_session_options_override_the_environment():
     overrides, rest = take_options(["--torch", "xpu", "--torch-wheels=/w", "config.yaml", "--dry-run"])
-    assert overrides == {"AIPC_ENV_TORCH": "xpu", "AIPC_ENV_TORCH_WHEELS": "/w"} and rest == ["config.yaml",
-                                                                                              "--dry-run"]
+    assert overrides == {"AIPC_ENV_TORCH": "xpu", "AIPC_ENV_TORCH_WHEELS": "/w"} and rest == ["config.yaml", "--dry-run"]
 
 
 def _nox(tmp_path: Path, **env: str) -> str:
@@ -41,9 +40,24 @@ def _nox(tmp_path: Path, **env: str) -> str:
     empty = tmp_path / "empty-index"
     empty.mkdir(exist_ok=True)
     full = isolated_env(tmp_path, drop=("AIPC_ENV_TORCH",), **env)
-    out = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "train",
-                          "--envdir", str(tmp_path / "nox"), "--no-color"], capture_output=True, text=True,
-                         env=full, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(ROOT / "noxfile.py"),
+            "-s",
+            "train",
+            "--envdir",
+            str(tmp_path / "nox"),
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+    )
     assert out.returncode != 0  # nothing can be installed from an empty index
     return out.stdout + out.stderr
 
@@ -72,10 +86,28 @@ def test_the_cpu_case_resolves_no_nvidia_package(tmp_path):
     require_tool(None if wheels else "no local torch 2.13.0+cpu wheel (set AIPC_ENV_TORCH_WHEELS; .ci/run does)")
     src = plan_torch_install("2.13.0", intel_gpu=False, wheels=wheels)
     out = tmp_path / "resolved.txt"
-    result = subprocess.run([find_uv(), "pip", "compile", "-", "-o", str(out), "--python-version", "3.11",
-                             "--python-platform", "x86_64-unknown-linux-gnu", *src.args, "--no-header", "--quiet"],
-                            input=f"{src.requirement}\n{ROOT}[train]\n", capture_output=True, text=True,
-                            cwd=tmp_path, timeout=300)
+    result = subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "compile",
+            "-",
+            "-o",
+            str(out),
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-unknown-linux-gnu",
+            *src.args,
+            "--no-header",
+            "--quiet",
+        ],
+        input=f"{src.requirement}\n{ROOT}[train]\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     pins = out.read_text()
     assert "torch==2.13.0+cpu" in pins and "diffusers==" in pins and "bitsandbytes==" in pins

@@ -136,8 +136,9 @@ def test_recommend_smoke_trains_on_any_machine(tmp_path, tiny_base):
     refused = run_cli("recommend", "--facts", str(facts_file))
     assert refused.returncode == ExitCode.PROBLEMS and "recommend --smoke" in refused.stderr  # a finding
     smoke = tmp_path / "smoke.yaml"
-    made = run_cli("recommend", "--facts", str(facts_file), "--smoke", "--out", str(smoke), "--output-dir",
-                   str(tmp_path / "smoke run"))
+    made = run_cli(
+        "recommend", "--facts", str(facts_file), "--smoke", "--out", str(smoke), "--output-dir", str(tmp_path / "smoke run")
+    )
     assert made.returncode == ExitCode.OK, made.stderr
     cfg = yaml.safe_load(smoke.read_text(encoding="utf-8"))
     assert cfg["optimizer"]["type"] == "adam8bit" and cfg["train"]["gradient_checkpointing"] is True
@@ -147,5 +148,3 @@ def test_recommend_smoke_trains_on_any_machine(tmp_path, tiny_base):
     assert ran.returncode == ExitCode.OK, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert (tmp_path / "smoke run" / "lora" / "pytorch_lora_weights.safetensors").is_file()
     assert json.loads((tmp_path / "smoke run" / "fit_summary.json").read_text())["heldout"]["learned"] is True
-
-

@@ -53,8 +53,7 @@ def test_a_relative_dataset_is_found_from_the_config_folder(tmp_path):
 
     folder = tmp_path / "project"
     local(folder / "ds", n=2)  # too few samples: the verdict must name the real, resolved folder
-    cfg = {"model": {"path": str(tmp_path)}, "data": {"datasets": ["ds"], "target_size": [64, 64]},
-           "output_dir": "out"}
+    cfg = {"model": {"path": str(tmp_path)}, "data": {"datasets": ["ds"], "target_size": [64, 64]}, "output_dir": "out"}
     (tmp_path / "model_index.json").write_text("{}")
     result = run_cli("train", str(_write(folder / "c.yaml", cfg)), "--dry-run", cwd=tmp_path)
     assert result.returncode == 2 and f"dataset {folder / 'ds'} is invalid" in result.stderr
@@ -126,9 +125,15 @@ def test_resume_with_another_lora_shape_is_refused_before_the_cache_phase(tmp_pa
 
     cfg = default_config(tmp_path / "out")
     path = _write(tmp_path / "c.yaml", cfg)
-    state = CheckpointState(step=20, smoothed_loss=1.0, lora_rank=4, lora_alpha=8,
-                            target_modules=cfg["lora"].get("target_modules", ["to_q", "to_k", "to_v", "to_out.0"]),
-                            model="builtin:tiny", fingerprint=training_fingerprint(load_config(path)))
+    state = CheckpointState(
+        step=20,
+        smoothed_loss=1.0,
+        lora_rank=4,
+        lora_alpha=8,
+        target_modules=cfg["lora"].get("target_modules", ["to_q", "to_k", "to_v", "to_out.0"]),
+        model="builtin:tiny",
+        fingerprint=training_fingerprint(load_config(path)),
+    )
     write_model(tmp_path / "out" / "checkpoints" / "step-0000020" / "state.json", state)
     cfg["train"]["resume"] = "auto"
     result = run_cli("train", str(_write(tmp_path / "c.yaml", cfg)))
@@ -144,8 +149,9 @@ def test_a_second_run_into_the_same_output_dir_is_refused(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         out.mkdir()
-        (out / LOCK_NAME).write_text(json.dumps({"pid": holder.pid, "host": os.uname().nodename,
-                                                 "started": "now", "command": "train"}))
+        (out / LOCK_NAME).write_text(
+            json.dumps({"pid": holder.pid, "host": os.uname().nodename, "started": "now", "command": "train"})
+        )
         result = run_cli("train", str(cfg), "--dry-run")
         assert result.returncode == 2 and "another run is writing into this folder" in result.stderr
         assert f"pid {holder.pid}" in result.stderr and not (out / "launch.sh").exists()
@@ -176,8 +182,14 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     cfg = default_config(tmp_path / "out")
     cfg["train"]["max_train_steps"] = 100_000
     path = _write(tmp_path / "c.yaml", cfg)
-    proc = subprocess.Popen([sys.executable, "-m", "aipc_env", "train", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aipc_env", "train", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     log = tmp_path / "out" / "train_log.jsonl"
     deadline = time.monotonic() + 180
     while not (log.is_file() and log.read_text().count("\n") > 3) and time.monotonic() < deadline:
@@ -214,8 +226,12 @@ def _heldout_case(tmp_path: Path, **data) -> tuple[dict, Path]:
     (model / "model_index.json").write_text("{}")
     train = local(tmp_path / "train set", n=5)
     held = local(tmp_path / "held out", n=3)
-    raw = {"engine": "builtin", "model": {"path": str(model)}, "output_dir": str(tmp_path / "out"),
-           "data": {"datasets": [str(train)], "target_size": [64, 64], "heldout": str(held), **data}}
+    raw = {
+        "engine": "builtin",
+        "model": {"path": str(model)},
+        "output_dir": str(tmp_path / "out"),
+        "data": {"datasets": [str(train)], "target_size": [64, 64], "heldout": str(held), **data},
+    }
     return raw, held
 
 

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.support.isolation import isolated_env
 
-TINY = '''
+TINY = """
 import os
 from pathlib import Path
 
@@ -25,7 +25,7 @@ def test_one():
         path = Path(os.path.expanduser(target))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("left behind")
-'''
+"""
 
 
 def _guarded_run(tmp_path: Path, write_into: str | None, *, workers: int = 0) -> tuple[subprocess.CompletedProcess, Path]:
@@ -35,12 +35,29 @@ def _guarded_run(tmp_path: Path, write_into: str | None, *, workers: int = 0) ->
     folder.mkdir()
     (folder / "test_tiny.py").write_text(TINY, encoding="utf-8")
     (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # not the project's addopts
-    env = isolated_env(tmp_path, clean_home=True, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]),
-                       WRITE_INTO=write_into)
+    env = isolated_env(
+        tmp_path, clean_home=True, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]), WRITE_INTO=write_into
+    )
     xdist = ["-n", str(workers), "--dist", "loadfile"] if workers else ["-p", "no:xdist"]
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.user_folders", *xdist,
-                             "-p", "no:cacheprovider", "-q", "test_tiny.py"], cwd=folder, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.support.user_folders",
+            *xdist,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "test_tiny.py",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return result, tmp_path / "home"
 
 
@@ -58,11 +75,15 @@ def test_writing_beside_the_tools_folders_passes(tmp_path):
     assert (home / ".local" / "share" / "aipc-env-other" / "x.txt").is_file()
 
 
-@pytest.mark.parametrize("write_into, named", [
-    ("~/.local/share/aipc-env/runs/recommend-smoke/launch.sh", ".local/share/aipc-env/runs/recommend-smoke/launch.sh"),
-    ("~/.local/state/aipc-env/env.json", ".local/state/aipc-env/env.json"),
-    ("~/.cache/aipc-env/logs/x.log", ".cache/aipc-env/logs/x.log"),
-    ("~/.config/aipc-env/settings.yaml", ".config/aipc-env/settings.yaml")])
+@pytest.mark.parametrize(
+    "write_into, named",
+    [
+        ("~/.local/share/aipc-env/runs/recommend-smoke/launch.sh", ".local/share/aipc-env/runs/recommend-smoke/launch.sh"),
+        ("~/.local/state/aipc-env/env.json", ".local/state/aipc-env/env.json"),
+        ("~/.cache/aipc-env/logs/x.log", ".cache/aipc-env/logs/x.log"),
+        ("~/.config/aipc-env/settings.yaml", ".config/aipc-env/settings.yaml"),
+    ],
+)
 def test_a_run_that_writes_into_a_real_folder_fails_naming_the_path(tmp_path, write_into, named):
     result, home = _guarded_run(tmp_path, write_into)
     assert result.returncode == 1, result.stdout[-3000:]
@@ -93,8 +114,13 @@ def seen_by_a_module_fixture(tmp_path_factory) -> dict[str, str]:
     """What a tool started by a module-scoped fixture (set up before any test's own isolation) takes as its
     per-user folders."""
     code = "from aipc_env import paths; print(paths.data_dir(), paths.state_dir(), paths.cache_dir(), sep='\\n')"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert result.returncode == 0, result.stderr
     return dict(zip(("data", "state", "cache"), result.stdout.splitlines()))
 
@@ -106,18 +132,35 @@ def test_a_module_fixture_gets_the_runs_own_folders(seen_by_a_module_fixture, tm
 
 
 def test_the_isolated_environment_of_a_subprocess(tmp_path, monkeypatch):
-    for name, value in {"AIPC_ENV_TORCH_WHEELS": "/w", "AIPC_ENV_DATA_DIR": "/real", "XDG_DATA_HOME": "/x",
-                        "PIPX_HOME": "/p", "NOX_ONE": "1", "VIRTUAL_ENV": "/v", "KEEP_ME": "k"}.items():
+    for name, value in {
+        "AIPC_ENV_TORCH_WHEELS": "/w",
+        "AIPC_ENV_DATA_DIR": "/real",
+        "XDG_DATA_HOME": "/x",
+        "PIPX_HOME": "/p",
+        "NOX_ONE": "1",
+        "VIRTUAL_ENV": "/v",
+        "KEEP_ME": "k",
+    }.items():
         monkeypatch.setenv(name, value)
     env = isolated_env(tmp_path / "own", drop=("NOX",), PATH="/usr/bin:/bin", KEEP_ME=None)
     assert (env["AIPC_ENV_DATA_DIR"], env["AIPC_ENV_STATE_DIR"], env["AIPC_ENV_CACHE_DIR"]) == (
-        str(tmp_path / "own" / "data"), str(tmp_path / "own" / "state"), str(tmp_path / "own" / "cache"))
+        str(tmp_path / "own" / "data"),
+        str(tmp_path / "own" / "state"),
+        str(tmp_path / "own" / "cache"),
+    )
     assert env["PATH"] == "/usr/bin:/bin" and env["HOME"] == os.environ["HOME"] and env["XDG_DATA_HOME"] == "/x"
     assert "NOX_ONE" not in env and "KEEP_ME" not in env and env["VIRTUAL_ENV"] == "/v"
     assert isolated_env(tmp_path, drop=("AIPC_ENV_TORCH",)).get("AIPC_ENV_TORCH_WHEELS") is None
     clean = isolated_env(tmp_path / "login", clean_home=True)
     assert clean["HOME"] == str(tmp_path / "login" / "home") and (tmp_path / "login" / "home").is_dir()
     assert clean["AIPC_ENV_TORCH_WHEELS"] == "/w" and clean["KEEP_ME"] == "k"
-    for name in ("AIPC_ENV_DATA_DIR", "AIPC_ENV_STATE_DIR", "AIPC_ENV_CACHE_DIR", "XDG_DATA_HOME", "PIPX_HOME",
-                 "NOX_ONE", "VIRTUAL_ENV"):
+    for name in (
+        "AIPC_ENV_DATA_DIR",
+        "AIPC_ENV_STATE_DIR",
+        "AIPC_ENV_CACHE_DIR",
+        "XDG_DATA_HOME",
+        "PIPX_HOME",
+        "NOX_ONE",
+        "VIRTUAL_ENV",
+    ):
         assert name not in clean, name

@@ -27,8 +27,7 @@ def test_passes_on_this_cpu_and_is_recorded_for_the_doctor(tiny_base):
     rc, report = _verify()
     assert rc == 0, [s["summary"] for s in report["steps"] if not s["passed"]]
     steps = _steps(report)
-    assert list(steps) == ["device", "bitsandbytes", "nf4-roundtrip", "linear4bit", "adam8bit", "lora-roundtrip",
-                           "tiny-qlora"]
+    assert list(steps) == ["device", "bitsandbytes", "nf4-roundtrip", "linear4bit", "adam8bit", "lora-roundtrip", "tiny-qlora"]
     assert steps["adam8bit"]["metrics"]["state_dtypes"]["state1"] == "uint8"
     held = steps["tiny-qlora"]["metrics"]["heldout"]
     assert held["learned"] is True and held["lora_mean"] <= 0.8 * held["base_mean"], held
@@ -49,8 +48,9 @@ def test_fails_for_each_fault_for_its_own_reason(tmp_path, tiny_base):
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(yaml.safe_dump(raw))
     use_tiny_base(tiny_base)
-    rc, report = _verify("--pair", "xpu-2.13", "--matrix", str(matrix),
-                         env={"AIPC_VERIFY_INJECT": "drop-lora-metadata,frozen-optimizer"})
+    rc, report = _verify(
+        "--pair", "xpu-2.13", "--matrix", str(matrix), env={"AIPC_VERIFY_INJECT": "drop-lora-metadata,frozen-optimizer"}
+    )
     assert rc == 1
     steps = _steps(report)
     failed = sorted(s for s, step in steps.items() if not step["passed"])
@@ -79,9 +79,13 @@ def _worker(steps: list[str], inject: list[str], folder) -> dict[str, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "steps.json"
     only = [arg for step in steps for arg in ("--only", step)]
-    result = subprocess.run([sys.executable, "-m", "aipc_env.verify.worker", *only, "--out", str(out)],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "AIPC_VERIFY_INJECT": ",".join(inject)})
+    result = subprocess.run(
+        [sys.executable, "-m", "aipc_env.verify.worker", *only, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "AIPC_VERIFY_INJECT": ",".join(inject)},
+    )
     assert result.returncode in (0, 1), result.stderr[-2000:]
     data = json.loads(out.read_text())
     assert sorted(data["inject"]) == sorted(inject)
@@ -90,9 +94,11 @@ def _worker(steps: list[str], inject: list[str], folder) -> dict[str, dict]:
     return found
 
 
-BOUNDS = {"nf4-roundtrip": ("nf4-noise", "NF4 round-trip error"),
-          "linear4bit": ("linear4bit-skew", "forward rel. error"),
-          "adam8bit": ("adam8bit-drift", "diverges from 32-bit Adam")}
+BOUNDS = {
+    "nf4-roundtrip": ("nf4-noise", "NF4 round-trip error"),
+    "linear4bit": ("linear4bit-skew", "forward rel. error"),
+    "adam8bit": ("adam8bit-drift", "diverges from 32-bit Adam"),
+}
 
 
 def test_each_bound_fails_when_its_fault_is_injected(tmp_path):

@@ -20,22 +20,36 @@ from tests.conftest import ROOT
 
 SHIPPED = ["xpu-2.7", "xpu-2.9", "xpu-2.10", "xpu-2.12"]
 TRITON = "intel/intel-xpu-backend-for-triton"
-QUOTE = {"repository": TRITON, "path": "setup.py", "commit": "432512b432bd29c21c907bc39f60c6ee0a2f51b2",
-         "lines": ["install_requires=[", '"pyelftools",', "\"importlib-metadata; python_version < '3.10'\","]}
-RECORD = {"package": "triton-xpu", "version": "3.7.1", "certainty": "published", "sources": ["the tag's setup.py"],
-          "requires_dist": ["pyelftools", "importlib-metadata; python_version < '3.10'"], "quotes": [QUOTE]}
+QUOTE = {
+    "repository": TRITON,
+    "path": "setup.py",
+    "commit": "432512b432bd29c21c907bc39f60c6ee0a2f51b2",
+    "lines": ["install_requires=[", '"pyelftools",', "\"importlib-metadata; python_version < '3.10'\","],
+}
+RECORD = {
+    "package": "triton-xpu",
+    "version": "3.7.1",
+    "certainty": "published",
+    "sources": ["the tag's setup.py"],
+    "requires_dist": ["pyelftools", "importlib-metadata; python_version < '3.10'"],
+    "quotes": [QUOTE],
+}
 
 
 def test_the_published_records_are_the_triton_releases_read_at_their_commits():
-    published = [(m.package, m.version, [(q.repository, q.path, q.commit) for q in m.quotes])
-                 for m in load_wheel_manifest().metadata if m.certainty == "published"]
+    published = [
+        (m.package, m.version, [(q.repository, q.path, q.commit) for q in m.quotes])
+        for m in load_wheel_manifest().metadata
+        if m.certainty == "published"
+    ]
     assert published == [
         ("pytorch-triton-xpu", "3.3.1", [(TRITON, "python/setup.py", "b0e26b7359c147b8aa0af686c20510fb9b15990a")]),
         ("pytorch-triton-xpu", "3.5.0", [(TRITON, "setup.py", "1b0418a9a454b2b93ab8d71f40e59d2297157fae")]),
         ("triton-xpu", "3.6.0", [(TRITON, "setup.py", "225cdbde3ea155d5ed4c0aad1f2aa4bd2b3c4a3d")]),
         ("triton-xpu", "3.7.0", [(TRITON, "setup.py", "64bb0de394fe1b9e163758380ce8eed25511bb5e")]),
         ("triton-xpu", "3.7.1", [(TRITON, "setup.py", "432512b432bd29c21c907bc39f60c6ee0a2f51b2")]),
-        ("triton-xpu", "3.7.2", [(TRITON, "setup.py", "933a430299f705a1834670495060016ebd34fd83")])]
+        ("triton-xpu", "3.7.2", [(TRITON, "setup.py", "933a430299f705a1834670495060016ebd34fd83")]),
+    ]
 
 
 def test_the_shipped_record_model_accepts_the_example():
@@ -47,23 +61,34 @@ def _without(key: str) -> dict:
     return {**RECORD, "quotes": [quote]}
 
 
-@pytest.mark.parametrize(("record", "message"), [
-    ({**RECORD, "quotes": []}, "a published record needs `quotes`"),
-    ({k: v for k, v in RECORD.items() if k != "quotes"}, "a published record needs `quotes`"),
-    (_without("commit"), "a quote names either repository, path and commit, or url and sha256"),
-    (_without("repository"), "a quote names either repository, path and commit, or url and sha256"),
-    (_without("path"), "a quote names either repository, path and commit, or url and sha256"),
-    ({**RECORD, "quotes": [{**QUOTE, "commit": "release/3.7.1"}]}, "String should match pattern"),
-    ({**RECORD, "quotes": [{**QUOTE, "lines": []}]}, "List should have at least 1 item"),
-    ({**RECORD, "quotes": [{**QUOTE, "url": "https://x/y.whl", "sha256": "a" * 64}]},
-     "a quote names either repository, path and commit, or url and sha256"),
-    ({**RECORD, "quotes": [{"url": "https://x/y.whl", "lines": ["Requires-Dist: pyelftools"]}]},
-     "a quote names either repository, path and commit, or url and sha256"),
-    ({**RECORD, "quotes": [{**QUOTE, "lines": ['"pyelftools",']}]},
-     "published, but no quoted line shows importlib-metadata; python_version < '3.10'"),
-    ({**RECORD, "requires_dist": [*RECORD["requires_dist"], "setuptools<82"]},
-     "published, but no quoted line shows setuptools<82"),
-])
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({**RECORD, "quotes": []}, "a published record needs `quotes`"),
+        ({k: v for k, v in RECORD.items() if k != "quotes"}, "a published record needs `quotes`"),
+        (_without("commit"), "a quote names either repository, path and commit, or url and sha256"),
+        (_without("repository"), "a quote names either repository, path and commit, or url and sha256"),
+        (_without("path"), "a quote names either repository, path and commit, or url and sha256"),
+        ({**RECORD, "quotes": [{**QUOTE, "commit": "release/3.7.1"}]}, "String should match pattern"),
+        ({**RECORD, "quotes": [{**QUOTE, "lines": []}]}, "List should have at least 1 item"),
+        (
+            {**RECORD, "quotes": [{**QUOTE, "url": "https://x/y.whl", "sha256": "a" * 64}]},
+            "a quote names either repository, path and commit, or url and sha256",
+        ),
+        (
+            {**RECORD, "quotes": [{"url": "https://x/y.whl", "lines": ["Requires-Dist: pyelftools"]}]},
+            "a quote names either repository, path and commit, or url and sha256",
+        ),
+        (
+            {**RECORD, "quotes": [{**QUOTE, "lines": ['"pyelftools",']}]},
+            "published, but no quoted line shows importlib-metadata; python_version < '3.10'",
+        ),
+        (
+            {**RECORD, "requires_dist": [*RECORD["requires_dist"], "setuptools<82"]},
+            "published, but no quoted line shows setuptools<82",
+        ),
+    ],
+)
 def test_a_published_record_without_its_quoted_source_is_refused(record, message):
     with pytest.raises(ValidationError) as caught:
         WheelMetadata.model_validate(record)
@@ -75,16 +100,31 @@ def test_the_same_record_marked_inferred_needs_no_quote():
 
 
 def test_a_quote_of_a_read_wheel_names_url_and_sha256():
-    record = {**RECORD, "quotes": [{"url": "https://x/triton_xpu-3.7.1-cp312-cp312-win_amd64.whl.metadata",
-                                    "sha256": "a" * 64, "lines": ["Requires-Dist: pyelftools",
-                                                                  "Requires-Dist: importlib-metadata"]}]}
+    record = {
+        **RECORD,
+        "quotes": [
+            {
+                "url": "https://x/triton_xpu-3.7.1-cp312-cp312-win_amd64.whl.metadata",
+                "sha256": "a" * 64,
+                "lines": ["Requires-Dist: pyelftools", "Requires-Dist: importlib-metadata"],
+            }
+        ],
+    }
     assert WheelMetadata.model_validate(record).quotes[0].sha256 == "a" * 64
 
 
-@pytest.mark.parametrize(("version", "setuptools"), [
-    ("2.7.1+xpu", 'setuptools; python_version >= "3.12"'), ("2.10.0+xpu", 'setuptools; python_version >= "3.12"'),
-    ("2.11.0+xpu", "setuptools<82"), ("2.12.0+xpu", "setuptools<82"), ("2.12.1+xpu", "setuptools<82"),
-    ("2.13.0+xpu", "setuptools>=77.0.3"), ("2.14.0+xpu", "setuptools>=77.0.3")])
+@pytest.mark.parametrize(
+    ("version", "setuptools"),
+    [
+        ("2.7.1+xpu", 'setuptools; python_version >= "3.12"'),
+        ("2.10.0+xpu", 'setuptools; python_version >= "3.12"'),
+        ("2.11.0+xpu", "setuptools<82"),
+        ("2.12.0+xpu", "setuptools<82"),
+        ("2.12.1+xpu", "setuptools<82"),
+        ("2.13.0+xpu", "setuptools>=77.0.3"),
+        ("2.14.0+xpu", "setuptools>=77.0.3"),
+    ],
+)
 def test_torch_records_carry_setuptools_extras_and_requires_python(version, setuptools):
     for platform in PLATFORMS:
         record = load_wheel_manifest().metadata_for("torch", version, platform)
@@ -100,9 +140,15 @@ def test_torch_2_11_and_2_12_pin_the_onemkl_license(version):
     assert "onemkl-license==2025.3.1" in record.requires_dist
 
 
-@pytest.mark.parametrize(("package", "version", "requires_python"), [
-    ("pytorch-triton-xpu", "3.5.0", ">=3.9,<3.15"), ("triton-xpu", "3.6.0", ">=3.10,<3.15"),
-    ("triton-xpu", "3.7.1", ">=3.10,<3.15"), ("triton-xpu", "3.8.0", ">=3.10,<3.16")])
+@pytest.mark.parametrize(
+    ("package", "version", "requires_python"),
+    [
+        ("pytorch-triton-xpu", "3.5.0", ">=3.9,<3.15"),
+        ("triton-xpu", "3.6.0", ">=3.10,<3.15"),
+        ("triton-xpu", "3.7.1", ">=3.10,<3.15"),
+        ("triton-xpu", "3.8.0", ">=3.10,<3.16"),
+    ],
+)
 def test_triton_from_3_5_requires_importlib_metadata_below_3_10(package, version, requires_python):
     record = load_wheel_manifest().metadata_for(package, version, "linux-64")
     assert "importlib-metadata; python_version < '3.10'" in record.requires_dist
@@ -117,8 +163,10 @@ def test_xpu_2_12_pins_a_setuptools_below_82(platform):
     assert setuptools.wheels[0].hashes["sha256"] == "fdd925d5c5d9f62e4b74b30d6dd7828ce236fd6ed998a08d81de62ce5a6310d6"
 
 
-ENVIRONMENTS = {"win-64": ["sys_platform == 'win32' and platform_machine == 'AMD64'"],
-                "linux-64": ["sys_platform == 'linux' and platform_machine == 'x86_64'"]}
+ENVIRONMENTS = {
+    "win-64": ["sys_platform == 'win32' and platform_machine == 'AMD64'"],
+    "linux-64": ["sys_platform == 'linux' and platform_machine == 'x86_64'"],
+}
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -135,25 +183,37 @@ def win_lock(matrix) -> dict:
     return raw
 
 
-@pytest.mark.parametrize(("environments", "shown"), [
-    (None, "missing"), ([], "missing"), (ENVIRONMENTS["linux-64"], str(ENVIRONMENTS["linux-64"])),
-    ([*ENVIRONMENTS["win-64"], "sys_platform == 'linux'"], str([*ENVIRONMENTS["win-64"], "sys_platform == 'linux'"])),
-    (["sys_platform == 'win32'"], "[\"sys_platform == 'win32'\"]")])
+@pytest.mark.parametrize(
+    ("environments", "shown"),
+    [
+        (None, "missing"),
+        ([], "missing"),
+        (ENVIRONMENTS["linux-64"], str(ENVIRONMENTS["linux-64"])),
+        ([*ENVIRONMENTS["win-64"], "sys_platform == 'linux'"], str([*ENVIRONMENTS["win-64"], "sys_platform == 'linux'"])),
+        (["sys_platform == 'win32'"], "[\"sys_platform == 'win32'\"]"),
+    ],
+)
 def test_lock_check_refuses_a_pylock_without_its_environment(win_lock, matrix, environments, shown):
     raw = copy.deepcopy(win_lock)
     raw["environments"] = environments
     problems = check_pylock(Pylock.model_validate(raw), Path("p.toml"), matrix.get("xpu-2.12"), "win-64")
-    assert problems == [f"p.toml: environments is {shown}, a win-64 lock says {ENVIRONMENTS['win-64']} (PEP 751); "
-                        "re-lock: nox -s lock -- --pair xpu-2.12"]
+    assert problems == [
+        f"p.toml: environments is {shown}, a win-64 lock says {ENVIRONMENTS['win-64']} (PEP 751); "
+        "re-lock: nox -s lock -- --pair xpu-2.12"
+    ]
 
 
 def test_the_right_environment_is_no_problem(win_lock, matrix):
     assert check_pylock(Pylock.model_validate(win_lock), Path("p.toml"), matrix.get("xpu-2.12"), "win-64") == []
 
 
-@pytest.mark.parametrize(("pair", "inferred"), [
-    ("xpu-2.7", ["torch 2.7.1+xpu (win-64, linux-64)", "torchvision 0.22.1+xpu (win-64, linux-64)"]),
-    ("xpu-2.12", ["torch 2.12.0+xpu (win-64, linux-64)", "torchvision 0.27.0+xpu (win-64, linux-64)"])])
+@pytest.mark.parametrize(
+    ("pair", "inferred"),
+    [
+        ("xpu-2.7", ["torch 2.7.1+xpu (win-64, linux-64)", "torchvision 0.22.1+xpu (win-64, linux-64)"]),
+        ("xpu-2.12", ["torch 2.12.0+xpu (win-64, linux-64)", "torchvision 0.27.0+xpu (win-64, linux-64)"]),
+    ],
+)
 def test_lock_check_names_the_packages_on_inferred_metadata(pair, inferred):
     assert inferred_metadata(ROOT / "lockfiles" / pair) == inferred
 
@@ -162,9 +222,19 @@ def test_a_triton_record_turned_inferred_is_named_too(tmp_path):
     from aipc_env.lock.wheels import WheelManifest
 
     manifest = load_wheel_manifest()
-    changed = WheelManifest.model_validate({**manifest.model_dump(), "metadata": [
-        {**m.model_dump(), "certainty": "inferred"} if m.package == "triton-xpu" and m.version == "3.7.1"
-        else m.model_dump() for m in manifest.metadata]})
+    changed = WheelManifest.model_validate(
+        {
+            **manifest.model_dump(),
+            "metadata": [
+                {**m.model_dump(), "certainty": "inferred"}
+                if m.package == "triton-xpu" and m.version == "3.7.1"
+                else m.model_dump()
+                for m in manifest.metadata
+            ],
+        }
+    )
     assert inferred_metadata(ROOT / "lockfiles" / "xpu-2.12", changed) == [
-        "torch 2.12.0+xpu (win-64, linux-64)", "torchvision 0.27.0+xpu (win-64, linux-64)",
-        "triton-xpu 3.7.1 (win-64, linux-64)"]
+        "torch 2.12.0+xpu (win-64, linux-64)",
+        "torchvision 0.27.0+xpu (win-64, linux-64)",
+        "triton-xpu 3.7.1 (win-64, linux-64)",
+    ]

@@ -49,8 +49,14 @@ def _stand_in(tmp_path: Path, torch_change=None) -> Path:
                 requires, python = torch_change(requires, python)
             for wheel in pkg.wheels:
                 name = wheel.model_extra["name"]
-                made = make_wheel(tmp_path / "build", pkg.name, pkg.version, requires=requires,
-                                  requires_python=python, tag=name.removesuffix(".whl").split("-", 2)[2])
+                made = make_wheel(
+                    tmp_path / "build",
+                    pkg.name,
+                    pkg.version,
+                    requires=requires,
+                    requires_python=python,
+                    tag=name.removesuffix(".whl").split("-", 2)[2],
+                )
                 files.mkdir(exist_ok=True)
                 shutil.move(made, files / name)
                 text = text.replace(wheel.hashes["sha256"], hashlib.sha256((files / name).read_bytes()).hexdigest())
@@ -60,8 +66,15 @@ def _stand_in(tmp_path: Path, torch_change=None) -> Path:
 
 
 def _request(matrix, root: Path, prefix: Path, **kw) -> EnvRequest:
-    return EnvRequest(pair=matrix.get(PAIR), prefix=prefix, platform="linux-64", lock_root=root,
-                      log=prefix.parent / "env.log", base_python=sys.executable, **kw)
+    return EnvRequest(
+        pair=matrix.get(PAIR),
+        prefix=prefix,
+        platform="linux-64",
+        lock_root=root,
+        log=prefix.parent / "env.log",
+        base_python=sys.executable,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -80,25 +93,35 @@ def _python_312(requires, python):
     return requires, ">=3.12"
 
 
-@pytest.mark.parametrize(("change", "problems"), [
-    (_no_setuptools_cap, [
-        f"torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Dist: environments/xpu-wheels.yaml says [setuptools<82] (not in "
-        "the wheel), the wheel says [setuptools] (not in environments/xpu-wheels.yaml)"]),
-    (_python_312, [
-        f"torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Python: environments/xpu-wheels.yaml says >=3.10, the wheel "
-        "says >=3.12",
-        f"with the real metadata the lock does not hold: linux-64 Python {PY}: torch 2.12.0+xpu requires Python "
-        ">=3.12"]),
-])
-def test_a_torch_whose_metadata_differs_stops_the_build_before_anything_is_installed(tmp_path, matrix, change,
-                                                                                      problems):
+@pytest.mark.parametrize(
+    ("change", "problems"),
+    [
+        (
+            _no_setuptools_cap,
+            [
+                f"torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Dist: environments/xpu-wheels.yaml says [setuptools<82] (not in "
+                "the wheel), the wheel says [setuptools] (not in environments/xpu-wheels.yaml)"
+            ],
+        ),
+        (
+            _python_312,
+            [
+                f"torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Python: environments/xpu-wheels.yaml says >=3.10, the wheel "
+                "says >=3.12",
+                f"with the real metadata the lock does not hold: linux-64 Python {PY}: torch 2.12.0+xpu requires Python >=3.12",
+            ],
+        ),
+    ],
+)
+def test_a_torch_whose_metadata_differs_stops_the_build_before_anything_is_installed(tmp_path, matrix, change, problems):
     root = _stand_in(tmp_path, change)
     prefix = tmp_path / "env (x86) ü"
     with pytest.raises(AipcError) as caught:
         build_env(_request(matrix, root, prefix))
     assert caught.value.message == (
         f"the real METADATA of the {PAIR} XPU wheels differs from what the lock stands on; nothing was installed:\n  "
-        + "\n  ".join(problems))
+        + "\n  ".join(problems)
+    )
     assert "--accept-metadata-drift" in caught.value.fix
     assert not prefix.exists() and not building_mark(prefix).exists()
 
@@ -112,8 +135,10 @@ def test_accepting_the_drift_builds_on_and_logs_it(tmp_path, matrix, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         build_env(_request(matrix, root, prefix, accept_metadata_drift=True))
     log = (tmp_path / "env.log").read_text(encoding="utf-8")
-    assert (f"accepted (--accept-metadata-drift): torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Dist: "
-            "environments/xpu-wheels.yaml says [setuptools<82]") in log
+    assert (
+        f"accepted (--accept-metadata-drift): torch 2.12.0+xpu ({TORCH_LINUX}): Requires-Dist: "
+        "environments/xpu-wheels.yaml says [setuptools<82]"
+    ) in log
     assert "uv" in log and "venv" in log  # the interpreter layer was being made
     assert not prefix.exists()
 
@@ -136,6 +161,7 @@ def test_accepted_differences_are_kept_in_the_env_record(tmp_path, matrix):
     req = _request(matrix, ROOT / "lockfiles", tmp_path / "env")
     _record(req, lockfile, accepted=["torch 2.12.0+xpu (w.whl): Requires-Python: a says >=3.10, the wheel says >=3.12"])
     assert read_env_record().accepted_metadata_drift == [
-        "torch 2.12.0+xpu (w.whl): Requires-Python: a says >=3.10, the wheel says >=3.12"]
+        "torch 2.12.0+xpu (w.whl): Requires-Python: a says >=3.10, the wheel says >=3.12"
+    ]
     _record(req, lockfile)
     assert read_env_record().accepted_metadata_drift == []

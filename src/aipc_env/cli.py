@@ -16,8 +16,25 @@ from aipc_env.errors import AipcError, ExitCode
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = ("doctor", "train", "verify", "env", "lock", "matrix", "resolve", "recommend", "dataset",
-            "patch-requirements", "quantize", "compare", "monitor", "container", "fleet", "distill", "adapt")
+COMMANDS = (
+    "doctor",
+    "train",
+    "verify",
+    "env",
+    "lock",
+    "matrix",
+    "resolve",
+    "recommend",
+    "dataset",
+    "patch-requirements",
+    "quantize",
+    "compare",
+    "monitor",
+    "container",
+    "fleet",
+    "distill",
+    "adapt",
+)
 
 DESCRIPTION = """\
 Reproducible NF4 QLoRA fine-tuning of Qwen-Image-Edit on Intel AI PCs (Core Ultra iGPU, Arc). It automates the
@@ -61,10 +78,12 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="aipc-env", description=DESCRIPTION, epilog=EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action=_Version, nargs=0,
-                        help="show the version and where the matrix and locks are read from, and exit")
+    parser = _Parser(
+        prog="aipc-env", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show the version and where the matrix and locks are read from, and exit"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
@@ -91,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:
         if as_json and stop.code == ExitCode.USAGE:  # argparse's refusal, as a document too
-            _json_error(ExitCode.USAGE, _Parser.last_error or "bad arguments",
-                        fix=f"{_Parser.last_prog or 'aipc-env'} --help lists the arguments")
+            _json_error(
+                ExitCode.USAGE,
+                _Parser.last_error or "bad arguments",
+                fix=f"{_Parser.last_prog or 'aipc-env'} --help lists the arguments",
+            )
         raise
     if not getattr(args, "run", None):
         parser.print_help()
@@ -143,8 +165,11 @@ def _json_error(code: int, message: str, **where: str | None) -> None:
     render_error(error_document(code, message, **where))
 
 
-_USER_ERRNOS = {getattr(errno, name) for name in ("EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EISDIR", "ENOTDIR",
-                                                  "ENOENT", "ENAMETOOLONG", "ELOOP") if hasattr(errno, name)}
+_USER_ERRNOS = {
+    getattr(errno, name)
+    for name in ("EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EISDIR", "ENOTDIR", "ENOENT", "ENAMETOOLONG", "ELOOP")
+    if hasattr(errno, name)
+}
 """What a path the user gave can cause (no permission, read-only or full disk, a folder for a file): exit 2
 naming the path, the last net under the checks each command makes before it starts."""
 

@@ -35,8 +35,15 @@ class AipcError(Exception):
 
     exit_code: int = ExitCode.USAGE
 
-    def __init__(self, message: str, *, path: str | Path | None = None, key: str | None = None,
-                 fix: str | None = None, exit_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        key: str | None = None,
+        fix: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.path = str(path) if path is not None else None
@@ -71,8 +78,7 @@ def _loc_to_key(loc: tuple[object, ...], prefix: str = "") -> str:
     return key or "(top level)"
 
 
-def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = "",
-                       fix: str | None = None) -> InputError:
+def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = "", fix: str | None = None) -> InputError:
     """Turn a pydantic error into an InputError naming the file and every bad key."""
     lines = []
     first_key = None
@@ -81,8 +87,11 @@ def validation_message(exc: ValidationError, path: str | Path, *, prefix: str = 
         first_key = first_key or key
         got = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {_short(got)})"
-        msg = ("unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden"
-               else str(err["msg"]).removeprefix("Value error, "))
+        msg = (
+            "unknown key; remove it or check its spelling"
+            if err["type"] == "extra_forbidden"
+            else str(err["msg"]).removeprefix("Value error, ")
+        )
         lines.append(f"{key}: {msg}{shown}")
     detail = lines[0] if len(lines) == 1 else "\n    " + "\n    ".join(lines)
     error = InputError(f"invalid file: {detail}", path=path, key=None, fix=fix)

@@ -8,8 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["DataHome", "cache_dir", "checkout_root", "data_dir", "data_home", "environments_dir", "lockfiles_dir",
-           "log_path", "matrix_path", "package_root", "project_root", "state_dir"]
+__all__ = [
+    "DataHome",
+    "cache_dir",
+    "checkout_root",
+    "data_dir",
+    "data_home",
+    "environments_dir",
+    "lockfiles_dir",
+    "log_path",
+    "matrix_path",
+    "package_root",
+    "project_root",
+    "state_dir",
+]
 
 _MARKER = Path("environments") / "matrix.yaml"
 DataSource = Literal["AIPC_ENV_HOME", "checkout", "shipped"]
@@ -24,8 +36,11 @@ class DataHome:
     source: DataSource
 
     def describe(self) -> str:
-        return {"AIPC_ENV_HOME": f"AIPC_ENV_HOME={self.root}", "checkout": f"the aipc-env checkout {self.root}",
-                "shipped": f"the copy shipped with the tool ({self.root})"}[self.source]
+        return {
+            "AIPC_ENV_HOME": f"AIPC_ENV_HOME={self.root}",
+            "checkout": f"the aipc-env checkout {self.root}",
+            "shipped": f"the copy shipped with the tool ({self.root})",
+        }[self.source]
 
 
 def _is_checkout(folder: Path) -> bool:
@@ -50,7 +65,7 @@ def data_home() -> DataHome:
         here = Path.cwd().resolve()
     except OSError:  # the current folder was deleted
         here = None
-    for folder in ([here, *here.parents] if here else []):
+    for folder in [here, *here.parents] if here else []:
         if _is_checkout(folder):
             return DataHome(folder, "checkout")
     package = Path(__file__).resolve().parent

@@ -21,8 +21,9 @@ def collections_path(cache: Path) -> Path:
         return root
     shutil.rmtree(root, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
-    request = urllib.request.Request("https://pypi.org/simple/ansible/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = urllib.request.Request(
+        "https://pypi.org/simple/ansible/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as r:
         files = json.load(r)["files"]
     wheel_url = next(f["url"] for f in files if f["filename"] == f"ansible-{ANSIBLE_RELEASE}-py3-none-any.whl")
@@ -34,8 +35,7 @@ def collections_path(cache: Path) -> Path:
         part.rename(wheel)
     with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
-            if name.startswith("ansible_collections/") and \
-                    any(name.startswith("ansible_collections/" + c) for c in COLLECTIONS):
+            if name.startswith("ansible_collections/") and any(name.startswith("ansible_collections/" + c) for c in COLLECTIONS):
                 zf.extract(name, root)
     marker.write_text(ANSIBLE_RELEASE)
     return root

@@ -18,8 +18,9 @@ json.dump([DataLoader().load(t) for t in texts], sys.stdout)
 
 def ansible_load_many(texts: list[str]) -> list:
     """Each text loaded by Ansible's DataLoader (one child for all of them)."""
-    result = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(texts), capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD], input=json.dumps(texts), capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 

@@ -29,12 +29,18 @@ def stand_in_lock(base: Path, pair, python: str = "3.11") -> Path:
     runtime = [f"{p.name}=={p.version}" + (f"; {p.marker}" if p.marker else "") for p in pair.runtime_pins]
     local = [make_wheel(base / "w", p.name, p.version) for p in pair.runtime_pins]
     local.append(make_wheel(base / "w", "bitsandbytes", "0.50.2"))
-    xpu = [make_wheel(base / "x", "torch", f"{pair.newest_torch}+xpu", requires=runtime, payload="XPU"),
-           make_wheel(base / "x", pair.triton.name, pair.triton.version)]
+    xpu = [
+        make_wheel(base / "x", "torch", f"{pair.newest_torch}+xpu", requires=runtime, payload="XPU"),
+        make_wheel(base / "x", pair.triton.name, pair.triton.version),
+    ]
     local_index = write_simple_index(local, base / "local").as_uri()
     xpu_index = write_simple_index(xpu, base / "xpu").as_uri()
-    deps = runtime + [f"torch=={pair.newest_torch}+xpu", f"{pair.triton.name}=={pair.triton.version}",
-                      f"bitsandbytes>={pair.bitsandbytes_min}", *TOOL_DEPS]
+    deps = runtime + [
+        f"torch=={pair.newest_torch}+xpu",
+        f"{pair.triton.name}=={pair.triton.version}",
+        f"bitsandbytes>={pair.bitsandbytes_min}",
+        *TOOL_DEPS,
+    ]
     routed = sorted({p.name for p in pair.runtime_pins} | {"bitsandbytes"})
     sources = "\n".join(f'{n} = {{ index = "local" }}' for n in routed)
     sources += f'\ntorch = {{ index = "xpu" }}\n{pair.triton.name} = {{ index = "xpu" }}\n'
@@ -43,10 +49,29 @@ def stand_in_lock(base: Path, pair, python: str = "3.11") -> Path:
         f"dependencies = {json.dumps(deps)}\n\n"
         f'[[tool.uv.index]]\nname = "xpu"\nurl = "{xpu_index}"\nexplicit = true\n\n'
         f'[[tool.uv.index]]\nname = "local"\nurl = "{local_index}"\nexplicit = true\n\n'
-        f"[tool.uv.sources]\n{sources}")
+        f"[tool.uv.sources]\n{sources}"
+    )
     out = base / "lockdir" / "pylock.linux-64.toml"
     out.parent.mkdir(exist_ok=True)
-    subprocess.run([find_uv(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", str(out),
-                    "--python-version", python, "--python-platform", "x86_64-unknown-linux-gnu", "--no-header",
-                    "--quiet"], check=True, cwd=base, timeout=600)
+    subprocess.run(
+        [
+            find_uv(),
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "--format",
+            "pylock.toml",
+            "-o",
+            str(out),
+            "--python-version",
+            python,
+            "--python-platform",
+            "x86_64-unknown-linux-gnu",
+            "--no-header",
+            "--quiet",
+        ],
+        check=True,
+        cwd=base,
+        timeout=600,
+    )
     return out

@@ -73,8 +73,7 @@ class Hub:
                         data = json.loads(body)
                         repo = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]
                         if repo in hub.repos:
-                            return self._json(409, {"error": "You already created this model repo",
-                                                    "url": f"{hub.url}/{repo}"})
+                            return self._json(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo}"})
                         hub.repos[repo] = {"commits": [("0" * 40, {})], "private": bool(data.get("private"))}
                         return self._json(200, {"url": f"{hub.url}/{repo}", "name": repo})
                     m = re.fullmatch(r"/api/models/(.+)/(preupload|commit)/([^/]+)", path)
@@ -83,8 +82,9 @@ class Hub:
                     repo = m.group(1)
                     if m.group(2) == "preupload":
                         files = json.loads(body)["files"]
-                        return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular",
-                                                           "shouldIgnore": False} for f in files]})
+                        return self._json(
+                            200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+                        )
                     files = dict(hub.repos[repo]["commits"][-1][1])
                     for line in body.splitlines():
                         item = json.loads(line)
@@ -94,8 +94,9 @@ class Hub:
                             files.pop(item["value"]["path"], None)
                         elif item["key"] != "header":
                             return self._json(400, {"error": f"unsupported commit operation {item['key']}"})
-                    oid = hashlib.sha1(repr(sorted(files.items())).encode()
-                                       + str(len(hub.repos[repo]["commits"])).encode()).hexdigest()
+                    oid = hashlib.sha1(
+                        repr(sorted(files.items())).encode() + str(len(hub.repos[repo]["commits"])).encode()
+                    ).hexdigest()
                     hub.repos[repo]["commits"].append((oid, files))
                     return self._json(200, {"commitUrl": f"{hub.url}/{repo}/commit/{oid}", "commitOid": oid})
 

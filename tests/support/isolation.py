@@ -27,8 +27,7 @@ def tool_dirs(base: Path) -> dict[str, str]:
     return {name: str(base / sub) for name, sub in TOOL_DIRS.items()}
 
 
-def isolated_env(base: Path, *, clean_home: bool = False, drop: tuple[str, ...] = (),
-                 **extra: str | None) -> dict[str, str]:
+def isolated_env(base: Path, *, clean_home: bool = False, drop: tuple[str, ...] = (), **extra: str | None) -> dict[str, str]:
     """The environment for a subprocess that starts aipc-env, with every per-user folder of the tool under `base`.
 
     Default: this process's environment with aipc-env's data, state and cache folders set to base/data,
@@ -37,6 +36,7 @@ def isolated_env(base: Path, *, clean_home: bool = False, drop: tuple[str, ...] 
     FOREIGN_PREFIXES but MACHINE_SETTINGS; the tool then finds its folders where it would for that user
     (base/home/.local/share/aipc-env, ...). `drop`: more variable-name prefixes to leave out. `extra`: variables to
     set last (None leaves one out), e.g. PATH or the run's shared UV_CACHE_DIR/PIP_CACHE_DIR (`warm_caches`)."""
+
     def kept(name: str) -> bool:
         if drop and name.startswith(drop):
             return False

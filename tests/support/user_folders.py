@@ -34,9 +34,15 @@ def real_folders() -> list[Path]:
     from aipc_env import paths
 
     found = [paths.data_dir(), paths.state_dir(), paths.cache_dir()]
-    found += [Path(where("aipc-env", appauthor=False)) for where in (
-        platformdirs.user_data_dir, platformdirs.user_state_dir, platformdirs.user_cache_dir,
-        platformdirs.user_config_dir)]
+    found += [
+        Path(where("aipc-env", appauthor=False))
+        for where in (
+            platformdirs.user_data_dir,
+            platformdirs.user_state_dir,
+            platformdirs.user_cache_dir,
+            platformdirs.user_config_dir,
+        )
+    ]
     unique: list[Path] = []
     for folder in (Path(os.path.abspath(f)) for f in found):
         if folder not in unique:
@@ -117,8 +123,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not changed:
         return
     terminalreporter.section("the user's own aipc-env folders changed during the run", sep="=", red=True)
-    terminalreporter.write_line("a test (or a process it started) used the real per-user folders instead of its own: "
-                                "give it tests/support/isolation.py's isolated_env")
+    terminalreporter.write_line(
+        "a test (or a process it started) used the real per-user folders instead of its own: "
+        "give it tests/support/isolation.py's isolated_env"
+    )
     for line in changed[:SHOWN]:
         terminalreporter.write_line(f"  {line}")
     if len(changed) > SHOWN:

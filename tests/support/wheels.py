@@ -26,8 +26,17 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (), tag: str = "py3-none-any",
-               payload: str = "", scripts: dict[str, str] | None = None, requires_python: str | None = None) -> Path:
+def make_wheel(
+    folder: Path,
+    name: str,
+    version: str,
+    *,
+    requires: list[str] = (),
+    tag: str = "py3-none-any",
+    payload: str = "",
+    scripts: dict[str, str] | None = None,
+    requires_python: str | None = None,
+) -> Path:
     """A valid wheel with one module `<name>_stub` whose VALUE is `payload` (to tell builds apart), and
     console scripts `{command: "module:function"}` for installers to write entry points of."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -35,15 +44,20 @@ def make_wheel(folder: Path, name: str, version: str, *, requires: list[str] = (
     info = f"{dist}-{version}.dist-info"
     files = {
         f"{dist}_stub.py": f"VALUE = {payload or version!r}\n".encode(),
-        f"{info}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
-                             + (f"Requires-Python: {requires_python}\n" if requires_python else "")
-                             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{info}/METADATA": (
+            "Metadata-Version: 2.1\n"
+            f"Name: {name}\n"
+            f"Version: {version}\n"
+            + (f"Requires-Python: {requires_python}\n" if requires_python else "")
+            + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ).encode(),
         f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: aipc-env-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
     }
     if scripts:
         files[f"{dist}_stub.py"] += b"def main():\n    print(VALUE)\n"
-        files[f"{info}/entry_points.txt"] = ("[console_scripts]\n" + "".join(
-            f"{command} = {target}\n" for command, target in scripts.items())).encode()
+        files[f"{info}/entry_points.txt"] = (
+            "[console_scripts]\n" + "".join(f"{command} = {target}\n" for command, target in scripts.items())
+        ).encode()
     record = "\n".join([_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]) + "\n"
     files[f"{info}/RECORD"] = record.encode()
     path = folder / f"{dist}-{version}-{tag}.whl"
@@ -63,8 +77,9 @@ def write_simple_index(wheels: list[Path], root: Path) -> Path:
     links = []
     for project, files in sorted(by_project.items()):
         (simple / project).mkdir(exist_ok=True)
-        body = "".join(f'<a href="../../files/{html.escape(f.name)}#sha256={sha256_of(f)}">{html.escape(f.name)}</a><br>\n'
-                       for f in files)
+        body = "".join(
+            f'<a href="../../files/{html.escape(f.name)}#sha256={sha256_of(f)}">{html.escape(f.name)}</a><br>\n' for f in files
+        )
         (simple / project / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{body}</body></html>\n")
         links.append(f'<a href="{project}/">{project}</a><br>')
     (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")

@@ -31,8 +31,13 @@ class Wine:
     def env(self, unset: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
         """This process's environment for Wine: the prefix, aipc-env's per-user folders beside it, `extra`, less
         `unset`."""
-        return isolated_env(self.prefix.parent, WINEPREFIX=str(self.prefix), WINEDEBUG="-all",
-                            WINEDLLOVERRIDES="mscoree,mshtml=", **{**extra, **dict.fromkeys(unset)})
+        return isolated_env(
+            self.prefix.parent,
+            WINEPREFIX=str(self.prefix),
+            WINEDEBUG="-all",
+            WINEDLLOVERRIDES="mscoree,mshtml=",
+            **{**extra, **dict.fromkeys(unset)},
+        )
 
     def winpath(self, path: Path) -> str:
         """The Windows name Wine gives `path`: the drive in the prefix's dosdevices whose target is the longest
@@ -53,28 +58,43 @@ class Wine:
         _, drive, target = best
         return drive + "\\" + "\\".join(path.relative_to(target).parts)
 
-    def run_bat(self, script: Path, timeout: float = 120, unset: tuple[str, ...] = (),
-                **env: str) -> subprocess.CompletedProcess:
+    def run_bat(self, script: Path, timeout: float = 120, unset: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
         """Run it exactly as aipc-env does on Windows (launcher_argv, from the script's folder), with Wine's cmd."""
         from aipc_env.launch.execute import launcher_argv
 
         argv = launcher_argv(script)
-        return subprocess.run(["wine", "cmd", *argv[1:]], cwd=script.parent, capture_output=True,
-                              env=self.env(unset, **env), timeout=timeout)
+        return subprocess.run(
+            ["wine", "cmd", *argv[1:]], cwd=script.parent, capture_output=True, env=self.env(unset, **env), timeout=timeout
+        )
 
 
 def make_wine(base: Path) -> Wine:
     standin = base / "standin.exe"
-    subprocess.run(["x86_64-w64-mingw32-gcc", "-municode", "-O1", "-o", str(standin),
-                    str(RESOURCES / "standin.c")], check=True, timeout=120)
+    subprocess.run(
+        ["x86_64-w64-mingw32-gcc", "-municode", "-O1", "-o", str(standin), str(RESOURCES / "standin.c")], check=True, timeout=120
+    )
     wine = Wine(prefix=base / "prefix", standin=standin)
     # One persistent wineserver for the module, started first and detached from our pipes (a server spawned by
     # a captured `wine` call would hold its stdout open); each later cmd run then starts in about a second.
     wine.prefix.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["wineserver", "-p"], env=wine.env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=60, check=False)
-    subprocess.run(["wine", "cmd", "/c", "exit 0"], env=wine.env(), stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+    subprocess.run(
+        ["wineserver", "-p"],
+        env=wine.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    subprocess.run(
+        ["wine", "cmd", "/c", "exit 0"],
+        env=wine.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=300,
+        check=False,
+    )
     return wine
 
 
@@ -103,8 +123,10 @@ def fake_oneapi_bat(root: Path, release: str = "2025.3", fail: bool = False) -> 
     (root / "setvars.bat").write_text(
         '@echo off\r\nif not "%1"=="--force" exit /b 5\r\n'
         f'pushd "%~dp0compiler\\{release}\\env"\r\ncall vars.bat\r\npopd\r\n'
-        'set "SETVARS_COMPLETED=1"\r\nset "ONEAPI_ROOT=%~dp0"\r\n' + ("exit /b 9\r\n" if fail else "exit /b 0\r\n"))
+        'set "SETVARS_COMPLETED=1"\r\nset "ONEAPI_ROOT=%~dp0"\r\n' + ("exit /b 9\r\n" if fail else "exit /b 0\r\n")
+    )
     (env_dir / "vars.bat").write_text(
         '@echo off\r\nset "AIPC_SEEN_NDCD=[%NoDefaultCurrentDirectoryInExePath%]"\r\n'
-        f'set "CMPLR_ROOT=%~dp0.."\r\nset "FAKE_ONEAPI_RELEASE={release}"\r\n')
+        f'set "CMPLR_ROOT=%~dp0.."\r\nset "FAKE_ONEAPI_RELEASE={release}"\r\n'
+    )
     return root

@@ -28,8 +28,14 @@ def stand_in_xpu_lock(lockfile: Path, platform: Platform, folder: Path) -> Path:
         assert record is not None, (pkg.name, pkg.version, platform)
         for wheel in pkg.wheels:
             name = (wheel.model_extra or {})["name"]
-            made = make_wheel(folder / ".build", pkg.name, pkg.version or "", requires=record.requires_dist,
-                              requires_python=record.requires_python, tag=name.removesuffix(".whl").split("-", 2)[2])
+            made = make_wheel(
+                folder / ".build",
+                pkg.name,
+                pkg.version or "",
+                requires=record.requires_dist,
+                requires_python=record.requires_python,
+                tag=name.removesuffix(".whl").split("-", 2)[2],
+            )
             shutil.move(made, folder / name)
             text = text.replace(wheel.hashes["sha256"], hashlib.sha256((folder / name).read_bytes()).hexdigest())
             text = text.replace(f'"{wheel.url}"', f'"{(folder / name).as_uri()}"')

@@ -14,22 +14,28 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("adapt", parents=[JSON, ENV, PAIR, MATRIX],
-                       help="adapt a qwen-image-finetune clone for XPU and NF4 (runbook step 5); --check, --revert, "
-                            "--smoke",
-                       description="Apply the runbook's step-5 edits to a qwen-image-finetune clone: device helpers "
-                       "instead of torch.cuda, SDPA instead of flash_attention_2, the NF4 path, local model paths, the "
-                       "max_train_steps guard, checkpoints_total_limit, XPU seeding, LoRA metadata. Each edit is "
-                       "anchored on upstream content; a mismatch changes nothing and names the anchor. Every edited "
-                       "file is backed up (<clone>/.aipc-adapt/); a second run changes nothing. Exit codes: 0 "
-                       "adapted, 1 findings or a refused edit, 2 bad input.")
+    p = sub.add_parser(
+        "adapt",
+        parents=[JSON, ENV, PAIR, MATRIX],
+        help="adapt a qwen-image-finetune clone for XPU and NF4 (runbook step 5); --check, --revert, --smoke",
+        description="Apply the runbook's step-5 edits to a qwen-image-finetune clone: device helpers "
+        "instead of torch.cuda, SDPA instead of flash_attention_2, the NF4 path, local model paths, the "
+        "max_train_steps guard, checkpoints_total_limit, XPU seeding, LoRA metadata. Each edit is "
+        "anchored on upstream content; a mismatch changes nothing and names the anchor. Every edited "
+        "file is backed up (<clone>/.aipc-adapt/); a second run changes nothing. Exit codes: 0 "
+        "adapted, 1 findings or a refused edit, 2 bad input.",
+    )
     p.add_argument("clone", type=Path, help="the clone's root folder (it holds src/qflux)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="only report ERROR/WARN findings (file, line, fix)")
     mode.add_argument("--revert", action="store_true", help="restore the pristine files from the backups")
     mode.add_argument("--dry-run", action="store_true", help="list the edits, change nothing")
-    mode.add_argument("--smoke", action="store_true", help="adapt, then run upstream's own cache and fit phases for 3 "
-                      "steps on a tiny random model, offline, on the CPU (builds the qflux env once)")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="adapt, then run upstream's own cache and fit phases for 3 "
+        "steps on a tiny random model, offline, on the CPU (builds the qflux env once)",
+    )
     p.add_argument("--force", action="store_true", help="with --revert: also restore files edited after adapting")
     p.add_argument("--plus", action="store_true", help="with --smoke: the Qwen-Image-Edit-Plus trainer and pipeline")
     p.set_defaults(run=run)
@@ -77,8 +83,12 @@ def run(args: argparse.Namespace) -> int | Result:
         return Result(result, lambda: print(result.summary()), ExitCode.OK if result.passed else ExitCode.PROBLEMS)
 
     def text() -> None:
-        print(f"aipc-env: adapted {clone}: {len(written)} file(s) written" if written else
-              f"aipc-env: {clone} is already adapted; nothing changed")
+        print(
+            f"aipc-env: adapted {clone}: {len(written)} file(s) written"
+            if written
+            else f"aipc-env: {clone} is already adapted; nothing changed"
+        )
         if report.findings:
             _render_findings(report)
+
     return Result(report, text, ExitCode.OK if not report.findings else ExitCode.PROBLEMS)

@@ -34,11 +34,15 @@ def _margin(text: str) -> float:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", parents=[JSON], help="generate with the base model and with the LoRA on held-out "
-                       "samples", description="Base model vs base + LoRA with the same seeds (runbook §9): images, "
-                       "grid.png and manifest.json with distances to the target, and the verdict: is the LoRA closer to "
-                       "the targets than the base by the margin. Exit 1 when it is not, or when the LoRA changed "
-                       "nothing.")
+    p = sub.add_parser(
+        "compare",
+        parents=[JSON],
+        help="generate with the base model and with the LoRA on held-out samples",
+        description="Base model vs base + LoRA with the same seeds (runbook §9): images, "
+        "grid.png and manifest.json with distances to the target, and the verdict: is the LoRA closer to "
+        "the targets than the base by the margin. Exit 1 when it is not, or when the LoRA changed "
+        "nothing.",
+    )
     p.add_argument("--config", type=Path, required=True, help="the training config (model, device)")
     p.add_argument("--lora", type=Path, required=True, help="the LoRA file or the run's lora/ folder")
     p.add_argument("--test-set", type=Path, required=True, help="held-out samples (any dataset format)")
@@ -46,9 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-inference-steps", type=_positive, default=20, help="sampling steps (default 20)")
     p.add_argument("--seed", type=seed, default=0, help="noise seed for base and LoRA (default 0)")
     p.add_argument("--max-samples", type=_positive, help="compare at most this many samples")
-    p.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
-                   help=f"how much closer to the targets the LoRA must be than the base, as a share of the base's "
-                   f"distance (default {DEFAULT_MARGIN}: at least 20%% closer)")
+    p.add_argument(
+        "--margin",
+        type=_margin,
+        default=DEFAULT_MARGIN,
+        help=f"how much closer to the targets the LoRA must be than the base, as a share of the base's "
+        f"distance (default {DEFAULT_MARGIN}: at least 20%% closer)",
+    )
     p.set_defaults(run=run)
 
 
@@ -62,9 +70,19 @@ def run(args: argparse.Namespace) -> Result:
         raise InputError("compare needs a model folder", path=args.config, key="model.path")
     if not args.lora.exists():
         raise InputError("LoRA not found", path=args.lora, fix="pass <output_dir>/lora")
-    manifest = run_compare(CompareRequest(model_path=Path(cfg.model.path), lora=args.lora, test_set=args.test_set,
-                                          out=args.out, num_inference_steps=args.num_inference_steps, seed=args.seed,
-                                          device=cfg.device, max_samples=args.max_samples, margin=args.margin))
+    manifest = run_compare(
+        CompareRequest(
+            model_path=Path(cfg.model.path),
+            lora=args.lora,
+            test_set=args.test_set,
+            out=args.out,
+            num_inference_steps=args.num_inference_steps,
+            seed=args.seed,
+            device=cfg.device,
+            max_samples=args.max_samples,
+            margin=args.margin,
+        )
+    )
     failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not manifest.verdict.learned)
 
     def text() -> None:
@@ -74,4 +92,5 @@ def run(args: argparse.Namespace) -> Result:
         if manifest.verdict is not None:
             for line in verdict_lines(manifest.verdict, ""):
                 print(line)
+
     return Result(manifest, text, ExitCode.PROBLEMS if failed else ExitCode.OK)

@@ -23,18 +23,35 @@ def _side(text: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dataset", help="validate a training dataset (local dir, parquet dir, CSV)",
-                       description="Dataset tools. `validate` prints the runbook's verdict JSON.")
+    p = sub.add_parser(
+        "dataset",
+        help="validate a training dataset (local dir, parquet dir, CSV)",
+        description="Dataset tools. `validate` prints the runbook's verdict JSON.",
+    )
     inner = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
-    v = inner.add_parser("validate", parents=[JSON], help="print the verdict JSON; exit 0 valid, 1 invalid",
-                         description="Check a dataset against the runbook's rules (§3). The verdict JSON is printed "
-                         "in every case (--json is accepted for symmetry). Exit 0 valid, 1 invalid, 2 bad input.")
+    v = inner.add_parser(
+        "validate",
+        parents=[JSON],
+        help="print the verdict JSON; exit 0 valid, 1 invalid",
+        description="Check a dataset against the runbook's rules (§3). The verdict JSON is printed "
+        "in every case (--json is accepted for symmetry). Exit 0 valid, 1 invalid, 2 bad input.",
+    )
     v.add_argument("path", type=Path, help="a dataset folder, a parquet folder (data/train-*.parquet) or a CSV")
-    v.add_argument("--target-size", type=_side, nargs=2, metavar=("H", "W"), default=[384, 672],
-                   help="training size; smaller images are reported (default 384 672; multiples of 16)")
-    v.add_argument("--engine", choices=["builtin", "qflux"], default="builtin",
-                   help="qflux: also warn about what qwen-image-finetune's own loader mishandles (upper-case "
-                        "extensions, BOM prompts, mixed control extensions, CSV-relative paths, local parquet)")
+    v.add_argument(
+        "--target-size",
+        type=_side,
+        nargs=2,
+        metavar=("H", "W"),
+        default=[384, 672],
+        help="training size; smaller images are reported (default 384 672; multiples of 16)",
+    )
+    v.add_argument(
+        "--engine",
+        choices=["builtin", "qflux"],
+        default="builtin",
+        help="qflux: also warn about what qwen-image-finetune's own loader mishandles (upper-case "
+        "extensions, BOM prompts, mixed control extensions, CSV-relative paths, local parquet)",
+    )
     v.set_defaults(run=run)
 
 

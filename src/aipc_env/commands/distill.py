@@ -15,75 +15,115 @@ from aipc_env.train.run import accelerate_config_text
 
 __all__ = ["add_parser", "run"]
 
-GATES = {"g0": "G0 plumbing: the pipeline loads, teacher@8 and naive@4 give finite RGB, the trajectory format "
-               "round-trips, one LoRA step trains, save+reload keeps alpha with bit-exact output",
-         "g2": "G2 sampler parity: the own Euler loop == pipe(...) bit-exactly for both grids; sigmas verbatim; "
-               "the pipeline's step count (num_inference_steps ignored when sigmas are given: noted)",
-         "g3": "G3: student@4 vs naive@4 vs teacher@8 from the same noise; with LPIPS weights and a real model it "
-               "judges the student (margin and win rate), else it is a plumbing check that judges nothing"}
+GATES = {
+    "g0": "G0 plumbing: the pipeline loads, teacher@8 and naive@4 give finite RGB, the trajectory format "
+    "round-trips, one LoRA step trains, save+reload keeps alpha with bit-exact output",
+    "g2": "G2 sampler parity: the own Euler loop == pipe(...) bit-exactly for both grids; sigmas verbatim; "
+    "the pipeline's step count (num_inference_steps ignored when sigmas are given: noted)",
+    "g3": "G3: student@4 vs naive@4 vs teacher@8 from the same noise; with LPIPS weights and a real model it "
+    "judges the student (margin and win rate), else it is a plumbing check that judges nothing",
+}
 ALL = ["g0", "g2", "trajectories", "train", "g3"]
 """The order of the image21-turbo-trajectories project: G0 -> G2 -> trajectories -> train -> G3."""
 ACCELERATE_CONFIG = "accelerate_distill.yaml"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distill", help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages",
-                       description="The recipe of the image21-turbo-trajectories project "
-                       "(huggingface.co/ysharma/image21-turbo-trajectories): a LoRA so that the model at 4 steps "
-                       "matches its own 8-step output from the same noise. Stages run in the training env; each writes "
-                       "<output_dir>/verdicts/<stage>.json and a summary. Without --config: the built-in default "
-                       "(a tiny random Qwen-Image-2.1 built offline; no download).")
+    p = sub.add_parser(
+        "distill",
+        help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages",
+        description="The recipe of the image21-turbo-trajectories project "
+        "(huggingface.co/ysharma/image21-turbo-trajectories): a LoRA so that the model at 4 steps "
+        "matches its own 8-step output from the same noise. Stages run in the training env; each writes "
+        "<output_dir>/verdicts/<stage>.json and a summary. Without --config: the built-in default "
+        "(a tiny random Qwen-Image-2.1 built offline; no download).",
+    )
     stages = p.add_subparsers(dest="stage", metavar="STAGE", required=True)
     common = argparse.ArgumentParser(add_help=False, parents=[JSON, ENV, PAIR, MATRIX])
-    common.add_argument("--config", type=Path, metavar="FILE", help="distillation config (YAML; default: the "
-                        "built-in tiny default)")
+    common.add_argument(
+        "--config", type=Path, metavar="FILE", help="distillation config (YAML; default: the built-in tiny default)"
+    )
     common.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
-    common.add_argument("--inject", action="append", default=[], metavar="FAULT",
-                        choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
-                        help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
-                        "G0; wrong-sigmas, parity-ulp: G2)")
-    init = stages.add_parser("init", help="write a config to edit (profile tiny: the built-in default; tiny-trained: "
-                             "the trained tiny teacher, judged by G3; turbo: that project's settings for the real "
-                             "Qwen-Image-2.1-Turbo)")
+    common.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="FAULT",
+        choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
+        help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
+        "G0; wrong-sigmas, parity-ulp: G2)",
+    )
+    init = stages.add_parser(
+        "init",
+        help="write a config to edit (profile tiny: the built-in default; tiny-trained: "
+        "the trained tiny teacher, judged by G3; turbo: that project's settings for the real "
+        "Qwen-Image-2.1-Turbo)",
+    )
     init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
-    init.add_argument("--profile", choices=["tiny", "tiny-trained", "turbo"], default="tiny",
-                      help="tiny (default): tiny random model, CPU-sized; tiny-trained: the tiny teacher trained on "
-                      "colored shapes (built once, about a minute), G3 in quality mode on the latent distance to "
-                      "teacher@8; turbo: rank 64, alpha 128, lr 1e-4, endpoint weighting, the model's own sigma grid, "
-                      "NF4 teacher, text encoder offloaded")
+    init.add_argument(
+        "--profile",
+        choices=["tiny", "tiny-trained", "turbo"],
+        default="tiny",
+        help="tiny (default): tiny random model, CPU-sized; tiny-trained: the tiny teacher trained on "
+        "colored shapes (built once, about a minute), G3 in quality mode on the latent distance to "
+        "teacher@8; turbo: rank 64, alpha 128, lr 1e-4, endpoint weighting, the model's own sigma grid, "
+        "NF4 teacher, text encoder offloaded",
+    )
     init.add_argument("--force", action="store_true", help="replace an existing distill.yaml (kept as distill.yaml.bak)")
     init.set_defaults(run=run)
-    gate = stages.add_parser("gate", parents=[common], help="run gate g0, g2 or g3",
-                             description="\n".join(f"{k}: {v}" for k, v in GATES.items()),
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    gate = stages.add_parser(
+        "gate",
+        parents=[common],
+        help="run gate g0, g2 or g3",
+        description="\n".join(f"{k}: {v}" for k, v in GATES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     gate.add_argument("gate", choices=sorted(GATES))
     gate.set_defaults(run=run)
-    for name, text in (("trajectories", "teacher 8-step trajectories of the training prompts (resumable)"),
-                       ("train", "train the student LoRA on the stored trajectories"),
-                       ("all", "G0 -> G2 -> trajectories -> train -> G3 -> report, stopping at the first failure")):
+    for name, text in (
+        ("trajectories", "teacher 8-step trajectories of the training prompts (resumable)"),
+        ("train", "train the student LoRA on the stored trajectories"),
+        ("all", "G0 -> G2 -> trajectories -> train -> G3 -> report, stopping at the first failure"),
+    ):
         s = stages.add_parser(name, parents=[common], help=text, description=text)
         s.set_defaults(run=run)
-    exp = stages.add_parser("export", parents=[ENV, PAIR, MATRIX], help="write the student LoRA in another layout",
-                            description="Write the published student LoRA in the layout ComfyUI loads and "
-                            "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha; the MLP's "
-                            "proj/gate_layer bare, the form ComfyUI maps onto its fused gate_up), with the base "
-                            "model's licence text (LICENSE, from the model folder) and a change notice with "
-                            "\"Built with Qwen\" (NOTICE.md) beside it, and the same in the file's metadata.")
+    exp = stages.add_parser(
+        "export",
+        parents=[ENV, PAIR, MATRIX],
+        help="write the student LoRA in another layout",
+        description="Write the published student LoRA in the layout ComfyUI loads and "
+        "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha; the MLP's "
+        "proj/gate_layer bare, the form ComfyUI maps onto its fused gate_up), with the base "
+        "model's licence text (LICENSE, from the model folder) and a change notice with "
+        '"Built with Qwen" (NOTICE.md) beside it, and the same in the file\'s metadata.',
+    )
     exp.add_argument("--config", type=Path, metavar="FILE")
     exp.add_argument("--format", choices=["comfyui"], default="comfyui")
     exp.add_argument("--out", type=Path, metavar="FILE", help="default: <output_dir>/export/student-comfyui.safetensors")
-    exp.add_argument("--repo", metavar="ID", help="the repository it will be published as (owner/name), named in the "
-                     "notice; a main name starting with \"Qwen\" is refused (the base model's licence)")
+    exp.add_argument(
+        "--repo",
+        metavar="ID",
+        help="the repository it will be published as (owner/name), named in the "
+        'notice; a main name starting with "Qwen" is refused (the base model\'s licence)',
+    )
     exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     exp.set_defaults(run=run, json=False, inject=[])
-    pub = stages.add_parser("publish", parents=[ENV, PAIR, MATRIX], help="G1 push preflight, then push the export "
-                            "to the hub", description="The G1 push preflight (create the repository, upload a 1 KiB file, "
-                            "download it back and compare, delete it), then push the export folder (weights, "
-                            "LICENSE, NOTICE.md: nothing without the licence) and download each file back to compare. "
-                            "The hub is reached with huggingface_hub: HF_TOKEN, HF_ENDPOINT.")
+    pub = stages.add_parser(
+        "publish",
+        parents=[ENV, PAIR, MATRIX],
+        help="G1 push preflight, then push the export to the hub",
+        description="The G1 push preflight (create the repository, upload a 1 KiB file, "
+        "download it back and compare, delete it), then push the export folder (weights, "
+        "LICENSE, NOTICE.md: nothing without the licence) and download each file back to compare. "
+        "The hub is reached with huggingface_hub: HF_TOKEN, HF_ENDPOINT.",
+    )
     pub.add_argument("--config", type=Path, metavar="FILE")
-    pub.add_argument("--repo", required=True, metavar="ID", help="owner/name; a main name starting with \"Qwen\" is "
-                     "refused (the base model's licence)")
+    pub.add_argument(
+        "--repo",
+        required=True,
+        metavar="ID",
+        help='owner/name; a main name starting with "Qwen" is refused (the base model\'s licence)',
+    )
     pub.add_argument("--folder", type=Path, metavar="DIR", help="the export folder (default: <output_dir>/export)")
     pub.add_argument("--endpoint", metavar="URL", help="the hub's URL (default: HF_ENDPOINT, else huggingface.co)")
     pub.add_argument("--public", action="store_true", help="create the repository public (default: private)")
@@ -116,10 +156,9 @@ def run(args: argparse.Namespace) -> int | Result:
     if args.stage == "init":
         from aipc_env.distill.config import default_run_dir
 
-        path = write_default_distill_config(args.folder or default_run_dir(), replace=args.force,
-                                            profile=args.profile)
+        path = write_default_distill_config(args.folder or default_run_dir(), replace=args.force, profile=args.profile)
         todo = " (fill each TODO: model, prompts, LPIPS weights)" if args.profile == "turbo" else ""
-        print(f"aipc-env: wrote {path}{todo}; edit it, then `aipc-env distill all --config \"{path}\"`")
+        print(f'aipc-env: wrote {path}{todo}; edit it, then `aipc-env distill all --config "{path}"`')
         return ExitCode.OK
     config_path = _config_path(args)
     cfg = load_distill_config(config_path)
@@ -131,6 +170,7 @@ def run(args: argparse.Namespace) -> int | Result:
         def show() -> None:
             print(text, end="")
             print(f"aipc-env: report {path}")
+
         from aipc_env.core.formats import load_versioned
         from aipc_env.distill.report import DistillReport
 
@@ -152,17 +192,35 @@ def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
     config = Path(config_path)
-    spec = (DistillExport(config=config, format=args.format or "comfyui", out=args.out, repo=args.repo)
-            if args.stage == "export" else
-            DistillPublish(config=config, repo=args.repo, folder=getattr(args, "folder", None),
-                           endpoint=getattr(args, "endpoint", None), public=getattr(args, "public", False)))
+    spec = (
+        DistillExport(config=config, format=args.format or "comfyui", out=args.out, repo=args.repo)
+        if args.stage == "export"
+        else DistillPublish(
+            config=config,
+            repo=args.repo,
+            folder=getattr(args, "folder", None),
+            endpoint=getattr(args, "endpoint", None),
+            public=getattr(args, "public", False),
+        )
+    )
 
     def phases(chosen: Chosen) -> list:
         return [Phase(name=args.stage, argv=spec.argv(chosen.python))]
 
-    outcome = start_run(RunRequest(command="distill", run_dir=cfg.out, log_file=cfg.out / "distill.log",
-                                   phases=phases, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
-                                   device=None, dry_run=args.dry_run, say=say_to_stderr))
+    outcome = start_run(
+        RunRequest(
+            command="distill",
+            run_dir=cfg.out,
+            log_file=cfg.out / "distill.log",
+            phases=phases,
+            env_flag=args.env,
+            pair_flag=args.pair,
+            matrix_path=args.matrix,
+            device=None,
+            dry_run=args.dry_run,
+            say=say_to_stderr,
+        )
+    )
     return ExitCode.OK if args.dry_run else outcome.exit_code
 
 
@@ -174,8 +232,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def worker_phases(python: str, config_path: Path, stages: list[str], *, run_id: str, inject: list[str],
-                  accelerate_config: Path) -> list:
+def worker_phases(
+    python: str, config_path: Path, stages: list[str], *, run_id: str, inject: list[str], accelerate_config: Path
+) -> list:
     """The stages as launcher phases: runs of stages in one worker process, the train stage under `accelerate
     launch` (one phase each, in order; the runner stops at the first that fails)."""
     from aipc_env.launch.hops import DistillStages
@@ -196,9 +255,14 @@ def worker_phases(python: str, config_path: Path, stages: list[str], *, run_id: 
             group.append(stage)
             continue
         flush()
-        phases.append(Phase(name=f"distill-{len(phases) + 1}-train", argv=spec(["train"]).argv(
-            python, python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config),
-            "-m")))
+        phases.append(
+            Phase(
+                name=f"distill-{len(phases) + 1}-train",
+                argv=spec(["train"]).argv(
+                    python, python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m"
+                ),
+            )
+        )
     flush()
     return phases
 
@@ -213,27 +277,44 @@ def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str])
     out = cfg.out
 
     def phases(chosen: Chosen) -> list:
-        return worker_phases(chosen.python, config_path, stages, run_id=run_id, inject=args.inject,
-                             accelerate_config=out / ACCELERATE_CONFIG)
+        return worker_phases(
+            chosen.python, config_path, stages, run_id=run_id, inject=args.inject, accelerate_config=out / ACCELERATE_CONFIG
+        )
 
     quiet = progress(args).stream
-    files = {ACCELERATE_CONFIG: accelerate_config_text(cfg.device, cfg.student.processes, _free_port())} \
-        if "train" in stages else {}
-    outcome = start_run(RunRequest(command="distill", run_dir=out, log_file=out / "distill.log", phases=phases,
-                                   env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix,
-                                   device=cfg.device if cfg.device != "auto" else None, dry_run=args.dry_run,
-                                   stdout=quiet, say=say_to_stderr, files=files))
+    files = (
+        {ACCELERATE_CONFIG: accelerate_config_text(cfg.device, cfg.student.processes, _free_port())} if "train" in stages else {}
+    )
+    outcome = start_run(
+        RunRequest(
+            command="distill",
+            run_dir=out,
+            log_file=out / "distill.log",
+            phases=phases,
+            env_flag=args.env,
+            pair_flag=args.pair,
+            matrix_path=args.matrix,
+            device=cfg.device if cfg.device != "auto" else None,
+            dry_run=args.dry_run,
+            stdout=quiet,
+            say=say_to_stderr,
+            files=files,
+        )
+    )
     rc = outcome.exit_code
     if args.dry_run:
         return ExitCode.OK
     verdicts = [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
+
     def text() -> None:
         if rc == ExitCode.OK:
             plumbing = any(v.mode == "plumbing" for v in verdicts)
             word = "ran without a failure (G3 as a plumbing check only)" if plumbing else "passed"
-            print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log "
-                  f"{outcome.plan.log_file}")
+            print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log {outcome.plan.log_file}")
         elif rc != ExitCode.INTERRUPTED:
-            print(f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log "
-                  f"{outcome.plan.log_file}", file=sys.stderr)
+            print(
+                f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log {outcome.plan.log_file}",
+                file=sys.stderr,
+            )
+
     return Result(DistillRunResult(exit_code=rc, run_id=run_id, verdicts=verdicts), text, rc)

@@ -15,36 +15,69 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("env", parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
-                       help="build or repair the training env from the pair's lock; --check for drift",
-                       description="Build the training env of a pair from its lockfile (hash-checked), or repair "
-                       "it; a re-run with no drift changes nothing. Pair: --pair, else the recorded env's, else the "
-                       "one matching an installed oneAPI toolkit, else the newest. "
-                       "Exit 0: built or up to date (--check: no drift); 1: drift or failure; 2: input.")
-    p.add_argument("--prefix", type=Path, help="where the env lives (default: the recorded env, else the per-user "
-                   "data folder/envs/<pair>)")
-    p.add_argument("--check", action="store_true", help="compare the env with its lock (versions, hashes, "
-                   "installed files); change nothing")
-    p.add_argument("--dry-run", action="store_true", help="print what the build would install from the lock (every "
-                   "artifact, its size, the host it comes from and where its hash came from); change nothing")
+    p = sub.add_parser(
+        "env",
+        parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
+        help="build or repair the training env from the pair's lock; --check for drift",
+        description="Build the training env of a pair from its lockfile (hash-checked), or repair "
+        "it; a re-run with no drift changes nothing. Pair: --pair, else the recorded env's, else the "
+        "one matching an installed oneAPI toolkit, else the newest. "
+        "Exit 0: built or up to date (--check: no drift); 1: drift or failure; 2: input.",
+    )
+    p.add_argument(
+        "--prefix", type=Path, help="where the env lives (default: the recorded env, else the per-user data folder/envs/<pair>)"
+    )
+    p.add_argument(
+        "--check", action="store_true", help="compare the env with its lock (versions, hashes, installed files); change nothing"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the build would install from the lock (every "
+        "artifact, its size, the host it comes from and where its hash came from); change nothing",
+    )
     p.add_argument("--python", type=python_minor, metavar="X.Y", help="with --dry-run: the env's Python (default: the lock's)")
-    p.add_argument("--unlocked", action="store_true",
-                   help="no lock yet: install from the specs and record what was installed as this pair's lock")
-    p.add_argument("--base-python", metavar="PYTHON",
-                   help="make the interpreter layer a venv of this Python instead of a conda env")
-    p.add_argument("--bundle", type=Path, metavar="DIR",
-                   help="install from an offline bundle (aipc-env fleet bundle) with no network; every file is "
-                        "checked against the bundle's manifest first; with --check: check against its lock")
-    p.add_argument("--trust", type=Path, metavar="PUBKEY", help="with --bundle: the admin's minisign public key; the "
-                   "bundle's signature must verify with it [env AIPC_ENV_BUNDLE_TRUST]")
-    p.add_argument("--facts", type=Path, metavar="FILE", help="with --dry-run: plan for the machine these doctor "
-                   "facts describe (doctor --save-facts): its platform and GPUs decide the plan and the known-issue "
-                   "warnings (default: this machine)")
-    p.add_argument("--accept-metadata-drift", action="store_true",
-                   help="build even when an XPU wheel's real METADATA (read before installing) differs from what the "
-                   "lock stands on; the differences are recorded in the env record")
-    p.add_argument("--conda-tool", choices=["conda-lock", "micromamba", "mamba", "conda"],
-                   help="which conda flavour creates the interpreter layer (default: the first found)")
+    p.add_argument(
+        "--unlocked",
+        action="store_true",
+        help="no lock yet: install from the specs and record what was installed as this pair's lock",
+    )
+    p.add_argument(
+        "--base-python", metavar="PYTHON", help="make the interpreter layer a venv of this Python instead of a conda env"
+    )
+    p.add_argument(
+        "--bundle",
+        type=Path,
+        metavar="DIR",
+        help="install from an offline bundle (aipc-env fleet bundle) with no network; every file is "
+        "checked against the bundle's manifest first; with --check: check against its lock",
+    )
+    p.add_argument(
+        "--trust",
+        type=Path,
+        metavar="PUBKEY",
+        help="with --bundle: the admin's minisign public key; the "
+        "bundle's signature must verify with it [env AIPC_ENV_BUNDLE_TRUST]",
+    )
+    p.add_argument(
+        "--facts",
+        type=Path,
+        metavar="FILE",
+        help="with --dry-run: plan for the machine these doctor "
+        "facts describe (doctor --save-facts): its platform and GPUs decide the plan and the known-issue "
+        "warnings (default: this machine)",
+    )
+    p.add_argument(
+        "--accept-metadata-drift",
+        action="store_true",
+        help="build even when an XPU wheel's real METADATA (read before installing) differs from what the "
+        "lock stands on; the differences are recorded in the env record",
+    )
+    p.add_argument(
+        "--conda-tool",
+        choices=["conda-lock", "micromamba", "mamba", "conda"],
+        help="which conda flavour creates the interpreter layer (default: the first found)",
+    )
     p.set_defaults(run=run)
 
 
@@ -73,8 +106,7 @@ def run(args: argparse.Namespace) -> Result:
     recorded = None
     if record is not None and (args.prefix is None or Path(args.prefix).absolute() == Path(record.prefix)):
         recorded = EnvChoice(Path(record.prefix), env_python(Path(record.prefix)), "state", record)
-    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=recorded, read_packages=False),
-                    "build").pair
+    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=recorded, read_packages=False), "build").pair
     pair = choice.pair
     assert pair is not None
     if args.prefix:
@@ -85,8 +117,12 @@ def run(args: argparse.Namespace) -> Result:
         prefix = data_dir() / "envs" / pair.id
     if args.check:
         lockfile = pylock_path(root / pair.id, platform)
-        report = EnvCheckReport(pair=pair.id, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, platform, interpreter=True))
+        report = EnvCheckReport(
+            pair=pair.id,
+            prefix=str(prefix),
+            lockfile=str(lockfile),
+            drift=check_env(prefix, lockfile, platform, interpreter=True),
+        )
 
         def drift() -> None:
             if not report.drift:
@@ -95,7 +131,8 @@ def run(args: argparse.Namespace) -> Result:
             print(f"{len(report.drift)} difference(s) between {prefix} and the {pair.id} lock:")
             for d in report.drift:
                 print(f"  {d.kind:8} {d.describe()}")
-            print(f"repair: nox -s env -- --pair {pair.id}" + (f" --prefix \"{prefix}\"" if args.prefix else ""))
+            print(f"repair: nox -s env -- --pair {pair.id}" + (f' --prefix "{prefix}"' if args.prefix else ""))
+
         return Result(report, drift, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
     issues = issue_warnings(pair, platform, families)
     for line in issues:
@@ -104,12 +141,19 @@ def run(args: argparse.Namespace) -> Result:
         return _dry_run(args, pair, root, platform, issues)
     log = log_path(f"env-{pair.id}")
     progress(args).say(f"pair {pair.id} ({choice.why}); env {prefix}; log {log}")
-    req = EnvRequest(pair=pair, prefix=prefix, platform=platform, lock_root=root, log=log,
-                     indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
-                     base_python=args.base_python,
-                     conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
-                     unlocked=args.unlocked, accept_metadata_drift=args.accept_metadata_drift,
-                     common=common_requirements(args.pip_layer) if args.pip_layer else None)
+    req = EnvRequest(
+        pair=pair,
+        prefix=prefix,
+        platform=platform,
+        lock_root=root,
+        log=log,
+        indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
+        base_python=args.base_python,
+        conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
+        unlocked=args.unlocked,
+        accept_metadata_drift=args.accept_metadata_drift,
+        common=common_requirements(args.pip_layer) if args.pip_layer else None,
+    )
     result = build_env(req)
 
     def built() -> None:
@@ -118,9 +162,20 @@ def run(args: argparse.Namespace) -> Result:
             print(f"built {prefix} from {result.lockfile} in {result.seconds:.1f} s{repaired}")
         else:
             print(f"{prefix} is up to date with {result.lockfile} ({result.seconds:.2f} s); nothing changed")
-    return Result(EnvBuildReport(pair=pair.id, why=choice.why, prefix=str(prefix), lockfile=str(result.lockfile),
-                                 changed=result.changed, repaired=result.drift_before,
-                                 seconds=round(result.seconds, 3), log=str(log)), built)
+
+    return Result(
+        EnvBuildReport(
+            pair=pair.id,
+            why=choice.why,
+            prefix=str(prefix),
+            lockfile=str(result.lockfile),
+            changed=result.changed,
+            repaired=result.drift_before,
+            seconds=round(result.seconds, 3),
+            log=str(log),
+        ),
+        built,
+    )
 
 
 def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
@@ -133,12 +188,16 @@ def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
 
     if args.facts:
         if not args.dry_run:
-            raise InputError("--facts describes a machine to plan for, not this one", key="--facts",
-                             fix="add --dry-run, or leave --facts out to build on this machine")
+            raise InputError(
+                "--facts describes a machine to plan for, not this one",
+                key="--facts",
+                fix="add --dry-run, or leave --facts out to build on this machine",
+            )
         facts = load_facts(args.facts)
         return ("win-64" if facts.is_windows else "linux-64"), facts.gpu_families
-    return current_platform(), families_of((name, device) for vendor, device, name, _ in display_adapters()
-                                           if vendor == INTEL_VENDOR_ID)
+    return current_platform(), families_of(
+        (name, device) for vendor, device, name, _ in display_adapters() if vendor == INTEL_VENDOR_ID
+    )
 
 
 def _dry_run(args: argparse.Namespace, pair, root: Path, platform, issues: list[str]) -> Result:
@@ -149,8 +208,7 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform, issues: list[
 
     lockfile = pylock_path(root / pair.id, platform)
     if not lockfile.is_file():
-        raise InputError(f"no {platform} lock for {pair.id}", path=lockfile,
-                         fix=f"make one: nox -s lock -- --pair {pair.id}")
+        raise InputError(f"no {platform} lock for {pair.id}", path=lockfile, fix=f"make one: nox -s lock -- --pair {pair.id}")
     python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else DEFAULT_PYTHON)
     plan = install_plan(read_pylock(lockfile), python, lockfile, platform)
     known = sum(a.size or 0 for a in plan)
@@ -162,13 +220,29 @@ def _dry_run(args: argparse.Namespace, pair, root: Path, platform, issues: list[
             size = f"{a.size / 2**20:8.1f} MB" if a.size is not None else "    size ?"
             print(f"  {size}  {a.filename:<70} {a.where} ({a.provenance})")
         hosts = sorted({a.where for a in plan})
-        print(f"total {known / 2**30:.2f} GB known" + (f", plus {len(unknown)} artifact(s) whose size no lock records "
-                                                       f"({', '.join(a.filename for a in unknown)})" if unknown else "")
-              + f"; from {', '.join(hosts)}; nothing was changed")
-    return Result(InstallPlanReport(pair=pair.id, platform=platform, python=python, lockfile=str(lockfile),
-                                    known_bytes=known, size_unknown=[a.filename for a in unknown], artifacts=plan,
-                                    known_issues=issues),
-                  text)
+        print(
+            f"total {known / 2**30:.2f} GB known"
+            + (
+                f", plus {len(unknown)} artifact(s) whose size no lock records ({', '.join(a.filename for a in unknown)})"
+                if unknown
+                else ""
+            )
+            + f"; from {', '.join(hosts)}; nothing was changed"
+        )
+
+    return Result(
+        InstallPlanReport(
+            pair=pair.id,
+            platform=platform,
+            python=python,
+            lockfile=str(lockfile),
+            known_bytes=known,
+            size_unknown=[a.filename for a in unknown],
+            artifacts=plan,
+            known_issues=issues,
+        ),
+        text,
+    )
 
 
 def _bundle(args: argparse.Namespace) -> Result:
@@ -180,22 +254,48 @@ def _bundle(args: argparse.Namespace) -> Result:
     from aipc_env.trainenv.build import EnvBuildReport, check_env, install_offline
     from aipc_env.trainenv.drift import EnvCheckReport
 
-    trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST")
-                                else None)
+    trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST") else None)
     trust = read_public_key(trust_path) if trust_path else None
     manifest = verify_bundle(args.bundle, trust, warn=lambda text: print(f"aipc-env: {text}", file=sys.stderr))
     prefix = Path(args.prefix).absolute() if args.prefix else data_dir() / "envs" / manifest.pair
     lockfile = args.bundle / manifest.lockfile
     if args.check:
-        report = EnvCheckReport(pair=manifest.pair, prefix=str(prefix), lockfile=str(lockfile),
-                                drift=check_env(prefix, lockfile, manifest.platform, interpreter=True))
-        return Result(report, lambda: print(f"{prefix} matches the bundle's lock" if report.clean else
-                                            "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift)),
-                      ExitCode.OK if report.clean else ExitCode.PROBLEMS)
+        report = EnvCheckReport(
+            pair=manifest.pair,
+            prefix=str(prefix),
+            lockfile=str(lockfile),
+            drift=check_env(prefix, lockfile, manifest.platform, interpreter=True),
+        )
+        return Result(
+            report,
+            lambda: print(
+                f"{prefix} matches the bundle's lock"
+                if report.clean
+                else "\n".join(f"  {d.kind:8} {d.describe()}" for d in report.drift)
+            ),
+            ExitCode.OK if report.clean else ExitCode.PROBLEMS,
+        )
     log = log_path("env-bundle")
-    result = install_offline(args.bundle / "wheels", args.bundle / manifest.requirements, lockfile, pair=manifest.pair,
-                             platform=manifest.platform, prefix=prefix,
-                             base_python=args.base_python or sys.executable, log=log)
-    return Result(EnvBuildReport(pair=manifest.pair, why="offline bundle", prefix=str(prefix), lockfile=str(lockfile),
-                                 changed=True, repaired=[], seconds=round(result.seconds, 3), log=str(log)),
-                  lambda: print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)"))
+    result = install_offline(
+        args.bundle / "wheels",
+        args.bundle / manifest.requirements,
+        lockfile,
+        pair=manifest.pair,
+        platform=manifest.platform,
+        prefix=prefix,
+        base_python=args.base_python or sys.executable,
+        log=log,
+    )
+    return Result(
+        EnvBuildReport(
+            pair=manifest.pair,
+            why="offline bundle",
+            prefix=str(prefix),
+            lockfile=str(lockfile),
+            changed=True,
+            repaired=[],
+            seconds=round(result.seconds, 3),
+            log=str(log),
+        ),
+        lambda: print(f"built {prefix} from the bundle {args.bundle} in {result.seconds:.1f} s (no network)"),
+    )

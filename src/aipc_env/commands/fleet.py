@@ -24,59 +24,108 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fleet", help="for fleet admins: WinGet configuration, Ansible playbook, offline bundles, "
-                       "one report of many machines", description="Provision many AI PCs identically (the machine "
-                       "layer as a WinGet configuration, an Ansible playbook, offline bundles) and see which drifted "
-                       "(one report over many `doctor --json` reports). docs/fleet.md is the admin's runbook.")
+    p = sub.add_parser(
+        "fleet",
+        help="for fleet admins: WinGet configuration, Ansible playbook, offline bundles, one report of many machines",
+        description="Provision many AI PCs identically (the machine "
+        "layer as a WinGet configuration, an Ansible playbook, offline bundles) and see which drifted "
+        "(one report over many `doctor --json` reports). docs/fleet.md is the admin's runbook.",
+    )
     inner = p.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
-    w = inner.add_parser("winget", parents=[JSON, PAIR, MATRIX], help="write (or --check) the WinGet configuration of "
-                         "a pair's machine layer", description="The machine layer (OS and driver assertions, oneAPI "
-                         "of the pair's release pinned to the exact version winget-pkgs lists, or asserted where it "
-                         "lists none; VS Build Tools with C++, Miniforge and Git pinned; the registry items; elevated "
-                         "where needed) as a WinGet configuration. With --check FILE: validate any configuration (an "
-                         "admin's own too) against the official schema and the real modules' properties, matched "
-                         "case-insensitively; errors located by line (exit 1); unknown resources are warnings.")
+    w = inner.add_parser(
+        "winget",
+        parents=[JSON, PAIR, MATRIX],
+        help="write (or --check) the WinGet configuration of a pair's machine layer",
+        description="The machine layer (OS and driver assertions, oneAPI "
+        "of the pair's release pinned to the exact version winget-pkgs lists, or asserted where it "
+        "lists none; VS Build Tools with C++, Miniforge and Git pinned; the registry items; elevated "
+        "where needed) as a WinGet configuration. With --check FILE: validate any configuration (an "
+        "admin's own too) against the official schema and the real modules' properties, matched "
+        "case-insensitively; errors located by line (exit 1); unknown resources are warnings.",
+    )
     w.add_argument("--out", type=output_file, metavar="FILE", help="write it here (default: stdout)")
     w.add_argument("--check", type=Path, metavar="FILE", help="validate this file instead of writing one")
-    a = inner.add_parser("ansible", parents=[PAIR, MATRIX], help="write an Ansible playbook for Windows and Linux hosts",
-                         description="site.yml, an inventory example, group_vars and the WinGet configuration: "
-                         "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
-                         "runtime (from their distribution where it is current, from Intel's graphics repository "
-                         "given here, or a named note why not: environments/gpu-runtime.yaml), the bundle and a "
-                         "doctor report. Idempotent.")
-    a.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the playbook folder (files an "
-                   "earlier run wrote are replaced; anything else there is refused)")
-    a.add_argument("--force", action="store_true", help="replace files in --out that aipc-env did not write, or that "
-                   "were edited since (never through a symlink)")
-    a.add_argument("--gpu-runtime-source", metavar="APT-LINE",
-                   help="Intel's graphics repository for the Linux hosts: one `deb [arch=amd64] https://...` line "
-                   "(signed-by is set to the key below; trusted=yes is refused)")
+    a = inner.add_parser(
+        "ansible",
+        parents=[PAIR, MATRIX],
+        help="write an Ansible playbook for Windows and Linux hosts",
+        description="site.yml, an inventory example, group_vars and the WinGet configuration: "
+        "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
+        "runtime (from their distribution where it is current, from Intel's graphics repository "
+        "given here, or a named note why not: environments/gpu-runtime.yaml), the bundle and a "
+        "doctor report. Idempotent.",
+    )
+    a.add_argument(
+        "--out",
+        type=output_folder,
+        required=True,
+        metavar="DIR",
+        help="the playbook folder (files an earlier run wrote are replaced; anything else there is refused)",
+    )
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files in --out that aipc-env did not write, or that were edited since (never through a symlink)",
+    )
+    a.add_argument(
+        "--gpu-runtime-source",
+        metavar="APT-LINE",
+        help="Intel's graphics repository for the Linux hosts: one `deb [arch=amd64] https://...` line "
+        "(signed-by is set to the key below; trusted=yes is refused)",
+    )
     a.add_argument("--gpu-runtime-key", type=Path, metavar="FILE", help="the repository's public key file")
     a.add_argument("--gpu-runtime-key-fingerprint", metavar="FPR", help="its OpenPGP fingerprint, pinned")
-    b = inner.add_parser("bundle", parents=[JSON, PAIR, PLATFORM, LOCK_ROOT, MATRIX], help="an offline bundle of a pair for one "
-                         "platform", description="The lock, every wheel it names (sha256-checked), the conda "
-                         "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
-                         "manifest of every file's sha256. Install with `aipc-env env --bundle DIR` (no network).")
-    b.add_argument("--lock", type=Path, metavar="PYLOCK", help="bundle this pylock instead of the pair's lock in "
-                   "lockfiles/ (e.g. a golden machine's)")
-    b.add_argument("--python", type=python_minor, metavar="X.Y",
-                   help="the target's Python (default: the lock's, from lock-meta.json)")
+    b = inner.add_parser(
+        "bundle",
+        parents=[JSON, PAIR, PLATFORM, LOCK_ROOT, MATRIX],
+        help="an offline bundle of a pair for one platform",
+        description="The lock, every wheel it names (sha256-checked), the conda "
+        "layer's packages, aipc-env as a wheel, the WinGet configuration, bootstrap scripts and a "
+        "manifest of every file's sha256. Install with `aipc-env env --bundle DIR` (no network).",
+    )
+    b.add_argument(
+        "--lock",
+        type=Path,
+        metavar="PYLOCK",
+        help="bundle this pylock instead of the pair's lock in lockfiles/ (e.g. a golden machine's)",
+    )
+    b.add_argument(
+        "--python", type=python_minor, metavar="X.Y", help="the target's Python (default: the lock's, from lock-meta.json)"
+    )
     b.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="a new, empty folder")
-    b.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR",
-                   help="folders holding the lock's wheels (searched before their URLs)")
-    b.add_argument("--sign", type=Path, metavar="SECRET_KEY", help="sign the manifest with this minisign secret key "
-                   "(password from AIPC_ENV_SIGN_PASSWORD when it is encrypted); machines check it with the public "
-                   "key: env --bundle DIR --trust PUBKEY, or `minisign -Vm bundle-manifest.json -p PUBKEY`")
-    k = inner.add_parser("keygen", help="write a minisign key pair for signing bundles",
-                         description="An Ed25519 key pair in minisign's format (the `minisign` CLI reads and checks "
-                         "both). The secret key is encrypted with the password in AIPC_ENV_SIGN_PASSWORD when set.")
+    b.add_argument(
+        "--find-links",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folders holding the lock's wheels (searched before their URLs)",
+    )
+    b.add_argument(
+        "--sign",
+        type=Path,
+        metavar="SECRET_KEY",
+        help="sign the manifest with this minisign secret key "
+        "(password from AIPC_ENV_SIGN_PASSWORD when it is encrypted); machines check it with the public "
+        "key: env --bundle DIR --trust PUBKEY, or `minisign -Vm bundle-manifest.json -p PUBKEY`",
+    )
+    k = inner.add_parser(
+        "keygen",
+        help="write a minisign key pair for signing bundles",
+        description="An Ed25519 key pair in minisign's format (the `minisign` CLI reads and checks "
+        "both). The secret key is encrypted with the password in AIPC_ENV_SIGN_PASSWORD when set.",
+    )
     k.add_argument("--secret", type=output_file, required=True, metavar="FILE", help="the secret key (new file, mode 0600)")
     k.add_argument("--public", type=output_file, required=True, metavar="FILE", help="the public key to give the machines")
     k.set_defaults(run=run)
-    r = inner.add_parser("report", parents=[JSON], help="one report over many `doctor --json` reports",
-                         description="Which machines fail which checks (grouped by check and fix), and which "
-                         "drifted from a golden machine's pair and env. Writes a static HTML page and a CSV. Exit 1 "
-                         "when any machine fails, drifted or could not be read.")
+    r = inner.add_parser(
+        "report",
+        parents=[JSON],
+        help="one report over many `doctor --json` reports",
+        description="Which machines fail which checks (grouped by check and fix), and which "
+        "drifted from a golden machine's pair and env. Writes a static HTML page and a CSV. Exit 1 "
+        "when any machine fails, drifted or could not be read.",
+    )
     r.add_argument("reports", nargs="+", type=Path, metavar="DIR", help="folders (or files) of doctor --json reports")
     r.add_argument("--golden", type=Path, metavar="FILE", help="the golden machine's doctor --json report")
     r.add_argument("--out", type=output_file, metavar="HTML", help="write the HTML page here")
@@ -86,8 +135,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int | Result:
-    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report,
-            "keygen": _keygen}[args.fleet_command](args)
+    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report, "keygen": _keygen}[args.fleet_command](
+        args
+    )
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -101,10 +151,8 @@ def _keygen(args: argparse.Namespace) -> int:
     finished = recover(keypair_journal(args.secret), [args.secret, args.public])
     for line in finished:
         print(f"aipc-env: {line}", file=sys.stderr)
-    if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() \
-            and args.public.is_file():
-        print(f"aipc-env: the key pair an interrupted keygen began is complete: {args.secret} (keep it secret) and "
-              f"{args.public}")
+    if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() and args.public.is_file():
+        print(f"aipc-env: the key pair an interrupted keygen began is complete: {args.secret} (keep it secret) and {args.public}")
         return ExitCode.OK
     for path, key in ((args.secret, "--secret"), (args.public, "--public")):
         if path.exists() or path.is_symlink():
@@ -120,8 +168,12 @@ def _pair(args: argparse.Namespace, platform: str = "win-64"):
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import gather_situation
 
-    situation = gather_situation(load_matrix(args.matrix), platform, pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]  # the platform was validated by argparse's choices
-                                 this_machine=False)
+    situation = gather_situation(
+        load_matrix(args.matrix),
+        platform,
+        pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]  # the platform was validated by argparse's choices
+        this_machine=False,
+    )
     return decide(situation, "target").pair.pair
 
 
@@ -144,8 +196,11 @@ def _winget(args: argparse.Namespace) -> Result:
                 print(issue.render(str(args.check)))
             if not report.errors:
                 warned = len(report.issues)
-                print(f"{args.check}: valid (the official schema and the real modules' properties)"
-                      + (f"; {warned} warning(s)" if warned else ""))
+                print(
+                    f"{args.check}: valid (the official schema and the real modules' properties)"
+                    + (f"; {warned} warning(s)" if warned else "")
+                )
+
         return Result(report, checked, ExitCode.PROBLEMS if report.errors else ExitCode.OK)
     pair = _pair(args)
     config = winget_configuration(pair)
@@ -170,12 +225,17 @@ def _ansible(args: argparse.Namespace) -> int:
     if args.gpu_runtime_source:
         gpu = gpu_source(args.gpu_runtime_source, args.gpu_runtime_key, args.gpu_runtime_key_fingerprint)
     elif args.gpu_runtime_key or args.gpu_runtime_key_fingerprint:
-        raise InputError("a key without its apt source", key="--gpu-runtime-source",
-                         fix="pass the repository's apt line with --gpu-runtime-source")
+        raise InputError(
+            "a key without its apt source",
+            key="--gpu-runtime-source",
+            fix="pass the repository's apt line with --gpu-runtime-source",
+        )
     written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair), gpu, force=args.force)
-    print(f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
-          f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
-          "site.yml")
+    print(
+        f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
+        f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
+        "site.yml"
+    )
     return ExitCode.OK
 
 
@@ -193,12 +253,16 @@ def _bundle(args: argparse.Namespace) -> Result:
     pair = _pair(args, args.platform)
     lockfile = args.lock or pylock_path(lock_root(args) / pair.id, args.platform)
     if not lockfile.is_file():
-        raise InputError(f"no {args.platform} lock for {pair.id}", path=lockfile,
-                         fix=f"make it: nox -s lock -- --pair {pair.id} (or pass --lock PYLOCK)")
+        raise InputError(
+            f"no {args.platform} lock for {pair.id}",
+            path=lockfile,
+            fix=f"make it: nox -s lock -- --pair {pair.id} (or pass --lock PYLOCK)",
+        )
     python = args.python or (read_meta(lockfile.parent).python if meta_path(lockfile.parent).is_file() else None)
     if not python:
-        raise InputError("the target's Python is unknown (no lock-meta.json next to the lock)", key="--python",
-                         fix="pass --python X.Y")
+        raise InputError(
+            "the target's Python is unknown (no lock-meta.json next to the lock)", key="--python", fix="pass --python X.Y"
+        )
     sign_key = None  # read first: a bad key is refused before any work
     if args.sign:
         import os
@@ -212,11 +276,27 @@ def _bundle(args: argparse.Namespace) -> Result:
     wheel = build_aipc_wheel(wheel_dir, log)
     winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
     say = progress(args).say
-    manifest = build_bundle(pair, args.platform, lockfile, args.out, python=python, aipc_wheel=wheel, sign_key=sign_key,
-                            winget_yaml=winget, cache=cache_dir() / "wheels", find_links=args.find_links, log=say)
-    return Result(manifest, lambda: print(f"wrote the {args.platform} bundle of {pair.id} to {args.out} "
-                                          f"({len(manifest.files)} files); install it with no network: sh bootstrap.sh "
-                                          "(Linux) or bootstrap.ps1 (Windows)"))
+    manifest = build_bundle(
+        pair,
+        args.platform,
+        lockfile,
+        args.out,
+        python=python,
+        aipc_wheel=wheel,
+        sign_key=sign_key,
+        winget_yaml=winget,
+        cache=cache_dir() / "wheels",
+        find_links=args.find_links,
+        log=say,
+    )
+    return Result(
+        manifest,
+        lambda: print(
+            f"wrote the {args.platform} bundle of {pair.id} to {args.out} "
+            f"({len(manifest.files)} files); install it with no network: sh bootstrap.sh "
+            "(Linux) or bootstrap.ps1 (Windows)"
+        ),
+    )
 
 
 def _report(args: argparse.Namespace) -> Result:
@@ -234,8 +314,7 @@ def _report(args: argparse.Namespace) -> Result:
         from aipc_env.fleet.report import STATE_ORDER
 
         machines = [m for m in report.machines if m.state != "superseded"]
-        print(f"{len(machines)} machines: " + ", ".join(f"{k} {report.counts[k]}" for k in STATE_ORDER
-                                                         if report.counts.get(k)))
+        print(f"{len(machines)} machines: " + ", ".join(f"{k} {report.counts[k]}" for k in STATE_ORDER if report.counts.get(k)))
         if report.drift_counts:
             print("  drift: " + ", ".join(f"{k} {v}" for k, v in report.drift_counts.items()))
         for group in report.groups[:15]:
@@ -245,4 +324,5 @@ def _report(args: argparse.Namespace) -> Result:
                 print(f"  {m.state}: {m.file}: {m.problem}")
         if args.out:
             print(f"wrote {args.out}")
+
     return Result(report, text, ExitCode.PROBLEMS if report.problems else ExitCode.OK)

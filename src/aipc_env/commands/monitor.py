@@ -13,9 +13,13 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from aipc_env.tools.monitor import add_arguments
 
-    p = sub.add_parser("monitor", parents=[JSON], help="sample system and device memory into a CSV (+ PNG plot)",
-                       description="Sample system (and XPU/CUDA) memory until stopped (Ctrl-C), --duration or --pid "
-                       "exits; write a CSV and a PNG plot next to it.")
+    p = sub.add_parser(
+        "monitor",
+        parents=[JSON],
+        help="sample system and device memory into a CSV (+ PNG plot)",
+        description="Sample system (and XPU/CUDA) memory until stopped (Ctrl-C), --duration or --pid "
+        "exits; write a CSV and a PNG plot next to it.",
+    )
     add_arguments(p)
     p.set_defaults(run=run)
 

@@ -39,45 +39,51 @@ def _json() -> argparse.ArgumentParser:
 
 def _matrix() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--matrix", type=Path, metavar="FILE",
-                   help="compatibility matrix to use (default: environments/matrix.yaml)")
+    p.add_argument("--matrix", type=Path, metavar="FILE", help="compatibility matrix to use (default: environments/matrix.yaml)")
     return p
 
 
 def _env() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--env", type=Path, metavar="PREFIX",
-                   help="training env to use (default: the one `aipc-env env` built, else the one the last run "
-                        "used, else the active conda env, else this interpreter)")
+    p.add_argument(
+        "--env",
+        type=Path,
+        metavar="PREFIX",
+        help="training env to use (default: the one `aipc-env env` built, else the one the last run "
+        "used, else the active conda env, else this interpreter)",
+    )
     return p
 
 
 def _pair() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--pair", metavar="ID", help="torch+xpu / oneAPI pair of environments/matrix.yaml, e.g. xpu-2.13 "
-                   "(default, by the pair policy: the env's pair from its packages or its record; where a pair is "
-                   "needed anyway, the installed oneAPI toolkit's, else the newest)")
+    p.add_argument(
+        "--pair",
+        metavar="ID",
+        help="torch+xpu / oneAPI pair of environments/matrix.yaml, e.g. xpu-2.13 "
+        "(default, by the pair policy: the env's pair from its packages or its record; where a pair is "
+        "needed anyway, the installed oneAPI toolkit's, else the newest)",
+    )
     return p
 
 
 def _device() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--device", default="auto", metavar="DEV",
-                   help="xpu:0, cuda:0, cpu or auto (default auto: XPU, then CUDA, then CPU)")
+    p.add_argument(
+        "--device", default="auto", metavar="DEV", help="xpu:0, cuda:0, cpu or auto (default auto: XPU, then CUDA, then CPU)"
+    )
     return p
 
 
 def _platform() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--platform", choices=["win-64", "linux-64"], default=None,
-                   help="target platform (default: this machine's)")
+    p.add_argument("--platform", choices=["win-64", "linux-64"], default=None, help="target platform (default: this machine's)")
     return p
 
 
 def _lock_root() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--lock-root", type=Path, metavar="DIR", help="lockfiles folder (default: lockfiles/ of the "
-                   "checkout)")
+    p.add_argument("--lock-root", type=Path, metavar="DIR", help="lockfiles folder (default: lockfiles/ of the checkout)")
     return p
 
 
@@ -103,12 +109,19 @@ def platform_of(args: argparse.Namespace) -> str:
 
 def _indexes() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument("--pypi-url", default=os.environ.get("AIPC_ENV_PYPI_URL"), metavar="URL",
-                   help="PyPI (or a mirror) simple index URL [env AIPC_ENV_PYPI_URL]")
-    p.add_argument("--xpu-index-url", default=os.environ.get("AIPC_ENV_XPU_INDEX_URL"), metavar="URL",
-                   help="PyTorch XPU index URL, used only for torch/torchvision/Triton [env AIPC_ENV_XPU_INDEX_URL]")
-    p.add_argument("--pip-layer", type=Path, metavar="FILE",
-                   help="common pip requirements (default: environments/pip-layer.txt)")
+    p.add_argument(
+        "--pypi-url",
+        default=os.environ.get("AIPC_ENV_PYPI_URL"),
+        metavar="URL",
+        help="PyPI (or a mirror) simple index URL [env AIPC_ENV_PYPI_URL]",
+    )
+    p.add_argument(
+        "--xpu-index-url",
+        default=os.environ.get("AIPC_ENV_XPU_INDEX_URL"),
+        metavar="URL",
+        help="PyTorch XPU index URL, used only for torch/torchvision/Triton [env AIPC_ENV_XPU_INDEX_URL]",
+    )
+    p.add_argument("--pip-layer", type=Path, metavar="FILE", help="common pip requirements (default: environments/pip-layer.txt)")
     return p
 
 

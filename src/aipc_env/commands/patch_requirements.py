@@ -12,17 +12,23 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("patch-requirements", parents=[JSON, PAIR, ENV, LOCK_ROOT, MATRIX],
-                       help="make a qwen-image-finetune requirements.txt installable on XPU (idempotent, backup)",
-                       description="Comment out CUDA-only packages, raise bitsandbytes to the pair's minimum, relax pins "
-                       "that contradict the pair's torch, pin torch/torchvision to the pair's XPU builds with the XPU "
-                       "index line, and report conflicts with aipc-env's pip layer (and the lock, if any). The file "
-                       "keeps its mode, owner, symlink and each line's ending; the original is kept once as "
-                       "<file>.aipc-backup; a read-only file is refused; a second run changes nothing.")
+    p = sub.add_parser(
+        "patch-requirements",
+        parents=[JSON, PAIR, ENV, LOCK_ROOT, MATRIX],
+        help="make a qwen-image-finetune requirements.txt installable on XPU (idempotent, backup)",
+        description="Comment out CUDA-only packages, raise bitsandbytes to the pair's minimum, relax pins "
+        "that contradict the pair's torch, pin torch/torchvision to the pair's XPU builds with the XPU "
+        "index line, and report conflicts with aipc-env's pip layer (and the lock, if any). The file "
+        "keeps its mode, owner, symlink and each line's ending; the original is kept once as "
+        "<file>.aipc-backup; a read-only file is refused; a second run changes nothing.",
+    )
     p.add_argument("path", type=Path, help="the requirements.txt of a qwen-image-finetune clone")
     p.add_argument("--dry-run", action="store_true", help="print the unified diff; change nothing")
-    p.add_argument("--xpu-index-url", metavar="URL", help="the PyTorch XPU index (or a mirror) the torch pins name "
-                   "(default: https://download.pytorch.org/whl/xpu)")
+    p.add_argument(
+        "--xpu-index-url",
+        metavar="URL",
+        help="the PyTorch XPU index (or a mirror) the torch pins name (default: https://download.pytorch.org/whl/xpu)",
+    )
     p.set_defaults(run=run)
 
 
@@ -42,8 +48,14 @@ def run(args: argparse.Namespace) -> Result:
     assert pair is not None
     lock = pylock_path(lock_root(args) / pair.id, platform)
     locked = {p.key: p.version or "" for p in read_pylock(lock).packages} if lock.is_file() else None
-    result, diff, backup = apply_edits(args.path, pair=pair, xpu_index=args.xpu_index_url or XPU_INDEX_URL,
-                                       pip_layer=common_requirements(), locked=locked, dry_run=args.dry_run)
+    result, diff, backup = apply_edits(
+        args.path,
+        pair=pair,
+        xpu_index=args.xpu_index_url or XPU_INDEX_URL,
+        pip_layer=common_requirements(),
+        locked=locked,
+        dry_run=args.dry_run,
+    )
     notes = [] if locked is not None else [f"no lock for {pair.id} here ({lock}); pins were not compared with a lock"]
 
     def text() -> None:
@@ -59,7 +71,19 @@ def run(args: argparse.Namespace) -> Result:
             print(f"note: {note}")
         for r in result.report:
             print(f"warning: {r}")
-    return Result(RequirementsReport(path=str(args.path), pair=pair.id, pair_why=choice.why, dry_run=args.dry_run,
-                                     changed=result.changed, edits=result.edits, warnings=result.report, notes=notes,
-                                     backup=str(backup) if backup else None, diff=diff if args.dry_run else None),
-                  text)
+
+    return Result(
+        RequirementsReport(
+            path=str(args.path),
+            pair=pair.id,
+            pair_why=choice.why,
+            dry_run=args.dry_run,
+            changed=result.changed,
+            edits=result.edits,
+            warnings=result.report,
+            notes=notes,
+            backup=str(backup) if backup else None,
+            diff=diff if args.dry_run else None,
+        ),
+        text,
+    )

@@ -12,9 +12,13 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quantize", parents=[JSON, DEVICE], help="pre-quantize the transformer or the text encoder to NF4 "
-                       "(runbook §7.1/7.2)", description="One-time NF4 pre-quantization; the output folder is "
-                       "written beside its target and renamed at the end (an interrupted run leaves nothing).")
+    p = sub.add_parser(
+        "quantize",
+        parents=[JSON, DEVICE],
+        help="pre-quantize the transformer or the text encoder to NF4 (runbook §7.1/7.2)",
+        description="One-time NF4 pre-quantization; the output folder is "
+        "written beside its target and renamed at the end (an interrupted run leaves nothing).",
+    )
     p.add_argument("part", choices=["transformer", "text-encoder"], help="which model part to quantize")
     p.add_argument("--src", type=Path, required=True, help="the Qwen-Image-Edit model folder")
     p.add_argument("--dst", type=output_folder, required=True, help="output folder (written atomically)")
@@ -36,8 +40,13 @@ def run(args: argparse.Namespace) -> Result:
     key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"
 
     def text() -> None:
-        print(f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
-              f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB")
-        print(f"set {key}: {result.dst}" + ("  (rebuild the cache after switching the text encoder)"
-                                            if args.part == "text-encoder" else ""))
+        print(
+            f"wrote {result.dst} ({result.size_bytes / 1e6:.1f} MB, {result.method}) in {result.seconds:.1f} s; "
+            f"peak RSS {result.peak_rss_mb} MB, peak device memory {result.peak_device_mb} MB"
+        )
+        print(
+            f"set {key}: {result.dst}"
+            + ("  (rebuild the cache after switching the text encoder)" if args.part == "text-encoder" else "")
+        )
+
     return Result(result, text)

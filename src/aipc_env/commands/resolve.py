@@ -14,18 +14,23 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("resolve", parents=[JSON, PLATFORM, MATRIX],
-                       help="resolve which torch+xpu / oneAPI pair a package list shows",
-                       description="Read `pip list` or `pip freeze` output and say which pair it shows, what does not "
-                       "fit and how to fix it. The platform is --platform, else what the list shows (wheel tags, "
-                       "paths, one platform's packages or pins), else this machine's (said). --json for machines. "
-                       "Exit 0: one pair, consistent; 1: mixed, unknown, ambiguous or not XPU; 2: bad input.")
+    p = sub.add_parser(
+        "resolve",
+        parents=[JSON, PLATFORM, MATRIX],
+        help="resolve which torch+xpu / oneAPI pair a package list shows",
+        description="Read `pip list` or `pip freeze` output and say which pair it shows, what does not "
+        "fit and how to fix it. The platform is --platform, else what the list shows (wheel tags, "
+        "paths, one platform's packages or pins), else this machine's (said). --json for machines. "
+        "Exit 0: one pair, consistent; 1: mixed, unknown, ambiguous or not XPU; 2: bad input.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--pip-list", type=Path, metavar="FILE", help="saved output of `pip list` or `pip freeze` "
-                     "(UTF-8, UTF-16 or cp1252)")
+    src.add_argument(
+        "--pip-list", type=Path, metavar="FILE", help="saved output of `pip list` or `pip freeze` (UTF-8, UTF-16 or cp1252)"
+    )
     src.add_argument("--toolkit", metavar="RELEASE", help="list the pairs matching a oneAPI release (e.g. 2025.3)")
-    p.add_argument("--torch-version-xpu", default=None, metavar="DATE",
-                   help="torch.version.xpu from that env, if known (e.g. 20250101)")
+    p.add_argument(
+        "--torch-version-xpu", default=None, metavar="DATE", help="torch.version.xpu from that env, if known (e.g. 20250101)"
+    )
     p.set_defaults(run=run)
 
 
@@ -52,8 +57,7 @@ def run(args: argparse.Namespace) -> Result:
         platform = found or platform_of(args)
         if found is None:
             why = f"assumed: this machine's ({why}; pass --platform win-64 or linux-64)"
-    report = resolve_report(installed, matrix, platform, torch_version_xpu=args.torch_version_xpu,
-                            platform_source=why)
+    report = resolve_report(installed, matrix, platform, torch_version_xpu=args.torch_version_xpu, platform_source=why)
     return Result(report, lambda: _render(report), ExitCode.OK if report.consistent else ExitCode.PROBLEMS)
 
 
@@ -65,8 +69,7 @@ def _render(report) -> None:
         owners = f"; {m.installed} belongs to {', '.join(m.belongs_to)}" if m.belongs_to else ""
         print(f"    {m.name} {m.installed}: {res.pair} pins {' or '.join(m.expected)}{owners}")
     if len(report.triton_packages) > 1:
-        print(f"    Triton: {', '.join(f'{k} {v}' for k, v in report.triton_packages.items())} (exactly one may be "
-              "installed)")
+        print(f"    Triton: {', '.join(f'{k} {v}' for k, v in report.triton_packages.items())} (exactly one may be installed)")
     if report.oneapi:
         print(f"    oneAPI {report.oneapi} (the toolkit to activate for {res.pair}; row {report.certainty})")
     print(f"    platform: {report.platform} ({report.platform_source})")

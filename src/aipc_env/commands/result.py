@@ -40,8 +40,9 @@ class ErrorDocument(VersionedModel):
     """What to do about it."""
 
 
-def error_document(code: int, message: str, *, file: str | None = None, key: str | None = None,
-                   fix: str | None = None) -> ErrorDocument:
+def error_document(
+    code: int, message: str, *, file: str | None = None, key: str | None = None, fix: str | None = None
+) -> ErrorDocument:
     name = ExitCode(code).name if code in ExitCode._value2member_map_ else str(code)
     return ErrorDocument(code=int(code), code_name=name, message=message, file=file, key=key, fix=fix)
 

@@ -16,12 +16,15 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from aipc_env.train.config import PATH_BASE_HELP
 
-    p = sub.add_parser("train", parents=[ENV, PAIR, MATRIX],
-                       help="validate a config, write its launcher (.bat/.sh), run cache then fit",
-                       description="Validate the config (and its datasets, model folder and resume checkpoint), write "
-                       "launch.bat/launch.sh into output_dir and run it: the cache phase, then the fit phase under "
-                       f"accelerate. Without CONFIG: the built-in default (a tiny model learns a synthetic edit, judged on "
-                       f"held-out samples; no download). Note: {PATH_BASE_HELP}. Exit code: the training's own.")
+    p = sub.add_parser(
+        "train",
+        parents=[ENV, PAIR, MATRIX],
+        help="validate a config, write its launcher (.bat/.sh), run cache then fit",
+        description="Validate the config (and its datasets, model folder and resume checkpoint), write "
+        "launch.bat/launch.sh into output_dir and run it: the cache phase, then the fit phase under "
+        f"accelerate. Without CONFIG: the built-in default (a tiny model learns a synthetic edit, judged on "
+        f"held-out samples; no download). Note: {PATH_BASE_HELP}. Exit code: the training's own.",
+    )
     p.add_argument("config", nargs="?", type=Path, help="training config (YAML; `aipc-env recommend` writes one)")
     p.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
     p.set_defaults(run=run)
@@ -44,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"aipc-env: no config given; running the built-in default ({config_path})")
     cfg = load_run_config(config_path)
     check = (lambda chosen: _validate_qflux(cfg, chosen.python)) if cfg.engine == "qflux" else None
-    outcome = start_run(training_request(cfg, config_path, env_flag=args.env, pair_flag=args.pair,
-                                         matrix_path=args.matrix, dry_run=args.dry_run, check=check))
+    outcome = start_run(
+        training_request(
+            cfg, config_path, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix, dry_run=args.dry_run, check=check
+        )
+    )
     if args.dry_run:
         return ExitCode.OK
     return _report(outcome, cfg)
@@ -61,8 +67,10 @@ def _validate_qflux(cfg, python) -> None:
     assert cfg.qflux
     refuse_todos(read_yaml(cfg.qflux.config, "qflux config"), cfg.qflux.config)
     result = validate_with_clone(python, cfg.qflux.clone, cfg.qflux.config)
-    print(f"aipc-env: the clone's loader accepts {cfg.qflux.config} (trainer {result['trainer']}, quantization "
-          f"{result['quantization_type']})")
+    print(
+        f"aipc-env: the clone's loader accepts {cfg.qflux.config} (trainer {result['trainer']}, quantization "
+        f"{result['quantization_type']})"
+    )
 
 
 def _heldout_verdict(cfg):
@@ -98,8 +106,9 @@ def _report(outcome, cfg) -> int:
     elif rc == ExitCode.INTERRUPTED:
         pass  # the runner printed the one line a Ctrl-C gets
     elif not outcome.started:
-        print(f"aipc-env: the launcher failed before the run started (exit code {rc}); run {outcome.plan.run_dir}",
-              file=sys.stderr)
+        print(
+            f"aipc-env: the launcher failed before the run started (exit code {rc}); run {outcome.plan.run_dir}", file=sys.stderr
+        )
     elif rc != ExitCode.OK:
         print(f"aipc-env: training failed (exit code {rc}); log {log}", file=sys.stderr)
     else:

@@ -64,8 +64,12 @@ def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder", path=out, key="--out", fix="choose a new folder")
     if out.is_dir() and any(out.iterdir()) and not (out / SPEC_NAME).is_file() and not (out / RENDERING_MARK).is_file():
-        raise InputError(f"the folder is not empty and holds no earlier render ({SPEC_NAME})", path=out, key="--out",
-                         fix="choose a new or empty folder: a render writes a Containerfile and would replace yours")
+        raise InputError(
+            f"the folder is not empty and holds no earlier render ({SPEC_NAME})",
+            path=out,
+            key="--out",
+            fix="choose a new or empty folder: a render writes a Containerfile and would replace yours",
+        )
 
 
 def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
@@ -79,26 +83,40 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
     if req.gpu_runtime == "intel-apt":
         from aipc_env.matrix.gpu_runtime import distribution_of_image, load_gpu_runtime
 
-        load_gpu_runtime().needs_source(distribution_of_image(req.base), what=f"the base {req.base}",
-                                        key_name="--gpu-runtime-source", given=bool(req.gpu_runtime_source))
+        load_gpu_runtime().needs_source(
+            distribution_of_image(req.base),
+            what=f"the base {req.base}",
+            key_name="--gpu-runtime-source",
+            given=bool(req.gpu_runtime_source),
+        )
     if req.gpu_runtime_source:
         if req.gpu_runtime != "intel-apt":
             raise InputError("an apt source is only used with --gpu-runtime intel-apt", key="--gpu-runtime-source")
         source = parse_apt_source(req.gpu_runtime_source)
         if req.gpu_runtime_key is None:
-            raise InputError("an apt source needs the key that signs it", key="--gpu-runtime-key",
-                             fix="pass the repository's public key file and its fingerprint")
+            raise InputError(
+                "an apt source needs the key that signs it",
+                key="--gpu-runtime-key",
+                fix="pass the repository's public key file and its fingerprint",
+            )
         fingerprint = check_pinned(req.gpu_runtime_key, req.gpu_runtime_key_fingerprint)
         armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
         key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
     lock = read_pylock(req.lockfile)
     check_holds_aipc_env(lock, req.python, req.lockfile, "linux-64")
     artifacts = select_artifacts(lock, req.python, req.lockfile)
-    spec = ContextSpec(pair=req.pair, base=req.base, gpu_runtime=req.gpu_runtime,
-                       gpu_runtime_source=source.line().strip().replace(APT_KEY, key_name or APT_KEY)
-                       if source else None, gpu_runtime_key=key_name, gpu_runtime_key_fingerprint=fingerprint,
-                       python=req.python, lock_sha256=file_sha256(req.lockfile),
-                       aipc_env_wheel=AIPC_WHEEL.format(version=__version__), wheels=sorted(a.filename for a in artifacts))
+    spec = ContextSpec(
+        pair=req.pair,
+        base=req.base,
+        gpu_runtime=req.gpu_runtime,
+        gpu_runtime_source=source.line().strip().replace(APT_KEY, key_name or APT_KEY) if source else None,
+        gpu_runtime_key=key_name,
+        gpu_runtime_key_fingerprint=fingerprint,
+        python=req.python,
+        lock_sha256=file_sha256(req.lockfile),
+        aipc_env_wheel=AIPC_WHEEL.format(version=__version__),
+        wheels=sorted(a.filename for a in artifacts),
+    )
     req.out.mkdir(parents=True, exist_ok=True)
     (req.out / RENDERING_MARK).write_text("aipc-env is rendering this build context\n", encoding="utf-8")
     extra: tuple[str, ...] = ()
@@ -124,8 +142,10 @@ def build_aipc_wheel(wheels: Path, log: Path) -> Path:
 
     root = checkout_root()
     if root is None:
-        raise AipcError("building an image needs an aipc-env checkout (its wheel goes into the image)",
-                        fix="run from a clone of aipc-env (or set AIPC_ENV_HOME to one)")
+        raise AipcError(
+            "building an image needs an aipc-env checkout (its wheel goes into the image)",
+            fix="run from a clone of aipc-env (or set AIPC_ENV_HOME to one)",
+        )
     target = wheels / AIPC_WHEEL.format(version=__version__)
     target.unlink(missing_ok=True)
     env = dict(os.environ, SOURCE_DATE_EPOCH="0")
@@ -159,11 +179,18 @@ class ImageBuildReport(VersionedModel):
 def build_image(engine: Engine, context: Path, tag: str, log: Path) -> str:
     """Run the engine's build (the wheelhouse must be full); returns the image id."""
     if not (context / CONTAINERFILE).is_file() or (context / RENDERING_MARK).exists():
-        raise InputError("not a rendered context (no Containerfile, or a render was interrupted)", path=context,
-                         fix="aipc-env container render --out DIR (or container build, which renders first)")
+        raise InputError(
+            "not a rendered context (no Containerfile, or a render was interrupted)",
+            path=context,
+            fix="aipc-env container render --out DIR (or container build, which renders first)",
+        )
     checkpoint("container:before-image")
-    run_logged(build_argv(engine, context, tag), log, echo=False,
-               fix="read the log; a hash error means the wheelhouse does not match the lock")
+    run_logged(
+        build_argv(engine, context, tag),
+        log,
+        echo=False,
+        fix="read the log; a hash error means the wheelhouse does not match the lock",
+    )
     checkpoint("container:after-image")
     return image_id(engine, tag)
 
@@ -207,8 +234,14 @@ def check_image(image: str, lockfile: Path, log: Path) -> ImageCheckReport:
                 installed[canonicalize_name(name)] = dist.version
         installed.pop("aipc-env", None)
         modified = modified_files([str(site)], set(installed))
-    drift = [d for d in compute_drift(lock, installed, None, "linux-64", python, modified)
-             if d.name != "aipc-env"]  # aipc-env itself goes in from its own wheel, not the lock
-    return ImageCheckReport(image=image, lockfile=str(lockfile), lock_sha256=file_sha256(lockfile),
-                            image_lock_sha256=labels.get("io.aipc-env.lock-sha256"),
-                            image_pair=labels.get("io.aipc-env.pair"), drift=drift)
+    drift = [
+        d for d in compute_drift(lock, installed, None, "linux-64", python, modified) if d.name != "aipc-env"
+    ]  # aipc-env itself goes in from its own wheel, not the lock
+    return ImageCheckReport(
+        image=image,
+        lockfile=str(lockfile),
+        lock_sha256=file_sha256(lockfile),
+        image_lock_sha256=labels.get("io.aipc-env.lock-sha256"),
+        image_pair=labels.get("io.aipc-env.pair"),
+        drift=drift,
+    )

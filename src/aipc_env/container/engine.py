@@ -43,24 +43,60 @@ def find_engine(prefer: str | None = None, *, can_run: bool = False) -> Engine:
         path = shutil.which(name)
         if path:
             return Engine(name, path)
-    raise AipcError(f"no container engine found (looked for {', '.join(names)})", exit_code=ExitCode.USAGE,
-                    fix="install podman (apt install podman runc, or Podman Desktop on Windows) or buildah")
+    raise AipcError(
+        f"no container engine found (looked for {', '.join(names)})",
+        exit_code=ExitCode.USAGE,
+        fix="install podman (apt install podman runc, or Podman Desktop on Windows) or buildah",
+    )
 
 
 def build_argv(engine: Engine, context: Path, tag: str) -> list[str]:
     """Reproducible: chroot isolation (works in unprivileged CI too), layer cache, every timestamp 0 and
     SOURCE_DATE_EPOCH=0 (pip then writes hash-checked .pyc files, the same in every build)."""
     if engine.name == "docker":
-        return [engine.path, "build", "--build-arg", "SOURCE_DATE_EPOCH=0", "-f", str(context / "Containerfile"),
-                "-t", tag, str(context)]
+        return [
+            engine.path,
+            "build",
+            "--build-arg",
+            "SOURCE_DATE_EPOCH=0",
+            "-f",
+            str(context / "Containerfile"),
+            "-t",
+            tag,
+            str(context),
+        ]
     verb = ["bud"] if engine.name == "buildah" else ["build"]
-    return [engine.path, *verb, "--isolation", "chroot", "--layers", "--timestamp", "0", "--build-arg",
-            "SOURCE_DATE_EPOCH=0", "-f", str(context / "Containerfile"), "-t", tag, str(context)]
+    return [
+        engine.path,
+        *verb,
+        "--isolation",
+        "chroot",
+        "--layers",
+        "--timestamp",
+        "0",
+        "--build-arg",
+        "SOURCE_DATE_EPOCH=0",
+        "-f",
+        str(context / "Containerfile"),
+        "-t",
+        tag,
+        str(context),
+    ]
 
 
-def run_argv(engine: Engine, image: str, command: list[str], *, devices: list[str], mounts: list[tuple[Path, str, bool]],
-             network: str = "none", engine_options: list[str] = (), run_options: list[str] = (),
-             groups: list[str] = (), ipc_host: bool = False) -> list[str]:
+def run_argv(
+    engine: Engine,
+    image: str,
+    command: list[str],
+    *,
+    devices: list[str],
+    mounts: list[tuple[Path, str, bool]],
+    network: str = "none",
+    engine_options: list[str] = (),
+    run_options: list[str] = (),
+    groups: list[str] = (),
+    ipc_host: bool = False,
+) -> list[str]:
     """`<engine> run` with the GPU passed in (`--device` and the host's numeric groups of its nodes), the folders
     mounted (read-only where marked), no network unless asked, the host's IPC namespace only when asked."""
     argv = [engine.path, *engine_options, "run", "--rm"]
@@ -71,15 +107,19 @@ def run_argv(engine: Engine, image: str, command: list[str], *, devices: list[st
         argv += ["--ipc=host"]
     for host, target, read_only in mounts:
         if ":" in str(host) or ":" in target:  # -v reads HOST:TARGET:OPTIONS; `out:ro` would mount read-only
-            raise InputError("a folder whose path holds ':' cannot be mounted: podman and docker read ':' as the "
-                             "separator of -v HOST:TARGET:OPTIONS", path=host,
-                             fix="choose a folder without ':' in its path")
+            raise InputError(
+                "a folder whose path holds ':' cannot be mounted: podman and docker read ':' as the "
+                "separator of -v HOST:TARGET:OPTIONS",
+                path=host,
+                fix="choose a folder without ':' in its path",
+            )
         argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
     return argv + [*run_options, image, *command]
 
 
-def debian_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debian.sources"),
-                                               Path("/etc/apt/sources.list"))) -> str:
+def debian_mirror(
+    sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")),
+) -> str:
     """The distro mirror this machine uses (deb822 `URIs:` or a one-line `deb URL suite`)."""
     for path in sources:
         try:
@@ -94,8 +134,7 @@ def debian_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/deb
     return "http://deb.debian.org/debian"
 
 
-def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: str = "trixie",
-                     mirror: str | None = None) -> str:
+def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: str = "trixie", mirror: str | None = None) -> str:
     """Bootstrap a Debian base image offline of any registry: mmdebstrap from the distro mirror into a tarball
     (identical run to run with SOURCE_DATE_EPOCH=0), then a scratch image committed with timestamp 0."""
     import os
@@ -109,13 +148,36 @@ def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: 
     work.mkdir(parents=True, exist_ok=True)
     tarball = work / f"{suite}-base.tar"
     env = dict(os.environ, SOURCE_DATE_EPOCH="0")
-    run_logged([mmdebstrap, "--mode=root", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", suite,
-                str(tarball), mirror or debian_mirror()], log, env=env, echo=False)
+    run_logged(
+        [
+            mmdebstrap,
+            "--mode=root",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            suite,
+            str(tarball),
+            mirror or debian_mirror(),
+        ],
+        log,
+        env=env,
+        echo=False,
+    )
     ctr = run_logged([buildah, "from", "scratch"], log, echo=False).strip().splitlines()[-1]
     try:
         run_logged([buildah, "add", ctr, str(tarball), "/"], log, echo=False)
-        run_logged([buildah, "config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "--env", "LANG=C.UTF-8", ctr], log, echo=False)
+        run_logged(
+            [
+                buildah,
+                "config",
+                "--env",
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--env",
+                "LANG=C.UTF-8",
+                ctr,
+            ],
+            log,
+            echo=False,
+        )
         run_logged([buildah, "commit", "--timestamp", "0", ctr, tag], log, echo=False)
     finally:
         run_logged([buildah, "rm", ctr], log, echo=False)
@@ -125,8 +187,11 @@ def base_from_mirror(engine: Engine, tag: str, work: Path, log: Path, *, suite: 
 
 def image_id(engine: Engine, image: str) -> str:
     tool = shutil.which("buildah") if engine.name in ("podman", "buildah") else engine.path
-    argv = [tool, "inspect", "--type", "image", "--format", "{{.FromImageID}}", image] if tool and \
-        tool.endswith("buildah") else [engine.path, "image", "inspect", "--format", "{{.Id}}", image]
+    argv = (
+        [tool, "inspect", "--type", "image", "--format", "{{.FromImageID}}", image]
+        if tool and tool.endswith("buildah")
+        else [engine.path, "image", "inspect", "--format", "{{.Id}}", image]
+    )
     try:
         return run_capture(argv, timeout=60).stdout.strip().removeprefix("sha256:")
     except ProbeFailed as exc:
@@ -158,13 +223,13 @@ class mounted_image:
 
     def __enter__(self) -> Path:
         try:
-            self.ctr = run_capture([self.buildah, "from", "--pull-never", self.image], timeout=120).stdout.strip() \
-                .splitlines()[-1]
+            self.ctr = (
+                run_capture([self.buildah, "from", "--pull-never", self.image], timeout=120).stdout.strip().splitlines()[-1]
+            )
             return Path(run_capture([self.buildah, "mount", self.ctr], timeout=60).stdout.strip())
         except ProbeFailed as exc:
             self.__exit__(None, None, None)
-            raise InputError(f"cannot open the image {self.image}: {exc}", fix="check the name: buildah images") \
-                from None
+            raise InputError(f"cannot open the image {self.image}: {exc}", fix="check the name: buildah images") from None
 
     def __exit__(self, *exc: object) -> None:
         if self.ctr:

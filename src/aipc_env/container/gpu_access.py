@@ -87,7 +87,11 @@ def user_options(output: Path | None, *, allow_root: bool) -> list[str]:
         return []
     st = output.stat()
     if st.st_uid == 0 and not allow_root:
-        raise InputError("the output folder is owned by root: the container would run as root", path=output,
-                         key="--output", fix="give the folder to the user who will read the results (chown), or "
-                         "pass --allow-root to run the container as root on purpose")
+        raise InputError(
+            "the output folder is owned by root: the container would run as root",
+            path=output,
+            key="--output",
+            fix="give the folder to the user who will read the results (chown), or "
+            "pass --allow-root to run the container as root on purpose",
+        )
     return ["--user", f"{st.st_uid}:{st.st_gid}"]

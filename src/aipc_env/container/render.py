@@ -72,28 +72,55 @@ def containerfile(spec: ContextSpec) -> str:
 
     gpu = ""
     if spec.gpu_runtime == "intel-apt":
-        source = render_marked(_template("gpu-source.Containerfile"), "gpu-source.Containerfile",
-                               {"fingerprint": spec.gpu_runtime_key_fingerprint or "", "apt_list": APT_LIST,
-                                "key": spec.gpu_runtime_key or ""}) if spec.gpu_runtime_source else ""
+        source = (
+            render_marked(
+                _template("gpu-source.Containerfile"),
+                "gpu-source.Containerfile",
+                {"fingerprint": spec.gpu_runtime_key_fingerprint or "", "apt_list": APT_LIST, "key": spec.gpu_runtime_key or ""},
+            )
+            if spec.gpu_runtime_source
+            else ""
+        )
         from aipc_env.matrix.gpu_runtime import load_gpu_runtime
 
         packages = load_gpu_runtime().packages  # each a Debian package name (the table's own pattern)
-        gpu = render_marked(_template("gpu-runtime.Containerfile"), "gpu-runtime.Containerfile",
-                            {"packages_list": ", ".join(packages), "packages": " ".join(packages), "source": source},
-                            serialized=frozenset({"packages_list", "packages", "source"}))
-    labels = {"org.opencontainers.image.title": "aipc-env training env",
-              "org.opencontainers.image.version": spec.aipc_env_version,
-              "org.opencontainers.image.base.name": spec.base,
-              "io.aipc-env.pair": spec.pair, "io.aipc-env.lock-sha256": spec.lock_sha256,
-              "io.aipc-env.version": spec.aipc_env_version, "io.aipc-env.python": spec.python,
-              "io.aipc-env.gpu-runtime": spec.gpu_runtime}
+        gpu = render_marked(
+            _template("gpu-runtime.Containerfile"),
+            "gpu-runtime.Containerfile",
+            {"packages_list": ", ".join(packages), "packages": " ".join(packages), "source": source},
+            serialized=frozenset({"packages_list", "packages", "source"}),
+        )
+    labels = {
+        "org.opencontainers.image.title": "aipc-env training env",
+        "org.opencontainers.image.version": spec.aipc_env_version,
+        "org.opencontainers.image.base.name": spec.base,
+        "io.aipc-env.pair": spec.pair,
+        "io.aipc-env.lock-sha256": spec.lock_sha256,
+        "io.aipc-env.version": spec.aipc_env_version,
+        "io.aipc-env.python": spec.python,
+        "io.aipc-env.gpu-runtime": spec.gpu_runtime,
+    }
     label_lines = " \\\n      ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())  # quoted and escaped
     major_minor = tuple(int(x) for x in spec.python.split(".")[:2])
-    return render_marked(_template("Containerfile"), "Containerfile", {
-        "version": spec.aipc_env_version, "pair": spec.pair, "base": validate_image_reference(spec.base),
-        "python_tuple": repr(major_minor), "python": spec.python, "gpu_runtime": gpu, "venv": VENV,
-        "lock_copy": LOCK_COPY, "requirements": REQUIREMENTS, "wheels": WHEELS, "aipc_env_wheel": spec.aipc_env_wheel,
-        "labels": label_lines}, serialized=frozenset({"base", "python_tuple", "gpu_runtime", "venv", "labels"}))
+    return render_marked(
+        _template("Containerfile"),
+        "Containerfile",
+        {
+            "version": spec.aipc_env_version,
+            "pair": spec.pair,
+            "base": validate_image_reference(spec.base),
+            "python_tuple": repr(major_minor),
+            "python": spec.python,
+            "gpu_runtime": gpu,
+            "venv": VENV,
+            "lock_copy": LOCK_COPY,
+            "requirements": REQUIREMENTS,
+            "wheels": WHEELS,
+            "aipc_env_wheel": spec.aipc_env_wheel,
+            "labels": label_lines,
+        },
+        serialized=frozenset({"base", "python_tuple", "gpu_runtime", "venv", "labels"}),
+    )
 
 
 def containerignore(extra: tuple[str, ...] = ()) -> str:

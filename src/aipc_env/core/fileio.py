@@ -46,8 +46,9 @@ __all__ = [
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
 
-def check_writable(path: str | Path, what: str = "output", *, folder: bool = False, key: str | None = None,
-                   config: str | Path | None = None) -> Path:
+def check_writable(
+    path: str | Path, what: str = "output", *, folder: bool = False, key: str | None = None, config: str | Path | None = None
+) -> Path:
     """Refuse, before any work, an output that cannot be written: a folder where a file is meant (or the reverse),
     a parent that is a file, a folder that is read-only or on a read-only file system (probed by creating and
     removing a temp file in the nearest existing folder; nothing is left). Errors name `config` and `key` when the
@@ -55,22 +56,28 @@ def check_writable(path: str | Path, what: str = "output", *, folder: bool = Fal
     path = Path(path)
     where = {"path": config, "key": key} if config is not None else {"path": path, "key": key}
     if path.exists() and path.is_dir() != folder:
-        raise InputError(f"{what} {str(path)!r} is a {'file' if folder else 'folder'}; expected a "
-                         f"{'folder' if folder else 'file name to write'}", **where,
-                         fix="choose another path" if folder else "pass a file path (e.g. add a file name to the folder)")
+        raise InputError(
+            f"{what} {str(path)!r} is a {'file' if folder else 'folder'}; expected a "
+            f"{'folder' if folder else 'file name to write'}",
+            **where,
+            fix="choose another path" if folder else "pass a file path (e.g. add a file name to the folder)",
+        )
     probe = path if folder and path.is_dir() else path.parent
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise InputError(f"cannot write {what} {str(path)!r}: {probe} is a file, not a folder", **where,
-                         fix="choose a path inside a folder")
+        raise InputError(
+            f"cannot write {what} {str(path)!r}: {probe} is a file, not a folder", **where, fix="choose a path inside a folder"
+        )
     try:
         with tempfile.TemporaryFile(prefix=".aipc-env-write-probe-", dir=probe):
             pass
     except OSError as exc:
-        raise InputError(f"cannot write {what} {str(path)!r}: {probe} is not writable ({exc.strerror})", **where,
-                         fix="choose a folder you can write (e.g. under your home folder), or fix its permissions") \
-            from None
+        raise InputError(
+            f"cannot write {what} {str(path)!r}: {probe} is not writable ({exc.strerror})",
+            **where,
+            fix="choose a folder you can write (e.g. under your home folder), or fix its permissions",
+        ) from None
     return path
 
 
@@ -108,8 +115,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", path=path, fix="check the folder exists and is writable") \
-            from None
+        raise InputError(f"cannot write: {exc.strerror}", path=path, fix="check the folder exists and is writable") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -139,8 +145,12 @@ def check_text_path(path: str | Path, what: str = "path", *, key: str | None = N
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"{what} {shown(text)!r} holds a file name that is not UTF-8 text", path=shown(text), key=key,
-                         fix="rename the file or folder to a UTF-8 name, or choose another path") from None
+        raise InputError(
+            f"{what} {shown(text)!r} holds a file name that is not UTF-8 text",
+            path=shown(text),
+            key=key,
+            fix="rename the file or folder to a UTF-8 name, or choose another path",
+        ) from None
     return Path(path)
 
 
@@ -148,10 +158,12 @@ def atomic_write_text(path: str | Path, text: str, *, newline: str = "\n", mode:
     try:
         data = text.replace("\n", newline).encode("utf-8")
     except UnicodeEncodeError as exc:  # a value holding a file name that is not UTF-8 (lone surrogates)
-        around = shown(text[max(0, exc.start - 60):exc.end + 20])
-        raise InputError(f"cannot write it: a value would hold a file name that is not UTF-8 text (...{around}...)",
-                         path=shown(path), fix="rename that file or folder to a UTF-8 name, or choose another path") \
-            from None
+        around = shown(text[max(0, exc.start - 60) : exc.end + 20])
+        raise InputError(
+            f"cannot write it: a value would hold a file name that is not UTF-8 text (...{around}...)",
+            path=shown(path),
+            fix="rename that file or folder to a UTF-8 name, or choose another path",
+        ) from None
     atomic_write_bytes(path, data, mode=mode)
 
 
@@ -235,16 +247,20 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
             try:
                 return raw.decode(encoding)
             except UnicodeDecodeError as exc:
-                raise InputError(f"{what} is not valid {encoding} text ({exc.reason} at byte {exc.start})",
-                                 path=path) from None
+                raise InputError(f"{what} is not valid {encoding} text ({exc.reason} at byte {exc.start})", path=path) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        hint = ("it looks like UTF-16 without a byte-order mark" if b"\x00" in raw[:200]
-                else "it looks like a Windows ANSI code page (cp1252)")
-        raise InputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}; {hint})", path=path,
-                         fix="save it as UTF-8 (in PowerShell: Get-Content F | Set-Content -Encoding utf8 F2)") \
-            from None
+        hint = (
+            "it looks like UTF-16 without a byte-order mark"
+            if b"\x00" in raw[:200]
+            else "it looks like a Windows ANSI code page (cp1252)"
+        )
+        raise InputError(
+            f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}; {hint})",
+            path=path,
+            fix="save it as UTF-8 (in PowerShell: Get-Content F | Set-Content -Encoding utf8 F2)",
+        ) from None
 
 
 LEGACY_CODE_PAGE = "cp1252"
@@ -259,10 +275,13 @@ def decode_guessing(raw: bytes, path: str | Path, what: str, fix: str = "save it
     for bom, encoding in _GUESS_BOMS:
         if raw.startswith(bom):
             try:
-                return raw[len(bom):].decode(encoding), encoding.replace("-sig", " with a byte-order mark")
+                return raw[len(bom) :].decode(encoding), encoding.replace("-sig", " with a byte-order mark")
             except UnicodeDecodeError as exc:
-                raise InputError(f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
-                                 f"({exc.reason} at byte {exc.start + len(bom)})", path=path) from None
+                raise InputError(
+                    f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
+                    f"({exc.reason} at byte {exc.start + len(bom)})",
+                    path=path,
+                ) from None
     try:
         return raw.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -270,8 +289,9 @@ def decode_guessing(raw: bytes, path: str | Path, what: str, fix: str = "save it
     try:
         return raw.decode(LEGACY_CODE_PAGE), LEGACY_CODE_PAGE
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} is neither UTF-8, UTF-16 nor {LEGACY_CODE_PAGE} text ({exc.reason} at byte "
-                         f"{exc.start})", path=path, fix=fix) from None
+        raise InputError(
+            f"{what} is neither UTF-8, UTF-16 nor {LEGACY_CODE_PAGE} text ({exc.reason} at byte {exc.start})", path=path, fix=fix
+        ) from None
 
 
 def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None) -> str:
@@ -279,8 +299,9 @@ def read_text(path: str | Path, what: str = "file", max_bytes: int | None = None
     to check beforehand), decoded strictly."""
     path = Path(path)
     limit = max_bytes or 64 * 2**20
-    too_big = InputError(f"{what} is larger than {limit // 2**20} MiB", path=path,
-                         fix="aipc-env's input files are small; check the path")
+    too_big = InputError(
+        f"{what} is larger than {limit // 2**20} MiB", path=path, fix="aipc-env's input files are small; check the path"
+    )
     try:
         if path.is_file() and path.stat().st_size > limit:
             raise too_big
@@ -316,13 +337,19 @@ def _too_long_number(path: str | Path, what: str) -> InputError:
     """Python refuses to turn a number of more than sys.get_int_max_str_digits() digits (4300) into an int."""
     import sys
 
-    return InputError(f"{what} holds a number of more than {sys.get_int_max_str_digits()} digits", path=path,
-                      fix="aipc-env's files hold small numbers; this is not one of them")
+    return InputError(
+        f"{what} holds a number of more than {sys.get_int_max_str_digits()} digits",
+        path=path,
+        fix="aipc-env's files hold small numbers; this is not one of them",
+    )
 
 
 def _too_deep(path: str | Path, what: str) -> InputError:
-    return InputError(f"{what} is nested deeper than {MAX_DEPTH} levels", path=path,
-                      fix="aipc-env's files nest a few levels; this is not one of them")
+    return InputError(
+        f"{what} is nested deeper than {MAX_DEPTH} levels",
+        path=path,
+        fix="aipc-env's files nest a few levels; this is not one of them",
+    )
 
 
 def check_depth(data: Any, path: str | Path, what: str, limit: int = MAX_DEPTH) -> Any:
@@ -370,8 +397,9 @@ def parse_json(text: str, path: str | Path, what: str = "JSON file") -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=path) from None
     except DuplicateKeyError as exc:
-        raise InputError(f"{what} is ambiguous: {exc}", path=path,
-                         fix="keep one value per key (readers disagree which of two wins)") from None
+        raise InputError(
+            f"{what} is ambiguous: {exc}", path=path, fix="keep one value per key (readers disagree which of two wins)"
+        ) from None
     except ValueError:  # the only other ValueError json.loads raises: an integer past the digit limit
         raise _too_long_number(path, what) from None
     return check_depth(data, path, what)
@@ -398,8 +426,11 @@ def _check_yaml_graph(root: Any, path: str | Path, what: str) -> None:
         if done:
             total = 1 + sum(size[id(c)] for c in children)
             if total > MAX_YAML_NODES:
-                raise InputError(f"{what} expands to more than {MAX_YAML_NODES} values (anchors and aliases)",
-                                 path=path, fix="write the values out; aipc-env's files are small")
+                raise InputError(
+                    f"{what} expands to more than {MAX_YAML_NODES} values (anchors and aliases)",
+                    path=path,
+                    fix="write the values out; aipc-env's files are small",
+                )
             size[id(node)] = total
         elif id(node) not in size:
             stack.append((node, depth, True))
@@ -445,10 +476,12 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
         def _count(self) -> None:
             self.made += 1
             if self.made > MAX_YAML_NODES:
-                raise InputError(f"{what} holds more than {MAX_YAML_NODES} values", path=path,
-                                 fix="aipc-env's files are small; check the path")
+                raise InputError(
+                    f"{what} holds more than {MAX_YAML_NODES} values", path=path, fix="aipc-env's files are small; check the path"
+                )
 
     if base is not None:  # libyaml's events, composed here (CParser's own composer cannot be bounded)
+
         class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore[misc]  # libyaml's C parser mixed into the bounded composer (a runtime base)
             def __init__(self, stream: str) -> None:
                 base.__init__(self, stream)
@@ -456,6 +489,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
                 yaml.constructor.SafeConstructor.__init__(self)
                 yaml.resolver.Resolver.__init__(self)
     else:
+
         class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]  # libyaml's C classes where present, else the pure-Python ones (same interface)
             pass
 
@@ -468,8 +502,11 @@ def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
     import yaml
 
     if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
-        raise InputError(f"{what} is larger than {MAX_YAML_BYTES // 2**20} MiB", path=path,
-                         fix="aipc-env's YAML files are small; check the path")
+        raise InputError(
+            f"{what} is larger than {MAX_YAML_BYTES // 2**20} MiB",
+            path=path,
+            fix="aipc-env's YAML files are small; check the path",
+        )
     loader = _bounded_loader(text, path, what)
     try:
         node = loader.get_single_node()

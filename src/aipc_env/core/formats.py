@@ -75,8 +75,7 @@ def timestamp() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def validate_versioned(model: type[M], raw: Any, path: str | Path, *,
-                       migrate: Callable[[dict], dict] | None = None) -> M:
+def validate_versioned(model: type[M], raw: Any, path: str | Path, *, migrate: Callable[[dict], dict] | None = None) -> M:
     """Validate already-parsed data as `model`, checking its version first."""
     what = model.FORMAT
     if not isinstance(raw, dict):
@@ -87,14 +86,16 @@ def validate_versioned(model: type[M], raw: Any, path: str | Path, *,
             raw[new] = raw.pop(old)
     version = raw.get("schema_version")
     if version is None:
-        raise InputError(f"not a {what}: missing 'schema_version'", path=path, key="schema_version",
-                         fix=model.FIX)
+        raise InputError(f"not a {what}: missing 'schema_version'", path=path, key="schema_version", fix=model.FIX)
     if version != model.SCHEMA_VERSION:
         newer = isinstance(version, int) and version > model.SCHEMA_VERSION
-        raise InputError(f"{what} schema_version {version!r} is not supported (this aipc-env reads "
-                         f"{model.SCHEMA_VERSION})" + ("; it was written by a newer aipc-env" if newer else ""),
-                         path=path, key="schema_version",
-                         fix="update aipc-env" if newer else (model.FIX or "write the file again with this aipc-env"))
+        raise InputError(
+            f"{what} schema_version {version!r} is not supported (this aipc-env reads "
+            f"{model.SCHEMA_VERSION})" + ("; it was written by a newer aipc-env" if newer else ""),
+            path=path,
+            key="schema_version",
+            fix="update aipc-env" if newer else (model.FIX or "write the file again with this aipc-env"),
+        )
     if migrate is not None:
         raw = migrate(raw)
     try:

@@ -22,21 +22,59 @@ __all__ = ["GPU_FAMILIES", "GpuFamily", "families_of", "family_label", "family_o
 GpuFamily = Literal["arc-a", "arc-b", "igpu"]
 GPU_FAMILIES: tuple[GpuFamily, ...] = ("arc-a", "arc-b", "igpu")
 
-_LABELS: dict[str, str] = {"arc-a": "Arc A-series (Alchemist)", "arc-b": "Arc B-series (Battlemage)",
-                           "igpu": "integrated Intel GPU"}
+_LABELS: dict[str, str] = {
+    "arc-a": "Arc A-series (Alchemist)",
+    "arc-b": "Arc B-series (Battlemage)",
+    "igpu": "integrated Intel GPU",
+}
 
-_DG2 = {0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1, 0x56A2, 0x56BE, 0x56BF,  # DG2-G10
-        0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA, 0x56BB, 0x56BC, 0x56BD,  # DG2-G11
-        0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3}  # DG2-G12
+_DG2 = {
+    0x5690,
+    0x5691,
+    0x5692,
+    0x56A0,
+    0x56A1,
+    0x56A2,
+    0x56BE,
+    0x56BF,  # DG2-G10
+    0x5693,
+    0x5694,
+    0x5695,
+    0x56A5,
+    0x56A6,
+    0x56B0,
+    0x56B1,
+    0x56BA,
+    0x56BB,
+    0x56BC,
+    0x56BD,  # DG2-G11
+    0x5696,
+    0x5697,
+    0x56A3,
+    0x56A4,
+    0x56B2,
+    0x56B3,
+}  # DG2-G12
 _BMG = {0xE202, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216}
-_IGPU = {0x7D40, 0x7D45, 0x7D55, 0x7D60, 0x7DD5,  # MTL
-         0x7D41, 0x7D51, 0x7DD1, 0x7D67, 0xB640,  # ARL
-         0x6420, 0x64A0, 0x64B0}  # LNL
+_IGPU = {
+    0x7D40,
+    0x7D45,
+    0x7D55,
+    0x7D60,
+    0x7DD5,  # MTL
+    0x7D41,
+    0x7D51,
+    0x7DD1,
+    0x7D67,
+    0xB640,  # ARL
+    0x6420,
+    0x64A0,
+    0x64B0,
+}  # LNL
 
 _ARC_A = re.compile(r"\bArc(?:\(TM\)|™)?\s+(?:Pro\s+)?A\d{2,3}M?\b", re.IGNORECASE)
 _ARC_B = re.compile(r"\bArc(?:\(TM\)|™)?\s+(?:Pro\s+)?B\d{2,3}\b", re.IGNORECASE)
-_IGPU_NAME = re.compile(r"\b(?:Iris|UHD|HD Graphics)\b|\bArc(?:\(TM\)|™)?\s+(?:\d{3}V\s+GPU|\d{3}V\b|Graphics\b)",
-                        re.IGNORECASE)
+_IGPU_NAME = re.compile(r"\b(?:Iris|UHD|HD Graphics)\b|\bArc(?:\(TM\)|™)?\s+(?:\d{3}V\s+GPU|\d{3}V\b|Graphics\b)", re.IGNORECASE)
 
 
 def family_of(name: str, device_id: str | None = None) -> GpuFamily | None:

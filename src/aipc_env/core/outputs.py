@@ -73,9 +73,15 @@ def _plain_name(name: str) -> bool:
     """A relative POSIX path of plain parts, as written: "a//b", "./a", "../a" and "" are not, nor the names of
     the writer's own state (the record, a journal, a temp file)."""
     parts = name.split("/")
-    return bool(name) and len(parts) <= 8 and name != RECORD and all(
-        p not in (".", "..") and _PART.fullmatch(p) and not p.startswith(_TMP) and not p.endswith(JOURNAL_SUFFIX)
-        for p in parts)
+    return (
+        bool(name)
+        and len(parts) <= 8
+        and name != RECORD
+        and all(
+            p not in (".", "..") and _PART.fullmatch(p) and not p.startswith(_TMP) and not p.endswith(JOURNAL_SUFFIX)
+            for p in parts
+        )
+    )
 
 
 def _tmp_for(final: Path, token: str) -> Path:
@@ -108,9 +114,11 @@ def _write_journal(journal: Path, plan: dict) -> None:
 
 
 def _refuse_journal(journal: Path, why: str) -> InputError:
-    return InputError(f"an interrupted write left a journal that cannot be trusted ({why}); nothing was changed",
-                      path=journal, fix="if no aipc-env run is writing there, delete it and the .aipc-tmp-* files "
-                                        "beside the outputs, then run again")
+    return InputError(
+        f"an interrupted write left a journal that cannot be trusted ({why}); nothing was changed",
+        path=journal,
+        fix="if no aipc-env run is writing there, delete it and the .aipc-tmp-* files beside the outputs, then run again",
+    )
 
 
 def _not_a_regular_file(path: Path) -> bool:
@@ -121,13 +129,15 @@ def _not_a_regular_file(path: Path) -> bool:
 def _read_journal(journal: Path, allowed: Callable[[Path], bool]) -> tuple[_Journal, list[tuple[Path, Path]]]:
     """The journal through its model; every target one the running command writes, every temp file beside it."""
     try:
-        plan = _Journal.model_validate(parse_json(read_text(journal, "journal", max_bytes=_MAX_STATE), journal,
-                                                  "journal"))
+        plan = _Journal.model_validate(parse_json(read_text(journal, "journal", max_bytes=_MAX_STATE), journal, "journal"))
     except (InputError, ValidationError) as exc:
         why = exc.message if isinstance(exc, InputError) else f"{exc.error_count()} field(s) of the wrong form"
-        raise InputError("an interrupted write left a journal that cannot be read", path=journal,
-                         fix=f"{why}; if no aipc-env run is writing there, delete it and the .aipc-tmp-* files beside "
-                             "the outputs, then run again") from None
+        raise InputError(
+            "an interrupted write left a journal that cannot be read",
+            path=journal,
+            fix=f"{why}; if no aipc-env run is writing there, delete it and the .aipc-tmp-* files beside "
+            "the outputs, then run again",
+        ) from None
     renames = []
     for entry in plan.renames:
         final = Path(entry.final)
@@ -191,19 +201,28 @@ def _check_before_staging(journal: Path, renames: list[tuple[Path, Path]], recor
     places = [journal, *([journal.parent / RECORD] if record else [])]
     for path in places:
         if _not_a_regular_file(path):
-            raise InputError("is a link or not a regular file where aipc-env keeps its own state; nothing was written",
-                             path=path, fix="move it away, then run again")
+            raise InputError(
+                "is a link or not a regular file where aipc-env keeps its own state; nothing was written",
+                path=path,
+                fix="move it away, then run again",
+            )
     for tmp, final in renames:
         if final.exists() and not final.is_file() and not final.is_symlink():
             raise InputError("is not a regular file; nothing was written", path=final, fix="move it away")
         if tmp.exists() or tmp.is_symlink():
-            raise InputError("a temp file of this name is already there; nothing was written", path=tmp,
-                             fix="move it away, then run again")
+            raise InputError(
+                "a temp file of this name is already there; nothing was written", path=tmp, fix="move it away, then run again"
+            )
 
 
-def commit_files(files: dict[Path, bytes], journal: Path, *, modes: dict[Path, int] | None = None,
-                 record: dict[str, str] | None = None,
-                 targets: Callable[[Path], bool] | None = None) -> None:
+def commit_files(
+    files: dict[Path, bytes],
+    journal: Path,
+    *,
+    modes: dict[Path, int] | None = None,
+    record: dict[str, str] | None = None,
+    targets: Callable[[Path], bool] | None = None,
+) -> None:
     """Write every file or none (see the module doc). Targets must already have been checked by the caller. `record`
     ({name: sha256}) is written as the folder's record (`RECORD` beside the journal) with the files. `targets`
     says which files an earlier run's journal may name (by default: these files)."""
@@ -252,8 +271,9 @@ class OutputFolder:
         self.root = Path(os.path.abspath(root))
         self.force = force
         if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
-            raise InputError("the output folder is a link or a file", path=self.root,
-                             fix="give a real folder (a new one is created)")
+            raise InputError(
+                "the output folder is a link or a file", path=self.root, fix="give a real folder (a new one is created)"
+            )
 
     @property
     def journal(self) -> Path:
@@ -264,13 +284,15 @@ class OutputFolder:
         not plain) counts for nothing: no file is the tool's."""
         path = self.root / RECORD
         if _not_a_regular_file(path):
-            raise InputError("is a link or not a regular file where aipc-env keeps its record of the files it wrote; "
-                             "nothing was written", path=path, fix="move it away, then run again")
+            raise InputError(
+                "is a link or not a regular file where aipc-env keeps its record of the files it wrote; nothing was written",
+                path=path,
+                fix="move it away, then run again",
+            )
         if not path.is_file():
             return {}
         try:
-            record = _Record.model_validate(parse_json(read_text(path, "record", max_bytes=_MAX_STATE), path,
-                                                       "record"))
+            record = _Record.model_validate(parse_json(read_text(path, "record", max_bytes=_MAX_STATE), path, "record"))
         except (InputError, ValidationError):
             return {}  # unreadable: nothing counts as ours
         if not all(_plain_name(k) and _SHA256.fullmatch(v) for k, v in record.files.items()):
@@ -298,8 +320,11 @@ class OutputFolder:
         for part in parts[:-1]:
             path = path / part
             if path.is_symlink() or (path.exists() and not path.is_dir()):
-                raise InputError("is a link or a file where the output needs a folder: nothing is written through "
-                                 "it", path=path, fix="move it away, or choose another output folder")
+                raise InputError(
+                    "is a link or a file where the output needs a folder: nothing is written through it",
+                    path=path,
+                    fix="move it away, or choose another output folder",
+                )
         return path / parts[-1]
 
     def check(self, names: list[str]) -> dict[str, Path]:
@@ -324,8 +349,11 @@ class OutputFolder:
         if refused:
             path, why = refused[0]
             more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-            raise InputError(f"{why}{more}; it was left as it is", path=path,
-                             fix="move it away, choose another output folder, or pass --force to replace it")
+            raise InputError(
+                f"{why}{more}; it was left as it is",
+                path=path,
+                fix="move it away, choose another output folder, or pass --force to replace it",
+            )
         return targets
 
     def write(self, files: dict[str, bytes], *, modes: dict[str, int] | None = None) -> list[Path]:
@@ -337,6 +365,11 @@ class OutputFolder:
         for path in targets.values():
             if path.is_symlink():  # --force: the link itself goes, its target is never touched
                 path.unlink()
-        commit_files({targets[n]: d for n, d in files.items()}, self.journal,
-                     modes={targets[n]: m for n, m in (modes or {}).items()}, record=ours, targets=self.owns)
+        commit_files(
+            {targets[n]: d for n, d in files.items()},
+            self.journal,
+            modes={targets[n]: m for n, m in (modes or {}).items()},
+            record=ours,
+            targets=self.owns,
+        )
         return [targets[n] for n in files]

@@ -10,17 +10,23 @@ CPYTHON_MINORS = tuple(f"3.{minor}" for minor in range(9, 16))
 """Every CPython minor a pair's env, lock or image may be built for, oldest first (3.9 to 3.15): the one list."""
 """The Python of an env when nothing names one (a lock's own Python, from lock-meta.json, comes first)."""
 
-__all__ = ["DEFAULT_PYTHON", "PLATFORMS", "Platform", "current_platform", "display_adapters", "has_intel_gpu",
-           "marker_environment", "wheel_platform_fits"]
+__all__ = [
+    "DEFAULT_PYTHON",
+    "PLATFORMS",
+    "Platform",
+    "current_platform",
+    "display_adapters",
+    "has_intel_gpu",
+    "marker_environment",
+    "wheel_platform_fits",
+]
 
 Platform = Literal["win-64", "linux-64"]
 PLATFORMS: tuple[Platform, ...] = ("win-64", "linux-64")
 
 _MARKER_ENVS: dict[str, dict[str, str]] = {
-    "win-64": {"platform_system": "Windows", "platform_machine": "AMD64", "sys_platform": "win32",
-               "os_name": "nt"},
-    "linux-64": {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux",
-                 "os_name": "posix"},
+    "win-64": {"platform_system": "Windows", "platform_machine": "AMD64", "sys_platform": "win32", "os_name": "nt"},
+    "linux-64": {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "os_name": "posix"},
 }
 _CPYTHON = {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
 
@@ -64,9 +70,14 @@ def display_adapters() -> list[tuple[str, str, str, str]]:
         from ctypes import wintypes
 
         class _Display(ctypes.Structure):
-            _fields_ = [("cb", wintypes.DWORD), ("DeviceName", wintypes.WCHAR * 32),
-                        ("DeviceString", wintypes.WCHAR * 128), ("StateFlags", wintypes.DWORD),
-                        ("DeviceID", wintypes.WCHAR * 128), ("DeviceKey", wintypes.WCHAR * 128)]
+            _fields_ = [
+                ("cb", wintypes.DWORD),
+                ("DeviceName", wintypes.WCHAR * 32),
+                ("DeviceString", wintypes.WCHAR * 128),
+                ("StateFlags", wintypes.DWORD),
+                ("DeviceID", wintypes.WCHAR * 128),
+                ("DeviceKey", wintypes.WCHAR * 128),
+            ]
 
         seen = set()
         i = 0
@@ -81,8 +92,7 @@ def display_adapters() -> list[tuple[str, str, str, str]]:
             key = (dev.DeviceString, dev.DeviceID)
             if ven and key not in seen:
                 seen.add(key)
-                found.append((ven.group(1).lower(), did.group(1).lower() if did else "", dev.DeviceString,
-                              "EnumDisplayDevices"))
+                found.append((ven.group(1).lower(), did.group(1).lower() if did else "", dev.DeviceString, "EnumDisplayDevices"))
         return found
     from pathlib import Path
 

@@ -62,8 +62,11 @@ class CommandFailed(AipcError):
     exit_code = ExitCode.PROBLEMS
 
     def __init__(self, argv: list[str], returncode: int, log: Path | None, fix: str | None = None):
-        super().__init__(f"`{command_line(argv)}` exited with {returncode}", path=log,
-                         fix=fix or ("read the log; nothing after this step was changed" if log else None))
+        super().__init__(
+            f"`{command_line(argv)}` exited with {returncode}",
+            path=log,
+            fix=fix or ("read the log; nothing after this step was changed" if log else None),
+        )
         self.argv = argv
         self.returncode = returncode
 
@@ -83,9 +86,16 @@ def _group_kwargs() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
-def start(argv: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-          stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None,
-          hide_window: bool = False) -> subprocess.Popen:
+def start(
+    argv: list[str],
+    *,
+    cwd: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: Any = subprocess.DEVNULL,
+    stdout: Any = None,
+    stderr: Any = None,
+    hide_window: bool = False,
+) -> subprocess.Popen:
     """Start argv in a new process group (never through a shell). OSError when it cannot start."""
     kwargs = _group_kwargs()
     if IS_WINDOWS and hide_window:
@@ -129,8 +139,14 @@ def stop_tree(proc: subprocess.Popen, *, grace: float = GRACE_SECONDS, first: in
     return proc.poll()
 
 
-def run_capture(argv: list[str], *, timeout: float = 20.0, env: dict[str, str] | None = None,
-                cwd: str | Path | None = None, check: bool = True) -> Completed:
+def run_capture(
+    argv: list[str],
+    *,
+    timeout: float = 20.0,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    check: bool = True,
+) -> Completed:
     """Run a probe; raise ProbeFailed on a missing program, a timeout or (check=True) a non-zero exit."""
     try:
         proc = start(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, hide_window=True)
@@ -151,8 +167,15 @@ def run_capture(argv: list[str], *, timeout: float = 20.0, env: dict[str, str] |
     return result
 
 
-def run_logged(argv: list[str], log: Path, *, cwd: Path | None = None, env: dict[str, str] | None = None,
-               echo: bool = True, fix: str | None = None) -> str:
+def run_logged(
+    argv: list[str],
+    log: Path,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    echo: bool = True,
+    fix: str | None = None,
+) -> str:
     """Run a step, append its output to the log (and echo it to stderr), raise CommandFailed on failure."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as fh:
@@ -196,8 +219,7 @@ def run_foreground(argv: list[str], *, cwd: str | Path, stdout: IO[str] | None =
         except OSError:
             pass
 
-    previous = signal.signal(signal.SIGTERM, _pass_on) if threading.current_thread() is threading.main_thread() \
-        else None
+    previous = signal.signal(signal.SIGTERM, _pass_on) if threading.current_thread() is threading.main_thread() else None
     try:
         while True:
             try:

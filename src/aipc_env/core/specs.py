@@ -110,6 +110,7 @@ def parse_marker(value: str) -> Marker:
     except ValueError as exc:
         raise InvalidMarker(f"invalid marker {text[:40]!r}: {exc}") from None
 
+
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
 _PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,198}[A-Za-z0-9])?")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -120,8 +121,10 @@ def check_version(value: str) -> str:
     try:
         parse_version(value)
     except InvalidVersion:
-        raise ValueError(f"{str(value)[:80]!r} is not a version (PEP 440, at most {MAX_VERSION_CHARS} characters, "
-                         f"numbers of at most {MAX_DIGITS} digits)") from None
+        raise ValueError(
+            f"{str(value)[:80]!r} is not a version (PEP 440, at most {MAX_VERSION_CHARS} characters, "
+            f"numbers of at most {MAX_DIGITS} digits)"
+        ) from None
     return value
 
 
@@ -172,8 +175,7 @@ def check_file_name(value: str, what: str = "file name") -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_FILE_NAME:
         raise ValueError(f"{what} {str(value)[:80]!r} is empty or longer than {MAX_FILE_NAME} characters")
     if value in (".", "..") or any(c in value for c in "/\\:") or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control "
-                         "character)")
+        raise ValueError(f"{what} {value[:80]!r} is not a plain file name (a separator, `..`, a drive or a control character)")
     return value
 
 
@@ -182,8 +184,9 @@ def check_identifier(value: str, what: str = "name") -> str:
     letters, digits and `.`, `_`, `-` inside, at most 100 characters, matched whole (a trailing newline is not
     part of a name)."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise ValueError(f"{what} {str(value)[:80]!r} is not a plain name (letters, digits, '.', '_', '-'; at most "
-                         "100 characters)")
+        raise ValueError(
+            f"{what} {str(value)[:80]!r} is not a plain name (letters, digits, '.', '_', '-'; at most 100 characters)"
+        )
     return value
 
 

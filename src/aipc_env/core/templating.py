@@ -25,8 +25,19 @@ from typing import Any
 
 from aipc_env.errors import ExitCode
 
-__all__ = ["EXIT_MARKS", "MARK", "PLAIN", "Escaped", "ansible_data", "ansible_literal", "powershell_literal",
-           "render_marked", "render_page", "yaml_comment", "yaml_scalar"]
+__all__ = [
+    "EXIT_MARKS",
+    "MARK",
+    "PLAIN",
+    "Escaped",
+    "ansible_data",
+    "ansible_literal",
+    "powershell_literal",
+    "render_marked",
+    "render_page",
+    "yaml_comment",
+    "yaml_scalar",
+]
 
 MARK = re.compile(r"@AIPC_([A-Z][A-Z0-9_]*)@")
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
@@ -50,8 +61,7 @@ def yaml_scalar(value: str) -> Escaped:
     """`value` as one YAML double-quoted scalar (the emitter escapes line breaks, quotes and control characters)."""
     import yaml
 
-    text = yaml.dump(_no_nul(value, "a YAML value"), default_style='"', width=2**31, allow_unicode=False,
-                     explicit_end=False)
+    text = yaml.dump(_no_nul(value, "a YAML value"), default_style='"', width=2**31, allow_unicode=False, explicit_end=False)
     return Escaped(text.removesuffix("\n").removesuffix("\n...").strip())
 
 
@@ -101,10 +111,10 @@ def ansible_data(data: dict) -> Escaped:
         return item
 
     _Dumper.add_representer(_Unsafe, lambda dumper, v: dumper.represent_scalar("!unsafe", str(v), style='"'))
-    _Dumper.add_representer(_Quoted, lambda dumper, v: dumper.represent_scalar("tag:yaml.org,2002:str", str(v),
-                                                                                 style='"'))
-    return Escaped(yaml.dump(_mark(data), Dumper=_Dumper, sort_keys=False, width=110, default_flow_style=False,
-                             allow_unicode=False))
+    _Dumper.add_representer(_Quoted, lambda dumper, v: dumper.represent_scalar("tag:yaml.org,2002:str", str(v), style='"'))
+    return Escaped(
+        yaml.dump(_mark(data), Dumper=_Dumper, sort_keys=False, width=110, default_flow_style=False, allow_unicode=False)
+    )
 
 
 _PS_QUOTES = "'\u2018\u2019\u201a\u201b"
@@ -117,8 +127,7 @@ def powershell_literal(value: str) -> Escaped:
     return Escaped(f"'{body}'")
 
 
-def render_marked(text: str, name: str, values: dict[str, str], *,
-                  serialized: frozenset[str] = frozenset()) -> str:
+def render_marked(text: str, name: str, values: dict[str, str], *, serialized: frozenset[str] = frozenset()) -> str:
     """`text` (the template `name`) with each `@AIPC_KEY@` replaced by values[key] (KEY lower-cased), exit marks by
     their codes. A value must be a plain word (PLAIN) or Escaped by this module's rule for the template's language;
     `serialized` names keys a room quoted by its own documented rule (the Containerfile's JSON labels). A mark
@@ -138,8 +147,9 @@ def render_marked(text: str, name: str, values: dict[str, str], *,
 def _environment(folder: Path):
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), autoescape=True,
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder), autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
 
 
 def render_page(folder: Path, name: str, **context: Any) -> str:

@@ -37,8 +37,9 @@ def _open(part: Path | bytes):
     return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part)
 
 
-def _image_problems(sample: Sample, part: Path | bytes | None, role: str, target_size: tuple[int, int] | None,
-                    issues: list[str], small: list[str]) -> None:
+def _image_problems(
+    sample: Sample, part: Path | bytes | None, role: str, target_size: tuple[int, int] | None, issues: list[str], small: list[str]
+) -> None:
     if part is None:
         return
     if isinstance(part, Path) and not part.is_file():
@@ -51,8 +52,9 @@ def _image_problems(sample: Sample, part: Path | bytes | None, role: str, target
         issues.append(f"{sample.where}: {role} cannot be read as an image ({type(exc).__name__})")
         return
     if role != "mask" and mode != "RGB":
-        issues.append(f"{sample.where}: {role} is {mode}, not RGB (convert it: RGBA, greyscale and palette "
-                      "images are not handled like RGB)")
+        issues.append(
+            f"{sample.where}: {role} is {mode}, not RGB (convert it: RGBA, greyscale and palette images are not handled like RGB)"
+        )
     if target_size and role == "target" and (h < target_size[0] or w < target_size[1]):
         small.append(f"{sample.id} ({w}x{h})")
 
@@ -64,18 +66,17 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
     for s in scan.samples:
         if not s.prompt:
             if s.prompt_file is not None:
-                issues.append(f"{s.where}: its prompt file {s.prompt_file.name} is empty; write the edit instruction "
-                              "into it")
+                issues.append(f"{s.where}: its prompt file {s.prompt_file.name} is empty; write the edit instruction into it")
             elif scan.format == "local":
-                issues.append(f"{s.where}: no prompt (upstream silently drops such a sample); add {s.id}.txt with "
-                              "the edit instruction")
+                issues.append(
+                    f"{s.where}: no prompt (upstream silently drops such a sample); add {s.id}.txt with the edit instruction"
+                )
             else:
                 issues.append(f"{s.where}: empty prompt")
         if not s.controls:
             issues.append(f"{s.where}: no control image (the input of the edit)")
         counts.setdefault(len(s.controls), []).append(s.id)
-        for role, part in [("target", s.target), *[(f"control {i}", c) for i, c in enumerate(s.controls)],
-                           ("mask", s.mask)]:
+        for role, part in [("target", s.target), *[(f"control {i}", c) for i, c in enumerate(s.controls)], ("mask", s.mask)]:
             _image_problems(s, part, role, target_size, issues, small)
         if s.prompt:
             words = len(s.prompt.split())
@@ -84,17 +85,24 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
             elif words < PROMPT_WORDS[0] or words > PROMPT_WORDS[1]:
                 warnings.append(f"{s.where}: prompt has {words} words (10–200 recommended)")
             if s.prompt.lower().startswith(CAPTION_START):
-                warnings.append(f"{s.where}: prompt reads like a caption of the result; write the edit instruction "
-                                "(\"Add the character to the image\")")
+                warnings.append(
+                    f"{s.where}: prompt reads like a caption of the result; write the edit instruction "
+                    '("Add the character to the image")'
+                )
     if len(counts) > 1:
         first = scan.samples[0]
-        detail = "; ".join(f"{n} control(s): {', '.join(ids[:3])}{'…' if len(ids) > 3 else ''}"
-                           for n, ids in sorted(counts.items()))
-        issues.append(f"samples have different numbers of control images ({detail}); upstream takes the count "
-                      f"from the first sample ({first.id}) and fails or ignores controls on the others")
+        detail = "; ".join(
+            f"{n} control(s): {', '.join(ids[:3])}{'…' if len(ids) > 3 else ''}" for n, ids in sorted(counts.items())
+        )
+        issues.append(
+            f"samples have different numbers of control images ({detail}); upstream takes the count "
+            f"from the first sample ({first.id}) and fails or ignores controls on the others"
+        )
     if small:
-        warnings.append(f"{len(small)} target image(s) smaller than target_size {list(target_size or [])} will be "
-                        f"upscaled: {', '.join(small[:5])}")
+        warnings.append(
+            f"{len(small)} target image(s) smaller than target_size {list(target_size or [])} will be "
+            f"upscaled: {', '.join(small[:5])}"
+        )
     n = len(scan.samples)
     if n < MIN_SAMPLES:
         issues.append(f"{n} sample(s): at least {MIN_SAMPLES} are needed")

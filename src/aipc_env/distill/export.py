@@ -27,8 +27,10 @@ from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
 __all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
 
 FORMATS = EXPORT_FORMATS
-_KEY = re.compile(r"^transformer\.((?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+))*)"
-                  r"\.lora_([AB])\.weight$")
+_KEY = re.compile(
+    r"^transformer\.((?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+))*)"
+    r"\.lora_([AB])\.weight$"
+)
 _MAX_TENSORS = 100_000
 _BLOCK = re.compile(r"^transformer_blocks\.[0-9]+\.(.+)$")
 _SAME_NAME_IN_COMFYUI = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "img_mlp.out"}
@@ -60,35 +62,50 @@ def comfyui_key(module: str) -> str:
     if block and block.group(1) in _FUSED_HALVES:
         return module  # the only form ComfyUI maps onto its half of the fused gate_up
     if module.startswith("time_text_embed."):
-        raise ValueError("ComfyUI builds the timestep embedder from another model's module: its key is not proven "
-                         "to load")
-    raise ValueError("ComfyUI's Qwen-Image 2.1 model has no such module: its keys would be \"lora key not loaded\"")
+        raise ValueError("ComfyUI builds the timestep embedder from another model's module: its key is not proven to load")
+    raise ValueError('ComfyUI\'s Qwen-Image 2.1 model has no such module: its keys would be "lora key not loaded"')
 
 
 def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
     """(rank, alpha) from the adapter metadata; without it the alpha is unknown (distillation lesson 6): refused."""
     text = (raw or {}).get("lora_adapter_metadata")
     if not text:
-        raise InputError("the LoRA has no adapter metadata: its alpha is unknown, and an export would load at the "
-                         "wrong strength", path=path, fix="publish it again with `aipc-env distill train`")
+        raise InputError(
+            "the LoRA has no adapter metadata: its alpha is unknown, and an export would load at the wrong strength",
+            path=path,
+            fix="publish it again with `aipc-env distill train`",
+        )
     try:
         meta = parse_json(text, path, "adapter metadata")
         rank, alpha = int(meta["transformer.r"]), float(meta["transformer.lora_alpha"])
     except InputError as exc:
-        raise InputError(f"its adapter metadata is unreadable ({exc.message})", path=path,
-                         fix="publish it again with `aipc-env distill train`") from None
+        raise InputError(
+            f"its adapter metadata is unreadable ({exc.message})", path=path, fix="publish it again with `aipc-env distill train`"
+        ) from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"its adapter metadata is unreadable ({type(exc).__name__}: {exc})", path=path,
-                         fix="publish it again with `aipc-env distill train`") from None
+        raise InputError(
+            f"its adapter metadata is unreadable ({type(exc).__name__}: {exc})",
+            path=path,
+            fix="publish it again with `aipc-env distill train`",
+        ) from None
     if meta.get("transformer.rank_pattern") or meta.get("transformer.alpha_pattern"):
-        raise InputError("per-module ranks or alphas (rank_pattern/alpha_pattern) are not exported", path=path,
-                         fix="train with one rank and alpha for every module")
+        raise InputError(
+            "per-module ranks or alphas (rank_pattern/alpha_pattern) are not exported",
+            path=path,
+            fix="train with one rank and alpha for every module",
+        )
     if meta.get("transformer.use_dora") or meta.get("transformer.use_rslora"):
-        raise InputError("DoRA or rsLoRA adapters have no ComfyUI LoRA layout", path=path,
-                         fix="train a plain LoRA (use_dora and use_rslora off)")
+        raise InputError(
+            "DoRA or rsLoRA adapters have no ComfyUI LoRA layout",
+            path=path,
+            fix="train a plain LoRA (use_dora and use_rslora off)",
+        )
     if not 1 <= rank <= 4096 or not 0 < alpha < float("inf"):  # NaN and Infinity fail too
-        raise InputError(f"rank {rank} / alpha {alpha:g} in its metadata are not usable", path=path,
-                         fix="publish it again with `aipc-env distill train`")
+        raise InputError(
+            f"rank {rank} / alpha {alpha:g} in its metadata are not usable",
+            path=path,
+            fix="publish it again with `aipc-env distill train`",
+        )
     return rank, alpha
 
 
@@ -98,14 +115,20 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
     import torch
 
     if len(tensors) > _MAX_TENSORS:
-        raise InputError(f"{len(tensors)} tensors: more than any Qwen-Image LoRA has", path=path,
-                         fix="point at the run's lora/pytorch_lora_weights.safetensors")
+        raise InputError(
+            f"{len(tensors)} tensors: more than any Qwen-Image LoRA has",
+            path=path,
+            fix="point at the run's lora/pytorch_lora_weights.safetensors",
+        )
     modules: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         m = _KEY.match(key)
         if m is None:
-            raise InputError(f"tensor {key!r} is not a transformer LoRA weight (transformer.<module>.lora_A/B"
-                             ".weight)", path=path, fix="export only LoRAs published by `aipc-env distill train`")
+            raise InputError(
+                f"tensor {key!r} is not a transformer LoRA weight (transformer.<module>.lora_A/B.weight)",
+                path=path,
+                fix="export only LoRAs published by `aipc-env distill train`",
+            )
         modules.setdefault(m.group(1), {})[m.group(2)] = value
     refused: dict[str, list[str]] = {}
     for module in sorted(modules):
@@ -116,18 +139,25 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
     if refused:
         reason, names = next(iter(refused.items()))
         more = sum(len(v) for v in refused.values()) - min(len(names), _MAX_NAMED)
-        raise InputError(f"ComfyUI would not load {', '.join(names[:_MAX_NAMED])}{f' (and {more} more)' if more else ''}"
-                         f": {reason}", path=path, fix="train without those modules in student.target_modules "
-                         "(attention: to_q, to_k, to_v, to_out.0; MLP: img_mlp.proj, img_mlp.gate_layer, img_mlp.out)")
+        raise InputError(
+            f"ComfyUI would not load {', '.join(names[:_MAX_NAMED])}{f' (and {more} more)' if more else ''}: {reason}",
+            path=path,
+            fix="train without those modules in student.target_modules "
+            "(attention: to_q, to_k, to_v, to_out.0; MLP: img_mlp.proj, img_mlp.gate_layer, img_mlp.out)",
+        )
     out = {}
     for module, pair in sorted(modules.items()):
         if set(pair) != {"A", "B"}:
-            raise InputError(f"module {module} has lora_{''.join(pair)} without its pair", path=path,
-                             fix="publish the LoRA again")
+            raise InputError(
+                f"module {module} has lora_{''.join(pair)} without its pair", path=path, fix="publish the LoRA again"
+            )
         a, b = pair["A"], pair["B"]
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != rank or b.shape[1] != rank:
-            raise InputError(f"module {module}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do not have rank "
-                             f"{rank}", path=path, fix="publish the LoRA again")
+            raise InputError(
+                f"module {module}: lora_A {tuple(a.shape)} / lora_B {tuple(b.shape)} do not have rank {rank}",
+                path=path,
+                fix="publish the LoRA again",
+            )
         key = comfyui_key(module)
         out[f"{key}.lora_down.weight"] = a.contiguous()
         out[f"{key}.lora_up.weight"] = b.contiguous()
@@ -158,8 +188,11 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
             raw = fh.metadata()
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open is not iterable
     except Exception as exc:  # noqa: BLE001 - any damage: one clear line
-        raise InputError(f"not a readable safetensors file ({type(exc).__name__}: {exc})", path=src,
-                         fix="publish the LoRA again with `aipc-env distill train`") from None
+        raise InputError(
+            f"not a readable safetensors file ({type(exc).__name__}: {exc})",
+            path=src,
+            fix="publish the LoRA again with `aipc-env distill train`",
+        ) from None
     rank, alpha = _metadata(raw, src)
     converted = comfyui_state_dict(tensors, rank, alpha, path=src)
     modules = sorted(k.removesuffix(".alpha") for k in converted if k.endswith(".alpha"))
@@ -168,26 +201,57 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
     licence_file, notice_file = dest.parent / "LICENSE", dest.parent / "NOTICE.md"
     _check_replaceable(licence_file, lambda old: old == licence.text)
     _check_replaceable(notice_file, lambda old: old.startswith(NOTICE_MARK))
-    notice = render_notice(title=repo or dest.stem, base_model=provenance.base_model, licence=licence, rank=rank,
-                           alpha=alpha, student_steps=provenance.student_steps,
-                           teacher_steps=provenance.teacher_steps, modules=modules,
-                           config_sha256=provenance.config_sha256, weights=dest.name, fmt=fmt, repo=repo)
-    metadata = {"format": "pt", "aipc_env_export": fmt, "lora_rank": str(rank), "lora_alpha": f"{alpha:g}",
-                "built_with": BUILT_WITH, "license_file": "LICENSE", "license_sha256": licence.sha256,
-                "base_model": provenance.base_model, "training_config_sha256": provenance.config_sha256,
-                "notice": f"{BUILT_WITH}. A LoRA derivative of {provenance.base_model} (rank {rank}, alpha "
-                          f"{alpha:g}, {provenance.student_steps}-step distillation of its "
-                          f"{provenance.teacher_steps}-step output); the base model's licence applies: see LICENSE."}
+    notice = render_notice(
+        title=repo or dest.stem,
+        base_model=provenance.base_model,
+        licence=licence,
+        rank=rank,
+        alpha=alpha,
+        student_steps=provenance.student_steps,
+        teacher_steps=provenance.teacher_steps,
+        modules=modules,
+        config_sha256=provenance.config_sha256,
+        weights=dest.name,
+        fmt=fmt,
+        repo=repo,
+    )
+    metadata = {
+        "format": "pt",
+        "aipc_env_export": fmt,
+        "lora_rank": str(rank),
+        "lora_alpha": f"{alpha:g}",
+        "built_with": BUILT_WITH,
+        "license_file": "LICENSE",
+        "license_sha256": licence.sha256,
+        "base_model": provenance.base_model,
+        "training_config_sha256": provenance.config_sha256,
+        "notice": f"{BUILT_WITH}. A LoRA derivative of {provenance.base_model} (rank {rank}, alpha "
+        f"{alpha:g}, {provenance.student_steps}-step distillation of its "
+        f"{provenance.teacher_steps}-step output); the base model's licence applies: see LICENSE.",
+    }
     if repo:
         metadata["repository"] = repo
     if dest.is_symlink():  # the weights file too: never written through a link
-        raise InputError("is a link: the export does not write through it", path=dest,
-                         fix="export to another file (--out)")
+        raise InputError("is a link: the export does not write through it", path=dest, fix="export to another file (--out)")
     # the three files together or none (aipc_env.core.outputs): a folder never has weights without their licence
-    commit_files({licence_file: licence.text.encode("utf-8"), notice_file: notice.encode("utf-8"),
-                  dest: save(converted, metadata=metadata)}, dest.parent / f".{dest.name}{JOURNAL_SUFFIX}")
-    return {"format": fmt, "path": str(dest), "modules": len(modules), "rank": rank, "alpha": alpha,
-            "source": str(src), "licence": str(licence_file), "notice": str(notice_file)}
+    commit_files(
+        {
+            licence_file: licence.text.encode("utf-8"),
+            notice_file: notice.encode("utf-8"),
+            dest: save(converted, metadata=metadata),
+        },
+        dest.parent / f".{dest.name}{JOURNAL_SUFFIX}",
+    )
+    return {
+        "format": fmt,
+        "path": str(dest),
+        "modules": len(modules),
+        "rank": rank,
+        "alpha": alpha,
+        "source": str(src),
+        "licence": str(licence_file),
+        "notice": str(notice_file),
+    }
 
 
 def _check_replaceable(path: Path, ours) -> None:
@@ -195,11 +259,17 @@ def _check_replaceable(path: Path, ours) -> None:
     from aipc_env.core.fileio import read_text
 
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise InputError("is a link or not a regular file: the export does not write through it", path=path,
-                         fix="export into another folder (--out)")
+        raise InputError(
+            "is a link or not a regular file: the export does not write through it",
+            path=path,
+            fix="export into another folder (--out)",
+        )
     if path.is_file() and not ours(read_text(path, "file", max_bytes=1 << 20)):
-        raise InputError("another file of that name is there (not written by an earlier export of this model)",
-                         path=path, fix="export into another folder (--out), or move that file away")
+        raise InputError(
+            "another file of that name is there (not written by an earlier export of this model)",
+            path=path,
+            fix="export into another folder (--out), or move that file away",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,15 +287,25 @@ def _export(args: DistillExport) -> int:
     dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"
     path = model_dir(cfg, log=lambda *_: None)
     grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
-    base_model = {BUILTIN_TINY21: "tiny random Qwen-Image-2.1 (aipc-env built-in)",
-                  BUILTIN_TINY21_TRAINED: "tiny trained Qwen-Image-2.1 (aipc-env built-in)"}.get(cfg.model, path.name)
-    provenance = Provenance(model_dir=path, base_model=base_model,
-                            config_sha256=file_sha256(Path(args.config)) or "", repo=args.repo,
-                            student_steps=len(grid.student), teacher_steps=len(grid.teacher))
+    base_model = {
+        BUILTIN_TINY21: "tiny random Qwen-Image-2.1 (aipc-env built-in)",
+        BUILTIN_TINY21_TRAINED: "tiny trained Qwen-Image-2.1 (aipc-env built-in)",
+    }.get(cfg.model, path.name)
+    provenance = Provenance(
+        model_dir=path,
+        base_model=base_model,
+        config_sha256=file_sha256(Path(args.config)) or "",
+        repo=args.repo,
+        student_steps=len(grid.student),
+        teacher_steps=len(grid.teacher),
+    )
     result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)
-    print(f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
-          f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "
-          f"(LICENSE) and the change notice (NOTICE.md) beside it", flush=True)
+    print(
+        f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
+        f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "
+        f"(LICENSE) and the change notice (NOTICE.md) beside it",
+        flush=True,
+    )
     return ExitCode.OK
 
 

@@ -77,9 +77,17 @@ def _decode(pipe, latents, cfg: DistillConfig, inject: frozenset[str]):
 
 
 def _pipe_latents(pipe, cfg: DistillConfig, prompted: sampler.Prompted, noise, grid: list[float], **kw):
-    return pipe(prompt_embeds=prompted.embeds, prompt_embeds_mask=prompted.mask, latents=noise.clone(),
-                height=cfg.height, width=cfg.width, sigmas=grid, output_type="latent",
-                use_kv_cache=cfg.use_kv_cache, **kw).images
+    return pipe(
+        prompt_embeds=prompted.embeds,
+        prompt_embeds_mask=prompted.mask,
+        latents=noise.clone(),
+        height=cfg.height,
+        width=cfg.width,
+        sigmas=grid,
+        output_type="latent",
+        use_kv_cache=cfg.use_kv_cache,
+        **kw,
+    ).images
 
 
 def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
@@ -96,45 +104,79 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     device, dtype = device_and_dtype(cfg)
     path = model_dir(cfg, log=log)
     t = time.perf_counter()
-    pipe = checks.run("pipeline-loads", lambda: (load_pipeline(path, device, dtype, cfg.teacher),
-                                                 f"QwenImage21Pipeline from {path.name} in "
-                                                 f"{time.perf_counter() - t:.2f} s"))
+    pipe = checks.run(
+        "pipeline-loads",
+        lambda: (
+            load_pipeline(path, device, dtype, cfg.teacher),
+            f"QwenImage21Pipeline from {path.name} in {time.perf_counter() - t:.2f} s",
+        ),
+    )
     if pipe is None:
         return checks.items, metrics
     prompt = load_prompts(cfg.prompts.train, limit=1)[0].prompt
-    prompted = checks.run("embeddings-without-grad",
-                          lambda: (sampler.encode(pipe, [prompt], device, grad="grad-embeddings" in inject),
-                                   "encode_prompt under no_grad: no autograd graph attached"))
+    prompted = checks.run(
+        "embeddings-without-grad",
+        lambda: (
+            sampler.encode(pipe, [prompt], device, grad="grad-embeddings" in inject),
+            "encode_prompt under no_grad: no autograd graph attached",
+        ),
+    )
     if prompted is None:
         return checks.items, metrics
     g = torch.Generator().manual_seed(cfg.seed)
     noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
     outs = {}
     for name, grid in (("teacher", cfg.teacher_grid), ("naive", cfg.student_sigmas)):
+
         def run(grid=grid, name=name):
             latents = _pipe_latents(pipe, cfg, prompted, noise, grid)
             outs[name] = latents
             return None, f"{len(grid)} steps: " + _finite_rgb(_decode(pipe, latents, cfg, inject))
+
         checks.run(f"{name}-{len(grid)}-step-rgb", run)
     if len(outs) < 2:
         return checks.items, metrics
 
     def roundtrip():
-        final, steps, timesteps, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, cfg.teacher_grid,
-                                                     cfg.height, cfg.width, use_kv_cache=cfg.use_kv_cache,
-                                                     record=True)
-        tensors = {"latents": torch.stack([s[0] for s in steps]), "timesteps": timesteps.float(),
-                   "sigmas": eff.float(), "prompt_embeds": prompted.embeds[0],
-                   "prompt_mask": torch.ones(prompted.embeds.shape[1], dtype=torch.uint8),
-                   "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8)}
-        meta = TrajectoryMeta(key="g0", prompt=prompt, seed=cfg.seed, model_key=model_key(path), height=cfg.height,
-                              width=cfg.width, use_kv_cache=cfg.use_kv_cache, dtype=str(dtype), passed_sigmas=
-                              cfg.teacher_sigmas)
+        final, steps, timesteps, eff = sampler.euler(
+            pipe,
+            pipe.transformer,
+            prompted,
+            noise,
+            cfg.teacher_grid,
+            cfg.height,
+            cfg.width,
+            use_kv_cache=cfg.use_kv_cache,
+            record=True,
+        )
+        tensors = {
+            "latents": torch.stack([s[0] for s in steps]),
+            "timesteps": timesteps.float(),
+            "sigmas": eff.float(),
+            "prompt_embeds": prompted.embeds[0],
+            "prompt_mask": torch.ones(prompted.embeds.shape[1], dtype=torch.uint8),
+            "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8),
+        }
+        meta = TrajectoryMeta(
+            key="g0",
+            prompt=prompt,
+            seed=cfg.seed,
+            model_key=model_key(path),
+            height=cfg.height,
+            width=cfg.width,
+            use_kv_cache=cfg.use_kv_cache,
+            dtype=str(dtype),
+            passed_sigmas=cfg.teacher_sigmas,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             write_trajectory(Path(tmp) / "t.safetensors", meta, tensors)
             back = read_trajectory(Path(tmp) / "t.safetensors")
-        if back is None or back[0] != meta or back[1].keys() != tensors.keys() or \
-                not all(torch.equal(back[1][k], v.cpu()) for k, v in tensors.items()):
+        if (
+            back is None
+            or back[0] != meta
+            or back[1].keys() != tensors.keys()
+            or not all(torch.equal(back[1][k], v.cpu()) for k, v in tensors.items())
+        ):
             raise AipcError("the trajectory read back differs from what was written")
         if not torch.equal(final, outs["teacher"]):
             raise ParityBroken("the recorded trajectory does not end where pipe(...) ends")
@@ -143,8 +185,14 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     stored = checks.run("trajectory-format-roundtrip", roundtrip)
     if not isinstance(stored, dict):
         return checks.items, metrics
-    traj = [Trajectory(stored["latents"], stored["timesteps"], stored["sigmas"], sampler.Prompted(
-        stored["prompt_embeds"][None], None, stored["image_pad_mask"][None].bool()))]
+    traj = [
+        Trajectory(
+            stored["latents"],
+            stored["timesteps"],
+            stored["sigmas"],
+            sampler.Prompted(stored["prompt_embeds"][None], None, stored["image_pad_mask"][None].bool()),
+        )
+    ]
     shapes_one = sampler.img_shapes_for(pipe, 1, cfg.height, cfg.width)
     state: dict = {}
 
@@ -172,8 +220,10 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         if not torch.equal(base_before, base_param.detach()):
             raise AipcError(f"the frozen base changed ({base_name})")
         state.update(model=accelerator.unwrap_model(model), batch=batch)
-        return None, (f"loss {float(loss):.4g}, {len(params)} LoRA tensors updated, base ({cfg.student.base}) "
-                      "frozen, LoRA added before prepare")
+        return None, (
+            f"loss {float(loss):.4g}, {len(params)} LoRA tensors updated, base ({cfg.student.base}) "
+            "frozen, LoRA added before prepare"
+        )
 
     checks.run("lora-train-step", train_step)
     if "model" not in state:
@@ -218,12 +268,21 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     pipe = load_pipeline(model_dir(cfg, log=log), device, dtype, cfg.teacher)
     if "wrong-sigmas" in inject:  # the tiny hub repo's scheduler (distillation lesson 7)
         pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(
-            {**pipe.scheduler.config, "use_dynamic_shifting": True, "shift_terminal": 0.02, "base_shift": 0.5,
-             "max_shift": 0.9, "time_shift_type": "exponential"})
+            {
+                **pipe.scheduler.config,
+                "use_dynamic_shifting": True,
+                "shift_terminal": 0.02,
+                "base_shift": 0.5,
+                "max_shift": 0.9,
+                "time_shift_type": "exponential",
+            }
+        )
     sched_cfg = dict(pipe.scheduler.config)
-    metrics["scheduler_config"] = {k: sched_cfg.get(k) for k in ("shift", "use_dynamic_shifting", "shift_terminal",
-                                                                 "time_shift_type", "stochastic_sampling")}
+    metrics["scheduler_config"] = {
+        k: sched_cfg.get(k) for k in ("shift", "use_dynamic_shifting", "shift_terminal", "time_shift_type", "stochastic_sampling")
+    }
     metrics["sample_sigmas"] = pipe.config.get("sample_sigmas")
+
     def deterministic() -> tuple[None, str]:
         check_deterministic_sampler(sched_cfg)
         return None, "stochastic_sampling off"
@@ -237,8 +296,9 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         noise = sampler.initial_noise(pipe, len(prompts), cfg.height, cfg.width, g, device, prompted.embeds.dtype)
         ref = _pipe_latents(pipe, cfg, prompted, noise, grid)
         pipe_sigmas = [float(s) for s in pipe.scheduler.sigmas]
-        own, _, _, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, grid, cfg.height, cfg.width,
-                                       use_kv_cache=cfg.use_kv_cache)
+        own, _, _, eff = sampler.euler(
+            pipe, pipe.transformer, prompted, noise, grid, cfg.height, cfg.width, use_kv_cache=cfg.use_kv_cache
+        )
         if "parity-ulp" in inject:
             flat = own.flatten().clone()
             flat[0] = torch.nextafter(flat[0], flat[0] + 1)
@@ -252,6 +312,7 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             return None, check_parity(diff, steps=len(grid), batch=len(prompts))
 
         checks.run(f"parity-{name}", parity)
+
         def verbatim(grid: list[float] = grid, name: str = name, eff: list[float] = pipe_sigmas) -> tuple[None, str]:
             check_sigmas_verbatim(grid, eff, sched_cfg, grid=name)
             return None, "scheduler.sigmas == given grid + [0]"
@@ -263,11 +324,18 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     for probe, passed in (("sigmas-override-steps", cfg.teacher_sigmas), ("default-grid", None)):
         counted: list[int] = []
         g = torch.Generator().manual_seed(cfg.seed)
-        pipe(prompt_embeds=prompted.embeds[:1], height=cfg.height, width=cfg.width, num_inference_steps=steps,
-             sigmas=passed, output_type="latent", generator=g,
-             callback_on_step_end=lambda p, i, t, kw, counted=counted: counted.append(i) or {})
-        metrics[f"steps_probe_{probe}"] = {"requested": steps, "sigmas_passed": passed is not None,
-                                           "ran": len(counted)}
+        pipe(
+            prompt_embeds=prompted.embeds[:1],
+            height=cfg.height,
+            width=cfg.width,
+            num_inference_steps=steps,
+            sigmas=passed,
+            output_type="latent",
+            generator=g,
+            callback_on_step_end=lambda p, i, t, kw, counted=counted: counted.append(i) or {},
+        )
+        metrics[f"steps_probe_{probe}"] = {"requested": steps, "sigmas_passed": passed is not None, "ran": len(counted)}
+
         def step_count(passed=passed, counted=counted):
             note = check_step_count(steps, len(counted), passed=passed, sample_sigmas=sample_sigmas)
             return note, note
@@ -292,16 +360,21 @@ def _lpips(cfg: DistillConfig):
         return None
     ckpt = Path(cfg.eval.lpips_weights) / "hub" / "checkpoints" / "alexnet-owt-7be5be79.pth"
     if not ckpt.is_file():
-        raise AipcError(f"{ckpt} does not exist", key="eval.lpips_weights",
-                        fix="put torchvision's alexnet-owt-7be5be79.pth under <folder>/hub/checkpoints/, or remove "
-                            "eval.lpips_weights to measure PSNR/MSE")
+        raise AipcError(
+            f"{ckpt} does not exist",
+            key="eval.lpips_weights",
+            fix="put torchvision's alexnet-owt-7be5be79.pth under <folder>/hub/checkpoints/, or remove "
+            "eval.lpips_weights to measure PSNR/MSE",
+        )
     os.environ["TORCH_HOME"] = str(cfg.eval.lpips_weights)
     try:
         import lpips
     except Exception as exc:  # noqa: BLE001 - lpips needs an importable torchvision
-        raise AipcError(f"the lpips package does not import here ({type(exc).__name__}: {exc})",
-                        key="eval.lpips_weights", fix="pip install lpips (with a torchvision matching torch), or "
-                        "remove eval.lpips_weights to measure PSNR/MSE") from None
+        raise AipcError(
+            f"the lpips package does not import here ({type(exc).__name__}: {exc})",
+            key="eval.lpips_weights",
+            fix="pip install lpips (with a torchvision matching torch), or remove eval.lpips_weights to measure PSNR/MSE",
+        ) from None
     return lpips.LPIPS(net="alex", verbose=False).eval()
 
 
@@ -351,9 +424,12 @@ def _reference_lora(cfg: DistillConfig) -> Path | None:
         return None
     path = reference_lora_file(cfg.eval.reference_lora)
     if not path.is_file() or path.suffix != ".safetensors":
-        raise InputError("no LoRA file there (a .safetensors file, or a folder holding "
-                         "pytorch_lora_weights.safetensors)", path=path, key="eval.reference_lora",
-                         fix="point eval.reference_lora at the reference LoRA's .safetensors file")
+        raise InputError(
+            "no LoRA file there (a .safetensors file, or a folder holding pytorch_lora_weights.safetensors)",
+            path=path,
+            key="eval.reference_lora",
+            fix="point eval.reference_lora at the reference LoRA's .safetensors file",
+        )
     return path
 
 
@@ -367,8 +443,9 @@ def _write_png(image, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()
-            ) -> tuple[list[Check], dict, Literal["quality", "plumbing"]]:
+def gate_g3(
+    cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()
+) -> tuple[list[Check], dict, Literal["quality", "plumbing"]]:
     """Per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same noise, with
     their distances to the teacher. Quality mode (LPIPS, a real model) passes only if the student beats naive by
     the margin and win-rate (aipc_env.distill.judge); plumbing mode checks what can be checked without judging the
@@ -401,8 +478,9 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     metrics: dict[str, Any] = {}
     path = model_dir(cfg, log=log)
     trained = is_tiny_trained(path)
-    mode, why = decide_mode(cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path),
-                            tiny_trained=trained)
+    mode, why = decide_mode(
+        cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path), tiny_trained=trained
+    )
     metrics["mode_reason"] = why
     lora_file = cfg.out / "lora" / "pytorch_lora_weights.safetensors"
     if not lora_file.is_file():
@@ -419,18 +497,27 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     device, dtype = device_and_dtype(cfg)
     pipe = load_pipeline(path, device, dtype, cfg.teacher)
     records = load_prompts(cfg.prompts.eval)
-    log(f"g3: {len(records)} eval prompts: sampling teacher@{len(cfg.teacher_grid)} and "
-        f"naive@{len(cfg.student_sigmas)} ({mode} mode: {why})")
+    log(
+        f"g3: {len(records)} eval prompts: sampling teacher@{len(cfg.teacher_grid)} and "
+        f"naive@{len(cfg.student_sigmas)} ({mode} mode: {why})"
+    )
     encoded = [(rec, sampler.encode(pipe, [rec.prompt], device)) for rec in records]
     offload_text_encoder(pipe, cfg.teacher)
     runs = []
     for rec, prompted in encoded:
-        for seed in ([rec.seed] if rec.seed is not None else cfg.eval.seeds):
+        for seed in [rec.seed] if rec.seed is not None else cfg.eval.seeds:
             g = torch.Generator().manual_seed(seed)
             noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
-            runs.append({"prompt": rec.prompt, "seed": seed, "prompted": prompted, "noise": noise,
-                         "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_grid),
-                         "naive": _pipe_latents(pipe, cfg, prompted, noise, cfg.student_sigmas)})
+            runs.append(
+                {
+                    "prompt": rec.prompt,
+                    "seed": seed,
+                    "prompted": prompted,
+                    "noise": noise,
+                    "teacher": _pipe_latents(pipe, cfg, prompted, noise, cfg.teacher_grid),
+                    "naive": _pipe_latents(pipe, cfg, prompted, noise, cfg.student_sigmas),
+                }
+            )
     log(f"g3: student@{len(cfg.student_sigmas)} with the LoRA ({lora_file.name})")
     pipe.load_lora_weights(str(lora_file.parent), adapter_name="student")
     for run in runs:
@@ -442,27 +529,29 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         try:
             pipe.load_lora_weights(str(reference.parent), weight_name=reference.name, adapter_name="reference")
         except Exception as exc:  # noqa: BLE001 - any loader failure: one clear line naming the file
-            raise InputError(f"diffusers cannot load it as a Qwen-Image 2.1 LoRA ({type(exc).__name__}: "
-                             f"{str(exc)[:300]})", path=reference, key="eval.reference_lora",
-                             fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning "
-                             "LoRA's .safetensors)") from None
+            raise InputError(
+                f"diffusers cannot load it as a Qwen-Image 2.1 LoRA ({type(exc).__name__}: {str(exc)[:300]})",
+                path=reference,
+                key="eval.reference_lora",
+                fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning LoRA's .safetensors)",
+            ) from None
         if "reference" not in pipe.get_list_adapters().get("transformer", []):
-            raise InputError("no weight of it loads onto this model's transformer (diffusers found no LoRA keys it "
-                             "knows)", path=reference, key="eval.reference_lora",
-                             fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning "
-                             "LoRA's .safetensors)")
+            raise InputError(
+                "no weight of it loads onto this model's transformer (diffusers found no LoRA keys it knows)",
+                path=reference,
+                key="eval.reference_lora",
+                fix="point eval.reference_lora at a LoRA for this model (e.g. the 4-step Lightning LoRA's .safetensors)",
+            )
         for run in runs:
             run["reference"] = _pipe_latents(pipe, cfg, run["prompted"], run["noise"], cfg.student_sigmas)
         kinds.append("reference")
     compared = [k for k in kinds if k != "teacher"]
-    log(f"g3: decoding {len(kinds) * len(runs)} images on {cfg.eval.decode_device} and measuring distances to the "
-        "teacher")
+    log(f"g3: decoding {len(kinds) * len(runs)} images on {cfg.eval.decode_device} and measuring distances to the teacher")
     out = cfg.out / "g3"
     out.mkdir(parents=True, exist_ok=True)
     entries, rows, finite = [], [], True
     for i, run in enumerate(runs):
-        imgs = {k: sampler.decode_rgb(pipe, run[k], cfg.height, cfg.width, cfg.eval.decode_device)[0]
-                for k in kinds}
+        imgs = {k: sampler.decode_rgb(pipe, run[k], cfg.height, cfg.width, cfg.eval.decode_device)[0] for k in kinds}
         finite = finite and all(bool(torch.isfinite(v).all()) for v in imgs.values())
         files = {}
         for k, img in imgs.items():
@@ -470,49 +559,97 @@ def gate_g3(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
             files[k] = f"{i:03d}-seed{run['seed']}-{k}.png"
             _write_png(Image.fromarray(arr), out / files[k])
         rows.append([imgs[k] for k in kinds])
-        entries.append({"prompt": run["prompt"], "seed": run["seed"], "files": files, "distance_to_teacher": {
-            k: {**_distances(imgs[k][None], imgs["teacher"][None], scorer),
-                "latent_mse": float(((run[k].float() - run["teacher"].float()) ** 2).mean())} for k in compared}})
+        entries.append(
+            {
+                "prompt": run["prompt"],
+                "seed": run["seed"],
+                "files": files,
+                "distance_to_teacher": {
+                    k: {
+                        **_distances(imgs[k][None], imgs["teacher"][None], scorer),
+                        "latent_mse": float(((run[k].float() - run["teacher"].float()) ** 2).mean()),
+                    }
+                    for k in compared
+                },
+            }
+        )
     _grid_image(rows, out / "grid.png")
     if cfg.student.log_with:
         _log_grid(cfg, out / "grid.png")
-    mean = {k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries)
-                for m in entries[0]["distance_to_teacher"][k]} for k in compared}
+    mean = {
+        k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries) for m in entries[0]["distance_to_teacher"][k]}
+        for k in compared
+    }
     beats, stats = judge_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
-    manifest = G3Manifest(mode=mode, metric=metric, metric_note=metric_note, lora=str(lora_file),
-                          lora_sha256=lora_sha,
-                          teacher_sigmas=cfg.teacher_grid, student_sigmas=cfg.student_sigmas, height=cfg.height,
-                          width=cfg.width, entries=[G3Entry.model_validate(e) for e in entries],
-                          grid="grid.png (rows: prompt x seed; columns: teacher@8, "
-                          f"naive@4, student@4{', reference@4' if reference else ''})", mean=mean,
-                          reference_lora=str(reference) if reference else None,
-                          reference_lora_sha256=file_sha256(reference) if reference else None)
+    manifest = G3Manifest(
+        mode=mode,
+        metric=metric,
+        metric_note=metric_note,
+        lora=str(lora_file),
+        lora_sha256=lora_sha,
+        teacher_sigmas=cfg.teacher_grid,
+        student_sigmas=cfg.student_sigmas,
+        height=cfg.height,
+        width=cfg.width,
+        entries=[G3Entry.model_validate(e) for e in entries],
+        grid=f"grid.png (rows: prompt x seed; columns: teacher@8, naive@4, student@4{', reference@4' if reference else ''})",
+        mean=mean,
+        reference_lora=str(reference) if reference else None,
+        reference_lora_sha256=file_sha256(reference) if reference else None,
+    )
     write_model(out / "manifest.json", manifest)
-    metrics.update({"metric": metric, "metric_note": metric_note, "mean": mean, "statistics": stats,
-                    "images": len(entries), "manifest": str(out / "manifest.json"), "grid": str(out / "grid.png")})
+    metrics.update(
+        {
+            "metric": metric,
+            "metric_note": metric_note,
+            "mean": mean,
+            "statistics": stats,
+            "images": len(entries),
+            "manifest": str(out / "manifest.json"),
+            "grid": str(out / "grid.png"),
+        }
+    )
 
     checks.run("artifacts-read-back", lambda: (None, artifacts_read_back(out, len(runs), lora_sha)))
     moved = max(float((r["student"] - r["naive"]).abs().max()) for r in runs)
     checks.run("lora-changes-output", lambda: (None, lora_changes_output(moved)))
     checks.run("outputs-finite", lambda: (None, outputs_finite(finite)))
-    detail = (f"student {metric} {mean['student'][metric]:.4g} vs naive {mean['naive'][metric]:.4g}; closer to the "
-              f"teacher on {stats['wins']}/{stats['pairs']} pairs")
+    detail = (
+        f"student {metric} {mean['student'][metric]:.4g} vs naive {mean['naive'][metric]:.4g}; closer to the "
+        f"teacher on {stats['wins']}/{stats['pairs']} pairs"
+    )
     if metric == "latent_mse":
-        detail += (f" (pixel MSE student {mean['student']['mse']:.4g} vs naive {mean['naive']['mse']:.4g}; "
-                   f"margin {cfg.eval.margin:g})")
+        detail += (
+            f" (pixel MSE student {mean['student']['mse']:.4g} vs naive {mean['naive']['mse']:.4g}; margin {cfg.eval.margin:g})"
+        )
     if mode == "quality":
-        checks.run("student-beats-naive", lambda: (None, student_beats_naive(
-            beats, detail, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)))
+        checks.run(
+            "student-beats-naive",
+            lambda: (None, student_beats_naive(beats, detail, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)),
+        )
     if reference is not None:
-        versus = (f"student {key} {mean['student'][key]:.4g} vs reference {mean['reference'][key]:.4g} "
-                  "(distance to teacher@8, lower is better)")
+        versus = (
+            f"student {key} {mean['student'][key]:.4g} vs reference {mean['reference'][key]:.4g} "
+            "(distance to teacher@8, lower is better)"
+        )
         metrics["reference_comparison"] = versus
         moved_ref = max(float((r["reference"] - r["naive"]).abs().max()) for r in runs)
-        checks.run("reference-compared", lambda: (None, f"the reference LoRA was sampled from the same noise "
-                                                  f"({len(runs)} pairs; max |reference - naive| {moved_ref:.3g}): "
-                                                  f"{versus}"))
+        checks.run(
+            "reference-compared",
+            lambda: (
+                None,
+                f"the reference LoRA was sampled from the same noise "
+                f"({len(runs)} pairs; max |reference - naive| {moved_ref:.3g}): "
+                f"{versus}",
+            ),
+        )
         if mode == "quality":
-            checks.run("student-not-worse-than-reference", lambda: (None, not_worse_than_reference(
-                mean["student"][key], mean["reference"][key], margin=cfg.eval.margin, metric=key)))
+            checks.run(
+                "student-not-worse-than-reference",
+                lambda: (
+                    None,
+                    not_worse_than_reference(mean["student"][key], mean["reference"][key], margin=cfg.eval.margin, metric=key),
+                ),
+            )
     metrics["comparison"] = detail
     return checks.items, metrics, mode

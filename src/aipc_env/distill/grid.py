@@ -36,7 +36,6 @@ class Grid(StrictModel):
     source: GridSource
 
 
-
 def student_grid(teacher: list[float], stride: int) -> list[float]:
     """The student grid: every stride-th teacher sigma (4 of 8), so student step k lands where the teacher's step
     stride*(k+1) lands. The one formula (config.student_sigmas and resolve_grid ask here)."""
@@ -76,14 +75,19 @@ def model_sample_sigmas(model: Path) -> list[float] | None:
     try:  # bounded from the stream, depth- and number-bounded: one reader for every user file
         data = parse_json(read_text(index, "model_index.json", max_bytes=_MAX_MODEL_INDEX), index, "model_index.json")
     except InputError as exc:
-        raise InputError(exc.message, path=index, fix="point model at a diffusers model folder with its "
-                         "model_index.json") from None
+        raise InputError(
+            exc.message, path=index, fix="point model at a diffusers model folder with its model_index.json"
+        ) from None
     sigmas = data.get("sample_sigmas") if isinstance(data, dict) else None
     if sigmas is None:
         return None
     if not isinstance(sigmas, list):
-        raise InputError(f"sample_sigmas is {type(sigmas).__name__}, not a list", path=index, key="sample_sigmas",
-                         fix="restore the model's model_index.json, or set teacher_sigmas in the config")
+        raise InputError(
+            f"sample_sigmas is {type(sigmas).__name__}, not a list",
+            path=index,
+            key="sample_sigmas",
+            fix="restore the model's model_index.json, or set teacher_sigmas in the config",
+        )
     return sigmas
 
 
@@ -96,9 +100,12 @@ def resolve_grid(teacher_sigmas: list[float] | None, stride: int, model: Path) -
     elif (sampled := model_sample_sigmas(model)) is not None:
         problem = check_sigmas(sampled, stride)
         if problem:
-            raise InputError(f"its sample_sigmas {_quote(sampled)} cannot be the teacher grid: {problem}",
-                             path=Path(model) / "model_index.json", key="sample_sigmas",
-                             fix="set teacher_sigmas (and student_stride) in the distillation config")
+            raise InputError(
+                f"its sample_sigmas {_quote(sampled)} cannot be the teacher grid: {problem}",
+                path=Path(model) / "model_index.json",
+                key="sample_sigmas",
+                fix="set teacher_sigmas (and student_stride) in the distillation config",
+            )
         teacher, source = [float(s) for s in sampled], "model sample_sigmas"
     else:
         teacher, source = default_teacher_sigmas(8), "pipeline default linspace"

@@ -12,12 +12,19 @@ from pathlib import Path
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.grid import Grid
 
-__all__ = ["LORA_FILE", "all_current_inputs", "config_hash", "current_inputs", "file_sha256", "grid_hash",
-           "stage_inputs", "stale_reasons"]
+__all__ = [
+    "LORA_FILE",
+    "all_current_inputs",
+    "config_hash",
+    "current_inputs",
+    "file_sha256",
+    "grid_hash",
+    "stage_inputs",
+    "stale_reasons",
+]
 
 LORA_FILE = "pytorch_lora_weights.safetensors"
-_SAMPLING = {"compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts",
-             "teacher"}
+_SAMPLING = {"compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts", "teacher"}
 _READS: dict[str, set[str]] = {
     "g0": _SAMPLING | {"student"},
     "g2": _SAMPLING,
@@ -50,8 +57,7 @@ def file_sha256(path: Path) -> str | None:
     return sha256_of(path) if path.is_file() else None
 
 
-def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, lora: str | None = None
-                 ) -> dict[str, str]:
+def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, lora: str | None = None) -> dict[str, str]:
     """The inputs a verdict records before its stage runs (train records the LoRA it wrote, g3 the LoRA it read;
     `lora`: its hash when already read)."""
     inputs = {"config": config_hash(cfg, stage), "model": model_key, "grid": grid_hash(grid)}

@@ -15,12 +15,23 @@ from typing import Literal
 
 from aipc_env.errors import AipcError, InputError
 
-__all__ = ["METRICS", "artifacts_read_back", "decide_mode", "g3_metric", "judge", "judge_entries", "lora_changes_output",
-           "not_worse_than_reference", "outputs_finite", "student_beats_naive"]
+__all__ = [
+    "METRICS",
+    "artifacts_read_back",
+    "decide_mode",
+    "g3_metric",
+    "judge",
+    "judge_entries",
+    "lora_changes_output",
+    "not_worse_than_reference",
+    "outputs_finite",
+    "student_beats_naive",
+]
 
 
-def decide_mode(setting: str, *, lpips: bool, tiny_random: bool,
-                tiny_trained: bool = False) -> tuple[Literal["quality", "plumbing"], str]:
+def decide_mode(
+    setting: str, *, lpips: bool, tiny_random: bool, tiny_trained: bool = False
+) -> tuple[Literal["quality", "plumbing"], str]:
     """(mode, why) from eval.mode, whether LPIPS weights are configured, and the model's identity (a tiny pipeline
     carries aipc_tiny.json, which says whether it was trained) — never from the model's path. The trained tiny
     teacher is judged without LPIPS (on the latent distance to teacher@8, see g3_metric)."""
@@ -28,14 +39,20 @@ def decide_mode(setting: str, *, lpips: bool, tiny_random: bool,
         return "plumbing", "eval.mode: plumbing"
     if setting == "quality":
         if tiny_random:
-            raise InputError("eval.mode is quality, but the model is a tiny random pipeline (it has aipc_tiny.json): "
-                             "nothing about its student can be judged", key="eval.mode",
-                             fix="set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo")
+            raise InputError(
+                "eval.mode is quality, but the model is a tiny random pipeline (it has aipc_tiny.json): "
+                "nothing about its student can be judged",
+                key="eval.mode",
+                fix="set eval.mode: plumbing (or auto), or point model at the real Qwen-Image-2.1-Turbo",
+            )
         if tiny_trained:
             return "quality", "eval.mode: quality (the trained tiny teacher: latent distance to teacher@8)"
         if not lpips:
-            raise InputError("eval.mode is quality, but no LPIPS weights are configured", key="eval.lpips_weights",
-                             fix="set eval.lpips_weights, or eval.mode: plumbing")
+            raise InputError(
+                "eval.mode is quality, but no LPIPS weights are configured",
+                key="eval.lpips_weights",
+                fix="set eval.lpips_weights, or eval.mode: plumbing",
+            )
         return "quality", "eval.mode: quality"
     if tiny_random:
         return "plumbing", "the model is a tiny random pipeline (aipc_tiny.json)"
@@ -46,10 +63,14 @@ def decide_mode(setting: str, *, lpips: bool, tiny_random: bool,
     return "quality", "LPIPS weights and a real model"
 
 
-METRICS = {"lpips": ("lpips", "LPIPS (alex) to teacher@8, lower is better"),
-           "latent_mse": ("latent_mse", "latent MSE to teacher@8 (the trained tiny teacher's own space), lower is "
-                          "better; pixel MSE/PSNR recorded beside it"),
-           "psnr": ("mse", "PSNR/MSE to teacher@8, higher PSNR is better")}
+METRICS = {
+    "lpips": ("lpips", "LPIPS (alex) to teacher@8, lower is better"),
+    "latent_mse": (
+        "latent_mse",
+        "latent MSE to teacher@8 (the trained tiny teacher's own space), lower is better; pixel MSE/PSNR recorded beside it",
+    ),
+    "psnr": ("mse", "PSNR/MSE to teacher@8, higher PSNR is better"),
+}
 """G3's metric -> (the distance key judge() compares, lower is better; the note every verdict carries)."""
 
 
@@ -70,16 +91,26 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     wins = sum(1 for s, n in pairs if s < n)
     win_rate = wins / len(pairs)
     beats = student <= naive - margin and student < naive and win_rate >= min_win_rate
-    return beats, {"student_mean": student, "naive_mean": naive, "margin": margin, "wins": wins,
-                   "pairs": len(pairs), "win_rate": win_rate, "min_win_rate": min_win_rate}
+    return beats, {
+        "student_mean": student,
+        "naive_mean": naive,
+        "margin": margin,
+        "wins": wins,
+        "pairs": len(pairs),
+        "win_rate": win_rate,
+        "min_win_rate": min_win_rate,
+    }
 
 
 def judge_entries(entries: list[dict], metric: str, *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
     """judge() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
     `metric` compares (METRICS): LPIPS, the latent MSE on the trained tiny teacher, else the pixel MSE."""
     key = METRICS[metric][0]
-    return judge([(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key]) for e in entries],
-                 margin=margin, min_win_rate=min_win_rate)
+    return judge(
+        [(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key]) for e in entries],
+        margin=margin,
+        min_win_rate=min_win_rate,
+    )
 
 
 def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:
@@ -91,8 +122,9 @@ def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:
     back = load_versioned(G3Manifest, out / "manifest.json")
     missing = [f for e in back.entries for f in e.files.values() if not (out / f).is_file()]
     if len(back.entries) != runs or missing or not (out / "grid.png").is_file():
-        raise AipcError(f"the G3 artifacts are incomplete: {len(back.entries)} of {runs} entries, missing "
-                        f"{missing[:3] or 'grid.png'}")
+        raise AipcError(
+            f"the G3 artifacts are incomplete: {len(back.entries)} of {runs} entries, missing {missing[:3] or 'grid.png'}"
+        )
     if back.lora_sha256 != lora_sha256:
         raise AipcError("the manifest names another LoRA than the one evaluated")
     return f"{runs} comparisons, every image and the grid on disk, manifest reads back"
@@ -103,9 +135,10 @@ def lora_changes_output(moved: float) -> str:
     from aipc_env.distill.lessons import StudentNotBetter
 
     if moved == 0.0:
-        raise StudentNotBetter("with the LoRA on, the 4-step output equals naive@4 bit for bit: the adapter is "
-                               "inactive or all zeros", fix="check the train stage's verdict (did the LoRA change?) "
-                               "and the LoRA file's keys")
+        raise StudentNotBetter(
+            "with the LoRA on, the 4-step output equals naive@4 bit for bit: the adapter is inactive or all zeros",
+            fix="check the train stage's verdict (did the LoRA change?) and the LoRA file's keys",
+        )
     return f"the LoRA moves the 4-step latents (max |student - naive| {moved:.3g})"
 
 
@@ -120,9 +153,11 @@ def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate
     from aipc_env.distill.lessons import StudentNotBetter
 
     if not beats:
-        raise StudentNotBetter(f"the student does not beat naive@4 by margin {margin:g} with win rate >= "
-                               f"{min_win_rate:g}: {detail}", fix="see the velocity diagnostic in `aipc-env distill "
-                               "report`; try endpoint weighting, a lower lr, or the on-policy phase (student.on_policy)")
+        raise StudentNotBetter(
+            f"the student does not beat naive@4 by margin {margin:g} with win rate >= {min_win_rate:g}: {detail}",
+            fix="see the velocity diagnostic in `aipc-env distill "
+            "report`; try endpoint weighting, a lower lr, or the on-policy phase (student.on_policy)",
+        )
     return detail
 
 
@@ -133,7 +168,9 @@ def not_worse_than_reference(student: float, reference: float, *, margin: float,
 
     detail = f"student {metric} {student:.4g} vs reference {reference:.4g} (margin {margin:g})"
     if not student <= reference + margin:
-        raise StudentWorseThanReference(f"the student is worse than the reference LoRA by more than the margin: {detail}",
-                               fix="a student that does not match the public 4-step LoRA is not worth publishing: "
-                               "train longer, try endpoint weighting or the on-policy phase (student.on_policy)")
+        raise StudentWorseThanReference(
+            f"the student is worse than the reference LoRA by more than the margin: {detail}",
+            fix="a student that does not match the public 4-step LoRA is not worth publishing: "
+            "train longer, try endpoint weighting or the on-policy phase (student.on_policy)",
+        )
     return detail

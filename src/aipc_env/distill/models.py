@@ -10,8 +10,20 @@ from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, Dist
 from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, read_mark, tiny_kind
 from aipc_env.errors import InputError
 
-__all__ = ["device_and_dtype", "is_tiny_random", "is_tiny_trained", "load_pipeline", "load_transformer", "model_dir",
-           "model_key", "model_path", "offload_text_encoder", "resolve_run", "tiny_kind", "trained_tiny_path"]
+__all__ = [
+    "device_and_dtype",
+    "is_tiny_random",
+    "is_tiny_trained",
+    "load_pipeline",
+    "load_transformer",
+    "model_dir",
+    "model_key",
+    "model_path",
+    "offload_text_encoder",
+    "resolve_run",
+    "tiny_kind",
+    "trained_tiny_path",
+]
 
 
 def trained_tiny_path() -> Path:
@@ -133,15 +145,17 @@ def load_transformer(path: Path, device, dtype, *, base: str):
         from diffusers import BitsAndBytesConfig
 
         q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
-                                                              quantization_config=q, dtype=dtype,
-                                                              device_map={"": device}, local_files_only=True)
+        model = QwenImage21Transformer2DModel.from_pretrained(
+            str(path), subfolder="transformer", quantization_config=q, dtype=dtype, device_map={"": device}, local_files_only=True
+        )
     elif base == "nf4":
-        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
-                                                              dtype=torch.float32, local_files_only=True)
+        model = QwenImage21Transformer2DModel.from_pretrained(
+            str(path), subfolder="transformer", dtype=torch.float32, local_files_only=True
+        )
         quantize_linear_layers_nf4(model, device, dtype)
     else:
-        model = QwenImage21Transformer2DModel.from_pretrained(str(path), subfolder="transformer",
-                                                              dtype=dtype, local_files_only=True).to(device)
+        model = QwenImage21Transformer2DModel.from_pretrained(
+            str(path), subfolder="transformer", dtype=dtype, local_files_only=True
+        ).to(device)
     model.requires_grad_(False)
     return model

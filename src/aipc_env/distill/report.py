@@ -31,6 +31,7 @@ class DistillReport(VersionedModel):
     ignored: dict[str, str]
     """stage -> why its verdict on disk does not count."""
 
+
 __all__ = ["build_report", "current_verdicts", "gate_rows", "status_line"]
 
 
@@ -120,8 +121,10 @@ def status_line(verdicts: dict[str, Verdict]) -> str:
     if missing:
         return f"in progress: {', '.join(missing)} not run or not current"
     if verdicts["g3"].mode == "plumbing":
-        return ("every stage ran without a failure; G3 ran as a plumbing check only (judging the student needs the "
-                "real model and LPIPS)")
+        return (
+            "every stage ran without a failure; G3 ran as a plumbing check only (judging the student needs the "
+            "real model and LPIPS)"
+        )
     return "every gate passed"
 
 
@@ -140,59 +143,97 @@ def _grid(cfg: DistillConfig):
 def build_report(cfg: DistillConfig) -> tuple[str, Path]:
     verdicts, ignored = current_verdicts(cfg)
     grid = _grid(cfg)
-    steps = (f"{len(grid.student)} steps matches its own {len(grid.teacher)}-step output" if grid else
-             "the student grid matches its own teacher-grid output")
-    lines = [f"# Distillation report: {cfg.model}", "", f"Status: {status_line(verdicts)}.", "",
-             f"Goal: a LoRA so that, with it on, the model at {steps} from the same noise.", "",
-             "What was verified (gates)", "", "Gate\tResult"]
+    steps = (
+        f"{len(grid.student)} steps matches its own {len(grid.teacher)}-step output"
+        if grid
+        else "the student grid matches its own teacher-grid output"
+    )
+    lines = [
+        f"# Distillation report: {cfg.model}",
+        "",
+        f"Status: {status_line(verdicts)}.",
+        "",
+        f"Goal: a LoRA so that, with it on, the model at {steps} from the same noise.",
+        "",
+        "What was verified (gates)",
+        "",
+        "Gate\tResult",
+    ]
     rows = gate_rows(cfg, verdicts)
     lines += [f"{a}\t{b}" for a, b in rows] or ["(no current gate verdict)"]
     if ignored:
-        lines += ["", "Verdicts on disk that do not count"] + [f"- {STAGE_TITLES[s]}: {why}" for s, why in
-                                                                 ignored.items()]
+        lines += ["", "Verdicts on disk that do not count"] + [f"- {STAGE_TITLES[s]}: {why}" for s, why in ignored.items()]
     grid_from = next((v.grid for v in verdicts.values() if v.grid), None)
     if grid_from:
         lines += ["", f"Grid: teacher {grid_from['teacher']} ({grid_from['source']}); student {grid_from['student']}"]
     tr, train, g3 = verdicts.get("trajectories"), verdicts.get("train"), verdicts.get("g3")
     if tr is not None:
         m = tr.metrics
-        lines += ["", f"Trajectories: {m.get('prompts')} prompts x {m.get('steps')} teacher steps "
-                  f"({m.get('computed')} computed, {m.get('reused')} reused; encode {m.get('seconds_encode')} s, "
-                  f"sampling {m.get('seconds_sample')} s)."]
+        lines += [
+            "",
+            f"Trajectories: {m.get('prompts')} prompts x {m.get('steps')} teacher steps "
+            f"({m.get('computed')} computed, {m.get('reused')} reused; encode {m.get('seconds_encode')} s, "
+            f"sampling {m.get('seconds_sample')} s).",
+        ]
     if g3 is not None and train is not None and "mean" in g3.metrics:
         metric = g3.metrics["metric"]
         label = metric.upper().replace("_", " ")
         m = train.metrics
         head = "G3 evidence" if g3.mode != "plumbing" else "G3 plumbing numbers (they judge nothing about the student)"
-        lines += ["", f"{head} ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
-                  "", f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {label}\tNaive {label}",
-                  f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
-                  f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
-                  f"{g3.metrics['mean']['naive'][metric]:.4f}"]
+        lines += [
+            "",
+            f"{head} ({cfg.height}x{cfg.width}, {g3.device}, same noise, {g3.metrics['metric_note']})",
+            "",
+            f"Run\tPrompts\tSteps\tlr\tLoss weighting\tStudent {label}\tNaive {label}",
+            f"{cfg.out.name}\t{m.get('trajectories')}\t{m.get('steps')}\t{cfg.student.learning_rate:g}\t"
+            f"{m.get('loss_weighting')}\t{g3.metrics['mean']['student'][metric]:.4f}\t"
+            f"{g3.metrics['mean']['naive'][metric]:.4f}",
+        ]
     if train is not None:
         m = train.metrics
         if "velocity_mse_on" in m:
-            lines += ["", "Velocity diagnostic (unweighted MSE of predicted velocity vs stored v* on training pairs, "
-                      f"adapter on vs off): {m['velocity_mse_on']:.4g} vs {m['velocity_mse_off']:.4g}"
-                      + (" — the adapter improves velocities." if m['velocity_mse_on'] < m['velocity_mse_off']
-                         else " — the adapter does not improve velocities.")]
+            lines += [
+                "",
+                "Velocity diagnostic (unweighted MSE of predicted velocity vs stored v* on training pairs, "
+                f"adapter on vs off): {m['velocity_mse_on']:.4g} vs {m['velocity_mse_off']:.4g}"
+                + (
+                    " — the adapter improves velocities."
+                    if m["velocity_mse_on"] < m["velocity_mse_off"]
+                    else " — the adapter does not improve velocities."
+                ),
+            ]
         if m.get("diverged_at") is not None:
-            lines += ["", f"Training diverged at step {m['diverged_at']}: {m.get('reason')}; last good checkpoint "
-                      f"{m.get('last_good_checkpoint')}."]
+            lines += [
+                "",
+                f"Training diverged at step {m['diverged_at']}: {m.get('reason')}; last good checkpoint "
+                f"{m.get('last_good_checkpoint')}.",
+            ]
         if "objective_start" in m:
-            lines += ["", f"Student objective on the training pairs: {m['objective_start']:.4g} -> "
-                      f"{m['objective_end']:.4g} over {m['steps']} steps ({m['loss_weighting']} weighting)."]
+            lines += [
+                "",
+                f"Student objective on the training pairs: {m['objective_start']:.4g} -> "
+                f"{m['objective_end']:.4g} over {m['steps']} steps ({m['loss_weighting']} weighting).",
+            ]
         plot = cfg.out / "loss.png"
         if plot.is_file():
             lines += ["", f"Loss plot: {plot}"]
     if g3 is not None and g3.metrics.get("grid"):
         lines += ["", f"G3 grid: {g3.metrics['grid']}; manifest: {g3.metrics['manifest']}"]
-    lines += ["", "Base model licence: Qwen Research Licence (non-commercial) — derivatives need the licence text, a "
-              "change notice, and \"Built with Qwen\", and must not use \"Qwen\" as the main repo name."]
+    lines += [
+        "",
+        "Base model licence: Qwen Research Licence (non-commercial) — derivatives need the licence text, a "
+        'change notice, and "Built with Qwen", and must not use "Qwen" as the main repo name.',
+    ]
     text = "\n".join(lines) + "\n"
     path = cfg.out / "report.md"
     atomic_write_text(path, text)
-    write_model(cfg.out / "report.json", DistillReport(status=status_line(verdicts),
-                                                       gates=[GateRow(gate=a, result=b) for a, b in rows],
-                                                       current=list(verdicts), ignored=ignored))
+    write_model(
+        cfg.out / "report.json",
+        DistillReport(
+            status=status_line(verdicts),
+            gates=[GateRow(gate=a, result=b) for a, b in rows],
+            current=list(verdicts),
+            ignored=ignored,
+        ),
+    )
     return text, path

@@ -38,8 +38,9 @@ class Prompted:
     image_pad_mask: torch.Tensor
 
     def to(self, device, dtype=None) -> Prompted:
-        return Prompted(self.embeds.to(device, dtype), None if self.mask is None else self.mask.to(device),
-                        self.image_pad_mask.to(device))
+        return Prompted(
+            self.embeds.to(device, dtype), None if self.mask is None else self.mask.to(device), self.image_pad_mask.to(device)
+        )
 
 
 def encode(pipe, prompts: list[str], device, *, grad: bool = False) -> Prompted:
@@ -65,8 +66,7 @@ def img_shapes_for(pipe, batch: int, height: int, width: int) -> list:
 def initial_noise(pipe, batch: int, height: int, width: int, generator, device, dtype) -> torch.Tensor:
     """The pipeline's own `prepare_latents` noise (randn_tensor, then packed)."""
     height, width, _, _ = latent_hw(pipe, height, width)
-    latents, _ = pipe.prepare_latents(None, batch, pipe.transformer.config.in_channels, height, width, dtype, device,
-                                      generator)
+    latents, _ = pipe.prepare_latents(None, batch, pipe.transformer.config.in_channels, height, width, dtype, device, generator)
     return latents
 
 
@@ -80,30 +80,52 @@ def set_grid(pipe, sigmas: list[float], n_tokens: int, device) -> tuple[torch.Te
     from diffusers.pipelines.qwenimage21.pipeline_qwenimage21 import calculate_shift, retrieve_timesteps
 
     cfg = pipe.scheduler.config
-    mu = calculate_shift(n_tokens, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
-                         cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
+    mu = calculate_shift(
+        n_tokens,
+        cfg.get("base_image_seq_len", 256),
+        cfg.get("max_image_seq_len", 4096),
+        cfg.get("base_shift", 0.5),
+        cfg.get("max_shift", 1.15),
+    )
     timesteps, _ = retrieve_timesteps(pipe.scheduler, len(sigmas), device, sigmas=sigmas, mu=mu)
     pipe.scheduler.set_begin_index(0)
     return timesteps, pipe.scheduler.sigmas.clone()
 
 
-def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cache=None, kv_mode=None,
-             attention_kwargs=None):
+def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cache=None, kv_mode=None, attention_kwargs=None):
     """One transformer call as the pipeline makes it; returns the image tokens' velocity [B, N, C]."""
     timestep = t.expand(latents.shape[0]).to(latents.dtype) if t.ndim == 0 else t.to(latents.dtype)
     inner = getattr(transformer, "module", transformer)  # under DDP the cache context is the wrapped module's
     with inner.cache_context("cond"):
-        out = transformer(hidden_states=latents, timestep=timestep / 1000, encoder_hidden_states=prompted.embeds,
-                          encoder_hidden_states_mask=prompted.mask, img_shapes=img_shapes,
-                          img_mask=with_target_slots(prompted.image_pad_mask, latents.shape[1]),
-                          attention_kwargs=attention_kwargs or {}, kv_cache=kv_cache, kv_cache_mode=kv_mode,
-                          return_dict=False)[0]
-    return out[:, -latents.size(1):]
+        out = transformer(
+            hidden_states=latents,
+            timestep=timestep / 1000,
+            encoder_hidden_states=prompted.embeds,
+            encoder_hidden_states_mask=prompted.mask,
+            img_shapes=img_shapes,
+            img_mask=with_target_slots(prompted.image_pad_mask, latents.shape[1]),
+            attention_kwargs=attention_kwargs or {},
+            kv_cache=kv_cache,
+            kv_cache_mode=kv_mode,
+            return_dict=False,
+        )[0]
+    return out[:, -latents.size(1) :]
 
 
 @torch.no_grad()
-def euler(pipe, transformer, prompted: Prompted, latents: torch.Tensor, sigmas: list[float], height: int,
-          width: int, *, use_kv_cache: bool = True, attention_kwargs=None, record: bool = False):
+def euler(
+    pipe,
+    transformer,
+    prompted: Prompted,
+    latents: torch.Tensor,
+    sigmas: list[float],
+    height: int,
+    width: int,
+    *,
+    use_kv_cache: bool = True,
+    attention_kwargs=None,
+    record: bool = False,
+):
     """Run the sampler from `latents` over the grid. Returns (final latents, [latents after each step, starting
     with the input] if record else [], timesteps, effective sigmas)."""
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
@@ -115,8 +137,7 @@ def euler(pipe, transformer, prompted: Prompted, latents: torch.Tensor, sigmas: 
     trajectory = [latents] if record else []
     for i, t in enumerate(timesteps):
         mode = ("extract" if i == 0 else "cached") if cache_on else None
-        v = velocity(transformer, latents, t, prompted, shapes, kv_cache=cache, kv_mode=mode,
-                     attention_kwargs=attention_kwargs)
+        v = velocity(transformer, latents, t, prompted, shapes, kv_cache=cache, kv_mode=mode, attention_kwargs=attention_kwargs)
         dt = eff[i + 1] - eff[i]
         latents = (latents.to(torch.float32) + dt * v).to(v.dtype)
         if record:

@@ -8,8 +8,19 @@ teacher trains on whole batches without padding)."""
 
 from __future__ import annotations
 
-__all__ = ["COLORS", "EVAL_SEEDS", "KINDS", "PROMPTS", "SAMPLE_SIGMAS", "STRUCTURED_RATIO", "TRAINED21_VERSION",
-           "TRAIN_REPEATS", "check_structured", "eval_prompts", "train_prompts"]
+__all__ = [
+    "COLORS",
+    "EVAL_SEEDS",
+    "KINDS",
+    "PROMPTS",
+    "SAMPLE_SIGMAS",
+    "STRUCTURED_RATIO",
+    "TRAINED21_VERSION",
+    "TRAIN_REPEATS",
+    "check_structured",
+    "eval_prompts",
+    "train_prompts",
+]
 
 TRAINED21_VERSION = 1
 """Bumped when the trained teacher changes (data, architecture or training): the cached copy is rebuilt."""
@@ -48,9 +59,13 @@ def check_structured(teacher: float, untrained: float, ratio: float = STRUCTURED
     from the same noise (equal passes; NaN fails)."""
     from aipc_env.errors import AipcError
 
-    detail = (f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's {untrained:.4g} "
-              f"(bound: at most {ratio:g} times)")
+    detail = (
+        f"teacher@8 distance to the data {teacher:.4g} vs an untrained transformer's {untrained:.4g} "
+        f"(bound: at most {ratio:g} times)"
+    )
     if not teacher <= ratio * untrained:
-        raise AipcError(f"the tiny teacher did not learn its distribution: {detail}",
-                        fix="a bug in the tiny teacher's build: report it with this line")
+        raise AipcError(
+            f"the tiny teacher did not learn its distribution: {detail}",
+            fix="a bug in the tiny teacher's build: report it with this line",
+        )
     return detail

@@ -73,23 +73,36 @@ def load_trajectories(cfg: DistillConfig, model_key: str) -> list[Trajectory]:
     from aipc_env.distill.trajectories import load_index, read_trajectory
 
     index, paths = load_index(cfg)
-    if index.model_key != model_key or index.teacher_sigmas != cfg.teacher_sigmas or \
-            (index.height, index.width) != (cfg.height, cfg.width):
-        raise InputError("the stored trajectories were made with another model, grid or size than the config's",
-                         path=paths[0].parent if paths else cfg.out, fix="run `aipc-env distill trajectories` again")
+    if (
+        index.model_key != model_key
+        or index.teacher_sigmas != cfg.teacher_sigmas
+        or (index.height, index.width) != (cfg.height, cfg.width)
+    ):
+        raise InputError(
+            "the stored trajectories were made with another model, grid or size than the config's",
+            path=paths[0].parent if paths else cfg.out,
+            fix="run `aipc-env distill trajectories` again",
+        )
     out = []
     for p in paths:
         got = read_trajectory(p)
         if got is None:
-            raise InputError("a trajectory file is missing or unreadable", path=p,
-                             fix="run `aipc-env distill trajectories` again (it redoes only what is missing)")
+            raise InputError(
+                "a trajectory file is missing or unreadable",
+                path=p,
+                fix="run `aipc-env distill trajectories` again (it redoes only what is missing)",
+            )
         _, t = got
-        out.append(Trajectory(t["latents"], t["timesteps"], t["sigmas"],
-                              sampler.Prompted(t["prompt_embeds"][None], t["prompt_mask"][None].bool(),
-                                               t["image_pad_mask"][None].bool())))
+        out.append(
+            Trajectory(
+                t["latents"],
+                t["timesteps"],
+                t["sigmas"],
+                sampler.Prompted(t["prompt_embeds"][None], t["prompt_mask"][None].bool(), t["image_pad_mask"][None].bool()),
+            )
+        )
     if not out:
-        raise InputError("no trajectories stored", path=cfg.out / "trajectories",
-                         fix="run `aipc-env distill trajectories` first")
+        raise InputError("no trajectories stored", path=cfg.out / "trajectories", fix="run `aipc-env distill trajectories` first")
     return out
 
 
@@ -108,9 +121,17 @@ def _stack_prompts(items: list[sampler.Prompted]) -> sampler.Prompted:
     return sampler.Prompted(embeds, None if bool(mask.all()) else mask, pad)
 
 
-def make_batch(trajs: list[Trajectory], picks: list[tuple[int, int]], stride: int, shapes_one: list, device,
-               dtype, *, starts: list[torch.Tensor] | None = None, ends: list[torch.Tensor] | None = None
-               ) -> PairBatch:
+def make_batch(
+    trajs: list[Trajectory],
+    picks: list[tuple[int, int]],
+    stride: int,
+    shapes_one: list,
+    device,
+    dtype,
+    *,
+    starts: list[torch.Tensor] | None = None,
+    ends: list[torch.Tensor] | None = None,
+) -> PairBatch:
     """The pairs (trajectory i, student step k); `starts`/`ends` replace the stored latents (on-policy)."""
     xs, xe, ts, s0, s1 = [], [], [], [], []
     for j, (i, k) in enumerate(picks):
@@ -125,8 +146,7 @@ def make_batch(trajs: list[Trajectory], picks: list[tuple[int, int]], stride: in
     sigma, sigma_next = torch.stack(s0).to(device, torch.float32), torch.stack(s1).to(device, torch.float32)
     v_target = (x_end.float() - x.float()) / (sigma_next - sigma).view(-1, 1, 1)
     prompted = _stack_prompts([trajs[i].prompted for i, _ in picks]).to(device, dtype)
-    return PairBatch(x.to(dtype), torch.stack(ts).to(device), sigma, sigma_next, v_target, prompted,
-                     shapes_one * len(picks))
+    return PairBatch(x.to(dtype), torch.stack(ts).to(device), sigma, sigma_next, v_target, prompted, shapes_one * len(picks))
 
 
 def step_loss(model, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,8 +181,14 @@ def add_lora(model, cfg: DistillConfig) -> list[torch.nn.Parameter]:
     fp32."""
     from peft import LoraConfig
 
-    model.add_adapter(LoraConfig(r=cfg.student.rank, lora_alpha=cfg.student.alpha,  # type: ignore[arg-type]  # peft says int; float works
-                                 target_modules=cfg.student.target_modules, init_lora_weights=True))
+    model.add_adapter(
+        LoraConfig(
+            r=cfg.student.rank,
+            lora_alpha=cfg.student.alpha,  # type: ignore[arg-type]  # peft says int; float works
+            target_modules=cfg.student.target_modules,
+            init_lora_weights=True,
+        )
+    )
     params = [p for n, p in model.named_parameters() if "lora_" in n]
     for p in params:
         p.data = p.data.float()
@@ -187,16 +213,18 @@ def publish(model, lora_dir: Path, *, metadata: bool = True) -> Path:
 
     extra = _collate_lora_metadata({"transformer": model}) if metadata else {}
     with atomic_dir(lora_dir) as tmp:
-        QwenImage21Pipeline.save_lora_weights(str(tmp), transformer_lora_layers=get_peft_model_state_dict(model),
-                                              **extra)
+        QwenImage21Pipeline.save_lora_weights(str(tmp), transformer_lora_layers=get_peft_model_state_dict(model), **extra)
     return lora_dir / "pytorch_lora_weights.safetensors"
 
 
 def _fingerprint(cfg: DistillConfig, model_key: str) -> str:
-    s = cfg.student.model_dump(mode="json", exclude={"max_train_steps", "checkpointing_steps",
-                                                     "checkpoints_total_limit", "resume", "divergence"})
-    blob = json.dumps({"student": s, "model": model_key, "sigmas": cfg.teacher_sigmas, "seed": cfg.seed,
-                       "stride": cfg.student_stride}, sort_keys=True)
+    s = cfg.student.model_dump(
+        mode="json", exclude={"max_train_steps", "checkpointing_steps", "checkpoints_total_limit", "resume", "divergence"}
+    )
+    blob = json.dumps(
+        {"student": s, "model": model_key, "sigmas": cfg.teacher_sigmas, "seed": cfg.seed, "stride": cfg.student_stride},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -275,13 +303,19 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)
     out = cfg.out
-    accelerator = Accelerator(mixed_precision="no", cpu=device.type == "cpu",
-                              gradient_accumulation_steps=s.gradient_accumulation_steps,
-                              log_with=s.log_with, project_dir=str(out / "logs") if s.log_with else None)
+    accelerator = Accelerator(
+        mixed_precision="no",
+        cpu=device.type == "cpu",
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        log_with=s.log_with,
+        project_dir=str(out / "logs") if s.log_with else None,
+    )
     if accelerator.num_processes != s.processes:
-        raise InputError(f"student.processes is {s.processes}, but {accelerator.num_processes} processes run",
-                         key="student.processes", fix="run the train stage through `aipc-env distill` (it starts "
-                         "`accelerate launch` with student.processes processes)")
+        raise InputError(
+            f"student.processes is {s.processes}, but {accelerator.num_processes} processes run",
+            key="student.processes",
+            fix="run the train stage through `aipc-env distill` (it starts `accelerate launch` with student.processes processes)",
+        )
     if accelerator.num_processes > 1:
         device = accelerator.device
     main = accelerator.is_main_process
@@ -318,9 +352,11 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     if resumed is not None:
         state = restore_checkpoint(resumed, accelerator.unwrap_model(model), opt, sched, device)
         if state.fingerprint != fingerprint:
-            raise InputError(f"cannot resume from {resumed}: it was trained with other student settings, "
-                             "model or grid", key="student.resume", fix="restore those settings, or remove "
-                             "student.resume (or use a new output_dir) to start over")
+            raise InputError(
+                f"cannot resume from {resumed}: it was trained with other student settings, model or grid",
+                key="student.resume",
+                fix="restore those settings, or remove student.resume (or use a new output_dir) to start over",
+            )
         step = state.step
         log_path = out / "train_log.jsonl"
         if log_path.is_file():
@@ -332,15 +368,25 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     objective_start = objective(bare, probe, s.loss_weighting)
     best_vel = velocity_mse(bare, probe, adapter=True)
     checks.append({"step": step, "velocity_mse_on": best_vel, "velocity_mse_off": vel_off})
-    log(f"train: {len(trajs)} trajectories, {n_steps} student steps each, {n_lora} LoRA tensors "
+    log(
+        f"train: {len(trajs)} trajectories, {n_steps} student steps each, {n_lora} LoRA tensors "
         f"({sum(p.numel() for p in params)} parameters), base {s.base}, device {device}, loss {s.loss_weighting}; "
         f"velocity MSE adapter off {vel_off:.5g}; {s.batch_size} pairs per step over {accelerator.num_processes} "
-        f"process(es) x {s.gradient_accumulation_steps} accumulation step(s)")
+        f"process(es) x {s.gradient_accumulation_steps} accumulation step(s)"
+    )
     if s.log_with:
-        accelerator.init_trackers("distill", config={"rank": s.rank, "alpha": s.alpha, "lr": s.learning_rate,
-                                                     "batch_size": s.batch_size, "loss_weighting": s.loss_weighting,
-                                                     "processes": s.processes,
-                                                     "gradient_accumulation_steps": s.gradient_accumulation_steps})
+        accelerator.init_trackers(
+            "distill",
+            config={
+                "rank": s.rank,
+                "alpha": s.alpha,
+                "lr": s.learning_rate,
+                "batch_size": s.batch_size,
+                "loss_weighting": s.loss_weighting,
+                "processes": s.processes,
+                "gradient_accumulation_steps": s.gradient_accumulation_steps,
+            },
+        )
     micro = s.batch_size // (accelerator.num_processes * s.gradient_accumulation_steps)
     last_good = checkpoint_dirs(out)[-1] if checkpoint_dirs(out) else None
     t0 = time.perf_counter()
@@ -348,12 +394,18 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     def diverged(reason: str) -> TrainingDiverged:
         if main:
             _plot(rows, checks, out / "loss.png")
-        err = TrainingDiverged(f"stopped at step {step}: {reason}; last good checkpoint: "
-                               f"{last_good or 'none yet'}",
-                               fix="lower student.learning_rate (a 3e-4 run diverged in the recorded project; try 1e-4 or 5e-5) "
-                                   "and resume from the last good checkpoint (student.resume)")
-        err.metrics = {"steps": step, "diverged_at": step, "reason": reason,
-                       "last_good_checkpoint": str(last_good) if last_good else None, "checks": checks}
+        err = TrainingDiverged(
+            f"stopped at step {step}: {reason}; last good checkpoint: {last_good or 'none yet'}",
+            fix="lower student.learning_rate (a 3e-4 run diverged in the recorded project; try 1e-4 or 5e-5) "
+            "and resume from the last good checkpoint (student.resume)",
+        )
+        err.metrics = {
+            "steps": step,
+            "diverged_at": step,
+            "reason": reason,
+            "last_good_checkpoint": str(last_good) if last_good else None,
+            "checks": checks,
+        }
         return err
 
     with _log_file(out / "train_log.jsonl", main) as fh:
@@ -363,13 +415,14 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
             g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
             picks = _picks(g, len(trajs), n_steps, s.batch_size)  # the same on every process
             kind = "offline"
-            on_policy = s.on_policy and step >= s.on_policy.start_step and \
-                float(torch.rand(1, generator=g)) < s.on_policy.fraction
+            on_policy = (
+                s.on_policy and step >= s.on_policy.start_step and float(torch.rand(1, generator=g)) < s.on_policy.fraction
+            )
             total = torch.zeros((), device=device)
             errs = []
             for a in range(s.gradient_accumulation_steps):
                 chunk = a * accelerator.num_processes + accelerator.process_index
-                mine = picks[chunk * micro:(chunk + 1) * micro]
+                mine = picks[chunk * micro : (chunk + 1) * micro]
                 if on_policy:
                     kind = "on-policy"
                     starts, ends = _on_policy(bare, trajs, mine, stride, shapes_one, device, dtype)
@@ -382,8 +435,9 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
                     accelerator.backward(loss)
                 total += loss.detach().float() / s.gradient_accumulation_steps
                 errs.append(err.float())
-            errors = _in_pick_order(accelerator.gather(torch.cat(errs)), accelerator.num_processes,
-                                    s.gradient_accumulation_steps, micro)
+            errors = _in_pick_order(
+                accelerator.gather(torch.cat(errs)), accelerator.num_processes, s.gradient_accumulation_steps, micro
+            )
             if s.max_grad_norm:
                 accelerator.clip_grad_norm_(params, s.max_grad_norm)
             opt.step()
@@ -408,15 +462,23 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
                 checks.append({"step": step, "velocity_mse_on": vel, "velocity_mse_off": vel_off})
                 if s.log_with:
                     accelerator.log({"velocity_mse_on": vel, "velocity_mse_off": vel_off}, step=step)
-                log(f"train: step {step}/{s.max_train_steps} loss {value:.5g} velocity MSE on {vel:.5g} / "
-                    f"off {vel_off:.5g}")
+                log(f"train: step {step}/{s.max_train_steps} loss {value:.5g} velocity MSE on {vel:.5g} / off {vel_off:.5g}")
                 if vel > best_vel * s.divergence.velocity_tolerance:
-                    raise diverged(f"the velocity MSE on the training pairs worsened to {vel:.4g} (best "
-                                   f"{best_vel:.4g}, tolerance x{s.divergence.velocity_tolerance:g})")
+                    raise diverged(
+                        f"the velocity MSE on the training pairs worsened to {vel:.4g} (best "
+                        f"{best_vel:.4g}, tolerance x{s.divergence.velocity_tolerance:g})"
+                    )
                 best_vel = min(best_vel, vel)
             if save_now:
-                state = CheckpointState(step=step, smoothed_loss=value, lora_rank=s.rank, lora_alpha=s.alpha,
-                                        target_modules=s.target_modules, model=mkey, fingerprint=fingerprint)
+                state = CheckpointState(
+                    step=step,
+                    smoothed_loss=value,
+                    lora_rank=s.rank,
+                    lora_alpha=s.alpha,
+                    target_modules=s.target_modules,
+                    model=mkey,
+                    fingerprint=fingerprint,
+                )
                 if main:
                     last_good = save_checkpoint(out, state, bare, opt, sched, limit=s.checkpoints_total_limit)
                     log(f"train: checkpoint {last_good}")
@@ -432,19 +494,38 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     if s.log_with:
         accelerator.end_training()
     accelerator.wait_for_everyone()
-    metrics = {"steps": step, "resumed_from": str(resumed) if resumed else None, "trajectories": len(trajs),
-            "loss_weighting": s.loss_weighting, "base": s.base, "device": str(device),
-            "objective_start": objective_start, "objective_end": objective_end,
-            "lowered_loss": objective_end < objective_start,
-            "velocity_mse_on": vel_on, "velocity_mse_off": vel_off, "lora": str(lora_file),
-            "lora_rank": s.rank, "lora_alpha": s.alpha, "seconds": round(time.perf_counter() - t0, 3),
-            "on_policy_steps": sum(1 for r in rows if r["kind"] == "on-policy"), "checks": checks,
-            "loss_plot": str(out / "loss.png"), "last_checkpoint": str(last_good) if last_good else None,
-            "processes": accelerator.num_processes, "gradient_accumulation_steps": s.gradient_accumulation_steps,
-            "batch_size": s.batch_size}
+    metrics = {
+        "steps": step,
+        "resumed_from": str(resumed) if resumed else None,
+        "trajectories": len(trajs),
+        "loss_weighting": s.loss_weighting,
+        "base": s.base,
+        "device": str(device),
+        "objective_start": objective_start,
+        "objective_end": objective_end,
+        "lowered_loss": objective_end < objective_start,
+        "velocity_mse_on": vel_on,
+        "velocity_mse_off": vel_off,
+        "lora": str(lora_file),
+        "lora_rank": s.rank,
+        "lora_alpha": s.alpha,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "on_policy_steps": sum(1 for r in rows if r["kind"] == "on-policy"),
+        "checks": checks,
+        "loss_plot": str(out / "loss.png"),
+        "last_checkpoint": str(last_good) if last_good else None,
+        "processes": accelerator.num_processes,
+        "gradient_accumulation_steps": s.gradient_accumulation_steps,
+        "batch_size": s.batch_size,
+    }
     try:
-        check_training_outcome(objective_start=objective_start, objective_end=objective_end, velocity_on=vel_on,
-                               velocity_off=vel_off, tolerance=s.divergence.velocity_tolerance)
+        check_training_outcome(
+            objective_start=objective_start,
+            objective_end=objective_end,
+            velocity_on=vel_on,
+            velocity_off=vel_off,
+            tolerance=s.divergence.velocity_tolerance,
+        )
     except (ObjectiveRose, VelocityDiverged) as err:
         err.metrics = metrics
         raise
@@ -458,8 +539,7 @@ def _in_pick_order(gathered: torch.Tensor, world: int, accum: int, micro: int) -
     return [values[rank][a][i] for a in range(accum) for rank in range(world) for i in range(micro)]
 
 
-def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], window: int, factor: float
-           ) -> str | None:
+def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], window: int, factor: float) -> str | None:
     """A loss spike, judged per student step k: a pair's velocity error above `factor` x the median of the last
     `window` errors of the same k. (Errors of different k differ by orders of magnitude on a non-uniform grid:
     (0.70 / 0.046)^2 = 230x under endpoint weighting, so one history for all k calls every large-k pair a spike.)"""
@@ -467,8 +547,10 @@ def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], 
         history = [e for r in rows for (_, kk), e in zip(r["pairs"], r.get("velocity_errors", [])) if kk == k]
         history = history[-window:]
         if len(history) >= window and err > factor * statistics.median(history):
-            return (f"loss spike at student step k={k}: velocity error {err:.4g} > {factor:g} x the median "
-                    f"{statistics.median(history):.4g} of its last {len(history)}")
+            return (
+                f"loss spike at student step k={k}: velocity error {err:.4g} > {factor:g} x the median "
+                f"{statistics.median(history):.4g} of its last {len(history)}"
+            )
         if not math.isfinite(err):
             return f"the velocity error at student step k={k} is {err}"
     return None
@@ -478,9 +560,11 @@ def require_tracker(name: str | None) -> None:
     from accelerate.utils import is_tensorboard_available
 
     if name == "tensorboard" and not is_tensorboard_available():
-        raise InputError("student.log_with is tensorboard, but the tensorboard package is not in the training env",
-                         key="student.log_with", fix="pip install tensorboard in the training env, or remove "
-                         "student.log_with")
+        raise InputError(
+            "student.log_with is tensorboard, but the tensorboard package is not in the training env",
+            key="student.log_with",
+            fix="pip install tensorboard in the training env, or remove student.log_with",
+        )
 
 
 def _silent(message: str) -> None:

@@ -25,14 +25,22 @@ __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pi
 
 TINY21_VERSION = 2
 """Bumped when the built pipeline changes (the cached copy is rebuilt)."""
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                  "<|image_pad|>", "<|video_pad|>"]
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for c in message['content'] %}"
     "{% if c['type'] == 'text' %}{{ c['text'] }}{% elif c['type'] == 'image' %}"
     "<|vision_start|><|image_pad|><|vision_end|>{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def _tokenizer():
@@ -43,16 +51,22 @@ def _tokenizer():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>", model_max_length=4096,
-                                   additional_special_tokens=SPECIAL_TOKENS)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=4096,
+        additional_special_tokens=SPECIAL_TOKENS,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         fast.save_pretrained(tmp)
         return Qwen2Tokenizer.from_pretrained(tmp)
 
 
-def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = False,
-                          sample_sigmas: list[float] | None = None) -> Path:
+def build_tiny21_pipeline(
+    out: Path, *, seed: int = 0, dynamic_shifting: bool = False, sample_sigmas: list[float] | None = None
+) -> Path:
     """Write the tiny pipeline to `out` (atomically: a temp folder renamed at the end)."""
     import torch
     from diffusers import (
@@ -70,42 +84,93 @@ def build_tiny21_pipeline(out: Path, *, seed: int = 0, dynamic_shifting: bool = 
     torch.manual_seed(seed)
     tokenizer = _tokenizer()
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    image_processor = Qwen2VLImageProcessorPil(patch_size=16, temporal_patch_size=2, merge_size=2,
-                                               min_pixels=32 * 32, max_pixels=256 * 256)
+    image_processor = Qwen2VLImageProcessorPil(
+        patch_size=16, temporal_patch_size=2, merge_size=2, min_pixels=32 * 32, max_pixels=256 * 256
+    )
     processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE)
     hidden = 16
     config = Qwen3VLConfig(
-        text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                         rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6,
-                                          "mrope_interleaved": True},
-                         pad_token_id=ids["<|endoftext|>"], bos_token_id=None, eos_token_id=ids["<|im_end|>"]),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=hidden,
-                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64,
-                           deepstack_visual_indexes=[1]),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+        text_config=dict(
+            vocab_size=max(512, len(tokenizer)),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6, "mrope_interleaved": True},
+            pad_token_id=ids["<|endoftext|>"],
+            bos_token_id=None,
+            eos_token_id=ids["<|im_end|>"],
+        ),
+        vision_config=dict(
+            depth=2,
+            hidden_size=16,
+            intermediate_size=32,
+            num_heads=2,
+            out_hidden_size=hidden,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[1],
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
     text_encoder = Qwen3VLForConditionalGeneration(config).eval()
-    vae = AutoencoderKLQwenImage21(base_dim=8, decoder_base_dim=8, z_dim=8, dim_mult=[1, 1, 1, 1, 1],
-                                   num_res_blocks=1, attn_scales=[], temperal_downsample=[False, True, True, True],
-                                   latents_mean=[0.0] * 8, latents_std=[1.0] * 8)
-    transformer = QwenImage21Transformer2DModel(patch_size=1, in_channels=8, out_channels=8, num_layers=2,
-                                                attention_head_dim=16, num_attention_heads=2, context_in_dim=hidden,
-                                                mlp_ratio=2, axes_dims_rope=(4, 6, 6))
+    vae = AutoencoderKLQwenImage21(
+        base_dim=8,
+        decoder_base_dim=8,
+        z_dim=8,
+        dim_mult=[1, 1, 1, 1, 1],
+        num_res_blocks=1,
+        attn_scales=[],
+        temperal_downsample=[False, True, True, True],
+        latents_mean=[0.0] * 8,
+        latents_std=[1.0] * 8,
+    )
+    transformer = QwenImage21Transformer2DModel(
+        patch_size=1,
+        in_channels=8,
+        out_channels=8,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        context_in_dim=hidden,
+        mlp_ratio=2,
+        axes_dims_rope=(4, 6, 6),
+    )
     if dynamic_shifting:  # the tiny hub repo's scheduler (distillation lesson 7)
-        scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5,
-                                                    max_shift=0.9, base_image_seq_len=256, max_image_seq_len=8192,
-                                                    shift_terminal=0.02, time_shift_type="exponential")
+        scheduler = FlowMatchEulerDiscreteScheduler(
+            shift=1.0,
+            use_dynamic_shifting=True,
+            base_shift=0.5,
+            max_shift=0.9,
+            base_image_seq_len=256,
+            max_image_seq_len=8192,
+            shift_terminal=0.02,
+            time_shift_type="exponential",
+        )
     else:  # the real Turbo's: sigmas are used verbatim
         scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
-    pipe = QwenImage21Pipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, processor=processor,
-                               transformer=transformer, sample_sigmas=sample_sigmas)
+    pipe = QwenImage21Pipeline(
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        processor=processor,
+        transformer=transformer,
+        sample_sigmas=sample_sigmas,
+    )
     out = Path(out)
     with atomic_dir(out) as tmp_dir:
         pipe.save_pretrained(tmp_dir)  # type: ignore[attr-defined]  # mypy sees diffusers' dummy class, not the pipeline
-        (tmp_dir / "LICENSE").write_text((Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(
-            encoding="utf-8"), encoding="utf-8")  # an export copies the model's licence; this one has its own
-        (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"kind": "qwen-image-2.1", "seed": seed,
-                                                            "version": TINY21_VERSION,
-                                                            "dynamic_shifting": dynamic_shifting}))
+        (tmp_dir / "LICENSE").write_text(
+            (Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(encoding="utf-8"), encoding="utf-8"
+        )  # an export copies the model's licence; this one has its own
+        (tmp_dir / "aipc_tiny.json").write_text(
+            json.dumps({"kind": "qwen-image-2.1", "seed": seed, "version": TINY21_VERSION, "dynamic_shifting": dynamic_shifting})
+        )
     return out

@@ -53,7 +53,7 @@ class Shapes:
         for i in (0, half):
             for j in (0, half):
                 m = torch.zeros(GRID, GRID)
-                m[i:i + half, j:j + half] = 1
+                m[i : i + half, j : j + half] = 1
                 masks["square"].append(m)
         for r in range(GRID):
             m = torch.zeros(GRID, GRID)
@@ -63,8 +63,9 @@ class Shapes:
         self.templates = []
         for prompt in PROMPTS:
             _, color, kind = prompt.split()
-            self.templates.append(torch.stack([(m[..., None] * colors[color]).reshape(GRID * GRID, CHANNELS)
-                                               for m in masks[kind]]))
+            self.templates.append(
+                torch.stack([(m[..., None] * colors[color]).reshape(GRID * GRID, CHANNELS) for m in masks[kind]])
+            )
 
     def sample(self, prompt_index: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         n = len(prompt_index)
@@ -91,8 +92,9 @@ def _transformer(seed: int):
     from diffusers import QwenImage21Transformer2DModel
 
     torch.manual_seed(seed)
-    return QwenImage21Transformer2DModel(patch_size=1, in_channels=CHANNELS, out_channels=CHANNELS,
-                                         context_in_dim=16, axes_dims_rope=(4, 6, 6), **ARCH)
+    return QwenImage21Transformer2DModel(
+        patch_size=1, in_channels=CHANNELS, out_channels=CHANNELS, context_in_dim=16, axes_dims_rope=(4, 6, 6), **ARCH
+    )
 
 
 @torch.no_grad()
@@ -136,7 +138,8 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
             opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
             warm = TRAINING["warmup"]
             sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / n_steps)))
+                opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * s / n_steps))
+            )
             g = torch.Generator().manual_seed(TRAINING["data_seed"] + 1)
             batch = TRAINING["batch"]
             losses = []
@@ -146,8 +149,9 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
                 eps = torch.randn(x0.shape, generator=g)
                 sigma = torch.sigmoid(torch.randn(batch, generator=g))
                 xt = (1 - sigma.view(-1, 1, 1)) * x0 + sigma.view(-1, 1, 1) * eps
-                v = sampler.velocity(model, xt, sigma * 1000, sampler.Prompted(embeds[idx], None, pads[idx]),
-                                     [shapes_one] * batch)
+                v = sampler.velocity(
+                    model, xt, sigma * 1000, sampler.Prompted(embeds[idx], None, pads[idx]), [shapes_one] * batch
+                )
                 loss = ((v.float() - (eps - x0)) ** 2).mean()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -165,11 +169,21 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
                 shutil.copytree(base, tmp, dirs_exist_ok=True)
                 shutil.rmtree(tmp / "transformer")
                 model.save_pretrained(tmp / "transformer")
-                mark = {"kind": "qwen-image-2.1", "seed": 0, "version": TRAINED21_VERSION, "dynamic_shifting": False,
-                        "trained": {"data": "distill/shapes.py", "prompts": list(PROMPTS), "arch": ARCH,
-                                    "training": {**TRAINING, "lr": LEARNING_RATE, "steps": n_steps},
-                                    "final_loss": round(sum(losses[-100:]) / min(100, len(losses)), 5),
-                                    "seconds": round(time.perf_counter() - t0, 1), **measured}}
+                mark = {
+                    "kind": "qwen-image-2.1",
+                    "seed": 0,
+                    "version": TRAINED21_VERSION,
+                    "dynamic_shifting": False,
+                    "trained": {
+                        "data": "distill/shapes.py",
+                        "prompts": list(PROMPTS),
+                        "arch": ARCH,
+                        "training": {**TRAINING, "lr": LEARNING_RATE, "steps": n_steps},
+                        "final_loss": round(sum(losses[-100:]) / min(100, len(losses)), 5),
+                        "seconds": round(time.perf_counter() - t0, 1),
+                        **measured,
+                    },
+                }
                 (tmp / "aipc_tiny.json").write_text(json.dumps(mark, indent=1))
     finally:
         torch.set_num_threads(threads)
@@ -193,11 +207,14 @@ def _measure(model, embeds, pads, shapes: Shapes, shapes_one, n: int = 48) -> di
     def mean(values):
         return round(sum(values) / len(values), 5)
 
-    wrong = sum(1 for x, p in zip(t8, idx) if min(range(len(PROMPTS)), key=lambda q: distance_to_data(
-        x[None], [q], shapes)[0]) != p)
+    wrong = sum(
+        1 for x, p in zip(t8, idx) if min(range(len(PROMPTS)), key=lambda q: distance_to_data(x[None], [q], shapes)[0]) != p
+    )
 
-    return {"teacher8_to_data": mean(distance_to_data(t8, idx, shapes)),
-            "teacher4_to_data": mean(distance_to_data(t4, idx, shapes)),
-            "untrained8_to_data": mean(distance_to_data(u8, idx, shapes)),
-            "naive4_to_teacher8": round(float(((t4 - t8) ** 2).mean()), 5),
-            "teacher8_nearest_another_prompt": f"{wrong}/{n}"}
+    return {
+        "teacher8_to_data": mean(distance_to_data(t8, idx, shapes)),
+        "teacher4_to_data": mean(distance_to_data(t4, idx, shapes)),
+        "untrained8_to_data": mean(distance_to_data(u8, idx, shapes)),
+        "naive4_to_teacher8": round(float(((t4 - t8) ** 2).mean()), 5),
+        "teacher8_nearest_another_prompt": f"{wrong}/{n}",
+    }

@@ -80,10 +80,28 @@ def noise_seed(cfg: DistillConfig, record: PromptRecord) -> int:
     return int(hashlib.sha256(f"{cfg.seed}:{record.prompt}".encode()).hexdigest()[:8], 16)
 
 
-def trajectory_key(*, model_key: str, prompt: str, seed: int, sigmas: list[float], height: int, width: int,
-                   use_kv_cache: bool, dtype: str, teacher_base: str = "full") -> str:
-    blob = {"v": 1, "model": model_key, "prompt": prompt, "seed": seed, "sigmas": sigmas, "size": [height, width],
-            "kv": use_kv_cache, "dtype": dtype}
+def trajectory_key(
+    *,
+    model_key: str,
+    prompt: str,
+    seed: int,
+    sigmas: list[float],
+    height: int,
+    width: int,
+    use_kv_cache: bool,
+    dtype: str,
+    teacher_base: str = "full",
+) -> str:
+    blob = {
+        "v": 1,
+        "model": model_key,
+        "prompt": prompt,
+        "seed": seed,
+        "sigmas": sigmas,
+        "size": [height, width],
+        "kv": use_kv_cache,
+        "dtype": dtype,
+    }
     if teacher_base != "full":  # an NF4 teacher samples other trajectories
         blob["teacher_base"] = teacher_base
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
@@ -92,8 +110,7 @@ def trajectory_key(*, model_key: str, prompt: str, seed: int, sigmas: list[float
 def write_trajectory(path: Path, meta: TrajectoryMeta, tensors: dict) -> None:
     from safetensors.torch import save
 
-    data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
-                metadata={META_KEY: meta.model_dump_json()})
+    data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata={META_KEY: meta.model_dump_json()})
     atomic_write_bytes(path, data)
 
 
@@ -139,9 +156,17 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
     entries, todo = [], []
     for rec in records:
         seed = noise_seed(cfg, rec)
-        key = trajectory_key(model_key=mkey, prompt=rec.prompt, seed=seed, sigmas=cfg.teacher_grid,
-                             height=cfg.height, width=cfg.width, use_kv_cache=cfg.use_kv_cache, dtype=dtype_name,
-                             teacher_base=cfg.teacher.base)
+        key = trajectory_key(
+            model_key=mkey,
+            prompt=rec.prompt,
+            seed=seed,
+            sigmas=cfg.teacher_grid,
+            height=cfg.height,
+            width=cfg.width,
+            use_kv_cache=cfg.use_kv_cache,
+            dtype=dtype_name,
+            teacher_base=cfg.teacher.base,
+        )
         entries.append(IndexEntry(key=key, prompt=rec.prompt, seed=seed))
         if read_trajectory(root / f"{key}.safetensors") is None:
             todo.append(entries[-1])
@@ -160,25 +185,57 @@ def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = 
             t = time.perf_counter()
             g = torch.Generator(device="cpu").manual_seed(entry.seed)
             noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
-            _, steps, timesteps, eff = sampler.euler(pipe, pipe.transformer, prompted, noise, cfg.teacher_grid,
-                                                     cfg.height, cfg.width, use_kv_cache=cfg.use_kv_cache,
-                                                     record=True)
+            _, steps, timesteps, eff = sampler.euler(
+                pipe,
+                pipe.transformer,
+                prompted,
+                noise,
+                cfg.teacher_grid,
+                cfg.height,
+                cfg.width,
+                use_kv_cache=cfg.use_kv_cache,
+                record=True,
+            )
             seconds_sample += time.perf_counter() - t
-            mask = prompted.mask[0] if prompted.mask is not None else \
-                torch.ones(prompted.embeds.shape[1], dtype=torch.long)
-            meta = TrajectoryMeta(key=entry.key, prompt=entry.prompt, seed=entry.seed, model_key=mkey,
-                                  height=cfg.height, width=cfg.width, use_kv_cache=cfg.use_kv_cache,
-                                  dtype=dtype_name, passed_sigmas=cfg.teacher_grid)
-            write_trajectory(root / f"{entry.key}.safetensors", meta, {
-                "latents": torch.stack([s[0] for s in steps]), "timesteps": timesteps.float(),
-                "sigmas": eff.float(), "prompt_embeds": prompted.embeds[0],
-                "prompt_mask": mask.to(torch.uint8), "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8)})
+            mask = prompted.mask[0] if prompted.mask is not None else torch.ones(prompted.embeds.shape[1], dtype=torch.long)
+            meta = TrajectoryMeta(
+                key=entry.key,
+                prompt=entry.prompt,
+                seed=entry.seed,
+                model_key=mkey,
+                height=cfg.height,
+                width=cfg.width,
+                use_kv_cache=cfg.use_kv_cache,
+                dtype=dtype_name,
+                passed_sigmas=cfg.teacher_grid,
+            )
+            write_trajectory(
+                root / f"{entry.key}.safetensors",
+                meta,
+                {
+                    "latents": torch.stack([s[0] for s in steps]),
+                    "timesteps": timesteps.float(),
+                    "sigmas": eff.float(),
+                    "prompt_embeds": prompted.embeds[0],
+                    "prompt_mask": mask.to(torch.uint8),
+                    "image_pad_mask": prompted.image_pad_mask[0].to(torch.uint8),
+                },
+            )
             log(f"trajectories: {i}/{len(todo)} {entry.key[:12]} ({entry.prompt[:40]!r})")
         if offloaded:
             log("trajectories: text encoder offloaded to the CPU after encoding")
-    write_model(root / INDEX, TrajectoryIndex(model_key=mkey, teacher_sigmas=cfg.teacher_grid, height=cfg.height,
-                                             width=cfg.width, entries=entries))
-    return {"prompts": len(entries), "computed": len(todo), "reused": len(entries) - len(todo),
-            "seconds": round(time.perf_counter() - t0, 3), "seconds_encode": round(seconds_encode, 3),
-            "seconds_sample": round(seconds_sample, 3), "steps": len(cfg.teacher_grid), "dir": str(root),
-            "teacher": cfg.teacher.model_dump()}
+    write_model(
+        root / INDEX,
+        TrajectoryIndex(model_key=mkey, teacher_sigmas=cfg.teacher_grid, height=cfg.height, width=cfg.width, entries=entries),
+    )
+    return {
+        "prompts": len(entries),
+        "computed": len(todo),
+        "reused": len(entries) - len(todo),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "seconds_encode": round(seconds_encode, 3),
+        "seconds_sample": round(seconds_sample, 3),
+        "steps": len(cfg.teacher_grid),
+        "dir": str(root),
+        "teacher": cfg.teacher.model_dump(),
+    }

@@ -40,8 +40,13 @@ def is_stage(name: str) -> TypeGuard[Stage]:
     return name in STAGES
 
 
-STAGE_TITLES = {"g0": "G0 plumbing", "trajectories": "teacher trajectories", "train": "student training",
-                "g2": "G2 sampler parity", "g3": "G3 quality gate"}
+STAGE_TITLES = {
+    "g0": "G0 plumbing",
+    "trajectories": "teacher trajectories",
+    "train": "student training",
+    "g2": "G2 sampler parity",
+    "g3": "G3 quality gate",
+}
 PLUMBING_TITLE = "G3 plumbing check"
 
 
@@ -106,8 +111,12 @@ class G3Metrics(_Metrics):
     manifest: str | None = None
 
 
-STAGE_METRICS: dict[str, type[_Metrics]] = {"g2": G2Metrics, "trajectories": TrajectoryMetrics,
-                                            "train": TrainMetrics, "g3": G3Metrics}
+STAGE_METRICS: dict[str, type[_Metrics]] = {
+    "g2": G2Metrics,
+    "trajectories": TrajectoryMetrics,
+    "train": TrainMetrics,
+    "g3": G3Metrics,
+}
 """What each stage's metrics must hold to be read: a verdict whose numbers are strings is refused by name."""
 
 
@@ -175,14 +184,12 @@ def summary(v: Verdict) -> str:
         head += " (artifacts and plumbing only; it judges nothing about the student)"
     lines = [head + f"  [{v.device or '?'}, {v.dtype or '?'}, {v.seconds:.1f} s]"]
     if v.grid:
-        lines.append(f"  grid: teacher {_fmt(v.grid['teacher'])} ({v.grid['source']}), student "
-                     f"{_fmt(v.grid['student'])}")
+        lines.append(f"  grid: teacher {_fmt(v.grid['teacher'])} ({v.grid['source']}), student {_fmt(v.grid['student'])}")
     if v.peak_memory:
         lines.append(f"  peak memory: {v.peak_memory['bytes'] / 2**20:.0f} MiB ({v.peak_memory['kind']})")
     for c in v.checks:
         mark = "ok  " if c.ok else "FAIL"
-        lines.append(f"  {mark} {c.name}" + (f": {c.detail}" if c.detail else "")
-                     + (f"  [{c.error}]" if c.error else ""))
+        lines.append(f"  {mark} {c.name}" + (f": {c.detail}" if c.detail else "") + (f"  [{c.error}]" if c.error else ""))
         if not c.ok and c.fix:
             lines.append(f"       fix: {c.fix}")
     if v.error:
@@ -210,7 +217,7 @@ def write_verdict(out: Path, v: Verdict) -> Path:
 def take_out_after(out: Path, stage: str) -> list[str]:
     """Remove the verdicts of the stages after `stage` (not reached in this run); returns the stages removed."""
     removed = []
-    for later in STAGES[STAGES.index(stage) + 1:]:
+    for later in STAGES[STAGES.index(stage) + 1 :]:
         path = verdict_path(out, later)
         for p in (path, path.with_suffix(".txt")):
             if p.exists():

@@ -82,21 +82,40 @@ def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str
     status: Literal["pass", "fail", "ok"] = "fail" if failed else "ok" if mode == "plumbing" else "pass"
     notes = list(metrics.pop("notes", []))
     if stage == "g3" and mode == "plumbing":
-        notes.append("plumbing mode (" + metrics.get("mode_reason", "") + "): artifacts, a LoRA that changes the "
-                     "output, finite images; student vs naive is reported, not judged. Judging the student needs "
-                     "the real model, a GPU or XPU, and LPIPS weights (or, on a CPU, the trained tiny teacher: "
-                     "`aipc-env distill init --profile tiny-trained`)")
+        notes.append(
+            "plumbing mode (" + metrics.get("mode_reason", "") + "): artifacts, a LoRA that changes the "
+            "output, finite images; student vs naive is reported, not judged. Judging the student needs "
+            "the real model, a GPU or XPU, and LPIPS weights (or, on a CPU, the trained tiny teacher: "
+            "`aipc-env distill init --profile tiny-trained`)"
+        )
     if stage == "g3" and metrics.get("metric") == "psnr":
         notes.append("distance measured as PSNR/MSE: no LPIPS weights configured (eval.lpips_weights)")
     if stage == "g3" and metrics.get("metric") == "latent_mse":
-        notes.append("judged on the latent MSE to teacher@8: the trained tiny teacher's data lives in latent space "
-                     "and its VAE is random (the pixel MSE is recorded beside it)")
+        notes.append(
+            "judged on the latent MSE to teacher@8: the trained tiny teacher's data lives in latent space "
+            "and its VAE is random (the pixel MSE is recorded beside it)"
+        )
     if stage == "train" and inputs:
         inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
-    return Verdict(stage=stage, status=status, mode=mode, model=cfg.model, device=device, dtype=dtype,
-                   when=timestamp(), seconds=round(time.perf_counter() - t0, 3), checks=checks, metrics=metrics,
-                   notes=notes, error=error, injected=sorted(inject), run_id=run_id, inputs=inputs,
-                   grid=grid.model_dump(), peak_memory=peak)
+    return Verdict(
+        stage=stage,
+        status=status,
+        mode=mode,
+        model=cfg.model,
+        device=device,
+        dtype=dtype,
+        when=timestamp(),
+        seconds=round(time.perf_counter() - t0, 3),
+        checks=checks,
+        metrics=metrics,
+        notes=notes,
+        error=error,
+        injected=sorted(inject),
+        run_id=run_id,
+        inputs=inputs,
+        grid=grid.model_dump(),
+        peak_memory=peak,
+    )
 
 
 def _quiet() -> None:
@@ -153,8 +172,7 @@ def _stages(args: DistillStages) -> int:
         if not verdict.passed:
             if main_process:
                 take_out_after(cfg.out, stage)
-            return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" \
-                else ExitCode.USAGE
+            return ExitCode.PROBLEMS if verdict.error is None or verdict.error.name != "input" else ExitCode.USAGE
     return ExitCode.OK
 
 

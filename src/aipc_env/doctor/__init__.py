@@ -85,8 +85,7 @@ def select_checks(names: Iterable[str] | None) -> list[CheckSpec]:
     wanted = list(names)
     unknown = [n for n in wanted if n not in REGISTRY]
     if unknown:
-        raise InputError(f"unknown check(s): {', '.join(unknown)}", key="--check",
-                         fix="see `aipc-env doctor --list-checks`")
+        raise InputError(f"unknown check(s): {', '.join(unknown)}", key="--check", fix="see `aipc-env doctor --list-checks`")
     return [s for s in specs if s.id in wanted]
 
 
@@ -96,27 +95,52 @@ def _run_one(spec: CheckSpec, ctx: CheckContext) -> Finding:
         status = verdict.status
         if status in (Status.WARN, Status.FAIL) and not verdict.fix:  # invariant: a problem carries a fix
             raise AssertionError(f"check {spec.id} reported {status.value} without a fix")
-        return Finding(id=spec.id, category=spec.category, title=spec.title, status=status, seen=verdict.seen,
-                       why=verdict.why, fix=verdict.fix, details=list(verdict.details))
+        return Finding(
+            id=spec.id,
+            category=spec.category,
+            title=spec.title,
+            status=status,
+            seen=verdict.seen,
+            why=verdict.why,
+            fix=verdict.fix,
+            details=list(verdict.details),
+        )
     except Exception as exc:  # noqa: BLE001 - one broken check must not stop the others
-        return Finding(id=spec.id, category=spec.category, title=spec.title, status=Status.CRASH,
-                       seen=f"the check itself failed: {type(exc).__name__}: {exc}",
-                       why="this is a bug in aipc-env", fix="report it with `aipc-env doctor --json` output",
-                       details=traceback.format_exc().splitlines())
+        return Finding(
+            id=spec.id,
+            category=spec.category,
+            title=spec.title,
+            status=Status.CRASH,
+            seen=f"the check itself failed: {type(exc).__name__}: {exc}",
+            why="this is a bug in aipc-env",
+            fix="report it with `aipc-env doctor --json` output",
+            details=traceback.format_exc().splitlines(),
+        )
 
 
-def run_checks(facts: Facts, matrix: Matrix, names: Iterable[str] | None = None, *,
-               locks: Iterable[tuple[str, str]] = (), lock_for=None, conda_python_for=None) -> DoctorReport:
+def run_checks(
+    facts: Facts,
+    matrix: Matrix,
+    names: Iterable[str] | None = None,
+    *,
+    locks: Iterable[tuple[str, str]] = (),
+    lock_for=None,
+    conda_python_for=None,
+) -> DoctorReport:
     start = time.perf_counter()
-    ctx = CheckContext(facts=facts, matrix=matrix, locks=frozenset(locks), lock_for=lock_for,
-                       conda_python_for=conda_python_for)
+    ctx = CheckContext(facts=facts, matrix=matrix, locks=frozenset(locks), lock_for=lock_for, conda_python_for=conda_python_for)
     findings = [_run_one(spec, ctx) for spec in select_checks(names)]
     summary = Summary()
     for f in findings:
         setattr(summary, f.status.value, getattr(summary, f.status.value) + 1)
-    return DoctorReport(facts=facts, resolution=ctx.resolution, findings=findings, summary=summary,
-                        bottom_line=bottom_line(findings, has_intel_gpu=ctx.has_intel_gpu),
-                        seconds=round(time.perf_counter() - start, 4))
+    return DoctorReport(
+        facts=facts,
+        resolution=ctx.resolution,
+        findings=findings,
+        summary=summary,
+        bottom_line=bottom_line(findings, has_intel_gpu=ctx.has_intel_gpu),
+        seconds=round(time.perf_counter() - start, 4),
+    )
 
 
 def bottom_line(findings: list[Finding], *, has_intel_gpu: bool) -> str:
@@ -124,12 +148,15 @@ def bottom_line(findings: list[Finding], *, has_intel_gpu: bool) -> str:
     problems = [f for f in findings if f.status in (Status.FAIL, Status.CRASH)]
     warnings = [f for f in findings if f.status == Status.WARN]
     if not has_intel_gpu:
-        return ("No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
-                "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU.")
+        return (
+            "No Intel GPU here: this machine runs the built-in default on the CPU (`aipc-env train`, or `nox -s "
+            "train`); fine-tuning Qwen-Image-Edit needs an Intel Core Ultra or Arc GPU."
+        )
     if problems:
         first = problems[0]
-        return (f"Not ready to train: {len(problems)} problem(s); first {first.title.lower()}: {first.seen}"
-                + (f" (fix: {first.fix})" if first.fix else ""))
+        return f"Not ready to train: {len(problems)} problem(s); first {first.title.lower()}: {first.seen}" + (
+            f" (fix: {first.fix})" if first.fix else ""
+        )
     if warnings:
         return f"Ready to train, with {len(warnings)} warning(s) below."
     return "Ready to train."

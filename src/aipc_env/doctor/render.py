@@ -12,8 +12,7 @@ __all__ = ["MARKS", "render_report"]
 
 MARKS = {Status.OK: "✓", Status.WARN: "!", Status.FAIL: "✗", Status.SKIP: "-", Status.CRASH: "☠"}
 ASCII_MARKS = {Status.OK: "+", Status.WARN: "!", Status.FAIL: "x", Status.SKIP: "-", Status.CRASH: "X"}
-STYLES = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim",
-          Status.CRASH: "bold magenta"}
+STYLES = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim", Status.CRASH: "bold magenta"}
 
 
 def _marks(console: Console) -> dict[Status, str]:
@@ -43,8 +42,7 @@ def render_report(report: DoctorReport, console: Console, *, verbose: bool = Fal
     marks = _marks(console)
     env = facts.training_env
     head = Text("aipc-env doctor", style="bold")
-    head.append(f"  {facts.os.pretty_name or facts.os.system}"
-                + (f" · env {env.prefix}" if env else ""), style="dim")
+    head.append(f"  {facts.os.pretty_name or facts.os.system}" + (f" · env {env.prefix}" if env else ""), style="dim")
     console.print(head)
     if report.bottom_line:
         console.print(Text(report.bottom_line, style="bold"))
@@ -55,12 +53,10 @@ def render_report(report: DoctorReport, console: Console, *, verbose: bool = Fal
             console.print(Text(category, style="bold underline"))
         _finding(console, f, verbose, marks)
     s = report.summary
-    counts = f"{s.fail} failed, {s.warn} warnings, {s.ok} ok, {s.skip} skipped" + (
-        f", {s.crash} crashed" if s.crash else "")
+    counts = f"{s.fail} failed, {s.warn} warnings, {s.ok} ok, {s.skip} skipped" + (f", {s.crash} crashed" if s.crash else "")
     if s.problems:
         cats = len({f.category for f in report.findings if f.status in (Status.FAIL, Status.CRASH)})
-        console.print(Text(f"Doctor found problems in {cats} categor{'y' if cats == 1 else 'ies'}: {counts}.",
-                           style="bold red"))
+        console.print(Text(f"Doctor found problems in {cats} categor{'y' if cats == 1 else 'ies'}: {counts}.", style="bold red"))
     elif s.warn:
         console.print(Text(f"No blocking problems; {counts}.", style="yellow"))
     else:

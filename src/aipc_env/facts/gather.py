@@ -58,9 +58,19 @@ __all__ = [
     "toolchain_facts",
 ]
 
-ENV_VARS = ("ONEAPI_ROOT", "CMPLR_ROOT", "SETVARS_COMPLETED", "NoDefaultCurrentDirectoryInExePath",
-            "LEVEL_ZERO_V1_SDK_PATH", "ZE_PATH", "ONEAPI_DEVICE_SELECTOR", "TRITON_CACHE_DIR", "CONDA_PREFIX",
-            "VSCMD_VER", "PYTORCH_ENABLE_XPU_FALLBACK")
+ENV_VARS = (
+    "ONEAPI_ROOT",
+    "CMPLR_ROOT",
+    "SETVARS_COMPLETED",
+    "NoDefaultCurrentDirectoryInExePath",
+    "LEVEL_ZERO_V1_SDK_PATH",
+    "ZE_PATH",
+    "ONEAPI_DEVICE_SELECTOR",
+    "TRITON_CACHE_DIR",
+    "CONDA_PREFIX",
+    "VSCMD_VER",
+    "PYTORCH_ENABLE_XPU_FALLBACK",
+)
 
 CONDA_TOOLS = ("conda", "mamba", "micromamba", "conda-lock")
 
@@ -97,14 +107,18 @@ class GatherOptions:
 
 # --------------------------------------------------------------------------- system
 
+
 def _machine() -> MachineIdentity:
     import socket
 
     hostname = socket.gethostname()
     if sys.platform == "win32":
         guid = _read_reg(r"SOFTWARE\Microsoft\Cryptography", "MachineGuid")
-        return MachineIdentity(hostname=hostname, machine_id=str(guid) if guid else None,
-                               source="HKLM\\SOFTWARE\\Microsoft\\Cryptography\\MachineGuid" if guid else None)
+        return MachineIdentity(
+            hostname=hostname,
+            machine_id=str(guid) if guid else None,
+            source="HKLM\\SOFTWARE\\Microsoft\\Cryptography\\MachineGuid" if guid else None,
+        )
     for path in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
         try:
             value = path.read_text(encoding="ascii").strip()
@@ -116,8 +130,7 @@ def _machine() -> MachineIdentity:
 
 
 def _os_info() -> OsInfo:
-    info = OsInfo(system=platform.system(), release=platform.release(), version=platform.version(),
-                  machine=platform.machine())
+    info = OsInfo(system=platform.system(), release=platform.release(), version=platform.version(), machine=platform.machine())
     if info.system == "Linux":
         try:
             info.pretty_name = parse.parse_os_release(Path("/etc/os-release").read_text())
@@ -134,8 +147,7 @@ def _cpu_info() -> CpuInfo:
         brand = _read_reg(r"HARDWARE\DESCRIPTION\System\CentralProcessor\0", "ProcessorNameString")
     elif Path("/proc/cpuinfo").is_file():
         brand = parse.parse_cpuinfo_brand(Path("/proc/cpuinfo").read_text(errors="replace"))
-    return CpuInfo(brand=(str(brand).strip() if brand else platform.processor() or None),
-                   logical_cores=os.cpu_count())
+    return CpuInfo(brand=(str(brand).strip() if brand else platform.processor() or None), logical_cores=os.cpu_count())
 
 
 def _memory_info() -> MemoryInfo:
@@ -180,9 +192,11 @@ def _read_reg(subkey: str, value: str) -> Any:
 
 def _registry() -> RegistryInfo:
     info = RegistryInfo()
-    for attr, subkey, name in (("long_paths_enabled", _REG_FS, "LongPathsEnabled"),
-                               ("commit_limit_percentage", _REG_MM, "SystemPartitionCommitLimitPercentage"),
-                               ("tdr_delay", _REG_GFX, "TdrDelay")):
+    for attr, subkey, name in (
+        ("long_paths_enabled", _REG_FS, "LongPathsEnabled"),
+        ("commit_limit_percentage", _REG_MM, "SystemPartitionCommitLimitPercentage"),
+        ("tdr_delay", _REG_GFX, "TdrDelay"),
+    ):
         try:
             raw = _read_reg(subkey, name)
             setattr(info, attr, int(raw) if raw is not None else None)
@@ -192,6 +206,7 @@ def _registry() -> RegistryInfo:
 
 
 # --------------------------------------------------------------------------- toolchain
+
 
 def _oneapi_roots() -> list[Path]:
     roots: list[Path] = []
@@ -228,17 +243,20 @@ def _oneapi_install(root: Path) -> tuple[OneApiInstall, Path | None] | None:
         return None
     ext = "bat" if sys.platform == "win32" else "sh"
     setvars = root / f"setvars.{ext}"
-    unified = sorted(p.name for p in root.iterdir()
-                     if p.is_dir() and parse.is_release_dir(p.name) and (p / f"oneapi-vars.{ext}").is_file())
+    unified = sorted(
+        p.name for p in root.iterdir() if p.is_dir() and parse.is_release_dir(p.name) and (p / f"oneapi-vars.{ext}").is_file()
+    )
     compiler_dir = root / "compiler"
-    component = sorted(p.name for p in compiler_dir.iterdir()
-                       if p.is_dir() and parse.is_release_dir(p.name)) if compiler_dir.is_dir() else []
+    component = (
+        sorted(p.name for p in compiler_dir.iterdir() if p.is_dir() and parse.is_release_dir(p.name))
+        if compiler_dir.is_dir()
+        else []
+    )
     if not (setvars.is_file() or unified or component):
         return None
     layout = "unified" if unified else ("component" if component else "unknown")
     releases = sorted(set(unified) | set(component), key=lambda v: tuple(int(x) for x in v.split(".")))
-    install = OneApiInstall(root=str(root), layout=layout, releases=releases,
-                            setvars=str(setvars) if setvars.is_file() else None)
+    install = OneApiInstall(root=str(root), layout=layout, releases=releases, setvars=str(setvars) if setvars.is_file() else None)
     compiler = None
     if releases:
         newest = releases[-1]
@@ -294,8 +312,10 @@ def _msvc(timeout: float) -> MsvcInfo:
     if not vswhere.is_file():
         return info
     info.vswhere = str(vswhere)
-    queries = ([str(vswhere), "-products", "*", "-format", "json", "-utf8"],
-               [str(vswhere), "-products", "*", "-requires", parse.VC_TOOLS, "-format", "json", "-utf8"])
+    queries = (
+        [str(vswhere), "-products", "*", "-format", "json", "-utf8"],
+        [str(vswhere), "-products", "*", "-requires", parse.VC_TOOLS, "-format", "json", "-utf8"],
+    )
     with ThreadPoolExecutor(max_workers=2) as pool:
         every, tools = pool.map(lambda argv: run_capture(argv, timeout=timeout), queries)
     with_tools = {i.path for i in parse.parse_vswhere(tools.stdout)}
@@ -305,8 +325,11 @@ def _msvc(timeout: float) -> MsvcInfo:
 
 def _conda_tool_paths() -> dict[str, str]:
     """conda, mamba, micromamba and conda-lock as found on PATH (else conda's own CONDA_EXE / MAMBA_EXE)."""
-    candidates = {"conda": os.environ.get("CONDA_EXE"), "mamba": os.environ.get("MAMBA_EXE"),
-                  "micromamba": os.environ.get("MAMBA_EXE")}
+    candidates = {
+        "conda": os.environ.get("CONDA_EXE"),
+        "mamba": os.environ.get("MAMBA_EXE"),
+        "micromamba": os.environ.get("MAMBA_EXE"),
+    }
     found = {}
     for name in CONDA_TOOLS:
         path = which(name) or candidates.get(name)
@@ -405,8 +428,7 @@ def _distributions(paths: list[str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bool = False,
-                timeout: float = 30.0) -> TrainingEnv:
+def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bool = False, timeout: float = 30.0) -> TrainingEnv:
     """Read an env's Python version and installed distributions (metadata only: nothing is imported)."""
     env = TrainingEnv(prefix=str(prefix), source=source, python=str(python))
     if not python.is_file():
@@ -414,8 +436,7 @@ def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bo
         return env
     layout = None if current else env_layout_from_files(prefix)
     if current:
-        info = {"version": platform.python_version(),
-                "paths": [p for p in sys.path if p.endswith("site-packages")]}
+        info = {"version": platform.python_version(), "paths": [p for p in sys.path if p.endswith("site-packages")]}
     elif layout is not None:  # read from pyvenv.cfg / conda-meta: no interpreter started
         info = {"version": layout[0], "paths": layout[1]}
     else:
@@ -523,6 +544,7 @@ def _device_probe(env: TrainingEnv | None, timeout: float) -> DeviceProbe:
 
 # --------------------------------------------------------------------------- model, caches
 
+
 def _dir_size(path: Path, limit: int = 20000) -> int:
     total = 0
     for i, entry in enumerate(path.rglob("*")):
@@ -594,8 +616,7 @@ def _container() -> ContainerInfo | None:
             group = grp.getgrgid(gid).gr_name if gid is not None else None
         except KeyError:
             group = None
-        nodes.append(DriNode(path=str(node), group=group, gid=gid,
-                             readable_writable=os.access(node, os.R_OK | os.W_OK)))
+        nodes.append(DriNode(path=str(node), group=group, gid=gid, readable_writable=os.access(node, os.R_OK | os.W_OK)))
     groups = []
     for gid in os.getgroups():
         try:
@@ -606,6 +627,7 @@ def _container() -> ContainerInfo | None:
 
 
 # --------------------------------------------------------------------------- assembly
+
 
 def gather_facts(opts: GatherOptions | None = None) -> Facts:
     """Read the machine. Never raises for a failed probe: it is recorded in facts.probe_errors."""
@@ -618,8 +640,9 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - every probe failure becomes a recorded fact
-            errors.append(ProbeError(probe=name, error=f"{type(exc).__name__}: {exc}"
-                                     if not isinstance(exc, ProbeFailed) else str(exc)))
+            errors.append(
+                ProbeError(probe=name, error=f"{type(exc).__name__}: {exc}" if not isinstance(exc, ProbeFailed) else str(exc))
+            )
             return default
 
     slow: dict[str, Callable[[], Any]] = {
@@ -637,9 +660,12 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
         futures = {name: pool.submit(guard, name, fn) for name, fn in slow.items()}
         os_info = guard("os", _os_info) or OsInfo(system=platform.system())
         facts = Facts(
-            collected_at=timestamp(), aipc_env_version=__version__, os=os_info,
+            collected_at=timestamp(),
+            aipc_env_version=__version__,
+            os=os_info,
             machine=guard("machine", _machine),
-            cpu=guard("cpu", _cpu_info, CpuInfo()), memory=guard("memory", _memory_info, MemoryInfo()),
+            cpu=guard("cpu", _cpu_info, CpuInfo()),
+            memory=guard("memory", _memory_info, MemoryInfo()),
             disk=guard("disk", lambda: _disk_info(opts.work_dir)),
             gpus=[] if is_windows else guard("gpus", _linux_gpus, []),
             registry=guard("registry", _registry) if is_windows else None,

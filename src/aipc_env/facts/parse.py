@@ -78,9 +78,16 @@ def parse_sycl_ls(text: str) -> list[SyclDevice]:
             name, driver = opencl.group("name"), opencl.group("driver").strip()
         elif tail:
             name, version, driver = tail.group("name"), tail.group("version"), tail.group("driver").strip()
-        devices.append(SyclDevice(backend=match.group("backend"), kind=match.group("kind"),
-                                  index=int(match.group("index")), name=name.strip(), version=version,
-                                  driver=driver))
+        devices.append(
+            SyclDevice(
+                backend=match.group("backend"),
+                kind=match.group("kind"),
+                index=int(match.group("index")),
+                name=name.strip(),
+                version=version,
+                driver=driver,
+            )
+        )
     return devices
 
 
@@ -113,11 +120,16 @@ def parse_cim_gpus(text: str) -> list[GpuInfo]:
         pnp = str(row.get("PNPDeviceID") or "")
         ven = re.search(r"VEN_([0-9A-Fa-f]{4})", pnp)
         dev = re.search(r"DEV_([0-9A-Fa-f]{4})", pnp)
-        gpus.append(GpuInfo(name=str(row.get("Name") or "unknown"),
-                            vendor_id=ven.group(1).lower() if ven else None,
-                            device_id=dev.group(1).lower() if dev else None,
-                            driver_version=row.get("DriverVersion"), status=row.get("Status"),
-                            source="Win32_VideoController"))
+        gpus.append(
+            GpuInfo(
+                name=str(row.get("Name") or "unknown"),
+                vendor_id=ven.group(1).lower() if ven else None,
+                device_id=dev.group(1).lower() if dev else None,
+                driver_version=row.get("DriverVersion"),
+                status=row.get("Status"),
+                source="Win32_VideoController",
+            )
+        )
     return gpus
 
 
@@ -132,10 +144,15 @@ def parse_vswhere(text: str, with_vc_tools: set[str] | None = None) -> list[Msvc
         if not path:
             continue
         has_tools = with_vc_tools is None or path in with_vc_tools
-        installs.append(MsvcInstall(path=path, version=row.get("installationVersion"),
-                                    display_name=row.get("displayName"), has_vc_tools=has_tools,
-                                    vcvars64=str(PureWindowsPath(path, "VC", "Auxiliary", "Build", "vcvars64.bat"))
-                                    if has_tools else None))
+        installs.append(
+            MsvcInstall(
+                path=path,
+                version=row.get("installationVersion"),
+                display_name=row.get("displayName"),
+                has_vc_tools=has_tools,
+                vcvars64=str(PureWindowsPath(path, "VC", "Auxiliary", "Build", "vcvars64.bat")) if has_tools else None,
+            )
+        )
     return installs
 
 

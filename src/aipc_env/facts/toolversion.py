@@ -140,7 +140,7 @@ def _is_prefix(path: Path) -> bool:
 
 
 def _nearest_prefix(entry_point: Path) -> Path | None:
-    return next((p for p in list(entry_point.parents)[1:PREFIX_LEVELS + 1] if _is_prefix(p)), None)
+    return next((p for p in list(entry_point.parents)[1 : PREFIX_LEVELS + 1] if _is_prefix(p)), None)
 
 
 def candidate_prefixes(entry_point: Path) -> list[Path]:

@@ -15,6 +15,7 @@ from aipc_env.matrix import Pair
 
 __all__ = ["GpuSource", "gpu_source", "render_playbook", "write_playbook"]
 
+
 @dataclass(frozen=True)
 class GpuSource:
     """Intel's graphics repository for the Linux hosts, validated: the apt line (signed by the copied key only) and
@@ -31,8 +32,11 @@ def gpu_source(line: str, key: Path | None, fingerprint: str | None) -> GpuSourc
 
     source = parse_apt_source(line)
     if key is None:
-        raise InputError("an apt source needs the key that signs it", key="--gpu-runtime-key",
-                         fix="pass the repository's public key file and its fingerprint")
+        raise InputError(
+            "an apt source needs the key that signs it",
+            key="--gpu-runtime-key",
+            fix="pass the repository's public key file and its fingerprint",
+        )
     check_pinned(key, fingerprint)
     armored = b"BEGIN PGP PUBLIC KEY BLOCK" in key.read_bytes()[:4096]
     name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")
@@ -44,25 +48,34 @@ def render_playbook(pair: Pair, gpu: GpuSource | None = None) -> dict[str, str]:
     from aipc_env.matrix.gpu_runtime import load_gpu_runtime
 
     table = load_gpu_runtime()
-    by_distribution = {k: {"name": d.name, "source": d.source, "why": " ".join(d.why.split())}
-                       for k, d in table.distributions.items()}
+    by_distribution = {
+        k: {"name": d.name, "source": d.source, "why": " ".join(d.why.split())} for k, d in table.distributions.items()
+    }
     # values from data files are Ansible literals (!unsafe): never evaluated as Jinja on the controller
     data = ansible_data({"aipc_gpu_packages": table.packages, "aipc_gpu_runtime_by_distribution": by_distribution})
-    linux = render_marked(template_text("group_vars-aipc_linux.yml"), "group_vars-aipc_linux.yml",
-                          {"source": ansible_literal(gpu.line if gpu else ""),
-                           "key": ansible_literal(gpu.key_name if gpu else ""),
-                           "checked": str(table.checked), "table": data})
-    return {"site.yml": render_marked(template_text("site.yml"), "site.yml", {"pair": pair.id}),
-            "group_vars/all.yml": render_marked(template_text("group_vars-all.yml"), "group_vars-all.yml",
-                                                {"pair": pair.id, "pair_value": ansible_literal(pair.id)}),
-            "group_vars/aipc_linux.yml": linux,
-            "group_vars/aipc_windows.yml": template_text("group_vars-aipc_windows.yml"),
-            "inventory.example.yml": template_text("inventory.example.yml"),
-            "ansible.cfg": template_text("ansible.cfg")}
+    linux = render_marked(
+        template_text("group_vars-aipc_linux.yml"),
+        "group_vars-aipc_linux.yml",
+        {
+            "source": ansible_literal(gpu.line if gpu else ""),
+            "key": ansible_literal(gpu.key_name if gpu else ""),
+            "checked": str(table.checked),
+            "table": data,
+        },
+    )
+    return {
+        "site.yml": render_marked(template_text("site.yml"), "site.yml", {"pair": pair.id}),
+        "group_vars/all.yml": render_marked(
+            template_text("group_vars-all.yml"), "group_vars-all.yml", {"pair": pair.id, "pair_value": ansible_literal(pair.id)}
+        ),
+        "group_vars/aipc_linux.yml": linux,
+        "group_vars/aipc_windows.yml": template_text("group_vars-aipc_windows.yml"),
+        "inventory.example.yml": template_text("inventory.example.yml"),
+        "ansible.cfg": template_text("ansible.cfg"),
+    }
 
 
-def write_playbook(pair: Pair, out: Path, winget_yaml: str, gpu: GpuSource | None = None, *,
-                   force: bool = False) -> list[Path]:
+def write_playbook(pair: Pair, out: Path, winget_yaml: str, gpu: GpuSource | None = None, *, force: bool = False) -> list[Path]:
     """All the playbook's files or none (aipc_env.core.outputs): only over files an earlier run wrote and nobody edited
     (an admin's own site.yml or group_vars are refused without `force`), never through a symlink."""
     from aipc_env.core.outputs import OutputFolder

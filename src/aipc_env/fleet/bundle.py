@@ -79,9 +79,20 @@ def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path, 
     return fill_wheelhouse(artifacts, out, lock_dir=lock_dir, cache=cache)
 
 
-def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, python: str, aipc_wheel: Path,
-                 winget_yaml: str | None, cache: Path, find_links: list[Path] = (), log=print,
-                 sign_key: SecretKey | None = None) -> BundleManifest:
+def build_bundle(
+    pair: Pair,
+    platform: Platform,
+    lockfile: Path,
+    out: Path,
+    *,
+    python: str,
+    aipc_wheel: Path,
+    winget_yaml: str | None,
+    cache: Path,
+    find_links: list[Path] = (),
+    log=print,
+    sign_key: SecretKey | None = None,
+) -> BundleManifest:
     """Write the bundle into `out` (a new or empty folder), built beside it and renamed into place: a failed or
     interrupted build leaves nothing behind. With `sign_key` the manifest gets a minisign signature."""
     from aipc_env.core.fileio import atomic_dir
@@ -89,22 +100,46 @@ def build_bundle(pair: Pair, platform: Platform, lockfile: Path, out: Path, *, p
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("the bundle folder is not empty", path=out, fix="choose a new folder")
     with atomic_dir(out) as tmp:
-        manifest = _build_into(tmp, pair, platform, lockfile, python=python, aipc_wheel=aipc_wheel,
-                               winget_yaml=winget_yaml, cache=cache, find_links=find_links, log=log)
+        manifest = _build_into(
+            tmp,
+            pair,
+            platform,
+            lockfile,
+            python=python,
+            aipc_wheel=aipc_wheel,
+            winget_yaml=winget_yaml,
+            cache=cache,
+            find_links=find_links,
+            log=log,
+        )
         if sign_key is not None:
-            sign_file(tmp / MANIFEST, sign_key, f"aipc-env bundle {pair.id} {platform} {manifest.created_at}",
-                      untrusted_comment=f"aipc-env bundle signature (key {sign_key.key_id[::-1].hex().upper()})")
+            sign_file(
+                tmp / MANIFEST,
+                sign_key,
+                f"aipc-env bundle {pair.id} {platform} {manifest.created_at}",
+                untrusted_comment=f"aipc-env bundle signature (key {sign_key.key_id[::-1].hex().upper()})",
+            )
         return manifest
 
 
-def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, python: str, aipc_wheel: Path,
-                winget_yaml: str | None, cache: Path, find_links: list[Path], log) -> BundleManifest:
+def _build_into(
+    out: Path,
+    pair: Pair,
+    platform: Platform,
+    lockfile: Path,
+    *,
+    python: str,
+    aipc_wheel: Path,
+    winget_yaml: str | None,
+    cache: Path,
+    find_links: list[Path],
+    log,
+) -> BundleManifest:
     lock = read_pylock(lockfile)
     check_holds_aipc_env(lock, python, lockfile, platform, aipc_wheel)
     artifacts = select_artifacts(lock, python, lockfile, platform)
     log(f"fetching {len(artifacts)} wheels (sha256-checked)")
-    fill_wheelhouse(artifacts, out / WHEELS, lock_dir=lockfile.parent, cache=cache, find_links=list(find_links),
-                    log=log)
+    fill_wheelhouse(artifacts, out / WHEELS, lock_dir=lockfile.parent, cache=cache, find_links=list(find_links), log=log)
     checkpoint("bundle:after-wheels")
     shutil.copyfile(aipc_wheel, out / WHEELS / aipc_wheel.name)
     conda = _conda_packages(lockfile.parent, platform, out / "conda", cache, python, log)
@@ -117,8 +152,16 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     # its sha256 is written into them, so they run it only as shipped
     verifier = Path(bundle_files.__file__).read_bytes()
     (out / VERIFIER).write_bytes(verifier)
-    names = {"pair": pair.id, "platform": platform, "python": python, "wheels": WHEELS, "aipc_wheel": aipc_wheel.name,
-             "manifest": MANIFEST, "verifier": VERIFIER, "verifier_sha256": hashlib.sha256(verifier).hexdigest()}
+    names = {
+        "pair": pair.id,
+        "platform": platform,
+        "python": python,
+        "wheels": WHEELS,
+        "aipc_wheel": aipc_wheel.name,
+        "manifest": MANIFEST,
+        "verifier": VERIFIER,
+        "verifier_sha256": hashlib.sha256(verifier).hexdigest(),
+    }
     sh = out / "bootstrap.sh"
     sh.write_text(render_marked(template_text("bootstrap.sh"), "bootstrap.sh", names), encoding="utf-8")
     sh.chmod(0o755)
@@ -127,8 +170,15 @@ def _build_into(out: Path, pair: Pair, platform: Platform, lockfile: Path, *, py
     if winget_yaml is not None:
         (out / f"aipc-{pair.id}.dsc.yaml").write_text(winget_yaml, encoding="utf-8")
     files = {p.relative_to(out).as_posix(): file_sha256(p) for p in sorted(out.rglob("*")) if p.is_file()}
-    manifest = BundleManifest(pair=pair.id, platform=platform, python=python, lockfile=lockfile.name,
-                              requirements=requirements, aipc_env_wheel=aipc_wheel.name, created_at=timestamp(),
-                              files=files)
+    manifest = BundleManifest(
+        pair=pair.id,
+        platform=platform,
+        python=python,
+        lockfile=lockfile.name,
+        requirements=requirements,
+        aipc_env_wheel=aipc_wheel.name,
+        created_at=timestamp(),
+        files=files,
+    )
     write_model(out / MANIFEST, manifest)
     return manifest

@@ -24,28 +24,38 @@ def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> B
     trusted key (required when one is given; without one an unsigned bundle is warned about); every path is
     relative and inside the bundle; every file it lists is there with its sha256, and nothing else is."""
     if not (bundle / MANIFEST).is_file():
-        raise InputError(f"not an aipc-env bundle (no {MANIFEST})", path=bundle,
-                         fix="pass the folder made by `aipc-env fleet bundle`")
+        raise InputError(
+            f"not an aipc-env bundle (no {MANIFEST})", path=bundle, fix="pass the folder made by `aipc-env fleet bundle`"
+        )
     links = not_plain(str(bundle))
     if links:
-        raise BundleTampered(f"the bundle holds links or special files ({', '.join(links[:5])}): a bundle is regular "
-                             "files and folders only", path=bundle,
-                             fix="get an intact copy of the bundle; nothing was installed")
+        raise BundleTampered(
+            f"the bundle holds links or special files ({', '.join(links[:5])}): a bundle is regular files and folders only",
+            path=bundle,
+            fix="get an intact copy of the bundle; nothing was installed",
+        )
     signature = bundle / SIGNATURE
     if trust is not None:
         verify_file(bundle / MANIFEST, trust, signature)
     elif signature.is_file():
-        warn("warning: the bundle is signed, but no trust key is set (--trust or AIPC_ENV_BUNDLE_TRUST): its "
-             "signature was not checked")
+        warn(
+            "warning: the bundle is signed, but no trust key is set (--trust or AIPC_ENV_BUNDLE_TRUST): its "
+            "signature was not checked"
+        )
     else:
-        warn("warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle could have "
-             "changed it (files and manifest alike)")
+        warn(
+            "warning: the bundle is not signed, and no trust key is set: anyone who can write the bundle could have "
+            "changed it (files and manifest alike)"
+        )
     manifest = load_versioned(BundleManifest, bundle / MANIFEST)
     problems = file_problems(str(bundle), manifest.files)
     for rel in (manifest.lockfile, manifest.requirements, f"{WHEELS}/{manifest.aipc_env_wheel}"):
         if rel not in manifest.files:
             problems.append(f"{rel}: named by the manifest but not one of its files")
     if problems:
-        raise BundleTampered(f"the bundle does not match its manifest: {summary(problems)}", path=bundle,
-                             fix="get an intact copy of the bundle; nothing was installed")
+        raise BundleTampered(
+            f"the bundle does not match its manifest: {summary(problems)}",
+            path=bundle,
+            fix="get an intact copy of the bundle; nothing was installed",
+        )
     return manifest

@@ -28,8 +28,13 @@ __all__ = ["MANIFEST", "SIGNATURE", "VERIFIER", "file_problems", "not_plain", "s
 def safe_relative(rel: str) -> bool:
     """A path the manifest may name: relative, '/'-separated, no drive, no '.', '..' or empty part."""
     parts = rel.split("/")
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and ":" not in rel and \
-        all(part not in ("", ".", "..") for part in parts)
+    return (
+        bool(rel)
+        and not rel.startswith("/")
+        and "\\" not in rel
+        and ":" not in rel
+        and all(part not in ("", ".", "..") for part in parts)
+    )
 
 
 def not_plain(bundle: str) -> list[str]:
@@ -122,8 +127,11 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, RecursionError) as err:  # json errors are ValueErrors
         problems = [f"{MANIFEST}: {err}"]
     if problems:
-        print(f"aipc-env bundle: the bundle does not match its manifest (damaged or tampered): {summary(problems)}; "
-              "nothing was installed", file=sys.stderr)
+        print(
+            f"aipc-env bundle: the bundle does not match its manifest (damaged or tampered): {summary(problems)}; "
+            "nothing was installed",
+            file=sys.stderr,
+        )
         return EXIT_PROBLEMS
     return EXIT_OK
 

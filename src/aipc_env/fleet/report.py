@@ -137,8 +137,11 @@ def _load(path: Path):
     if isinstance(version, int) and version > REPORT_SCHEMA_VERSION:
         return None, "newer", f"written by a newer aipc-env (report schema_version {version}); update aipc-env"
     if legacy or (isinstance(version, int) and version < REPORT_SCHEMA_VERSION):
-        return None, "older", (f"written by an older aipc-env (report format {version}, this one reads "
-                               f"{REPORT_SCHEMA_VERSION}): {UPGRADE}")
+        return (
+            None,
+            "older",
+            (f"written by an older aipc-env (report format {version}, this one reads {REPORT_SCHEMA_VERSION}): {UPGRADE}"),
+        )
     try:
         return DoctorReport.model_validate(raw), None, None
     except ValidationError as exc:
@@ -164,14 +167,19 @@ def provisioned(report) -> tuple[dict[str, str | None], dict[str, str]]:
     env = facts.training_env
     dists = env.distributions if env and not env.error else {}
     os_build = " ".join(x for x in (facts.os.system, facts.os.version or facts.os.release) if x)
-    return {"driver": ", ".join(drivers) or None, "oneapi": ", ".join(releases) or None, "os": os_build or None,
-            "aipc-env": facts.aipc_env_version or None,
-            "pair": report.resolution.pair or (env.pair if env else None),
-            "env": env_hash(dists) if dists else None}, dists
+    return {
+        "driver": ", ".join(drivers) or None,
+        "oneapi": ", ".join(releases) or None,
+        "os": os_build or None,
+        "aipc-env": facts.aipc_env_version or None,
+        "pair": report.resolution.pair or (env.pair if env else None),
+        "env": env_hash(dists) if dists else None,
+    }, dists
 
 
-def _drift(mine: dict[str, str | None], dists: dict[str, str], golden: dict[str, str | None],
-           golden_dists: dict[str, str]) -> list[DriftEntry]:
+def _drift(
+    mine: dict[str, str | None], dists: dict[str, str], golden: dict[str, str | None], golden_dists: dict[str, str]
+) -> list[DriftEntry]:
     out = []
     for kind in DRIFT_KINDS:
         if mine.get(kind) == golden.get(kind):
@@ -179,9 +187,11 @@ def _drift(mine: dict[str, str | None], dists: dict[str, str], golden: dict[str,
         detail = ""
         if kind == "env":
             names = sorted({name for name, _ in set(dists.items()) ^ set(golden_dists.items())})
-            detail = (f"{len(names)} package(s) differ: "
-                      + ", ".join(f"{n} {dists.get(n, '-')}/{golden_dists.get(n, '-')}" for n in names[:6])
-                      + (" ..." if len(names) > 6 else ""))
+            detail = (
+                f"{len(names)} package(s) differ: "
+                + ", ".join(f"{n} {dists.get(n, '-')}/{golden_dists.get(n, '-')}" for n in names[:6])
+                + (" ..." if len(names) > 6 else "")
+            )
         out.append(DriftEntry(kind=kind, value=mine.get(kind), golden=golden.get(kind), detail=detail))
     return out
 
@@ -225,8 +235,7 @@ def _summarize(path: Path) -> Seen | MachineRow:
         return MachineRow(key=shown(path.stem), file=shown(path), state=state, problem=problem)
     key, hostname, machine_id = _identity(report, path)
     facts, dists = provisioned(report)
-    findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings
-                if f.status.value in ("fail", "crash", "warn")]
+    findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings if f.status.value in ("fail", "crash", "warn")]
     return Seen(shown(path), key, hostname, machine_id, report.facts.collected_at, facts, dists, findings)
 
 
@@ -254,8 +263,9 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
             raise InputError(f"the golden report is {state}: {problem}", path=golden, key="--golden")
         golden_facts, golden_dists = provisioned(report)
     golden_real = golden.resolve() if golden is not None else None
-    files = [p for p in _files(paths)
-             if not (golden_real is not None and p.name == golden_real.name and p.resolve() == golden_real)]
+    files = [
+        p for p in _files(paths) if not (golden_real is not None and p.name == golden_real.name and p.resolve() == golden_real)
+    ]
     unusable: list[MachineRow] = []
     newest: dict[str, Seen] = {}
     losers: list[Seen] = []
@@ -276,18 +286,42 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
         failed = [i for i, _, status, _ in seen.findings if status in ("fail", "crash")]
         warned = [i for i, _, status, _ in seen.findings if status == "warn"]
         for check, title, status, fix in seen.findings:
-            group = groups.setdefault((check, fix), CheckGroup(check=check, title=title, status=status, fix=fix,
-                                                               machines=[]))
+            group = groups.setdefault((check, fix), CheckGroup(check=check, title=title, status=status, fix=fix, machines=[]))
             group.machines.append(seen.hostname or key)
         drift = _drift(seen.facts, seen.dists, golden_facts, golden_dists) if golden is not None else []
         state_name = "failing+drifted" if failed and drift else "failing" if failed else "drifted" if drift else "ok"
-        rows.append(MachineRow(key=key, file=seen.path, state=state_name, hostname=seen.hostname,
-                               machine_id=seen.machine_id, collected_at=seen.collected_at, pair=seen.facts["pair"],
-                               env_hash=seen.facts["env"], facts=seen.facts, failed=failed, warned=warned, drift=drift))
-    superseded = [MachineRow(key=s.key, file=s.path, state="superseded", hostname=s.hostname,
-                             machine_id=s.machine_id, collected_at=s.collected_at, pair=s.facts["pair"],
-                             env_hash=s.facts["env"], facts=s.facts, superseded_by=newest[s.key].path,
-                             problem=f"superseded by the newer report {newest[s.key].path}") for s in losers]
+        rows.append(
+            MachineRow(
+                key=key,
+                file=seen.path,
+                state=state_name,
+                hostname=seen.hostname,
+                machine_id=seen.machine_id,
+                collected_at=seen.collected_at,
+                pair=seen.facts["pair"],
+                env_hash=seen.facts["env"],
+                facts=seen.facts,
+                failed=failed,
+                warned=warned,
+                drift=drift,
+            )
+        )
+    superseded = [
+        MachineRow(
+            key=s.key,
+            file=s.path,
+            state="superseded",
+            hostname=s.hostname,
+            machine_id=s.machine_id,
+            collected_at=s.collected_at,
+            pair=s.facts["pair"],
+            env_hash=s.facts["env"],
+            facts=s.facts,
+            superseded_by=newest[s.key].path,
+            problem=f"superseded by the newer report {newest[s.key].path}",
+        )
+        for s in losers
+    ]
     rows += unusable
     rows.sort(key=lambda r: (STATE_ORDER.index(r.state), r.key))
     superseded.sort(key=lambda r: (r.key, r.collected_at or ""))
@@ -298,6 +332,13 @@ def build_fleet_report(paths: Iterable[Path], golden: Path | None = None) -> Fle
         for d in row.drift:  # superseded rows carry none: only the newest report per machine is compared
             drift_counts[d.kind] = drift_counts.get(d.kind, 0) + 1
     ordered = sorted(groups.values(), key=lambda g: (g.status not in ("fail", "crash"), -len(g.machines), g.check))
-    return FleetReport(machines=rows + superseded, groups=ordered, golden=str(golden) if golden else None,
-                       golden_pair=golden_facts.get("pair"), golden_env_hash=golden_facts.get("env"),
-                       golden_facts=golden_facts, counts=counts, drift_counts=drift_counts)
+    return FleetReport(
+        machines=rows + superseded,
+        groups=ordered,
+        golden=str(golden) if golden else None,
+        golden_pair=golden_facts.get("pair"),
+        golden_env_hash=golden_facts.get("env"),
+        golden_facts=golden_facts,
+        counts=counts,
+        drift_counts=drift_counts,
+    )

@@ -21,8 +21,17 @@ from pathlib import Path
 
 from aipc_env.errors import AipcError, ExitCode, InputError
 
-__all__ = ["PublicKey", "SecretKey", "SignatureInvalid", "generate_keypair", "read_public_key", "read_secret_key",
-           "sign_file", "verify_file", "write_keypair"]
+__all__ = [
+    "PublicKey",
+    "SecretKey",
+    "SignatureInvalid",
+    "generate_keypair",
+    "read_public_key",
+    "read_secret_key",
+    "sign_file",
+    "verify_file",
+    "write_keypair",
+]
 
 PREHASHED, LEGACY, KDF_SCRYPT, KDF_NONE, CHK_BLAKE2B = b"ED", b"Ed", b"Sc", b"\x00\x00", b"B2"
 OPSLIMIT, MEMLIMIT = 33554432, 1073741824  # minisign's defaults (scrypt ~1 GiB)
@@ -61,8 +70,11 @@ def _read_small(path: Path, what: str) -> str:
         return read_text(path, what, max_bytes=MAX_KEY_FILE)
     except InputError as exc:
         if "larger than" in exc.message:
-            raise InputError(f"{what} is too large to be a minisign file (more than {MAX_KEY_FILE} bytes)",
-                             path=path, fix="pass the file minisign (or aipc-env fleet keygen) wrote") from None
+            raise InputError(
+                f"{what} is too large to be a minisign file (more than {MAX_KEY_FILE} bytes)",
+                path=path,
+                fix="pass the file minisign (or aipc-env fleet keygen) wrote",
+            ) from None
         raise
 
 
@@ -72,8 +84,9 @@ def _b64_line(path: Path, what: str) -> bytes:
     try:
         return base64.b64decode(body[0], validate=True)
     except (IndexError, ValueError):
-        raise InputError(f"not a minisign {what}", path=path, fix="pass the file minisign (or aipc-env fleet keygen) "
-                         "wrote") from None
+        raise InputError(
+            f"not a minisign {what}", path=path, fix="pass the file minisign (or aipc-env fleet keygen) wrote"
+        ) from None
 
 
 def _pickparams(opslimit: int, memlimit: int) -> tuple[int, int, int]:
@@ -99,8 +112,10 @@ def _scrypt_stream(password: bytes, salt: bytes, opslimit: int, memlimit: int, l
     try:
         return hashlib.scrypt(password, salt=salt, n=1 << n_log2, r=r, p=p, maxmem=maxmem, dklen=length)
     except (ValueError, MemoryError) as exc:
-        raise InputError(f"scrypt cannot derive the key with these limits ({exc})",
-                         fix="use the secret key minisign (or aipc-env fleet keygen) wrote") from None
+        raise InputError(
+            f"scrypt cannot derive the key with these limits ({exc})",
+            fix="use the secret key minisign (or aipc-env fleet keygen) wrote",
+        ) from None
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
@@ -123,10 +138,13 @@ def read_secret_key(path: Path, password: str | None = None) -> SecretKey:
     keynum = raw[54:158]
     if kdf == KDF_SCRYPT:
         if not (0 < opslimit <= MAX_OPSLIMIT and 0 < memlimit <= MAX_MEMLIMIT):
-            raise InputError(f"the secret key asks for scrypt limits (opslimit {opslimit}, memlimit {memlimit}) beyond "
-                             f"what minisign writes ({OPSLIMIT}, {MEMLIMIT}; at most {MAX_OPSLIMIT}, {MAX_MEMLIMIT} "
-                             "are accepted): a damaged or hostile key", path=path,
-                             fix="use the secret key minisign (or aipc-env fleet keygen) wrote")
+            raise InputError(
+                f"the secret key asks for scrypt limits (opslimit {opslimit}, memlimit {memlimit}) beyond "
+                f"what minisign writes ({OPSLIMIT}, {MEMLIMIT}; at most {MAX_OPSLIMIT}, {MAX_MEMLIMIT} "
+                "are accepted): a damaged or hostile key",
+                path=path,
+                fix="use the secret key minisign (or aipc-env fleet keygen) wrote",
+            )
         if password is None:
             raise InputError("the secret key is encrypted", path=path, fix="set AIPC_ENV_SIGN_PASSWORD to its password")
         keynum = _xor(keynum, _scrypt_stream(password.encode(), salt, opslimit, memlimit, len(keynum)))
@@ -135,8 +153,11 @@ def read_secret_key(path: Path, password: str | None = None) -> SecretKey:
     key_id, secret, checksum = keynum[:8], keynum[8:72], keynum[72:104]
     unchecked = kdf == KDF_NONE and checksum == bytes(32)  # minisign -W writes no checksum
     if not unchecked and hashlib.blake2b(LEGACY + key_id + secret, digest_size=32).digest() != checksum:
-        raise InputError("the secret key does not check out (wrong password, or a damaged file)", path=path,
-                         key="AIPC_ENV_SIGN_PASSWORD" if kdf == KDF_SCRYPT else None)
+        raise InputError(
+            "the secret key does not check out (wrong password, or a damaged file)",
+            path=path,
+            key="AIPC_ENV_SIGN_PASSWORD" if kdf == KDF_SCRYPT else None,
+        )
     return SecretKey(key_id, secret[:32], secret[32:])
 
 
@@ -151,8 +172,9 @@ def generate_keypair() -> tuple[SecretKey, PublicKey]:
     return SecretKey(key_id, seed, public), PublicKey(key_id, public)
 
 
-def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, public_path: Path,
-                  password: str | None = None) -> None:
+def write_keypair(
+    secret: SecretKey, public: PublicKey, secret_path: Path, public_path: Path, password: str | None = None
+) -> None:
     """minisign's key files; the secret key encrypted with scrypt when a password is given."""
     from aipc_env.core.outputs import commit_files
 
@@ -164,13 +186,24 @@ def write_keypair(secret: SecretKey, public: PublicKey, secret_path: Path, publi
     if password:
         keynum = _xor(keynum, _scrypt_stream(password.encode(), salt, ops, mem, len(keynum)))
     blob = LEGACY + (KDF_SCRYPT if password else KDF_NONE) + CHK_BLAKE2B + salt + struct.pack("<QQ", ops, mem) + keynum
-    secret_text = ("untrusted comment: minisign " + ("encrypted " if password else "") + "secret key\n"
-                   + base64.b64encode(blob).decode() + "\n")
-    public_text = (f"untrusted comment: minisign public key {public.key_id_hex}\n"
-                   + base64.b64encode(LEGACY + public.key_id + public.key).decode() + "\n")
+    secret_text = (
+        "untrusted comment: minisign "
+        + ("encrypted " if password else "")
+        + "secret key\n"
+        + base64.b64encode(blob).decode()
+        + "\n"
+    )
+    public_text = (
+        f"untrusted comment: minisign public key {public.key_id_hex}\n"
+        + base64.b64encode(LEGACY + public.key_id + public.key).decode()
+        + "\n"
+    )
     # both or neither, across Ctrl-C (aipc_env.core.outputs): the next keygen finishes or undoes an interrupted pair
-    commit_files({secret_path: secret_text.encode(), public_path: public_text.encode()}, keypair_journal(secret_path),
-                 modes={secret_path: 0o600})
+    commit_files(
+        {secret_path: secret_text.encode(), public_path: public_text.encode()},
+        keypair_journal(secret_path),
+        modes={secret_path: 0o600},
+    )
 
 
 def keypair_journal(secret_path: Path) -> Path:
@@ -187,8 +220,7 @@ def _prehash(path: Path) -> bytes:
     return digest.digest()
 
 
-def sign_file(path: Path, secret: SecretKey, trusted_comment: str, untrusted_comment: str = "signature from aipc-env") \
-        -> Path:
+def sign_file(path: Path, secret: SecretKey, trusted_comment: str, untrusted_comment: str = "signature from aipc-env") -> Path:
     """Write `path`.minisig (prehashed, as minisign 0.8+ signs by default)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -200,9 +232,15 @@ def sign_file(path: Path, secret: SecretKey, trusted_comment: str, untrusted_com
     signature = private.sign(_prehash(path))
     global_sig = private.sign(signature + trusted_comment.encode("utf-8"))
     target = path.with_name(path.name + ".minisig")
-    atomic_write_text(target, f"untrusted comment: {untrusted_comment}\n"
-                      + base64.b64encode(PREHASHED + secret.key_id + signature).decode() + "\n"
-                      + f"trusted comment: {trusted_comment}\n" + base64.b64encode(global_sig).decode() + "\n")
+    atomic_write_text(
+        target,
+        f"untrusted comment: {untrusted_comment}\n"
+        + base64.b64encode(PREHASHED + secret.key_id + signature).decode()
+        + "\n"
+        + f"trusted comment: {trusted_comment}\n"
+        + base64.b64encode(global_sig).decode()
+        + "\n",
+    )
     return target
 
 
@@ -224,16 +262,20 @@ def verify_file(path: Path, public: PublicKey, signature_path: Path | None = Non
     if len(sig) != 74 or sig[:2] not in (PREHASHED, LEGACY) or not lines[2].startswith("trusted comment: "):
         raise SignatureInvalid("not a minisign signature file", path=sig_path)
     if sig[2:10] != public.key_id:
-        raise SignatureInvalid(f"signed with key {sig[2:10][::-1].hex().upper()}, not the trusted key "
-                               f"{public.key_id_hex}", path=sig_path, fix="get the bundle from its admin, or trust "
-                               "that admin's public key")
+        raise SignatureInvalid(
+            f"signed with key {sig[2:10][::-1].hex().upper()}, not the trusted key {public.key_id_hex}",
+            path=sig_path,
+            fix="get the bundle from its admin, or trust that admin's public key",
+        )
     message = _prehash(path) if sig[:2] == PREHASHED else path.read_bytes()
     key = Ed25519PublicKey.from_public_bytes(public.key)
     try:
         key.verify(sig[10:], message)
         key.verify(global_sig, sig[10:] + comment.encode("utf-8"))
     except InvalidSignature:
-        raise SignatureInvalid(f"the signature of {path.name} does not verify: the file or its trusted comment was "
-                               "changed after signing", path=sig_path, fix="get an intact copy; nothing was installed") \
-            from None
+        raise SignatureInvalid(
+            f"the signature of {path.name} does not verify: the file or its trusted comment was changed after signing",
+            path=sig_path,
+            fix="get an intact copy; nothing was installed",
+        ) from None
     return comment

@@ -43,23 +43,35 @@ ELEVATED = {"securityContext": "elevated"}
 """Machine-wide installs and HKLM writes need an elevated process (winget asks once, up front)."""
 
 
-def _package(id_: str, package: str, description: str, *, version: str | None = None,
-             depends: list[str] | None = None) -> dict:
+def _package(id_: str, package: str, description: str, *, version: str | None = None, depends: list[str] | None = None) -> dict:
     settings: dict[str, Any] = {"id": package, "source": "winget"}
     if version:
         settings["version"] = version
-    resource = {"resource": "Microsoft.WinGet.DSC/WinGetPackage", "id": id_,
-                "directives": {"description": description, "allowPrerelease": True, **ELEVATED}, "settings": settings}
+    resource = {
+        "resource": "Microsoft.WinGet.DSC/WinGetPackage",
+        "id": id_,
+        "directives": {"description": description, "allowPrerelease": True, **ELEVATED},
+        "settings": settings,
+    }
     if depends:
         resource["dependsOn"] = depends
     return resource
 
 
 def _registry(id_: str, key: str, name: str, value: int, description: str) -> dict:
-    return {"resource": "PSDscResources/Registry", "id": id_,
-            "directives": {"description": description, "allowPrerelease": True, **ELEVATED},
-            "settings": {"Key": key, "ValueName": name, "ValueData": [str(value)], "ValueType": "DWord",
-                         "Ensure": "Present", "Force": True}}
+    return {
+        "resource": "PSDscResources/Registry",
+        "id": id_,
+        "directives": {"description": description, "allowPrerelease": True, **ELEVATED},
+        "settings": {
+            "Key": key,
+            "ValueName": name,
+            "ValueData": [str(value)],
+            "ValueType": "DWord",
+            "Ensure": "Present",
+            "Force": True,
+        },
+    }
 
 
 def _script(name: str, **values: str) -> str:
@@ -73,15 +85,28 @@ def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict | None, dict | None]:
     pin = pins.oneapi_for(pair.oneapi)
     what = f"Intel oneAPI {pair.oneapi}, the release whose runtime {pair.id} pins (torch {pair.newest_torch}+xpu)"
     if pin is not None:
-        return _package("oneapi", pin.id, f"{what}; {pin.id} {pin.version} as winget-pkgs lists it",
-                        version=pin.version, depends=["vs-cpp-workload"]), None
-    return None, {"resource": "PSDscResources/Script", "id": "oneapi-installed",
-                  "directives": {"description": f"{what}. NOT PROVISIONED BY WINGET: winget-pkgs lists no package "
-                                 f"of oneAPI {pair.oneapi}; install it through the fleet's channel (Intel's offline "
-                                 "installer) before applying this file", "allowPrerelease": True},
-                  "settings": {"GetScript": _script("dsc-oneapi-get.ps1"),
-                               "TestScript": _script("dsc-oneapi-test.ps1", release=pair.oneapi),
-                               "SetScript": _script("dsc-oneapi-set.ps1", release=pair.oneapi)}}
+        return _package(
+            "oneapi",
+            pin.id,
+            f"{what}; {pin.id} {pin.version} as winget-pkgs lists it",
+            version=pin.version,
+            depends=["vs-cpp-workload"],
+        ), None
+    return None, {
+        "resource": "PSDscResources/Script",
+        "id": "oneapi-installed",
+        "directives": {
+            "description": f"{what}. NOT PROVISIONED BY WINGET: winget-pkgs lists no package "
+            f"of oneAPI {pair.oneapi}; install it through the fleet's channel (Intel's offline "
+            "installer) before applying this file",
+            "allowPrerelease": True,
+        },
+        "settings": {
+            "GetScript": _script("dsc-oneapi-get.ps1"),
+            "TestScript": _script("dsc-oneapi-test.ps1", release=pair.oneapi),
+            "SetScript": _script("dsc-oneapi-set.ps1", release=pair.oneapi),
+        },
+    }
 
 
 def oneapi_provisioned_by_winget(pair: Pair, pins: WinGetPins | None = None) -> bool:
@@ -98,65 +123,100 @@ def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
     where winget cannot install it), VS Build Tools with the C++ workload, Miniforge and Git pinned, and the
     registry items of runbook §2.3. Machine-wide changes run elevated."""
     pins = pins or load_winget_pins()
-    driver = {"resource": "PSDscResources/Script", "id": "intel-gpu-driver",
-              "directives": {"description": f"an Intel GPU with a driver at or above {DRIVER_FLOOR} (the doctor's "
-                             "floor); deploy the driver through the fleet's usual channel", "allowPrerelease": True},
-              "settings": {"GetScript": _script("dsc-driver-get.ps1"),
-                           "TestScript": _script("dsc-driver-test.ps1", floor=DRIVER_FLOOR),
-                           "SetScript": _script("dsc-driver-set.ps1")}}
+    driver = {
+        "resource": "PSDscResources/Script",
+        "id": "intel-gpu-driver",
+        "directives": {
+            "description": f"an Intel GPU with a driver at or above {DRIVER_FLOOR} (the doctor's "
+            "floor); deploy the driver through the fleet's usual channel",
+            "allowPrerelease": True,
+        },
+        "settings": {
+            "GetScript": _script("dsc-driver-get.ps1"),
+            "TestScript": _script("dsc-driver-test.ps1", floor=DRIVER_FLOOR),
+            "SetScript": _script("dsc-driver-set.ps1"),
+        },
+    }
     oneapi, oneapi_assertion = _oneapi(pair, pins)
     miniforge, git = pins.packages["miniforge"], pins.packages["git"]
     resources = [
         _package("vs-build-tools", BUILD_TOOLS, "Visual Studio 2022 Build Tools (cl.exe for Triton-XPU kernels)"),
-        {"resource": "Microsoft.VisualStudio.DSC/VSComponents", "id": "vs-cpp-workload",
-         "dependsOn": ["vs-build-tools"],
-         "directives": {"description": "the C++ workload (VCTools)", "allowPrerelease": True, **ELEVATED},
-         "settings": {"productId": "Microsoft.VisualStudio.Product.BuildTools",
-                      "channelId": "VisualStudio.17.Release", "components": [VC_WORKLOAD],
-                      "includeRecommended": True}},
+        {
+            "resource": "Microsoft.VisualStudio.DSC/VSComponents",
+            "id": "vs-cpp-workload",
+            "dependsOn": ["vs-build-tools"],
+            "directives": {"description": "the C++ workload (VCTools)", "allowPrerelease": True, **ELEVATED},
+            "settings": {
+                "productId": "Microsoft.VisualStudio.Product.BuildTools",
+                "channelId": "VisualStudio.17.Release",
+                "components": [VC_WORKLOAD],
+                "includeRecommended": True,
+            },
+        },
         *([oneapi] if oneapi else []),
-        _package("miniforge", miniforge.id, f"Miniforge (conda) for the training env, {miniforge.version}",
-                 version=miniforge.version),
-        _package("git", git.id, f"Git (clones of aipc-env and qwen-image-finetune), {git.version}",
-                 version=git.version),
-        _registry("long-paths", REG_BASE + r"\FileSystem", "LongPathsEnabled", 1,
-                  "long paths (model and cache paths exceed 260 characters)"),
-        _registry("tdr-delay", REG_BASE + r"\GraphicsDrivers", "TdrDelay", TDR_SECONDS,
-                  f"GPU timeout {TDR_SECONDS} s (the doctor wants at least {TDR_MIN_SECONDS})"),
-        _registry("gpu-memory-ceiling", REG_BASE + r"\GraphicsDrivers\MemoryManager",
-                  "SystemPartitionCommitLimitPercentage", CEILING_PERCENT,
-                  f"shared GPU memory ceiling {CEILING_PERCENT} % (the doctor wants at least {CEILING_MIN})"),
+        _package(
+            "miniforge", miniforge.id, f"Miniforge (conda) for the training env, {miniforge.version}", version=miniforge.version
+        ),
+        _package("git", git.id, f"Git (clones of aipc-env and qwen-image-finetune), {git.version}", version=git.version),
+        _registry(
+            "long-paths",
+            REG_BASE + r"\FileSystem",
+            "LongPathsEnabled",
+            1,
+            "long paths (model and cache paths exceed 260 characters)",
+        ),
+        _registry(
+            "tdr-delay",
+            REG_BASE + r"\GraphicsDrivers",
+            "TdrDelay",
+            TDR_SECONDS,
+            f"GPU timeout {TDR_SECONDS} s (the doctor wants at least {TDR_MIN_SECONDS})",
+        ),
+        _registry(
+            "gpu-memory-ceiling",
+            REG_BASE + r"\GraphicsDrivers\MemoryManager",
+            "SystemPartitionCommitLimitPercentage",
+            CEILING_PERCENT,
+            f"shared GPU memory ceiling {CEILING_PERCENT} % (the doctor wants at least {CEILING_MIN})",
+        ),
     ]
-    return {"properties": {
-        "configurationVersion": "0.2.0",
-        "assertions": [
-            {"resource": "Microsoft.Windows.Developer/OsVersion", "id": "os-version",
-             "directives": {"description": f"Windows 11 (build {MIN_WINDOWS_BUILD} or later)", "allowPrerelease": True},
-             "settings": {"MinVersion": f"10.0.{MIN_WINDOWS_BUILD}"}},
-            driver,
-            *([oneapi_assertion] if oneapi_assertion else []),
-        ],
-        "resources": resources,
-    }}
+    return {
+        "properties": {
+            "configurationVersion": "0.2.0",
+            "assertions": [
+                {
+                    "resource": "Microsoft.Windows.Developer/OsVersion",
+                    "id": "os-version",
+                    "directives": {"description": f"Windows 11 (build {MIN_WINDOWS_BUILD} or later)", "allowPrerelease": True},
+                    "settings": {"MinVersion": f"10.0.{MIN_WINDOWS_BUILD}"},
+                },
+                driver,
+                *([oneapi_assertion] if oneapi_assertion else []),
+            ],
+            "resources": resources,
+        }
+    }
 
 
 def render_yaml(config: dict, pair: Pair, pins: WinGetPins | None = None) -> str:
     pins = pins or load_winget_pins()
     oneapi = pins.oneapi_for(pair.oneapi)
     c = yaml_comment  # values in comment lines: one line each, whatever they hold
-    provision = (f"# oneAPI {c(pair.oneapi)}: {c(oneapi.id)} {c(oneapi.version)} (winget-pkgs, checked "
-                 f"{c(str(pins.checked))}).\n"
-                 if oneapi else
-                 f"# oneAPI {c(pair.oneapi)} is NOT provisioned by this file: winget-pkgs lists no package of that "
-                 "release\n# (checked {checked}). Install it through the fleet's channel (Intel's offline installer); "
-                 "the\n# assertion 'oneapi-installed' fails until it is there. See docs/fleet.md.\n"
-                 .format(checked=c(str(pins.checked))))
-    header = (f"# yaml-language-server: $schema={SCHEMA_URL}\n"
-              f"# Generated by aipc-env (`aipc-env fleet winget --pair {c(pair.id)}`): the machine layer of "
-              f"{c(pair.id)}.\n"
-              + provision +
-              "# Apply (elevated): winget configure --file <this file> --accept-configuration-agreements\n"
-              "# Drift:  winget configure test --file <this file> --accept-configuration-agreements\n")
+    provision = (
+        f"# oneAPI {c(pair.oneapi)}: {c(oneapi.id)} {c(oneapi.version)} (winget-pkgs, checked {c(str(pins.checked))}).\n"
+        if oneapi
+        else f"# oneAPI {c(pair.oneapi)} is NOT provisioned by this file: winget-pkgs lists no package of that "
+        "release\n# (checked {checked}). Install it through the fleet's channel (Intel's offline installer); "
+        "the\n# assertion 'oneapi-installed' fails until it is there. See docs/fleet.md.\n".format(checked=c(str(pins.checked)))
+    )
+    header = (
+        f"# yaml-language-server: $schema={SCHEMA_URL}\n"
+        f"# Generated by aipc-env (`aipc-env fleet winget --pair {c(pair.id)}`): the machine layer of "
+        f"{c(pair.id)}.\n"
+        + provision
+        + "# Apply (elevated): winget configure --file <this file> --accept-configuration-agreements\n"
+        "# Drift:  winget configure test --file <this file> --accept-configuration-agreements\n"
+    )
     return header + yaml.dump(config, Dumper=IndentedDumper, sort_keys=False, allow_unicode=True, width=110)
 
 

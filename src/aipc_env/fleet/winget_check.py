@@ -75,15 +75,18 @@ class WinGetPackage(DscSettings):
     Source: str | None = None
     Version: str | None = None
     Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
-    MatchOption: _enum("Equals", "EqualsCaseInsensitive", "StartsWithCaseInsensitive",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
-                       "ContainsCaseInsensitive") = "EqualsCaseInsensitive"
+    MatchOption: _enum(
+        "Equals",
+        "EqualsCaseInsensitive",
+        "StartsWithCaseInsensitive",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
+        "ContainsCaseInsensitive",
+    ) = "EqualsCaseInsensitive"
     UseLatest: PsBool = False
     InstallMode: _enum("Default", "Silent", "Interactive") = "Silent"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
 
     def warnings(self) -> list[tuple[str, str]]:
         if self.Version and self.UseLatest:
-            return [("UseLatest", "Version and UseLatest together: the module takes UseLatest and ignores the "
-                                  "version; keep one")]
+            return [("UseLatest", "Version and UseLatest together: the module takes UseLatest and ignores the version; keep one")]
         return []
 
 
@@ -105,8 +108,10 @@ class VSComponents(DscSettings):
         return self
 
 
-_HIVE = re.compile(r"(?i)^(HKEY_LOCAL_MACHINE|HKEY_CURRENT_USER|HKEY_CLASSES_ROOT|HKEY_USERS|HKEY_CURRENT_CONFIG|"
-                   r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|\Z)")
+_HIVE = re.compile(
+    r"(?i)^(HKEY_LOCAL_MACHINE|HKEY_CURRENT_USER|HKEY_CLASSES_ROOT|HKEY_USERS|HKEY_CURRENT_CONFIG|"
+    r"HKLM:|HKCU:|HKCR:|HKU:|HKCC:)(\\|\Z)"
+)
 
 
 class Registry(DscSettings):
@@ -115,8 +120,14 @@ class Registry(DscSettings):
     Key: str
     ValueName: str
     ValueData: str | list[str] | None = None
-    ValueType: _enum("String", "Binary", "DWord", "QWord", "MultiString",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
-                     "ExpandString") = "String"
+    ValueType: _enum(
+        "String",
+        "Binary",
+        "DWord",
+        "QWord",
+        "MultiString",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
+        "ExpandString",
+    ) = "String"
     Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
     Hex: PsBool = False
     Force: PsBool = False
@@ -277,8 +288,11 @@ def _line(lines: dict[tuple, int], path: tuple) -> int | None:
 def schema() -> dict:
     from importlib import resources
 
-    return loads_json(resources.files("aipc_env.environments").joinpath(
-        "schemas/winget-configuration.schema.0.2.json").read_text(encoding="utf-8"))
+    return loads_json(
+        resources.files("aipc_env.environments")
+        .joinpath("schemas/winget-configuration.schema.0.2.json")
+        .read_text(encoding="utf-8")
+    )
 
 
 # --------------------------------------------------------------------------- validation
@@ -324,8 +338,12 @@ def validate_configuration(data: Any, text: str = "") -> list[WinGetIssue]:
                 seen.setdefault(r.id, path)
             model = KNOWN_RESOURCES.get(r.resource.lower())
             if model is None:
-                add(path + ("resource",), f"{r.resource}: a resource aipc-env does not model; its settings are "
-                    "not checked here (winget checks them when it runs)", "warning")
+                add(
+                    path + ("resource",),
+                    f"{r.resource}: a resource aipc-env does not model; its settings are "
+                    "not checked here (winget checks them when it runs)",
+                    "warning",
+                )
                 continue
             settings, clashes = model.canonical_keys(r.settings)
             for key in clashes:
@@ -373,7 +391,7 @@ def _cycle(graph: dict[str, list[str]]) -> list[str] | None:
                 continue
             dep = todo[-1].pop(0)
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep in graph and not state.get(dep):
                 state[dep] = 1
                 path.append(dep)

@@ -17,8 +17,10 @@ __all__ = ["PackagePin", "WinGetPins", "load_winget_pins", "winget_pins_path"]
 class PackagePin(StrictModel):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-_]*\.[A-Za-z0-9.\-_]+$")
     version: str = Field(min_length=1, pattern=r"^[0-9][0-9A-Za-z.\-+]*$")
-    seen_in: str = Field(pattern=r"^microsoft/winget-pkgs@[0-9a-f]{40} manifests/\S+\.yaml$",
-                         description="repository@commit and the version manifest that lists this version")
+    seen_in: str = Field(
+        pattern=r"^microsoft/winget-pkgs@[0-9a-f]{40} manifests/\S+\.yaml$",
+        description="repository@commit and the version manifest that lists this version",
+    )
 
     def manifest_path(self) -> str:
         return self.seen_in.split(" ", 1)[1]

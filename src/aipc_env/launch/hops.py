@@ -19,8 +19,19 @@ from typing import ClassVar, TypeVar
 
 from aipc_env.errors import AipcError, ExitCode
 
-__all__ = ["EXPORT_FORMATS", "DistillExport", "DistillPublish", "DistillStages", "EnginePhase", "SmokePrepare", "SmokeVerify",
-           "VerifySteps", "WorkerArgs", "run_worker", "step_of"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "DistillExport",
+    "DistillPublish",
+    "DistillStages",
+    "EnginePhase",
+    "SmokePrepare",
+    "SmokeVerify",
+    "VerifySteps",
+    "WorkerArgs",
+    "run_worker",
+    "step_of",
+]
 
 W = TypeVar("W", bound="WorkerArgs")
 EXPORT_FORMATS = ("comfyui",)
@@ -72,8 +83,9 @@ class WorkerArgs:
                 parser.add_argument(flag, dest=f.name, action="append", default=[], choices=choices)
             else:
                 kind = next((t for t in (int, Path, str) if t is hint or t in typing.get_args(hint)), str)
-                parser.add_argument(flag, dest=f.name, type=kind, required=required, choices=choices,
-                                    default=None if required else f.default)
+                parser.add_argument(
+                    flag, dest=f.name, type=kind, required=required, choices=choices, default=None if required else f.default
+                )
         values = vars(parser.parse_args(argv))
         values.pop("step", None)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
@@ -106,8 +118,10 @@ def run_worker(what: str, body: Callable[[], int]) -> int:
                 fh.write(traceback.format_exc())
         else:
             traceback.print_exc()
-        print(f"aipc-env: internal error in {what}: {type(exc).__name__}: {exc}"
-              + (f" (traceback in {log})" if log else ""), file=sys.stderr)
+        print(
+            f"aipc-env: internal error in {what}: {type(exc).__name__}: {exc}" + (f" (traceback in {log})" if log else ""),
+            file=sys.stderr,
+        )
         return ExitCode.INTERNAL
 
 

@@ -94,19 +94,22 @@ def choose_oneapi(pair: Pair | None, oneapi: OneApiInfo, platform: Platform) -> 
             continue
         root = PureWindowsPath(inst.root) if platform == "win-64" else PurePosixPath(inst.root)
         if inst.layout == "unified" and pair.oneapi in inst.releases:
-            return Activation(folder=str(root / pair.oneapi), name=f"oneapi-vars.{ext}",
-                              release=pair.oneapi), warnings
+            return Activation(folder=str(root / pair.oneapi), name=f"oneapi-vars.{ext}", release=pair.oneapi), warnings
         if inst.setvars and inst.version == pair.oneapi:
             folder, name = _split(inst.setvars, platform)
             return Activation(folder=folder, name=name, release=pair.oneapi), warnings
     others = sorted({inst.version for inst in oneapi.installs if inst.version})
     if others:
-        warnings.append(f"oneAPI {', '.join(others)} is installed but {pair.id} needs {pair.oneapi}; it is NOT "
-                        "activated (mixing runtimes breaks bitsandbytes). Triton kernels (NF4 quantize, Adam8bit) "
-                        f"will fail to compile until oneAPI {pair.oneapi} is installed")
+        warnings.append(
+            f"oneAPI {', '.join(others)} is installed but {pair.id} needs {pair.oneapi}; it is NOT "
+            "activated (mixing runtimes breaks bitsandbytes). Triton kernels (NF4 quantize, Adam8bit) "
+            f"will fail to compile until oneAPI {pair.oneapi} is installed"
+        )
     else:
-        warnings.append(f"no oneAPI toolkit found; {pair.id} compiles Triton kernels (NF4 quantize, Adam8bit) "
-                        f"with oneAPI {pair.oneapi}: install it or those steps will fail")
+        warnings.append(
+            f"no oneAPI toolkit found; {pair.id} compiles Triton kernels (NF4 quantize, Adam8bit) "
+            f"with oneAPI {pair.oneapi}: install it or those steps will fail"
+        )
     return None, warnings
 
 
@@ -120,17 +123,22 @@ def choose_vcvars(pair: Pair | None, msvc: MsvcInfo | None, platform: Platform) 
         return Activation(folder=folder, name="vcvars64.bat"), []
     if msvc.cl_on_path:
         return None, []
-    return None, ["no Visual Studio C++ tools found: Triton cannot compile kernels (install 'Desktop development "
-                  "with C++')"]
+    return None, ["no Visual Studio C++ tools found: Triton cannot compile kernels (install 'Desktop development with C++')"]
 
 
-def base_env(platform: Platform, *, pythonpath: list[str], device: str | None, engine: str,
-             extra: dict[str, str] | None = None) -> dict[str, str | None]:
+def base_env(
+    platform: Platform, *, pythonpath: list[str], device: str | None, engine: str, extra: dict[str, str] | None = None
+) -> dict[str, str | None]:
     """The environment every run gets, then the config's own `env:` entries (which win)."""
     sep = ";" if platform == "win-64" else ":"
-    env: dict[str, str | None] = {"PYTHONUTF8": "1", "PYTHONIOENCODING": "utf-8", "SYCL_CACHE_PERSISTENT": "1",
-                                  "PYTHONPATH": sep.join(pythonpath), "PYTHONHOME": None,
-                                  "PYTHONNOUSERSITE": "1"}
+    env: dict[str, str | None] = {
+        "PYTHONUTF8": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "SYCL_CACHE_PERSISTENT": "1",
+        "PYTHONPATH": sep.join(pythonpath),
+        "PYTHONHOME": None,
+        "PYTHONNOUSERSITE": "1",
+    }
     if engine == "qflux":
         env["QFLUX_DOTENV_LOADED"] = "1"
     if device and device.startswith("xpu:"):
@@ -139,14 +147,36 @@ def base_env(platform: Platform, *, pythonpath: list[str], device: str | None, e
     return env
 
 
-def plan_run(*, platform: Platform, run_dir: str, python: str, pair: Pair | None, oneapi: OneApiInfo,
-             msvc: MsvcInfo | None, phases: list[Phase], log_file: str, pythonpath: list[str], device: str | None,
-             engine: str, extra_env: dict[str, str] | None = None, background: list[Phase] | None = None,
-             files: dict[str, str] | None = None) -> LaunchPlan:
+def plan_run(
+    *,
+    platform: Platform,
+    run_dir: str,
+    python: str,
+    pair: Pair | None,
+    oneapi: OneApiInfo,
+    msvc: MsvcInfo | None,
+    phases: list[Phase],
+    log_file: str,
+    pythonpath: list[str],
+    device: str | None,
+    engine: str,
+    extra_env: dict[str, str] | None = None,
+    background: list[Phase] | None = None,
+    files: dict[str, str] | None = None,
+) -> LaunchPlan:
     """A launch plan for any run (training, verify): the matching oneAPI, MSVC where kernels compile, the env."""
     activation, warnings = choose_oneapi(pair, oneapi, platform)
     vcvars, more = choose_vcvars(pair, msvc, platform)
-    return LaunchPlan(platform=platform, run_dir=run_dir, python=python, oneapi=activation, vcvars=vcvars,
-                      env=base_env(platform, pythonpath=pythonpath, device=device, engine=engine, extra=extra_env),
-                      phases=phases, background=background or [], log_file=log_file, warnings=warnings + more,
-                      files=files or {})
+    return LaunchPlan(
+        platform=platform,
+        run_dir=run_dir,
+        python=python,
+        oneapi=activation,
+        vcvars=vcvars,
+        env=base_env(platform, pythonpath=pythonpath, device=device, engine=engine, extra=extra_env),
+        phases=phases,
+        background=background or [],
+        log_file=log_file,
+        warnings=warnings + more,
+        files=files or {},
+    )

@@ -20,8 +20,7 @@ from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.templating import render_marked
 from aipc_env.launch.plan import LaunchPlan
 
-__all__ = ["TEMPLATES", "render_env_bat", "render_env_sh", "render_launcher", "template_text",
-           "write_launcher"]
+__all__ = ["TEMPLATES", "render_env_bat", "render_env_sh", "render_launcher", "template_text", "write_launcher"]
 
 TEMPLATES = {"win-64": "launch.bat", "linux-64": "launch.sh"}
 
@@ -70,8 +69,7 @@ def write_launcher(plan: LaunchPlan) -> Path:
     return the launcher."""
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "launch.json", json.dumps(plan.model_dump(mode="json"), indent=2,
-                                                          ensure_ascii=False) + "\n")
+    atomic_write_text(run_dir / "launch.json", json.dumps(plan.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")
     for name, content in plan.files.items():
         atomic_write_text(run_dir / name, content)
     name, text = render_launcher(plan)

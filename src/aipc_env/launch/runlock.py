@@ -44,10 +44,13 @@ def run_lock(folder: Path, command: str) -> Iterator[Path]:
             live = owner is not None and (owner.get("host") != me["host"] or pid_alive(int(owner.get("pid", 0))))
             if live:
                 where = f"pid {owner['pid']}" + (f" on {owner['host']}" if owner["host"] != me["host"] else "")
-                raise InputError(f"another run is writing into this folder ({where}, started {owner.get('started')})",
-                                 path=folder, key="output_dir", exit_code=ExitCode.USAGE,
-                                 fix=f"wait for it or stop it, or choose another output_dir; if no run is going, "
-                                 f"delete {path}") from None
+                raise InputError(
+                    f"another run is writing into this folder ({where}, started {owner.get('started')})",
+                    path=folder,
+                    key="output_dir",
+                    exit_code=ExitCode.USAGE,
+                    fix=f"wait for it or stop it, or choose another output_dir; if no run is going, delete {path}",
+                ) from None
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # stale: its process is gone
             continue

@@ -100,8 +100,7 @@ def run_phase(phase: dict, env: dict, log) -> int:
     log.write(header.encode("utf-8"))
     log.flush()
     try:
-        proc = procs.start(argv, cwd=phase.get("cwd") or None, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
+        proc = procs.start(argv, cwd=phase.get("cwd") or None, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         msg = f"[aipc-env] cannot start {argv[0]}: {exc}\n"
         sys.stderr.write(msg)
@@ -133,8 +132,7 @@ def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
         log.write(line.encode("utf-8"))
         log.flush()
         try:
-            started.append(procs.start(phase["argv"], cwd=phase.get("cwd") or None, env=env, stdout=log,
-                                       stderr=log))
+            started.append(procs.start(phase["argv"], cwd=phase.get("cwd") or None, env=env, stdout=log, stderr=log))
         except OSError as exc:
             log.write(f"[aipc-env] cannot start {phase['name']}: {exc}\n".encode())
     return started
@@ -154,8 +152,10 @@ def _read_plan(path: str) -> dict | str:
         return f"cannot read the launch plan {path}: {exc}"
     version = plan.get("schema_version", plan.get("plan_version")) if isinstance(plan, dict) else None
     if version != PLAN_SCHEMA_VERSION:
-        return (f"{path}: launch plan schema_version {version!r} is not supported by this runner "
-                f"({PLAN_SCHEMA_VERSION}); write the run again with the matching aipc-env")
+        return (
+            f"{path}: launch plan schema_version {version!r} is not supported by this runner "
+            f"({PLAN_SCHEMA_VERSION}); write the run again with the matching aipc-env"
+        )
     return plan
 
 
@@ -190,8 +190,7 @@ def main(argv: list[str]) -> int:
                     log.write(msg.encode("utf-8"))
                     return code
                 if rc != ExitCode.OK:
-                    msg = (f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run; "
-                           f"log {log_path}\n")
+                    msg = f"[aipc-env] phase {phase['name']} failed (exit code {rc}); later phases were not run; log {log_path}\n"
                     sys.stderr.write(msg)
                     log.write(msg.encode("utf-8"))
                     return rc

@@ -94,8 +94,9 @@ def _print(text: str) -> None:
     print(visible(text), file=sys.stdout, flush=True)
 
 
-def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: list[str],
-                  log: Callable[[str], None]) -> tuple[EnvChoice, PairChoice]:
+def _env_and_pair(
+    request: RunRequest, matrix, platform: Platform, toolkits: list[str], log: Callable[[str], None]
+) -> tuple[EnvChoice, PairChoice]:
     """The situation gathered once, the decision, and the env it names built (then decided on again)."""
     from aipc_env.trainenv.envs import env_python
     from aipc_env.trainenv.select import decide
@@ -103,8 +104,9 @@ def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: lis
 
     qflux = request.qflux_clone is not None and request.env_flag is None
     env = None if qflux else the_env(request.env_flag)
-    situation = gather_situation(matrix, platform, pair_flag=request.pair_flag, env=env, toolkits=toolkits,
-                                 qflux_clone=request.qflux_clone)
+    situation = gather_situation(
+        matrix, platform, pair_flag=request.pair_flag, env=env, toolkits=toolkits, qflux_clone=request.qflux_clone
+    )
     decision = decide(situation, "run")
     if decision.build == "qflux":
         from aipc_env.trainenv.qflux_env import ensure_qflux_env
@@ -120,14 +122,14 @@ def _env_and_pair(request: RunRequest, matrix, platform: Platform, toolkits: lis
 
         prefix = ensure_tool_env(log=log)
         built = EnvChoice(prefix, env_python(prefix), "tool")
-        decision = decide(gather_situation(matrix, platform, pair_flag=request.pair_flag, env=built,
-                                           toolkits=toolkits), "run")
+        decision = decide(gather_situation(matrix, platform, pair_flag=request.pair_flag, env=built, toolkits=toolkits), "run")
     assert decision.env is not None
     return decision.env, decision.pair
 
 
-def start_run(request: RunRequest, *, platform: Platform | None = None,
-              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None) -> RunOutcome:
+def start_run(
+    request: RunRequest, *, platform: Platform | None = None, toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None
+) -> RunOutcome:
     """Choose, plan, lock, record and run (or only write, on a dry run). Input errors raise AipcError."""
     from aipc_env.core.formats import timestamp
     from aipc_env.core.platforms import current_platform
@@ -144,17 +146,27 @@ def start_run(request: RunRequest, *, platform: Platform | None = None,
     matrix = load_matrix(request.matrix_path)
     platform = platform or current_platform()
     oneapi, msvc = toolchain if toolchain is not None else toolchain_facts()
-    env, pair = _env_and_pair(request, matrix, platform, installed_toolkits(oneapi),
-                              log=lambda text: say(f"aipc-env: {text}"))
+    env, pair = _env_and_pair(request, matrix, platform, installed_toolkits(oneapi), log=lambda text: say(f"aipc-env: {text}"))
     chosen = Chosen(env, pair)
     if request.check is not None:
         request.check(chosen)
     python = chosen.python
-    plan = plan_run(platform=platform, run_dir=str(request.run_dir), python=python, pair=pair.pair, oneapi=oneapi,
-                    msvc=msvc, phases=request.phases(chosen), log_file=str(request.log_file),
-                    pythonpath=request.pythonpath or [str(package_root())], device=request.device,
-                    engine=request.engine, extra_env=request.extra_env,
-                    background=request.background(chosen) if request.background else [], files=request.files)
+    plan = plan_run(
+        platform=platform,
+        run_dir=str(request.run_dir),
+        python=python,
+        pair=pair.pair,
+        oneapi=oneapi,
+        msvc=msvc,
+        phases=request.phases(chosen),
+        log_file=str(request.log_file),
+        pythonpath=request.pythonpath or [str(package_root())],
+        device=request.device,
+        engine=request.engine,
+        extra_env=request.extra_env,
+        background=request.background(chosen) if request.background else [],
+        files=request.files,
+    )
     for warning in plan.warnings:
         say(f"aipc-env: warning: {warning}")
     with run_lock(request.run_dir, request.command):
@@ -166,7 +178,6 @@ def start_run(request: RunRequest, *, platform: Platform | None = None,
         if request.dry_run:
             return RunOutcome(ExitCode.OK, plan, script, env, pair)
         if env.source not in ("state", "qflux") and request.command != "smoke":
-            write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=python, command=request.command,
-                                         when=timestamp()))
+            write_used_env(UsedEnvRecord(prefix=str(env.prefix), python=python, command=request.command, when=timestamp()))
         code = run_launcher(script, stdout=request.stdout)
     return RunOutcome(code, plan, script, env, pair)

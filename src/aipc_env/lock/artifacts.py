@@ -56,10 +56,13 @@ def _tags(python: str, platform: Platform) -> list[Tag]:
     if platform == "win-64":
         platforms = ["win_amd64"]
     else:
-        platforms = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC_MAX_MINOR, 16, -1)] + \
-            ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
-    return [*cpython_tags((major, minor), platforms=platforms),
-            *compatible_tags((major, minor), platforms=platforms)]
+        platforms = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC_MAX_MINOR, 16, -1)] + [
+            "manylinux2014_x86_64",
+            "manylinux2010_x86_64",
+            "manylinux1_x86_64",
+            "linux_x86_64",
+        ]
+    return [*cpython_tags((major, minor), platforms=platforms), *compatible_tags((major, minor), platforms=platforms)]
 
 
 def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
@@ -78,8 +81,7 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
     else:
         root = checkout_root()
         pyproject = root / "pyproject.toml" if root else None
-        project = (parse_toml(read_text(pyproject, "pyproject.toml"), pyproject).get("project", {})
-                   if pyproject else {})
+        project = parse_toml(read_text(pyproject, "pyproject.toml"), pyproject).get("project", {}) if pyproject else {}
         if project.get("name") == "aipc-env":
             lines = list(project.get("dependencies", []))
         else:
@@ -92,8 +94,7 @@ def aipc_env_requirements(wheel: Path | None = None) -> list[str]:
     return found
 
 
-def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Platform,
-                         wheel: Path | None = None) -> None:
+def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Platform, wheel: Path | None = None) -> None:
     """A bundle or an image installs aipc-env itself offline from the lock's wheels, so the lock must hold every
     dependency aipc-env declares, at a version it accepts: refused by name before anything is fetched."""
 
@@ -110,9 +111,11 @@ def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Pl
         elif pkg.version and not req.specifier.contains(pkg.version, prereleases=True):
             problems.append(f"{req.name} {pkg.version} does not satisfy aipc-env's {req}")
     if problems:
-        raise InputError("the lock cannot install aipc-env offline: " + "; ".join(problems), path=lockfile,
-                         fix="re-lock the pair (environments/pip-layer.txt lists aipc-env's dependencies): "
-                             "nox -s lock -- --pair PAIR")
+        raise InputError(
+            "the lock cannot install aipc-env offline: " + "; ".join(problems),
+            path=lockfile,
+            fix="re-lock the pair (environments/pip-layer.txt lists aipc-env's dependencies): nox -s lock -- --pair PAIR",
+        )
 
 
 def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platform = "linux-64") -> list[Artifact]:
@@ -136,9 +139,11 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
             if rank is not None and (best is None or rank < best[0]):
                 best = (rank, wheel, filename)
         if best is None:
-            raise InputError(f"{pkg.name} {pkg.version}: no wheel for {platform} / Python {python} in the lock",
-                             path=lockfile, fix=f"images and bundles install wheels only: re-lock for {platform} "
-                             "with this Python")
+            raise InputError(
+                f"{pkg.name} {pkg.version}: no wheel for {platform} / Python {python} in the lock",
+                path=lockfile,
+                fix=f"images and bundles install wheels only: re-lock for {platform} with this Python",
+            )
         _, wheel, filename = best
         sha = wheel.hashes.get("sha256", "")
         if not sha:
@@ -147,8 +152,9 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
             check_sha256(sha)
             check_file_name(filename.replace("%2B", "+"), what="wheel file name")
         except ValueError as exc:
-            raise InputError(f"{pkg.name}: {exc}", path=lockfile, fix="re-lock: nox -s lock (a lock is never "
-                             "hand-edited)") from None
+            raise InputError(
+                f"{pkg.name}: {exc}", path=lockfile, fix="re-lock: nox -s lock (a lock is never hand-edited)"
+            ) from None
         chosen.append(Artifact(pkg.name, pkg.version or "", filename.replace("%2B", "+"), wheel.url, wheel.path, sha))
     return chosen
 
@@ -191,18 +197,30 @@ def install_plan(lock: Pylock, python: str, lockfile: Path, platform: Platform) 
     planned = []
     for a in select_artifacts(lock, python, lockfile, platform):
         pkg = by_name[canonicalize_name(a.name)]
-        wheel = next((w for w in pkg.wheels if (w.url or w.path or "").rsplit("/", 1)[-1].replace("%2B", "+")
-                      == a.filename), None)
+        wheel = next(
+            (w for w in pkg.wheels if (w.url or w.path or "").rsplit("/", 1)[-1].replace("%2B", "+") == a.filename), None
+        )
         size = (wheel.model_extra or {}).get("size") if wheel is not None else None
         url = a.url or a.path or ""
-        planned.append(PlannedArtifact(a.name, a.version, a.filename, url, size if isinstance(size, int) else None,
-                                       provenance_of(pkg)["provenance"], urlparse(url).netloc or "local"))
+        planned.append(
+            PlannedArtifact(
+                a.name,
+                a.version,
+                a.filename,
+                url,
+                size if isinstance(size, int) else None,
+                provenance_of(pkg)["provenance"],
+                urlparse(url).netloc or "local",
+            )
+        )
     return planned
 
 
 def hashed_requirements(artifacts: list[Artifact]) -> str:
-    lines = ["# Generated by aipc-env from the lock: every package pinned to one wheel and its sha256.",
-             "# Installed with --no-index --find-links <wheels> --require-hashes."]
+    lines = [
+        "# Generated by aipc-env from the lock: every package pinned to one wheel and its sha256.",
+        "# Installed with --no-index --find-links <wheels> --require-hashes.",
+    ]
     lines += [f"{a.name}=={a.version} --hash=sha256:{a.sha256}" for a in artifacts]
     return "\n".join(lines) + "\n"
 
@@ -240,10 +258,12 @@ def _download(url: str, target: Path, filename: str) -> None:
         with urllib.request.urlopen(url, timeout=120) as response, target.open("wb") as fh:
             shutil.copyfileobj(response, fh, 1 << 20)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise AipcError(f"cannot fetch {filename} from {url}: {getattr(exc, 'reason', None) or exc}",
-                        exit_code=ExitCode.PROBLEMS,
-                        fix="run this on a machine that reaches that host, or pass --find-links DIR with a folder "
-                            "holding the wheel (its sha256 is checked against the lock)") from None
+        raise AipcError(
+            f"cannot fetch {filename} from {url}: {getattr(exc, 'reason', None) or exc}",
+            exit_code=ExitCode.PROBLEMS,
+            fix="run this on a machine that reaches that host, or pass --find-links DIR with a folder "
+            "holding the wheel (its sha256 is checked against the lock)",
+        ) from None
 
 
 def _cached(a: Artifact, cache: Path) -> bool:
@@ -260,14 +280,17 @@ def _check_hosts(to_download: list[Artifact]) -> None:
         first.setdefault(urlparse(a.url or "").netloc, a)
     for host, a in first.items():
         if not reachable(a.url or ""):
-            raise AipcError(f"cannot fetch {a.filename} from {a.url}: {host} cannot be reached",
-                            exit_code=ExitCode.PROBLEMS,
-                            fix="run this on a machine that reaches that host, or pass --find-links DIR with a folder "
-                                "holding the wheel (its sha256 is checked against the lock); nothing was written")
+            raise AipcError(
+                f"cannot fetch {a.filename} from {a.url}: {host} cannot be reached",
+                exit_code=ExitCode.PROBLEMS,
+                fix="run this on a machine that reaches that host, or pass --find-links DIR with a folder "
+                "holding the wheel (its sha256 is checked against the lock); nothing was written",
+            )
 
 
-def fill_wheelhouse(artifacts: list[Artifact], wheelhouse: Path, *, lock_dir: Path, cache: Path,
-                    find_links: list[Path] = (), log=print) -> list[Path]:
+def fill_wheelhouse(
+    artifacts: list[Artifact], wheelhouse: Path, *, lock_dir: Path, cache: Path, find_links: list[Path] = (), log=print
+) -> list[Path]:
     """Put every artifact into `wheelhouse`, verified; returns the files. Cached copies (by sha256) are reused."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
@@ -285,17 +308,19 @@ def fill_wheelhouse(artifacts: list[Artifact], wheelhouse: Path, *, lock_dir: Pa
             try:
                 if local is not None:
                     if not local.is_file():
-                        raise InputError(f"{a.name}: {where} does not exist", fix="check the lock's paths or the "
-                                         "wheel folder (--find-links)")
+                        raise InputError(
+                            f"{a.name}: {where} does not exist", fix="check the lock's paths or the wheel folder (--find-links)"
+                        )
                     shutil.copyfile(local, tmp)
                 else:
                     log(f"downloading {a.filename}")
                     _download(a.url or "", tmp, a.filename)
                 got = file_sha256(tmp)
                 if got != a.sha256:
-                    raise HashMismatch(f"{a.filename} does not match the lock: the lock says sha256 {a.sha256}, the "
-                                       f"file from {where} has {got}", fix="re-lock, or restore the wheel the lock "
-                                       "was made from; nothing was built")
+                    raise HashMismatch(
+                        f"{a.filename} does not match the lock: the lock says sha256 {a.sha256}, the file from {where} has {got}",
+                        fix="re-lock, or restore the wheel the lock was made from; nothing was built",
+                    )
                 os.replace(tmp, cached)
             finally:
                 tmp.unlink(missing_ok=True)

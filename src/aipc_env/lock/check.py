@@ -72,18 +72,28 @@ def manifest_row_problems(pair: Pair, torch: str, manifest: WheelManifest) -> li
         triton = pair.triton_pin() if pair.triton.applies_to(platform) else None
         if triton is not None:
             lines = [parse_requirement(r) for r in record.requires_dist]
-            pin = next((r for r in lines if canonicalize_name(r.name) == triton.key and
-                        (r.marker is None or r.marker.evaluate(marker_environment(platform)))), None)
-            if pin is None or not any(s.operator == "==" and parse_version(s.version) == parse_version(pair.triton_for(torch))
-                                      for s in pin.specifier):
-                found.append(f"torch requires {pin or 'no ' + triton.name}, the matrix row pins {triton.name} "
-                             f"{pair.triton_for(torch)}")
+            pin = next(
+                (
+                    r
+                    for r in lines
+                    if canonicalize_name(r.name) == triton.key
+                    and (r.marker is None or r.marker.evaluate(marker_environment(platform)))
+                ),
+                None,
+            )
+            if pin is None or not any(
+                s.operator == "==" and parse_version(s.version) == parse_version(pair.triton_for(torch)) for s in pin.specifier
+            ):
+                found.append(
+                    f"torch requires {pin or 'no ' + triton.name}, the matrix row pins {triton.name} {pair.triton_for(torch)}"
+                )
         problems += [f"environments/xpu-wheels.yaml: torch {torch}+xpu on {platform}: {p}" for p in found]
     return problems
 
 
-def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | None = None,
-                    readers: Readers | None = None) -> list[str]:
+def check_pair_lock(
+    lock_dir: Path, matrix: Matrix, manifest: WheelManifest | None = None, readers: Readers | None = None
+) -> list[str]:
     """Every problem of lockfiles/<pair>/: both platforms, hashes, torch and runtime pins, one Triton, the public
     artifacts against the manifest, the closure of every platform and Python it covers, the conda layer (unless
     lock-meta.json says why there is none), completeness. `readers` (index URL -> IndexReader) read the metadata
@@ -96,8 +106,10 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
     else:
         meta = read_meta(lock_dir)
         if meta.matrix_row_hash != row_hash(pair):
-            problems.append(f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id} "
-                            f"(environments/matrix.yaml, pairs: {pair.id}); re-lock: nox -s lock -- --pair {pair.id}")
+            problems.append(
+                f"{meta_path(lock_dir)}: made from an older matrix row of {pair.id} "
+                f"(environments/matrix.yaml, pairs: {pair.id}); re-lock: nox -s lock -- --pair {pair.id}"
+            )
     manifest = manifest or load_wheel_manifest()
     if meta is not None and meta.torch:
         problems += manifest_row_problems(pair, meta.torch, manifest)
@@ -115,16 +127,21 @@ def check_pair_lock(lock_dir: Path, matrix: Matrix, manifest: WheelManifest | No
         problems += check_pylock(lock, path, pair, platform)
         problems += check_public_artifacts(lock, path, manifest)
         if meta is not None and meta.xpu_source == "manifest":  # then nothing of the XPU index may claim "index"
-            problems += [f"{path}: {p.name} {p.version} says provenance `index`, but lock-meta.json says the XPU "
-                         "wheels came from environments/xpu-wheels.yaml" for p in lock.packages
-                         if p.key in EXPLICIT_XPU_NAMES and provenance_of(p)["provenance"] != "public-lockfile"]
+            problems += [
+                f"{path}: {p.name} {p.version} says provenance `index`, but lock-meta.json says the XPU "
+                "wheels came from environments/xpu-wheels.yaml"
+                for p in lock.packages
+                if p.key in EXPLICIT_XPU_NAMES and provenance_of(p)["provenance"] != "public-lockfile"
+            ]
         reader = _reader(lock, readers, meta)
         problems += lock_closure(lock, path, platform, pythons, manifest, reader)
     complete = all(pylock_path(lock_dir, p).is_file() for p in PLATFORMS)
     if meta is not None and meta.provenance and complete and meta.provenance != counts:
-        problems.append(f"{meta_path(lock_dir)}: says the locks hold {_counts(meta.provenance)}, but they hold "
-                        f"{_counts(counts)}: a lock was edited after it was made; re-lock: nox -s lock -- --pair "
-                        f"{pair.id}")
+        problems.append(
+            f"{meta_path(lock_dir)}: says the locks hold {_counts(meta.provenance)}, but they hold "
+            f"{_counts(counts)}: a lock was edited after it was made; re-lock: nox -s lock -- --pair "
+            f"{pair.id}"
+        )
     conda = conda_lock_path(lock_dir)
     if meta is not None and meta.conda_layer.get("status") == "unavailable":  # said, and noted by lock_notes
         if conda.is_file():

@@ -74,8 +74,10 @@ def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -
         if not _applies(dist.marker, env):
             continue
         if dist.key in chosen:
-            problems.append(f"{where}: {dist.name} is locked twice for it ({chosen[dist.key].version} and "
-                            f"{dist.version}); their markers overlap")
+            problems.append(
+                f"{where}: {dist.name} is locked twice for it ({chosen[dist.key].version} and "
+                f"{dist.version}); their markers overlap"
+            )
             continue
         chosen[dist.key] = dist
     for dist in chosen.values():

@@ -164,14 +164,23 @@ def public_layer_status(lock_dir: Path, python: str, pythons: list[str]) -> dict
     sources = load_versioned(CondaSources, sources_path(lock_dir))
     if sources.python.split(".")[:2] != python.split(".")[:2]:
         return None
-    read = "; ".join(f"{s.repository} {s.path}@{s.commit[:12]}" + (f", environment {s.environment}" if s.environment
-                                                                    else "") for s in sources.sources.values())
+    read = "; ".join(
+        f"{s.repository} {s.path}@{s.commit[:12]}" + (f", environment {s.environment}" if s.environment else "")
+        for s in sources.sources.values()
+    )
     others = [p for p in pythons if p != python]
-    return {"status": "locked", "python": sources.python,
-            "reason": f"assembled from public lock records ({CONDA_SOURCES_NAME}: {read}); the conda channels could "
-                      "not be reached to lock it here",
-            "uncovered": (f"{', '.join(others)}: no conda layer; the env build's conda interpreter is Python {python} "
-                          "(lock-meta python), and a --base-python venv brings its own interpreter") if others else ""}
+    return {
+        "status": "locked",
+        "python": sources.python,
+        "reason": f"assembled from public lock records ({CONDA_SOURCES_NAME}: {read}); the conda channels could "
+        "not be reached to lock it here",
+        "uncovered": (
+            f"{', '.join(others)}: no conda layer; the env build's conda interpreter is Python {python} "
+            "(lock-meta python), and a --base-python venv brings its own interpreter"
+        )
+        if others
+        else "",
+    }
 
 
 def layer_for(lock_dir: Path, platform: str, python: str) -> tuple[Path | None, str]:
@@ -182,12 +191,13 @@ def layer_for(lock_dir: Path, platform: str, python: str) -> tuple[Path | None, 
 
     path = conda_lock_path(lock_dir)
     if not path.is_file():
-        return None, (f"no conda layer in {lock_dir}: the interpreter comes from `conda create python={python}` "
-                      "(unpinned)")
+        return None, (f"no conda layer in {lock_dir}: the interpreter comes from `conda create python={python}` (unpinned)")
     held = conda_python(read_conda_lock(path), platform)
     if held is None or held.split(".")[:2] != python.split(".")[:2]:
-        return None, (f"the conda layer holds Python {held or 'nothing'} for {platform}, not {python}: the "
-                      f"interpreter comes from `conda create python={python}` (unpinned)")
+        return None, (
+            f"the conda layer holds Python {held or 'nothing'} for {platform}, not {python}: the "
+            f"interpreter comes from `conda create python={python}` (unpinned)"
+        )
     return path, f"interpreter: Python {held} from the conda layer {path}"
 
 
@@ -209,8 +219,9 @@ def closure_problems(lock: CondaLock) -> list[str]:
     except ImportError:
         from aipc_env.errors import AipcError
 
-        raise AipcError("checking the conda layer's closure needs conda-lock (conda's MatchSpec)",
-                        fix="pip install 'aipc-env[lock]'") from None
+        raise AipcError(
+            "checking the conda layer's closure needs conda-lock (conda's MatchSpec)", fix="pip install 'aipc-env[lock]'"
+        ) from None
     problems = []
     for platform in lock.metadata.platforms:
         pkgs = lock.of(platform)
@@ -227,10 +238,12 @@ def closure_problems(lock: CondaLock) -> list[str]:
                     problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: not in the lock")
                     continue
                 build = have.build or _build_of(have.url)
-                if not MatchSpec(f"{dep} {spec}".strip()).match({"name": dep, "version": have.version, "build": build,
-                                                                 "build_number": 0}):
-                    problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: the lock has "
-                                    f"{have.version} ({build})")
+                if not MatchSpec(f"{dep} {spec}".strip()).match(
+                    {"name": dep, "version": have.version, "build": build, "build_number": 0}
+                ):
+                    problems.append(
+                        f"{platform}: {p.name} {p.version} depends on {dep} {spec}: the lock has {have.version} ({build})"
+                    )
     missing = [x for x in PLATFORMS if x not in lock.metadata.platforms]
     if missing:
         problems.append(f"no conda layer for {', '.join(missing)}")
@@ -246,15 +259,17 @@ def source_problems(lock: CondaLock, sources: CondaSources) -> list[str]:
         if s is None:
             problems.append(f"{p.platform}: {p.name} {p.version}: no source recorded for {p.url}")
         elif s.sha256 != p.hash.sha256:
-            problems.append(f"{p.platform}: {p.name} {p.version}: sha256 {p.hash.sha256} in the lock, {s.sha256} "
-                            "where it was read")
+            problems.append(
+                f"{p.platform}: {p.name} {p.version}: sha256 {p.hash.sha256} in the lock, {s.sha256} where it was read"
+            )
         elif s.source not in sources.sources:
             problems.append(f"{p.platform}: {p.name}: unknown source {s.source!r}")
     problems += [f"{pl}: {url}: a source for a package the lock does not hold" for pl, url in recorded]
     for platform in lock.metadata.platforms:
         if conda_python(lock, platform) != sources.python:
-            problems.append(f"{platform}: python {conda_python(lock, platform)} in the lock, {sources.python} in "
-                            f"{CONDA_SOURCES_NAME}")
+            problems.append(
+                f"{platform}: python {conda_python(lock, platform)} in the lock, {sources.python} in {CONDA_SOURCES_NAME}"
+            )
     return problems
 
 
@@ -273,8 +288,9 @@ def _dependency(spec: str) -> tuple[str, str]:
     return name, rest.strip() or "*"
 
 
-def assemble(pixi_lock: dict, environment: str, source_key: str, source: RecordSource,
-             platforms: tuple[Platform, ...] = PLATFORMS) -> tuple[dict, CondaSources]:
+def assemble(
+    pixi_lock: dict, environment: str, source_key: str, source: RecordSource, platforms: tuple[Platform, ...] = PLATFORMS
+) -> tuple[dict, CondaSources]:
     """A conda-lock v1 document of the closure of python and pip by `depends`, read from one environment of a
     pixi.lock (version 5 or 6), and the record of where each package came from. Raises InputError when the
     environment lacks a root or a dependency."""
@@ -298,29 +314,44 @@ def assemble(pixi_lock: dict, environment: str, source_key: str, source: RecordS
             seen.add(name)
             url = by_name.get(name)
             if url is None:
-                raise InputError(f"{source.repository}/{source.path}@{source.commit[:12]}: environment {environment} "
-                                 f"has no {name} for {platform}")
+                raise InputError(
+                    f"{source.repository}/{source.path}@{source.commit[:12]}: environment {environment} "
+                    f"has no {name} for {platform}"
+                )
             rec = records[url]
             deps = dict(_dependency(d) for d in rec.get("depends") or [])
             todo += list(deps)
             _, version, _ = _split_filename(url)
             if name == "python":
                 pythons.add(version)
-            packages.append({"name": name, "version": str(rec.get("version") or version), "manager": "conda",
-                             "platform": platform, "dependencies": deps, "url": url,
-                             "hash": {"md5": rec["md5"], "sha256": rec["sha256"]}, "category": "main",
-                             "optional": False})
-            sources.append(PackageSource(platform=platform, name=name, url=url, sha256=rec["sha256"],
-                                         source=source_key))
+            packages.append(
+                {
+                    "name": name,
+                    "version": str(rec.get("version") or version),
+                    "manager": "conda",
+                    "platform": platform,
+                    "dependencies": deps,
+                    "url": url,
+                    "hash": {"md5": rec["md5"], "sha256": rec["sha256"]},
+                    "category": "main",
+                    "optional": False,
+                }
+            )
+            sources.append(PackageSource(platform=platform, name=name, url=url, sha256=rec["sha256"], source=source_key))
     if len(pythons) != 1:
         raise InputError(f"the platforms hold different interpreters: {', '.join(sorted(pythons))}")
     packages.sort(key=lambda p: (p["platform"], p["name"]))
     sources.sort(key=lambda s: (s.platform, s.name))
-    doc = {"version": 1, "metadata": {
-        "content_hash": {pl: _content_hash([p for p in packages if p["platform"] == pl]) for pl in platforms},
-        "channels": [{"url": "conda-forge", "used_env_vars": []}], "platforms": list(platforms),
-        "sources": [f"https://github.com/{source.repository}/blob/{source.commit}/{source.path}"]},
-        "package": packages}
+    doc = {
+        "version": 1,
+        "metadata": {
+            "content_hash": {pl: _content_hash([p for p in packages if p["platform"] == pl]) for pl in platforms},
+            "channels": [{"url": "conda-forge", "used_env_vars": []}],
+            "platforms": list(platforms),
+            "sources": [f"https://github.com/{source.repository}/blob/{source.commit}/{source.path}"],
+        },
+        "package": packages,
+    }
     return doc, CondaSources(python=pythons.pop(), sources={source_key: source}, packages=sources)
 
 
@@ -346,14 +377,16 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(name)
     p.add_argument("out", nargs="+", type=Path)
     args = p.parse_args(argv)
-    source = RecordSource(repository=args.repository, path=args.path, commit=args.commit,
-                          environment=args.environment)
-    doc, sources = assemble(read_yaml(Path(args.pixi_lock), "pixi.lock"), args.environment,
-                            f"{args.repository}@{args.commit[:12]}", source)
+    source = RecordSource(repository=args.repository, path=args.path, commit=args.commit, environment=args.environment)
+    doc, sources = assemble(
+        read_yaml(Path(args.pixi_lock), "pixi.lock"), args.environment, f"{args.repository}@{args.commit[:12]}", source
+    )
     for out in args.out:
-        atomic_write_text(out / "conda-lock.yml", "# The interpreter layer of this pair's envs (conda-lock v1), "
-                          f"assembled from public lock records: see {CONDA_SOURCES_NAME}.\n"
-                          + yaml.safe_dump(doc, sort_keys=False, width=200))
+        atomic_write_text(
+            out / "conda-lock.yml",
+            "# The interpreter layer of this pair's envs (conda-lock v1), "
+            f"assembled from public lock records: see {CONDA_SOURCES_NAME}.\n" + yaml.safe_dump(doc, sort_keys=False, width=200),
+        )
         write_model(sources_path(out), sources)
     return ExitCode.OK
 

@@ -15,5 +15,7 @@ def can_check_closure() -> bool:
     return True
 
 
-CLOSURE_UNCHECKED = ("the conda layer's closure was not checked: conda-lock (conda's MatchSpec) is not installed "
-                     "here; pip install 'aipc-env[lock]' checks it")
+CLOSURE_UNCHECKED = (
+    "the conda layer's closure was not checked: conda-lock (conda's MatchSpec) is not installed "
+    "here; pip install 'aipc-env[lock]' checks it"
+)

@@ -13,8 +13,7 @@ from packaging.version import InvalidVersion
 
 from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
 
-__all__ = ["MAX_METADATA_BYTES", "CoreMetadata", "MetadataError", "normal_requirement", "parse_core_metadata",
-           "requirement_key"]
+__all__ = ["MAX_METADATA_BYTES", "CoreMetadata", "MetadataError", "normal_requirement", "parse_core_metadata", "requirement_key"]
 
 MAX_METADATA_BYTES = 4 * 2**20
 """The largest METADATA read (numpy's is 60 KB with its long description; a file past this is not metadata)."""
@@ -37,16 +36,22 @@ class CoreMetadata:
         return canonicalize_name(self.name)
 
     def same_requirements(self, other: CoreMetadata) -> bool:
-        return (set(map(normal_requirement, self.requires_dist)) == set(map(normal_requirement, other.requires_dist))
-                and _spec(self.requires_python) == _spec(other.requires_python))
+        return set(map(normal_requirement, self.requires_dist)) == set(map(normal_requirement, other.requires_dist)) and _spec(
+            self.requires_python
+        ) == _spec(other.requires_python)
 
 
 def normal_requirement(line: str) -> str:
     """A requirement in one spelling (`Foo_Bar >= 1 ; extra=="x"` and `foo-bar>=1; extra == "x"` are equal)."""
     req = parse_requirement(line)
     extras = f"[{','.join(sorted(canonicalize_name(e) for e in req.extras))}]" if req.extras else ""
-    return (canonicalize_name(req.name) + extras + str(parse_specifier(str(req.specifier)))
-            + (f"; {req.marker}" if req.marker else "") + (f" @ {req.url}" if req.url else ""))
+    return (
+        canonicalize_name(req.name)
+        + extras
+        + str(parse_specifier(str(req.specifier)))
+        + (f"; {req.marker}" if req.marker else "")
+        + (f" @ {req.url}" if req.url else "")
+    )
 
 
 def _spec(text: str | None) -> SpecifierSet | None:

@@ -62,18 +62,25 @@ class Indexes:
     xpu_index_url: str = specs.XPU_INDEX_URL
 
 
-def compile_pylock(uv: str, pair: Pair, reqs: list[str], platform: Platform, python: str, indexes: Indexes,
-                   work: Path, log: Path) -> Path:
+def compile_pylock(
+    uv: str, pair: Pair, reqs: list[str], platform: Platform, python: str, indexes: Indexes, work: Path, log: Path
+) -> Path:
     """Resolve requirements for one platform with uv (run from the project folder, see lock/tools.py)."""
     project = work / platform / "pyproject.toml"
     project.parent.mkdir(parents=True, exist_ok=True)
-    project.write_text(specs.uv_project(reqs, pypi_url=indexes.pypi_url, xpu_index_url=indexes.xpu_index_url,
-                                        python=python), encoding="utf-8")
+    project.write_text(
+        specs.uv_project(reqs, pypi_url=indexes.pypi_url, xpu_index_url=indexes.xpu_index_url, python=python), encoding="utf-8"
+    )
     out = work / f"pylock.{platform}.toml"
-    run_logged(uv_compile_argv(uv, project, out, python=python, platform=platform, default_index=indexes.pypi_url),
-               log, cwd=project.parent, echo=False)
-    out.write_text(LOCK_HEADER.format(pair=pair.id) + with_environment(out.read_text(encoding="utf-8"), platform),
-                   encoding="utf-8")
+    run_logged(
+        uv_compile_argv(uv, project, out, python=python, platform=platform, default_index=indexes.pypi_url),
+        log,
+        cwd=project.parent,
+        echo=False,
+    )
+    out.write_text(
+        LOCK_HEADER.format(pair=pair.id) + with_environment(out.read_text(encoding="utf-8"), platform), encoding="utf-8"
+    )
     return out
 
 
@@ -113,11 +120,22 @@ def reachable(url: str, timeout: float = 8.0) -> bool:
         return False
 
 
-def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | None = None,
-              platforms: tuple[Platform, ...] = PLATFORMS, conda_layer: bool = True, log: Path,
-              common: list[str] | None = None, source: LockSource = "auto", say=print,
-              manifest: WheelManifest | None = None, pythons: SpecifierSet | None = None,
-              readers: dict[str, IndexReader] | None = None) -> Path:
+def lock_pair(
+    pair: Pair,
+    lock_root: Path,
+    *,
+    indexes: Indexes,
+    python: str | None = None,
+    platforms: tuple[Platform, ...] = PLATFORMS,
+    conda_layer: bool = True,
+    log: Path,
+    common: list[str] | None = None,
+    source: LockSource = "auto",
+    say=print,
+    manifest: WheelManifest | None = None,
+    pythons: SpecifierSet | None = None,
+    readers: dict[str, IndexReader] | None = None,
+) -> Path:
     """Resolve the pair into lockfiles/<pair>/. Everything is made in a temporary folder, each package's core
     metadata recorded from its index, checked against the matrix row and closed over every Python and platform,
     and only then moved into place: a failed lock leaves the old one untouched. `source`: `index` resolves
@@ -132,18 +150,30 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
     if source == "auto":
         source = "index" if reachable(indexes.xpu_index_url.rstrip("/") + "/torch/") else "manifest"
         if source == "manifest":
-            say(f"  the PyTorch XPU index ({indexes.xpu_index_url}) cannot be reached: torch, torchvision and Triton "
+            say(
+                f"  the PyTorch XPU index ({indexes.xpu_index_url}) cannot be reached: torch, torchvision and Triton "
                 "come from environments/xpu-wheels.yaml (hashes from public lockfiles; `aipc-env lock verify` "
-                "re-checks them on a connected machine)")
+                "re-checks them on a connected machine)"
+            )
     lock_dir = lock_root / pair.id
     lock_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{pair.id}-", dir=lock_root) as tmp:
         work = Path(tmp)
         (work / "in").mkdir()
         if source == "manifest":
-            meta_extra = _lock_from_manifest(uv, pair, work, indexes=indexes, python=python, platforms=platforms,
-                                             common=common, log=log, manifest=manifest, pythons=pythons,
-                                             readers=readers)
+            meta_extra = _lock_from_manifest(
+                uv,
+                pair,
+                work,
+                indexes=indexes,
+                python=python,
+                platforms=platforms,
+                common=common,
+                log=log,
+                manifest=manifest,
+                pythons=pythons,
+                readers=readers,
+            )
             python = meta_extra.pop("python")
         else:
             python = python or specs.pair_python(pair)
@@ -165,20 +195,33 @@ def lock_pair(pair: Pair, lock_root: Path, *, indexes: Indexes, python: str | No
                 counts[kind] = counts.get(kind, 0) + 1
         if problems:
             shown = [p.replace(str(work), str(lock_dir)) for p in problems[:20]]
-            raise AipcError(f"the resolved lock of {pair.id} does not hold ({len(problems)} problem(s)):\n  "
-                            + "\n  ".join(shown), exit_code=ExitCode.PROBLEMS,
-                            fix="check the indexes, environments/matrix.yaml and the metadata in "
-                                "environments/xpu-wheels.yaml; nothing was written")
+            raise AipcError(
+                f"the resolved lock of {pair.id} does not hold ({len(problems)} problem(s)):\n  " + "\n  ".join(shown),
+                exit_code=ExitCode.PROBLEMS,
+                fix="check the indexes, environments/matrix.yaml and the metadata in "
+                "environments/xpu-wheels.yaml; nothing was written",
+            )
         meta_extra["provenance"] = counts
         tools = {"uv": tool_version([uv, "--version"])}
         conda_status: dict[str, str] = {"status": "skipped", "reason": "--pip-only"}
         if conda_layer:
-            conda_status = _conda_layer(pair, python, work, list(platforms), log, tools, say, lock_dir,
-                                        meta_extra.get("pythons") or [python])
+            conda_status = _conda_layer(
+                pair, python, work, list(platforms), log, tools, say, lock_dir, meta_extra.get("pythons") or [python]
+            )
         shutil.rmtree(work / "in")
-        meta = LockMeta(pair=pair.id, matrix_row_hash=specs.row_hash(pair), python=python, platforms=list(platforms),
-                        pypi_url=indexes.pypi_url, xpu_index_url=indexes.xpu_index_url, tools=tools,
-                        created_at=timestamp(), xpu_source=source, conda_layer=conda_status, **meta_extra)
+        meta = LockMeta(
+            pair=pair.id,
+            matrix_row_hash=specs.row_hash(pair),
+            python=python,
+            platforms=list(platforms),
+            pypi_url=indexes.pypi_url,
+            xpu_index_url=indexes.xpu_index_url,
+            tools=tools,
+            created_at=timestamp(),
+            xpu_source=source,
+            conda_layer=conda_status,
+            **meta_extra,
+        )
         write_model(meta_path(work), meta)
         respect_umask(work)  # TemporaryDirectory made it 0700
         if lock_dir.exists():
@@ -208,14 +251,25 @@ def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: di
 def _record(data: dict, readers: dict[str, IndexReader], pair: Pair) -> None:
     problems = record_metadata(data, readers)
     if problems:
-        raise AipcError(f"the core metadata of {len(problems)} locked package(s) of {pair.id} could not be read:\n  "
-                        + "\n  ".join(problems[:10]), exit_code=ExitCode.PROBLEMS,
-                        fix="check that the index serves PEP 658 metadata or wheels (a mirror may lag); nothing was "
-                            "written")
+        raise AipcError(
+            f"the core metadata of {len(problems)} locked package(s) of {pair.id} could not be read:\n  "
+            + "\n  ".join(problems[:10]),
+            exit_code=ExitCode.PROBLEMS,
+            fix="check that the index serves PEP 658 metadata or wheels (a mirror may lag); nothing was written",
+        )
 
 
-def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log: Path, tools: dict[str, str],
-                 say, lock_dir: Path, pythons: list[str]) -> dict[str, str]:
+def _conda_layer(
+    pair: Pair,
+    python: str,
+    work: Path,
+    platforms: list[str],
+    log: Path,
+    tools: dict[str, str],
+    say,
+    lock_dir: Path,
+    pythons: list[str],
+) -> dict[str, str]:
     """Lock the conda layer with conda-lock, or record why it was not: no conda-lock, or the channels cannot be
     reached (a conda lock is never invented; a layer the lock folder already holds, assembled from public records,
     is carried over)."""
@@ -227,11 +281,15 @@ def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log:
         if carried is not None:
             for name in (conda_lock_path(lock_dir).name, CONDA_SOURCES_NAME):
                 shutil.copy2(lock_dir / name, work / name)
-            say(f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: the conda layer assembled from "
-                f"public records (Python {carried['python']}) is carried over")
+            say(
+                f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: the conda layer assembled from "
+                f"public records (Python {carried['python']}) is carried over"
+            )
             return carried
-        say(f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: no conda layer; lock-meta.json says so "
-            "and `lock check` reports it")
+        say(
+            f"  the conda channels ({CONDA_CHANNEL_PROBE}) cannot be reached: no conda layer; lock-meta.json says so "
+            "and `lock check` reports it"
+        )
         return {"status": "unavailable", "reason": f"the conda channels could not be reached ({CONDA_CHANNEL_PROBE})"}
     env_file = work / "in" / "environment.yml"
     env_file.write_text(specs.conda_environment(pair, python), encoding="utf-8")
@@ -240,10 +298,20 @@ def _conda_layer(pair: Pair, python: str, work: Path, platforms: list[str], log:
     return {"status": "locked", "reason": ""}
 
 
-def _lock_from_manifest(uv: str, pair: Pair, work: Path, *, indexes: Indexes, python: str | None,
-                        platforms: tuple[Platform, ...], common: list[str] | None, log: Path,
-                        manifest: WheelManifest, pythons: SpecifierSet | None,
-                        readers: dict[str, IndexReader]) -> dict:
+def _lock_from_manifest(
+    uv: str,
+    pair: Pair,
+    work: Path,
+    *,
+    indexes: Indexes,
+    python: str | None,
+    platforms: tuple[Platform, ...],
+    common: list[str] | None,
+    log: Path,
+    manifest: WheelManifest,
+    pythons: SpecifierSet | None,
+    readers: dict[str, IndexReader],
+) -> dict:
     """The pylocks of `pair` with torch/torchvision/Triton from the manifest (see lock/offline.py)."""
     import tomli_w
 
@@ -251,18 +319,25 @@ def _lock_from_manifest(uv: str, pair: Pair, work: Path, *, indexes: Indexes, py
     project = work / "in" / "universal" / "pyproject.toml"
     project.parent.mkdir(parents=True)
     stubs = stub_wheels(work / "in" / "stubs", pair, plan.torch, manifest, platforms)
-    project.write_text(uv_universal_project(pypi_requirements(pair, plan.torch, common), pypi_url=indexes.pypi_url,
-                                            pythons=plan.pythons, stubs=stubs), encoding="utf-8")
+    project.write_text(
+        uv_universal_project(
+            pypi_requirements(pair, plan.torch, common), pypi_url=indexes.pypi_url, pythons=plan.pythons, stubs=stubs
+        ),
+        encoding="utf-8",
+    )
     universal = work / "in" / "pylock.universal.toml"
-    run_logged(uv_universal_argv(uv, project, universal, pythons=plan.pythons, default_index=indexes.pypi_url),
-               log, cwd=project.parent, echo=False)
+    run_logged(
+        uv_universal_argv(uv, project, universal, pythons=plan.pythons, default_index=indexes.pypi_url),
+        log,
+        cwd=project.parent,
+        echo=False,
+    )
     resolved = read_universal(universal)
     for platform in platforms:
         data = merge_pylock(resolved, platform, plan.pythons, plan.artifacts[platform], pair, indexes.pypi_url)
         _record(data, readers, pair)
         atomic_write_text(pylock_path(work, platform), LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
-    return {"python": plan.default_python, "torch": plan.torch, "pythons": plan.pythons,
-            "uncovered_pythons": plan.uncovered}
+    return {"python": plan.default_python, "torch": plan.torch, "pythons": plan.pythons, "uncovered_pythons": plan.uncovered}
 
 
 class LockReport(VersionedModel):

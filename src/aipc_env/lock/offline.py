@@ -44,8 +44,13 @@ class OfflinePlan:
     """Pythons the row allows that no public hash covers on every platform."""
 
 
-def plan_offline(pair: Pair, manifest: WheelManifest, platforms: tuple[Platform, ...] = PLATFORMS,
-                 python: str | None = None, pythons: SpecifierSet | None = None) -> OfflinePlan:
+def plan_offline(
+    pair: Pair,
+    manifest: WheelManifest,
+    platforms: tuple[Platform, ...] = PLATFORMS,
+    python: str | None = None,
+    pythons: SpecifierSet | None = None,
+) -> OfflinePlan:
     """Which torch release and Python versions a manifest-based lock of the pair covers (pure; `pythons`: what the
     env may have, default the pair's range). Refuses a pair whose public hashes do not cover one Python on every
     platform, listing what is missing."""
@@ -60,20 +65,26 @@ def plan_offline(pair: Pair, manifest: WheelManifest, platforms: tuple[Platform,
             best = OfflinePlan(torch, pythons, default, arts, [p for p in allowed if p not in pythons])
         elif best is None and torch == pair.newest_torch:
             problems = [f"{pl}: {m}" for pl, items in missing.items() for m in items] or ["no common Python"]
-            raise AipcError(f"{pair.id} cannot be locked from public hashes: " + "; ".join(problems),
-                            exit_code=ExitCode.PROBLEMS,
-                            fix="lock it on a machine that reaches the PyTorch XPU index (nox -s lock -- --pair "
-                                f"{pair.id}), or add the missing hashes to environments/xpu-wheels.yaml with their "
-                                "sources")
+            raise AipcError(
+                f"{pair.id} cannot be locked from public hashes: " + "; ".join(problems),
+                exit_code=ExitCode.PROBLEMS,
+                fix="lock it on a machine that reaches the PyTorch XPU index (nox -s lock -- --pair "
+                f"{pair.id}), or add the missing hashes to environments/xpu-wheels.yaml with their "
+                "sources",
+            )
     assert best is not None
     if python and python not in best.pythons:
-        raise AipcError(f"Python {python} has no public {pair.id} wheels (covered: {', '.join(best.pythons)})",
-                        key="--python", fix=f"pass one of {', '.join(best.pythons)}")
+        raise AipcError(
+            f"Python {python} has no public {pair.id} wheels (covered: {', '.join(best.pythons)})",
+            key="--python",
+            fix=f"pass one of {', '.join(best.pythons)}",
+        )
     return best
 
 
-def stub_wheels(folder: Path, pair: Pair, torch: str, manifest: WheelManifest,
-                platforms: tuple[Platform, ...] = PLATFORMS) -> dict[str, Path]:
+def stub_wheels(
+    folder: Path, pair: Pair, torch: str, manifest: WheelManifest, platforms: tuple[Platform, ...] = PLATFORMS
+) -> dict[str, Path]:
     """Metadata-only wheels of torch+xpu, its torchvision and the pair's Triton, whose Requires-Dist is what the
     manifest records for each release: uv resolves everything else against PyPI around them; they never reach a
     lock (the real artifacts come from the manifest). A release the manifest records no metadata for is refused:
@@ -86,24 +97,30 @@ def stub_wheels(folder: Path, pair: Pair, torch: str, manifest: WheelManifest,
         wanted["torchvision"] = pair.torchvision_version(torch)
     stubs = {}
     for name, version in wanted.items():
-        records = {pl: manifest.metadata_for(name, version, pl) for pl in platforms
-                   if name != pair.triton.name or pair.triton.applies_to(pl)}
+        records = {
+            pl: manifest.metadata_for(name, version, pl)
+            for pl in platforms
+            if name != pair.triton.name or pair.triton.applies_to(pl)
+        }
         missing = sorted(pl for pl, r in records.items() if r is None)
         if missing:
-            raise AipcError(f"{name} {version}: environments/xpu-wheels.yaml records no core metadata (Requires-Dist) "
-                            f"for {', '.join(missing)}", exit_code=ExitCode.PROBLEMS,
-                            fix="add it under `metadata:` with its source (a public lockfile's dependency record, the "
-                                "project's setup.py at the release tag), or lock on a machine that reaches the index")
+            raise AipcError(
+                f"{name} {version}: environments/xpu-wheels.yaml records no core metadata (Requires-Dist) "
+                f"for {', '.join(missing)}",
+                exit_code=ExitCode.PROBLEMS,
+                fix="add it under `metadata:` with its source (a public lockfile's dependency record, the "
+                "project's setup.py at the release tag), or lock on a machine that reaches the index",
+            )
         requires = _merged_requires({pl: r.requires_dist for pl, r in records.items() if r is not None})
         dist = name.replace("-", "_")
         info = f"{dist}-{version}.dist-info"
-        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
-            f"Requires-Dist: {r}\n" for r in requires)
+        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
         path = folder / f"{dist}-{version}-py3-none-any.whl"
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr(f"{info}/METADATA", meta)
-            zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: aipc-env (stub)\nRoot-Is-Purelib: true\n"
-                                         "Tag: py3-none-any\n")
+            zf.writestr(
+                f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: aipc-env (stub)\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            )
             zf.writestr(f"{info}/RECORD", "")
         stubs[name] = path
     return stubs
@@ -129,8 +146,10 @@ def _merged_requires(by_platform: dict[Platform, list[str]]) -> list[str]:
 def pypi_requirements(pair: Pair, torch: str, common: list[str] | None = None) -> list[str]:
     """The env's requirements for the universal resolution: torch (and torchvision) of the chosen release, which
     resolve to the stub wheels, then the pip layer."""
-    reqs = [f"torch=={torch}+xpu",  # uv applies path sources to direct requirements only: Triton is one too
-            f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker else "")]
+    reqs = [
+        f"torch=={torch}+xpu",  # uv applies path sources to direct requirements only: Triton is one too
+        f"{pair.triton.name}=={pair.triton_for(torch)}" + (f"; {pair.triton.marker}" if pair.triton.marker else ""),
+    ]
     if pair.torchvision_version(torch):
         reqs.append(f"torchvision=={pair.torchvision_version(torch)}")
     return reqs + [r for r in specs.pip_layer(pair, common) if parse_requirement(r).name not in specs.EXPLICIT_XPU_NAMES]
@@ -141,21 +160,37 @@ def _python_range(pythons: list[str]) -> str:
     return f">={low},<3.{int(high.split('.')[1]) + 1}"
 
 
-def uv_universal_project(requirements: list[str], *, pypi_url: str, pythons: list[str],
-                         stubs: dict[str, Path]) -> str:
+def uv_universal_project(requirements: list[str], *, pypi_url: str, pythons: list[str], stubs: dict[str, Path]) -> str:
     """A pyproject uv resolves universally: the stub wheels stand for the XPU index's packages (path sources), every
     other name comes from PyPI."""
     deps = ",\n".join(f"    {json.dumps(r)}" for r in requirements)
     sources = "\n".join(f"{name} = {{ path = {json.dumps(str(path))} }}" for name, path in stubs.items())
-    return (f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = "{_python_range(pythons)}"\n'
-            f"dependencies = [\n{deps},\n]\n\n"
-            f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
-            f"[tool.uv.sources]\n{sources}\n")
+    return (
+        f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = "{_python_range(pythons)}"\n'
+        f"dependencies = [\n{deps},\n]\n\n"
+        f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
+        f"[tool.uv.sources]\n{sources}\n"
+    )
 
 
 def uv_universal_argv(uv: str, project: Path, out: Path, *, pythons: list[str], default_index: str) -> list[str]:
-    return [uv, "pip", "compile", str(project), "--format", "pylock.toml", "-o", str(out), "--universal",
-            "--python-version", pythons[0], "--default-index", default_index, "--no-header", "--quiet"]
+    return [
+        uv,
+        "pip",
+        "compile",
+        str(project),
+        "--format",
+        "pylock.toml",
+        "-o",
+        str(out),
+        "--universal",
+        "--python-version",
+        pythons[0],
+        "--default-index",
+        default_index,
+        "--no-header",
+        "--quiet",
+    ]
 
 
 def _applies(marker: str | None, platform: Platform, pythons: list[str]) -> bool:
@@ -170,8 +205,9 @@ def _wheel_fits(filename: str, platform: Platform) -> bool:
     return any(wheel_platform_fits(t.platform, platform) for t in tags)
 
 
-def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifacts: PairArtifacts,
-                 pair: Pair, pypi_url: str) -> dict:
+def merge_pylock(
+    universal: dict, platform: Platform, pythons: list[str], artifacts: PairArtifacts, pair: Pair, pypi_url: str
+) -> dict:
     """The platform's pylock: the universal resolution's packages that can install there (their wheels for this
     platform only), each marked `index`, plus the XPU index's packages from the manifest, marked
     `public-lockfile` with their sources."""
@@ -188,8 +224,11 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
         elif "wheels" in pkg:
             del pkg["wheels"]
         if "wheels" not in pkg and "sdist" not in pkg:
-            raise AipcError(f"{pkg['name']} {pkg.get('version')}: nothing installs on {platform}",
-                            exit_code=ExitCode.PROBLEMS, fix="check the pip layer; nothing was written")
+            raise AipcError(
+                f"{pkg['name']} {pkg.get('version')}: nothing installs on {platform}",
+                exit_code=ExitCode.PROBLEMS,
+                fix="check the pip layer; nothing was written",
+            )
         pkg["tool"] = {PROVENANCE_TOOL: {"provenance": "index", "index": pypi_url}}
         packages.append(pkg)
     for key, (version, wheels) in artifacts.packages.items():
@@ -197,14 +236,21 @@ def merge_pylock(universal: dict, platform: Platform, pythons: list[str], artifa
         if key == pair.triton.key and pair.triton.marker:
             entry["marker"] = pair.triton.marker
         entry["wheels"] = [{"name": w.file, "url": w.url, "hashes": {"sha256": w.sha256}} for w in wheels]
-        entry["tool"] = {PROVENANCE_TOOL: {
-            "provenance": "public-lockfile",
-            "sources": {w.file: {"repositories": w.sources, "independent-sources": w.independent_sources}
-                        for w in wheels}}}
+        entry["tool"] = {
+            PROVENANCE_TOOL: {
+                "provenance": "public-lockfile",
+                "sources": {w.file: {"repositories": w.sources, "independent-sources": w.independent_sources} for w in wheels},
+            }
+        }
         packages.append(entry)
     packages.sort(key=lambda p: (p["name"], parse_version(p["version"])))
-    return {"lock-version": "1.0", "environments": [lock_environment(platform)], "created-by": "aipc-env",
-            "requires-python": _python_range(pythons), "packages": packages}
+    return {
+        "lock-version": "1.0",
+        "environments": [lock_environment(platform)],
+        "created-by": "aipc-env",
+        "requires-python": _python_range(pythons),
+        "packages": packages,
+    }
 
 
 def read_universal(path: Path) -> dict:

@@ -25,8 +25,19 @@ from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.wheels import WheelManifest
 from aipc_env.matrix.model import Matrix, Pair
 
-__all__ = ["IndexWheel", "RefreshPlan", "RefreshReport", "candidate_paths", "check_candidates", "manifest_text",
-           "matrix_text", "plan_refresh", "read_index", "today", "unified_diff"]
+__all__ = [
+    "IndexWheel",
+    "RefreshPlan",
+    "RefreshReport",
+    "candidate_paths",
+    "check_candidates",
+    "manifest_text",
+    "matrix_text",
+    "plan_refresh",
+    "read_index",
+    "today",
+    "unified_diff",
+]
 
 XPU_PROJECTS = ("torch", "torchvision", "triton-xpu", "pytorch-triton-xpu")
 PLATFORM_OF_TAG = {"win_amd64": "win-64"}
@@ -56,8 +67,10 @@ class IndexWheel:
     @property
     def pythons(self) -> list[str]:
         tags = parse_wheel_filename(self.file)[3]
-        return sorted({f"3.{t.interpreter[3:]}" for t in tags if re.fullmatch(r"cp3\d+", t.interpreter)
-                       and t.abi != f"{t.interpreter}t"}, key=lambda v: int(v.split(".")[1]))
+        return sorted(
+            {f"3.{t.interpreter[3:]}" for t in tags if re.fullmatch(r"cp3\d+", t.interpreter) and t.abi != f"{t.interpreter}t"},
+            key=lambda v: int(v.split(".")[1]),
+        )
 
 
 @dataclass
@@ -91,8 +104,9 @@ def _runtime_pins(meta: CoreMetadata, triton: set[str]) -> list[dict]:
 def _triton_of(meta: CoreMetadata, platform: Platform) -> tuple[str, str] | None:
     for line in meta.requires_dist:
         req = parse_requirement(line)
-        if canonicalize_name(req.name) in ("triton-xpu", "pytorch-triton-xpu") and \
-                (req.marker is None or req.marker.evaluate(marker_environment(platform))):
+        if canonicalize_name(req.name) in ("triton-xpu", "pytorch-triton-xpu") and (
+            req.marker is None or req.marker.evaluate(marker_environment(platform))
+        ):
             exact = [s.version for s in req.specifier if s.operator == "=="]
             if exact:
                 return canonicalize_name(req.name), exact[0]
@@ -108,15 +122,22 @@ def _python_range(pythons: list[str], requires_python: str | None) -> str:
 
 def _torchvision_for(wheels: list[IndexWheel], torch: str) -> str | None:
     """The newest torchvision whose metadata admits exactly this torch release."""
-    fits = [w for w in wheels if w.project == "torchvision" and any(
-        canonicalize_name(parse_requirement(r).name) == "torch"
-        and parse_requirement(r).specifier.contains(torch, prereleases=True)
-        for r in w.metadata.requires_dist)]
+    fits = [
+        w
+        for w in wheels
+        if w.project == "torchvision"
+        and any(
+            canonicalize_name(parse_requirement(r).name) == "torch"
+            and parse_requirement(r).specifier.contains(torch, prereleases=True)
+            for r in w.metadata.requires_dist
+        )
+    ]
     return str(max((parse_version(w.version) for w in fits), default=None)) if fits else None
 
 
-def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWheel], pypi_torch: list[str],
-                 when: str) -> RefreshPlan:
+def plan_refresh(
+    matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWheel], pypi_torch: list[str], when: str
+) -> RefreshPlan:
     """What the matrix and manifest lack, given the index's wheels and PyPI's torch releases (pure)."""
     plan = RefreshPlan()
     known_files = {w.file for w in manifest.wheels}
@@ -134,12 +155,12 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
         first = next(w for w in by_platform.values() if w is not None)
         triton = _triton_of(first.metadata, "linux-64" if by_platform["linux-64"] else "win-64")
         vision = _torchvision_for(wheels, torch)
-        sycl = next((p["version"] for p in _runtime_pins(first.metadata, set()) if
-                     canonicalize_name(p["name"]) == "intel-sycl-rt"), None)
+        sycl = next(
+            (p["version"] for p in _runtime_pins(first.metadata, set()) if canonicalize_name(p["name"]) == "intel-sycl-rt"), None
+        )
         minor = ".".join(torch.split(".")[:2])
         row = rows_by_minor.get(minor)
-        source = (f"read from the PyTorch XPU index on {when}: {first.file}'s METADATA (PEP 658), "
-                  f"{len(builds)} wheel(s)")
+        source = f"read from the PyTorch XPU index on {when}: {first.file}'s METADATA (PEP 658), {len(builds)} wheel(s)"
         if row is not None:
             update = plan.row_updates.setdefault(row.id, {"torch": list(row.torch), "torchvision": dict(row.torchvision)})
             update["torch"].append(torch)
@@ -149,19 +170,28 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
             plan.notes += _open_issue_notes(row, torch)
             continue
         if not (sycl and triton):
-            plan.notes.append(f"torch {torch} is on the XPU index, but {first.file}'s metadata names no "
-                              f"{'intel-sycl-rt pin' if not sycl else 'Triton pin'}: no row proposed")
+            plan.notes.append(
+                f"torch {torch} is on the XPU index, but {first.file}'s metadata names no "
+                f"{'intel-sycl-rt pin' if not sycl else 'Triton pin'}: no row proposed"
+            )
             continue
-        new = {"id": f"xpu-{minor}", "torch": [torch], "oneapi": ".".join(sycl.split(".")[:2]),
-               "python": _python_range([p for w in builds for p in w.pythons], first.metadata.requires_python),
-               "windows": "full" if by_platform["win-64"] else "none",
-               "triton": {"name": triton[0], "version": triton[1]},
-               "bitsandbytes_min": "0.50.2", "bitsandbytes_native": parse_version(sycl) >= parse_version("2025.1"),
-               "torchvision": {torch: vision.split("+")[0]} if vision else {},
-               "torch_version_xpu": None, "sycl_major": 9 if parse_version(sycl) >= parse_version("2026") else 8,
-               "runtime_pins": _runtime_pins(first.metadata, {triton[0]}),
-               "source": source, "certainty": "provisional",
-               "notes": "candidate written by `aipc-env matrix refresh`: review the pins, then mark it confirmed"}
+        new = {
+            "id": f"xpu-{minor}",
+            "torch": [torch],
+            "oneapi": ".".join(sycl.split(".")[:2]),
+            "python": _python_range([p for w in builds for p in w.pythons], first.metadata.requires_python),
+            "windows": "full" if by_platform["win-64"] else "none",
+            "triton": {"name": triton[0], "version": triton[1]},
+            "bitsandbytes_min": "0.50.2",
+            "bitsandbytes_native": parse_version(sycl) >= parse_version("2025.1"),
+            "torchvision": {torch: vision.split("+")[0]} if vision else {},
+            "torch_version_xpu": None,
+            "sycl_major": 9 if parse_version(sycl) >= parse_version("2026") else 8,
+            "runtime_pins": _runtime_pins(first.metadata, {triton[0]}),
+            "source": source,
+            "certainty": "provisional",
+            "notes": "candidate written by `aipc-env matrix refresh`: review the pins, then mark it confirmed",
+        }
         plan.new_rows.append(new)
         older = [p for p in matrix.pairs if parse_version(p.newest_torch) < parse_version(torch)]
         if older:
@@ -174,12 +204,21 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
     for w in sorted(wheels, key=lambda w: w.file):
         if w.file in known_files or not w.sha256 or (w.project == "torch" and parse_version(w.version).local != "xpu"):
             continue
-        plan.wheels.append({"file": w.file, "package": w.project, "version": w.version,
-                            "python": ".".join(t.interpreter for t in parse_wheel_filename(w.file)[3]
-                                               if t.interpreter.startswith("cp")) or "py3",
-                            "platform": w.file.removesuffix(".whl").split("-")[-1], "url": w.url,
-                            "sha256": w.sha256, "status": "current",
-                            "sources": [f"{w.page} (the index, read {when})"], "independent_sources": 1})
+        plan.wheels.append(
+            {
+                "file": w.file,
+                "package": w.project,
+                "version": w.version,
+                "python": ".".join(t.interpreter for t in parse_wheel_filename(w.file)[3] if t.interpreter.startswith("cp"))
+                or "py3",
+                "platform": w.file.removesuffix(".whl").split("-")[-1],
+                "url": w.url,
+                "sha256": w.sha256,
+                "status": "current",
+                "sources": [f"{w.page} (the index, read {when})"],
+                "independent_sources": 1,
+            }
+        )
         for platform in w.platforms:
             found.setdefault((w.project, w.version), {}).setdefault(platform, w)
     for (project, version), by_platform in found.items():
@@ -193,29 +232,39 @@ def plan_refresh(matrix: Matrix, manifest: WheelManifest, wheels: list[IndexWhee
             else:
                 records.append(([platform], w))
         for platforms, w in records:
-            plan.metadata.append({"package": project, "version": version, "platforms": sorted(platforms,
-                                                                                             reverse=True),
-                                  "requires_dist": list(w.metadata.requires_dist),
-                                  **({"requires_python": w.metadata.requires_python}
-                                     if w.metadata.requires_python else {}),
-                                  **({"certainty": "published", "quotes": [_quote(w)]} if w.sha256 else
-                                     {"certainty": "inferred"}),  # no hash: which wheel was read is not fixed
-                                  "sources": [f"{w.url}.metadata (PEP 658, read {when})"]})
+            plan.metadata.append(
+                {
+                    "package": project,
+                    "version": version,
+                    "platforms": sorted(platforms, reverse=True),
+                    "requires_dist": list(w.metadata.requires_dist),
+                    **({"requires_python": w.metadata.requires_python} if w.metadata.requires_python else {}),
+                    **(
+                        {"certainty": "published", "quotes": [_quote(w)]} if w.sha256 else {"certainty": "inferred"}
+                    ),  # no hash: which wheel was read is not fixed
+                    "sources": [f"{w.url}.metadata (PEP 658, read {when})"],
+                }
+            )
     return plan
 
 
 def _open_issue_notes(row: Pair, torch: str) -> list[str]:
     """Keep known issues current: a new torch release may fix an open one (then record its fixed_in) or carry it
     into the next pair (then copy the record)."""
-    return [f"{row.id}: known issue {i.id} is open (no fixed_in): check whether torch {torch} fixes it ({i.source}); "
-            f"record fixed_in, or carry the record to torch {torch}'s row" for i in row.known_issues if i.fixed_in is None]
+    return [
+        f"{row.id}: known issue {i.id} is open (no fixed_in): check whether torch {torch} fixes it ({i.source}); "
+        f"record fixed_in, or carry the record to torch {torch}'s row"
+        for i in row.known_issues
+        if i.fixed_in is None
+    ]
 
 
 def _quote(w: IndexWheel) -> dict:
     """The METADATA lines a record was read from, as the wheel (by its sha256) shows them."""
     meta = w.metadata
     lines = ([f"Requires-Python: {meta.requires_python}"] if meta.requires_python else []) + [
-        f"Requires-Dist: {r}" for r in meta.requires_dist]
+        f"Requires-Dist: {r}" for r in meta.requires_dist
+    ]
     return {"url": f"{w.url}.metadata", "sha256": w.sha256, "lines": lines or ["(no Requires-Dist)"]}
 
 
@@ -236,8 +285,7 @@ def matrix_text(original: str, plan: RefreshPlan) -> str:
         block = text[start:end]
         block = re.sub(r"(?m)^    torch: .*$", f"    torch: {_flow(update['torch'])}", block, count=1)
         if update["torchvision"]:
-            block = re.sub(r"(?m)^    torchvision: .*$", f"    torchvision: {_flow(update['torchvision'])}", block,
-                           count=1)
+            block = re.sub(r"(?m)^    torchvision: .*$", f"    torchvision: {_flow(update['torchvision'])}", block, count=1)
         text = text[:start] + block + text[end:]
     if plan.new_rows:
         rows = yaml.safe_dump(plan.new_rows, sort_keys=False, width=120, allow_unicode=True)
@@ -247,7 +295,7 @@ def matrix_text(original: str, plan: RefreshPlan) -> str:
 
 def manifest_text(original: str, plan: RefreshPlan) -> str:
     """The manifest file with the plan's wheels and metadata added (its header comments kept)."""
-    head = original[:original.index("schema_version:")]
+    head = original[: original.index("schema_version:")]
     from aipc_env.core.fileio import parse_yaml
 
     data = parse_yaml(original, "environments/xpu-wheels.yaml", "wheel manifest")
@@ -257,8 +305,9 @@ def manifest_text(original: str, plan: RefreshPlan) -> str:
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        f"{name}", f"{name} (candidate)"))
+    return "".join(
+        difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), f"{name}", f"{name} (candidate)")
+    )
 
 
 def today() -> str:
@@ -295,19 +344,20 @@ def check_candidates(matrix_file: Path, manifest_file: Path) -> None:
     load_versioned(WheelManifest, manifest_file)
 
 
-
 def _supported(file: str) -> bool:
     try:
         tags = parse_wheel_filename(file)[3]
     except InvalidWheelFilename:
         return False
     return any(wheel_platform_fits(t.platform, pl) for t in tags for pl in ("win-64", "linux-64")) and any(
-        t.interpreter in ("py3", "py2.py3") or (re.fullmatch(r"cp3\d+", t.interpreter) and
-                                               int(t.interpreter[3:]) >= 10) for t in tags)
+        t.interpreter in ("py3", "py2.py3") or (re.fullmatch(r"cp3\d+", t.interpreter) and int(t.interpreter[3:]) >= 10)
+        for t in tags
+    )
 
 
-def read_index(xpu_index_url: str, pypi_url: str, manifest: WheelManifest,
-               reader_cache: Path | None = None) -> tuple[list[IndexWheel], list[str], list[str]]:
+def read_index(
+    xpu_index_url: str, pypi_url: str, manifest: WheelManifest, reader_cache: Path | None = None
+) -> tuple[list[IndexWheel], list[str], list[str]]:
     """The XPU index's torch, torchvision and Triton wheels the manifest lacks (with their metadata), PyPI's torch
     releases, and what could not be read."""
     from concurrent.futures import ThreadPoolExecutor
@@ -326,8 +376,9 @@ def read_index(xpu_index_url: str, pypi_url: str, manifest: WheelManifest,
             if exc.status != 404:  # 404: the index has no such project (pytorch-triton-xpu after the rename)
                 unreadable.append(str(exc))
             continue
-        todo += [(project, f, page) for name, f in files.items() if name.endswith(".whl") and name not in known
-                 and _supported(name)]
+        todo += [
+            (project, f, page) for name, f in files.items() if name.endswith(".whl") and name not in known and _supported(name)
+        ]
 
     def read(item):
         project, file, page = item
@@ -342,8 +393,9 @@ def read_index(xpu_index_url: str, pypi_url: str, manifest: WheelManifest,
     wheels = [r for r in results if isinstance(r, IndexWheel)]
     unreadable += [r for r in results if isinstance(r, str)]
     try:
-        pypi = sorted({str(parse_wheel_filename(n)[1]) for n in project_files(pypi_url, "torch") if n.endswith(".whl")},
-                      key=Version)
+        pypi = sorted(
+            {str(parse_wheel_filename(n)[1]) for n in project_files(pypi_url, "torch") if n.endswith(".whl")}, key=Version
+        )
     except (IndexReadError, InvalidWheelFilename) as exc:
         unreadable.append(str(exc))
         pypi = []

@@ -98,8 +98,9 @@ def recorded_metadata(pkg: PylockPackage) -> CoreMetadata | None:
     return CoreMetadata(pkg.name, pkg.version or "", tuple(tool["requires-dist"]), tool.get("requires-python"))
 
 
-def locked_dists(lock: Pylock, platform: Platform, manifest: WheelManifest,
-                 reader: IndexReader | None = None) -> tuple[list[LockedDist], list[str]]:
+def locked_dists(
+    lock: Pylock, platform: Platform, manifest: WheelManifest, reader: IndexReader | None = None
+) -> tuple[list[LockedDist], list[str]]:
     """The lock's packages with their core metadata, and what could not be found (each a problem)."""
     problems: list[str] = []
     metas: dict[int, CoreMetadata] = {}
@@ -108,8 +109,9 @@ def locked_dists(lock: Pylock, platform: Platform, manifest: WheelManifest,
         if provenance_of(pkg)["provenance"] == "public-lockfile":
             record = manifest.metadata_for(pkg.name, pkg.version or "", platform)
             if record is None:
-                problems.append(f"{pkg.name} {pkg.version}: no core metadata recorded in environments/xpu-wheels.yaml "
-                                f"for {platform}")
+                problems.append(
+                    f"{pkg.name} {pkg.version}: no core metadata recorded in environments/xpu-wheels.yaml for {platform}"
+                )
             else:
                 metas[i] = record.core()
         elif (recorded := recorded_metadata(pkg)) is not None:
@@ -118,11 +120,12 @@ def locked_dists(lock: Pylock, platform: Platform, manifest: WheelManifest,
             fetch.append((i, pkg))
     if fetch:
         if reader is None:
-            problems.append(f"{len(fetch)} package(s) record no metadata and no index was asked for it: "
-                            f"{', '.join(p.name for _, p in fetch[:5])}")
+            problems.append(
+                f"{len(fetch)} package(s) record no metadata and no index was asked for it: "
+                f"{', '.join(p.name for _, p in fetch[:5])}"
+            )
         else:
-            wanted = [(pkg.name, wheel_name(pkg.wheels[0]), pkg.wheels[0].hashes.get("sha256"))
-                      for _, pkg in fetch if pkg.wheels]
+            wanted = [(pkg.name, wheel_name(pkg.wheels[0]), pkg.wheels[0].hashes.get("sha256")) for _, pkg in fetch if pkg.wheels]
             found = reader.read_all(wanted)
             for i, pkg in fetch:
                 result = found.get(wheel_name(pkg.wheels[0])) if pkg.wheels else "only an sdist (no metadata to read)"
@@ -133,21 +136,30 @@ def locked_dists(lock: Pylock, platform: Platform, manifest: WheelManifest,
     dists = []
     for i, pkg in enumerate(lock.packages):
         meta = metas.get(i)
-        dists.append(LockedDist(
-            name=pkg.name, version=pkg.version or "0", marker=pkg.marker,
-            requires_dist=meta.requires_dist if meta else (), requires_python=meta.requires_python if meta else None,
-            wheels=tuple(wheel_name(w) for w in pkg.wheels), sdist=pkg.sdist is not None))
+        dists.append(
+            LockedDist(
+                name=pkg.name,
+                version=pkg.version or "0",
+                marker=pkg.marker,
+                requires_dist=meta.requires_dist if meta else (),
+                requires_python=meta.requires_python if meta else None,
+                wheels=tuple(wheel_name(w) for w in pkg.wheels),
+                sdist=pkg.sdist is not None,
+            )
+        )
     return dists, problems
 
 
-def lock_closure(lock: Pylock, path: Path, platform: Platform, pythons: list[str], manifest: WheelManifest,
-                 reader: IndexReader | None = None) -> list[str]:
+def lock_closure(
+    lock: Pylock, path: Path, platform: Platform, pythons: list[str], manifest: WheelManifest, reader: IndexReader | None = None
+) -> list[str]:
     """Every closure problem of one platform's pylock, for each Python it covers; metadata that cannot be found is a
     problem too (the closure is then not checked)."""
     dists, missing = locked_dists(lock, platform, manifest, reader)
     if missing:
         return [f"{path}: closure not checked: {m}" for m in missing[:5]] + (
-            [f"{path}: closure not checked: ... and {len(missing) - 5} more"] if len(missing) > 5 else [])
+            [f"{path}: closure not checked: ... and {len(missing) - 5} more"] if len(missing) > 5 else []
+        )
     return [f"{path}: {p}" for python in pythons for p in closure_problems(dists, platform, python)]
 
 
@@ -164,12 +176,15 @@ def record_metadata(data: dict, readers: dict[str, IndexReader]) -> list[str]:
             continue
         wheels = pkg.get("wheels") or []
         if not wheels:
-            problems.append(f"{pkg['name']} {pkg.get('version')}: only an sdist is locked; its metadata cannot be "
-                            "read without building it (lock a release with wheels)")
+            problems.append(
+                f"{pkg['name']} {pkg.get('version')}: only an sdist is locked; its metadata cannot be "
+                "read without building it (lock a release with wheels)"
+            )
             continue
         wanted.setdefault(tool["index"], []).extend(
-            (pkg["name"], w.get("name") or w["url"].rsplit("/", 1)[-1].replace("%2B", "+"),
-             (w.get("hashes") or {}).get("sha256")) for w in wheels)
+            (pkg["name"], w.get("name") or w["url"].rsplit("/", 1)[-1].replace("%2B", "+"), (w.get("hashes") or {}).get("sha256"))
+            for w in wheels
+        )
     found: dict[str, CoreMetadata | str] = {}
     for index, items in wanted.items():
         found.update(readers[index].read_all(items))
@@ -184,8 +199,10 @@ def record_metadata(data: dict, readers: dict[str, IndexReader]) -> list[str]:
             continue
         first = metas[0]
         if any(not first.same_requirements(m) for m in metas[1:]):  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
-            problems.append(f"{pkg['name']} {pkg.get('version')}: its wheels declare different Requires-Dist; "
-                            "one record per package cannot say which")
+            problems.append(
+                f"{pkg['name']} {pkg.get('version')}: its wheels declare different Requires-Dist; "
+                "one record per package cannot say which"
+            )
             continue
         tool["requires-dist"] = list(first.requires_dist)  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
         if first.requires_python:  # type: ignore[union-attr]  # the lock was checked to carry the tool table above

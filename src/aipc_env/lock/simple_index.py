@@ -80,8 +80,9 @@ def _urlopen(request: urllib.request.Request, timeout: float) -> Any:
     raise AssertionError("unreachable")
 
 
-def _read(url: str, *, accept: str | None = None, limit: int, timeout: float = TIMEOUT,
-          headers: dict[str, str] | None = None) -> tuple[bytes, str]:
+def _read(
+    url: str, *, accept: str | None = None, limit: int, timeout: float = TIMEOUT, headers: dict[str, str] | None = None
+) -> tuple[bytes, str]:
     """The body (at most `limit` bytes) and content type of a URL; a file:// folder reads its index.html."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
@@ -137,9 +138,15 @@ def _parse_page(data: bytes, kind: str, page_url: str) -> dict[str, IndexFile]:
     if "json" in kind:
         try:
             page = parse_json(data.decode("utf-8"), page_url, "index page")
-            entries = [(f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"),
-                        _metadata_attr(f.get("core-metadata", f.get("data-dist-info-metadata"))))
-                       for f in page["files"]]
+            entries = [
+                (
+                    f["filename"],
+                    f["url"],
+                    (f.get("hashes") or {}).get("sha256"),
+                    _metadata_attr(f.get("core-metadata", f.get("data-dist-info-metadata"))),
+                )
+                for f in page["files"]
+            ]
         except (ValueError, KeyError, TypeError, InputError) as exc:
             raise IndexReadError(f"{page_url}: not a PEP 691 project page ({getattr(exc, 'message', exc)})") from None
     else:
@@ -154,8 +161,9 @@ def _parse_page(data: bytes, kind: str, page_url: str) -> dict[str, IndexFile]:
             meta = a.get("data-core-metadata", a.get("data-dist-info-metadata"))
             entries.append((name, link, sha, _metadata_attr(meta)))
     for name, link, sha, meta in entries:
-        files[name.replace("%2B", "+")] = IndexFile(name.replace("%2B", "+"), urllib.parse.urljoin(page_url, link),
-                                                    sha.lower() if sha else None, meta)
+        files[name.replace("%2B", "+")] = IndexFile(
+            name.replace("%2B", "+"), urllib.parse.urljoin(page_url, link), sha.lower() if sha else None, meta
+        )
     return files
 
 
@@ -209,7 +217,7 @@ class _RangeFile(io.RawIOBase):
         while self.pos < end:
             block = self._block(self.pos // self.BLOCK)
             start = self.pos % self.BLOCK
-            piece = block[start:start + end - self.pos]
+            piece = block[start : start + end - self.pos]
             out += piece
             self.pos += len(piece)
         return bytes(out)
@@ -233,8 +241,7 @@ def _metadata_from_wheel(file: IndexFile) -> bytes:
         source = _RangeFile(file.url, _size(file.url))
     try:
         with zipfile.ZipFile(source) as zf:
-            members = [i for i in zf.infolist() if i.filename.count("/") == 1
-                       and i.filename.endswith(".dist-info/METADATA")]
+            members = [i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
             if len(members) != 1:
                 raise IndexReadError(f"{file.url}: {len(members)} .dist-info/METADATA members, expected one")
             if members[0].file_size > MAX_METADATA_BYTES:
@@ -275,8 +282,9 @@ class MetadataCache:
             pass  # a cache that cannot be written only costs a refetch
 
 
-def fetch_metadata(file: IndexFile, *, expect_sha256: str | None = None,
-                   cache: MetadataCache | None = None) -> tuple[CoreMetadata, bytes]:
+def fetch_metadata(
+    file: IndexFile, *, expect_sha256: str | None = None, cache: MetadataCache | None = None
+) -> tuple[CoreMetadata, bytes]:
     """The core metadata of one index file, and its raw bytes. `expect_sha256` (the lock's hash) must be the hash the
     index gives for the file; the metadata file must match the hash the page gives for it."""
     wheel_sha = file.sha256

@@ -42,8 +42,7 @@ def pair_python(pair: Pair, preferred: str = DEFAULT_PYTHON) -> str:
     for minor in reversed(CPYTHON_MINORS):
         if f"{minor}.0" in spec:
             return minor
-    raise InputError(f"no Python {CPYTHON_MINORS[0]}-{CPYTHON_MINORS[-1]} satisfies {pair.python}",
-                     key=f"{pair.id}.python")
+    raise InputError(f"no Python {CPYTHON_MINORS[0]}-{CPYTHON_MINORS[-1]} satisfies {pair.python}", key=f"{pair.id}.python")
 
 
 def common_requirements(path: Path | None = None) -> list[str]:
@@ -67,8 +66,11 @@ def pip_layer(pair: Pair, common: list[str] | None = None) -> list[str]:
     triton = f"{pair.triton.name}=={pair.triton.version}"
     reqs.append(triton + (f"; {pair.triton.marker}" if pair.triton.marker else ""))
     reqs.append(f"bitsandbytes>={pair.bitsandbytes_min}")
-    reqs += [r for r in (common if common is not None else common_requirements())
-             if parse_requirement(r).name not in ("torch", "bitsandbytes")]
+    reqs += [
+        r
+        for r in (common if common is not None else common_requirements())
+        if parse_requirement(r).name not in ("torch", "bitsandbytes")
+    ]
     return reqs
 
 
@@ -82,11 +84,13 @@ def uv_project(requirements: list[str], *, pypi_url: str, xpu_index_url: str, py
     present = {parse_requirement(r).name for r in requirements}
     sources = "\n".join(f'{n} = {{ index = "pytorch-xpu" }}' for n in EXPLICIT_XPU_NAMES if n in present)
     deps = ",\n".join(f"    {json.dumps(r)}" for r in requirements)
-    return (f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = ">={python}"\n'
-            f"dependencies = [\n{deps},\n]\n\n"
-            f'[[tool.uv.index]]\nname = "pytorch-xpu"\nurl = {json.dumps(xpu_index_url)}\nexplicit = true\n\n'
-            f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
-            f"[tool.uv.sources]\n{sources}\n")
+    return (
+        f'[project]\nname = "aipc-training-env"\nversion = "0"\nrequires-python = ">={python}"\n'
+        f"dependencies = [\n{deps},\n]\n\n"
+        f'[[tool.uv.index]]\nname = "pytorch-xpu"\nurl = {json.dumps(xpu_index_url)}\nexplicit = true\n\n'
+        f'[[tool.uv.index]]\nname = "pypi"\nurl = {json.dumps(pypi_url)}\ndefault = true\n\n'
+        f"[tool.uv.sources]\n{sources}\n"
+    )
 
 
 def row_hash(pair: Pair) -> str:
@@ -94,4 +98,3 @@ def row_hash(pair: Pair) -> str:
     the tools warn about, not what a lock is made from."""
     data = json.dumps(pair.model_dump(mode="json", exclude={"known_issues"}), sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(data).hexdigest()
-

@@ -53,8 +53,24 @@ def uv_compile_argv(uv: str, project: Path, out: Path, *, python: str, platform:
     """Run from the project's folder: uv applies a pyproject's [tool.uv] index settings only from the current
     folder, so the default index is also passed explicitly (else it falls back to pypi.org)."""
     uv_platform = {"win-64": "x86_64-pc-windows-msvc", "linux-64": "x86_64-unknown-linux-gnu"}[platform]
-    return [uv, "pip", "compile", str(project), "--format", "pylock.toml", "-o", str(out), "--python-version",
-            python, "--python-platform", uv_platform, "--default-index", default_index, "--no-header", "--quiet"]
+    return [
+        uv,
+        "pip",
+        "compile",
+        str(project),
+        "--format",
+        "pylock.toml",
+        "-o",
+        str(out),
+        "--python-version",
+        python,
+        "--python-platform",
+        uv_platform,
+        "--default-index",
+        default_index,
+        "--no-header",
+        "--quiet",
+    ]
 
 
 def uv_install_argv(uv: str, python: Path, lock: Path, *, exact: bool = True) -> list[str]:
@@ -72,12 +88,22 @@ def uv_venv_argv(uv: str, prefix: Path, base_python: str) -> list[str]:
 
 def conda_render_argv(conda_lock: str, lockfile: Path, platform: str, out_dir: Path) -> list[str]:
     """Offline: the explicit (@EXPLICIT, hashed URLs) list of one platform from a conda-lock file."""
-    return [conda_lock, "render", "--kind", "explicit", "-p", platform, "--filename-template",
-            str(out_dir / "conda-{platform}.explicit.txt"), str(lockfile)]
+    return [
+        conda_lock,
+        "render",
+        "--kind",
+        "explicit",
+        "-p",
+        platform,
+        "--filename-template",
+        str(out_dir / "conda-{platform}.explicit.txt"),
+        str(lockfile),
+    ]
 
 
-def conda_create_argv(tool: CondaTool, prefix: Path, *, lockfile: Path | None = None, explicit: Path | None = None,
-                      python: str | None = None) -> list[str]:
+def conda_create_argv(
+    tool: CondaTool, prefix: Path, *, lockfile: Path | None = None, explicit: Path | None = None, python: str | None = None
+) -> list[str]:
     """Create the conda layer at prefix: from the lock (conda-lock install, or an explicit list for the
     others) or, unlocked, from the channel specs."""
     if tool.name == "conda-lock":
@@ -88,8 +114,18 @@ def conda_create_argv(tool: CondaTool, prefix: Path, *, lockfile: Path | None = 
         return [tool.path, "create", "--yes", "--prefix", str(prefix), "--file", str(explicit)]
     if python is None:
         raise AipcError("an unlocked conda layer needs a Python version")
-    return [tool.path, "create", "--yes", "--prefix", str(prefix), "--override-channels", "-c", "conda-forge",
-            f"python={python}", "pip"]
+    return [
+        tool.path,
+        "create",
+        "--yes",
+        "--prefix",
+        str(prefix),
+        "--override-channels",
+        "-c",
+        "conda-forge",
+        f"python={python}",
+        "pip",
+    ]
 
 
 def conda_lock_argv(conda_lock: str, env_file: Path, out: Path, platforms: list[str]) -> list[str]:

@@ -85,8 +85,7 @@ def wheel_metadata(wheel: Path) -> CoreMetadata | str:
     """The core metadata of a wheel file, or why it cannot be read."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            members = [i for i in zf.infolist() if i.filename.count("/") == 1
-                       and i.filename.endswith(".dist-info/METADATA")]
+            members = [i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")]
             if len(members) != 1:
                 return f"not a wheel ({len(members)} .dist-info/METADATA members)"
             if members[0].file_size > MAX_METADATA_BYTES:
@@ -110,22 +109,28 @@ def metadata_problems(found: CoreMetadata, recorded: CoreMetadata) -> list[str]:
     extra = [have[k] for k in sorted(set(have) - set(want))]
     lacking = [want[k] for k in sorted(set(want) - set(have))]
     if extra:
-        problems.append(f"Requires-Dist: the wheel also requires {', '.join(extra[:5])}"
-                        + (f" (+{len(extra) - 5} more)" if len(extra) > 5 else "")
-                        + ", which environments/xpu-wheels.yaml does not record")
+        problems.append(
+            f"Requires-Dist: the wheel also requires {', '.join(extra[:5])}"
+            + (f" (+{len(extra) - 5} more)" if len(extra) > 5 else "")
+            + ", which environments/xpu-wheels.yaml does not record"
+        )
     if lacking:
-        problems.append(f"Requires-Dist: environments/xpu-wheels.yaml records {', '.join(lacking[:5])}"
-                        + (f" (+{len(lacking) - 5} more)" if len(lacking) > 5 else "") + ", which the wheel does not "
-                        "require")
+        problems.append(
+            f"Requires-Dist: environments/xpu-wheels.yaml records {', '.join(lacking[:5])}"
+            + (f" (+{len(lacking) - 5} more)" if len(lacking) > 5 else "")
+            + ", which the wheel does not "
+            "require"
+        )
     spec = {m: parse_specifier(m.requires_python) if m.requires_python else None for m in (found, recorded)}
     if spec[found] != spec[recorded]:
-        problems.append(f"Requires-Python: the wheel says {found.requires_python or 'nothing'}, "
-                        f"environments/xpu-wheels.yaml {recorded.requires_python or 'nothing'}")
+        problems.append(
+            f"Requires-Python: the wheel says {found.requires_python or 'nothing'}, "
+            f"environments/xpu-wheels.yaml {recorded.requires_python or 'nothing'}"
+        )
     return problems
 
 
-def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, platform: Platform,
-                           python: str) -> list[str]:
+def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, platform: Platform, python: str) -> list[str]:
     """torch's Requires-Dist (of a wheel for `platform` and `python`) against the matrix row: every runtime pin
     that applies there exact, and no exact pin besides Triton that the row does not name (pure)."""
     problems = []
@@ -160,8 +165,15 @@ def _python_of(name: str) -> str:
     return f"3.{minors[0][1:]}" if minors else DEFAULT_PYTHON
 
 
-def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeout: float = 60.0,
-                keep: Path | None = None, manifest: WheelManifest | None = None) -> LockVerifyReport:
+def verify_lock(
+    lock_dir: Path,
+    pair: Pair,
+    *,
+    mirror: str | None = None,
+    timeout: float = 60.0,
+    keep: Path | None = None,
+    manifest: WheelManifest | None = None,
+) -> LockVerifyReport:
     """Fetch and hash every public-lockfile artifact of the pair's pylocks (from `mirror`/<file> when given) and
     compare its METADATA with the manifest."""
     manifest = manifest or load_wheel_manifest()
@@ -187,8 +199,15 @@ def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeou
                         check_file_name(name, what="wheel file name")
                         parse_wheel_filename(name)
                     except ValueError as exc:
-                        checks.append(ArtifactCheck(file=name[:200], url=(wheel.url or "")[:300], locked_sha256=locked,
-                                                    status="unverified", reason=f"not fetched: {exc}"))
+                        checks.append(
+                            ArtifactCheck(
+                                file=name[:200],
+                                url=(wheel.url or "")[:300],
+                                locked_sha256=locked,
+                                status="unverified",
+                                reason=f"not fetched: {exc}",
+                            )
+                        )
                         continue
                     url = f"{mirror.rstrip('/')}/{name}" if mirror else (wheel.url or "")
                     target = folder / name
@@ -196,23 +215,40 @@ def verify_lock(lock_dir: Path, pair: Pair, *, mirror: str | None = None, timeou
                         got = _fetch(url, target, timeout)
                     except (urllib.error.URLError, OSError, ValueError) as exc:
                         reason = getattr(exc, "reason", None) or exc
-                        checks.append(ArtifactCheck(file=name, url=url, locked_sha256=locked, status="unverified",
-                                                    reason=f"could not be fetched: {reason}"))
+                        checks.append(
+                            ArtifactCheck(
+                                file=name,
+                                url=url,
+                                locked_sha256=locked,
+                                status="unverified",
+                                reason=f"could not be fetched: {reason}",
+                            )
+                        )
                         continue
                     status = "verified" if got == locked else "changed"
-                    checks.append(ArtifactCheck(file=name, url=url, locked_sha256=locked, status=status,
-                                                fetched_sha256=got, reason="" if status == "verified" else
-                                                "the index serves another file under this name (re-uploaded)"))
+                    checks.append(
+                        ArtifactCheck(
+                            file=name,
+                            url=url,
+                            locked_sha256=locked,
+                            status=status,
+                            fetched_sha256=got,
+                            reason="" if status == "verified" else "the index serves another file under this name (re-uploaded)",
+                        )
+                    )
                     if status == "verified":
-                        problems += [f"{name}: {p}" for p in _compare(target, pkg.name, pkg.version or "", platform,
-                                                                      pair, manifest, _python_of(name))]
+                        problems += [
+                            f"{name}: {p}"
+                            for p in _compare(target, pkg.name, pkg.version or "", platform, pair, manifest, _python_of(name))
+                        ]
                     if keep is None:
                         target.unlink(missing_ok=True)
     return LockVerifyReport(pair=pair.id, checked=checks, requires_dist=problems)
 
 
-def _compare(wheel: Path, package: str, version: str, platform: Platform, pair: Pair, manifest: WheelManifest,
-             python: str) -> list[str]:
+def _compare(
+    wheel: Path, package: str, version: str, platform: Platform, pair: Pair, manifest: WheelManifest, python: str
+) -> list[str]:
     found = wheel_metadata(wheel)
     if isinstance(found, str):
         return [found]

@@ -42,8 +42,10 @@ class MetadataDifference:
     """Where the expected value comes from: environments/xpu-wheels.yaml, or the lock's own record."""
 
     def __str__(self) -> str:
-        return (f"{self.package} {self.version} ({self.wheel}): {self.field}: {self.basis} says {self.expected}, "
-                f"the wheel says {self.found}")
+        return (
+            f"{self.package} {self.version} ({self.wheel}): {self.field}: {self.basis} says {self.expected}, "
+            f"the wheel says {self.found}"
+        )
 
 
 @dataclass
@@ -55,8 +57,11 @@ class MetadataReport:
 
     @property
     def problems(self) -> list[str]:
-        return ([str(d) for d in self.differences] + [f"cannot read: {u}" for u in self.unreadable]
-                + [f"with the real metadata the lock does not hold: {c}" for c in self.closure])
+        return (
+            [str(d) for d in self.differences]
+            + [f"cannot read: {u}" for u in self.unreadable]
+            + [f"with the real metadata the lock does not hold: {c}" for c in self.closure]
+        )
 
 
 def read_wheel_metadata(cache: MetadataCache | None = None) -> Reader:
@@ -64,8 +69,7 @@ def read_wheel_metadata(cache: MetadataCache | None = None) -> Reader:
 
     def read(pkg: PylockPackage, wheel: PylockArtifact) -> CoreMetadata:
         sha = wheel.hashes.get("sha256")
-        meta, _ = fetch_metadata(IndexFile(wheel_name(wheel), wheel.url or "", sha, None), expect_sha256=sha,
-                                 cache=cache)
+        meta, _ = fetch_metadata(IndexFile(wheel_name(wheel), wheel.url or "", sha, None), expect_sha256=sha, cache=cache)
         return meta
 
     return read
@@ -86,25 +90,41 @@ def _spec(text: str | None) -> SpecifierSet | None:
     return SpecifierSet(text) if text else None
 
 
-def _differences(pkg: PylockPackage, wheel: str, expected: CoreMetadata, found: CoreMetadata,
-                 basis: str) -> list[MetadataDifference]:
+def _differences(
+    pkg: PylockPackage, wheel: str, expected: CoreMetadata, found: CoreMetadata, basis: str
+) -> list[MetadataDifference]:
     out = []
     want = {normal_requirement(r): r for r in expected.requires_dist}
     got = {normal_requirement(r): r for r in found.requires_dist}
     if set(want) != set(got):
         show = lambda lines: "; ".join(sorted(lines)) or "nothing"
-        out.append(MetadataDifference(pkg.name, pkg.version or "", wheel, "Requires-Dist",
-                                      f"[{show(want[k] for k in set(want) - set(got))}] (not in the wheel)",
-                                      f"[{show(got[k] for k in set(got) - set(want))}] (not in {basis})", basis))
+        out.append(
+            MetadataDifference(
+                pkg.name,
+                pkg.version or "",
+                wheel,
+                "Requires-Dist",
+                f"[{show(want[k] for k in set(want) - set(got))}] (not in the wheel)",
+                f"[{show(got[k] for k in set(got) - set(want))}] (not in {basis})",
+                basis,
+            )
+        )
     if _spec(expected.requires_python) != _spec(found.requires_python):
-        out.append(MetadataDifference(pkg.name, pkg.version or "", wheel, "Requires-Python",
-                                      expected.requires_python or "nothing", found.requires_python or "nothing",
-                                      basis))
+        out.append(
+            MetadataDifference(
+                pkg.name,
+                pkg.version or "",
+                wheel,
+                "Requires-Python",
+                expected.requires_python or "nothing",
+                found.requires_python or "nothing",
+                basis,
+            )
+        )
     return out
 
 
-def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: WheelManifest,
-                       read: Reader) -> MetadataReport:
+def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: WheelManifest, read: Reader) -> MetadataReport:
     """Read the METADATA of each XPU-index wheel the lock installs on (platform, python), compare it with what the
     lock stands on, and close the lock over the real metadata."""
     report = MetadataReport()
@@ -131,7 +151,11 @@ def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: 
     if report.differences:
         dists, missing = locked_dists(lock, platform, manifest)
         if not missing:
-            swapped = [LockedDist(d.name, d.version, d.marker, real[d.key].requires_dist, real[d.key].requires_python,
-                                  d.wheels, d.sdist) if d.key in real else d for d in dists]
+            swapped = [
+                LockedDist(d.name, d.version, d.marker, real[d.key].requires_dist, real[d.key].requires_python, d.wheels, d.sdist)
+                if d.key in real
+                else d
+                for d in dists
+            ]
             report.closure = closure_problems(swapped, platform, python)
     return report

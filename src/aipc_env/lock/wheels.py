@@ -21,8 +21,17 @@ from aipc_env.core.specs import check_specifier, check_version, parse_requiremen
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.matrix import Pair
 
-__all__ = ["MetadataQuote", "PairArtifacts", "WheelEntry", "WheelManifest", "WheelMetadata", "load_wheel_manifest",
-           "manifest_path", "pair_artifacts", "torch_requires_dist"]
+__all__ = [
+    "MetadataQuote",
+    "PairArtifacts",
+    "WheelEntry",
+    "WheelManifest",
+    "WheelMetadata",
+    "load_wheel_manifest",
+    "manifest_path",
+    "pair_artifacts",
+    "torch_requires_dist",
+]
 
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -126,14 +135,17 @@ class WheelMetadata(StrictModel):
         if self.certainty != "published":
             return self
         if not self.quotes:
-            raise ValueError(f"{self.package} {self.version}: a published record needs `quotes` (repository, path, "
-                             "commit and the lines as the source shows them); without them it is inferred")
+            raise ValueError(
+                f"{self.package} {self.version}: a published record needs `quotes` (repository, path, "
+                "commit and the lines as the source shows them); without them it is inferred"
+            )
         shown = _quoted_names(self.quotes)
-        unquoted = [line for line in self.requires_dist
-                    if canonicalize_name(parse_requirement(line).name) not in shown]
+        unquoted = [line for line in self.requires_dist if canonicalize_name(parse_requirement(line).name) not in shown]
         if unquoted:
-            raise ValueError(f"{self.package} {self.version}: published, but no quoted line shows "
-                             f"{', '.join(unquoted)}; quote it or mark the record inferred")
+            raise ValueError(
+                f"{self.package} {self.version}: published, but no quoted line shows "
+                f"{', '.join(unquoted)}; quote it or mark the record inferred"
+            )
         return self
 
     @field_validator("version")
@@ -194,8 +206,9 @@ class WheelManifest(VersionedModel):
     def metadata_for(self, package: str, version: str, platform: Platform) -> WheelMetadata | None:
         """The recorded core metadata of a release on a platform (None: not recorded)."""
         key, wanted = canonicalize_name(package), parse_version(version)
-        return next((m for m in self.metadata if m.key == key and parse_version(m.version) == wanted
-                     and platform in m.platforms), None)
+        return next(
+            (m for m in self.metadata if m.key == key and parse_version(m.version) == wanted and platform in m.platforms), None
+        )
 
     def current(self) -> list[WheelEntry]:
         return [w for w in self.wheels if w.status == "current"]
@@ -204,8 +217,9 @@ class WheelManifest(VersionedModel):
         return {w.file: w for w in self.current()}
 
 
-def torch_requires_dist(pair: Pair, torch: str, platform: Platform = "linux-64",
-                        manifest: WheelManifest | None = None) -> list[str]:
+def torch_requires_dist(
+    pair: Pair, torch: str, platform: Platform = "linux-64", manifest: WheelManifest | None = None
+) -> list[str]:
     """torch+xpu's own Requires-Dist as the manifest records it (empty when it records none)."""
     record = (manifest or load_wheel_manifest()).metadata_for("torch", f"{torch}+xpu", platform)
     return list(record.requires_dist) if record else []
@@ -243,8 +257,9 @@ class PairArtifacts:
     """What the manifest lacks for this torch release on this platform (packages or whole Pythons)."""
 
 
-def pair_artifacts(pair: Pair, platform: Platform, torch: str, manifest: WheelManifest,
-                   allowed_pythons: list[str]) -> PairArtifacts:
+def pair_artifacts(
+    pair: Pair, platform: Platform, torch: str, manifest: WheelManifest, allowed_pythons: list[str]
+) -> PairArtifacts:
     """torch (+xpu), its torchvision and its Triton (where the pair ships Triton on the platform), current entries
     only, limited to `allowed_pythons` that have a wheel of every package."""
     wanted = {"torch": f"{torch}+xpu"}
@@ -260,8 +275,13 @@ def pair_artifacts(pair: Pair, platform: Platform, torch: str, manifest: WheelMa
     missing = [f"{key} {version}: no hashed wheel for {platform}" for key, version in wanted.items() if not found[key]]
     per_python = {key: {m for w in wheels for m in w.python_minors} for key, wheels in found.items()}
     pythons = [p for p in allowed_pythons if all(p in minors for minors in per_python.values())]
-    missing += [f"Python {p}: no {', '.join(k for k, m in per_python.items() if p not in m)} wheel"
-                for p in allowed_pythons if p not in pythons and any(per_python.values())]
-    packages = {key: (wanted[key], sorted([w for w in found[key] if set(w.python_minors) & set(pythons)],
-                                          key=lambda w: w.file)) for key in wanted}
+    missing += [
+        f"Python {p}: no {', '.join(k for k, m in per_python.items() if p not in m)} wheel"
+        for p in allowed_pythons
+        if p not in pythons and any(per_python.values())
+    ]
+    packages = {
+        key: (wanted[key], sorted([w for w in found[key] if set(w.python_minors) & set(pythons)], key=lambda w: w.file))
+        for key in wanted
+    }
     return PairArtifacts(torch=torch, packages=packages, pythons=pythons, missing=missing)

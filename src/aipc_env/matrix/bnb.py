@@ -15,7 +15,7 @@ __all__ = ["TRITON_NEEDS", "BnbBackends", "bnb_backends"]
 
 TRITON_NEEDS = {
     "win-64": "the pair's Triton (with its own dependencies), MSVC C++ build tools (vcvars64), SYCL headers (icpx, "
-              "ONEAPI_ROOT or the intel-sycl-rt wheel) and the Level Zero headers (LEVEL_ZERO_V1_SDK_PATH)",
+    "ONEAPI_ROOT or the intel-sycl-rt wheel) and the Level Zero headers (LEVEL_ZERO_V1_SDK_PATH)",
     "linux-64": "the pair's Triton (with its own dependencies), gcc and the Level Zero headers (libze-dev)",
 }
 """What the Triton path needs on the PC, per platform."""

@@ -46,21 +46,28 @@ class GpuRuntimeTable(VersionedModel):
         install on (even with a source given), or one whose own packages lack it when no source is `given`."""
         entry = self.distributions.get(key or "")
         if entry is not None and entry.source == "unsupported":
-            raise InputError(f"{what}: {entry.name} cannot run the Intel GPU runtime ({' '.join(entry.why.split())})",
-                             key=key_name, fix="use a Debian 13 or Ubuntu 24.04 base (--base), or --gpu-runtime none "
-                             "for a CPU image")
+            raise InputError(
+                f"{what}: {entry.name} cannot run the Intel GPU runtime ({' '.join(entry.why.split())})",
+                key=key_name,
+                fix="use a Debian 13 or Ubuntu 24.04 base (--base), or --gpu-runtime none for a CPU image",
+            )
         if given:
             return
         if entry is None:
-            raise InputError(f"{what}: the Intel GPU runtime on {key or 'this distribution'} is not known to aipc-env "
-                             f"(known: {', '.join(sorted(self.distributions))})", key=key_name,
-                             fix="give Intel's graphics repository (--gpu-runtime-source, its key and fingerprint), "
-                             "or --gpu-runtime none")
+            raise InputError(
+                f"{what}: the Intel GPU runtime on {key or 'this distribution'} is not known to aipc-env "
+                f"(known: {', '.join(sorted(self.distributions))})",
+                key=key_name,
+                fix="give Intel's graphics repository (--gpu-runtime-source, its key and fingerprint), or --gpu-runtime none",
+            )
         if entry.source == "intel-repo":
-            raise InputError(f"{what}: {entry.name} cannot provide the Intel GPU runtime ({' '.join(entry.why.split())})",
-                             key=key_name, fix=f"give Intel's graphics repository: --gpu-runtime-source "
-                             f"'{entry.repository or 'deb [arch=amd64] https://...'}' with --gpu-runtime-key and "
-                             "--gpu-runtime-key-fingerprint (see docs/fleet.md), or --gpu-runtime none for a CPU image")
+            raise InputError(
+                f"{what}: {entry.name} cannot provide the Intel GPU runtime ({' '.join(entry.why.split())})",
+                key=key_name,
+                fix=f"give Intel's graphics repository: --gpu-runtime-source "
+                f"'{entry.repository or 'deb [arch=amd64] https://...'}' with --gpu-runtime-key and "
+                "--gpu-runtime-key-fingerprint (see docs/fleet.md), or --gpu-runtime none for a CPU image",
+            )
 
     def python_of(self, key: str | None) -> str | None:
         """The python3 of a distribution (None: not listed)."""

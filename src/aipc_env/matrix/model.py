@@ -219,8 +219,9 @@ class Pair(StrictModel):
             raise ValueError(f"known_issues: {', '.join(twice)} appears twice")
         return self
 
-    def issues_hitting(self, platform: Platform, families: frozenset[str] | set[str],
-                       torch: str | None = None) -> list[KnownIssue]:
+    def issues_hitting(
+        self, platform: Platform, families: frozenset[str] | set[str], torch: str | None = None
+    ) -> list[KnownIssue]:
         """The known issues a machine meets with this pair's torch (default: the newest, what a build installs)."""
         torch = torch or self.newest_torch
         return [i for i in self.known_issues if i.hits(platform, families, torch)]

@@ -76,8 +76,9 @@ def parse_pip_list(text: str) -> dict[str, str]:
 
 def _add(found: dict[str, str], lines: dict[str, int], name: str, version: str, number: int) -> None:
     if name in found and found[name] != version:
-        raise DuplicatePackage(f"{name} appears twice with different versions: {found[name]} (line {lines[name]}) "
-                               f"and {version} (line {number})")
+        raise DuplicatePackage(
+            f"{name} appears twice with different versions: {found[name]} (line {lines[name]}) and {version} (line {number})"
+        )
     found.setdefault(name, version)
     lines.setdefault(name, number)
 
@@ -118,16 +119,21 @@ def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple
                 theirs = {p.key: p for p in pair.pins_for(other)}
                 for key, pin in mine.items():
                     got = installed.get(key)
-                    if got and versions_equal(got, pin.version) and key in theirs and \
-                            not any(versions_equal(got, v) for v in theirs[key].accepted_versions()):
+                    if (
+                        got
+                        and versions_equal(got, pin.version)
+                        and key in theirs
+                        and not any(versions_equal(got, v) for v in theirs[key].accepted_versions())
+                    ):
                         votes[platform].append(f"{key} {got} ({pair.id}'s {platform} pin)")
     said = {pl: why for pl, why in votes.items() if why}
     if len(said) == 1:
         platform, why = next(iter(said.items()))
         return platform, f"the list shows {platform}: {', '.join(dict.fromkeys(why))}"
     if len(said) == 2:
-        return None, ("the list shows both platforms (" + "; ".join(f"{pl}: {', '.join(dict.fromkeys(w))}"
-                                                                    for pl, w in said.items()) + ")")
+        return None, (
+            "the list shows both platforms (" + "; ".join(f"{pl}: {', '.join(dict.fromkeys(w))}" for pl, w in said.items()) + ")"
+        )
     return None, "the list does not show its platform"
 
 
@@ -144,12 +150,16 @@ def read_list_text(path: str | Path) -> tuple[str, str]:
     except OSError as exc:
         raise InputError(f"cannot read the package list: {exc.strerror}", path=path) from None
     if len(raw) > limit:
-        raise InputError("the package list is larger than 16 MiB", path=path,
-                         fix="save the output of one `pip list` or `pip freeze`")
+        raise InputError(
+            "the package list is larger than 16 MiB", path=path, fix="save the output of one `pip list` or `pip freeze`"
+        )
     text, encoding = decode_guessing(raw, path, "the package list")
     if "\x00" in text:
-        raise InputError(f"the package list holds NUL characters (read as {encoding})", path=path,
-                         fix="save it from PowerShell with `| Out-File -Encoding utf8`, or as UTF-8")
+        raise InputError(
+            f"the package list holds NUL characters (read as {encoding})",
+            path=path,
+            fix="save it from PowerShell with `| Out-File -Encoding utf8`, or as UTF-8",
+        )
     return text, encoding
 
 
@@ -159,9 +169,13 @@ def read_pip_list(path: str | Path, text: str | None = None) -> dict[str, str]:
     try:
         packages = parse_pip_list(text)
     except DuplicatePackage as exc:
-        raise InputError(str(exc), path=path, fix="paste the output of one `pip list` or `pip freeze`, run in the "
-                         "training env") from None
+        raise InputError(
+            str(exc), path=path, fix="paste the output of one `pip list` or `pip freeze`, run in the training env"
+        ) from None
     if not packages:
-        raise InputError("no packages found in the file", path=path,
-                         fix="save the output of `pip list` or `pip freeze` run in the training env")
+        raise InputError(
+            "no packages found in the file",
+            path=path,
+            fix="save the output of `pip list` or `pip freeze` run in the training env",
+        )
     return packages

@@ -100,8 +100,9 @@ def _owners(matrix: Matrix, name: str, version: str, platform: Platform) -> list
     return owners
 
 
-def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
-                 torch_version_xpu: str | None = None) -> Resolution:
+def resolve_pair(
+    installed: dict[str, str], matrix: Matrix, platform: Platform, torch_version_xpu: str | None = None
+) -> Resolution:
     """Resolve installed distributions ({name: version}, any name spelling) to a matrix pair."""
     installed = {canonicalize_name(k): v for k, v in installed.items()}
     torch = installed.get("torch")
@@ -121,8 +122,9 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
     scores = {p.id: _score(p, installed, platform) for p in matrix.pairs}
     any_runtime = any(good or bad for good, bad in scores.values())
     if torch and not torch_is_xpu and not any_runtime:
-        return Resolution(status="not-xpu", torch=torch, torch_is_xpu=False,
-                          evidence=evidence + [f"torch {torch} has no '+xpu' local version"])
+        return Resolution(
+            status="not-xpu", torch=torch, torch_is_xpu=False, evidence=evidence + [f"torch {torch} has no '+xpu' local version"]
+        )
     if not torch and not any_runtime:
         return Resolution(status="none")
 
@@ -143,8 +145,7 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
 
     if chosen is None:
         status: Status = "ambiguous" if candidates else "unknown"
-        return Resolution(status=status, candidates=candidates, torch=torch, torch_is_xpu=torch_is_xpu,
-                          evidence=evidence)
+        return Resolution(status=status, candidates=candidates, torch=torch, torch_is_xpu=torch_is_xpu, evidence=evidence)
 
     matched, missing, mismatches = [], [], []
     for name, versions in _fingerprints(chosen, platform).items():
@@ -154,13 +155,14 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
         elif any(versions_equal(got, v) for v in versions):
             matched.append(name)
         else:
-            mismatches.append(PinMismatch(name=name, installed=got, expected=versions,
-                                          belongs_to=_owners(matrix, name, got, platform)))
+            mismatches.append(
+                PinMismatch(name=name, installed=got, expected=versions, belongs_to=_owners(matrix, name, got, platform))
+            )
     if torch_version_xpu and chosen.torch_version_xpu and torch_version_xpu != chosen.torch_version_xpu:
-        evidence.append(f"torch.version.xpu is {torch_version_xpu}, {chosen.id} was built with "
-                        f"{chosen.torch_version_xpu}")
-        mismatches.append(PinMismatch(name="torch.version.xpu", installed=torch_version_xpu,
-                                      expected=[chosen.torch_version_xpu], belongs_to=[]))
+        evidence.append(f"torch.version.xpu is {torch_version_xpu}, {chosen.id} was built with {chosen.torch_version_xpu}")
+        mismatches.append(
+            PinMismatch(name="torch.version.xpu", installed=torch_version_xpu, expected=[chosen.torch_version_xpu], belongs_to=[])
+        )
     if torch and not torch_is_xpu:
         evidence.append(f"torch {torch} has no '+xpu' local version")
     if mismatches:
@@ -171,9 +173,17 @@ def resolve_pair(installed: dict[str, str], matrix: Matrix, platform: Platform,
         status = "exact"
     if torch and not torch_is_xpu and status == "exact":
         status = "not-xpu"
-    return Resolution(status=status, pair=chosen.id, candidates=candidates, torch=torch,
-                      torch_is_xpu=torch_is_xpu, matched=sorted(matched), missing=sorted(missing),
-                      mismatches=mismatches, evidence=evidence)
+    return Resolution(
+        status=status,
+        pair=chosen.id,
+        candidates=candidates,
+        torch=torch,
+        torch_is_xpu=torch_is_xpu,
+        matched=sorted(matched),
+        missing=sorted(missing),
+        mismatches=mismatches,
+        evidence=evidence,
+    )
 
 
 class ResolveReport(VersionedModel):
@@ -215,26 +225,38 @@ def resolution_fix(res: Resolution, tritons: dict[str, str], platform: Platform)
         pins = " ".join(f'"{m.name}=={m.expected[0]}"' for m in res.mismatches if m.name != "torch.version.xpu")
         return (f"in the training env: pip install {pins} ({rebuild})" if pins else rebuild) or None
     if len(tritons) > 1:
-        return f"keep one Triton: pip uninstall -y {' '.join(t for t in tritons if t not in TRITON_PACKAGES[:2])}" \
-            if any(t not in TRITON_PACKAGES[:2] for t in tritons) else "keep only the pair's Triton package"
+        return (
+            f"keep one Triton: pip uninstall -y {' '.join(t for t in tritons if t not in TRITON_PACKAGES[:2])}"
+            if any(t not in TRITON_PACKAGES[:2] for t in tritons)
+            else "keep only the pair's Triton package"
+        )
     if res.status == "partial":
         return f"in the training env: pip install the missing pins ({', '.join(res.missing)}), {rebuild}"
     if res.status == "ambiguous":
-        return f"the runtime fits {', '.join(res.candidates)}: install the torch+xpu of one of them, or paste the list " \
-               "of the whole env (with torch)"
+        return (
+            f"the runtime fits {', '.join(res.candidates)}: install the torch+xpu of one of them, or paste the list "
+            "of the whole env (with torch)"
+        )
     if res.status in ("unknown", "not-xpu"):
         return "build a training env from a pair's lock: aipc-env env --pair <pair> (aipc-env matrix lists them)"
     return None
 
 
-def resolve_report(installed: dict[str, str], matrix: Matrix, platform: Platform,
-                   torch_version_xpu: str | None = None, platform_source: str = "") -> ResolveReport:
+def resolve_report(
+    installed: dict[str, str], matrix: Matrix, platform: Platform, torch_version_xpu: str | None = None, platform_source: str = ""
+) -> ResolveReport:
     res = resolve_pair(installed, matrix, platform, torch_version_xpu=torch_version_xpu)
     pair = matrix.by_id.get(res.pair) if res.pair else None
     tritons = triton_packages(installed)
-    report = ResolveReport(platform=platform, platform_source=platform_source, resolution=res, summary=res.summary,
-                           triton_packages=tritons, oneapi=pair.oneapi if pair else None,
-                           certainty=pair.certainty if pair else None)
+    report = ResolveReport(
+        platform=platform,
+        platform_source=platform_source,
+        resolution=res,
+        summary=res.summary,
+        triton_packages=tritons,
+        oneapi=pair.oneapi if pair else None,
+        certainty=pair.certainty if pair else None,
+    )
     if not report.consistent:
         report.fix = resolution_fix(res, tritons, platform)
     return report

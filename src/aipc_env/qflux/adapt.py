@@ -95,8 +95,11 @@ def _text(data: bytes, path: str) -> tuple[str, str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AnchorMismatch(f"{path} is not UTF-8 ({exc.reason})", path=path,
-                             fix=f"restore it from git (git checkout -- {path}): upstream's files are UTF-8") from None
+        raise AnchorMismatch(
+            f"{path} is not UTF-8 ({exc.reason})",
+            path=path,
+            fix=f"restore it from git (git checkout -- {path}): upstream's files are UTF-8",
+        ) from None
     newline = "\r\n" if "\r\n" in text else "\n"
     return text.replace("\r\n", "\n"), newline
 
@@ -124,8 +127,11 @@ def _pristine(clone: Path, rel: str, manifest: AdaptManifest | None) -> bytes | 
 
 def require_clone(clone: Path) -> None:
     if not (clone / SRC).is_dir():
-        raise InputError(f"{clone} has no {SRC} package", path=clone,
-                         fix="point at a clone of tsiendragon/qwen-image-finetune (its root folder)")
+        raise InputError(
+            f"{clone} has no {SRC} package",
+            path=clone,
+            fix="point at a clone of tsiendragon/qwen-image-finetune (its root folder)",
+        )
 
 
 def plan_adaptation(clone: Path) -> Plan:
@@ -145,25 +151,32 @@ def plan_adaptation(clone: Path) -> Plan:
         pristine = _pristine(clone, rel, manifest)
         if rel in created:
             if pristine is not None:
-                raise AnchorMismatch(f"{rel} already exists upstream: this clone is not the upstream the "
-                                     "adaptation was written for", path=rel,
-                                     fix="adapt a clone of 460ba1a, or update aipc-env")
+                raise AnchorMismatch(
+                    f"{rel} already exists upstream: this clone is not the upstream the adaptation was written for",
+                    path=rel,
+                    fix="adapt a clone of 460ba1a, or update aipc-env",
+                )
             content = created[rel].content.encode("utf-8")
             planned.append(Planned(rel, None, content, [f"create ({created[rel].why})"]))
             continue
         if pristine is None:
-            raise AnchorMismatch(f"anchor file {rel} does not exist", path=rel,
-                                 fix="this clone is another upstream layout; adapt a clone of 460ba1a")
+            raise AnchorMismatch(
+                f"anchor file {rel} does not exist",
+                path=rel,
+                fix="this clone is another upstream layout; adapt a clone of 460ba1a",
+            )
         text, newline = _text(pristine, rel)
         edits = []
         for patch in by_file.get(rel, []):
             found = text.count(patch.old)
             if found != patch.count:
                 first_line = patch.old.strip().splitlines()[0]
-                raise AnchorMismatch(f"anchor {patch.id!r} ({first_line!r}) occurs {found} time(s) in {rel}, "
-                                     f"expected {patch.count}: nothing was changed", path=rel,
-                                     fix="this clone is another upstream commit; adapt a clone of 460ba1a, or "
-                                         "update aipc-env")
+                raise AnchorMismatch(
+                    f"anchor {patch.id!r} ({first_line!r}) occurs {found} time(s) in {rel}, "
+                    f"expected {patch.count}: nothing was changed",
+                    path=rel,
+                    fix="this clone is another upstream commit; adapt a clone of 460ba1a, or update aipc-env",
+                )
             text = text.replace(patch.old, patch.new)
             edits.append(patch.id)
         if rel != HELPERS_MODULE:
@@ -172,17 +185,21 @@ def plan_adaptation(clone: Path) -> Plan:
                 if n:
                     edits.append(f"{rw.helper} x{n}")
             code = "\n".join(line.partition("#")[0] for line in text.splitlines())  # comments need no imports
-            code_uses = {name for name in HELPER_NAMES
-                         if re.search(rf"(?<![\w.]){name}\(", code) and f"def {name}(" not in code}
+            code_uses = {name for name in HELPER_NAMES if re.search(rf"(?<![\w.]){name}\(", code) and f"def {name}(" not in code}
             if code_uses and rel in NO_HELPER_IMPORT:
-                raise AnchorMismatch(f"{rel} would need the device helpers, which it cannot import (its package "
-                                     "imports it back)", path=rel, fix="update aipc-env")
+                raise AnchorMismatch(
+                    f"{rel} would need the device helpers, which it cannot import (its package imports it back)",
+                    path=rel,
+                    fix="update aipc-env",
+                )
             if code_uses:
                 at = import_anchor(text)
                 if at is None:
-                    raise AnchorMismatch(f"{rel} uses torch.cuda but has no top-level `import torch` line to "
-                                         "anchor the helpers import on", path=rel,
-                                     fix="this clone is another upstream commit; update aipc-env")
+                    raise AnchorMismatch(
+                        f"{rel} uses torch.cuda but has no top-level `import torch` line to anchor the helpers import on",
+                        path=rel,
+                        fix="this clone is another upstream commit; update aipc-env",
+                    )
                 text = text[:at] + helper_import(sorted(code_uses)) + text[at:]
             for number, line in enumerate(text.splitlines(), 1):
                 if "torch.cuda." in line:
@@ -190,9 +207,11 @@ def plan_adaptation(clone: Path) -> Plan:
         if edits:
             planned.append(Planned(rel, pristine, text.replace("\n", newline).encode("utf-8"), edits))
     if leftovers:
-        raise AnchorMismatch(f"{len(leftovers)} torch.cuda use(s) the adaptation does not know: "
-                             f"{'; '.join(leftovers[:3])}", path=leftovers[0].split(":")[0],
-                             fix="this clone is another upstream commit; update aipc-env")
+        raise AnchorMismatch(
+            f"{len(leftovers)} torch.cuda use(s) the adaptation does not know: {'; '.join(leftovers[:3])}",
+            path=leftovers[0].split(":")[0],
+            fix="this clone is another upstream commit; update aipc-env",
+        )
     return Plan(planned)
 
 
@@ -200,8 +219,9 @@ def is_adapted(clone: Path) -> bool:
     manifest = load_manifest(clone)
     if manifest is None or manifest.state != "applied" or manifest.patch_set != PATCH_SET:
         return False
-    return all(_sha((clone / f.path).read_bytes() if (clone / f.path).is_file() else None) == f.adapted_sha256
-               for f in manifest.files)
+    return all(
+        _sha((clone / f.path).read_bytes() if (clone / f.path).is_file() else None) == f.adapted_sha256 for f in manifest.files
+    )
 
 
 def _inside(clone: Path, rel: str) -> Path:
@@ -209,8 +229,11 @@ def _inside(clone: Path, rel: str) -> Path:
     target = clone / rel
     real = Path(os.path.realpath(target))
     if not real.is_relative_to(Path(os.path.realpath(clone))):
-        raise InputError(f"{rel} leads outside the clone (to {real})", path=target,
-                         fix="replace the link with the file itself; adapt never edits files outside the clone")
+        raise InputError(
+            f"{rel} leads outside the clone (to {real})",
+            path=target,
+            fix="replace the link with the file itself; adapt never edits files outside the clone",
+        )
     return target
 
 
@@ -247,12 +270,17 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
         current = target.read_bytes() if target.is_file() else None
         if current == item.adapted:
             continue
-        known = {item.pristine and _sha(item.pristine), recorded[item.path].adapted_sha256
-                 if item.path in recorded else None} - {None}
+        known = {item.pristine and _sha(item.pristine), recorded[item.path].adapted_sha256 if item.path in recorded else None} - {
+            None
+        }
         if current is not None and _sha(current) not in known:
-            raise AipcError(f"{item.path} was edited after the adaptation (its content is neither upstream's nor "
-                            "the adapted one); nothing was changed", path=target, exit_code=ExitCode.PROBLEMS,
-                            fix="keep your edits elsewhere, then `aipc-env adapt --revert --force` and adapt again")
+            raise AipcError(
+                f"{item.path} was edited after the adaptation (its content is neither upstream's nor "
+                "the adapted one); nothing was changed",
+                path=target,
+                exit_code=ExitCode.PROBLEMS,
+                fix="keep your edits elsewhere, then `aipc-env adapt --revert --force` and adapt again",
+            )
         todo.append(item)
     state = clone / STATE_DIR
     if not todo:
@@ -284,9 +312,16 @@ def apply_adaptation(clone: Path, *, log=print) -> list[str]:
 
 def _write_manifest(clone: Path, plan: Plan, state: str) -> AdaptManifest:
     manifest = AdaptManifest(
-        patch_set=PATCH_SET, state=state, when=timestamp(),
-        files=[FileRecord(path=i.path, pristine_sha256=_sha(i.pristine),
-                          adapted_sha256=hashlib.sha256(i.adapted).hexdigest(), edits=i.edits) for i in plan.files])
+        patch_set=PATCH_SET,
+        state=state,
+        when=timestamp(),
+        files=[
+            FileRecord(
+                path=i.path, pristine_sha256=_sha(i.pristine), adapted_sha256=hashlib.sha256(i.adapted).hexdigest(), edits=i.edits
+            )
+            for i in plan.files
+        ],
+    )
     write_model(clone / STATE_DIR / "manifest.json", manifest)
     return manifest
 
@@ -299,8 +334,9 @@ def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[st
     _inside(clone, STATE_DIR)
     manifest = load_manifest(clone)
     if manifest is None:
-        raise InputError(f"{clone} was not adapted by aipc-env (no {STATE_DIR}/manifest.json)", path=clone,
-                         fix="nothing to revert")
+        raise InputError(
+            f"{clone} was not adapted by aipc-env (no {STATE_DIR}/manifest.json)", path=clone, fix="nothing to revert"
+        )
     changed, damaged = [], []
     backups: dict[str, bytes] = {}
     for rec in manifest.files:
@@ -316,12 +352,18 @@ def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[st
             else:
                 backups[rec.path] = data
     if damaged:  # checked for every file before any file is changed
-        raise InputError(f"the backup of {', '.join(damaged)} is missing or damaged; nothing was reverted",
-                         path=clone / STATE_DIR, fix=AdaptManifest.FIX)
+        raise InputError(
+            f"the backup of {', '.join(damaged)} is missing or damaged; nothing was reverted",
+            path=clone / STATE_DIR,
+            fix=AdaptManifest.FIX,
+        )
     if changed:
-        raise AipcError(f"edited after the adaptation: {', '.join(changed)}; nothing was reverted", path=clone,
-                        exit_code=ExitCode.PROBLEMS,
-                        fix="copy your edits elsewhere, then `aipc-env adapt CLONE --revert --force`")
+        raise AipcError(
+            f"edited after the adaptation: {', '.join(changed)}; nothing was reverted",
+            path=clone,
+            exit_code=ExitCode.PROBLEMS,
+            fix="copy your edits elsewhere, then `aipc-env adapt CLONE --revert --force`",
+        )
     done = []
     for rec in manifest.files:
         target = clone / rec.path

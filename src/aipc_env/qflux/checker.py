@@ -79,8 +79,7 @@ def _segment(text: str, node: ast.AST) -> str:
     lines = _lines(text)
     if first == last:
         return lines[first].encode()[start:end].decode()
-    return (lines[first].encode()[start:].decode() + "".join(lines[first + 1:last])
-            + lines[last].encode()[:end].decode())
+    return lines[first].encode()[start:].decode() + "".join(lines[first + 1 : last]) + lines[last].encode()[:end].decode()
 
 
 def _code_lines(text: str):
@@ -130,42 +129,89 @@ def check_source(rel: str, text: str) -> list[Finding]:
     cuda_guarded = _cuda_guarded_lines(tree) if tree is not None else set()
     for number, code in _code_lines(text):
         if "torch.cuda." in code:
-            add("ERROR", "cuda-call", rel, number, f"CUDA-only call: {code.strip()}",
-                "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")")
-        elif tree is not None and re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and \
-                number not in cuda_guarded:  # which lines a CUDA check guards is known only once the file parses
-            add("WARN", "cuda-sdp-switch", rel, number, f"CUDA attention-backend switch: {code.strip()}: it "
+            add(
+                "ERROR",
+                "cuda-call",
+                rel,
+                number,
+                f"CUDA-only call: {code.strip()}",
+                "use the qflux.utils.device_utils helper instead (" + FIX_ADAPT + ")",
+            )
+        elif (
+            tree is not None and re.search(r"torch\.backends\.cuda\.enable_\w+_sdp\(", code) and number not in cuda_guarded
+        ):  # which lines a CUDA check guards is known only once the file parses
+            add(
+                "WARN",
+                "cuda-sdp-switch",
+                rel,
+                number,
+                f"CUDA attention-backend switch: {code.strip()}: it "
                 "does nothing for an XPU, and enable_math_sdp(False) also takes away the math fallback other "
                 "devices use (the FSDP path, which one AI PC does not take)",
                 "leave the FSDP path alone on one XPU (distributed_type NO); for multi-XPU FSDP guard these "
-                "calls with a CUDA check")
+                "calls with a CUDA check",
+            )
         if "flash_attention_2" in code:
-            add("ERROR", "flash-attention-2", rel, number, "attn_implementation flash_attention_2 is CUDA-only",
-                'use attn_implementation="sdpa" (' + FIX_ADAPT + ")")
+            add(
+                "ERROR",
+                "flash-attention-2",
+                rel,
+                number,
+                "attn_implementation flash_attention_2 is CUDA-only",
+                'use attn_implementation="sdpa" (' + FIX_ADAPT + ")",
+            )
         if re.match(r"(import|from)\s+transformer_engine\b", code):
-            add("ERROR", "transformer-engine-import", rel, number,
-                "a top-level transformer_engine import fails on XPU", "import it lazily (" + FIX_ADAPT + ")")
+            add(
+                "ERROR",
+                "transformer-engine-import",
+                rel,
+                number,
+                "a top-level transformer_engine import fails on XPU",
+                "import it lazily (" + FIX_ADAPT + ")",
+            )
         if re.match(r"import torchvision\b", code):
-            add("WARN", "torchvision-at-import", rel, number, "torchvision is imported at module load: a "
-                "torchvision that does not match torch breaks `import qflux.main`",
-                "import it where images are logged (" + FIX_ADAPT + ")")
+            add(
+                "WARN",
+                "torchvision-at-import",
+                rel,
+                number,
+                "torchvision is imported at module load: a torchvision that does not match torch breaks `import qflux.main`",
+                "import it where images are logged (" + FIX_ADAPT + ")",
+            )
         m = re.search(r'load_(?:vae|qwenvl)\(\s*"(Qwen/[^"]+)"|"(Qwen/Qwen2\.5-VL-7B-Instruct)"', code)
         if m and tree is not None and number not in demo:
-            add("ERROR", "hub-id", rel, number, f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
+            add(
+                "ERROR",
+                "hub-id",
+                rel,
+                number,
+                f"hub ID {m.group(1) or m.group(2)} hard-coded: the configured "
                 "local model is not used (a download, or a failure offline)",
-                "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")")
+                "load from config.model.pretrained_model_name_or_path (" + FIX_ADAPT + ")",
+            )
     if tree is None:
-        add("ERROR", "syntax", rel, getattr(syntax_error, "lineno", None) or 0,
+        add(
+            "ERROR",
+            "syntax",
+            rel,
+            getattr(syntax_error, "lineno", None) or 0,
             f"does not parse: {getattr(syntax_error, 'msg', syntax_error)}",
-            "restore the file")
+            "restore the file",
+        )
         return findings
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef):
             body = _segment(text, fn)
             if (cuda := re.search(r'\.type\s*==\s*"cuda"', body)) and '"xpu"' not in body:
                 line = fn.lineno + body[: cuda.start()].count("\n")
-                add("ERROR", "device-type-cuda-only", rel, line, f"{fn.name}() checks for CUDA devices with no "
-                    "XPU branch", "add an xpu branch (" + FIX_ADAPT + ")")
+                add(
+                    "ERROR",
+                    "device-type-cuda-only",
+                    rel,
+                    line,
+                    f"{fn.name}() checks for CUDA devices with no XPU branch",
+                    "add an xpu branch (" + FIX_ADAPT + ")",
+                )
     return findings
 
 
@@ -178,8 +224,13 @@ def check_accelerate_config(path: Path) -> list[Finding]:
     findings = _Findings()
     add = findings.add
     if not path.is_file():
-        add("WARN", "no-xpu-accelerate-config", ACCELERATE_XPU, 0, "no single-XPU accelerate config: upstream's "
-            "accelerate_config.yaml asks for 2 processes on MULTI_GPU")
+        add(
+            "WARN",
+            "no-xpu-accelerate-config",
+            ACCELERATE_XPU,
+            0,
+            "no single-XPU accelerate config: upstream's accelerate_config.yaml asks for 2 processes on MULTI_GPU",
+        )
         return findings
 
     from aipc_env.core.fileio import parse_yaml, read_text
@@ -188,8 +239,7 @@ def check_accelerate_config(path: Path) -> list[Finding]:
     try:
         data = parse_yaml(read_text(path, "accelerate config"), path, "accelerate config")
     except InputError as exc:
-        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, exc.message,
-            "restore the file (" + FIX_ADAPT + ")")
+        add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, exc.message, "restore the file (" + FIX_ADAPT + ")")
         return findings
     if not isinstance(data, dict):
         add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, "not a mapping", "restore the file (" + FIX_ADAPT + ")")
@@ -198,23 +248,41 @@ def check_accelerate_config(path: Path) -> list[Finding]:
         from accelerate.utils import DistributedType, DynamoBackend, PrecisionType
     except ImportError:  # aipc-env without the train extra: the YAML types are still checked
         DistributedType = DynamoBackend = PrecisionType = None
-    lines = {k: i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             for k in data if line.startswith(f"{k}:")}
-    rules = (("distributed_type", DistributedType), ("mixed_precision", PrecisionType),
-             ("dynamo_backend", DynamoBackend))
+    lines = {
+        k: i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) for k in data if line.startswith(f"{k}:")
+    }
+    rules = (("distributed_type", DistributedType), ("mixed_precision", PrecisionType), ("dynamo_backend", DynamoBackend))
     for key, enum in rules:
         if key not in data:
             continue
         value = data[key]
         if not isinstance(value, str):
-            add("ERROR", "accelerate-config", ACCELERATE_XPU, lines.get(key, 0), f"{key} is {value!r}, not a string "
-                "(an unquoted NO or no is a YAML boolean): accelerate launch fails", f"quote it: {key}: 'NO'")
+            add(
+                "ERROR",
+                "accelerate-config",
+                ACCELERATE_XPU,
+                lines.get(key, 0),
+                f"{key} is {value!r}, not a string (an unquoted NO or no is a YAML boolean): accelerate launch fails",
+                f"quote it: {key}: 'NO'",
+            )
         elif enum is not None and value.upper() not in {e.value.upper() for e in enum}:
-            add("ERROR", "accelerate-config", ACCELERATE_XPU, lines.get(key, 0), f"{key}: {value} is not one of "
-                f"accelerate's {', '.join(e.value for e in enum)}", "use one of those")
+            add(
+                "ERROR",
+                "accelerate-config",
+                ACCELERATE_XPU,
+                lines.get(key, 0),
+                f"{key}: {value} is not one of accelerate's {', '.join(e.value for e in enum)}",
+                "use one of those",
+            )
     if data.get("num_processes", 1) != 1 or str(data.get("distributed_type", "NO")).upper() != "NO":
-        add("WARN", "accelerate-multi-process", ACCELERATE_XPU, lines.get("num_processes", 0), "more than one "
-            "process or a distributed backend: an AI PC has one XPU", "num_processes: 1, distributed_type: 'NO'")
+        add(
+            "WARN",
+            "accelerate-multi-process",
+            ACCELERATE_XPU,
+            lines.get("num_processes", 0),
+            "more than one process or a distributed backend: an AI PC has one XPU",
+            "num_processes: 1, distributed_type: 'NO'",
+        )
     return findings
 
 
@@ -255,51 +323,97 @@ def check_structure(texts: dict[str, str]) -> list[Finding]:
     if config is not None and tree is not None:
         model_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelConfig"), None)
         if model_cfg is not None and "quantize_type" not in _segment(config, model_cfg):
-            add("ERROR", "no-nf4-schema", cfg_rel, model_cfg.lineno, "ModelConfig has no quantize_type: an NF4 "
-                "config is rejected (extra keys are forbidden)")
+            add(
+                "ERROR",
+                "no-nf4-schema",
+                cfg_rel,
+                model_cfg.lineno,
+                "ModelConfig has no quantize_type: an NF4 config is rejected (extra keys are forbidden)",
+            )
         data_cfg = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "DataConfig"), None)
         if data_cfg is not None:
             seg = _segment(config, data_cfg)
-            m = re.search(r'@field_validator\(([^)]*)\)\s*\n\s*@classmethod\s*\n\s*def \w+\(cls, v: int\) -> int:'
-                          r'\s*\n\s*if v <= 0:', seg)
+            m = re.search(
+                r"@field_validator\(([^)]*)\)\s*\n\s*@classmethod\s*\n\s*def \w+\(cls, v: int\) -> int:"
+                r"\s*\n\s*if v <= 0:",
+                seg,
+            )
             if m and "num_workers" in m.group(1):
-                add("ERROR", "num-workers-positive", cfg_rel, data_cfg.lineno + seg[: m.start()].count("\n"),
-                    "num_workers must be > 0: the Windows spawn escape hatch (0) is rejected")
+                add(
+                    "ERROR",
+                    "num-workers-positive",
+                    cfg_rel,
+                    data_cfg.lineno + seg[: m.start()].count("\n"),
+                    "num_workers must be > 0: the Windows spawn escape hatch (0) is rejected",
+                )
     if load and "nf4" not in load:
-        add("ERROR", "no-nf4-loader", f"{SRC}/models/load_model.py", 1, "no NF4 path: the transformer cannot load "
-            "in bitsandbytes nf4 (quantize: true is 8-bit)")
+        add(
+            "ERROR",
+            "no-nf4-loader",
+            f"{SRC}/models/load_model.py",
+            1,
+            "no NF4 path: the transformer cannot load in bitsandbytes nf4 (quantize: true is 8-bit)",
+        )
     if base:
         fns = _functions(_tree(base))
         train_epoch, fit = fns.get("train_epoch"), fns.get("fit")
         if train_epoch is not None and "max_train_steps" not in _segment(base, train_epoch):
-            add("ERROR", "no-max-steps-guard", base_rel, train_epoch.lineno, "train_epoch() never stops at "
-                "max_train_steps: training overruns the step budget (upstream issue #51)")
+            add(
+                "ERROR",
+                "no-max-steps-guard",
+                base_rel,
+                train_epoch.lineno,
+                "train_epoch() never stops at max_train_steps: training overruns the step budget (upstream issue #51)",
+            )
         if fit is not None:
             seg = _segment(base, fit)
             loop = re.search(r"for epoch in range\([^\n]*\n((?:[ \t]+[^\n]*\n|\n)*)", seg)
             if loop and "max_train_steps" not in loop.group(1):
-                add("WARN", "no-epoch-break", base_rel, fit.lineno + seg[: loop.start()].count("\n"),
-                    "the epoch loop does not break at max_train_steps: one redundant full checkpoint per remaining "
-                    "epoch")
+                add(
+                    "WARN",
+                    "no-epoch-break",
+                    base_rel,
+                    fit.lineno + seg[: loop.start()].count("\n"),
+                    "the epoch loop does not break at max_train_steps: one redundant full checkpoint per remaining epoch",
+                )
             if re.search(r"^\s*mp\.set_start_method\(", seg, re.MULTILINE) and "except RuntimeError" not in seg:
-                add("WARN", "spawn-unguarded", base_rel, fit.lineno, "mp.set_start_method(..., force=True) is not "
-                    "guarded")
+                add("WARN", "spawn-unguarded", base_rel, fit.lineno, "mp.set_start_method(..., force=True) is not guarded")
         if "checkpoints_total_limit" not in base:
-            add("WARN", "checkpoints-total-limit-unused", base_rel, 1, "train.checkpoints_total_limit is never "
-                "used: checkpoints are never pruned")
+            add(
+                "WARN",
+                "checkpoints-total-limit-unused",
+                base_rel,
+                1,
+                "train.checkpoints_total_limit is never used: checkpoints are never pruned",
+            )
         save_lora = fns.get("save_lora")
         if save_lora is not None and "lora_adapter_metadata" not in _segment(base, save_lora):
-            add("WARN", "lora-without-metadata", base_rel, save_lora.lineno, "the LoRA is saved without adapter "
-                "metadata: diffusers reloads it with alpha = r")
+            add(
+                "WARN",
+                "lora-without-metadata",
+                base_rel,
+                save_lora.lineno,
+                "the LoRA is saved without adapter metadata: diffusers reloads it with alpha = r",
+            )
     if qwen:
         fns = _functions(_tree(qwen))
         loss = fns.get("_compute_loss")
         if loss is not None and "torch.autocast(" not in _segment(qwen, loss):
-            add("WARN", "no-nf4-autocast", f"{SRC}/trainer/qwen_image_edit_trainer.py", loss.lineno,
-                "no autocast around the trainable forward (NF4-A2): the bf16 compute path is not taken")
+            add(
+                "WARN",
+                "no-nf4-autocast",
+                f"{SRC}/trainer/qwen_image_edit_trainer.py",
+                loss.lineno,
+                "no autocast around the trainable forward (NF4-A2): the bf16 compute path is not taken",
+            )
         if "quantize_type" not in qwen:
-            add("ERROR", "nf4-not-wired", f"{SRC}/trainer/qwen_image_edit_trainer.py", 1,
-                "the trainer never passes model.quantize_type to the transformer loader")
+            add(
+                "ERROR",
+                "nf4-not-wired",
+                f"{SRC}/trainer/qwen_image_edit_trainer.py",
+                1,
+                "the trainer never passes model.quantize_type to the transformer loader",
+            )
     if seed and "xpu" not in seed and "device_manual_seed_all" not in seed:
         add("WARN", "no-xpu-seed", f"{SRC}/utils/seed.py", 1, "seed_everything() does not seed the XPU")
     return findings

@@ -35,9 +35,17 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - e.g. OmegaConf interpolation errors
         print(json.dumps({"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}", "errors": []}))
         return ExitCode.PROBLEMS
-    print(json.dumps({"ok": True, "trainer": getattr(cfg.trainer, "value", str(cfg.trainer)),
-                      "quantization_type": cfg.quantization_type,
-                      "config": cfg.model_dump(mode="json", exclude_none=True)}, default=str))
+    print(
+        json.dumps(
+            {
+                "ok": True,
+                "trainer": getattr(cfg.trainer, "value", str(cfg.trainer)),
+                "quantization_type": cfg.quantization_type,
+                "config": cfg.model_dump(mode="json", exclude_none=True),
+            },
+            default=str,
+        )
+    )
     return ExitCode.OK
 
 

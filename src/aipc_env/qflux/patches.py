@@ -19,14 +19,34 @@ from pydantic import Field, field_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 
-__all__ = ["CALL_REWRITES", "CREATED", "EDITS_DIR", "HELPERS_MODULE", "HELPER_NAMES", "PATCHES", "SRC", "CallRewrite",
-           "Create", "EditSet", "Replace", "helper_import", "import_anchor", "load_edits"]
+__all__ = [
+    "CALL_REWRITES",
+    "CREATED",
+    "EDITS_DIR",
+    "HELPERS_MODULE",
+    "HELPER_NAMES",
+    "PATCHES",
+    "SRC",
+    "CallRewrite",
+    "Create",
+    "EditSet",
+    "Replace",
+    "helper_import",
+    "import_anchor",
+    "load_edits",
+]
 
 SRC = "src/qflux"
 HELPERS_MODULE = f"{SRC}/utils/device_utils.py"
 EDITS_DIR = Path(__file__).resolve().parent / "edits"
-HELPER_NAMES = ("device_empty_cache", "device_synchronize", "device_manual_seed_all", "device_context",
-                "device_available", "device_capability")
+HELPER_NAMES = (
+    "device_empty_cache",
+    "device_synchronize",
+    "device_manual_seed_all",
+    "device_context",
+    "device_available",
+    "device_capability",
+)
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
 _CLONE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$"
@@ -123,8 +143,12 @@ def load_edits(folder: Path = EDITS_DIR) -> tuple[tuple[Create, ...], tuple[Repl
     if len(ids) != len(set(ids)):
         raise ValueError(f"{folder / 'edits.yaml'}: duplicate replace ids")
     created = tuple(Create(c.path, _read(folder / "created" / c.file), c.why) for c in index.created)
-    patches = tuple(Replace(r.id, r.path, _read(folder / "replace" / f"{r.id}.old"),
-                            _read(folder / "replace" / f"{r.id}.new"), r.why, r.count) for r in index.replace)
+    patches = tuple(
+        Replace(
+            r.id, r.path, _read(folder / "replace" / f"{r.id}.old"), _read(folder / "replace" / f"{r.id}.new"), r.why, r.count
+        )
+        for r in index.replace
+    )
     rewrites = tuple(CallRewrite(c.pattern, c.helper, c.replacement) for c in index.call_rewrites)
     return created, patches, rewrites
 

@@ -37,14 +37,14 @@ STEPS = 5
 """max_train_steps; with a checkpoint at every step, the recommended checkpoints_total_limit (3) prunes two."""
 TINY_SIDE = 64
 
-SHIM = '''\
+SHIM = """\
 # aipc-env smoke (test-environment shim): aipc_env.train.compat's Qwen2VLProcessor shim, for the clone's processes.
 # Where torchvision does not import (a CPU torch without its torchvision), the processor is limited to image
 # processor + tokenizer, all the Qwen-Image-Edit pipelines use. Where torchvision imports, nothing changes.
 from aipc_env.train.compat import processor_without_video
 
 processor_without_video()
-'''
+"""
 
 ACCELERATE = """\
 # written by aipc-env adapt --smoke: one process; accelerate picks the XPU/GPU when there is one, else the CPU
@@ -88,8 +88,10 @@ class SmokeResult(VersionedModel):
     seconds: float
 
     def summary(self) -> str:
-        lines = [f"smoke ({self.trainer}, {STEPS} steps, pair {self.pair or 'none'}: {self.pair_why}): "
-                 f"{'PASS' if self.passed else 'FAIL'} in {self.seconds:.0f} s"]
+        lines = [
+            f"smoke ({self.trainer}, {STEPS} steps, pair {self.pair or 'none'}: {self.pair_why}): "
+            f"{'PASS' if self.passed else 'FAIL'} in {self.seconds:.0f} s"
+        ]
         lines.append(f"  trained recommend's qflux config; changed only {len(self.changed)} key(s):")
         lines += [f"    {key}: {why}" for key, why in self.changed.items()]
         lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
@@ -104,11 +106,11 @@ PREQUANTIZED_NEEDS_AN_ACCELERATOR = (
     "removed: this env has no XPU, and the clone's pinned libraries load a bitsandbytes NF4 folder only on an "
     "accelerator (transformers 4.52.4: Bnb4BitHfQuantizer.validate_environment needs intel_extension_for_pytorch "
     "for the CPU; diffusers 0.39.0: BnB4BitDiffusersQuantizer.validate_environment raises 'No GPU found'); the "
-    "transformer is quantized to NF4 on load instead")
+    "transformer is quantized to NF4 on load instead"
+)
 
 
-def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool,
-                 plus: bool = True) -> tuple[dict, dict[str, str]]:
+def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool, plus: bool = True) -> tuple[dict, dict[str, str]]:
     """`recommend --engine qflux`'s config for this machine, changed only where a tiny model must: paths, sizes,
     step counts, and (without an XPU) the devices and the pre-quantized folders. Optimizer, LoRA, gradient
     checkpointing and accumulation, caption dropout, quantization, workers and the checkpoint limit stay as
@@ -125,21 +127,29 @@ def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool,
         "data.init_args.processor.init_args.target_size": (size, "size: the tiny model's images"),
         "data.init_args.processor.init_args.controls_size": ([size], "size: the tiny model's images"),
         "train.max_train_steps": (STEPS, "steps"),
-        "train.checkpointing_steps": (1, "steps: a periodic checkpoint at every step, so the recommended "
-                                         "checkpoints_total_limit must prune"),
+        "train.checkpointing_steps": (
+            1,
+            "steps: a periodic checkpoint at every step, so the recommended checkpoints_total_limit must prune",
+        ),
         "lr_scheduler.warmup_steps": (1, "steps: the warmup ends within the smoke"),
     }
     if not plus and recommended.get("trainer") != "QwenImageEdit":
-        changes["trainer"] = ("QwenImageEdit", "variant: the original Qwen-Image-Edit trainer (--smoke without "
-                              "--plus); recommend offers Edit-2509, which is the Plus trainer")
+        changes["trainer"] = (
+            "QwenImageEdit",
+            "variant: the original Qwen-Image-Edit trainer (--smoke without "
+            "--plus); recommend offers Edit-2509, which is the Plus trainer",
+        )
     if not accelerator:
         for key in ("cache.devices.vae", "cache.devices.text_encoder"):
             if get_dotted(cfg, key) not in (None, "cpu"):
                 changes[key] = ("cpu", "device: this env has no XPU (torch.xpu.is_available() is False)")
     for key, folder in (("model.text_encoder_path", "text-encoder-nf4"), ("model.transformer_path", "transformer-nf4")):
         if get_dotted(cfg, key) is not None:
-            changes[key] = ((str(out / folder), "path: the tiny model, pre-quantized by aipc-env quantize")
-                            if accelerator else (DROP, PREQUANTIZED_NEEDS_AN_ACCELERATOR))
+            changes[key] = (
+                (str(out / folder), "path: the tiny model, pre-quantized by aipc-env quantize")
+                if accelerator
+                else (DROP, PREQUANTIZED_NEEDS_AN_ACCELERATOR)
+            )
     for key, (value, _) in changes.items():
         set_dotted(cfg, key, value, remove=value is DROP)
     return cfg, {key: why for key, (_, why) in changes.items()}
@@ -161,11 +171,20 @@ def recommended_for(machine: Machine | None) -> dict:
     return qflux_config(recommend(machine, force=True), dataset_path=None)
 
 
-def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | None = None, plus: bool = False,
-              run_dir: Path | None = None, env_prefix: Path | None = None, dry_run: bool = False,
-              log: Callable[[str], None] | None = None, platform: Platform | None = None,
-              toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None,
-              machine: Machine | None = None) -> SmokeResult:
+def run_smoke(
+    clone: Path,
+    *,
+    pair_id: str | None = None,
+    matrix_path: Path | None = None,
+    plus: bool = False,
+    run_dir: Path | None = None,
+    env_prefix: Path | None = None,
+    dry_run: bool = False,
+    log: Callable[[str], None] | None = None,
+    platform: Platform | None = None,
+    toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None,
+    machine: Machine | None = None,
+) -> SmokeResult:
     """The smoke through the run service: the clone's qflux env (or `env_prefix`) and its pair by the one policy,
     the pair's oneAPI activated in the launcher, upstream's cache and fit phases between a prepare phase (tiny
     model, data, and the smoke config from the machine's recommendation) and a verify phase. `platform` and
@@ -195,35 +214,67 @@ def run_smoke(clone: Path, *, pair_id: str | None = None, matrix_path: Path | No
     def phases(chosen: Chosen) -> list[Phase]:
         py, src = chosen.python, str(clone / "src")
         return [
-            Phase(name="prepare", argv=SmokePrepare(out=run_dir, recommended=recommended, config=config,
-                                                    plus=plus).argv(py)),
+            Phase(name="prepare", argv=SmokePrepare(out=run_dir, recommended=recommended, config=config, plus=plus).argv(py)),
             Phase(name="validate", argv=[py, str(LOADER_SCRIPT), str(clone), str(config)], cwd=src),
             # the cache and fit phases exactly as `aipc-env train` runs a qflux config
-            *engine_phases(TrainConfig(engine="qflux", qflux=QfluxSection(clone=str(clone), config=str(config)),
-                                       output_dir=str(run_dir)), config, py, run_dir / ACCELERATE_CONFIG),
+            *engine_phases(
+                TrainConfig(engine="qflux", qflux=QfluxSection(clone=str(clone), config=str(config)), output_dir=str(run_dir)),
+                config,
+                py,
+                run_dir / ACCELERATE_CONFIG,
+            ),
             Phase(name="verify", argv=SmokeVerify(run=run_dir, clone=clone, config=config).argv(py)),
         ]
 
     log(f"smoke: {clone} in {run_dir}")
-    outcome = start_run(RunRequest(
-        command="smoke", run_dir=run_dir, log_file=run_dir / "smoke.log", phases=phases, env_flag=env_prefix,
-        pair_flag=pair_id, matrix_path=matrix_path, engine="qflux", qflux_clone=clone, dry_run=dry_run,
-        extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-        files={ACCELERATE_CONFIG: ACCELERATE}, pythonpath=[str(run_dir / "shim"), str(package_root())],
-        say=log), platform=platform, toolchain=toolchain)
+    outcome = start_run(
+        RunRequest(
+            command="smoke",
+            run_dir=run_dir,
+            log_file=run_dir / "smoke.log",
+            phases=phases,
+            env_flag=env_prefix,
+            pair_flag=pair_id,
+            matrix_path=matrix_path,
+            engine="qflux",
+            qflux_clone=clone,
+            dry_run=dry_run,
+            extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+            files={ACCELERATE_CONFIG: ACCELERATE},
+            pythonpath=[str(run_dir / "shim"), str(package_root())],
+            say=log,
+        ),
+        platform=platform,
+        toolchain=toolchain,
+    )
     rc = outcome.exit_code
     checks: list[SmokeCheck] = []
     verify = run_dir / "verify.json"
     if verify.is_file():
         checks = [SmokeCheck(**c) for c in read_json(verify, "the smoke's verify.json")["checks"]]
     elif not dry_run:
-        checks.append(SmokeCheck(name="phases", ok=False, detail=f"the run stopped with exit code {rc} before the "
-                                 f"checks; see {outcome.plan.log_file}"))
+        checks.append(
+            SmokeCheck(
+                name="phases",
+                ok=False,
+                detail=f"the run stopped with exit code {rc} before the checks; see {outcome.plan.log_file}",
+            )
+        )
     changes = run_dir / "changes.json"
     changed = read_json(changes, "the smoke's changes.json") if changes.is_file() else {}
     pair = outcome.pair
-    return SmokeResult(clone=str(clone), trainer="QwenImageEditPlus" if plus else "QwenImageEdit",
-                       pair=pair.pair.id if pair.pair else None, pair_why=pair.why, env_python=str(outcome.env.python),
-                       run_dir=str(run_dir), log=outcome.plan.log_file, launcher=str(outcome.script), exit_code=rc,
-                       passed=rc == ExitCode.OK and bool(checks) and all(c.ok for c in checks), checks=checks,
-                       changed=changed, seconds=round(time.perf_counter() - t0, 1))
+    return SmokeResult(
+        clone=str(clone),
+        trainer="QwenImageEditPlus" if plus else "QwenImageEdit",
+        pair=pair.pair.id if pair.pair else None,
+        pair_why=pair.why,
+        env_python=str(outcome.env.python),
+        run_dir=str(run_dir),
+        log=outcome.plan.log_file,
+        launcher=str(outcome.script),
+        exit_code=rc,
+        passed=rc == ExitCode.OK and bool(checks) and all(c.ok for c in checks),
+        checks=checks,
+        changed=changed,
+        seconds=round(time.perf_counter() - t0, 1),
+    )

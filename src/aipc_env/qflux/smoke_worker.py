@@ -38,8 +38,7 @@ def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict:
     from aipc_env.train.tinypipe import build_tiny_pipeline
 
     accelerator = has_xpu()
-    cfg, changed = smoke_config(yaml.safe_load(recommended.read_text(encoding="utf-8")), out, accelerator=accelerator,
-                                plus=plus)
+    cfg, changed = smoke_config(yaml.safe_load(recommended.read_text(encoding="utf-8")), out, accelerator=accelerator, plus=plus)
     build_tiny_pipeline(out / "model", plus=plus)
     if accelerator:  # the recommendation's pre-quantized folders, made from the tiny model as a user makes them
         import torch
@@ -83,49 +82,72 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
 
     from qflux.models.load_model import load_transformer
 
-    dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4",
-                           transformer_path=cfg["model"].get("transformer_path"))
+    dit = load_transformer(str(model), torch.bfloat16, quantize_type="nf4", transformer_path=cfg["model"].get("transformer_path"))
     linears = {n: m for n, m in dit.transformer_blocks.named_modules() if isinstance(m, torch.nn.Linear)}
-    nf4 = [n for n, m in linears.items() if isinstance(m, bnb.nn.Linear4bit)
-           and isinstance(m.weight, bnb.nn.Params4bit) and m.weight.quant_type == "nf4"]
-    check("nf4-linear-layers", bool(linears) and len(nf4) == len(linears),
-          f"{len(nf4)}/{len(linears)} Linear layers of the DiT blocks are bnb.nn.Linear4bit (nf4), as the clone's "
-          "load_transformer(quantize_type='nf4') gives them to the fit phase")
+    nf4 = [
+        n
+        for n, m in linears.items()
+        if isinstance(m, bnb.nn.Linear4bit) and isinstance(m.weight, bnb.nn.Params4bit) and m.weight.quant_type == "nf4"
+    ]
+    check(
+        "nf4-linear-layers",
+        bool(linears) and len(nf4) == len(linears),
+        f"{len(nf4)}/{len(linears)} Linear layers of the DiT blocks are bnb.nn.Linear4bit (nf4), as the clone's "
+        "load_transformer(quantize_type='nf4') gives them to the fit phase",
+    )
     log = run / "smoke.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     row = re.search(r"DTypes\s*│\s*nf4\s*│\s*([^│]+)│", text)
-    check("fit-phase-ran-nf4", row is not None, f"upstream's model summary in the fit phase: nf4 {row.group(1).strip()}"
-          if row else f"no nf4 row in upstream's model summary ({log})")
+    check(
+        "fit-phase-ran-nf4",
+        row is not None,
+        f"upstream's model summary in the fit phase: nf4 {row.group(1).strip()}"
+        if row
+        else f"no nf4 row in upstream's model summary ({log})",
+    )
     lasts = sorted(glob.glob(str(output / "**" / "checkpoint-last-*-last"), recursive=True))
     state = {}
     if lasts:
         state = json.loads((Path(lasts[-1]) / "state.json").read_text(encoding="utf-8"))
     others = [p for p in glob.glob(str(output / "**" / "checkpoint-*"), recursive=True) if p not in lasts]
-    check("final-checkpoint", bool(lasts) and state.get("global_step") == steps and bool(state.get("is_last")),
-          f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
-          f"{len(lasts)} final and {len(others)} periodic checkpoint(s)")
+    check(
+        "final-checkpoint",
+        bool(lasts) and state.get("global_step") == steps and bool(state.get("is_last")),
+        f"{lasts[-1] if lasts else 'none'}: global_step {state.get('global_step')} (max_train_steps {steps}); "
+        f"{len(lasts)} final and {len(others)} periodic checkpoint(s)",
+    )
     steps_kept = sorted(int(p.rsplit("-", 1)[-1]) for p in others if p.rsplit("-", 1)[-1].isdigit())
     newest = list(range(every, steps + 1, every))[-keep:]
-    check("checkpoints-pruned", steps_kept == newest,
-          f"periodic checkpoints left at steps {steps_kept}: checkpoints_total_limit {keep} keeps the newest "
-          f"{newest} of steps 1-{steps} (the adapted pruning; upstream never prunes)")
+    check(
+        "checkpoints-pruned",
+        steps_kept == newest,
+        f"periodic checkpoints left at steps {steps_kept}: checkpoints_total_limit {keep} keeps the newest "
+        f"{newest} of steps 1-{steps} (the adapted pruning; upstream never prunes)",
+    )
     ok_reload, detail = False, "no final checkpoint"
     if lasts:
         from diffusers import QwenImageEditPipeline, QwenImageTransformer2DModel
 
-        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name=LORA_WEIGHTS,
-                                                         return_lora_metadata=True)
+        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name=LORA_WEIGHTS, return_lora_metadata=True)
         fresh = QwenImageTransformer2DModel.from_pretrained(str(model), subfolder="transformer")
         QwenImageEditPipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)
         layer = fresh.transformer_blocks[0].attn.to_q
         scaling = list(layer.scaling.values())
         up = [v for k, v in sd.items() if re.search(r"lora[._](B|up)\b", k)]
         trained = bool(up) and any(float(v.abs().max()) > 0 for v in up)  # B starts at zero
-        ok_reload = bool(meta) and meta.get("transformer.lora_alpha") == alpha and meta.get("transformer.r") == rank \
-            and scaling == [alpha / rank] and trained and all(bool(torch.isfinite(v).all()) for v in sd.values())
-        detail = (f"{len(sd)} tensors via diffusers, metadata alpha {(meta or {}).get('transformer.lora_alpha')} "
-                  f"r {(meta or {}).get('transformer.r')}, scaling {scaling} (expected {alpha / rank:g}), "
-                  f"lora_B trained: {trained}")
+        ok_reload = (
+            bool(meta)
+            and meta.get("transformer.lora_alpha") == alpha
+            and meta.get("transformer.r") == rank
+            and scaling == [alpha / rank]
+            and trained
+            and all(bool(torch.isfinite(v).all()) for v in sd.values())
+        )
+        detail = (
+            f"{len(sd)} tensors via diffusers, metadata alpha {(meta or {}).get('transformer.lora_alpha')} "
+            f"r {(meta or {}).get('transformer.r')}, scaling {scaling} (expected {alpha / rank:g}), "
+            f"lora_B trained: {trained}"
+        )
     check("lora-reloads-with-alpha", ok_reload, detail)
     return {"passed": all(c["ok"] for c in checks), "checks": checks}
 

@@ -76,8 +76,9 @@ def _lora_file(lora: Path) -> tuple[Path, str]:
         return lora, LORA_WEIGHTS
     files = sorted(lora.glob("*.safetensors"))
     if len(files) != 1:
-        raise InputError("no single LoRA .safetensors file found", path=lora,
-                         fix="pass the LoRA file itself, or the run's lora/ folder")
+        raise InputError(
+            "no single LoRA .safetensors file found", path=lora, fix="pass the LoRA file itself, or the run's lora/ folder"
+        )
     return lora, files[0].name
 
 
@@ -114,20 +115,28 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
     from aipc_env.train.compat import processor_without_video
 
     if not (req.model_path / "model_index.json").is_file():
-        raise InputError("not a diffusers model folder (no model_index.json)", path=req.model_path,
-                         fix="point --config's model.path at the Qwen-Image-Edit folder")
-    missing = [p for p in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer")
-               if not (req.model_path / p).is_dir()]
+        raise InputError(
+            "not a diffusers model folder (no model_index.json)",
+            path=req.model_path,
+            fix="point --config's model.path at the Qwen-Image-Edit folder",
+        )
+    missing = [p for p in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer") if not (req.model_path / p).is_dir()]
     if missing:
-        raise InputError(f"model parts missing: {', '.join(missing)}", path=req.model_path,
-                         fix="complete the download (huggingface-cli download resumes)")
+        raise InputError(
+            f"model parts missing: {', '.join(missing)}",
+            path=req.model_path,
+            fix="complete the download (huggingface-cli download resumes)",
+        )
     lora_dir, weight_name = _lora_file(req.lora)
     samples = [s for s in scan_dataset(req.test_set).samples if s.controls and s.prompt]
     if req.max_samples:
         samples = samples[: req.max_samples]
     if not samples:
-        raise InputError("the test set has no usable sample (each needs a control image and a prompt)",
-                         path=req.test_set, fix="hold out at least 3 samples in the training layout")
+        raise InputError(
+            "the test set has no usable sample (each needs a control image and a prompt)",
+            path=req.test_set,
+            fix="hold out at least 3 samples in the training layout",
+        )
     processor_without_video()
     from aipc_env.train.devices import compute_dtype, pick_device
 
@@ -147,9 +156,15 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
         w, h = controls[0].size
         h, w = max(16, h // 16 * 16), max(16, w // 16 * 16)  # the pipelines need multiples of 16
         t = time.perf_counter()
-        image = pipe(image=controls if plus else controls[0], prompt=sample.prompt, height=h, width=w,
-                     num_inference_steps=req.num_inference_steps, true_cfg_scale=1.0,
-                     generator=torch.Generator().manual_seed(req.seed)).images[0]
+        image = pipe(
+            image=controls if plus else controls[0],
+            prompt=sample.prompt,
+            height=h,
+            width=w,
+            num_inference_steps=req.num_inference_steps,
+            true_cfg_scale=1.0,
+            generator=torch.Generator().manual_seed(req.seed),
+        ).images[0]
         return image, time.perf_counter() - t
 
     base = []
@@ -159,8 +174,11 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
     try:
         pipe.load_lora_weights(str(lora_dir), weight_name=weight_name)
     except Exception as exc:  # noqa: BLE001 - diffusers raises several types for a mismatched LoRA
-        raise AipcError(f"the LoRA does not fit this model ({type(exc).__name__}: {str(exc)[:200]})",
-                        path=req.lora, fix="compare with the base model the LoRA was trained on") from None
+        raise AipcError(
+            f"the LoRA does not fit this model ({type(exc).__name__}: {str(exc)[:200]})",
+            path=req.lora,
+            fix="compare with the base model the LoRA was trained on",
+        ) from None
     (config,) = pipe.transformer.peft_config.values()
     rows, entries = [], []
     for i, (s, (b_img, b_t)) in enumerate(zip(samples, base)):
@@ -169,28 +187,44 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
         b_img.save(req.out / f"{stem}__base.png")
         l_img.save(req.out / f"{stem}__lora.png")
         target = load(s.target) if s.target is not None else None
-        entry = {"id": s.id, "prompt": s.prompt, "seed": req.seed, "size": list(b_img.size),
-                 "files": {"base": f"{stem}__base.png", "lora": f"{stem}__lora.png"},
-                 "seconds": {"base": round(b_t, 3), "lora": round(l_t, 3)},
-                 "base_vs_lora": round(_distance(b_img, l_img), 3)}
+        entry = {
+            "id": s.id,
+            "prompt": s.prompt,
+            "seed": req.seed,
+            "size": list(b_img.size),
+            "files": {"base": f"{stem}__base.png", "lora": f"{stem}__lora.png"},
+            "seconds": {"base": round(b_t, 3), "lora": round(l_t, 3)},
+            "base_vs_lora": round(_distance(b_img, l_img), 3),
+        }
         if target is not None:
             target.save(req.out / f"{stem}__target.png")
             entry["files"]["target"] = f"{stem}__target.png"
-            entry["distance_to_target"] = {"base": round(_distance(b_img, target), 3),
-                                           "lora": round(_distance(l_img, target), 3)}
+            entry["distance_to_target"] = {"base": round(_distance(b_img, target), 3), "lora": round(_distance(l_img, target), 3)}
         entries.append(entry)
-        rows.append([*[(f"control {k}", load(c)) for k, c in enumerate(s.controls)], ("target", target),
-                     ("base", b_img), ("LoRA", l_img)])
+        rows.append(
+            [*[(f"control {k}", load(c)) for k, c in enumerate(s.controls)], ("target", target), ("base", b_img), ("LoRA", l_img)]
+        )
         log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
     _grid(rows, req.out / "grid.png")
     unchanged = all(e["base_vs_lora"] == 0 for e in entries)
-    judged = [HeldOutSample(id=e["id"], base=e["distance_to_target"]["base"], lora=e["distance_to_target"]["lora"])
-              for e in entries if e.get("distance_to_target")]
+    judged = [
+        HeldOutSample(id=e["id"], base=e["distance_to_target"]["base"], lora=e["distance_to_target"]["lora"])
+        for e in entries
+        if e.get("distance_to_target")
+    ]
     verdict = judge_learning(judged, metric="mean absolute pixel difference, 0-255", margin=req.margin) if judged else None
-    manifest = CompareManifest(model=str(req.model_path), lora=str(req.lora), lora_rank=config.r,
-                               lora_alpha=config.lora_alpha, num_inference_steps=req.num_inference_steps, seed=req.seed,
-                               device=device, samples=[CompareSample.model_validate(e) for e in entries],
-                               lora_changed_nothing=unchanged, verdict=verdict)
+    manifest = CompareManifest(
+        model=str(req.model_path),
+        lora=str(req.lora),
+        lora_rank=config.r,
+        lora_alpha=config.lora_alpha,
+        num_inference_steps=req.num_inference_steps,
+        seed=req.seed,
+        device=device,
+        samples=[CompareSample.model_validate(e) for e in entries],
+        lora_changed_nothing=unchanged,
+        verdict=verdict,
+    )
     write_model(req.out / "manifest.json", manifest)
     if unchanged:
         log("compare: WARNING base and LoRA outputs are identical: the training had no effect")

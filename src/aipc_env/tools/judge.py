@@ -33,14 +33,25 @@ def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
         raise AipcError("the fit phase left no LoRA to judge", path=out, fix="run the training again")
     summary = load_versioned(FitSummary, summary_path)
     log(f"judge: generating {cfg.data.heldout} with the base model and with the LoRA ({cfg.data.heldout_steps} steps)")
-    manifest = run_compare(CompareRequest(model_path=Path(cfg.model.path), lora=lora, test_set=Path(cfg.data.heldout),
-                                          out=out / HELDOUT_FOLDER, num_inference_steps=cfg.data.heldout_steps,
-                                          seed=cfg.train.seed, device=cfg.device,
-                                          max_samples=cfg.data.heldout_max_samples),
-                           log=log)
+    manifest = run_compare(
+        CompareRequest(
+            model_path=Path(cfg.model.path),
+            lora=lora,
+            test_set=Path(cfg.data.heldout),
+            out=out / HELDOUT_FOLDER,
+            num_inference_steps=cfg.data.heldout_steps,
+            seed=cfg.train.seed,
+            device=cfg.device,
+            max_samples=cfg.data.heldout_max_samples,
+        ),
+        log=log,
+    )
     if manifest.verdict is None:
-        raise AipcError("no held-out sample has a target to judge against", path=Path(cfg.data.heldout),
-                        fix="each held-out sample needs its edited target image")
+        raise AipcError(
+            "no held-out sample has a target to judge against",
+            path=Path(cfg.data.heldout),
+            fix="each held-out sample needs its edited target image",
+        )
     write_model(summary_path, summary.model_copy(update={"heldout": manifest.verdict}))
     for line in verdict_lines(manifest.verdict, "judge: "):
         log(line)
@@ -56,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     args = JudgeHeldOut.parse(argv)
     print("judge: starting (importing torch and diffusers)", flush=True)
     quiet_bitsandbytes_notices()
-    return run_worker("the judge phase",
-                      lambda: run_judge(load_run_config(args.config, datasets=False), log=lambda m: print(m, flush=True)))
+    return run_worker(
+        "the judge phase", lambda: run_judge(load_run_config(args.config, datasets=False), log=lambda m: print(m, flush=True))
+    )
 
 
 if __name__ == "__main__":

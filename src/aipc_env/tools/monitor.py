@@ -87,9 +87,17 @@ class _Stop:
     flag = False
 
 
-def run_monitor(out: Path, *, interval: float = 1.0, duration: float | None = None, pid: int | None = None,
-                device: str = "auto", plot: bool = True) -> int:
+def run_monitor(
+    out: Path,
+    *,
+    interval: float = 1.0,
+    duration: float | None = None,
+    pid: int | None = None,
+    device: str = "auto",
+    plot: bool = True,
+) -> int:
     """Sample until stopped; returns the number of samples written."""
+
     def stop(_signum, _frame):
         _Stop.flag = True
 
@@ -105,9 +113,16 @@ def run_monitor(out: Path, *, interval: float = 1.0, duration: float | None = No
         while not _Stop.flag:
             total, available = system_memory()
             used, dtotal = dev.read()
-            writer.writerow([time.strftime("%Y-%m-%dT%H:%M:%S"), f"{time.monotonic() - start:.2f}",
-                             f"{(total - available) / 1e9:.3f}", f"{available / 1e9:.3f}",
-                             "" if used is None else f"{used:.3f}", "" if dtotal is None else f"{dtotal:.3f}"])
+            writer.writerow(
+                [
+                    time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    f"{time.monotonic() - start:.2f}",
+                    f"{(total - available) / 1e9:.3f}",
+                    f"{available / 1e9:.3f}",
+                    "" if used is None else f"{used:.3f}",
+                    "" if dtotal is None else f"{dtotal:.3f}",
+                ]
+            )
             fh.flush()
             count += 1
             if duration is not None and time.monotonic() - start >= duration:
@@ -148,8 +163,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples (default 1, min 0.05)")
     p.add_argument("--duration", type=_seconds, help="stop after this many seconds (default: until stopped)")
     p.add_argument("--pid", type=_pid, help="stop when this (running) process exits")
-    p.add_argument("--device", choices=["auto", "xpu", "cuda", "none"], default="auto",
-                   help="which device memory to read (default: XPU, then CUDA; none: system memory only)")
+    p.add_argument(
+        "--device",
+        choices=["auto", "xpu", "cuda", "none"],
+        default="auto",
+        help="which device memory to read (default: XPU, then CUDA; none: system memory only)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

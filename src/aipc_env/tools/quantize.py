@@ -52,8 +52,11 @@ def _source(src: Path, part: str) -> Path:
         return src / part
     if (src / "config.json").is_file():
         return src
-    raise InputError(f"no {part}/config.json in the model folder", path=src,
-                     fix="pass the Qwen-Image-Edit folder (with model_index.json) as --src")
+    raise InputError(
+        f"no {part}/config.json in the model folder",
+        path=src,
+        fix="pass the Qwen-Image-Edit folder (with model_index.json) as --src",
+    )
 
 
 def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
@@ -65,11 +68,11 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
     source = _source(src, "transformer")
     start = time.perf_counter()
     with atomic_dir(dst) as tmp:
-        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                  bnb_4bit_compute_dtype=torch.bfloat16)
+        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
         if device.type != "cpu":
-            model = QwenImageTransformer2DModel.from_pretrained(str(source), quantization_config=qcfg,
-                                                                torch_dtype=torch.bfloat16, device_map={"": device})
+            model = QwenImageTransformer2DModel.from_pretrained(
+                str(source), quantization_config=qcfg, torch_dtype=torch.bfloat16, device_map={"": device}
+            )
             model.save_pretrained(str(tmp))
             method = "diffusers-bitsandbytes"
         else:
@@ -77,16 +80,24 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
 
             model = QwenImageTransformer2DModel.from_pretrained(str(source), torch_dtype=torch.float32)
             quantize_linear_layers_nf4(model, device, torch.float32)
-            save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
-                      str(tmp / "diffusion_pytorch_model.safetensors"))
+            save_file(
+                {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+                str(tmp / "diffusion_pytorch_model.safetensors"),
+            )
             config = dict(model.config)
             config["quantization_config"] = qcfg.to_dict()
             (tmp / "config.json").write_text(json.dumps(config, indent=2, default=list))
             method = "bitsandbytes-layerwise"
         (tmp / MARKER).write_text(json.dumps({"method": method, "source": str(source), "quant_type": "nf4"}))
-    return QuantizeResult(part="transformer", dst=str(dst), seconds=round(time.perf_counter() - start, 2),
-                          size_bytes=_folder_size(dst), peak_rss_mb=peak_rss_mb(),
-                          peak_device_mb=device_memory_mb(device, peak=True), method=method)
+    return QuantizeResult(
+        part="transformer",
+        dst=str(dst),
+        seconds=round(time.perf_counter() - start, 2),
+        size_bytes=_folder_size(dst),
+        peak_rss_mb=peak_rss_mb(),
+        peak_device_mb=device_memory_mb(device, peak=True),
+        method=method,
+    )
 
 
 def _dtype_kwarg(dtype) -> dict:
@@ -105,12 +116,17 @@ def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
     with atomic_dir(dst) as tmp:
         dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(source), quantization_config=qcfg,
-                                                                   **_dtype_kwarg(dtype),
-                                                                   device_map={"": device})
+        model = Qwen2_5_VLForConditionalGeneration.from_pretrained(
+            str(source), quantization_config=qcfg, **_dtype_kwarg(dtype), device_map={"": device}
+        )
         model.save_pretrained(str(tmp))
-        (tmp / MARKER).write_text(json.dumps({"method": "transformers-bitsandbytes", "source": str(source),
-                                              "quant_type": "nf4"}))
-    return QuantizeResult(part="text-encoder", dst=str(dst), seconds=round(time.perf_counter() - start, 2),
-                          size_bytes=_folder_size(dst), peak_rss_mb=peak_rss_mb(),
-                          peak_device_mb=device_memory_mb(device, peak=True), method="transformers-bitsandbytes")
+        (tmp / MARKER).write_text(json.dumps({"method": "transformers-bitsandbytes", "source": str(source), "quant_type": "nf4"}))
+    return QuantizeResult(
+        part="text-encoder",
+        dst=str(dst),
+        seconds=round(time.perf_counter() - start, 2),
+        size_bytes=_folder_size(dst),
+        peak_rss_mb=peak_rss_mb(),
+        peak_device_mb=device_memory_mb(device, peak=True),
+        method="transformers-bitsandbytes",
+    )

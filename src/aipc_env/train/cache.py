@@ -55,9 +55,18 @@ def _digest(part) -> str:
 
 
 def entry_key(*, model_id: str, target_size: tuple[int, int], prompt: str, target, controls: list, mask) -> str:
-    blob = json.dumps({"schema_version": CACHE_SCHEMA_VERSION, "model": model_id, "size": list(target_size), "prompt": prompt,
-                       "target": _digest(target), "controls": [_digest(c) for c in controls],
-                       "mask": _digest(mask)}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "schema_version": CACHE_SCHEMA_VERSION,
+            "model": model_id,
+            "size": list(target_size),
+            "prompt": prompt,
+            "target": _digest(target),
+            "controls": [_digest(c) for c in controls],
+            "mask": _digest(mask),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -75,8 +84,7 @@ def read_entry(path: Path) -> dict | None:
         entry = torch.load(path, weights_only=True)
     except Exception:  # noqa: BLE001 - any unreadable entry is redone
         return None
-    ok = isinstance(entry, dict) and entry.get("kind") == ENTRY_KIND and \
-        entry.get("schema_version") == CACHE_SCHEMA_VERSION
+    ok = isinstance(entry, dict) and entry.get("kind") == ENTRY_KIND and entry.get("schema_version") == CACHE_SCHEMA_VERSION
     return entry if ok else None
 
 
@@ -134,8 +142,14 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, object]]:
     model_id = model_identity(cfg.model.path)
     for ds in cfg.data.datasets:
         for s in scan_dataset(ds).samples:
-            key = entry_key(model_id=model_id, target_size=cfg.data.target_size, prompt=s.prompt or "",
-                            target=s.target, controls=s.controls, mask=s.mask)
+            key = entry_key(
+                model_id=model_id,
+                target_size=cfg.data.target_size,
+                prompt=s.prompt or "",
+                target=s.target,
+                controls=s.controls,
+                mask=s.mask,
+            )
             out.append((key, s))
     return out
 
@@ -148,8 +162,9 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
     h = cfg.data.target_size[0] // 8
     with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
         for i in range(cfg.data.synthetic_samples):
-            key = hashlib.sha256(f"cache-{CACHE_SCHEMA_VERSION}:synthetic-edit:{i}:{list(cfg.data.target_size)}"
-                                 .encode()).hexdigest()[:32]
+            key = hashlib.sha256(
+                f"cache-{CACHE_SCHEMA_VERSION}:synthetic-edit:{i}:{list(cfg.data.target_size)}".encode()
+            ).hexdigest()[:32]
             keys.append(key)
             path = entry_path(cache, key)
             if read_entry(path) is not None:
@@ -157,11 +172,17 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
                 progress.advance(quiet=True)
                 continue
             s = edit_sample(TRAIN_SEED + i, h)
-            entry = {"target": s.target.half(), "controls": [s.control.half()],
-                     "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
-                     "prompt_embeds": s.prompt_embeds.half(), "prompt_mask": None,
-                     "empty_prompt_embeds": s.prompt_embeds[:2].half() * 0, "empty_prompt_mask": None,
-                     "mask": None, "id": f"synthetic-{i}"}
+            entry = {
+                "target": s.target.half(),
+                "controls": [s.control.half()],
+                "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
+                "prompt_embeds": s.prompt_embeds.half(),
+                "prompt_mask": None,
+                "empty_prompt_embeds": s.prompt_embeds[:2].half() * 0,
+                "empty_prompt_mask": None,
+                "mask": None,
+                "id": f"synthetic-{i}",
+            }
             stats.bytes += write_entry(path, entry)
             stats.written += 1
             progress.advance(f"cache: synthetic-{i} written")
@@ -203,11 +224,17 @@ def _encode_sample(pipe, sample, size_hw: tuple[int, int], device, dtype, plus: 
         b, c, _, h, w = latents.shape
         packed = pipe._pack_latents(latents, b, c, h, w)  # [1+C, N, 64]
     shape = (1, h // 2, w // 2)
-    return {"target": packed[0].half().cpu(), "controls": [p.half().cpu() for p in packed[1:]],
-            "shapes": [shape] * (1 + len(controls)), "prompt_embeds": pe[0].half().cpu(),
-            "prompt_mask": None if pm is None else pm[0].cpu(), "empty_prompt_embeds": ee[0].half().cpu(),
-            "empty_prompt_mask": None if em is None else em[0].cpu(),
-            "mask": _mask_tokens(sample.mask, size_hw) if sample.mask is not None else None, "id": sample.id}
+    return {
+        "target": packed[0].half().cpu(),
+        "controls": [p.half().cpu() for p in packed[1:]],
+        "shapes": [shape] * (1 + len(controls)),
+        "prompt_embeds": pe[0].half().cpu(),
+        "prompt_mask": None if pm is None else pm[0].cpu(),
+        "empty_prompt_embeds": ee[0].half().cpu(),
+        "empty_prompt_mask": None if em is None else em[0].cpu(),
+        "mask": _mask_tokens(sample.mask, size_hw) if sample.mask is not None else None,
+        "id": sample.id,
+    }
 
 
 def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
@@ -234,8 +261,10 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
         if todo:
             index = read_json(Path(cfg.model.path) / "model_index.json", "model_index.json")
             plus = str(index.get("_class_name", "") if isinstance(index, dict) else "").endswith("PlusPipeline")
-            log(f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
-                f"{len(todo)} sample(s) ...")
+            log(
+                f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
+                f"{len(todo)} sample(s) ..."
+            )
             t_load = time.perf_counter()
             pipe = _load_encoders(cfg, device, dtype)
             log(f"cache: encoders ready in {time.perf_counter() - t_load:.1f} s; encoding")
@@ -249,9 +278,11 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
     write_model(cache / "index.json", CacheIndex(keys=keys))
     stats.seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in cache.glob("*.pt"))
-    log(f"cache: {stats.written} written, {stats.skipped} already cached, {stats.redone} redone; "
+    log(
+        f"cache: {stats.written} written, {stats.skipped} already cached, {stats.redone} redone; "
         f"{len(keys)} entries, {size / 1024:.1f} KiB in {cache} ({stats.seconds:.2f} s, "
-        f"{stats.written / stats.seconds if stats.seconds and stats.written else 0:.2f} samples/s)")
+        f"{stats.written / stats.seconds if stats.seconds and stats.written else 0:.2f} samples/s)"
+    )
     return stats
 
 
@@ -266,6 +297,9 @@ def load_index(cfg: TrainConfig) -> list[Path]:
     paths = [entry_path(cache, k) for k in keys]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise AipcError(f"{len(missing)} cache entries are missing ({missing[0]} ...)", path=cache,
-                        fix="run the cache phase again; it redoes only what is missing")
+        raise AipcError(
+            f"{len(missing)} cache entries are missing ({missing[0]} ...)",
+            path=cache,
+            fix="run the cache phase again; it redoes only what is missing",
+        )
     return paths

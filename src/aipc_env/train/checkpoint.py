@@ -52,8 +52,7 @@ def model_identity(model_dir: str, *, extra: tuple[str, ...] = ()) -> str:
         return model_dir
     h = hashlib.sha256()
     root = Path(model_dir)
-    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
-                *extra):
+    for rel in ("model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json", *extra):
         p = root / rel
         h.update(p.read_bytes() if p.is_file() else rel.encode())
     return h.hexdigest()[:16]
@@ -63,14 +62,19 @@ def training_fingerprint(cfg: TrainConfig) -> str:
     """What must not change between a checkpoint and its resume: the model, LoRA, data and optimizer setup."""
     assert cfg.data is not None
     data = cfg.data.model_dump(mode="json")
-    shaping = {"lora": cfg.lora.model_dump(mode="json"),
-               "data": {k: data[k] for k in ("datasets", "target_size", "batch_size", "caption_dropout_rate",
-                                             "mask_weight", "synthetic_samples")},
-               "train": cfg.train.model_dump(mode="json", include={"gradient_accumulation_steps", "learning_rate",
-                                                                   "lr_scheduler", "warmup_steps", "seed",
-                                                                   "max_grad_norm"}),
-               "optimizer": cfg.optimizer.model_dump(mode="json"),
-               "compute_dtype": cfg.compute_dtype}
+    shaping = {
+        "lora": cfg.lora.model_dump(mode="json"),
+        "data": {
+            k: data[k]
+            for k in ("datasets", "target_size", "batch_size", "caption_dropout_rate", "mask_weight", "synthetic_samples")
+        },
+        "train": cfg.train.model_dump(
+            mode="json",
+            include={"gradient_accumulation_steps", "learning_rate", "lr_scheduler", "warmup_steps", "seed", "max_grad_norm"},
+        ),
+        "optimizer": cfg.optimizer.model_dump(mode="json"),
+        "compute_dtype": cfg.compute_dtype,
+    }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -92,8 +96,11 @@ def find_resume(output_dir: str | Path, resume: str | None, *, key: str) -> Path
         return dirs[-1] if dirs else None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
-        raise InputError(f"{path} is not an aipc-env checkpoint (no {STATE_FILE})", key=key,
-                         fix="point it at <output_dir>/checkpoints/step-NNNNNNN, or use 'auto'")
+        raise InputError(
+            f"{path} is not an aipc-env checkpoint (no {STATE_FILE})",
+            key=key,
+            fix="point it at <output_dir>/checkpoints/step-NNNNNNN, or use 'auto'",
+        )
     return path
 
 
@@ -111,18 +118,27 @@ def check_resume(cfg: TrainConfig, config_path: Path) -> CheckpointState | None:
         return None
     state = load_versioned(CheckpointState, path / STATE_FILE)
     wrong = []
-    if (state.lora_rank, state.lora_alpha, sorted(state.target_modules)) != \
-            (cfg.lora.rank, cfg.lora.alpha, sorted(cfg.lora.target_modules)):
-        wrong.append(f"LoRA rank/alpha/targets {state.lora_rank}/{state.lora_alpha:g}/{','.join(state.target_modules)}"
-                     f" vs {cfg.lora.rank}/{cfg.lora.alpha:g}/{','.join(cfg.lora.target_modules)} in the config")
+    if (state.lora_rank, state.lora_alpha, sorted(state.target_modules)) != (
+        cfg.lora.rank,
+        cfg.lora.alpha,
+        sorted(cfg.lora.target_modules),
+    ):
+        wrong.append(
+            f"LoRA rank/alpha/targets {state.lora_rank}/{state.lora_alpha:g}/{','.join(state.target_modules)}"
+            f" vs {cfg.lora.rank}/{cfg.lora.alpha:g}/{','.join(cfg.lora.target_modules)} in the config"
+        )
     if state.model != model_identity(cfg.model.path if cfg.model.path != BUILTIN_TINY else BUILTIN_TINY):
         wrong.append("another base model")
     if not wrong and state.fingerprint != training_fingerprint(cfg):
         wrong.append("other data, optimizer or schedule settings (the config changed since the checkpoint)")
     if wrong:
-        raise InputError(f"cannot resume from {path}: it was trained with {'; '.join(wrong)}", path=config_path,
-                         key="train.resume", fix="restore the settings the checkpoint was made with, or remove "
-                         "train.resume (or use a new output_dir) to start over")
+        raise InputError(
+            f"cannot resume from {path}: it was trained with {'; '.join(wrong)}",
+            path=config_path,
+            key="train.resume",
+            fix="restore the settings the checkpoint was made with, or remove "
+            "train.resume (or use a new output_dir) to start over",
+        )
     return state
 
 
@@ -142,8 +158,9 @@ def save_checkpoint(out: Path, state: CheckpointState, model, opt, sched, *, lim
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state.step:07d}"
     with atomic_dir(final) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
-                  str(tmp / "lora.safetensors"))
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()}, str(tmp / "lora.safetensors")
+        )
         torch.save(opt.state_dict(), tmp / "optimizer.pt")
         torch.save(sched.state_dict(), tmp / "scheduler.pt")
         write_model(tmp / STATE_FILE, state)

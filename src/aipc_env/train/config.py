@@ -30,8 +30,10 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_ENV_VALUE = 8192
 """Bytes per `env:` value: environments have limits (32767 characters per variable on Windows, a few MiB in all on
 Linux, where exceeding them fails only when the launcher starts the interpreter)."""
-PATH_BASE_HELP = ("relative paths in a config (model, datasets, output_dir, cache_dir, resume, qflux) are resolved "
-                  "against the folder of the config file")
+PATH_BASE_HELP = (
+    "relative paths in a config (model, datasets, output_dir, cache_dir, resume, qflux) are resolved "
+    "against the folder of the config file"
+)
 BUILTIN_TINY = "builtin:tiny"
 """A tiny Qwen-Image-Edit transformer built from a config and trained once on this machine: no download
 (aipc_env.train.tinyedit)."""
@@ -59,12 +61,20 @@ class DataSection(InputModel):
     batch_size: int = Field(1, ge=1)
     num_workers: int = Field(1, ge=0)
     synthetic_samples: int = Field(16, ge=1, le=100_000, description="only for builtin:synthetic: training samples")
-    heldout_samples: int = Field(4, ge=2, le=64, description="only for builtin:synthetic: held-out samples of the "
-                                 "edit (never trained on) that judge whether the LoRA learned it")
-    heldout: str | None = Field(None, description="held-out samples (any dataset format, each with a control, a "
-                                "prompt and a target) the fit never sees: after the fit, the judge phase generates "
-                                "them with the base model and with the LoRA, from the same noise, and says whether "
-                                "the LoRA learned the edit")
+    heldout_samples: int = Field(
+        4,
+        ge=2,
+        le=64,
+        description="only for builtin:synthetic: held-out samples of the "
+        "edit (never trained on) that judge whether the LoRA learned it",
+    )
+    heldout: str | None = Field(
+        None,
+        description="held-out samples (any dataset format, each with a control, a "
+        "prompt and a target) the fit never sees: after the fit, the judge phase generates "
+        "them with the base model and with the LoRA, from the same noise, and says whether "
+        "the LoRA learned the edit",
+    )
     heldout_steps: int = Field(20, ge=1, le=200, description="sampling steps of the judge phase")
     heldout_max_samples: int = Field(4, ge=1, le=64, description="the judge phase uses at most this many samples")
     caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
@@ -133,8 +143,7 @@ class TrainConfig(VersionedInput):
 
         for key, val in value.items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _; not first a "
-                                 "digit)")
+                raise ValueError(f"{key!r} is not an environment variable name (letters, digits, _; not first a digit)")
             if any(c in val for c in "\r\n\x00") or val.startswith("="):
                 raise ValueError(f"the value of {key} cannot hold a line break or start with '='")
             if len(val.encode("utf-8")) > MAX_ENV_VALUE:
@@ -171,12 +180,25 @@ def refuse_todos(raw: Any, path: str | Path) -> None:
     """A config with a TODO placeholder left is an input error naming the first such key."""
     todos = find_todos(raw)
     if todos:
-        raise InputError(f"placeholder left to fill: {', '.join(todos)}", path=path, key=todos[0],
-                         fix="replace each TODO with a real value (a path on this machine)")
+        raise InputError(
+            f"placeholder left to fill: {', '.join(todos)}",
+            path=path,
+            key=todos[0],
+            fix="replace each TODO with a real value (a path on this machine)",
+        )
 
 
-_PATH_KEYS = ("model.path", "model.transformer_path", "model.text_encoder_path", "cache_dir", "output_dir",
-              "train.resume", "qflux.clone", "qflux.config", "data.heldout")
+_PATH_KEYS = (
+    "model.path",
+    "model.transformer_path",
+    "model.text_encoder_path",
+    "cache_dir",
+    "output_dir",
+    "train.resume",
+    "qflux.clone",
+    "qflux.config",
+    "data.heldout",
+)
 
 
 def absolute_path(value: str | None, base: Path) -> str | None:
@@ -225,23 +247,31 @@ def load_config(path: str | Path) -> TrainConfig:
     except OSError:
         size = 0  # read_yaml names the problem
     if size > MAX_CONFIG_BYTES:
-        raise InputError(f"the config is {size / 2**20:.1f} MiB; a training config is a few KiB (limit "
-                         f"{MAX_CONFIG_BYTES // 2**20} MiB)", path=path,
-                         fix="pass the training config, not a dataset or a model file")
+        raise InputError(
+            f"the config is {size / 2**20:.1f} MiB; a training config is a few KiB (limit {MAX_CONFIG_BYTES // 2**20} MiB)",
+            path=path,
+            fix="pass the training config, not a dataset or a model file",
+        )
     raw = read_yaml(path, "training config")
     if raw is None:
-        raise InputError("the config is empty", path=path,
-                         fix="`aipc-env recommend > FILE` leaves FILE empty when it writes no config (it says why on "
-                             "the terminal: a machine below 32 GB, for one); run it again with --out FILE, or try the "
-                             "whole path first: aipc-env recommend --smoke --out smoke.yaml")
+        raise InputError(
+            "the config is empty",
+            path=path,
+            fix="`aipc-env recommend > FILE` leaves FILE empty when it writes no config (it says why on "
+            "the terminal: a machine below 32 GB, for one); run it again with --out FILE, or try the "
+            "whole path first: aipc-env recommend --smoke --out smoke.yaml",
+        )
     if not isinstance(raw, dict):
-        raise InputError("expected a mapping of sections (model, data, train, ...)", path=path,
-                         fix=TrainConfig.FIX)
+        raise InputError("expected a mapping of sections (model, data, train, ...)", path=path, fix=TrainConfig.FIX)
     refuse_todos(raw, path)
     if "schema_version" not in raw and "config_version" not in raw:
         raw = {"schema_version": CONFIG_VERSION, **raw}
     if isinstance(raw.get("output_dir"), str) and not raw["output_dir"].strip():
-        raise InputError("output_dir is empty", path=path, key="output_dir",
-                         fix="name a folder for the run (checkpoints, the LoRA and logs go there)")
+        raise InputError(
+            "output_dir is empty",
+            path=path,
+            key="output_dir",
+            fix="name a folder for the run (checkpoints, the LoRA and logs go there)",
+        )
     cfg = validate_versioned(TrainConfig, raw, path)
     return _resolve_paths(cfg, path.absolute().parent)

@@ -7,8 +7,10 @@ import sys
 
 __all__ = ["DEVICE_FIX", "compute_dtype", "device_memory_mb", "peak_rss_mb", "pick_device", "require_device"]
 
-DEVICE_FIX = ("run `aipc-env doctor --probe-device` and follow its fixes (GPU driver, ONEAPI_DEVICE_SELECTOR, the "
-              "render group on Linux), or set `device: auto` to train on what this machine has")
+DEVICE_FIX = (
+    "run `aipc-env doctor --probe-device` and follow its fixes (GPU driver, ONEAPI_DEVICE_SELECTOR, the "
+    "render group on Linux), or set `device: auto` to train on what this machine has"
+)
 
 
 def pick_device(requested: str | None = None):
@@ -37,13 +39,21 @@ def require_device(requested: str | None):
     if device.type == "cpu":
         return device
     if backend is None or not backend.is_available():
-        raise AipcError(f"device {requested} is not available: torch {torch.__version__} sees no "
-                        f"{device.type.upper()} device, and a run would silently use the CPU", key="device",
-                        fix=DEVICE_FIX, exit_code=ExitCode.PROBLEMS)
+        raise AipcError(
+            f"device {requested} is not available: torch {torch.__version__} sees no "
+            f"{device.type.upper()} device, and a run would silently use the CPU",
+            key="device",
+            fix=DEVICE_FIX,
+            exit_code=ExitCode.PROBLEMS,
+        )
     count = backend.device_count()
     if device.index is not None and device.index >= count:
-        raise AipcError(f"device {requested} does not exist: {count} {device.type.upper()} device(s) here "
-                        f"(indexes 0-{count - 1})", key="device", fix=DEVICE_FIX, exit_code=ExitCode.PROBLEMS)
+        raise AipcError(
+            f"device {requested} does not exist: {count} {device.type.upper()} device(s) here (indexes 0-{count - 1})",
+            key="device",
+            fix=DEVICE_FIX,
+            exit_code=ExitCode.PROBLEMS,
+        )
     return device
 
 

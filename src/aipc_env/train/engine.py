@@ -41,8 +41,7 @@ def check_reload(cfg: TrainConfig) -> None:
     raw = load_file(str(lora_dir / LORA_WEIGHTS))
     alpha = (meta or {}).get("transformer.lora_alpha")
     if alpha != cfg.lora.alpha or len(state) != len(raw):
-        raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})",
-                        path=lora_dir)
+        raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})", path=lora_dir)
     if cfg.model and cfg.model.path == BUILTIN_TINY:
         from aipc_env.train.fit import tiny_base_cache
         from aipc_env.train.tinyedit import load_tiny_base
@@ -81,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc == ExitCode.OK:
             check_reload(cfg)
         return rc
+
     try:
         return run_worker(f"the {args.phase} phase", phase)
     finally:

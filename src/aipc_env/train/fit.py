@@ -77,11 +77,10 @@ def load_transformer(cfg: TrainConfig, device, dtype, log=print):
         from diffusers import BitsAndBytesConfig
 
         q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-        return QwenImageTransformer2DModel.from_pretrained(cfg.model.path, subfolder="transformer",
-                                                           quantization_config=q, torch_dtype=dtype,
-                                                           device_map={"": device})
-    model = QwenImageTransformer2DModel.from_pretrained(cfg.model.path, subfolder="transformer",
-                                                        torch_dtype=torch.float32)
+        return QwenImageTransformer2DModel.from_pretrained(
+            cfg.model.path, subfolder="transformer", quantization_config=q, torch_dtype=dtype, device_map={"": device}
+        )
+    model = QwenImageTransformer2DModel.from_pretrained(cfg.model.path, subfolder="transformer", torch_dtype=torch.float32)
     quantize_linear_layers_nf4(model, device, dtype)
     return model
 
@@ -104,16 +103,20 @@ def collate(entries: list[dict], drop: list[bool], device, dtype):
         padded[i, : x.shape[0]] = x
         mask[i, : x.shape[0]] = m
     target = torch.stack([e["target"].float() for e in entries])
-    controls = torch.cat([torch.stack([e["controls"][k].float() for e in entries])
-                          for k in range(len(entries[0]["controls"]))], dim=1)
+    controls = torch.cat(
+        [torch.stack([e["controls"][k].float() for e in entries]) for k in range(len(entries[0]["controls"]))], dim=1
+    )
     weights = None
     if any(e.get("mask") is not None for e in entries):
-        weights = torch.stack([e["mask"].float() if e.get("mask") is not None else torch.zeros(target.shape[1])
-                               for e in entries])
-    return {"target": target.to(device, dtype), "controls": controls.to(device, dtype),
-            "prompt_embeds": padded.to(device, dtype), "prompt_mask": None if bool(mask.all()) else mask.to(device),
-            "img_shapes": [list(map(tuple, e["shapes"])) for e in entries],
-            "token_mask": None if weights is None else weights.to(device)}
+        weights = torch.stack([e["mask"].float() if e.get("mask") is not None else torch.zeros(target.shape[1]) for e in entries])
+    return {
+        "target": target.to(device, dtype),
+        "controls": controls.to(device, dtype),
+        "prompt_embeds": padded.to(device, dtype),
+        "prompt_mask": None if bool(mask.all()) else mask.to(device),
+        "img_shapes": [list(map(tuple, e["shapes"])) for e in entries],
+        "token_mask": None if weights is None else weights.to(device),
+    }
 
 
 def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
@@ -130,9 +133,15 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
 
 def _save_checkpoint(cfg: TrainConfig, step: int, model, opt, sched, smoothed: float | None) -> Path:
     assert cfg.model
-    state = CheckpointState(step=step, smoothed_loss=smoothed, lora_rank=cfg.lora.rank, lora_alpha=cfg.lora.alpha,
-                            target_modules=cfg.lora.target_modules, model=model_identity(cfg.model.path),
-                            fingerprint=training_fingerprint(cfg))
+    state = CheckpointState(
+        step=step,
+        smoothed_loss=smoothed,
+        lora_rank=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        target_modules=cfg.lora.target_modules,
+        model=model_identity(cfg.model.path),
+        fingerprint=training_fingerprint(cfg),
+    )
     return save_checkpoint(Path(cfg.output_dir), state, model, opt, sched, limit=cfg.train.checkpoints_total_limit)
 
 
@@ -148,9 +157,11 @@ def _loaded_models() -> list[str]:
         objects = gc.get_objects()
     for obj in objects:
         try:
-            if type(obj).__name__.endswith(("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage")) \
-                    and isinstance(obj, torch.nn.Module) and type(obj).__name__.endswith(
-                    ("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage")):
+            if (
+                type(obj).__name__.endswith(("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage"))
+                and isinstance(obj, torch.nn.Module)
+                and type(obj).__name__.endswith(("ForConditionalGeneration", "Transformer2DModel", "AutoencoderKLQwenImage"))
+            ):
                 names.add(type(obj).__name__)
         except ReferenceError:
             continue
@@ -190,23 +201,35 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     if cfg.device != "auto":
         wanted = require_device(cfg.device)
         if device.type != wanted.type:
-            raise AipcError(f"accelerate placed the fit phase on {device}, the config names {cfg.device}",
-                            key="device", fix=DEVICE_FIX)
+            raise AipcError(
+                f"accelerate placed the fit phase on {device}, the config names {cfg.device}", key="device", fix=DEVICE_FIX
+            )
     dtype = compute_dtype(device, cfg.compute_dtype)
     paths = load_index(cfg)
     from accelerate.utils import set_seed
 
     set_seed(cfg.train.seed)  # LoRA init and everything after it is a function of the seed
     assert cfg.model
-    how = ("pre-quantized NF4" if cfg.model.transformer_path else
-           "quantizing to NF4 on load" if device.type != "cpu" else "then quantizing its Linear layers to NF4")
+    how = (
+        "pre-quantized NF4"
+        if cfg.model.transformer_path
+        else "quantizing to NF4 on load"
+        if device.type != "cpu"
+        else "then quantizing its Linear layers to NF4"
+    )
     log(f"fit: loading the transformer ({cfg.model.transformer_path or cfg.model.path}; {how}) ...")
     t_load = time.perf_counter()
     model = load_transformer(cfg, device, dtype, log=log)
     log(f"fit: transformer ready in {time.perf_counter() - t_load:.1f} s")
     model.requires_grad_(False)
-    model.add_adapter(LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, target_modules=cfg.lora.target_modules,
-                                 init_lora_weights=cfg.lora.init if cfg.lora.init == "gaussian" else True))
+    model.add_adapter(
+        LoraConfig(
+            r=cfg.lora.rank,
+            lora_alpha=cfg.lora.alpha,
+            target_modules=cfg.lora.target_modules,
+            init_lora_weights=cfg.lora.init if cfg.lora.init == "gaussian" else True,
+        )
+    )
     if cfg.train.gradient_checkpointing:
         model.enable_gradient_checkpointing()
     model.train()
@@ -216,13 +239,16 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     if cfg.optimizer.type == "adam8bit":
         import bitsandbytes as bnb
 
-        opt = bnb.optim.Adam8bit(params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas,
-                                 weight_decay=cfg.optimizer.weight_decay)
+        opt = bnb.optim.Adam8bit(
+            params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas, weight_decay=cfg.optimizer.weight_decay
+        )
     else:
-        opt = torch.optim.AdamW(params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas,
-                                weight_decay=cfg.optimizer.weight_decay)
-    sched = get_scheduler(cfg.train.lr_scheduler, opt, num_warmup_steps=cfg.train.warmup_steps,
-                          num_training_steps=cfg.train.max_train_steps)
+        opt = torch.optim.AdamW(
+            params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas, weight_decay=cfg.optimizer.weight_decay
+        )
+    sched = get_scheduler(
+        cfg.train.lr_scheduler, opt, num_warmup_steps=cfg.train.warmup_steps, num_training_steps=cfg.train.max_train_steps
+    )
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
@@ -235,14 +261,18 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             rows = [r for r in map(loads_json, log_path.read_text().splitlines()) if r["step"] <= step]
         log(f"fit: resumed from {resume} at step {step}")
     models = _loaded_models()
-    log(f"fit: device {device}, compute dtype {str(dtype).replace('torch.', '')}, {len(paths)} cached samples, "
-        f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}")
+    log(
+        f"fit: device {device}, compute dtype {str(dtype).replace('torch.', '')}, {len(paths)} cached samples, "
+        f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}"
+    )
     accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
     t_step = time.perf_counter()
     progress = PhaseProgress("fit", cfg.train.max_train_steps, unit="steps", done=step, log=log)
     if step < cfg.train.max_train_steps:
-        log(f"fit: step {step + 1} starting (the first one also compiles kernels: on an XPU Triton's JIT can take "
-            "a minute or more the first time)")
+        log(
+            f"fit: step {step + 1} starting (the first one also compiles kernels: on an XPU Triton's JIT can take "
+            "a minute or more the first time)"
+        )
     with log_path.open("w", encoding="utf-8") as fh, progress:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
@@ -253,8 +283,9 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
                 idx = _positions(micro, bs, len(paths), cfg.train.seed)
                 entries = [read_entry(paths[i]) for i in idx]
                 if any(e is None for e in entries):
-                    raise AipcError("a cache entry became unreadable", path=cfg.resolved_cache_dir(),
-                                    fix="run the cache phase again")
+                    raise AipcError(
+                        "a cache entry became unreadable", path=cfg.resolved_cache_dir(), fix="run the cache phase again"
+                    )
                 g = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + micro)
                 drop = [bool(torch.rand(1, generator=g) < cfg.data.caption_dropout_rate) for _ in entries]
                 batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]  # accelerate moves a batch dict; collate takes the device it names
@@ -273,22 +304,31 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
                 return ExitCode.PROBLEMS
             smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
             now = time.perf_counter()
-            row = {"step": step, "loss": round(total, 6), "smoothed_loss": round(smoothed, 6),
-                   "lr": sched.get_last_lr()[0], "step_seconds": round(now - t_step, 4),
-                   "device_memory_mb": device_memory_mb(device)}
+            row = {
+                "step": step,
+                "loss": round(total, 6),
+                "smoothed_loss": round(smoothed, 6),
+                "lr": sched.get_last_lr()[0],
+                "step_seconds": round(now - t_step, 4),
+                "device_memory_mb": device_memory_mb(device),
+            }
             t_step = now
             rows.append(row)
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-            progress.advance(f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
-                             f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms")
+            progress.advance(
+                f"step {step}/{cfg.train.max_train_steps} loss {total:.4f} smoothed {smoothed:.4f} "
+                f"lr {row['lr']:.2e} {row['step_seconds'] * 1000:.0f} ms"
+            )
             if step % cfg.train.checkpointing_steps == 0 and step < cfg.train.max_train_steps:
                 saved = _save_checkpoint(cfg, step, model, opt, sched, smoothed)
                 progress.note(f"fit: checkpoint {saved}")
     lora_dir = out / "lora"
     QwenImageEditPipeline.save_lora_weights(
-        lora_dir, transformer_lora_layers=get_peft_model_state_dict(model),
-        transformer_lora_adapter_metadata=model.peft_config["default"].to_dict())
+        lora_dir,
+        transformer_lora_layers=get_peft_model_state_dict(model),
+        transformer_lora_adapter_metadata=model.peft_config["default"].to_dict(),
+    )
     respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
@@ -297,11 +337,18 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
         from aipc_env.train.heldout import judge_builtin_edit
 
         t_judge = time.perf_counter()
-        verdict = judge_builtin_edit(model, count=cfg.data.heldout_samples, latent_hw=cfg.data.target_size[0] // 8,
-                                     device=device, dtype=dtype)
+        verdict = judge_builtin_edit(
+            model, count=cfg.data.heldout_samples, latent_hw=cfg.data.target_size[0] // 8, device=device, dtype=dtype
+        )
         log(f"fit: held-out check done in {time.perf_counter() - t_judge:.2f} s")
-    summary = FitSummary(steps=step, models_in_memory=models, lora=str(lora_dir / LORA_WEIGHTS),
-                         final_smoothed_loss=smoothed, resumed_from=str(resume) if resume else None, heldout=verdict)
+    summary = FitSummary(
+        steps=step,
+        models_in_memory=models,
+        lora=str(lora_dir / LORA_WEIGHTS),
+        final_smoothed_loss=smoothed,
+        resumed_from=str(resume) if resume else None,
+        heldout=verdict,
+    )
     write_model(out / "fit_summary.json", summary)
     if verdict is not None:
         for line in verdict_lines(verdict, "fit: "):

@@ -18,8 +18,9 @@ def rms(a: Any, b: Any) -> float:
     return float(((a.float() - b.float()) ** 2).mean().sqrt())
 
 
-def judge_builtin_edit(model: Any, *, count: int, latent_hw: int, device: Any, dtype: Any,
-                       margin: float = DEFAULT_MARGIN) -> LearningVerdict:
+def judge_builtin_edit(
+    model: Any, *, count: int, latent_hw: int, device: Any, dtype: Any, margin: float = DEFAULT_MARGIN
+) -> LearningVerdict:
     """Sample `count` held-out edits (never trained on) with the base and with the LoRA; judge the distances."""
     import torch
 
@@ -33,10 +34,17 @@ def judge_builtin_edit(model: Any, *, count: int, latent_hw: int, device: Any, d
         out = []
         for j, s in enumerate(held):
             with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                latents = sample_edit_latents(model, scheduler, controls=s.control[None].to(device, dtype),
-                                              prompt_embeds=s.prompt_embeds[None].to(device, dtype), prompt_mask=None,
-                                              target_hw=(latent_hw, latent_hw), control_hw=(latent_hw, latent_hw),
-                                              steps=HELDOUT_STEPS, generator=torch.Generator().manual_seed(j))
+                latents = sample_edit_latents(
+                    model,
+                    scheduler,
+                    controls=s.control[None].to(device, dtype),
+                    prompt_embeds=s.prompt_embeds[None].to(device, dtype),
+                    prompt_mask=None,
+                    target_hw=(latent_hw, latent_hw),
+                    control_hw=(latent_hw, latent_hw),
+                    steps=HELDOUT_STEPS,
+                    generator=torch.Generator().manual_seed(j),
+                )
             out.append(latents[0].float().cpu())
         return out
 
@@ -49,6 +57,12 @@ def judge_builtin_edit(model: Any, *, count: int, latent_hw: int, device: Any, d
     samples = []
     for j, (s, b, lo) in enumerate(zip(held, base, lora)):
         others = [rms(lo, t.target) for k, t in enumerate(held) if k != j]
-        samples.append(HeldOutSample(id=f"held-out-{j}", base=round(rms(b, s.target), 6), lora=round(rms(lo, s.target), 6),
-                                     lora_to_other_targets=round(sum(others) / len(others), 6) if others else None))
+        samples.append(
+            HeldOutSample(
+                id=f"held-out-{j}",
+                base=round(rms(b, s.target), 6),
+                lora=round(rms(lo, s.target), 6),
+                lora_to_other_targets=round(sum(others) / len(others), 6) if others else None,
+            )
+        )
     return judge_learning(samples, metric="latent RMS", margin=margin)

@@ -18,6 +18,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
     """Everything a run needs that can be checked without the training stack: paths exist and have the right
     kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
     every dataset validates. One path for `aipc-env train` and the engine's phases."""
+
     def must_exist(value: str | None, key: str, what: str, kind: str | None = None) -> None:
         if not value or value.startswith("builtin:"):
             return
@@ -37,8 +38,12 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
         must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")
         must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory", "dir")
         if cfg.model.path != BUILTIN_TINY and not (Path(cfg.model.path) / "model_index.json").is_file():
-            raise InputError(f"{cfg.model.path} is not a diffusers model folder (no model_index.json)", path=path,
-                             key="model.path", fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli")
+            raise InputError(
+                f"{cfg.model.path} is not a diffusers model folder (no model_index.json)",
+                path=path,
+                key="model.path",
+                fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli",
+            )
     if cfg.train.resume and cfg.train.resume != "auto":
         must_exist(cfg.train.resume, "train.resume", "checkpoint", "dir")
     if cfg.engine == "builtin" and cfg.train.resume:
@@ -47,8 +52,12 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
         must_exist(cfg.qflux.clone, "qflux.clone", "qwen-image-finetune clone", "dir")
         must_exist(cfg.qflux.config, "qflux.config", "qflux config", "file")
         if not (Path(cfg.qflux.clone) / "src" / "qflux").is_dir():
-            raise InputError(f"{cfg.qflux.clone} has no src/qflux package", path=path, key="qflux.clone",
-                             fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune")
+            raise InputError(
+                f"{cfg.qflux.clone} has no src/qflux package",
+                path=path,
+                key="qflux.clone",
+                fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune",
+            )
     if cfg.data and cfg.model:
         for i, ds in enumerate(cfg.data.datasets):
             must_exist(ds, f"data.datasets[{i}]", "dataset")
@@ -57,11 +66,19 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
             _check_datasets(cfg, path)
         synthetic = [d == BUILTIN_SYNTHETIC for d in cfg.data.datasets]
         if cfg.model.path == BUILTIN_TINY and not all(synthetic):
-            raise InputError("model builtin:tiny trains only on builtin:synthetic", path=path, key="data.datasets",
-                             fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)")
+            raise InputError(
+                "model builtin:tiny trains only on builtin:synthetic",
+                path=path,
+                key="data.datasets",
+                fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)",
+            )
         if cfg.model.path != BUILTIN_TINY and any(synthetic):
-            raise InputError("builtin:synthetic goes with model builtin:tiny", path=path, key="data.datasets",
-                             fix="use your dataset folder, parquet folder or CSV")
+            raise InputError(
+                "builtin:synthetic goes with model builtin:tiny",
+                path=path,
+                key="data.datasets",
+                fix="use your dataset folder, parquet folder or CSV",
+            )
 
 
 def _check_heldout(cfg: TrainConfig, path: Path, must_exist) -> None:
@@ -71,23 +88,34 @@ def _check_heldout(cfg: TrainConfig, path: Path, must_exist) -> None:
     if cfg.data.heldout is None:
         return
     if cfg.model.path == BUILTIN_TINY:
-        raise InputError("the built-in model judges itself on the built-in edit's held-out samples", path=path,
-                         key="data.heldout", fix="remove data.heldout (or train a model folder on your dataset)")
+        raise InputError(
+            "the built-in model judges itself on the built-in edit's held-out samples",
+            path=path,
+            key="data.heldout",
+            fix="remove data.heldout (or train a model folder on your dataset)",
+        )
     must_exist(cfg.data.heldout, "data.heldout", "held-out set")
     held = Path(cfg.data.heldout).resolve()
     for i, ds in enumerate(cfg.data.datasets):
         if Path(ds).resolve() == held:
-            raise InputError(f"the held-out set is data.datasets[{i}]: the fit trains on it, so it judges nothing",
-                             path=path, key="data.heldout", fix="hold out samples in a folder of their own")
+            raise InputError(
+                f"the held-out set is data.datasets[{i}]: the fit trains on it, so it judges nothing",
+                path=path,
+                key="data.heldout",
+                fix="hold out samples in a folder of their own",
+            )
     from aipc_env.dataset import scan_dataset
 
     samples = scan_dataset(cfg.data.heldout).samples[: cfg.data.heldout_max_samples]
     incomplete = [s.id for s in samples if not (s.controls and s.prompt and s.target is not None)]
     if not samples or incomplete:
-        what = ("no samples" if not samples else
-                "samples without a control, a prompt or a target: " + ", ".join(incomplete[:5]))
-        raise InputError(f"the held-out set has {what}", path=path, key="data.heldout",
-                         fix="each held-out sample needs its control image, its prompt and its edited target")
+        what = "no samples" if not samples else "samples without a control, a prompt or a target: " + ", ".join(incomplete[:5])
+        raise InputError(
+            f"the held-out set has {what}",
+            path=path,
+            key="data.heldout",
+            fix="each held-out sample needs its control image, its prompt and its edited target",
+        )
 
 
 def _check_datasets(cfg: TrainConfig, path: Path) -> None:
@@ -101,8 +129,12 @@ def _check_datasets(cfg: TrainConfig, path: Path) -> None:
         if not verdict.valid:
             more = len(verdict.issues) - 3
             shown = "; ".join(verdict.issues[:3]) + (f" (+{more} more)" if more > 0 else "")
-            raise InputError(f"dataset {ds} is invalid: {shown}", path=path, key=f"data.datasets[{i}]",
-                             fix=f'aipc-env dataset validate "{ds}" lists every problem')
+            raise InputError(
+                f"dataset {ds} is invalid: {shown}",
+                path=path,
+                key=f"data.datasets[{i}]",
+                fix=f'aipc-env dataset validate "{ds}" lists every problem',
+            )
 
 
 def load_run_config(path: str | Path, *, datasets: bool = True) -> TrainConfig:

@@ -17,8 +17,10 @@ __all__ = ["DEFAULT_MARGIN", "HeldOutSample", "LearningVerdict", "judge_learning
 DEFAULT_MARGIN = 0.2
 """The LoRA must be at least 20% closer than the base (and than the other samples' targets)."""
 
-TRY_NEXT = ("check that the targets are the edited images and the controls their sources; train longer or at a "
-            "higher learning rate; raise lora.rank; make sure the held-out samples are the same kind of edit")
+TRY_NEXT = (
+    "check that the targets are the edited images and the controls their sources; train longer or at a "
+    "higher learning rate; raise lora.rank; make sure the held-out samples are the same kind of edit"
+)
 
 
 class HeldOutSample(StrictModel):
@@ -58,26 +60,33 @@ def judge_learning(samples: list[HeldOutSample], *, metric: str, margin: float =
     other = _mean(others) if len(others) == len(samples) else None
     bound = (1 - margin) * base
     if not lora <= bound:
-        reason = (f"the LoRA is not closer to the targets than the base by the margin ({lora:.3g} > "
-                  f"{1 - margin:.2f} x {base:.3g})")
+        reason = f"the LoRA is not closer to the targets than the base by the margin ({lora:.3g} > {1 - margin:.2f} x {base:.3g})"
         learned = False
     elif other is not None and not lora <= (1 - margin) * other:
-        reason = (f"the LoRA is as close to the other samples' targets as to each sample's own ({lora:.3g} vs "
-                  f"{other:.3g}): it learned what targets look like, not to follow each control")
+        reason = (
+            f"the LoRA is as close to the other samples' targets as to each sample's own ({lora:.3g} vs "
+            f"{other:.3g}): it learned what targets look like, not to follow each control"
+        )
         learned = False
     else:
         reason = "the LoRA learned the edit"
         learned = True
-    return LearningVerdict(metric=metric, margin=margin, samples=samples, base_mean=round(base, 6),
-                           lora_mean=round(lora, 6), other_targets_mean=None if other is None else round(other, 6),
-                           learned=learned, reason=reason)
+    return LearningVerdict(
+        metric=metric,
+        margin=margin,
+        samples=samples,
+        base_mean=round(base, 6),
+        lora_mean=round(lora, 6),
+        other_targets_mean=None if other is None else round(other, 6),
+        learned=learned,
+        reason=reason,
+    )
 
 
 def verdict_lines(v: LearningVerdict, prefix: str) -> list[str]:
     """The verdict in words (the run's last lines)."""
     n = len(v.samples)
-    head = (f"{prefix}held-out distance to the targets ({n} samples, {v.metric}): base {v.base_mean:.3g}, "
-            f"LoRA {v.lora_mean:.3g}")
+    head = f"{prefix}held-out distance to the targets ({n} samples, {v.metric}): base {v.base_mean:.3g}, LoRA {v.lora_mean:.3g}"
     if v.other_targets_mean is not None:
         head += f" (to the other samples' targets {v.other_targets_mean:.3g})"
     if v.learned:

@@ -20,9 +20,14 @@ def flow_matching_loss(model, inputs: dict, generator, mask_weight: float | None
     sigma = torch.rand(x0.shape[0], generator=generator).to(x0.device, x0.dtype)
     s = sigma.view(-1, 1, 1)
     noisy = (1 - s) * x0 + s * noise
-    pred = model(hidden_states=torch.cat([noisy, inputs["controls"]], dim=1),
-                 encoder_hidden_states=inputs["prompt_embeds"], encoder_hidden_states_mask=inputs["prompt_mask"],
-                 timestep=sigma, img_shapes=inputs["img_shapes"], return_dict=False)[0][:, : x0.shape[1]]
+    pred = model(
+        hidden_states=torch.cat([noisy, inputs["controls"]], dim=1),
+        encoder_hidden_states=inputs["prompt_embeds"],
+        encoder_hidden_states_mask=inputs["prompt_mask"],
+        timestep=sigma,
+        img_shapes=inputs["img_shapes"],
+        return_dict=False,
+    )[0][:, : x0.shape[1]]
     err = (pred.float() - (noise - x0).float()) ** 2
     token_mask = inputs.get("token_mask")
     if mask_weight and token_mask is not None:

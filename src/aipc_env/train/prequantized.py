@@ -29,8 +29,12 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
     from safetensors.torch import load_file
 
     if not is_prequantized(path):
-        raise InputError("not a pre-quantized NF4 folder (config.json has no quantization_config)", path=path,
-                         key="model.transformer_path", fix="create it: aipc-env quantize transformer --src MODEL --dst DIR")
+        raise InputError(
+            "not a pre-quantized NF4 folder (config.json has no quantization_config)",
+            path=path,
+            key="model.transformer_path",
+            fix="create it: aipc-env quantize transformer --src MODEL --dst DIR",
+        )
     if device.type != "cpu":
         return QwenImageTransformer2DModel.from_pretrained(str(path), torch_dtype=compute_dtype, device_map={"": device})
     from aipc_env.core.fileio import read_json
@@ -50,12 +54,19 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
         parent_name, _, child = module_path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         old = getattr(parent, child)
-        layer = bnb.nn.Linear4bit(old.in_features, old.out_features, bias=old.bias is not None,
-                                  compute_dtype=compute_dtype, quant_type="nf4", device="meta")
+        layer = bnb.nn.Linear4bit(
+            old.in_features,
+            old.out_features,
+            bias=old.bias is not None,
+            compute_dtype=compute_dtype,
+            quant_type="nf4",
+            device="meta",
+        )
         prefix = module_path + ".weight."
-        stats = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        layer.weight = bnb.nn.Params4bit.from_prequantized(data=state[module_path + ".weight"], quantized_stats=stats,
-                                                           requires_grad=False, device=device)
+        stats = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        layer.weight = bnb.nn.Params4bit.from_prequantized(
+            data=state[module_path + ".weight"], quantized_stats=stats, requires_grad=False, device=device
+        )
         if old.bias is not None:
             layer.bias = torch.nn.Parameter(state[module_path + ".bias"].to(compute_dtype), requires_grad=False)
         setattr(parent, child, layer)

@@ -44,9 +44,17 @@ class PhaseProgress:
             except ImportError:  # rich is optional inside a training env
                 return
             console = Console(file=sys.stdout, force_terminal=True, highlight=False, soft_wrap=True)
-            self._rich = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                                  TimeRemainingColumn(), console=console, transient=False)
+            self._rich = Progress(
+                TextColumn(f"[bold]{label}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=False,
+            )
             self._task = self._rich.add_task(label, total=total, completed=done, rate="")
 
     def __enter__(self) -> PhaseProgress:  # noqa: PYI034 - typing_extensions.Self is not in every training env
@@ -78,8 +86,9 @@ class PhaseProgress:
                 self._rich.console.print(line, markup=False)
             self._rich.update(self._task, completed=self.done, rate=f"{rate:.1f} {self.unit}/s")
         else:
-            self.log(f"{line}  [{self.done}/{self.total}, {stats}]" if line else f"{self.label}: {self.done}/"
-                     f"{self.total}, {stats}")
+            self.log(
+                f"{line}  [{self.done}/{self.total}, {stats}]" if line else f"{self.label}: {self.done}/{self.total}, {stats}"
+            )
 
     def note(self, line: str) -> None:
         """A line that is not an item (a checkpoint written): above the bar on a terminal, as is in a log."""

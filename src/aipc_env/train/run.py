@@ -14,9 +14,14 @@ from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 
-__all__ = ["ACCELERATE_CONFIG", "accelerate_config_text", "default_config", "engine_phases", "training_request",
-           "write_default_config"]
-
+__all__ = [
+    "ACCELERATE_CONFIG",
+    "accelerate_config_text",
+    "default_config",
+    "engine_phases",
+    "training_request",
+    "write_default_config",
+]
 
 
 def accelerate_config_text(device: str, processes: int = 1, port: int | None = None) -> str:
@@ -30,17 +35,14 @@ def accelerate_config_text(device: str, processes: int = 1, port: int | None = N
         head = f"# written by aipc-env: {int(processes)} processes\n"
         kind = "MULTI_XPU" if device.startswith("xpu") else "MULTI_GPU"
     return (
-        head
-        + "compute_environment: LOCAL_MACHINE\n"
+        head + "compute_environment: LOCAL_MACHINE\n"
         "debug: false\n"
         f"distributed_type: {kind}\n"
         "mixed_precision: 'no'\n"
         "dynamo_backend: 'no'\n"
         "num_machines: 1\n"
         f"num_processes: {int(processes)}\n"
-        "machine_rank: 0\n"
-        + (f"main_process_port: {int(port)}\n" if port is not None else "")
-        + "main_training_function: main\n"
+        "machine_rank: 0\n" + (f"main_process_port: {int(port)}\n" if port is not None else "") + "main_training_function: main\n"
         f"use_cpu: {'true' if device == 'cpu' and processes == 1 else 'false'}\n"
     )
 
@@ -53,11 +55,15 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
         assert cfg.qflux
         src = str(Path(cfg.qflux.clone) / "src")
         qcfg = cfg.qflux.config
-        return [Phase(name="cache", argv=[python, "-m", "qflux.main", "--config", qcfg, "--cache"], cwd=src),
-                Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src)]
+        return [
+            Phase(name="cache", argv=[python, "-m", "qflux.main", "--config", qcfg, "--cache"], cwd=src),
+            Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src),
+        ]
     config = Path(config_path)
-    phases = [Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
-              Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel))]
+    phases = [
+        Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
+        Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel)),
+    ]
     if cfg.data and cfg.data.heldout:
         phases.append(Phase(name="judge", argv=JudgeHeldOut(config=config).argv(python)))
     return phases
@@ -70,16 +76,30 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
     run_dir = Path(cfg.output_dir)
 
     def background(chosen: Chosen) -> list[Phase]:
-        return [Phase(name="monitor", argv=[chosen.python, "-m", "aipc_env.tools.monitor", "--out",
-                                            str(run_dir / "memory.csv"), "--interval", "1"])] if cfg.monitor else []
+        return (
+            [
+                Phase(
+                    name="monitor",
+                    argv=[chosen.python, "-m", "aipc_env.tools.monitor", "--out", str(run_dir / "memory.csv"), "--interval", "1"],
+                )
+            ]
+            if cfg.monitor
+            else []
+        )
 
-    return RunRequest(command="train", run_dir=run_dir, log_file=run_dir / "train.log",
-                      phases=lambda chosen: engine_phases(cfg, config_path, chosen.python,
-                                                          run_dir / ACCELERATE_CONFIG),
-                      background=background, device=cfg.device if cfg.device != "auto" else None, engine=cfg.engine,
-                      qflux_clone=Path(cfg.qflux.clone) if cfg.engine == "qflux" and cfg.qflux else None,
-                      extra_env=dict(cfg.env), files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)},
-                      **options)
+    return RunRequest(
+        command="train",
+        run_dir=run_dir,
+        log_file=run_dir / "train.log",
+        phases=lambda chosen: engine_phases(cfg, config_path, chosen.python, run_dir / ACCELERATE_CONFIG),
+        background=background,
+        device=cfg.device if cfg.device != "auto" else None,
+        engine=cfg.engine,
+        qflux_clone=Path(cfg.qflux.clone) if cfg.engine == "qflux" and cfg.qflux else None,
+        extra_env=dict(cfg.env),
+        files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)},
+        **options,
+    )
 
 
 def default_config(run_dir: Path) -> dict:
@@ -90,11 +110,24 @@ def default_config(run_dir: Path) -> dict:
         "engine": "builtin",
         "model": {"path": BUILTIN_TINY, "quantize": "nf4"},
         "lora": {"rank": 8, "alpha": 8},
-        "data": {"datasets": [BUILTIN_SYNTHETIC], "target_size": [64, 64], "batch_size": 2, "num_workers": 0,
-                 "synthetic_samples": 16, "heldout_samples": 4},
-        "train": {"max_train_steps": 200, "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
-                  "learning_rate": 1e-2, "lr_scheduler": "constant", "seed": 7, "checkpointing_steps": 100,
-                  "checkpoints_total_limit": 2},
+        "data": {
+            "datasets": [BUILTIN_SYNTHETIC],
+            "target_size": [64, 64],
+            "batch_size": 2,
+            "num_workers": 0,
+            "synthetic_samples": 16,
+            "heldout_samples": 4,
+        },
+        "train": {
+            "max_train_steps": 200,
+            "gradient_accumulation_steps": 1,
+            "gradient_checkpointing": True,
+            "learning_rate": 1e-2,
+            "lr_scheduler": "constant",
+            "seed": 7,
+            "checkpointing_steps": 100,
+            "checkpoints_total_limit": 2,
+        },
         "optimizer": {"type": "adam8bit"},
         "output_dir": str(run_dir),
         "device": "auto",
@@ -103,6 +136,9 @@ def default_config(run_dir: Path) -> dict:
 
 def write_default_config(run_dir: Path) -> Path:
     path = run_dir / "config.yaml"
-    atomic_write_text(path, "# aipc-env built-in default run (tiny model, synthetic edit with held-out samples)\n"
-                      + yaml.safe_dump(default_config(run_dir), sort_keys=False, allow_unicode=True))
+    atomic_write_text(
+        path,
+        "# aipc-env built-in default run (tiny model, synthetic edit with held-out samples)\n"
+        + yaml.safe_dump(default_config(run_dir), sort_keys=False, allow_unicode=True),
+    )
     return path

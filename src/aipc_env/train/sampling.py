@@ -17,8 +17,18 @@ from typing import Any
 __all__ = ["sample_edit_latents"]
 
 
-def sample_edit_latents(transformer: Any, scheduler: Any, *, controls: Any, prompt_embeds: Any, prompt_mask: Any,
-                        target_hw: tuple[int, int], control_hw: tuple[int, int], steps: int, generator: Any) -> Any:
+def sample_edit_latents(
+    transformer: Any,
+    scheduler: Any,
+    *,
+    controls: Any,
+    prompt_embeds: Any,
+    prompt_mask: Any,
+    target_hw: tuple[int, int],
+    control_hw: tuple[int, int],
+    steps: int,
+    generator: Any,
+) -> Any:
     """Packed latents [B, N, 64] of the edited image (before the VAE), sampled from `generator`'s noise.
 
     controls: packed control latents [B, Nc, 64]; target_hw / control_hw: latent height and width (VAE units,
@@ -42,8 +52,13 @@ def sample_edit_latents(transformer: Any, scheduler: Any, *, controls: Any, prom
     img_shapes = [[(1, h // 2, w // 2), (1, control_hw[0] // 2, control_hw[1] // 2)]] * batch
     sigmas = np.linspace(1.0, 1 / steps, steps).tolist()  # the pipeline's own schedule (it passes the array)
     cfg = scheduler.config
-    mu = calculate_shift(latents.shape[1], cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
-                         cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
+    mu = calculate_shift(
+        latents.shape[1],
+        cfg.get("base_image_seq_len", 256),
+        cfg.get("max_image_seq_len", 4096),
+        cfg.get("base_shift", 0.5),
+        cfg.get("max_shift", 1.15),
+    )
     timesteps, _ = retrieve_timesteps(scheduler, steps, device, sigmas=sigmas, mu=mu)
     scheduler.set_begin_index(0)
     controls = controls.to(device, dtype)
@@ -51,9 +66,15 @@ def sample_edit_latents(transformer: Any, scheduler: Any, *, controls: Any, prom
         for t in timesteps:
             timestep = t.expand(batch).to(dtype)
             with transformer.cache_context("cond"):
-                pred = transformer(hidden_states=torch.cat([latents, controls], dim=1), timestep=timestep / 1000,
-                                   guidance=None, encoder_hidden_states_mask=prompt_mask,
-                                   encoder_hidden_states=prompt_embeds, img_shapes=img_shapes, attention_kwargs={},
-                                   return_dict=False)[0][:, : latents.shape[1]]
+                pred = transformer(
+                    hidden_states=torch.cat([latents, controls], dim=1),
+                    timestep=timestep / 1000,
+                    guidance=None,
+                    encoder_hidden_states_mask=prompt_mask,
+                    encoder_hidden_states=prompt_embeds,
+                    img_shapes=img_shapes,
+                    attention_kwargs={},
+                    return_dict=False,
+                )[0][:, : latents.shape[1]]
             latents = scheduler.step(pred, t, latents, return_dict=False)[0]
     return latents

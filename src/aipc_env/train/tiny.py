@@ -23,9 +23,17 @@ __all__ = [
     "quantize_linear_layers_nf4",
 ]
 
-TINY_TRANSFORMER_CONFIG = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
-                               num_attention_heads=4, joint_attention_dim=64, axes_dims_rope=(4, 6, 6),
-                               guidance_embeds=False)
+TINY_TRANSFORMER_CONFIG = dict(
+    patch_size=2,
+    in_channels=64,
+    out_channels=16,
+    num_layers=2,
+    attention_head_dim=16,
+    num_attention_heads=4,
+    joint_attention_dim=64,
+    axes_dims_rope=(4, 6, 6),
+    guidance_embeds=False,
+)
 """Inner and text widths 64 = one NF4 block (bitsandbytes' CPU kernels want in_features to be a multiple of 64)."""
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
@@ -38,8 +46,9 @@ def build_tiny_transformer(seed: int = 0, **overrides):
     return QwenImageTransformer2DModel(**{**TINY_TRANSFORMER_CONFIG, **overrides})
 
 
-def quantize_linear_layers_nf4(model: torch.nn.Module, device: torch.device | str, compute_dtype: torch.dtype,
-                               skip: tuple[str, ...] = ()) -> int:
+def quantize_linear_layers_nf4(
+    model: torch.nn.Module, device: torch.device | str, compute_dtype: torch.dtype, skip: tuple[str, ...] = ()
+) -> int:
     """Replace every nn.Linear by a bitsandbytes NF4 Linear4bit on `device`, exactly as diffusers'
     `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")` does on a GPU/XPU: every Linear layer,
     no double quantization of the statistics, uint8 storage (tests/test_quantize.py proves the weights are
@@ -56,12 +65,22 @@ def quantize_linear_layers_nf4(model: torch.nn.Module, device: torch.device | st
             full = f"{name}.{child_name}" if name else child_name
             if not isinstance(child, torch.nn.Linear) or any(full.startswith(s) for s in skip):
                 continue
-            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                  compute_dtype=compute_dtype, quant_type="nf4", quant_storage=torch.uint8,
-                                  device="meta")
-            q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu", torch.float32).contiguous(),
-                                         requires_grad=False, quant_type="nf4", compress_statistics=False,
-                                         quant_storage=torch.uint8)
+            q = bnb.nn.Linear4bit(
+                child.in_features,
+                child.out_features,
+                bias=child.bias is not None,
+                compute_dtype=compute_dtype,
+                quant_type="nf4",
+                quant_storage=torch.uint8,
+                device="meta",
+            )
+            q.weight = bnb.nn.Params4bit(
+                child.weight.data.to("cpu", torch.float32).contiguous(),
+                requires_grad=False,
+                quant_type="nf4",
+                compress_statistics=False,
+                quant_storage=torch.uint8,
+            )
             if child.bias is not None:
                 q.bias = torch.nn.Parameter(child.bias.data.to(compute_dtype), requires_grad=False)
             setattr(module, child_name, q.to(device))
@@ -96,14 +115,24 @@ class TinyBatch:
 
     def to(self, device, dtype=None, **_kwargs) -> TinyBatch:
         """Move (and cast) the tensors; accepts accelerate's send_to_device call (device only)."""
-        return TinyBatch(self.target.to(device, dtype), self.control.to(device, dtype),
-                         self.prompt_embeds.to(device, dtype),
-                         None if self.prompt_mask is None else self.prompt_mask.to(device), self.img_shapes)
+        return TinyBatch(
+            self.target.to(device, dtype),
+            self.control.to(device, dtype),
+            self.prompt_embeds.to(device, dtype),
+            None if self.prompt_mask is None else self.prompt_mask.to(device),
+            self.img_shapes,
+        )
 
     def inputs(self) -> dict:
         """The batch as inputs of aipc_env.train.objective.flow_matching_loss."""
-        return {"target": self.target, "controls": self.control, "prompt_embeds": self.prompt_embeds,
-                "prompt_mask": self.prompt_mask, "img_shapes": self.img_shapes, "token_mask": None}
+        return {
+            "target": self.target,
+            "controls": self.control,
+            "prompt_embeds": self.prompt_embeds,
+            "prompt_mask": self.prompt_mask,
+            "img_shapes": self.img_shapes,
+            "token_mask": None,
+        }
 
 
 def make_batch(batch_size: int = 2, latent_hw: int = 8, text_len: int = 12, seed: int = 1) -> TinyBatch:
@@ -113,5 +142,4 @@ def make_batch(batch_size: int = 2, latent_hw: int = 8, text_len: int = 12, seed
     target = 0.5 * control.flip(-1) + 0.1 * torch.randn(batch_size, 16, latent_hw, latent_hw, generator=g)
     prompt = torch.randn(batch_size, text_len, TINY_TRANSFORMER_CONFIG["joint_attention_dim"], generator=g)
     h = latent_hw // 2
-    return TinyBatch(pack_latents(target), pack_latents(control), prompt, None,
-                     [[(1, h, h), (1, h, h)]] * batch_size)
+    return TinyBatch(pack_latents(target), pack_latents(control), prompt, None, [[(1, h, h), (1, h, h)]] * batch_size)

@@ -26,8 +26,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASE_RECIPE", "EDIT_WORDS", "HELDOUT_SEED", "TRAIN_SEED", "EditSample", "edit_inputs", "edit_sample",
-           "load_tiny_base", "scheduler_for_tiny"]
+__all__ = [
+    "BASE_RECIPE",
+    "EDIT_WORDS",
+    "HELDOUT_SEED",
+    "TRAIN_SEED",
+    "EditSample",
+    "edit_inputs",
+    "edit_sample",
+    "load_tiny_base",
+    "scheduler_for_tiny",
+]
+
 
 @dataclass(frozen=True)
 class BaseRecipe:
@@ -92,10 +102,14 @@ def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = Non
 
     hw = samples[0].latent_hw // 2
     dtype = dtype or torch.float32
-    return {"target": torch.stack([s.target for s in samples]).to(device, dtype),
-            "controls": torch.stack([s.control for s in samples]).to(device, dtype),
-            "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]).to(device, dtype), "prompt_mask": None,
-            "img_shapes": [[(1, hw, hw), (1, hw, hw)]] * len(samples), "token_mask": None}
+    return {
+        "target": torch.stack([s.target for s in samples]).to(device, dtype),
+        "controls": torch.stack([s.control for s in samples]).to(device, dtype),
+        "prompt_embeds": torch.stack([s.prompt_embeds for s in samples]).to(device, dtype),
+        "prompt_mask": None,
+        "img_shapes": [[(1, hw, hw), (1, hw, hw)]] * len(samples),
+        "token_mask": None,
+    }
 
 
 def scheduler_for_tiny() -> Any:
@@ -161,7 +175,8 @@ def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) ->
     model = _train_base(log)
     with atomic_dir(folder) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
-        (tmp / record.name).write_text(json.dumps(
-            {"recipe": asdict(BASE_RECIPE), "sha256": _digest(tmp / weights.name)}, sort_keys=True), encoding="utf-8")
+        (tmp / record.name).write_text(
+            json.dumps({"recipe": asdict(BASE_RECIPE), "sha256": _digest(tmp / weights.name)}, sort_keys=True), encoding="utf-8"
+        )
     log(f"tiny base: cached in {folder}")
     return model

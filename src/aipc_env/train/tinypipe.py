@@ -15,13 +15,36 @@ from aipc_env.core.fileio import atomic_dir
 
 __all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SCHEDULER_CONFIG", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-                  "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                  "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
-QWEN2_PRETOKENIZE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-                     r"\s*[\r\n]+|\s+(?!\S)|\s+")
-SCHEDULER_CONFIG = dict(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
-                        max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential")
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+QWEN2_PRETOKENIZE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SCHEDULER_CONFIG = dict(
+    shift=1.0,
+    use_dynamic_shifting=True,
+    base_shift=0.5,
+    max_shift=0.9,
+    base_image_seq_len=256,
+    max_image_seq_len=8192,
+    shift_terminal=0.02,
+    time_shift_type="exponential",
+)
 """The tiny pipeline's flow-match scheduler settings, shared with the built-in default's held-out check
 (aipc_env.train.tinyedit.scheduler_for_tiny), which samples as this pipeline would."""
 EDIT_TEMPLATE_PREFIX_TOKENS = 64
@@ -30,10 +53,12 @@ EDIT_TEMPLATE_PREFIX_TOKENS = 64
 
 def _system_prefix() -> str:
     """The part of the pipelines' prompt template before the image and prompt (what they drop)."""
-    return ("<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
-            "objects, background), then explain how the user's text instruction should alter or modify the image. "
-            "Generate a new image that meets the user's requirements while maintaining consistency with the "
-            "original input where appropriate.<|im_end|>\n<|im_start|>user\n")
+    return (
+        "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
+        "objects, background), then explain how the user's text instruction should alter or modify the image. "
+        "Generate a new image that meets the user's requirements while maintaining consistency with the "
+        "original input where appropriate.<|im_end|>\n<|im_start|>user\n"
+    )
 
 
 def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS):
@@ -41,17 +66,27 @@ def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = [_system_prefix() * 3, "Add the character to the image. Make the sky red. Remove the cat. " * 5,
-              "Picture 1: Picture 2: <|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n"]
+    corpus = [
+        _system_prefix() * 3,
+        "Add the character to the image. Make the sky red. Remove the cat. " * 5,
+        "Picture 1: Picture 2: <|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n",
+    ]
     best = None
     for vocab_size in range(300, 700, 4):
         tok = Tokenizer(models.BPE(unk_token=None))
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(corpus, trainer)
         n = len(tok.encode(_system_prefix()).ids)
         if n == target_prefix_tokens:
@@ -60,11 +95,15 @@ def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS):
         if n < target_prefix_tokens:
             break
     if best is None:
-        raise RuntimeError("could not train a tokenizer whose system prefix is exactly "
-                           f"{target_prefix_tokens} tokens")
-    fast = PreTrainedTokenizerFast(tokenizer_object=best, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>", model_max_length=4096,
-                                   additional_special_tokens=SPECIAL_TOKENS[1:])
+        raise RuntimeError(f"could not train a tokenizer whose system prefix is exactly {target_prefix_tokens} tokens")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=best,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=4096,
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
     return fast
 
 
@@ -102,31 +141,63 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
         fast.save_pretrained(tmp)
         tokenizer = Qwen2Tokenizer.from_pretrained(tmp)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2, min_pixels=3136,
-                                            max_pixels=1003520)
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=14, temporal_patch_size=2, merge_size=2, min_pixels=3136, max_pixels=1003520
+    )
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
     hidden = TINY_TRANSFORMER_CONFIG["joint_attention_dim"]
-    rope = ({"rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}, "rope_theta": 1e6} if legacy else
-            {"rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}})
+    rope = (
+        {"rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}, "rope_theta": 1e6}
+        if legacy
+        else {"rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}}
+    )
     config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=max(512, len(tokenizer)), hidden_size=hidden, intermediate_size=2 * hidden,
-                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                         pad_token_id=ids["<|endoftext|>"],
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, **rope),
-        vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=hidden,
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-                           fullatt_block_indexes=[1]),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+        text_config=dict(
+            vocab_size=max(512, len(tokenizer)),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            bos_token_id=ids["<|endoftext|>"],
+            eos_token_id=ids["<|im_end|>"],
+            pad_token_id=ids["<|endoftext|>"],
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            **rope,
+        ),
+        vision_config=dict(
+            depth=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=2,
+            out_hidden_size=hidden,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=112,
+            fullatt_block_indexes=[1],
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
     text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
-    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
-                                 temperal_downsample=[False, True, True], latents_mean=[0.0] * 16,
-                                 latents_std=[1.0] * 16)
+    vae = AutoencoderKLQwenImage(
+        base_dim=8,
+        z_dim=16,
+        dim_mult=[1, 2, 4, 4],
+        num_res_blocks=1,
+        attn_scales=[],
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * 16,
+        latents_std=[1.0] * 16,
+    )
     transformer = QwenImageTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
     cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
-    pipe = cls(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor,
-               transformer=transformer)
+    pipe = cls(
+        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor, transformer=transformer
+    )
     out = Path(out)
     with atomic_dir(out) as tmp_dir:
         pipe.save_pretrained(tmp_dir)

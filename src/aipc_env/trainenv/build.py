@@ -90,8 +90,9 @@ def _read_manifest(prefix: Path) -> Manifest | None:
     return load_versioned(Manifest, path) if path.is_file() else None
 
 
-def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = True,
-              interpreter: bool = False) -> list[DriftItem]:
+def check_env(
+    prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = True, interpreter: bool = False
+) -> list[DriftItem]:
     """Compare an env with its lock without changing anything. `deep` also hashes the installed files of every
     locked distribution against their RECORD; `interpreter` also compares its Python with the lock's conda layer
     (where the layer covers that Python)."""
@@ -106,8 +107,7 @@ def check_env(prefix: Path, lockfile: Path, platform: Platform, *, deep: bool = 
     if deep:
         names = set(locked_packages(lock, platform, env.python_version or specs.DEFAULT_PYTHON))
         modified = modified_files(env.site_packages, names)
-    drift = compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "",
-                          modified)
+    drift = compute_drift(lock, env.distributions, _read_manifest(prefix), platform, env.python_version or "", modified)
     if interpreter and env.python_version:
         from aipc_env.lock.conda_layer import interpreter_drift
 
@@ -143,18 +143,26 @@ def _record_unlocked(req: EnvRequest, python: str) -> Path:
     uv = find_uv()
     lock_dir = req.lock_root / req.pair.id
     with tempfile.TemporaryDirectory() as tmp:
-        out = compile_pylock(uv, req.pair, specs.pip_layer(req.pair, req.common), req.platform, python, req.indexes,
-                             Path(tmp), req.log)
+        out = compile_pylock(
+            uv, req.pair, specs.pip_layer(req.pair, req.common), req.platform, python, req.indexes, Path(tmp), req.log
+        )
         problems = check_pylock(read_pylock(out), out, req.pair, req.platform)
         if problems:
             raise AipcError("the resolved packages do not match the matrix row:\n  " + "\n  ".join(problems))
         lock_dir.mkdir(parents=True, exist_ok=True)
         target = pylock_path(lock_dir, req.platform)
         atomic_write_text(target, out.read_text(encoding="utf-8"))
-    meta = LockMeta(pair=req.pair.id, matrix_row_hash=specs.row_hash(req.pair), python=python,
-                    platforms=[req.platform], pypi_url=req.indexes.pypi_url, xpu_index_url=req.indexes.xpu_index_url,
-                    tools={"uv": tool_version([uv, "--version"])}, created_at=timestamp(),
-                    source="env --unlocked (recorded on a golden machine)")
+    meta = LockMeta(
+        pair=req.pair.id,
+        matrix_row_hash=specs.row_hash(req.pair),
+        python=python,
+        platforms=[req.platform],
+        pypi_url=req.indexes.pypi_url,
+        xpu_index_url=req.indexes.xpu_index_url,
+        tools={"uv": tool_version([uv, "--version"])},
+        created_at=timestamp(),
+        source="env --unlocked (recorded on a golden machine)",
+    )
     write_model(meta_path(lock_dir), meta)
     return target
 
@@ -170,32 +178,45 @@ def _python_version(base_python: str) -> str:
 def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None:
     lock_dir = lockfile.parent
     if not lockfile.is_file():
-        raise AipcError(f"no lockfile for {req.pair.id} on {req.platform} ({lockfile})",
-                        fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
-                        f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked")
+        raise AipcError(
+            f"no lockfile for {req.pair.id} on {req.platform} ({lockfile})",
+            fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
+            f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked",
+        )
     if meta_path(lock_dir).is_file():
         locked_for = read_meta(lock_dir).python
         if locked_for != python_version:
-            raise AipcError(f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is "
-                            f"{python_version}", path=lockfile,
-                            fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
-                            f"{req.pair.id} --python {python_version}")
+            raise AipcError(
+                f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is {python_version}",
+                path=lockfile,
+                fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
+                f"{req.pair.id} --python {python_version}",
+            )
     problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
     if problems:
-        raise AipcError("the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),
-                        path=lockfile, fix="re-lock: nox -s lock -- --pair " + req.pair.id)
+        raise AipcError(
+            "the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),
+            path=lockfile,
+            fix="re-lock: nox -s lock -- --pair " + req.pair.id,
+        )
 
 
 def building_mark(prefix: Path) -> Path:
     """Beside a prefix while aipc-env creates it (not inside: venv and conda refuse a folder that is not empty): a
     prefix whose mark is still there after a crash is aipc-env's own half-built env, which the next run removes."""
     return prefix.with_name(f".{prefix.name}.aipc-env-building")
+
+
 SNAPSHOT_SUFFIX = ".aipc-snapshot"
 
 
 def _snapshots(prefix: Path) -> list[Path]:
-    return [p for pattern in ("lib/python*/.*" + SNAPSHOT_SUFFIX, "Lib/.*" + SNAPSHOT_SUFFIX) for p in prefix.glob(pattern)
-            if p.is_dir()]
+    return [
+        p
+        for pattern in ("lib/python*/.*" + SNAPSHOT_SUFFIX, "Lib/.*" + SNAPSHOT_SUFFIX)
+        for p in prefix.glob(pattern)
+        if p.is_dir()
+    ]
 
 
 def recover_interrupted(prefix: Path) -> list[str]:
@@ -210,7 +231,7 @@ def recover_interrupted(prefix: Path) -> list[str]:
         mark.unlink()
         return [f"removed the half-built env {prefix} an interrupted build left"]
     for snap in _snapshots(prefix):
-        site = snap.with_name(snap.name[1:-len(SNAPSHOT_SUFFIX)])
+        site = snap.with_name(snap.name[1 : -len(SNAPSHOT_SUFFIX)])
         if site.exists():
             shutil.rmtree(site)
         os.replace(snap, site)
@@ -235,8 +256,9 @@ def _rollback(prefix: Path) -> Iterator[None]:
     snapshots: list[tuple[Path, Path]] = []
     if not existed:
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        building_mark(prefix).write_text(f"aipc-env is building {prefix.name}; a new run removes it if it stopped\n",
-                                         encoding="utf-8")
+        building_mark(prefix).write_text(
+            f"aipc-env is building {prefix.name}; a new run removes it if it stopped\n", encoding="utf-8"
+        )
     elif env_python(prefix).is_file():
         env = inspect_env(prefix, env_python(prefix), timeout=60.0)
         for site in env.site_packages:
@@ -290,8 +312,9 @@ def build_env(req: EnvRequest) -> EnvResult:
                 _record(req, lockfile, keep_existing=True)
                 return EnvResult(req.prefix, env_python(req.prefix), False, [], time.perf_counter() - start, lockfile)
     elif req.prefix.exists() and any(req.prefix.iterdir()) and not env_python(req.prefix).is_file():
-        raise InputError("the prefix exists and is not an env", path=req.prefix, key="--prefix",
-                         fix="choose an empty or new folder")
+        raise InputError(
+            "the prefix exists and is not an env", path=req.prefix, key="--prefix", fix="choose an empty or new folder"
+        )
     accepted = [] if req.unlocked else _check_wheel_metadata(req, lockfile, python_version)
     with _rollback(req.prefix):
         if not env_python(req.prefix).is_file():
@@ -309,9 +332,16 @@ def build_env(req: EnvRequest) -> EnvResult:
         run_logged(argv, req.log)
         checkpoint("env:after-install")
         lock = read_pylock(lockfile)
-        manifest = Manifest(pair=req.pair.id, platform=req.platform, lockfile=str(lockfile), installed_at=timestamp(),
-                            packages={n: ManifestPackage(version=v, sha256=s)
-                                      for n, (v, s) in locked_packages(lock, req.platform, python_version).items()})
+        manifest = Manifest(
+            pair=req.pair.id,
+            platform=req.platform,
+            lockfile=str(lockfile),
+            installed_at=timestamp(),
+            packages={
+                n: ManifestPackage(version=v, sha256=s)
+                for n, (v, s) in locked_packages(lock, req.platform, python_version).items()
+            },
+        )
         write_model(req.prefix / MANIFEST_NAME, manifest)
     _record(req, lockfile, accepted=accepted)
     return EnvResult(req.prefix, python, True, drift, time.perf_counter() - start, lockfile)
@@ -333,11 +363,14 @@ def _check_wheel_metadata(req: EnvRequest, lockfile: Path, python: str) -> list[
     if req.accept_metadata_drift:
         _tell(req.log, [f"accepted (--accept-metadata-drift): {p}" for p in problems])
         return problems
-    raise AipcError(f"the real METADATA of the {req.pair.id} XPU wheels differs from what the lock stands on; "
-                    "nothing was installed:\n  " + "\n  ".join(problems), path=lockfile,
-                    fix="if the index changed the wheels, correct environments/xpu-wheels.yaml with the source and "
-                        f"re-lock (nox -s lock -- --pair {req.pair.id}); to build anyway: nox -s env -- --pair "
-                        f"{req.pair.id} --accept-metadata-drift (recorded in the env record)")
+    raise AipcError(
+        f"the real METADATA of the {req.pair.id} XPU wheels differs from what the lock stands on; "
+        "nothing was installed:\n  " + "\n  ".join(problems),
+        path=lockfile,
+        fix="if the index changed the wheels, correct environments/xpu-wheels.yaml with the source and "
+        f"re-lock (nox -s lock -- --pair {req.pair.id}); to build anyway: nox -s env -- --pair "
+        f"{req.pair.id} --accept-metadata-drift (recorded in the env record)",
+    )
 
 
 def _record(req: EnvRequest, lockfile: Path, keep_existing: bool = False, accepted: list[str] | None = None) -> None:
@@ -345,9 +378,17 @@ def _record(req: EnvRequest, lockfile: Path, keep_existing: bool = False, accept
     old = read_env_record()
     if keep_existing and old and old.prefix == str(req.prefix) and old.pair == req.pair.id:
         return
-    write_env_record(EnvRecord(prefix=str(req.prefix), python=str(env_python(req.prefix)), pair=req.pair.id,
-                               platform=req.platform, built_at=timestamp(), lockfile=str(lockfile),
-                               accepted_metadata_drift=accepted or []))
+    write_env_record(
+        EnvRecord(
+            prefix=str(req.prefix),
+            python=str(env_python(req.prefix)),
+            pair=req.pair.id,
+            platform=req.platform,
+            built_at=timestamp(),
+            lockfile=str(lockfile),
+            accepted_metadata_drift=accepted or [],
+        )
+    )
 
 
 class EnvBuildReport(VersionedModel):
@@ -365,8 +406,9 @@ class EnvBuildReport(VersionedModel):
     log: str
 
 
-def install_offline(wheels: Path, requirements: Path, lockfile: Path, *, pair: str, platform: Platform, prefix: Path,
-                    base_python: str, log: Path) -> EnvResult:
+def install_offline(
+    wheels: Path, requirements: Path, lockfile: Path, *, pair: str, platform: Platform, prefix: Path, base_python: str, log: Path
+) -> EnvResult:
     """Build the env from a folder of hash-pinned wheels with no network (an offline bundle, after
     fleet.bundle_check.verify_bundle proved it intact): the interpreter layer is a venv of `base_python`, the pip
     layer `requirements` (every line hash-pinned), the record `lockfile`'s packages."""
@@ -375,24 +417,52 @@ def install_offline(wheels: Path, requirements: Path, lockfile: Path, *, pair: s
     start = time.perf_counter()
     _tell(log, recover_interrupted(prefix))
     if env_python(prefix).is_file():
-        raise InputError("an env already exists here; a bundle installs into a new prefix", path=prefix,
-                         key="--prefix", fix="choose a new --prefix, or check it: aipc-env env --check --bundle DIR")
+        raise InputError(
+            "an env already exists here; a bundle installs into a new prefix",
+            path=prefix,
+            key="--prefix",
+            fix="choose a new --prefix, or check it: aipc-env env --check --bundle DIR",
+        )
     uv = find_uv()
     with _rollback(prefix):
         run_logged([uv, "venv", "--offline", "--python", base_python, str(prefix)], log)
         python = env_python(prefix)
-        run_logged([uv, "pip", "install", "--offline", "--no-index", "--find-links", str(wheels),
-                    "--require-hashes", "--no-deps", "--link-mode", "copy", "--python", str(python), "-r",
-                    str(requirements)], log)
+        run_logged(
+            [
+                uv,
+                "pip",
+                "install",
+                "--offline",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--require-hashes",
+                "--no-deps",
+                "--link-mode",
+                "copy",
+                "--python",
+                str(python),
+                "-r",
+                str(requirements),
+            ],
+            log,
+        )
         version = _python_version(str(python))
         lock = read_pylock(lockfile)
-        packages = {n: ManifestPackage(version=v, sha256=s)
-                    for n, (v, s) in locked_packages(lock, platform, version).items()}
-        write_model(prefix / MANIFEST_NAME, Manifest(pair=pair, platform=platform,
-                                                     lockfile=str(lockfile), installed_at=timestamp(),
-                                                     packages=packages))
+        packages = {n: ManifestPackage(version=v, sha256=s) for n, (v, s) in locked_packages(lock, platform, version).items()}
+        write_model(
+            prefix / MANIFEST_NAME,
+            Manifest(pair=pair, platform=platform, lockfile=str(lockfile), installed_at=timestamp(), packages=packages),
+        )
     known = load_matrix().by_id.get(pair)
-    write_env_record(EnvRecord(prefix=str(prefix), python=str(env_python(prefix)),
-                               pair=known.id if known else None, platform=platform, built_at=timestamp(),
-                               lockfile=str(lockfile)))
+    write_env_record(
+        EnvRecord(
+            prefix=str(prefix),
+            python=str(env_python(prefix)),
+            pair=known.id if known else None,
+            platform=platform,
+            built_at=timestamp(),
+            lockfile=str(lockfile),
+        )
+    )
     return EnvResult(prefix, env_python(prefix), True, [], time.perf_counter() - start, lockfile)

@@ -36,15 +36,16 @@ class DriftItem(StrictModel):
     """For `modified`: installed files whose content differs from the wheel's RECORD."""
 
     def describe(self) -> str:
-        return {"missing": f"{self.name} {self.locked}: in the lock, not installed",
-                "extra": f"{self.name} {self.installed}: installed, not in the lock",
-                "version": f"{self.name}: lock has {self.locked}, env has {self.installed}",
-                "hash": f"{self.name}: the lock's artifact changed (sha256 {self.locked}), env has {self.installed}",
-                "modified": f"{self.name} {self.installed}: {len(self.files)} installed file(s) changed since the "
-                            f"install ({', '.join(self.files[:3])}{' ...' if len(self.files) > 3 else ''})",
-                "interpreter": f"{self.name}: the lock's conda layer has {self.locked}, env has {self.installed} "
-                               "(the interpreter is not repaired in place: build a new env)",
-                }[self.kind]
+        return {
+            "missing": f"{self.name} {self.locked}: in the lock, not installed",
+            "extra": f"{self.name} {self.installed}: installed, not in the lock",
+            "version": f"{self.name}: lock has {self.locked}, env has {self.installed}",
+            "hash": f"{self.name}: the lock's artifact changed (sha256 {self.locked}), env has {self.installed}",
+            "modified": f"{self.name} {self.installed}: {len(self.files)} installed file(s) changed since the "
+            f"install ({', '.join(self.files[:3])}{' ...' if len(self.files) > 3 else ''})",
+            "interpreter": f"{self.name}: the lock's conda layer has {self.locked}, env has {self.installed} "
+            "(the interpreter is not repaired in place: build a new env)",
+        }[self.kind]
 
 
 class ManifestPackage(StrictModel):
@@ -92,8 +93,14 @@ def locked_packages(lock: Pylock, platform: Platform, python: str) -> dict[str, 
     return out
 
 
-def compute_drift(lock: Pylock, installed: dict[str, str], manifest: Manifest | None, platform: Platform,
-                  python: str, modified: dict[str, list[str]] | None = None) -> list[DriftItem]:
+def compute_drift(
+    lock: Pylock,
+    installed: dict[str, str],
+    manifest: Manifest | None,
+    platform: Platform,
+    python: str,
+    modified: dict[str, list[str]] | None = None,
+) -> list[DriftItem]:
     installed = {canonicalize_name(k): v for k, v in installed.items()}
     locked = locked_packages(lock, platform, python)
     items: list[DriftItem] = []
@@ -104,11 +111,9 @@ def compute_drift(lock: Pylock, installed: dict[str, str], manifest: Manifest | 
         elif not versions_equal(got, version):
             items.append(DriftItem(kind="version", name=name, locked=version, installed=got))
         elif manifest is not None and name in manifest.packages and manifest.packages[name].sha256 != sha:
-            items.append(DriftItem(kind="hash", name=name, locked=sha[:12],
-                                   installed=manifest.packages[name].sha256[:12]))
+            items.append(DriftItem(kind="hash", name=name, locked=sha[:12], installed=manifest.packages[name].sha256[:12]))
         elif modified and modified.get(name):
-            items.append(DriftItem(kind="modified", name=name, locked=version, installed=got,
-                                   files=sorted(modified[name])))
+            items.append(DriftItem(kind="modified", name=name, locked=version, installed=got, files=sorted(modified[name])))
     for name, version in sorted(installed.items()):
         if name not in locked and name not in IGNORED:
             items.append(DriftItem(kind="extra", name=name, installed=version))

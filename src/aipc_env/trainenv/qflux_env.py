@@ -31,8 +31,7 @@ def qflux_requirements(clone: Path, pair: Pair, torch_requirement: str, *, torch
     path = Path(clone) / "requirements.txt"
     text = decode_text(path.read_bytes(), path, "requirements.txt")
     edited = edit_requirements(text, pair=pair, xpu_index="https://download.pytorch.org/whl/xpu").text
-    keep = [line for line in edited.splitlines()
-            if not line.startswith(("--extra-index-url", "torch==", "torchvision=="))]
+    keep = [line for line in edited.splitlines() if not line.startswith(("--extra-index-url", "torch==", "torchvision=="))]
     build = torch_requirement.rsplit("+", 1)[-1]
     keep.append(f"{torch_requirement}  # aipc-env: this machine's torch source")
     if torchvision and pair.newest_torchvision:
@@ -44,8 +43,9 @@ def record_path(prefix: Path) -> Path:
     return prefix / RECORD
 
 
-def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None,
-                     log: Callable[[str], None] = print) -> tuple[Path, EnvRecord]:
+def ensure_qflux_env(
+    clone: Path, pair: Pair, *, root: Path | None = None, log: Callable[[str], None] = print
+) -> tuple[Path, EnvRecord]:
     """The qflux env (its prefix and record), built when its requirements changed. The record names the pair only
     when the env holds the pair's XPU torch (a CPU build is no XPU env: nothing to activate)."""
     import os
@@ -74,19 +74,36 @@ def ensure_qflux_env(clone: Path, pair: Pair, *, root: Path | None = None,
     logfile = prefix / "build.log"
     count = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("#", "-")))
     log(f"qflux env: building {prefix} for {pair.id} ({source.describe()})")
-    log(f"qflux env: installing {count} requirements with uv (about 2 GB and a few minutes the first time; "
-        f"progress in {logfile})")
+    log(
+        f"qflux env: installing {count} requirements with uv (about 2 GB and a few minutes the first time; progress in {logfile})"
+    )
     fix = torch_source_fix(logfile)
     try:
-        run_logged([uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)], logfile, echo=False,
-                   fix=fix, env=uv_environment())
-        run_logged([uv, "pip", "install", "--python", str(python), "-r", str(req), *source.args], logfile,
-                   echo=False, fix=fix, env=uv_environment())
+        run_logged(
+            [uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)],
+            logfile,
+            echo=False,
+            fix=fix,
+            env=uv_environment(),
+        )
+        run_logged(
+            [uv, "pip", "install", "--python", str(python), "-r", str(req), *source.args],
+            logfile,
+            echo=False,
+            fix=fix,
+            env=uv_environment(),
+        )
     except AipcError as exc:
-        raise AipcError(f"the qflux env could not be built: {exc.message}", path=req, exit_code=ExitCode.PROBLEMS,
-                        fix=exc.fix) from None
-    record = EnvRecord(prefix=str(prefix), python=str(python), pair=pair.id if source.build == "xpu" else None,
-                       platform=current_platform(), built_at=timestamp())
+        raise AipcError(
+            f"the qflux env could not be built: {exc.message}", path=req, exit_code=ExitCode.PROBLEMS, fix=exc.fix
+        ) from None
+    record = EnvRecord(
+        prefix=str(prefix),
+        python=str(python),
+        pair=pair.id if source.build == "xpu" else None,
+        platform=current_platform(),
+        built_at=timestamp(),
+    )
     write_model(record_path(prefix), record)
     atomic_write_text(prefix / STAMP, digest)
     log(f"qflux env: ready ({python})")

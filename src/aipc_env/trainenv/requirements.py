@@ -43,8 +43,10 @@ __all__ = [
     "split_lines",
 ]
 
-CUDA_ONLY = {"transformer-engine": "transformer_engine is CUDA-only (no XPU build; its source build needs nvcc)",
-             "flash-attn": "flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)"}
+CUDA_ONLY = {
+    "transformer-engine": "transformer_engine is CUDA-only (no XPU build; its source build needs nvcc)",
+    "flash-attn": "flash-attn is CUDA-only (aipc-env uses PyTorch SDPA on XPU)",
+}
 MARK = "# aipc-env:"
 _EOL = re.compile(r"(\r\n|\n|\r)")
 
@@ -101,25 +103,40 @@ def specifiers_conflict(a: SpecifierSet, b: SpecifierSet) -> bool:
         except InvalidVersion:
             return False
         release = list(v.release) + [0] * (3 - len(v.release))
-        candidates |= {v, parse_version(".".join(map(str, release[:2] + [release[2] + 1]))),
-                       parse_version(".".join(map(str, [release[0], release[1] + 1, 0]))),
-                       parse_version(f"{release[0] + 1}.0.0")}
+        candidates |= {
+            v,
+            parse_version(".".join(map(str, release[:2] + [release[2] + 1]))),
+            parse_version(".".join(map(str, [release[0], release[1] + 1, 0]))),
+            parse_version(f"{release[0] + 1}.0.0"),
+        }
     return not any(a.contains(v, prereleases=True) and b.contains(v, prereleases=True) for v in candidates)
 
 
 def _pinned_block(pair: Pair, xpu_index: str, ending: str) -> list[tuple[str, str]]:
     torch = f"torch=={pair.newest_torch}+xpu"
-    lines = [(f"{MARK} the pair's XPU torch ({pair.id}), from the PyTorch XPU index: a plain `pip install -r` "
-              "keeps it and never", ending),
-             (f"{MARK} takes PyPI's CUDA build (and its nvidia-* packages) instead", ending),
-             (f"--extra-index-url {xpu_index}", ending), (torch, ending)]
+    lines = [
+        (
+            f"{MARK} the pair's XPU torch ({pair.id}), from the PyTorch XPU index: a plain `pip install -r` keeps it and never",
+            ending,
+        ),
+        (f"{MARK} takes PyPI's CUDA build (and its nvidia-* packages) instead", ending),
+        (f"--extra-index-url {xpu_index}", ending),
+        (torch, ending),
+    ]
     if pair.newest_torchvision:
         lines.append((f"torchvision=={pair.torchvision_version(pair.newest_torch)}", ending))
     return lines
 
 
-def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[str] | None = None,
-                      locked: dict[str, str] | None = None, torch_requires: list[str] | None = None) -> EditResult:
+def edit_requirements(
+    text: str,
+    *,
+    pair: Pair,
+    xpu_index: str,
+    pip_layer: list[str] | None = None,
+    locked: dict[str, str] | None = None,
+    torch_requires: list[str] | None = None,
+) -> EditResult:
     """The edited text (see the module doc) and a report; pure given `torch_requires` (torch's Requires-Dist;
     default: the newest torch's, as environments/xpu-wheels.yaml records it)."""
     result = EditResult(text=text, changed=False)
@@ -134,8 +151,10 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
     layer = {canonicalize_name(parse_requirement(r).name): parse_requirement(r).specifier for r in (pip_layer or [])}
     already_pinned = any(content.startswith(MARK) and "XPU torch" in content for content, _ in lines)
     if already_pinned and not any(content.strip() == f"torch=={pair.newest_torch}+xpu" for content, _ in lines):
-        result.report.append(f"the XPU torch pins come from an earlier run for another pair; restore the backup "
-                             f"(.aipc-backup) and run again for {pair.id}")
+        result.report.append(
+            f"the XPU torch pins come from an earlier run for another pair; restore the backup "
+            f"(.aipc-backup) and run again for {pair.id}"
+        )
     out: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
     for number, (line, eol) in enumerate(lines, start=1):
@@ -149,8 +168,10 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
             continue
         key = canonicalize_name(req.name)
         if key in seen:
-            result.report.append(f"line {number}: {req.name} is listed again (first on line {seen[key]}); pip "
-                                 "takes both, and conflicting pins fail the install")
+            result.report.append(
+                f"line {number}: {req.name} is listed again (first on line {seen[key]}); pip "
+                "takes both, and conflicting pins fail the install"
+            )
         seen.setdefault(key, number)
         indent = line[: len(line) - len(line.lstrip())]
         if key in CUDA_ONLY:
@@ -158,8 +179,7 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
             result.edits.append(f"line {number}: commented out {req.name}")
             continue
         if key in ("torch", "torchvision") and not already_pinned:
-            out += [(f"{indent}{MARK} {req.name} comes from the pair's XPU pins below", eol),
-                    (f"{indent}# {line.strip()}", eol)]
+            out += [(f"{indent}{MARK} {req.name} comes from the pair's XPU pins below", eol), (f"{indent}# {line.strip()}", eol)]
             result.edits.append(f"line {number}: {req.name} replaced by the pair's XPU build")
             continue
         if key == "bitsandbytes" and _admits_older(req.specifier, minimum):
@@ -172,26 +192,37 @@ def edit_requirements(text: str, *, pair: Pair, xpu_index: str, pip_layer: list[
         if key in torch_needs and specifiers_conflict(req.specifier, torch_needs[key]):
             extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
             marker = f"; {req.marker}" if req.marker else ""
-            out.append((f"{indent}{req.name}{extras}{torch_needs[key]}{marker}  {MARK} was {line.strip()}; "
-                        f"torch {pair.newest_torch} needs {req.name}{torch_needs[key]}", eol))
-            result.edits.append(f"line {number}: {line.strip()!r} relaxed to {req.name}{torch_needs[key]} "
-                                f"(torch {pair.newest_torch} needs it)")
+            out.append(
+                (
+                    f"{indent}{req.name}{extras}{torch_needs[key]}{marker}  {MARK} was {line.strip()}; "
+                    f"torch {pair.newest_torch} needs {req.name}{torch_needs[key]}",
+                    eol,
+                )
+            )
+            result.edits.append(
+                f"line {number}: {line.strip()!r} relaxed to {req.name}{torch_needs[key]} (torch {pair.newest_torch} needs it)"
+            )
             continue
         out.append((line, eol))
         if key in layer and specifiers_conflict(req.specifier, layer[key]):
-            result.report.append(f"line {number}: {line.strip()} conflicts with aipc-env's pip layer "
-                                 f"({req.name}{layer[key]}): this env cannot also be aipc-env's training env")
-        if locked and key in locked and str(req.specifier) and \
-                not req.specifier.contains(locked[key], prereleases=True):
-            result.report.append(f"line {number}: {line.strip()} contradicts the lock ({req.name} {locked[key]}); "
-                                 "pip would replace the locked version")
+            result.report.append(
+                f"line {number}: {line.strip()} conflicts with aipc-env's pip layer "
+                f"({req.name}{layer[key]}): this env cannot also be aipc-env's training env"
+            )
+        if locked and key in locked and str(req.specifier) and not req.specifier.contains(locked[key], prereleases=True):
+            result.report.append(
+                f"line {number}: {line.strip()} contradicts the lock ({req.name} {locked[key]}); "
+                "pip would replace the locked version"
+            )
     if not already_pinned:
         if out and not out[-1][1]:
             out[-1] = (out[-1][0], ending)
         out += _pinned_block(pair, xpu_index, ending)
-        result.edits.append(f"appended torch=={pair.newest_torch}+xpu" + (
-            f", torchvision=={pair.torchvision_version(pair.newest_torch)}" if pair.newest_torchvision else "")
-            + f" with the XPU index line ({xpu_index})")
+        result.edits.append(
+            f"appended torch=={pair.newest_torch}+xpu"
+            + (f", torchvision=={pair.torchvision_version(pair.newest_torch)}" if pair.newest_torchvision else "")
+            + f" with the XPU index line ({xpu_index})"
+        )
     result.text = "".join(content + eol for content, eol in out)
     result.changed = result.text != text
     return result
@@ -214,8 +245,9 @@ class RequirementsReport(VersionedModel):
     diff: str | None = None
 
 
-def apply_edits(path: Path, *, pair: Pair, xpu_index: str, pip_layer: list[str] | None,
-                locked: dict[str, str] | None, dry_run: bool) -> tuple[EditResult, str, Path | None]:
+def apply_edits(
+    path: Path, *, pair: Pair, xpu_index: str, pip_layer: list[str] | None, locked: dict[str, str] | None, dry_run: bool
+) -> tuple[EditResult, str, Path | None]:
     """Edit a requirements file in place: refuse a read-only file, keep a backup of the original (once), then an
     atomic write keeping mode, owner, symlink and BOM. Returns the result, a unified diff and the backup path.
     A second run finds nothing to change and writes nothing."""
@@ -231,15 +263,20 @@ def apply_edits(path: Path, *, pair: Pair, xpu_index: str, pip_layer: list[str] 
     bom = raw.startswith(b"\xef\xbb\xbf")
     text = decode_text(raw, path, "requirements file")
     result = edit_requirements(text, pair=pair, xpu_index=xpu_index, pip_layer=pip_layer, locked=locked)
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), result.text.splitlines(keepends=True),
-                                        fromfile=str(path), tofile=f"{path} (aipc-env)"))
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True), result.text.splitlines(keepends=True), fromfile=str(path), tofile=f"{path} (aipc-env)"
+        )
+    )
     backup = None
     if result.changed and not dry_run:
-        if not st.st_mode & stat.S_IWUSR or (hasattr(os, "geteuid") and os.geteuid() != 0
-                                             and not os.access(path, os.W_OK)):
-            raise InputError("the requirements file is read-only; nothing was changed", path=path,
-                             fix="make it writable (chmod u+w, or clear the read-only attribute) and run again, or "
-                             "use --dry-run to see the edits")
+        if not st.st_mode & stat.S_IWUSR or (hasattr(os, "geteuid") and os.geteuid() != 0 and not os.access(path, os.W_OK)):
+            raise InputError(
+                "the requirements file is read-only; nothing was changed",
+                path=path,
+                fix="make it writable (chmod u+w, or clear the read-only attribute) and run again, or "
+                "use --dry-run to see the edits",
+            )
         backup = path.with_name(path.name + ".aipc-backup")
         if not backup.exists():
             atomic_write_bytes(backup, raw, mode=stat.S_IMODE(st.st_mode))

@@ -99,14 +99,21 @@ class Decision:
 def choose_env(candidates: EnvCandidates) -> EnvChoice:
     """The env by the policy above. A flag or built env without an interpreter is an input error."""
     if candidates.flag_missing is not None:
-        raise InputError("no Python interpreter in this training env", path=candidates.flag_missing, key="--env",
-                         fix="pass the prefix of an existing env (the folder holding bin/python or python.exe)")
+        raise InputError(
+            "no Python interpreter in this training env",
+            path=candidates.flag_missing,
+            key="--env",
+            fix="pass the prefix of an existing env (the folder holding bin/python or python.exe)",
+        )
     if candidates.flag is not None:
         return candidates.flag
     if candidates.built_missing is not None:
         built = candidates.built_missing
-        raise InputError("the training env built by aipc-env is gone (no Python interpreter)", path=built.prefix,
-                         fix=f"rebuild it: nox -s env -- --pair {built.pair}" if built.pair else "rebuild it: nox -s env")
+        raise InputError(
+            "the training env built by aipc-env is gone (no Python interpreter)",
+            path=built.prefix,
+            fix=f"rebuild it: nox -s env -- --pair {built.pair}" if built.pair else "rebuild it: nox -s env",
+        )
     for choice in (candidates.built, candidates.used, candidates.conda, candidates.tool, candidates.current):
         if choice is not None:
             return choice
@@ -126,8 +133,7 @@ def choose_pair(situation: Situation, purpose: Purpose) -> PairChoice:
         return PairChoice(matrix.newest(platform), f"newest supported pair for {platform}")
     resolution = situation.resolution
     if resolution is None and situation.installed:
-        resolution = resolve_pair(dict(situation.installed), matrix, platform,
-                                  torch_version_xpu=situation.torch_version_xpu)
+        resolution = resolve_pair(dict(situation.installed), matrix, platform, torch_version_xpu=situation.torch_version_xpu)
     if resolution is not None and resolution.pair:
         return PairChoice(matrix.by_id[resolution.pair], "resolved from the env's packages")
     recorded = situation.recorded

@@ -49,19 +49,33 @@ def env_candidates(flag: Path | None = None) -> EnvCandidates:
         else:
             built_missing = built
     used = read_used_env()
-    used_choice = (EnvChoice(Path(used.prefix), Path(used.python), "used")
-                   if used is not None and Path(used.python).is_file() else None)
+    used_choice = (
+        EnvChoice(Path(used.prefix), Path(used.python), "used") if used is not None and Path(used.python).is_file() else None
+    )
     conda = os.environ.get("CONDA_PREFIX")
-    conda_choice = (EnvChoice(Path(conda), env_python(Path(conda)), "conda")
-                    if conda and not _same_path(conda, sys.prefix) and env_python(Path(conda)).is_file() else None)
+    conda_choice = (
+        EnvChoice(Path(conda), env_python(Path(conda)), "conda")
+        if conda and not _same_path(conda, sys.prefix) and env_python(Path(conda)).is_file()
+        else None
+    )
     torch_importable = can_import_torch()
     tool = tool_env_prefix()
-    tool_choice = (EnvChoice(tool, env_python(tool), "tool")
-                   if not torch_importable and (tool / STAMP).is_file() and env_python(tool).is_file() else None)
-    return EnvCandidates(flag=flag_choice, flag_missing=flag_missing, built=built_choice, built_missing=built_missing,
-                         used=used_choice, conda=conda_choice, tool=tool_choice,
-                         current=EnvChoice(Path(sys.prefix), Path(sys.executable), "current"),
-                         torch_importable=torch_importable)
+    tool_choice = (
+        EnvChoice(tool, env_python(tool), "tool")
+        if not torch_importable and (tool / STAMP).is_file() and env_python(tool).is_file()
+        else None
+    )
+    return EnvCandidates(
+        flag=flag_choice,
+        flag_missing=flag_missing,
+        built=built_choice,
+        built_missing=built_missing,
+        used=used_choice,
+        conda=conda_choice,
+        tool=tool_choice,
+        current=EnvChoice(Path(sys.prefix), Path(sys.executable), "current"),
+        torch_importable=torch_importable,
+    )
 
 
 def the_env(flag: Path | None = None) -> EnvChoice:
@@ -87,9 +101,17 @@ def offered_torch_versions(environ: dict[str, str] | None = None) -> list[str]:
     return sorted(versions, key=Version, reverse=True)
 
 
-def gather_situation(matrix: Matrix, platform: Platform, *, pair_flag: str | None = None,
-                     env: EnvChoice | None = None, read_packages: bool = True, this_machine: bool = True,
-                     toolkits: list[str] | None = None, qflux_clone: Path | None = None) -> Situation:
+def gather_situation(
+    matrix: Matrix,
+    platform: Platform,
+    *,
+    pair_flag: str | None = None,
+    env: EnvChoice | None = None,
+    read_packages: bool = True,
+    this_machine: bool = True,
+    toolkits: list[str] | None = None,
+    qflux_clone: Path | None = None,
+) -> Situation:
     """The situation for `env` (the command's env: chosen with `the_env`, or the one it builds): its packages
     (unless --pair decides or `read_packages` is off), and, on this machine, its oneAPI releases (`toolkits` when
     the caller read them already) and local torch wheels. `this_machine=False`: the pair is for another machine
@@ -104,9 +126,18 @@ def gather_situation(matrix: Matrix, platform: Platform, *, pair_flag: str | Non
     if toolkits is None and not pair_flag:
         toolkits = installed_toolkits(toolchain_facts()[0])
     recorded = env.record.pair if env is not None and env.record is not None else None
-    return Situation(matrix, platform, pair_flag=pair_flag, env=env, installed=installed, recorded=recorded,
-                     toolkits=tuple(toolkits or ()), offered_torch=tuple(offered_torch_versions()),
-                     qflux_clone=qflux_clone, torch_importable=can_import_torch())
+    return Situation(
+        matrix,
+        platform,
+        pair_flag=pair_flag,
+        env=env,
+        installed=installed,
+        recorded=recorded,
+        toolkits=tuple(toolkits or ()),
+        offered_torch=tuple(offered_torch_versions()),
+        qflux_clone=qflux_clone,
+        torch_importable=can_import_torch(),
+    )
 
 
 def gather_machine(opts: GatherOptions, env_flag: Path | None = None) -> Facts:
@@ -115,12 +146,16 @@ def gather_machine(opts: GatherOptions, env_flag: Path | None = None) -> Facts:
     local wheel folder's torch versions."""
     try:
         choice = the_env(env_flag)
-        seen = EnvSeen(prefix=choice.prefix, python=choice.python, source=choice.source, current=choice.is_current,
-                       pair=choice.record.pair if choice.record else None,
-                       built_at=choice.record.built_at if choice.record else None)
+        seen = EnvSeen(
+            prefix=choice.prefix,
+            python=choice.python,
+            source=choice.source,
+            current=choice.is_current,
+            pair=choice.record.pair if choice.record else None,
+            built_at=choice.record.built_at if choice.record else None,
+        )
     except AipcError as exc:
-        seen = EnvSeen(prefix=env_flag or Path(exc.path or ""), source="flag" if env_flag else "state",
-                       error=exc.message)
+        seen = EnvSeen(prefix=env_flag or Path(exc.path or ""), source="flag" if env_flag else "state", error=exc.message)
     opts.env, opts.read_last_verify = seen, read_verify_record
     facts = gather_facts(opts)
     facts.local_torch_wheels = offered_torch_versions()

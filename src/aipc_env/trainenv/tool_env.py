@@ -63,12 +63,14 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
     try:
         reqs = train_requirements(requires("aipc-env") or [])
     except PackageNotFoundError:
-        raise AipcError("aipc-env is not installed (no package metadata), so its training requirements are unknown",
-                        fix="install it (pipx install aipc-env, or pip install -e . in a checkout), or pass "
-                            "--env PREFIX") from None
+        raise AipcError(
+            "aipc-env is not installed (no package metadata), so its training requirements are unknown",
+            fix="install it (pipx install aipc-env, or pip install -e . in a checkout), or pass --env PREFIX",
+        ) from None
     source = detect(pinned_torch(constraints))
-    digest = hashlib.sha256("\n".join([*reqs, source.describe(), constraints.read_text(encoding="utf-8"),
-                                       sys.version]).encode()).hexdigest()
+    digest = hashlib.sha256(
+        "\n".join([*reqs, source.describe(), constraints.read_text(encoding="utf-8"), sys.version]).encode()
+    ).hexdigest()
     python = env_python(prefix)
     stamp = prefix / STAMP
     if python.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == digest:
@@ -79,17 +81,30 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
     atomic_write_text(req_file, "\n".join([source.requirement, *reqs]) + "\n")
     logfile = prefix / "build.log"
     log(f"training env: building {prefix} ({source.describe()})")
-    log(f"training env: installing torch and {len(reqs)} libraries with uv (about 400 MB to download and 1.4 GB on "
-        f"disk the first time; also logged to {logfile})")
+    log(
+        f"training env: installing torch and {len(reqs)} libraries with uv (about 400 MB to download and 1.4 GB on "
+        f"disk the first time; also logged to {logfile})"
+    )
     uv, fix = find_uv(), torch_source_fix(logfile)
     try:
-        run_logged([uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)], logfile, echo=False,
-                   fix=fix, env=uv_environment())
-        run_logged([uv, "pip", "install", "--python", str(python), "-r", str(req_file), "-c", str(constraints),
-                    *source.args], logfile, echo=True, fix=fix, env=uv_environment())  # uv's progress on stderr
+        run_logged(
+            [uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)],
+            logfile,
+            echo=False,
+            fix=fix,
+            env=uv_environment(),
+        )
+        run_logged(
+            [uv, "pip", "install", "--python", str(python), "-r", str(req_file), "-c", str(constraints), *source.args],
+            logfile,
+            echo=True,
+            fix=fix,
+            env=uv_environment(),
+        )  # uv's progress on stderr
     except AipcError as exc:
-        raise AipcError(f"the training env could not be built: {exc.message}", path=prefix,
-                        exit_code=ExitCode.PROBLEMS, fix=exc.fix) from None
+        raise AipcError(
+            f"the training env could not be built: {exc.message}", path=prefix, exit_code=ExitCode.PROBLEMS, fix=exc.fix
+        ) from None
     atomic_write_text(stamp, digest)
     log(f"training env: ready ({python})")
     return prefix

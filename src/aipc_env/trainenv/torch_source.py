@@ -14,8 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["ENV_VARS", "PYTORCH_INDEX", "UV_TLS", "TorchSource", "detect", "pinned_torch", "plan_torch_install",
-           "take_options", "torch_source_fix", "uv_environment"]
+__all__ = [
+    "ENV_VARS",
+    "PYTORCH_INDEX",
+    "UV_TLS",
+    "TorchSource",
+    "detect",
+    "pinned_torch",
+    "plan_torch_install",
+    "take_options",
+    "torch_source_fix",
+    "uv_environment",
+]
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 PYPI = "https://pypi.org/simple"
@@ -48,16 +58,22 @@ def pinned_torch(constraints: Path) -> str:
     raise ValueError(f"{constraints}: no `torch==X` line")
 
 
-def plan_torch_install(version: str, *, intel_gpu: bool, build: str | None = None, index: str | None = None,
-                       wheels: str | None = None) -> TorchSource:
+def plan_torch_install(
+    version: str, *, intel_gpu: bool, build: str | None = None, index: str | None = None, wheels: str | None = None
+) -> TorchSource:
     """How to install torch `version` (pure). build forces xpu/cpu; index replaces the PyTorch index (its /cpu or
     /xpu subfolder is used when the URL names neither); wheels is a local folder searched first, with no index
     for torch then needed."""
     if build not in (None, "", "auto", "xpu", "cpu"):
         raise ValueError(f"{ENV_VARS['build']}={build!r}: use xpu, cpu or auto")
     chosen: Build = build if build in ("xpu", "cpu") else ("xpu" if intel_gpu else "cpu")  # type: ignore[assignment]  # a Literal chosen from the fixed table above
-    why = ("forced" if build in ("xpu", "cpu") else
-           "this machine has an Intel GPU" if intel_gpu else "no Intel GPU here: the CPU build, not PyPI's CUDA one")
+    why = (
+        "forced"
+        if build in ("xpu", "cpu")
+        else "this machine has an Intel GPU"
+        if intel_gpu
+        else "no Intel GPU here: the CPU build, not PyPI's CUDA one"
+    )
     requirement = f"torch=={version}+{chosen}"
     if wheels:
         return TorchSource(chosen, requirement, ("--find-links", str(wheels)), why + f"; from the wheels in {wheels}")
@@ -73,8 +89,13 @@ def detect(version: str, environ: dict[str, str] | None = None) -> TorchSource:
     from aipc_env.core.platforms import has_intel_gpu
 
     env = os.environ if environ is None else environ
-    return plan_torch_install(version, intel_gpu=has_intel_gpu(), build=env.get(ENV_VARS["build"]),
-                              index=env.get(ENV_VARS["index"]) or None, wheels=env.get(ENV_VARS["wheels"]) or None)
+    return plan_torch_install(
+        version,
+        intel_gpu=has_intel_gpu(),
+        build=env.get(ENV_VARS["build"]),
+        index=env.get(ENV_VARS["index"]) or None,
+        wheels=env.get(ENV_VARS["wheels"]) or None,
+    )
 
 
 def take_options(posargs: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -112,7 +133,9 @@ def torch_source_fix(log: Path | str | None = None) -> str:
     """What to do when torch could not be installed: the index is unreachable (offline, a firewall, a proxy) or
     serves no such wheel. Names both ways around it."""
     where = f"; uv's own words are in {log}" if log else ""
-    return (f"the PyTorch index ({PYTORCH_INDEX}) or PyPI could not be reached, or had no such wheel. Offline or "
-            f"behind a firewall, set {ENV_VARS['wheels']}=<folder holding the torch wheel> or "
-            f"{ENV_VARS['index']}=<URL of a mirror of the PyTorch index>; behind a proxy that re-signs HTTPS, add "
-            f"its certificate to the system store (uv reads it){where}")
+    return (
+        f"the PyTorch index ({PYTORCH_INDEX}) or PyPI could not be reached, or had no such wheel. Offline or "
+        f"behind a firewall, set {ENV_VARS['wheels']}=<folder holding the torch wheel> or "
+        f"{ENV_VARS['index']}=<URL of a mirror of the PyTorch index>; behind a proxy that re-signs HTTPS, add "
+        f"its certificate to the system store (uv reads it){where}"
+    )

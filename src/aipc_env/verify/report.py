@@ -49,11 +49,13 @@ class VerifyReport(VersionedModel):
 
 
 def render_verify(console: Console, report: VerifyReport, verbose: bool = False) -> None:
-    table = Table("step", "result", "time", title=f"aipc-env verify on {report.device}"
-                  + (f" ({report.pair})" if report.pair else ""))
+    table = Table(
+        "step", "result", "time", title=f"aipc-env verify on {report.device}" + (f" ({report.pair})" if report.pair else "")
+    )
     for s in report.steps:
-        table.add_row(s.title, Text(("PASS  " if s.passed else "FAIL  ") + s.summary,
-                                    style="" if s.passed else "red"), f"{s.seconds:.2f} s")
+        table.add_row(
+            s.title, Text(("PASS  " if s.passed else "FAIL  ") + s.summary, style="" if s.passed else "red"), f"{s.seconds:.2f} s"
+        )
     console.print(table)
     if verbose:
         for s in report.steps:
@@ -61,6 +63,10 @@ def render_verify(console: Console, report: VerifyReport, verbose: bool = False)
             if s.traceback:
                 console.print(Text(s.traceback, style="dim"))
     verdict = "All steps passed" if report.passed else "Verification FAILED"
-    console.print(Text(f"{verdict}: {report.summary}; work {report.work_seconds:.1f} s "
-                       f"(+{report.import_seconds:.1f} s imports). dtypes: {', '.join(report.dtypes)}",
-                       style="green" if report.passed else "bold red"))
+    console.print(
+        Text(
+            f"{verdict}: {report.summary}; work {report.work_seconds:.1f} s "
+            f"(+{report.import_seconds:.1f} s imports). dtypes: {', '.join(report.dtypes)}",
+            style="green" if report.passed else "bold red",
+        )
+    )

@@ -40,6 +40,7 @@ TINY_RUN_SAMPLES = 16
 def say(line: str) -> None:
     print(line, flush=True)
 
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -64,15 +65,18 @@ def sync(device: torch.device) -> None:
 
 # --------------------------------------------------------------------------- steps
 
+
 def step_device(ctx: dict) -> dict:
     device: torch.device = ctx["device"]
-    metrics = {"torch": torch.__version__, "torch_version_xpu": getattr(torch.version, "xpu", None),
-               "device": str(device)}
+    metrics = {"torch": torch.__version__, "torch_version_xpu": getattr(torch.version, "xpu", None), "device": str(device)}
     is_xpu_build = "+xpu" in torch.__version__
     if device.type == "xpu":
         if not torch.xpu.is_available():
-            raise StepFailed("torch.xpu.is_available() is False", metrics,
-                             "update the GPU driver, check ONEAPI_DEVICE_SELECTOR, enable the iGPU in the BIOS")
+            raise StepFailed(
+                "torch.xpu.is_available() is False",
+                metrics,
+                "update the GPU driver, check ONEAPI_DEVICE_SELECTOR, enable the iGPU in the BIOS",
+            )
         props = torch.xpu.get_device_properties(device)
         metrics.update(name=props.name, total_memory_gb=round(props.total_memory / 1e9, 2))
     elif device.type == "cuda":
@@ -85,9 +89,12 @@ def step_device(ctx: dict) -> dict:
 
         metrics.update(name=platform.processor() or platform.machine(), threads=torch.get_num_threads())
         if is_xpu_build and not ctx["requested"]:
-            raise StepFailed("an +xpu build of torch sees no XPU device; everything would run on the CPU",
-                             metrics, "likely causes: GPU driver missing or too old; ONEAPI_DEVICE_SELECTOR hides "
-                             "the device; iGPU disabled in the BIOS; on Linux, user not in the 'render' group")
+            raise StepFailed(
+                "an +xpu build of torch sees no XPU device; everything would run on the CPU",
+                metrics,
+                "likely causes: GPU driver missing or too old; ONEAPI_DEVICE_SELECTOR hides "
+                "the device; iGPU disabled in the BIOS; on Linux, user not in the 'render' group",
+            )
     torch.zeros(4, device=device).add_(1)
     sync(device)
     return {"summary": f"{metrics.get('name')} ({device}), torch {torch.__version__}", "metrics": metrics}
@@ -109,16 +116,30 @@ def step_bitsandbytes(ctx: dict) -> dict:
         triton = False
     plan = bnb_backends(ctx["device"].type, native=native, triton=bool(triton))
     impl = f"native library ({backend or lib})" if native else "no native library"
-    metrics = {"version": bnb.__version__, "backend": backend, "library": lib, "implementation": impl,
-               "minimum": ctx["bnb_min"], "triton": bool(triton), "nf4_matmul": plan.nf4_matmul,
-               "nf4_quantize": plan.nf4_quantize, "adam8bit": plan.adam8bit}
+    metrics = {
+        "version": bnb.__version__,
+        "backend": backend,
+        "library": lib,
+        "implementation": impl,
+        "minimum": ctx["bnb_min"],
+        "triton": bool(triton),
+        "nf4_matmul": plan.nf4_matmul,
+        "nf4_quantize": plan.nf4_quantize,
+        "adam8bit": plan.adam8bit,
+    }
     if ctx["bnb_min"] and Version(bnb.__version__) < Version(ctx["bnb_min"]):
-        raise StepFailed(f"bitsandbytes {bnb.__version__} is older than {ctx['bnb_min']}, the minimum for this "
-                         "pair", metrics, f"pip install \"bitsandbytes>={ctx['bnb_min']}\" or rebuild: nox -s env")
+        raise StepFailed(
+            f"bitsandbytes {bnb.__version__} is older than {ctx['bnb_min']}, the minimum for this pair",
+            metrics,
+            f'pip install "bitsandbytes>={ctx["bnb_min"]}" or rebuild: nox -s env',
+        )
     platform = "win-64" if sys.platform == "win32" else "linux-64"
     if not plan.complete:
-        raise StepFailed(f"bitsandbytes {bnb.__version__}: {plan.describe()}", metrics,
-                         f"the Triton path needs {TRITON_NEEDS[platform]}; `aipc-env doctor` names what is missing")
+        raise StepFailed(
+            f"bitsandbytes {bnb.__version__}: {plan.describe()}",
+            metrics,
+            f"the Triton path needs {TRITON_NEEDS[platform]}; `aipc-env doctor` names what is missing",
+        )
     note = f"; the fallback needs {TRITON_NEEDS[platform]}" if plan.fallback else ""
     return {"summary": f"bitsandbytes {bnb.__version__}: {plan.describe()}{note}", "metrics": metrics}
 
@@ -148,8 +169,10 @@ def step_nf4_roundtrip(ctx: dict) -> dict:
     metrics["bound"] = tol.NF4_ROUNDTRIP_MAX_REL_ERR
     if worst > tol.NF4_ROUNDTRIP_MAX_REL_ERR:
         raise StepFailed(f"NF4 round-trip error {worst:.4f} > {tol.NF4_ROUNDTRIP_MAX_REL_ERR}", metrics)
-    return {"summary": f"max rel. error {worst:.4f} ≤ {tol.NF4_ROUNDTRIP_MAX_REL_ERR} "
-                       f"({', '.join(_dtypes(ctx))})", "metrics": metrics}
+    return {
+        "summary": f"max rel. error {worst:.4f} ≤ {tol.NF4_ROUNDTRIP_MAX_REL_ERR} ({', '.join(_dtypes(ctx))})",
+        "metrics": metrics,
+    }
 
 
 def step_linear4bit(ctx: dict) -> dict:
@@ -194,10 +217,13 @@ def step_linear4bit(ctx: dict) -> dict:
                 failures.append(f"{name} {kind} rel. error {err:.3g} > {bound:.3g}")
         metrics[f"{name}_bound"] = float(f"{bound:.3g}")
     if failures:
-        raise StepFailed("; ".join(failures), metrics,
-                         "a known bf16 gemv_4bit bug on Arc A-series: train in fp16, or update bitsandbytes")
-    return {"summary": f"forward, backward and gemv match the dequantized reference ({', '.join(_dtypes(ctx))})",
-            "metrics": metrics}
+        raise StepFailed(
+            "; ".join(failures), metrics, "a known bf16 gemv_4bit bug on Arc A-series: train in fp16, or update bitsandbytes"
+        )
+    return {
+        "summary": f"forward, backward and gemv match the dequantized reference ({', '.join(_dtypes(ctx))})",
+        "metrics": metrics,
+    }
 
 
 def step_adam8bit(ctx: dict) -> dict:
@@ -230,9 +256,12 @@ def step_adam8bit(ctx: dict) -> dict:
                 first = time.perf_counter() - s
             opt32.step()
     except Exception as exc:
-        hint = ("the 8-bit optimizer runs as a Triton kernel on XPU: check MSVC (cl.exe, vcvars64), the oneAPI "
-                "toolkit matching the pair, and the Level Zero headers (LEVEL_ZERO_V1_SDK_PATH)"
-                if device.type == "xpu" else None)
+        hint = (
+            "the 8-bit optimizer runs as a Triton kernel on XPU: check MSVC (cl.exe, vcvars64), the oneAPI "
+            "toolkit matching the pair, and the Level Zero headers (LEVEL_ZERO_V1_SDK_PATH)"
+            if device.type == "xpu"
+            else None
+        )
         raise StepFailed(f"Adam8bit.step() raised {type(exc).__name__}: {exc}", {}, hint) from exc
     assert first is not None  # the loop ran 20 steps
     rest = (time.perf_counter() - t0 - first) / 19
@@ -242,26 +271,42 @@ def step_adam8bit(ctx: dict) -> dict:
     moved = float(d8.norm())
     diff = rel(d8, d32)
     cos = float(torch.nn.functional.cosine_similarity(d8.float(), d32.float(), dim=0)) if moved else 0.0
-    metrics = {"first_step_s": round(first, 4), "later_step_s": round(rest, 5), "state_dtypes": state_dtypes,
-               "rel_diff_vs_adam32": round(diff, 5), "cosine": round(cos, 6), "update_norm": moved,
-               "bound_rel_diff": tol.ADAM8BIT_MAX_REL_DIFF}
+    metrics = {
+        "first_step_s": round(first, 4),
+        "later_step_s": round(rest, 5),
+        "state_dtypes": state_dtypes,
+        "rel_diff_vs_adam32": round(diff, 5),
+        "cosine": round(cos, 6),
+        "update_norm": moved,
+        "bound_rel_diff": tol.ADAM8BIT_MAX_REL_DIFF,
+    }
     if state_dtypes.get("state1") != "uint8":
         raise StepFailed(f"8-bit state not used (state1 is {state_dtypes.get('state1')})", metrics)
     if moved == 0.0:
-        raise StepFailed("Adam8bit left the parameters unchanged", metrics,
-                         "the optimizer step is a no-op: check the learning rate and the bitsandbytes install")
+        raise StepFailed(
+            "Adam8bit left the parameters unchanged",
+            metrics,
+            "the optimizer step is a no-op: check the learning rate and the bitsandbytes install",
+        )
     if diff > tol.ADAM8BIT_MAX_REL_DIFF or cos < tol.ADAM8BIT_MIN_COSINE:
         raise StepFailed(f"Adam8bit diverges from 32-bit Adam: rel. diff {diff:.4f}, cosine {cos:.4f}", metrics)
-    return {"summary": f"20 steps within {diff:.3f} of 32-bit Adam (≤ {tol.ADAM8BIT_MAX_REL_DIFF}); "
-                       f"first step {first * 1000:.0f} ms, then {rest * 1000:.1f} ms", "metrics": metrics}
+    return {
+        "summary": f"20 steps within {diff:.3f} of 32-bit Adam (≤ {tol.ADAM8BIT_MAX_REL_DIFF}); "
+        f"first step {first * 1000:.0f} ms, then {rest * 1000:.1f} ms",
+        "metrics": metrics,
+    }
 
 
 def _lora_output(transformer, batch) -> torch.Tensor:
     with torch.no_grad():
-        return transformer(hidden_states=torch.cat([batch.target, batch.control], dim=1),
-                           encoder_hidden_states=batch.prompt_embeds, encoder_hidden_states_mask=None,
-                           timestep=torch.full((batch.target.shape[0],), 0.5, device=batch.target.device),
-                           img_shapes=batch.img_shapes, return_dict=False)[0]
+        return transformer(
+            hidden_states=torch.cat([batch.target, batch.control], dim=1),
+            encoder_hidden_states=batch.prompt_embeds,
+            encoder_hidden_states_mask=None,
+            timestep=torch.full((batch.target.shape[0],), 0.5, device=batch.target.device),
+            img_shapes=batch.img_shapes,
+            return_dict=False,
+        )[0]
 
 
 def step_lora_roundtrip(ctx: dict) -> dict:
@@ -286,30 +331,35 @@ def step_lora_roundtrip(ctx: dict) -> dict:
     if "drop-lora-metadata" in INJECT:
         metadata = {}
     with tempfile.TemporaryDirectory(prefix="aipc-verify-lora-") as tmp:
-        QwenImageEditPipeline.save_lora_weights(tmp, transformer_lora_layers=get_peft_model_state_dict(model),
-                                                **metadata)
+        QwenImageEditPipeline.save_lora_weights(tmp, transformer_lora_layers=get_peft_model_state_dict(model), **metadata)
         results = {}
         for label, use_meta in (("with_metadata", True), ("without_metadata", False)):
             fresh = build_tiny_transformer(seed=3).to(device)
             state, meta = QwenImageEditPipeline.lora_state_dict(tmp, return_lora_metadata=True)
-            QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh,
-                                                             metadata=meta if use_meta else None)
+            QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta if use_meta else None)
             out = _lora_output(fresh, batch)
             (config,) = fresh.peft_config.values()
-            results[label] = {"alpha": config.lora_alpha,
-                              "max_abs_diff": float((out - expected).abs().max()),
-                              "bit_exact": bool(torch.equal(out, expected))}
+            results[label] = {
+                "alpha": config.lora_alpha,
+                "max_abs_diff": float((out - expected).abs().max()),
+                "bit_exact": bool(torch.equal(out, expected)),
+            }
     metrics = {"rank": rank, "alpha": alpha, **results}
     good = results["with_metadata"]
     if not good["bit_exact"] or good["alpha"] != alpha:
-        raise StepFailed(f"reloaded LoRA differs: alpha {good['alpha']} (saved {alpha}), max diff "
-                         f"{good['max_abs_diff']:.3g}; the adapter metadata did not survive the round trip", metrics,
-                         "save with transformer_lora_adapter_metadata (diffusers' _collate_lora_metadata)")
+        raise StepFailed(
+            f"reloaded LoRA differs: alpha {good['alpha']} (saved {alpha}), max diff "
+            f"{good['max_abs_diff']:.3g}; the adapter metadata did not survive the round trip",
+            metrics,
+            "save with transformer_lora_adapter_metadata (diffusers' _collate_lora_metadata)",
+        )
     bad = results["without_metadata"]
     if bad["bit_exact"] or bad["alpha"] == alpha:
         raise StepFailed("reloading without metadata was not detected as a wrong-strength adapter", metrics)
-    return {"summary": f"save → reload bit-exact, alpha {alpha} kept; without metadata alpha becomes "
-                       f"{bad['alpha']} (detected)", "metrics": metrics}
+    return {
+        "summary": f"save → reload bit-exact, alpha {alpha} kept; without metadata alpha becomes {bad['alpha']} (detected)",
+        "metrics": metrics,
+    }
 
 
 def step_tiny_qlora(ctx: dict) -> dict:
@@ -364,26 +414,40 @@ def step_tiny_qlora(ctx: dict) -> dict:
             raise StepFailed(f"loss became {loss.item()} at step {step + 1}", {"losses": losses})
     verdict = judge_builtin_edit(model, count=4, latent_hw=8, device=device, dtype=dtype)
     steady = times[1:] or times
-    metrics = {"steps": ctx["steps"], "nf4_layers": n_quant, "lora_params": sum(p.numel() for p in params),
-               "compute_dtype": str(dtype).replace("torch.", ""), "heldout": verdict.model_dump(mode="json"),
-               "first_step_s": round(times[0], 4), "seconds_per_step": round(sum(steady) / len(steady), 5),
-               "peak_device_mb": device_memory_mb(device, peak=True), "peak_rss_mb": peak_rss_mb(),
-               "first_losses": [round(x, 4) for x in losses[:3]], "last_losses": [round(x, 4) for x in losses[-3:]]}
-    held = (f"held-out distance to the targets: base {verdict.base_mean:.3f}, LoRA {verdict.lora_mean:.3f} (to the "
-            f"other samples' targets {verdict.other_targets_mean:.3f})")
+    metrics = {
+        "steps": ctx["steps"],
+        "nf4_layers": n_quant,
+        "lora_params": sum(p.numel() for p in params),
+        "compute_dtype": str(dtype).replace("torch.", ""),
+        "heldout": verdict.model_dump(mode="json"),
+        "first_step_s": round(times[0], 4),
+        "seconds_per_step": round(sum(steady) / len(steady), 5),
+        "peak_device_mb": device_memory_mb(device, peak=True),
+        "peak_rss_mb": peak_rss_mb(),
+        "first_losses": [round(x, 4) for x in losses[:3]],
+        "last_losses": [round(x, 4) for x in losses[-3:]],
+    }
+    held = (
+        f"held-out distance to the targets: base {verdict.base_mean:.3f}, LoRA {verdict.lora_mean:.3f} (to the "
+        f"other samples' targets {verdict.other_targets_mean:.3f})"
+    )
     if not verdict.learned:
         raise StepFailed(f"the tiny LoRA did not learn the edit: {held}: {verdict.reason}", metrics)
-    return {"summary": f"{ctx['steps']} NF4+LoRA steps, {held}: learned the edit, "
-                       f"{metrics['seconds_per_step'] * 1000:.1f} ms/step", "metrics": metrics}
+    return {
+        "summary": f"{ctx['steps']} NF4+LoRA steps, {held}: learned the edit, {metrics['seconds_per_step'] * 1000:.1f} ms/step",
+        "metrics": metrics,
+    }
 
 
-STEPS = [("device", "torch build and device", step_device),
-         ("bitsandbytes", "bitsandbytes implementation", step_bitsandbytes),
-         ("nf4-roundtrip", "NF4 quantize → dequantize", step_nf4_roundtrip),
-         ("linear4bit", "Linear4bit forward/backward", step_linear4bit),
-         ("adam8bit", "Adam8bit vs 32-bit Adam", step_adam8bit),
-         ("lora-roundtrip", "LoRA save → reload (diffusers)", step_lora_roundtrip),
-         ("tiny-qlora", "Tiny NF4 QLoRA run", step_tiny_qlora)]
+STEPS = [
+    ("device", "torch build and device", step_device),
+    ("bitsandbytes", "bitsandbytes implementation", step_bitsandbytes),
+    ("nf4-roundtrip", "NF4 quantize → dequantize", step_nf4_roundtrip),
+    ("linear4bit", "Linear4bit forward/backward", step_linear4bit),
+    ("adam8bit", "Adam8bit vs 32-bit Adam", step_adam8bit),
+    ("lora-roundtrip", "LoRA save → reload (diffusers)", step_lora_roundtrip),
+    ("tiny-qlora", "Tiny NF4 QLoRA run", step_tiny_qlora),
+]
 
 
 def bf16_is_sane(device: torch.device) -> tuple[bool, float]:
@@ -414,12 +478,17 @@ def _run_steps(args: VerifySteps) -> int:
     import peft  # noqa: F401
 
     import_s = time.perf_counter() - T_START
-    ctx = {"device": pick_device(args.device), "requested": args.device, "bnb_min": args.bnb_min,
-           "steps": args.steps}
+    ctx = {"device": pick_device(args.device), "requested": args.device, "bnb_min": args.bnb_min, "steps": args.steps}
     sane, slowdown = bf16_is_sane(ctx["device"])
     ctx["dtypes"] = ["float32", "float16"] + (["bfloat16"] if sane else [])
-    result = {"device": str(ctx["device"]), "import_seconds": round(import_s, 2), "dtypes": ctx["dtypes"],
-              "bf16_slowdown": slowdown, "inject": sorted(INJECT), "steps": []}
+    result = {
+        "device": str(ctx["device"]),
+        "import_seconds": round(import_s, 2),
+        "dtypes": ctx["dtypes"],
+        "bf16_slowdown": slowdown,
+        "inject": sorted(INJECT),
+        "steps": [],
+    }
     work_start = time.perf_counter()
     for key, title, fn in STEPS:
         if args.only and key not in args.only:
@@ -433,8 +502,7 @@ def _run_steps(args: VerifySteps) -> int:
         except StepFailed as exc:
             entry.update(passed=False, summary=str(exc), metrics=exc.metrics, hint=exc.hint)
         except Exception as exc:  # noqa: BLE001 - a step that raises is a failed step, the others still run
-            entry.update(passed=False, summary=f"{type(exc).__name__}: {exc}", metrics={},
-                         traceback=traceback.format_exc())
+            entry.update(passed=False, summary=f"{type(exc).__name__}: {exc}", metrics={}, traceback=traceback.format_exc())
         entry["seconds"] = round(time.perf_counter() - t, 3)
         result["steps"].append(entry)
         mark = "PASS" if entry["passed"] else "FAIL"

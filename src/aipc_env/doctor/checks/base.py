@@ -111,8 +111,9 @@ class CheckContext:
     @cached_property
     def resolution(self) -> Resolution:
         probe = self.facts.device_probe
-        return resolve_pair(self.installed, self.matrix, self.platform,
-                            torch_version_xpu=probe.torch_version_xpu if probe else None)
+        return resolve_pair(
+            self.installed, self.matrix, self.platform, torch_version_xpu=probe.torch_version_xpu if probe else None
+        )
 
     @cached_property
     def situation(self) -> Situation:
@@ -122,10 +123,16 @@ class CheckContext:
 
         env = self.facts.training_env
         probe = self.facts.device_probe
-        return Situation(self.matrix, self.platform, installed=self.installed, resolution=self.resolution,
-                         torch_version_xpu=probe.torch_version_xpu if probe else None,
-                         recorded=env.pair if env else None, toolkits=tuple(installed_toolkits(self.facts.oneapi)),
-                         offered_torch=tuple(self.facts.local_torch_wheels))
+        return Situation(
+            self.matrix,
+            self.platform,
+            installed=self.installed,
+            resolution=self.resolution,
+            torch_version_xpu=probe.torch_version_xpu if probe else None,
+            recorded=env.pair if env else None,
+            toolkits=tuple(installed_toolkits(self.facts.oneapi)),
+            offered_torch=tuple(self.facts.local_torch_wheels),
+        )
 
     @cached_property
     def pair(self) -> Pair | None:
@@ -157,8 +164,10 @@ class CheckContext:
         pair = pair or self.pair or self.fallback_pair
         if (pair.id, self.platform) in self.locks:
             return f"nox -s env -- --pair {pair.id}"
-        return (f"nox -s env -- --pair {pair.id} --unlocked (no lock for {pair.id} in this checkout: it resolves "
-                "from the PyTorch XPU index and records this machine's lock)")
+        return (
+            f"nox -s env -- --pair {pair.id} --unlocked (no lock for {pair.id} in this checkout: it resolves "
+            "from the PyTorch XPU index and records this machine's lock)"
+        )
 
 
 CheckFn = Callable[[CheckContext], Verdict]
