@@ -13,7 +13,7 @@ from aipc_env.errors import InputError
 from aipc_env.trainenv.envs import EnvChoice, env_python
 from aipc_env.trainenv.record import EnvRecord, write_env_record
 from aipc_env.trainenv.select import EnvCandidates, Situation, choose_env, decide
-from aipc_env.trainenv.situation import env_candidates, gather_situation
+from aipc_env.trainenv.situation import env_candidates, situation_for
 
 
 def _env(prefix: str, source: str = "flag", pair: str | None = None) -> EnvChoice:
@@ -80,6 +80,16 @@ def test_a_qflux_run_gets_an_env_to_build_for_the_build_policys_pair(matrix):
     assert flagged.build is None and flagged.env.prefix == Path("/f")
 
 
+def test_after_the_qflux_build_the_policy_decides_again_on_the_built_env(matrix):
+    """The run service decides again on the built env's situation: no second build, and what it has installed says
+    what is activated (a CPU build of the pair's torch: nothing; a recorded XPU build: its pair)."""
+    built = Situation(matrix, "linux-64", env=_env("/q", "qflux"), installed={"torch": "2.9.1+cpu"}, qflux_clone=Path("clone"))
+    cpu = decide(built, "run")
+    assert cpu.build is None and cpu.env.prefix == Path("/q") and cpu.pair.pair is None
+    xpu = decide(replace(built, env=_env("/q", "qflux", "xpu-2.9"), recorded="xpu-2.9"), "run")
+    assert xpu.build is None and xpu.pair.pair.id == "xpu-2.9"
+
+
 def test_a_torchless_interpreter_runs_in_the_tools_own_env(matrix):
     current = EnvChoice(Path(sys.prefix), Path(sys.executable), "current")
     situation = Situation(matrix, "linux-64", env=current, torch_importable=False)
@@ -122,14 +132,19 @@ def test_env_python_knows_both_layouts(tmp_path):
     assert env_python(tmp_path, windows=False) == tmp_path / "python.exe"
 
 
-def test_gather_situation_reads_nothing_of_this_machine_for_a_target(matrix, monkeypatch, tmp_path):
+def test_each_purpose_reads_what_it_needs(matrix, monkeypatch, tmp_path):
+    """A target reads nothing of this machine; a build or a run reads the env's packages (step 2 of the pair
+    policy) unless --pair decides, and the local wheel folder; only a run keeps the qflux clone."""
     wheels = tmp_path / "w"
     wheels.mkdir()
     (wheels / "torch-2.9.1+xpu-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
     monkeypatch.setenv("AIPC_ENV_TORCH_WHEELS", str(wheels))
-    assert gather_situation(matrix, "linux-64", this_machine=False).offered_torch == ()
-    here = gather_situation(matrix, "linux-64", toolkits=[])
-    assert here.offered_torch == ("2.9.1",) and here.installed is None
     env = EnvChoice(Path(sys.prefix), Path(sys.executable), "current")
-    assert gather_situation(matrix, "linux-64", env=env, toolkits=[]).installed["pydantic"]
-    assert gather_situation(matrix, "linux-64", env=env, pair_flag="xpu-2.9", toolkits=[]).installed is None
+    target = situation_for("target", matrix, "linux-64", env=env, toolkits=["2025.2"], qflux_clone=tmp_path)
+    assert (target.offered_torch, target.installed, target.toolkits, target.env, target.qflux_clone) == ((), None, (), None, None)
+    for purpose in ("build", "run"):
+        here = situation_for(purpose, matrix, "linux-64", toolkits=[], qflux_clone=tmp_path)
+        assert here.offered_torch == ("2.9.1",) and here.installed is None
+        assert here.qflux_clone == (tmp_path if purpose == "run" else None)
+        assert situation_for(purpose, matrix, "linux-64", env=env, toolkits=[]).installed["pydantic"]
+        assert situation_for(purpose, matrix, "linux-64", env=env, pair_flag="xpu-2.9", toolkits=[]).installed is None

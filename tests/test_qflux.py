@@ -38,9 +38,9 @@ def pair():
     from aipc_env.core.platforms import current_platform
     from aipc_env.matrix import load_matrix
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation
+    from aipc_env.trainenv.situation import situation_for
 
-    situation = gather_situation(load_matrix(), current_platform(), qflux_clone=Path("clone"))
+    situation = situation_for("run", load_matrix(), current_platform(), qflux_clone=Path("clone"))
     return decide(situation, "run").pair.pair
 
 

@@ -54,6 +54,15 @@ def test_one_function_chooses_the_pair():
     assert set(resolvers) <= {"trainenv/select.py", "doctor/checks/base.py"}
 
 
+def test_situations_are_gathered_in_one_place():
+    """A Situation is made by trainenv/situation.py only (situation_for per purpose, situation_from_facts for the
+    doctor): what each purpose reads has one home."""
+    made = sorted({path.relative_to(SRC).as_posix() for path, tree in _trees() if _calls(tree, "Situation")})
+    assert made == ["trainenv/situation.py"]
+    gathered = sorted({path.relative_to(SRC).as_posix() for path, tree in _trees() if _calls(tree, "gather_situation")})
+    assert gathered == []
+
+
 def test_pair_is_declared_once():
     declared = []
     for path, tree in _trees():

@@ -174,9 +174,9 @@ def _lockfile(args: argparse.Namespace) -> tuple[Path, str]:
             raise InputError("lockfile not found", path=args.lock, key="--lock")
         return args.lock, "custom"
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation
+    from aipc_env.trainenv.situation import situation_for
 
-    situation = gather_situation(load_matrix(getattr(args, "matrix", None)), "linux-64", pair_flag=args.pair, this_machine=False)
+    situation = situation_for("target", load_matrix(getattr(args, "matrix", None)), "linux-64", pair_flag=args.pair)
     pair = decide(situation, "target").pair.pair
     assert pair is not None
     path = pylock_path(lock_root(args) / pair.id, "linux-64")

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.trainenv.envs import EnvChoice, env_python
     from aipc_env.trainenv.record import read_env_record
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation
+    from aipc_env.trainenv.situation import situation_for
 
     if args.bundle:
         return _bundle(args)
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> Result:
     recorded = None
     if record is not None and (args.prefix is None or Path(args.prefix).absolute() == Path(record.prefix)):
         recorded = EnvChoice(Path(record.prefix), env_python(Path(record.prefix)), "state", record)
-    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=recorded, read_packages=False), "build").pair
+    choice = decide(situation_for("build", matrix, platform, pair_flag=args.pair, env=recorded), "build").pair
     pair = choice.pair
     assert pair is not None
     if args.prefix:

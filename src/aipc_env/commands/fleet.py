@@ -166,13 +166,13 @@ def _keygen(args: argparse.Namespace) -> int:
 def _pair(args: argparse.Namespace, platform: str = "win-64"):
     from aipc_env.matrix import load_matrix
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation
+    from aipc_env.trainenv.situation import situation_for
 
-    situation = gather_situation(
+    situation = situation_for(
+        "target",
         load_matrix(args.matrix),
-        platform,
-        pair_flag=getattr(args, "pair", None),  # type: ignore[arg-type]  # the platform was validated by argparse's choices
-        this_machine=False,
+        platform,  # type: ignore[arg-type]  # the platform was validated by argparse's choices
+        pair_flag=getattr(args, "pair", None),
     )
     return decide(situation, "target").pair.pair
 

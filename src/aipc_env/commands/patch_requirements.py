@@ -39,11 +39,11 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.matrix import load_matrix
     from aipc_env.trainenv.requirements import RequirementsReport, apply_edits
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation, the_env
+    from aipc_env.trainenv.situation import situation_for, the_env
 
     matrix = load_matrix(args.matrix)
     platform = current_platform()
-    choice = decide(gather_situation(matrix, platform, pair_flag=args.pair, env=the_env(args.env)), "build").pair
+    choice = decide(situation_for("build", matrix, platform, pair_flag=args.pair, env=the_env(args.env)), "build").pair
     pair = choice.pair
     assert pair is not None
     lock = pylock_path(lock_root(args) / pair.id, platform)

@@ -19,14 +19,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from aipc_env.core.platforms import Platform
 from aipc_env.errors import ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
 from aipc_env.launch.plan import LaunchPlan, Phase
 from aipc_env.trainenv.envs import EnvChoice
-from aipc_env.trainenv.select import PairChoice
+from aipc_env.trainenv.select import PairChoice, Situation
+
+if TYPE_CHECKING:
+    from aipc_env.matrix import Matrix
 
 __all__ = ["Chosen", "RunCommand", "RunOutcome", "RunRequest", "start_run"]
 
@@ -95,35 +98,35 @@ def _print(text: str) -> None:
 
 
 def _env_and_pair(
-    request: RunRequest, matrix, platform: Platform, toolkits: list[str], log: Callable[[str], None]
+    request: RunRequest, matrix: Matrix, platform: Platform, toolkits: list[str], log: Callable[[str], None]
 ) -> tuple[EnvChoice, PairChoice]:
-    """The situation gathered once, the decision, and the env it names built (then decided on again)."""
+    """The situation gathered, the decision, and the env it names built; after a build the policy decides again on
+    the built env's situation (its packages say what is activated)."""
     from aipc_env.trainenv.envs import env_python
     from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import gather_situation, the_env
+    from aipc_env.trainenv.situation import situation_for, the_env
+
+    def situation(env: EnvChoice | None) -> Situation:
+        return situation_for(
+            "run", matrix, platform, pair_flag=request.pair_flag, env=env, toolkits=toolkits, qflux_clone=request.qflux_clone
+        )
 
     qflux = request.qflux_clone is not None and request.env_flag is None
-    env = None if qflux else the_env(request.env_flag)
-    situation = gather_situation(
-        matrix, platform, pair_flag=request.pair_flag, env=env, toolkits=toolkits, qflux_clone=request.qflux_clone
-    )
-    decision = decide(situation, "run")
-    if decision.build == "qflux":
-        from aipc_env.trainenv.qflux_env import ensure_qflux_env
+    decision = decide(situation(None if qflux else the_env(request.env_flag)), "run")
+    if decision.build is not None:
+        if decision.build == "qflux":
+            from aipc_env.trainenv.qflux_env import ensure_qflux_env
 
-        assert decision.pair.pair is not None
-        prefix, record = ensure_qflux_env(Path(request.qflux_clone or "."), decision.pair.pair, log=log)
-        built = EnvChoice(prefix, env_python(prefix), "qflux", record)
-        if record.pair is None:  # a CPU build of the pair's torch: not an XPU env, nothing to activate
-            return built, PairChoice(None, f"the qflux env has the CPU build of {decision.pair.pair.id}'s torch")
-        return built, decision.pair
-    if decision.build == "tool":  # a tool installed without torch: its own training env, built once
-        from aipc_env.trainenv.tool_env import ensure_tool_env
+            assert decision.pair.pair is not None
+            prefix, record = ensure_qflux_env(Path(request.qflux_clone or "."), decision.pair.pair, log=log)
+            built = EnvChoice(prefix, env_python(prefix), "qflux", record)
+        else:  # a tool installed without torch: its own training env, built once
+            from aipc_env.trainenv.tool_env import ensure_tool_env
 
-        prefix = ensure_tool_env(log=log)
-        built = EnvChoice(prefix, env_python(prefix), "tool")
-        decision = decide(gather_situation(matrix, platform, pair_flag=request.pair_flag, env=built, toolkits=toolkits), "run")
-    assert decision.env is not None
+            prefix = ensure_tool_env(log=log)
+            built = EnvChoice(prefix, env_python(prefix), "tool")
+        decision = decide(situation(built), "run")
+    assert decision.env is not None and decision.build is None
     return decision.env, decision.pair
 
 

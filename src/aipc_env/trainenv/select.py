@@ -155,9 +155,10 @@ def choose_pair(situation: Situation, purpose: Purpose) -> PairChoice:
 def decide(situation: Situation, purpose: Purpose) -> Decision:
     """The env and the pair for a purpose. A qflux run without --env runs in the clone's qflux env, made for the
     pair the "build" policy picks; a run in an interpreter without torch runs in the tool's own env: both are built
-    by the run service (`Decision.build`), which then decides again on the built env."""
+    by the run service (`Decision.build`), which then decides again on the built env (a qflux env, an env of the
+    tool's that has torch: no second build)."""
     env, build = situation.env, None
-    if purpose == "run" and situation.qflux_clone is not None and (env is None or env.source != "flag"):
+    if purpose == "run" and situation.qflux_clone is not None and (env is None or env.source not in ("flag", "qflux")):
         situation = replace(situation, env=None, installed=None, resolution=None, recorded=None)  # the env is made for the pair
         env, build, purpose = None, "qflux", "build"
     elif purpose == "run" and env is not None and env.is_current and not situation.torch_importable:

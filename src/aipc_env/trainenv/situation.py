@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from aipc_env.core.platforms import Platform
@@ -14,11 +15,19 @@ from aipc_env.errors import AipcError
 from aipc_env.facts.gather import EnvSeen, GatherOptions, gather_facts, inspect_env, installed_toolkits, toolchain_facts
 from aipc_env.facts.model import Facts
 from aipc_env.matrix import Matrix
+from aipc_env.matrix.resolve import Resolution
 from aipc_env.trainenv.envs import EnvChoice, env_python
 from aipc_env.trainenv.record import read_env_record, read_used_env, read_verify_record
-from aipc_env.trainenv.select import EnvCandidates, Situation, choose_env
+from aipc_env.trainenv.select import EnvCandidates, Purpose, Situation, choose_env
 
-__all__ = ["env_candidates", "gather_machine", "gather_situation", "offered_torch_versions", "the_env"]
+__all__ = [
+    "env_candidates",
+    "gather_machine",
+    "offered_torch_versions",
+    "situation_for",
+    "situation_from_facts",
+    "the_env",
+]
 
 
 def _same_path(a: str | Path, b: str | Path) -> bool:
@@ -101,42 +110,63 @@ def offered_torch_versions(environ: dict[str, str] | None = None) -> list[str]:
     return sorted(versions, key=Version, reverse=True)
 
 
-def gather_situation(
+def situation_for(
+    purpose: Purpose,
     matrix: Matrix,
     platform: Platform,
     *,
     pair_flag: str | None = None,
     env: EnvChoice | None = None,
-    read_packages: bool = True,
-    this_machine: bool = True,
     toolkits: list[str] | None = None,
     qflux_clone: Path | None = None,
 ) -> Situation:
-    """The situation for `env` (the command's env: chosen with `the_env`, or the one it builds): its packages
-    (unless --pair decides or `read_packages` is off), and, on this machine, its oneAPI releases (`toolkits` when
-    the caller read them already) and local torch wheels. `this_machine=False`: the pair is for another machine
-    (a container image, a fleet), so nothing of this one is read."""
+    """The one place a situation is gathered: what each purpose reads.
+
+    - "target" (a container image, a fleet: another machine): nothing of this one; the policy has --pair and the
+      newest supported pair.
+    - "build" and "run": `env` (the env the command works on, chosen with `the_env` or the one it builds; None
+      when there is none yet) and its installed packages (unless --pair decides), the pair aipc-env recorded for
+      it, this machine's oneAPI releases (`toolkits` when the caller read them already), its local torch wheels,
+      whether this interpreter has torch, and for a run the qflux clone."""
     from aipc_env.trainenv.tool_env import can_import_torch
 
-    if not this_machine:
+    if purpose == "target":
         return Situation(matrix, platform, pair_flag=pair_flag)
     installed = None
-    if env is not None and read_packages and not pair_flag:
+    if env is not None and not pair_flag:
         installed = inspect_env(env.prefix, env.python, source=env.source, current=env.is_current).distributions
     if toolkits is None and not pair_flag:
         toolkits = installed_toolkits(toolchain_facts()[0])
-    recorded = env.record.pair if env is not None and env.record is not None else None
     return Situation(
         matrix,
         platform,
         pair_flag=pair_flag,
         env=env,
         installed=installed,
-        recorded=recorded,
+        recorded=env.record.pair if env is not None and env.record is not None else None,
         toolkits=tuple(toolkits or ()),
         offered_torch=tuple(offered_torch_versions()),
-        qflux_clone=qflux_clone,
+        qflux_clone=qflux_clone if purpose == "run" else None,
         torch_importable=can_import_torch(),
+    )
+
+
+def situation_from_facts(
+    facts: Facts, matrix: Matrix, platform: Platform, installed: Mapping[str, str], resolution: Resolution | None
+) -> Situation:
+    """The doctor's situation: everything from the facts it gathered (it reads nothing more), with the platform,
+    packages and resolution of them it made already."""
+    env = facts.training_env
+    probe = facts.device_probe
+    return Situation(
+        matrix,
+        platform,
+        installed=installed,
+        resolution=resolution,
+        torch_version_xpu=probe.torch_version_xpu if probe else None,
+        recorded=env.pair if env else None,
+        toolkits=tuple(installed_toolkits(facts.oneapi)),
+        offered_torch=tuple(facts.local_torch_wheels),
     )
 
 

@@ -118,21 +118,9 @@ class CheckContext:
     @cached_property
     def situation(self) -> Situation:
         """The env and pair policy's situation, from the facts (the doctor reads nothing more)."""
-        from aipc_env.facts.gather import installed_toolkits
-        from aipc_env.trainenv.select import Situation
+        from aipc_env.trainenv.situation import situation_from_facts
 
-        env = self.facts.training_env
-        probe = self.facts.device_probe
-        return Situation(
-            self.matrix,
-            self.platform,
-            installed=self.installed,
-            resolution=self.resolution,
-            torch_version_xpu=probe.torch_version_xpu if probe else None,
-            recorded=env.pair if env else None,
-            toolkits=tuple(installed_toolkits(self.facts.oneapi)),
-            offered_torch=tuple(self.facts.local_torch_wheels),
-        )
+        return situation_from_facts(self.facts, self.matrix, self.platform, self.installed, self.resolution)
 
     @cached_property
     def pair(self) -> Pair | None:
