@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, python_minor
+from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, python_minor, say_to_stderr
 from aipc_env.commands.result import Result, progress
+from aipc_env.container.inputs import DEFAULT_BASE
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.container.image import ContextRequest, ImageLock
 
 __all__ = ["add_parser", "run"]
 
@@ -27,7 +32,7 @@ def _context_options(p: argparse.ArgumentParser) -> None:
     _source(p)
     p.add_argument(
         "--base",
-        default="localhost/aipc-base:trixie",
+        default=DEFAULT_BASE,
         metavar="IMAGE",
         help="base image with python3 and python3-venv (default: localhost/aipc-base:trixie, Debian 13, "
         "made by --base-from-mirror; Debian 12 cannot run Intel's current GPU runtime: glibc 2.36)",
@@ -97,6 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     x = inner.add_parser(
         "run",
+        parents=[JSON, PAIR, MATRIX],
         help="run the image with /dev/dri, its numeric groups and no network",
         description="Run the image: the GPU device passed in with the host's numeric group of each "
         "render and card node (a group name resolves inside the image, to another number), "
@@ -105,7 +111,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "raise are set to its hard limits (pass --run-option=--ulimit=... to choose). Prints the "
         "exact command. `aipc-env container run -- train` is the image form of `nox -s train`.",
     )
-    x.add_argument("--image", default="localhost/aipc-env:xpu-2.13", help="the image (default: %(default)s)")
+    x.add_argument(
+        "--image",
+        metavar="NAME",
+        help="the image (default: localhost/aipc-env:<pair>, the tag `container build` gives the pair: --pair, else the "
+        "newest supported)",
+    )
     x.add_argument("--engine", choices=["podman", "docker"], help="default: the first one found")
     x.add_argument("--device", action="append", metavar="DEV", help="device to pass in (default /dev/dri)")
     x.add_argument(
@@ -158,186 +169,101 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(run=run)
 
 
-def _lockfile(args: argparse.Namespace) -> tuple[Path, str]:
-    from aipc_env.errors import InputError
-    from aipc_env.lock.lockfile import pylock_path
-    from aipc_env.matrix import load_matrix
+def _lock(args: argparse.Namespace) -> ImageLock:
+    from aipc_env.container.image import image_lock
 
-    if args.lock and getattr(args, "pair", None):
-        raise InputError(
-            "--pair and --lock name two locks; give one",
-            key="--lock",
-            fix="--pair ID uses lockfiles/<ID>/pylock.linux-64.toml; --lock PYLOCK uses that file",
-        )
-    if args.lock:
-        if not args.lock.is_file():
-            raise InputError("lockfile not found", path=args.lock, key="--lock")
-        return args.lock, "custom"
-    from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import situation_for
-
-    situation = situation_for("target", load_matrix(getattr(args, "matrix", None)), "linux-64", pair_flag=args.pair)
-    pair = decide(situation, "target").pair.pair
-    assert pair is not None
-    path = pylock_path(lock_root(args) / pair.id, "linux-64")
-    if not path.is_file():
-        raise InputError(
-            f"no linux-64 lock for {pair.id}", path=path, fix=f"make one: nox -s lock -- --pair {pair.id}, or pass --lock PYLOCK"
-        )
-    return path, pair.id
+    return image_lock(lock=args.lock, pair_flag=args.pair, lock_root=lock_root(args), matrix_path=args.matrix)
 
 
-def _render(args: argparse.Namespace):
-    from aipc_env.container.build import RenderRequest, render_context
-    from aipc_env.paths import cache_dir
+def _context(args: argparse.Namespace) -> ContextRequest:
+    from aipc_env.container.image import ContextRequest
 
-    lockfile, pair = _lockfile(args)
-    out = args.out or cache_dir() / "images" / pair
-    python = args.python or _base_python(args.base)
-    return (
-        render_context(
-            RenderRequest(
-                lockfile=lockfile,
-                pair=pair,
-                out=out,
-                base=args.base,
-                gpu_runtime=args.gpu_runtime,
-                gpu_runtime_source=args.gpu_runtime_source,
-                gpu_runtime_key=args.gpu_runtime_key,
-                gpu_runtime_key_fingerprint=args.gpu_runtime_key_fingerprint,
-                python=python,
-            )
-        ),
-        out,
-        lockfile,
+    return ContextRequest(
+        lock=_lock(args),
+        out=args.out,
+        base=args.base,
+        gpu_runtime=args.gpu_runtime,
+        gpu_runtime_source=args.gpu_runtime_source,
+        gpu_runtime_key=args.gpu_runtime_key,
+        gpu_runtime_key_fingerprint=args.gpu_runtime_key_fingerprint,
+        python=args.python,
     )
 
 
-def _base_python(base: str) -> str:
-    """The python3 of a base image the distribution table knows (else the user says it)."""
-    from aipc_env.errors import InputError
-    from aipc_env.matrix.gpu_runtime import distribution_of_image, load_gpu_runtime
-
-    python = load_gpu_runtime().python_of(distribution_of_image(base))
-    if python is None:
-        raise InputError(
-            f"the Python of {base} is not known", key="--python", fix="pass the base image's python3 version, e.g. --python 3.12"
-        )
-    return python
-
-
-def run(args: argparse.Namespace) -> int | Result:
-    return {"render": _cmd_render, "build": _cmd_build, "run": _cmd_run, "check": _cmd_check}[args.container_command](args)
+def run(args: argparse.Namespace) -> Result:
+    commands: dict[str, Callable[[argparse.Namespace], Result]] = {
+        "render": _cmd_render,
+        "build": _cmd_build,
+        "run": _cmd_run,
+        "check": _cmd_check,
+    }
+    return commands[args.container_command](args)
 
 
 def _cmd_render(args: argparse.Namespace) -> Result:
-    (spec, _), out, _ = _render(args)
-    return Result(spec, lambda: print(f"wrote the build context for {spec.pair} to {out} ({len(spec.wheels)} wheels named)"))
+    from aipc_env.container.image import render_from_lock
+
+    rendered = render_from_lock(_context(args))
+    spec = rendered.spec
+    return Result(
+        spec, lambda: print(f"wrote the build context for {spec.pair} to {rendered.out} ({len(spec.wheels)} wheels named)")
+    )
 
 
 def _cmd_build(args: argparse.Namespace) -> Result:
-    import time
+    from aipc_env.container.image import ImageBuild, build_from_lock
 
-    from aipc_env.container.build import ImageBuildReport, build_aipc_wheel, build_image
-    from aipc_env.container.engine import base_from_mirror, find_engine
-    from aipc_env.lock.artifacts import fill_wheelhouse
-    from aipc_env.paths import cache_dir, log_path
-
-    start = time.perf_counter()
-    engine = find_engine(args.engine)
-    log = log_path("container-build")
-    say = progress(args).say
-    (spec, artifacts), out, lockfile = _render(args)  # the lock and every input are checked before any long step
-    if args.base_from_mirror:
-        say(f"bootstrapping {args.base} from the distro mirror (log {log})")
-        base_from_mirror(engine, args.base, cache_dir() / "images" / "base", log, suite=_suite_of(args.base))
-    say(f"fetching {len(artifacts)} wheels (sha256-checked) into {out / 'wheels'}")
-    fill_wheelhouse(
-        artifacts, out / "wheels", lock_dir=lockfile.parent, cache=cache_dir() / "wheels", find_links=args.find_links, log=say
+    report = build_from_lock(
+        ImageBuild(
+            _context(args),
+            engine=args.engine,
+            tag=args.tag,
+            base_from_mirror=args.base_from_mirror,
+            find_links=list(args.find_links),
+        ),
+        progress(args).say,
     )
-    build_aipc_wheel(out / "wheels", log)
-    tag = args.tag or f"localhost/aipc-env:{spec.pair}"
-    say(f"building {tag} with {engine.name} (log {log})")
-    ident = build_image(engine, out, tag, log)
-    report = ImageBuildReport(
-        image=tag,
-        image_id=ident,
-        engine=engine.name,
-        context=str(out),
-        spec=spec,
-        seconds=round(time.perf_counter() - start, 1),
-        log=str(log),
-    )
-    return Result(report, lambda: print(f"built {tag} ({ident[:12]}) in {report.seconds:.0f} s"))
+    return Result(report, lambda: print(f"built {report.image} ({report.image_id[:12]}) in {report.seconds:.0f} s"))
 
 
-def _suite_of(base: str) -> str:
-    """The Debian suite --base-from-mirror bootstraps for a base tag (…:trixie, …:bookworm)."""
-    from aipc_env.errors import InputError
-    from aipc_env.matrix.gpu_runtime import distribution_of_image
-
-    suites = {"debian-13": "trixie", "debian-12": "bookworm"}
-    suite = suites.get(distribution_of_image(base) or "")
-    if suite is None:
-        raise InputError(
-            f"--base-from-mirror bootstraps Debian from the distro mirror; {base} names no Debian suite",
-            key="--base",
-            fix="name it localhost/aipc-base:trixie (or :bookworm)",
-        )
-    return suite
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from aipc_env.container.engine import find_engine, run_argv
-    from aipc_env.container.gpu_access import device_nodes, group_options, rlimit_options, user_options
+def _cmd_run(args: argparse.Namespace) -> Result:
+    from aipc_env.container.image import default_image
+    from aipc_env.container.run import ContainerRun, ContainerRunReport, plan_container_run
     from aipc_env.core.procs import command_line, run_foreground
-    from aipc_env.errors import InputError
 
-    engine = find_engine(args.engine, can_run=True)
-    cmd = list(args.cmd)
-    if cmd[:1] == ["--"]:
-        cmd = cmd[1:]
-    mounts: list[tuple[Path, str, bool]] = []
-    for folder, target, ro in ((args.dataset, "/data", True), (args.models, "/models", True), (args.output, "/output", False)):
-        if folder is not None:
-            if not folder.is_dir():
-                raise InputError("not a folder", path=folder, fix="create it or pass another folder")
-            mounts.append((folder.resolve(), target, ro))
-    if cmd[:1] == ["train"] and len(cmd) > 1 and Path(cmd[1]).is_file():  # the config goes in read-only
-        config = Path(cmd[1]).resolve()
-        mounts.append((config.parent, "/config", True))
-        cmd[1] = f"/config/{config.name}"
-    devices = args.device or [f"{args.dev_root / 'dri'}:/dev/dri" if args.dev_root != Path("/dev") else "/dev/dri"]
-    nodes = device_nodes(devices)
-    if not any(n.target.rsplit("/", 1)[-1].startswith("renderD") for n in nodes):
-        print(f"aipc-env: warning: no render node among {', '.join(devices)}: the container will see no GPU", file=sys.stderr)
-    limits, notes = rlimit_options(engine.name, args.run_option)
-    for note in notes:
-        print(f"aipc-env: {note}", file=sys.stderr)
-    run_options = [*user_options(args.output, allow_root=args.allow_root), *limits, *args.run_option]
-    argv = run_argv(
-        engine,
-        args.image,
-        cmd,
-        devices=devices,
-        mounts=mounts,
-        network=args.network,
-        engine_options=args.engine_option,
-        run_options=run_options,
-        groups=group_options(nodes),
-        ipc_host=args.ipc_host,
+    image = args.image or default_image(pair_flag=args.pair, matrix_path=args.matrix)
+    engine, argv, notes = plan_container_run(
+        ContainerRun(
+            image=image,
+            cmd=list(args.cmd),
+            engine=args.engine,
+            devices=list(args.device or []),
+            dev_root=args.dev_root,
+            dataset=args.dataset,
+            models=args.models,
+            output=args.output,
+            network=args.network,
+            ipc_host=args.ipc_host,
+            allow_root=args.allow_root,
+            engine_options=list(args.engine_option),
+            run_options=list(args.run_option),
+        )
     )
-    print(f"aipc-env: {command_line(argv)}", file=sys.stderr)
-    if args.dry_run:
-        return ExitCode.OK
-    return run_foreground(argv, cwd=Path.cwd())
+    for note in notes:
+        say_to_stderr(f"aipc-env: {note}")
+    say_to_stderr(f"aipc-env: {command_line(argv)}")
+    code = ExitCode.OK if args.dry_run else run_foreground(argv, cwd=Path.cwd(), stdout=progress(args).stream)
+    report = ContainerRunReport(
+        image=image, engine=engine, argv=argv, command_line=command_line(argv), notes=notes, dry_run=args.dry_run, exit_code=code
+    )
+    return Result(report, None, code)
 
 
 def _cmd_check(args: argparse.Namespace) -> Result:
     from aipc_env.container.build import check_image
     from aipc_env.paths import log_path
 
-    lockfile, _ = _lockfile(args)
+    lockfile = _lock(args).path
     log = log_path("container-check")
     report = check_image(args.image, lockfile, log)
 

@@ -16,6 +16,7 @@ def models() -> dict[str, type]:
     from aipc_env.commands.result import ErrorDocument
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
+    from aipc_env.container.run import ContainerRunReport
     from aipc_env.dataset.validate import Verdict
     from aipc_env.distill.config import DistillConfig
     from aipc_env.distill.report import DistillReport
@@ -51,6 +52,7 @@ def models() -> dict[str, type]:
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.fit import FitSummary
     from aipc_env.train.recommend import RecommendReport
+    from aipc_env.train.report import TrainRunReport
     from aipc_env.trainenv.build import EnvBuildReport
     from aipc_env.trainenv.drift import EnvCheckReport, Manifest
     from aipc_env.trainenv.record import EnvRecord, UsedEnvRecord, VerifyState
@@ -83,12 +85,14 @@ def models() -> dict[str, type]:
         "cache-index": CacheIndex,
         "checkpoint-state": CheckpointState,
         "fit-summary": FitSummary,
+        "train-run-report": TrainRunReport,
         "compare-manifest": CompareManifest,
         "monitor-report": MonitorReport,
         "quantize-result": QuantizeResult,
         "image-context-spec": ContextSpec,
         "image-build-report": ImageBuildReport,
         "image-check-report": ImageCheckReport,
+        "container-run-report": ContainerRunReport,
         "bundle-manifest": BundleManifest,
         "fleet-report": FleetReport,
         "winget-check-report": WinGetCheckReport,

@@ -5,10 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import ENV, MATRIX, PAIR
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR
+from aipc_env.commands.result import Progress, Result, progress
 from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.launch.service import RunOutcome
+    from aipc_env.train.config import TrainConfig
+    from aipc_env.train.learning import LearningVerdict
+    from aipc_env.train.report import TrainRunReport
 
 __all__ = ["add_parser", "run"]
 
@@ -18,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "train",
-        parents=[ENV, PAIR, MATRIX],
+        parents=[JSON, ENV, PAIR, MATRIX],
         help="validate a config, write its launcher (.bat/.sh), run cache then fit",
         description="Validate the config (and its datasets, model folder and resume checkpoint), write "
         "launch.bat/launch.sh into output_dir and run it: the cache phase, then the fit phase under "
@@ -30,13 +38,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.core.fileio import check_text_path
     from aipc_env.launch.service import start_run
     from aipc_env.paths import data_dir
     from aipc_env.train.inputs import load_run_config
     from aipc_env.train.run import training_request, write_default_config
 
+    say = progress(args)
     config_path = args.config
     if config_path is not None:
         check_text_path(config_path, "the config")
@@ -44,20 +53,27 @@ def run(args: argparse.Namespace) -> int:
         check_text_path(args.env, "the env", key="--env")
     if config_path is None:
         config_path = write_default_config(data_dir() / "runs" / "builtin-default")
-        print(f"aipc-env: no config given; running the built-in default ({config_path})")
+        say.say(f"aipc-env: no config given; running the built-in default ({config_path})")
     cfg = load_run_config(config_path)
-    check = (lambda chosen: _validate_qflux(cfg, chosen.python)) if cfg.engine == "qflux" else None
+    check = (lambda chosen: _validate_qflux(cfg, chosen.python, say)) if cfg.engine == "qflux" else None
     outcome = start_run(
         training_request(
-            cfg, config_path, env_flag=args.env, pair_flag=args.pair, matrix_path=args.matrix, dry_run=args.dry_run, check=check
+            cfg,
+            config_path,
+            env_flag=args.env,
+            pair_flag=args.pair,
+            matrix_path=args.matrix,
+            dry_run=args.dry_run,
+            check=check,
+            stdout=say.stream,
+            say=say.say,
         )
     )
-    if args.dry_run:
-        return ExitCode.OK
-    return _report(outcome, cfg)
+    report = _report(outcome, cfg, config_path, builtin=args.config is None, dry_run=args.dry_run)
+    return Result(report, lambda: _print_report(report), report.exit_code)
 
 
-def _validate_qflux(cfg, python) -> None:
+def _validate_qflux(cfg: TrainConfig, python: str, say: Progress) -> None:
     """Before any phase: the qflux config has no TODO left and the clone's own loader (in the qflux env) accepts
     it; its verdict names the keys upstream rejects."""
     from aipc_env.core.fileio import read_yaml
@@ -66,14 +82,14 @@ def _validate_qflux(cfg, python) -> None:
 
     assert cfg.qflux
     refuse_todos(read_yaml(cfg.qflux.config, "qflux config"), cfg.qflux.config)
-    result = validate_with_clone(python, cfg.qflux.clone, cfg.qflux.config)
-    print(
+    result = validate_with_clone(Path(python), Path(cfg.qflux.clone), Path(cfg.qflux.config))
+    say.say(
         f"aipc-env: the clone's loader accepts {cfg.qflux.config} (trainer {result['trainer']}, quantization "
         f"{result['quantization_type']})"
     )
 
 
-def _heldout_verdict(cfg):
+def _heldout_verdict(cfg: TrainConfig) -> LearningVerdict | None:
     """The fit's held-out verdict (fit_summary.json), or None where the run has none."""
     from aipc_env.core.formats import load_versioned
     from aipc_env.errors import AipcError
@@ -88,29 +104,54 @@ def _heldout_verdict(cfg):
         return None  # the fit's own log says what went wrong
 
 
-def _report(outcome, cfg) -> int:
-    """The last line: the LoRA on success; else the exit code and the log (the runner said what failed)."""
-    rc, log = outcome.exit_code, Path(outcome.plan.log_file)
+def _report(outcome: RunOutcome, cfg: TrainConfig, config_path: Path, *, builtin: bool, dry_run: bool) -> TrainRunReport:
+    from aipc_env.train.report import RunEnv, TrainRunReport
+
+    rc = int(outcome.exit_code)
     lora = RunFolder(Path(cfg.output_dir)).lora_file
-    verdict = _heldout_verdict(cfg) if cfg.engine == "builtin" and rc in (ExitCode.OK, ExitCode.PROBLEMS) else None
-    if verdict is not None and lora.is_file():
+    ran = not dry_run and outcome.started
+    verdict = _heldout_verdict(cfg) if ran and cfg.engine == "builtin" and rc in (ExitCode.OK, ExitCode.PROBLEMS) else None
+    return TrainRunReport(
+        config=str(config_path),
+        engine=cfg.engine,
+        builtin_default=builtin,
+        dry_run=dry_run,
+        exit_code=rc,
+        started=not dry_run and outcome.started,
+        launcher=str(outcome.script),
+        log=outcome.plan.log_file,
+        env=RunEnv(prefix=str(outcome.env.prefix), python=str(outcome.env.python), source=outcome.env.source),
+        pair=outcome.pair.pair.id if outcome.pair.pair else None,
+        pair_why=outcome.pair.why,
+        plan=outcome.plan,
+        lora=str(lora) if ran and lora.is_file() else None,
+        heldout=verdict,
+    )
+
+
+def _print_report(report: TrainRunReport) -> None:
+    """The last lines for people: the LoRA and the verdict on success; else the exit code and the log (the runner
+    said what failed)."""
+    rc, log, verdict = report.exit_code, report.log, report.heldout
+    if report.dry_run:
+        return  # the run service printed the launcher and its phases
+    if verdict is not None and report.lora is not None:
         from aipc_env.train.learning import verdict_lines
 
         print(f"aipc-env: training finished; log {log}")
         for line in verdict_lines(verdict, "aipc-env: "):
             print(line)
-        print(f"aipc-env: LoRA {lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
-    elif rc == ExitCode.OK and cfg.engine == "builtin" and lora.is_file():
+        print(f"aipc-env: LoRA {report.lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
+    elif rc == ExitCode.OK and report.engine == "builtin" and report.lora is not None:
         print(f"aipc-env: training finished; log {log}")
-        print(f"aipc-env: LoRA {lora}")
+        print(f"aipc-env: LoRA {report.lora}")
     elif rc == ExitCode.INTERRUPTED:
         pass  # the runner printed the one line a Ctrl-C gets
-    elif not outcome.started:
+    elif not report.started:
         print(
-            f"aipc-env: the launcher failed before the run started (exit code {rc}); run {outcome.plan.run_dir}", file=sys.stderr
+            f"aipc-env: the launcher failed before the run started (exit code {rc}); run {report.plan.run_dir}", file=sys.stderr
         )
     elif rc != ExitCode.OK:
         print(f"aipc-env: training failed (exit code {rc}); log {log}", file=sys.stderr)
     else:
         print(f"aipc-env: training finished; log {log}")
-    return rc

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
-from aipc_env.container.inputs import APT_KEY, APT_LIST, check_pinned, parse_apt_source, validate_image_reference
+from aipc_env.container.inputs import APT_KEY, APT_LIST, DEFAULT_BASE, check_pinned, parse_apt_source, validate_image_reference
 from aipc_env.container.render import (
     CONTAINERFILE,
     LOCK_COPY,
@@ -51,7 +51,7 @@ class RenderRequest:
     lockfile: Path
     pair: str
     out: Path
-    base: str = "localhost/aipc-base:trixie"
+    base: str = DEFAULT_BASE
     gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
     gpu_runtime_source: str | None = None
     gpu_runtime_key: Path | None = None

@@ -10,7 +10,19 @@ from pathlib import Path
 
 from aipc_env.errors import InputError
 
-__all__ = ["APT_KEY", "APT_LIST", "AptSource", "check_pinned", "key_fingerprint", "parse_apt_source", "validate_image_reference"]
+DEFAULT_BASE = "localhost/aipc-base:trixie"
+"""The base image: Debian 13, bootstrapped from the distro mirror by `container build --base-from-mirror`."""
+
+__all__ = [
+    "APT_KEY",
+    "APT_LIST",
+    "DEFAULT_BASE",
+    "AptSource",
+    "check_pinned",
+    "key_fingerprint",
+    "parse_apt_source",
+    "validate_image_reference",
+]
 
 APT_LIST = "aipc-gpu.list"
 APT_KEY = "aipc-gpu-keyring.gpg"
