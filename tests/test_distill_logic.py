@@ -565,7 +565,7 @@ def test_the_accelerate_config_for_the_train_stage():
 
 
 def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path):
-    from aipc_env.commands.distill import ALL, worker_phases
+    from aipc_env.distill.phases import ALL, worker_phases
 
     assert ALL == ["g0", "g2", "trajectories", "train", "g3"]
     phases = worker_phases(

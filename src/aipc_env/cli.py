@@ -124,10 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         from aipc_env.commands.result import Result, render
 
         outcome = args.run(args)
-        if isinstance(outcome, Result):
-            return render(outcome, args)
-        sys.stdout.flush()
-        return int(outcome)
+        if not isinstance(outcome, Result):  # pragma: no cover - a programming error, caught by the types
+            raise TypeError(f"a command returns a Result, not {type(outcome).__name__}")
+        return render(outcome, args)
     except AipcError as exc:
         from aipc_env.core.terminal import visible
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR
-from aipc_env.commands.result import Result
+from aipc_env.commands.result import FilesWritten, Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -56,7 +56,7 @@ def _render_findings(report) -> None:
     console.print(f"{report.errors} error(s), {warns} warning(s)")
 
 
-def run(args: argparse.Namespace) -> int | Result:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.qflux.adapt import apply_adaptation, plan_adaptation, revert_adaptation
     from aipc_env.qflux.checker import check_clone
 
@@ -65,21 +65,34 @@ def run(args: argparse.Namespace) -> int | Result:
         report = check_clone(clone)
         return Result(report, lambda: _render_findings(report), ExitCode.OK if not report.findings else ExitCode.PROBLEMS)
     if args.revert:
-        done = revert_adaptation(clone, force=args.force)
-        print(f"aipc-env: reverted {len(done)} file(s); {clone} is pristine")
-        return ExitCode.OK
+        done = revert_adaptation(clone, force=args.force, log=progress(args).say)
+        return Result(FilesWritten(files=done), lambda: print(f"aipc-env: reverted {len(done)} file(s); {clone} is pristine"))
     if args.dry_run:
-        for item in plan_adaptation(clone).files:
-            print(f"{item.path}: {', '.join(item.edits)}")
-        return ExitCode.OK
-    written = apply_adaptation(clone)
+        planned = plan_adaptation(clone).files
+        changes = {str(item.path): list(item.edits) for item in planned}
+
+        def show() -> None:
+            for path, edits in changes.items():
+                print(f"{path}: {', '.join(edits)}")
+
+        return Result(FilesWritten(files=list(changes), dry_run=True, changes=changes), show)
+    say = progress(args)
+    written = apply_adaptation(clone, log=say.say)
     report = check_clone(clone)
     if args.smoke:
         from aipc_env.qflux.smoke import run_smoke
 
         if report.findings:
             return Result(report, lambda: _render_findings(report), ExitCode.PROBLEMS)
-        result = run_smoke(clone, pair_id=args.pair, matrix_path=args.matrix, plus=args.plus, env_prefix=args.env)
+        result = run_smoke(
+            clone,
+            pair_id=args.pair,
+            matrix_path=args.matrix,
+            plus=args.plus,
+            env_prefix=args.env,
+            log=say.say,
+            stdout=say.stream,
+        )
         return Result(result, lambda: print(result.summary()), ExitCode.OK if result.passed else ExitCode.PROBLEMS)
 
     def text() -> None:

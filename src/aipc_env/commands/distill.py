@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, say_to_stderr
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.distill.config import DistillConfig
 from aipc_env.train.run import accelerate_config_text
 
 __all__ = ["add_parser", "run"]
@@ -23,9 +27,6 @@ GATES = {
     "g3": "G3: student@4 vs naive@4 vs teacher@8 from the same noise; with LPIPS weights and a real model it "
     "judges the student (margin and win rate), else it is a plumbing check that judges nothing",
 }
-ALL = ["g0", "g2", "trajectories", "train", "g3"]
-"""The order of the image21-turbo-trajectories project: G0 -> G2 -> trajectories -> train -> G3."""
-ACCELERATE_CONFIG = "accelerate_distill.yaml"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     init = stages.add_parser(
         "init",
+        parents=[JSON],
         help="write a config to edit (profile tiny: the built-in default; tiny-trained: "
         "the trained tiny teacher, judged by G3; turbo: that project's settings for the real "
         "Qwen-Image-2.1-Turbo)",
@@ -89,7 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         s.set_defaults(run=run)
     exp = stages.add_parser(
         "export",
-        parents=[ENV, PAIR, MATRIX],
+        parents=[JSON, ENV, PAIR, MATRIX],
         help="write the student LoRA in another layout",
         description="Write the published student LoRA in the layout ComfyUI loads and "
         "Qwen-Image-Lightning ships (diffusion_model.<module>.lora_down/lora_up/alpha; the MLP's "
@@ -107,10 +109,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         'notice; a main name starting with "Qwen" is refused (the base model\'s licence)',
     )
     exp.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
-    exp.set_defaults(run=run, json=False, inject=[])
+    exp.set_defaults(run=run, inject=[])
     pub = stages.add_parser(
         "publish",
-        parents=[ENV, PAIR, MATRIX],
+        parents=[JSON, ENV, PAIR, MATRIX],
         help="G1 push preflight, then push the export to the hub",
         description="The G1 push preflight (create the repository, upload a 1 KiB file, "
         "download it back and compare, delete it), then push the export folder (weights, "
@@ -128,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--endpoint", metavar="URL", help="the hub's URL (default: HF_ENDPOINT, else huggingface.co)")
     pub.add_argument("--public", action="store_true", help="create the repository public (default: private)")
     pub.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
-    pub.set_defaults(run=run, json=False, inject=[], format=None, out=None)
+    pub.set_defaults(run=run, inject=[], format=None, out=None)
     rep = stages.add_parser("report", parents=[JSON], help="the gate table, velocity diagnostic and loss plot")
     rep.add_argument("--config", type=Path, metavar="FILE")
     rep.set_defaults(run=run)
@@ -150,16 +152,17 @@ def _config_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> int | Result:
+def run(args: argparse.Namespace) -> Result:
     from aipc_env.distill.config import load_distill_config, write_default_distill_config
 
     if args.stage == "init":
+        from aipc_env.commands.result import FilesWritten
         from aipc_env.distill.config import default_run_dir
 
         path = write_default_distill_config(args.folder or default_run_dir(), replace=args.force, profile=args.profile)
         todo = " (fill each TODO: model, prompts, LPIPS weights)" if args.profile == "turbo" else ""
-        print(f'aipc-env: wrote {path}{todo}; edit it, then `aipc-env distill all --config "{path}"`')
-        return ExitCode.OK
+        following = f'edit it{todo}, then `aipc-env distill all --config "{path}"`'
+        return Result(FilesWritten(files=[str(path)], next=following), lambda: print(f"aipc-env: wrote {path}; {following}"))
     config_path = _config_path(args)
     cfg = load_distill_config(config_path)
     if args.stage == "report":
@@ -181,12 +184,15 @@ def run(args: argparse.Namespace) -> int | Result:
 
             check_repo_name(args.repo)  # refused here, before an env is chosen or a launcher written
         return _export(args, cfg, config_path)
+    from aipc_env.distill.phases import ALL
+
     stages = ALL + ["report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
     return _launch(args, cfg, config_path, stages)
 
 
-def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
+def _export(args: argparse.Namespace, cfg: DistillConfig, config_path: Path) -> Result:
     """Export and publish run in the training env (tensors; huggingface_hub), through the launcher."""
+    from aipc_env.distill.verdict import DistillRunResult
     from aipc_env.launch.hops import DistillExport, DistillPublish
     from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
@@ -204,7 +210,7 @@ def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
         )
     )
 
-    def phases(chosen: Chosen) -> list:
+    def phases(chosen: Chosen) -> list[Phase]:
         return [Phase(name=args.stage, argv=spec.argv(chosen.python))]
 
     outcome = start_run(
@@ -218,10 +224,21 @@ def _export(args: argparse.Namespace, cfg, config_path: Path) -> int:
             matrix_path=args.matrix,
             device=None,
             dry_run=args.dry_run,
+            stdout=progress(args).stream,
             say=say_to_stderr,
         )
     )
-    return ExitCode.OK if args.dry_run else outcome.exit_code
+    rc = int(outcome.exit_code)
+    result = DistillRunResult(
+        exit_code=rc,
+        run_id="",
+        verdicts=[],
+        stages=[args.stage],
+        dry_run=args.dry_run,
+        launcher=str(outcome.script),
+        log=outcome.plan.log_file,
+    )
+    return Result(result, None, rc)
 
 
 def _free_port() -> int:
@@ -232,44 +249,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def worker_phases(
-    python: str, config_path: Path, stages: list[str], *, run_id: str, inject: list[str], accelerate_config: Path
-) -> list:
-    """The stages as launcher phases: runs of stages in one worker process, the train stage under `accelerate
-    launch` (one phase each, in order; the runner stops at the first that fails)."""
-    from aipc_env.launch.hops import DistillStages
-    from aipc_env.launch.plan import Phase
-
-    def spec(names: list[str]) -> DistillStages:
-        return DistillStages(config=Path(config_path), stages=",".join(names), run_id=run_id, inject=tuple(inject))
-
-    phases, group = [], []
-
-    def flush():
-        if group:
-            phases.append(Phase(name=f"distill-{len(phases) + 1}", argv=spec(group).argv(python)))
-            group.clear()
-
-    for stage in stages:
-        if stage != "train":
-            group.append(stage)
-            continue
-        flush()
-        phases.append(
-            Phase(
-                name=f"distill-{len(phases) + 1}-train",
-                argv=spec(["train"]).argv(
-                    python, python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m"
-                ),
-            )
-        )
-    flush()
-    return phases
-
-
-def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str]) -> int | Result:
+def _launch(args: argparse.Namespace, cfg: DistillConfig, config_path: Path, stages: list[str]) -> Result:
     import uuid
 
+    from aipc_env.distill.phases import ACCELERATE_CONFIG, worker_phases
     from aipc_env.distill.verdict import DistillRunResult, read_verdict
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
@@ -301,12 +284,16 @@ def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str])
             files=files,
         )
     )
-    rc = outcome.exit_code
-    if args.dry_run:
-        return ExitCode.OK
-    verdicts = [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
+    rc = int(outcome.exit_code)
+    verdicts = (
+        []
+        if args.dry_run
+        else [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
+    )
 
     def text() -> None:
+        if args.dry_run:
+            return  # the run service said what it would run
         if rc == ExitCode.OK:
             plumbing = any(v.mode == "plumbing" for v in verdicts)
             word = "ran without a failure (G3 as a plumbing check only)" if plumbing else "passed"
@@ -317,4 +304,13 @@ def _launch(args: argparse.Namespace, cfg, config_path: Path, stages: list[str])
                 file=sys.stderr,
             )
 
-    return Result(DistillRunResult(exit_code=rc, run_id=run_id, verdicts=verdicts), text, rc)
+    result = DistillRunResult(
+        exit_code=rc,
+        run_id=run_id,
+        verdicts=verdicts,
+        stages=stages,
+        dry_run=args.dry_run,
+        launcher=str(outcome.script),
+        log=outcome.plan.log_file,
+    )
+    return Result(result, text, rc)

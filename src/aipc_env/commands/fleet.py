@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.commands.options import (
@@ -16,8 +16,9 @@ from aipc_env.commands.options import (
     output_file,
     output_folder,
     python_minor,
+    say_to_stderr,
 )
-from aipc_env.commands.result import Result, progress
+from aipc_env.commands.result import FilesWritten, Result, progress
 from aipc_env.errors import ExitCode
 
 __all__ = ["add_parser", "run"]
@@ -47,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--check", type=Path, metavar="FILE", help="validate this file instead of writing one")
     a = inner.add_parser(
         "ansible",
-        parents=[PAIR, MATRIX],
+        parents=[JSON, PAIR, MATRIX],
         help="write an Ansible playbook for Windows and Linux hosts",
         description="site.yml, an inventory example, group_vars and the WinGet configuration: "
         "Windows hosts get the machine layer, the bundle and a doctor report; Linux hosts the GPU "
@@ -111,6 +112,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     k = inner.add_parser(
         "keygen",
+        parents=[JSON],
         help="write a minisign key pair for signing bundles",
         description="An Ed25519 key pair in minisign's format (the `minisign` CLI reads and checks "
         "both). The secret key is encrypted with the password in AIPC_ENV_SIGN_PASSWORD when set.",
@@ -134,33 +136,52 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int | Result:
-    return {"winget": _winget, "ansible": _ansible, "bundle": _bundle, "report": _report, "keygen": _keygen}[args.fleet_command](
-        args
-    )
+def run(args: argparse.Namespace) -> Result:
+    commands: dict[str, Callable[[argparse.Namespace], Result]] = {
+        "winget": _winget,
+        "ansible": _ansible,
+        "bundle": _bundle,
+        "report": _report,
+        "keygen": _keygen,
+    }
+    return commands[args.fleet_command](args)
 
 
-def _keygen(args: argparse.Namespace) -> int:
+def _keygen(args: argparse.Namespace) -> Result:
     import os
 
     from aipc_env.core.outputs import recover
     from aipc_env.errors import InputError
-    from aipc_env.fleet.sign import generate_keypair, keypair_journal, write_keypair
+    from aipc_env.fleet.keygen import KeyPairReport
+    from aipc_env.fleet.sign import generate_keypair, keypair_journal, read_public_key, write_keypair
 
     # a pair an interrupted keygen left half-done (its journal may name only these two files)
     finished = recover(keypair_journal(args.secret), [args.secret, args.public])
     for line in finished:
-        print(f"aipc-env: {line}", file=sys.stderr)
+        say_to_stderr(f"aipc-env: {line}")
     if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() and args.public.is_file():
-        print(f"aipc-env: the key pair an interrupted keygen began is complete: {args.secret} (keep it secret) and {args.public}")
-        return ExitCode.OK
+        report = KeyPairReport(
+            secret=str(args.secret), public=str(args.public), key_id=read_public_key(args.public).key_id_hex, resumed=True
+        )
+        return Result(
+            report,
+            lambda: print(
+                f"aipc-env: the key pair an interrupted keygen began is complete: {args.secret} (keep it secret) "
+                f"and {args.public}"
+            ),
+        )
     for path, key in ((args.secret, "--secret"), (args.public, "--public")):
         if path.exists() or path.is_symlink():
             raise InputError("exists: a key is never overwritten", path=path, key=key, fix="choose a new file name")
     secret, public = generate_keypair()
     write_keypair(secret, public, args.secret, args.public, password=os.environ.get("AIPC_ENV_SIGN_PASSWORD") or None)
-    print(f"wrote {args.secret} (keep it secret) and {args.public} (key {public.key_id_hex}: give it to the machines)")
-    return ExitCode.OK
+    report = KeyPairReport(secret=str(args.secret), public=str(args.public), key_id=public.key_id_hex)
+    return Result(
+        report,
+        lambda: print(
+            f"wrote {args.secret} (keep it secret) and {args.public} (key {public.key_id_hex}: give it to the machines)"
+        ),
+    )
 
 
 def _pair(args: argparse.Namespace, platform: str = "win-64"):
@@ -215,7 +236,7 @@ def _winget(args: argparse.Namespace) -> Result:
     return Result(WinGetDocument(config), lambda: print(text, end=""))
 
 
-def _ansible(args: argparse.Namespace) -> int:
+def _ansible(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
     from aipc_env.fleet.ansible import gpu_source, write_playbook
     from aipc_env.fleet.winget import render_yaml, winget_configuration
@@ -231,12 +252,12 @@ def _ansible(args: argparse.Namespace) -> int:
             fix="pass the repository's apt line with --gpu-runtime-source",
         )
     written = write_playbook(pair, args.out, render_yaml(winget_configuration(pair), pair), gpu, force=args.force)
-    print(
-        f"wrote {len(written)} files to {args.out}; next: put the bundles beside site.yml (aipc-env fleet bundle "
-        f"--platform win-64|linux-64 --out {args.out}/bundle-<platform>), then ansible-playbook -i inventory.yml "
-        "site.yml"
+    following = (
+        f"put the bundles beside site.yml (aipc-env fleet bundle --platform win-64|linux-64 --out {args.out}/bundle-<platform>), "
+        "then ansible-playbook -i inventory.yml site.yml"
     )
-    return ExitCode.OK
+    report = FilesWritten(files=[str(p) for p in written], next=following)
+    return Result(report, lambda: print(f"wrote {len(written)} files to {args.out}; next: {following}"))
 
 
 def _bundle(args: argparse.Namespace) -> Result:

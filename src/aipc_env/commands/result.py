@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import ExitCode
 
-__all__ = ["ErrorDocument", "Progress", "Result", "error_document", "progress", "render", "render_error"]
+__all__ = ["ErrorDocument", "FilesWritten", "Progress", "Result", "error_document", "progress", "render", "render_error"]
 
 
 class ErrorDocument(VersionedModel):
@@ -38,6 +38,23 @@ class ErrorDocument(VersionedModel):
     """The key (or argument) in that file or on the command line."""
     fix: str | None = None
     """What to do about it."""
+
+
+class FilesWritten(VersionedModel):
+    """What a command that writes files prints under `--json` (distill init, fleet ansible, adapt --revert and
+    --dry-run): the files, what it did to each, and what to do next."""
+
+    FORMAT: ClassVar[str] = "files written"
+    schema_version: Literal[1] = 1
+    files: list[str]
+    dry_run: bool = False
+    """Nothing was written: the files it would write."""
+    changes: dict[str, list[str]] = {}
+    """Per file, what is (or would be) changed in it, where the command says."""
+    resumed: bool = False
+    """An interrupted earlier run had written them; this one finished or confirmed them."""
+    next: str | None = None
+    """The next step, in words."""
 
 
 def error_document(

@@ -13,7 +13,7 @@ __all__ = ["models", "schemas", "write_schemas"]
 
 
 def models() -> dict[str, type]:
-    from aipc_env.commands.result import ErrorDocument
+    from aipc_env.commands.result import ErrorDocument, FilesWritten
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
     from aipc_env.container.run import ContainerRunReport
@@ -26,6 +26,7 @@ def models() -> dict[str, type]:
     from aipc_env.doctor import CheckCatalog, DoctorReport
     from aipc_env.facts.model import Facts
     from aipc_env.fleet.bundle import BundleManifest
+    from aipc_env.fleet.keygen import KeyPairReport
     from aipc_env.fleet.report import FleetReport
     from aipc_env.fleet.winget_check import WinGetCheckReport
     from aipc_env.fleet.winget_pins import WinGetPins
@@ -61,6 +62,7 @@ def models() -> dict[str, type]:
 
     return {
         "error-document": ErrorDocument,
+        "files-written": FilesWritten,
         "facts": Facts,
         "doctor-report": DoctorReport,
         "check-catalog": CheckCatalog,
@@ -95,6 +97,7 @@ def models() -> dict[str, type]:
         "container-run-report": ContainerRunReport,
         "bundle-manifest": BundleManifest,
         "fleet-report": FleetReport,
+        "key-pair-report": KeyPairReport,
         "winget-check-report": WinGetCheckReport,
         "distill-config": DistillConfig,
         "distill-verdict": DistillVerdict,

@@ -233,13 +233,19 @@ def read_verdict(out: Path, stage: str) -> Verdict | None:
 
 
 class DistillRunResult(VersionedModel):
-    """`aipc-env distill STAGE --json`: the run's exit code and the verdicts it wrote."""
+    """`aipc-env distill STAGE --json`: the run's exit code and the verdicts it wrote (a dry run, export and publish
+    write none); where its launcher and log are."""
 
     FORMAT: ClassVar[str] = "distillation run result"
     schema_version: Literal[1] = 1
     exit_code: int
     run_id: str
     verdicts: list[Verdict]
+    stages: list[str] = []
+    """What ran (gates and stages, or export / publish)."""
+    dry_run: bool = False
+    launcher: str | None = None
+    log: str | None = None
 
 
 class G3Entry(StrictModel):

@@ -18,7 +18,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TextIO
 
 import yaml
 
@@ -181,6 +181,7 @@ def run_smoke(
     env_prefix: Path | None = None,
     dry_run: bool = False,
     log: Callable[[str], None] | None = None,
+    stdout: TextIO | None = None,
     platform: Platform | None = None,
     toolchain: tuple[OneApiInfo, MsvcInfo | None] | None = None,
     machine: Machine | None = None,
@@ -243,6 +244,7 @@ def run_smoke(
             files={ACCELERATE_CONFIG: ACCELERATE},
             pythonpath=[str(run_dir / "shim"), str(package_root())],
             say=log,
+            stdout=stdout,
         ),
         platform=platform,
         toolchain=toolchain,
