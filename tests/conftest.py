@@ -215,6 +215,9 @@ def fleet_bundle(tmp_path_factory) -> Path:
             env={"AIPC_ENV_CACHE_DIR": str(folder / "cache")},
         )
         assert result.returncode == 0, result.stderr[-3000:]
+        from tests.support.json_outputs import check_json_output
+
+        check_json_output("fleet bundle", result.stdout)
 
     return built_once(tmp_path_factory, "fleet-bundle", build) / "bundle" / "bundle-linux-64"
 

@@ -15,6 +15,7 @@ import yaml
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env
 from aipc_env.launch.render import write_launcher
 from tests.conftest import ROOT, run_cli
+from tests.support.json_outputs import check_json_output
 from tests.test_engine import dataset, tiny_pipe, trained_run  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,14 @@ def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811
     for name in s0["files"].values():
         assert (out / name).is_file()
     assert (out / "grid.png").stat().st_size > 1000
+    again = run_cli(
+        "compare",
+        *("--config", str(config), "--lora", str(lora), "--test-set", str(test_set)),
+        *("--out", str(tmp_path / "as json"), "--num-inference-steps", "2", "--json"),
+        timeout=600,
+    )
+    assert again.returncode == result.returncode, again.stderr[-3000:]
+    assert check_json_output("compare", again.stdout)["verdict"] == verdict  # the same noise: the same numbers
 
 
 def test_compare_bad_inputs(trained, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require_tool, run_cli
+from tests.support.json_outputs import check_json_output
 
 pytestmark = pytest.mark.slow
 TOOLS = ("buildah", "podman", "mmdebstrap", "runc")
@@ -127,7 +128,7 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     lock = _lock(box, "a", "pyyaml==6.0.2")
     first = _build(box, lock, "a", "--base-from-mirror")
     assert first.returncode == 0, first.stderr[-3000:]
-    report = json.loads(first.stdout)
+    report = check_json_output("container build", first.stdout)
     ident = report["image_id"]
     assert report["spec"]["lock_sha256"] and report["spec"]["pair"] == "custom"
     containerfile = (box["base"] / "ctx-a" / "Containerfile").read_text()
@@ -135,7 +136,7 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
     assert "COPY pylock.linux-64.toml" in containerfile and "USER aipc" in containerfile
     # the image's packages match its lock
     clean = run_cli("container", "check", "localhost/aipc-env:a", "--lock", str(lock), "--json", env=box["env"], timeout=300)
-    assert clean.returncode == 0 and json.loads(clean.stdout)["drift"] == [], clean.stdout[-2000:]
+    assert clean.returncode == 0 and check_json_output("container check", clean.stdout)["drift"] == [], clean.stdout[-2000:]
     # the doctor runs inside, and sees the container and the stand-in render node
     out = box["base"] / "host output ü"
     out.mkdir()

@@ -4,6 +4,7 @@ rlimits podman cannot raise here. The command is checked with --dry-run (the eng
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -116,3 +117,16 @@ def test_rlimits_podman_cannot_raise(hard, expected):
     assert rlimit_options("podman", ["--ulimit=nofile=10:10"], hard_limit=limits.__getitem__)[0] == []
     limits["nproc"] = 32768
     assert "--ulimit=nproc=32768:32768" in rlimit_options("podman", [], hard_limit=limits.__getitem__)[0]
+
+
+def test_the_default_image_is_the_tag_container_build_gives_the_policys_pair():
+    """No literal image: --pair's tag, else the newest supported pair's (what `container build` tags)."""
+    from aipc_env.matrix import load_matrix
+
+    def image(*extra: str) -> str:
+        result = run_cli("container", "run", "--dry-run", "--json", *extra, "--", "doctor")
+        assert result.returncode == 0, result.stderr[-2000:]
+        return json.loads(result.stdout)["image"]
+
+    assert image("--pair", "xpu-2.12") == "localhost/aipc-env:xpu-2.12"
+    assert image() == f"localhost/aipc-env:{load_matrix().newest('linux-64').id}"

@@ -17,7 +17,6 @@ from tests.conftest import ROOT
 ERROR_SCHEMA = json.loads((ROOT / "docs" / "schemas" / "error-document.schema.json").read_text(encoding="utf-8"))
 
 
-
 def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subs:

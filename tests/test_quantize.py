@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
+from tests.support.json_outputs import check_json_output
 from tests.test_engine import _config, _engine, dataset, tiny_pipe  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
@@ -24,8 +25,9 @@ def test_transformer_nf4_folder_matches_diffusers_quantize_on_load(tiny_pipe, tm
     from aipc_env.train.tiny import make_batch
 
     dst = tmp_path / "nf4 transformer ü"
-    result = run_cli("quantize", "transformer", "--src", str(tiny_pipe), "--dst", str(dst), "--device", "cpu")
+    result = run_cli("quantize", "transformer", "--src", str(tiny_pipe), "--dst", str(dst), "--device", "cpu", "--json")
     assert result.returncode == 0, result.stderr[-2000:]
+    check_json_output("quantize", result.stdout)
     config = json.loads((dst / "config.json").read_text())
     assert config["quantization_config"]["bnb_4bit_quant_type"] == "nf4"
     assert not list(tmp_path.glob(".*partial*"))

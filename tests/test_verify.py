@@ -8,14 +8,14 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, run_cli, use_tiny_base
+from tests.support.json_outputs import check_json_output
 
 pytestmark = pytest.mark.slow
 
 
 def _verify(*args: str, env: dict | None = None) -> tuple[int, dict]:
     result = run_cli("verify", "--json", *args, env=env, timeout=300)
-    assert "Traceback" not in result.stdout
-    return result.returncode, json.loads(result.stdout)
+    return result.returncode, check_json_output("verify", result.stdout)
 
 
 def _steps(report: dict) -> dict[str, dict]:
