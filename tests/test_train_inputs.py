@@ -164,6 +164,19 @@ def test_a_second_run_into_the_same_output_dir_is_refused(tmp_path):
     assert not (out / LOCK_NAME).exists()
 
 
+@pytest.mark.parametrize(
+    "content", ['{"pid": "x", "host": "h"}', '{"pid": 1}', "[1, 2]", "not json", '{"pid": 99999999999999999999, "host": 1}']
+)
+def test_a_run_lock_that_does_not_parse_is_stale_not_a_crash(tmp_path, content):
+    """The lock is a file from an earlier run, read as hostile input: what does not parse is taken over."""
+    from aipc_env.launch.runlock import LOCK_NAME, run_lock
+
+    (tmp_path / LOCK_NAME).write_text(content, encoding="utf-8")
+    with run_lock(tmp_path, "train") as held:
+        assert json.loads(held.read_text(encoding="utf-8"))["pid"] == os.getpid()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
 @pytest.mark.slow
 def test_a_device_that_is_not_there_fails_before_training(tmp_path):
     cfg = default_config(tmp_path / "out")

@@ -70,7 +70,13 @@ class _Parser(argparse.ArgumentParser):
 class _Version(argparse.Action):
     """`aipc-env --version`: the version and the data home (checkout, AIPC_ENV_HOME or the shipped copy)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         from aipc_env.paths import data_home
 
         print(f"aipc-env {__version__}\ndata: {data_home().describe()}")

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, Subparsers
 from aipc_env.commands.result import FilesWritten, Result, progress
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.qflux.checker import CheckReport
+
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "adapt",
         parents=[JSON, ENV, PAIR, MATRIX],
@@ -41,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _render_findings(report) -> None:
+def _render_findings(report: CheckReport) -> None:
     from aipc_env.commands.options import console_for
 
     console = console_for()

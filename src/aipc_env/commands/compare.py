@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON, output_folder, seed
+from aipc_env.commands.options import JSON, Subparsers, output_folder, seed
 from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 from aipc_env.train.learning import DEFAULT_MARGIN
@@ -33,7 +33,7 @@ def _margin(text: str) -> float:
     return value
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "compare",
         parents=[JSON],

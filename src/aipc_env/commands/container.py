@@ -7,7 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, output_folder, python_minor, say_to_stderr
+from aipc_env.commands.options import (
+    JSON,
+    LOCK_ROOT,
+    MATRIX,
+    PAIR,
+    Subparsers,
+    lock_root,
+    output_folder,
+    python_minor,
+    say_to_stderr,
+)
 from aipc_env.commands.result import Result, progress
 from aipc_env.container.inputs import DEFAULT_BASE
 from aipc_env.errors import ExitCode
@@ -73,7 +83,7 @@ def _context_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_folder, metavar="DIR", help="the build context folder (default: per-user cache)")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "container",
         help="the training env as an OCI image: render, build, run, check",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import JSON
+from aipc_env.commands.options import JSON, Subparsers
 from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
 
@@ -22,7 +22,7 @@ def _side(text: str) -> int:
     return value
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "dataset",
         help="validate a training dataset (local dir, parquet dir, CSV)",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, output_folder, say_to_stderr
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, Subparsers, output_folder, say_to_stderr
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
@@ -29,7 +29,7 @@ GATES = {
 }
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "distill",
         help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages",
@@ -142,7 +142,7 @@ def _config_path(args: argparse.Namespace) -> Path:
     from aipc_env.distill.config import default_run_dir, write_default_distill_config
 
     if args.config is not None:
-        return args.config
+        return Path(args.config)
     path = default_run_dir() / "distill.yaml"
     if path.is_file():
         print(f"aipc-env: no config given; using {path}", file=sys.stderr)
@@ -246,7 +246,7 @@ def _free_port() -> int:
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def _launch(args: argparse.Namespace, cfg: DistillConfig, config_path: Path, stages: list[str]) -> Result:
@@ -254,12 +254,13 @@ def _launch(args: argparse.Namespace, cfg: DistillConfig, config_path: Path, sta
 
     from aipc_env.distill.phases import ACCELERATE_CONFIG, worker_phases
     from aipc_env.distill.verdict import DistillRunResult, read_verdict
+    from aipc_env.launch.plan import Phase
     from aipc_env.launch.service import Chosen, RunRequest, start_run
 
     run_id = uuid.uuid4().hex[:12]
     out = cfg.out
 
-    def phases(chosen: Chosen) -> list:
+    def phases(chosen: Chosen) -> list[Phase]:
         return worker_phases(
             chosen.python, config_path, stages, run_id=run_id, inject=args.inject, accelerate_config=out / ACCELERATE_CONFIG
         )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, console_for, output_file
+from aipc_env.commands.options import ENV, JSON, MATRIX, Subparsers, console_for, output_file
 from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "doctor",
         parents=[JSON, ENV, MATRIX],

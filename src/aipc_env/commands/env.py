@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, Subparsers, lock_root, python_minor
 from aipc_env.commands.result import Result, progress
 from aipc_env.core.platforms import DEFAULT_PYTHON, Platform
 from aipc_env.errors import ExitCode
 
+if TYPE_CHECKING:
+    from aipc_env.core.platforms import Platform
+    from aipc_env.matrix import Pair
+
+
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "env",
         parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
@@ -200,7 +206,7 @@ def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
     )
 
 
-def _dry_run(args: argparse.Namespace, pair, root: Path, platform, issues: list[str]) -> Result:
+def _dry_run(args: argparse.Namespace, pair: Pair, root: Path, platform: Platform, issues: list[str]) -> Result:
     """The install plan of the pair's lock for this platform: nothing is fetched or changed."""
     from aipc_env.errors import InputError
     from aipc_env.lock.artifacts import InstallPlanReport, install_plan

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aipc_env.commands.options import (
     JSON,
@@ -12,6 +13,7 @@ from aipc_env.commands.options import (
     MATRIX,
     PAIR,
     PLATFORM,
+    Subparsers,
     lock_root,
     output_file,
     output_folder,
@@ -21,10 +23,15 @@ from aipc_env.commands.options import (
 from aipc_env.commands.result import FilesWritten, Result, progress
 from aipc_env.errors import ExitCode
 
+if TYPE_CHECKING:
+    from aipc_env.core.platforms import Platform
+    from aipc_env.matrix import Pair
+
+
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "fleet",
         help="for fleet admins: WinGet configuration, Ansible playbook, offline bundles, one report of many machines",
@@ -184,7 +191,7 @@ def _keygen(args: argparse.Namespace) -> Result:
     )
 
 
-def _pair(args: argparse.Namespace, platform: str = "win-64"):
+def _pair(args: argparse.Namespace, platform: Platform = "win-64") -> Pair:
     from aipc_env.matrix import load_matrix
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import situation_for
@@ -192,10 +199,12 @@ def _pair(args: argparse.Namespace, platform: str = "win-64"):
     situation = situation_for(
         "target",
         load_matrix(args.matrix),
-        platform,  # type: ignore[arg-type]  # the platform was validated by argparse's choices
+        platform,
         pair_flag=getattr(args, "pair", None),
     )
-    return decide(situation, "target").pair.pair
+    pair = decide(situation, "target").pair.pair
+    assert pair is not None  # a target always gets a pair (--pair or the newest)
+    return pair
 
 
 def _winget(args: argparse.Namespace) -> Result:

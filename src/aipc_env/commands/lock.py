@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, lock_root, python_minor
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, Subparsers, lock_root, python_minor
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.lock.verify import LockVerifyReport
+    from aipc_env.matrix import Matrix
+
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "lock",
         parents=[JSON, PAIR, LOCK_ROOT, INDEXES, MATRIX],
@@ -60,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _lock_dirs(args: argparse.Namespace, root):
+def _lock_dirs(args: argparse.Namespace, root: Path) -> list[Path]:
     from aipc_env.errors import InputError
 
     if not root.is_dir():
@@ -93,7 +100,7 @@ def _lock_dirs(args: argparse.Namespace, root):
     return sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "__")))
 
 
-def _check(args: argparse.Namespace, matrix, root) -> Result:
+def _check(args: argparse.Namespace, matrix: Matrix, root: Path) -> Result:
     from aipc_env.lock.check import check_pair_lock, default_readers, inferred_metadata
     from aipc_env.lock.lockfile import LockCheckReport, PairLockStatus, lock_notes, meta_path, read_meta
 
@@ -128,7 +135,7 @@ def _check(args: argparse.Namespace, matrix, root) -> Result:
     return Result(report, text, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
 
 
-def _verify(args: argparse.Namespace, matrix, root) -> Result:
+def _verify(args: argparse.Namespace, matrix: Matrix, root: Path) -> Result:
     from aipc_env.lock.verify import LockVerifyReports, verify_lock
 
     reports = [verify_lock(d, matrix.get(d.name), mirror=args.mirror) for d in _lock_dirs(args, root)]
@@ -136,7 +143,7 @@ def _verify(args: argparse.Namespace, matrix, root) -> Result:
     return Result(LockVerifyReports(reports=reports), lambda: _verify_text(reports), code)
 
 
-def _verify_text(reports: list) -> None:
+def _verify_text(reports: list[LockVerifyReport]) -> None:
     for report in reports:
         counts = {k: sum(c.status == k for c in report.checked) for k in ("verified", "changed", "unverified")}
         print(

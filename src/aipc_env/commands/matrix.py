@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import INDEXES, JSON, MATRIX, console_for, output_folder
+from aipc_env.commands.options import INDEXES, JSON, MATRIX, Subparsers, console_for, output_folder
 from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.matrix import Matrix
+
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "matrix",
         parents=[JSON, MATRIX, INDEXES],
@@ -46,7 +51,7 @@ def _python_range(spec: str) -> str:
     return spec
 
 
-def _refresh(args: argparse.Namespace, matrix) -> Result:
+def _refresh(args: argparse.Namespace, matrix: Matrix) -> Result:
     import sys
 
     from aipc_env.core.fileio import atomic_write_text, read_text
@@ -137,7 +142,7 @@ def run(args: argparse.Namespace) -> Result:
     return Result(matrix, lambda: _table(matrix, args.verbose))
 
 
-def _table(matrix, verbose: bool) -> None:
+def _table(matrix: Matrix, verbose: bool) -> None:
     from rich.table import Table
 
     console = console_for()

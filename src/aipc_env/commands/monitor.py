@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from aipc_env.commands.options import JSON
+from aipc_env.commands.options import JSON, Subparsers
 from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     from aipc_env.tools.monitor import add_arguments
 
     p = sub.add_parser(

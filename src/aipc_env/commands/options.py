@@ -7,7 +7,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, TypeAlias
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "DEVICE",
@@ -18,6 +21,7 @@ __all__ = [
     "MATRIX",
     "PAIR",
     "PLATFORM",
+    "Subparsers",
     "console_for",
     "device_of",
     "lock_root",
@@ -25,6 +29,10 @@ __all__ = [
     "python_minor",
     "say_to_stderr",
 ]
+
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What each command module's add_parser adds its parser to."""
 
 
 def _parent() -> argparse.ArgumentParser:
@@ -135,7 +143,7 @@ LOCK_ROOT = _lock_root()
 INDEXES = _indexes()
 
 
-def console_for(stream: TextIO | None = None):
+def console_for(stream: TextIO | None = None) -> Console:
     from rich.console import Console
 
     return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True, emoji=False)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aipc_env.commands.options import DEVICE, JSON, output_folder
+from aipc_env.commands.options import DEVICE, JSON, Subparsers, output_folder
 from aipc_env.commands.result import Result
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "quantize",
         parents=[JSON, DEVICE],

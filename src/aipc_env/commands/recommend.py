@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import JSON, output_file
+from aipc_env.commands.options import JSON, Subparsers, output_file
 from aipc_env.commands.result import Result
+
+if TYPE_CHECKING:
+    from aipc_env.facts.model import Facts
+
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "recommend",
         parents=[JSON],
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> Result:
 
     from aipc_env.core.fileio import atomic_write_text, read_json
     from aipc_env.errors import InputError, validation_message
-    from aipc_env.facts.model import Facts, load_facts
+    from aipc_env.facts.model import load_facts
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.recommend import (
         ProbeJson,
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> Result:
     )
 
 
-def _known_issues(facts) -> list[str]:
+def _known_issues(facts: Facts) -> list[str]:
     """The known issues (environments/matrix.yaml) this machine meets with its env's pair, else the pair a build
     would choose: the doctor's rule (its known-issues check)."""
     from aipc_env.doctor.checks import CheckContext

@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import JSON, MATRIX, PLATFORM, platform_of
+from aipc_env.commands.options import JSON, MATRIX, PLATFORM, Subparsers, platform_of
 from aipc_env.commands.result import Result
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:
+    from aipc_env.matrix.resolve import ResolveReport
+
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "resolve",
         parents=[JSON, PLATFORM, MATRIX],
@@ -42,8 +47,8 @@ def run(args: argparse.Namespace) -> Result:
     matrix = load_matrix(args.matrix)
     if args.toolkit:
         pairs = matrix.for_toolkit(args.toolkit)
-        report = ToolkitReport(toolkit=args.toolkit, pairs=[p.id for p in pairs], torch={p.id: p.torch for p in pairs})
-        return Result(report, code=ExitCode.OK if pairs else ExitCode.PROBLEMS, always_json=True)
+        toolkit = ToolkitReport(toolkit=args.toolkit, pairs=[p.id for p in pairs], torch={p.id: p.torch for p in pairs})
+        return Result(toolkit, code=ExitCode.OK if pairs else ExitCode.PROBLEMS, always_json=True)
     text, encoding = read_list_text(args.pip_list)
     if encoding != "utf-8":
         from aipc_env.core.terminal import visible
@@ -61,7 +66,7 @@ def run(args: argparse.Namespace) -> Result:
     return Result(report, lambda: _render(report), ExitCode.OK if report.consistent else ExitCode.PROBLEMS)
 
 
-def _render(report) -> None:
+def _render(report: ResolveReport) -> None:
     res = report.resolution
     mark = "✓" if report.consistent else "✗"
     print(f"{mark} {report.summary}")

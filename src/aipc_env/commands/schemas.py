@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 __all__ = ["models", "schemas", "write_schemas"]
 
 
-def models() -> dict[str, type]:
+def models() -> dict[str, type[BaseModel]]:
     from aipc_env.commands.result import ErrorDocument, FilesWritten
     from aipc_env.container.build import ImageBuildReport, ImageCheckReport
     from aipc_env.container.render import ContextSpec
@@ -121,8 +124,8 @@ def models() -> dict[str, type]:
     }
 
 
-def schemas() -> dict[str, dict]:
-    return {name: model.model_json_schema() for name, model in models().items()}  # type: ignore[attr-defined]  # every listed model is a pydantic model (model_json_schema)
+def schemas() -> dict[str, dict[str, Any]]:
+    return {name: model.model_json_schema() for name, model in models().items()}
 
 
 def write_schemas(folder: Path) -> list[Path]:

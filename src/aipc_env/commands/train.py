@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, Subparsers
 from aipc_env.commands.result import Progress, Result, progress
 from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import ExitCode
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     from aipc_env.train.config import PATH_BASE_HELP
 
     p = sub.add_parser(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aipc_env.commands.options import DEVICE, ENV, JSON, MATRIX, PAIR, console_for, device_of
+from aipc_env.commands.options import DEVICE, ENV, JSON, MATRIX, PAIR, Subparsers, console_for, device_of
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
@@ -21,7 +21,7 @@ def _steps(text: str) -> int:
     return value
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "verify",
         parents=[JSON, ENV, PAIR, MATRIX, DEVICE],

@@ -225,7 +225,7 @@ def check_image(image: str, lockfile: Path, log: Path) -> ImageCheckReport:
         site = root / VENV.lstrip("/") / "lib" / f"python{python}" / "site-packages"
         if not site.is_dir():
             raise InputError(f"{image} has no aipc-env training env ({VENV})", fix="check the image name")
-        installed = {}
+        installed: dict[str, str] = {}
         for dist in metadata.distributions(path=[str(site)]):
             name = dist.metadata["Name"]
             if name:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,9 +93,9 @@ def run_argv(
     devices: list[str],
     mounts: list[tuple[Path, str, bool]],
     network: str = "none",
-    engine_options: list[str] = (),
-    run_options: list[str] = (),
-    groups: list[str] = (),
+    engine_options: Sequence[str] = (),
+    run_options: Sequence[str] = (),
+    groups: Sequence[str] = (),
     ipc_host: bool = False,
 ) -> list[str]:
     """`<engine> run` with the GPU passed in (`--device` and the host's numeric groups of its nodes), the folders
@@ -207,7 +208,10 @@ def image_labels(image: str) -> dict[str, str]:
     except ProbeFailed as exc:
         raise InputError(f"no image {image}: {exc}", fix="build it: aipc-env container build") from None
     data = loads_json(out)
-    return dict((data.get("OCIv1") or {}).get("config", {}).get("Labels") or {})
+    oci = data.get("OCIv1") if isinstance(data, dict) else None
+    config = oci.get("config") if isinstance(oci, dict) else None
+    labels = config.get("Labels") if isinstance(config, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 class mounted_image:
@@ -216,9 +220,10 @@ class mounted_image:
 
     def __init__(self, image: str, log: Path):
         self.image, self.log = image, log
-        self.buildah = shutil.which("buildah")
-        if not self.buildah:
+        buildah = shutil.which("buildah")
+        if not buildah:
             raise AipcError("reading an image needs buildah", fix="apt install buildah")
+        self.buildah: str = buildah
         self.ctr: str | None = None
 
     def __enter__(self) -> Path:

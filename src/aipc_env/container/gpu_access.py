@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def group_options(nodes: list[GpuNode]) -> list[str]:
     return [arg for gid in gids for arg in ("--group-add", str(gid))]
 
 
-def rlimit_options(engine: str, run_options: list[str], hard_limit=None) -> tuple[list[str], list[str]]:
+def rlimit_options(
+    engine: str, run_options: list[str], hard_limit: Callable[[str], int] | None = None
+) -> tuple[list[str], list[str]]:
     """(options, notes): podman raises RLIMIT_NOFILE to 1048576 in every container and fails where the host's hard
     limit is lower ("cannot raise rlimits"); set each limit to the host's hard limit instead, unless the user
     passed --ulimit for it."""

@@ -45,7 +45,7 @@ class WorkerArgs:
     """A worker with several steps takes the step's name first."""
 
     @classmethod
-    def _fields(cls) -> list[tuple[dataclasses.Field, object]]:
+    def _fields(cls) -> list[tuple[dataclasses.Field[object], object]]:
         hints = typing.get_type_hints(cls)
         return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
 

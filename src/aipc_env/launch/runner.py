@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO, Any
 
 from aipc_env.core import procs
 from aipc_env.core.fileio import loads_json
@@ -26,7 +27,7 @@ PLAN_SCHEMA_VERSION = 1
 
 
 class _Current:
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     stopping: int | None = None
 
 
@@ -43,7 +44,7 @@ def _on_signal(signum: int, _frame: object) -> None:
     threading.Thread(target=procs.stop_tree, args=(proc,), kwargs={"first": signum}, daemon=True).start()
 
 
-def _child_env(plan: dict) -> dict:
+def _child_env(plan: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     for key, value in plan.get("env", {}).items():
         if value is None:
@@ -71,7 +72,7 @@ class _LogLines:
 
     _ESC = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
-    def __init__(self, log) -> None:
+    def __init__(self, log: IO[bytes]) -> None:
         self.log = log
         self.pending = b""
 
@@ -92,7 +93,7 @@ class _LogLines:
         return line.rsplit(b"\r", 1)[-1] if b"\r" in line.rstrip(b"\r") else line.rstrip(b"\r")
 
 
-def run_phase(phase: dict, env: dict, log) -> int:
+def run_phase(phase: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> int:
     argv = phase["argv"]
     header = f"[aipc-env {_stamp()}] phase {phase['name']}: {procs.command_line(argv)}\n"
     sys.stdout.write(header)
@@ -109,8 +110,9 @@ def run_phase(phase: dict, env: dict, log) -> int:
     _Current.proc = proc
     out = sys.stdout.buffer
     sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
-    assert proc.stdout is not None
-    for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]  # stdout is a pipe here: Popen(stdout=PIPE)
+    pipe = proc.stdout
+    assert pipe is not None and hasattr(pipe, "read1")  # Popen(stdout=PIPE): a buffered reader
+    for chunk in iter(lambda: pipe.read1(65536), b""):
         if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
             out.write(chunk)
             out.flush()
@@ -125,8 +127,8 @@ def run_phase(phase: dict, env: dict, log) -> int:
     return rc
 
 
-def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
-    started = []
+def start_background(plan: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> list[subprocess.Popen[bytes]]:
+    started: list[subprocess.Popen[bytes]] = []
     for phase in plan.get("background", []):
         line = f"[aipc-env {_stamp()}] background {phase['name']}: {procs.command_line(phase['argv'])}\n"
         log.write(line.encode("utf-8"))
@@ -138,19 +140,21 @@ def start_background(plan: dict, env: dict, log) -> list[subprocess.Popen]:
     return started
 
 
-def stop_background(started: list[subprocess.Popen]) -> None:
+def stop_background(started: list[subprocess.Popen[bytes]]) -> None:
     """Background phases are asked to stop with SIGTERM (Ctrl-Break on Windows) and then escalated."""
     for proc in started:
         procs.stop_tree(proc, first=signal.SIGTERM if os.name != "nt" else signal.SIGINT)
 
 
-def _read_plan(path: str) -> dict | str:
+def _read_plan(path: str) -> dict[str, Any] | str:
     try:
         with open(path, encoding="utf-8") as fh:
             plan = loads_json(fh.read())
     except (OSError, ValueError) as exc:
         return f"cannot read the launch plan {path}: {exc}"
-    version = plan.get("schema_version", plan.get("plan_version")) if isinstance(plan, dict) else None
+    if not isinstance(plan, dict):
+        return f"{path}: a launch plan is a JSON object; write the run again with the matching aipc-env"
+    version = plan.get("schema_version", plan.get("plan_version"))
     if version != PLAN_SCHEMA_VERSION:
         return (
             f"{path}: launch plan schema_version {version!r} is not supported by this runner "

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
@@ -50,6 +50,10 @@ from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, comput
 from aipc_env.trainenv.envs import env_python
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 
+if TYPE_CHECKING:
+    from aipc_env.lock.coremeta import CoreMetadata
+    from aipc_env.lock.lockfile import PylockArtifact, PylockPackage
+
 __all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_offline"]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
@@ -71,7 +75,7 @@ class EnvRequest:
     """The common pip layer (default: environments/pip-layer.txt)."""
     accept_metadata_drift: bool = False
     """Build even when an XPU wheel's real METADATA differs from what the lock stands on (recorded)."""
-    read_metadata: Callable | None = None
+    read_metadata: Callable[[PylockPackage, PylockArtifact], CoreMetadata] | None = None
     """How a locked wheel's METADATA is read (default: from its URL; tests pass their own index's reader)."""
 
 

@@ -157,7 +157,8 @@ def decide(situation: Situation, purpose: Purpose) -> Decision:
     pair the "build" policy picks; a run in an interpreter without torch runs in the tool's own env: both are built
     by the run service (`Decision.build`), which then decides again on the built env (a qflux env, an env of the
     tool's that has torch: no second build)."""
-    env, build = situation.env, None
+    env = situation.env
+    build: Literal["qflux", "tool"] | None = None
     if purpose == "run" and situation.qflux_clone is not None and (env is None or env.source not in ("flag", "qflux")):
         situation = replace(situation, env=None, installed=None, resolution=None, recorded=None)  # the env is made for the pair
         env, build, purpose = None, "qflux", "build"
