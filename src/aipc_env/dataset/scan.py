@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from aipc_env.errors import InputError
 
@@ -146,7 +146,7 @@ def _scan_parquet(root: Path) -> Scan:
             continue
         for i, row in enumerate(table.to_pylist()):
 
-            def data(v):
+            def data(v: Any) -> Any:  # pyarrow rows: an image cell is {"bytes": ..., "path": ...} or raw bytes
                 return v.get("bytes") if isinstance(v, dict) else v
 
             controls = [data(c) for c in (row["control_images"] or [])]
@@ -231,7 +231,7 @@ def _scan_csv(path: Path) -> Scan:
     base = path.parent  # relative paths are relative to the CSV (upstream: the current folder)
     for i, row in csv_rows(path, text):
 
-        def p(col: str, row: dict = row) -> Path | None:
+        def p(col: str, row: dict[str, str | None] = row) -> Path | None:
             v = (row.get(col) or "").strip()
             return (base / v) if v else None
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from aipc_env.core.formats import VersionedModel
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
+
+if TYPE_CHECKING:
+    from PIL.ImageFile import ImageFile
 
 __all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "validate_dataset"]
 
@@ -31,7 +34,7 @@ class Verdict(VersionedModel):
     warnings: list[str] = []
 
 
-def _open(part: Path | bytes):
+def _open(part: Path | bytes) -> ImageFile:
     from PIL import Image
 
     return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part)

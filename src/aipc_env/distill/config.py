@@ -4,7 +4,7 @@ Relative paths are resolved against the config file's folder, as for training co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import Field, field_validator, model_validator
@@ -322,7 +322,7 @@ TINY_TRAINED_MARGIN = 0.0005
 """G3's margin on it, in latent MSE to teacher@8: about a tenth of naive@4's distance (0.005 on the 64 pairs)."""
 
 
-def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict:
+def default_distill_config(run_dir: Path, profile: str = "tiny") -> dict[str, Any]:
     """A profile's config. tiny (the built-in default): the tiny random 2.1 pipeline at 64x64, built-in prompts,
     CPU-sized training. turbo: the image21-turbo-trajectories settings for the real Qwen-Image-2.1-Turbo (rank 64, alpha 128, the
     endpoint weighting that helped, lr 1e-4: the recorded 3e-4 diverged at 128 prompts and its next step is a sweep

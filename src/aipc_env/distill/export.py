@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import parse_json
 from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import ExitCode, InputError
 from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["FORMATS", "Provenance", "comfyui_key", "comfyui_state_dict", "export_lora", "main"]
 
@@ -66,7 +71,7 @@ def comfyui_key(module: str) -> str:
     raise ValueError('ComfyUI\'s Qwen-Image 2.1 model has no such module: its keys would be "lora key not loaded"')
 
 
-def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
+def _metadata(raw: dict[str, str] | None, path: Path) -> tuple[int, float]:
     """(rank, alpha) from the adapter metadata; without it the alpha is unknown (distillation lesson 6): refused."""
     text = (raw or {}).get("lora_adapter_metadata")
     if not text:
@@ -109,7 +114,7 @@ def _metadata(raw: dict | None, path: Path) -> tuple[int, float]:
     return rank, alpha
 
 
-def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) -> dict:
+def comfyui_state_dict(tensors: dict[str, torch.Tensor], rank: int, alpha: float, *, path: Path) -> dict[str, torch.Tensor]:
     """diffusers-layout tensors -> ComfyUI/Lightning layout. Every key must be a transformer LoRA A/B weight of
     the stated rank, in pairs."""
     import torch
@@ -165,7 +170,7 @@ def comfyui_state_dict(tensors: dict, rank: int, alpha: float, *, path: Path) ->
     return out
 
 
-def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance: Provenance) -> dict:
+def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance: Provenance) -> dict[str, Any]:
     """Write the export: the base model's licence text (LICENSE) and the change notice (NOTICE.md) beside the
     weights, all three or none across Ctrl-C (aipc_env.core.outputs). Nothing is written when anything is refused.
     Returns what was written."""
@@ -254,7 +259,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
     }
 
 
-def _check_replaceable(path: Path, ours) -> None:
+def _check_replaceable(path: Path, ours: Callable[[str], bool]) -> None:
     """A file the export writes may replace only what an earlier export wrote; never through a symlink."""
     from aipc_env.core.fileio import read_text
 

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -30,6 +30,9 @@ from aipc_env.distill.lessons import (
 from aipc_env.distill.prompts import load_prompts
 from aipc_env.distill.verdict import Check, G3Entry, G3Manifest
 from aipc_env.errors import AipcError, InputError
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 __all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
 
@@ -66,7 +69,7 @@ def _finite_rgb(images: torch.Tensor) -> str:
     return f"RGB {tuple(images.shape)}, range [{float(images.min()):.3f}, {float(images.max()):.3f}]"
 
 
-def _decode(pipe, latents, cfg: DistillConfig, inject: frozenset[str]):
+def _decode(pipe: Any, latents: torch.Tensor, cfg: DistillConfig, inject: frozenset[str]) -> torch.Tensor:
     if "rgba" in inject:  # the recorded bug: taking the VAE's 4 channels as the image
         from aipc_env.distill.lessons import check_rgb
 
@@ -76,8 +79,10 @@ def _decode(pipe, latents, cfg: DistillConfig, inject: frozenset[str]):
     return sampler.decode_rgb(pipe, latents, cfg.height, cfg.width, cfg.eval.decode_device)
 
 
-def _pipe_latents(pipe, cfg: DistillConfig, prompted: sampler.Prompted, noise, grid: list[float], **kw):
-    return pipe(
+def _pipe_latents(
+    pipe: Any, cfg: DistillConfig, prompted: sampler.Prompted, noise: torch.Tensor, grid: list[float], **kw: Any
+) -> torch.Tensor:
+    latents: torch.Tensor = pipe(
         prompt_embeds=prompted.embeds,
         prompt_embeds_mask=prompted.mask,
         latents=noise.clone(),
@@ -88,9 +93,12 @@ def _pipe_latents(pipe, cfg: DistillConfig, prompted: sampler.Prompted, noise, g
         use_kv_cache=cfg.use_kv_cache,
         **kw,
     ).images
+    return latents
 
 
-def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
+def gate_g0(
+    cfg: DistillConfig, *, log: Callable[[str], object] = print, inject: frozenset[str] = frozenset()
+) -> tuple[list[Check], dict[str, Any]]:
     """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
     LoRA train step runs; save then reload keeps alpha with bit-exact output."""
     from aipc_env.distill.lessons import check_lora_before_prepare
@@ -125,10 +133,10 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         return checks.items, metrics
     g = torch.Generator().manual_seed(cfg.seed)
     noise = sampler.initial_noise(pipe, 1, cfg.height, cfg.width, g, device, prompted.embeds.dtype)
-    outs = {}
+    outs: dict[str, torch.Tensor] = {}
     for name, grid in (("teacher", cfg.teacher_grid), ("naive", cfg.student_sigmas)):
 
-        def run(grid=grid, name=name):
+        def run(grid: list[float] = grid, name: str = name) -> tuple[None, str]:
             latents = _pipe_latents(pipe, cfg, prompted, noise, grid)
             outs[name] = latents
             return None, f"{len(grid)} steps: " + _finite_rgb(_decode(pipe, latents, cfg, inject))
@@ -137,7 +145,7 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     if len(outs) < 2:
         return checks.items, metrics
 
-    def roundtrip():
+    def roundtrip() -> tuple[dict[str, torch.Tensor], str]:
         final, steps, timesteps, eff = sampler.euler(
             pipe,
             pipe.transformer,
@@ -194,9 +202,9 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         )
     ]
     shapes_one = sampler.img_shapes_for(pipe, 1, cfg.height, cfg.width)
-    state: dict = {}
+    state: dict[str, Any] = {}
 
-    def train_step():
+    def train_step() -> tuple[None, str]:
         from accelerate import Accelerator
 
         model = load_transformer(path, device, dtype, base=cfg.student.base)
@@ -229,7 +237,7 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     if "model" not in state:
         return checks.items, metrics
 
-    def save_reload():
+    def save_reload() -> tuple[None, str]:
         from diffusers import QwenImage21Pipeline
 
         student, batch = state["model"], state["batch"]
@@ -252,7 +260,9 @@ def gate_g0(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     return checks.items, metrics
 
 
-def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> tuple[list[Check], dict]:
+def gate_g2(
+    cfg: DistillConfig, *, log: Callable[[str], object] = print, inject: frozenset[str] = frozenset()
+) -> tuple[list[Check], dict[str, Any]]:
     """Sampler parity: the own Euler loop reproduces pipe(...) bit-exactly for both grids (a batch of two
     prompts of different lengths); the scheduler uses the sigmas verbatim; the step count is the real pipeline's
     (num_inference_steps is ignored when sigmas are passed or the model configures sample_sigmas: noted, the
@@ -336,7 +346,7 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
         )
         metrics[f"steps_probe_{probe}"] = {"requested": steps, "sigmas_passed": passed is not None, "ran": len(counted)}
 
-        def step_count(passed=passed, counted=counted):
+        def step_count(passed: list[float] | None = passed, counted: list[int] = counted) -> tuple[str, str]:
             note = check_step_count(steps, len(counted), passed=passed, sample_sigmas=sample_sigmas)
             return note, note
 
@@ -350,7 +360,7 @@ def gate_g2(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset
     return checks.items, metrics
 
 
-def _lpips(cfg: DistillConfig):
+def _lpips(cfg: DistillConfig) -> Any:  # an lpips.LPIPS module, or None
     """An LPIPS(alex) scorer when weights are configured, else None. The `lpips` package ships its linear layers;
     the AlexNet backbone is read from `eval.lpips_weights` (a TORCH_HOME folder holding
     hub/checkpoints/alexnet-owt-7be5be79.pth), never downloaded."""
@@ -378,7 +388,7 @@ def _lpips(cfg: DistillConfig):
     return lpips.LPIPS(net="alex", verbose=False).eval()
 
 
-def _distances(a: torch.Tensor, ref: torch.Tensor, scorer) -> dict[str, float]:
+def _distances(a: torch.Tensor, ref: torch.Tensor, scorer: Any) -> dict[str, float]:
     mse = float(((a - ref) ** 2).mean())
     out = {"mse": mse, "psnr": 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")}
     if scorer is not None:
@@ -433,7 +443,7 @@ def _reference_lora(cfg: DistillConfig) -> Path | None:
     return path
 
 
-def _write_png(image, path: Path) -> None:
+def _write_png(image: PIL.Image.Image, path: Path) -> None:
     import io
 
     from aipc_env.core.fileio import atomic_write_bytes
@@ -444,8 +454,8 @@ def _write_png(image, path: Path) -> None:
 
 
 def gate_g3(
-    cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()
-) -> tuple[list[Check], dict, Literal["quality", "plumbing"]]:
+    cfg: DistillConfig, *, log: Callable[[str], object] = print, inject: frozenset[str] = frozenset()
+) -> tuple[list[Check], dict[str, Any], Literal["quality", "plumbing"]]:
     """Per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same noise, with
     their distances to the teacher. Quality mode (LPIPS, a real model) passes only if the student beats naive by
     the margin and win-rate (aipc_env.distill.judge); plumbing mode checks what can be checked without judging the
@@ -503,7 +513,7 @@ def gate_g3(
     )
     encoded = [(rec, sampler.encode(pipe, [rec.prompt], device)) for rec in records]
     offload_text_encoder(pipe, cfg.teacher)
-    runs = []
+    runs: list[dict[str, Any]] = []  # per prompt x seed: its inputs and each kind's latents
     for rec, prompted in encoded:
         for seed in [rec.seed] if rec.seed is not None else cfg.eval.seeds:
             g = torch.Generator().manual_seed(seed)

@@ -7,6 +7,7 @@ from teacher sigma s*k to s*(k+1) (the last one lands on the terminal 0). Torch-
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +22,7 @@ MAX_SIGMAS = 1000
 """The longest teacher grid (a real one has 8; the recorded project's teachers at most a few dozen)."""
 
 
-def _quote(values: list) -> str:
+def _quote(values: Sequence[object]) -> str:
     """A list for a message: the first few values and how many there are."""
     shown = ", ".join(repr(v)[:20] for v in values[:4])
     return f"[{shown}{f', ... ({len(values)} values)' if len(values) > 4 else ''}]"

@@ -5,7 +5,7 @@ records its training. Torch-free: the config check reads it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from aipc_env.core.fileio import read_json
 from aipc_env.errors import InputError
@@ -15,7 +15,7 @@ __all__ = ["TINY_MARK", "is_tiny_random", "is_tiny_trained", "read_mark", "tiny_
 TINY_MARK = "aipc_tiny.json"
 
 
-def read_mark(path: Path) -> dict | None:
+def read_mark(path: Path) -> dict[str, Any] | None:
     """The tiny mark's content; {} when the mark is there but unreadable (still a tiny model); None without one."""
     mark = Path(path) / TINY_MARK
     if not mark.is_file():

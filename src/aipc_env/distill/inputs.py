@@ -37,7 +37,7 @@ own, from its configs: a moved model folder stays the same model), output_dir (i
 device and threads (where and how fast, not what), teacher_sigmas (the grid is hashed on its own, as resolved)."""
 
 
-def _digest(data) -> str:
+def _digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import fmean
-from typing import Literal
+from typing import Any, Literal
 
 from aipc_env.errors import AipcError, InputError
 
@@ -83,7 +83,7 @@ def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> Literal["lpips",
     return "psnr"
 
 
-def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
+def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: float) -> tuple[bool, dict[str, float]]:
     """pairs: (student, naive) distances to the teacher, lower is better. (beats, statistics)."""
     if not pairs:
         raise ValueError("no prompt x seed pairs to judge")
@@ -102,7 +102,9 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     }
 
 
-def judge_entries(entries: list[dict], metric: str, *, margin: float, min_win_rate: float) -> tuple[bool, dict]:
+def judge_entries(
+    entries: list[dict[str, Any]], metric: str, *, margin: float, min_win_rate: float
+) -> tuple[bool, dict[str, float]]:
     """judge() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
     `metric` compares (METRICS): LPIPS, the latent MSE on the trained tiny teacher, else the pixel MSE."""
     key = METRICS[metric][0]

@@ -5,9 +5,12 @@ fix it. Pure checks over tensors, modules and files; torch is imported only insi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.errors import AipcError, ExitCode
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "EmbeddingsAttachedToGraph",
@@ -107,7 +110,7 @@ class StudentWorseThanReference(LessonError):
     name = "student-worse-than-reference"
 
 
-def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> None:
+def check_embeddings_detached(*tensors: torch.Tensor | None, where: str = "prompt embeddings") -> None:
     """Lesson 1: `QwenImage21Pipeline.encode_prompt` is not decorated with no_grad; called with grad enabled it
     ties the text encoder's graph to the embeddings, and every training backward walks that shared graph
     (device-mismatch and 'backward through the graph a second time' errors)."""
@@ -119,7 +122,7 @@ def check_embeddings_detached(*tensors, where: str = "prompt embeddings") -> Non
             )
 
 
-def check_rgb(images, *, where: str = "decoded images") -> None:
+def check_rgb(images: torch.Tensor, *, where: str = "decoded images") -> None:
     """Lesson 2: AutoencoderKLQwenImage21.decode returns RGBA; RGB is [:, :3]."""
     if images.ndim != 4 or images.shape[1] != 3:
         raise RgbaNotSliced(
@@ -128,11 +131,12 @@ def check_rgb(images, *, where: str = "decoded images") -> None:
         )
 
 
-def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict:
+def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict[str, Any]:
     """Lesson 6: without adapter metadata the loader rebuilds the LoRA config with alpha = rank (the recorded project's
     half-strength adapter). Reads the file through diffusers' own loader. Returns the metadata."""
     from diffusers import QwenImage21Pipeline
 
+    meta: dict[str, Any] | None
     _, meta = QwenImage21Pipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     if not meta:
         raise LoraMetadataMissing(
@@ -151,7 +155,7 @@ def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict:
     return meta
 
 
-def check_deterministic_sampler(scheduler_config: dict) -> None:
+def check_deterministic_sampler(scheduler_config: dict[str, Any]) -> None:
     if scheduler_config.get("stochastic_sampling"):
         raise StochasticSampler(
             "the scheduler has stochastic_sampling on: trajectories and parity need the deterministic Euler step",
@@ -159,7 +163,7 @@ def check_deterministic_sampler(scheduler_config: dict) -> None:
         )
 
 
-def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler_config: dict, *, grid: str) -> None:
+def check_sigmas_verbatim(passed: list[float], effective: list[float], scheduler_config: dict[str, Any], *, grid: str) -> None:
     """Lesson 7: the scheduler must use the passed sigmas verbatim (plus a terminal 0). Dynamic shifting warps
     them with a resolution-dependent mu; a shift other than 1 or a shift_terminal rescales them."""
     import numpy as np
@@ -198,7 +202,7 @@ def check_parity(max_abs_diff: float, *, steps: int, batch: int) -> str:
     return f"own {steps}-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch {batch})"
 
 
-def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sample_sigmas) -> str:
+def check_step_count(requested: int, ran: int, *, passed: list[float] | None, sample_sigmas: list[float] | None) -> str:
     """How many steps `pipe(num_inference_steps=requested, sigmas=passed)` must run, as the real pipeline does:
     len(passed) when sigmas are passed, else len(sample_sigmas) when model_index.json configures them (both ignore
     num_inference_steps: expected, not a fault), else `requested`. Returns the behaviour as a note; a different
@@ -243,13 +247,13 @@ def check_training_outcome(
         )
 
 
-def mark_prepared(model) -> None:
+def mark_prepared(model: Any) -> None:  # a diffusers transformer with peft's LoRA layers
     """Record which LoRA parameters the model had when accelerator.prepare saw it (the recorded project's working harness:
     LoRA added before prepare)."""
     model._aipc_prepared_lora = frozenset(id(p) for n, p in model.named_parameters() if "lora_" in n)
 
 
-def check_lora_before_prepare(model, optimizer) -> int:
+def check_lora_before_prepare(model: Any, optimizer: torch.optim.Optimizer) -> int:  # model: as mark_prepared's
     """Lesson 5: LoRA layers must exist before `accelerator.prepare`, and the optimizer must hold exactly
     them. Returns the number of trainable LoRA tensors."""
     lora = {id(p) for n, p in model.named_parameters() if "lora_" in n and p.requires_grad}

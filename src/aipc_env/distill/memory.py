@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["peak_memory", "reset_peak"]
 
 
-def _backend(device):
+def _backend(device: torch.device) -> Any:  # torch.cuda or torch.xpu, or None
     import torch
 
     return getattr(torch, device.type, None) if device.type in ("cuda", "xpu") else None
 
 
-def reset_peak(device) -> None:
+def reset_peak(device: torch.device) -> None:
     backend = _backend(device)
     if backend is not None and hasattr(backend, "reset_peak_memory_stats"):
         backend.reset_peak_memory_stats(device)
@@ -31,7 +35,7 @@ def _process_peak_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
 
 
-def peak_memory(device) -> dict:
+def peak_memory(device: torch.device) -> dict[str, str | int]:
     backend = _backend(device)
     if backend is not None and hasattr(backend, "max_memory_allocated"):
         return {"kind": "device", "device": str(device), "bytes": int(backend.max_memory_allocated(device))}

@@ -3,12 +3,20 @@ standalone transformer (NF4 or as saved) for training — distillation lesson 5'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import read_json
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
 from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, read_mark, tiny_kind
 from aipc_env.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+    from aipc_env.distill.config import TeacherSection
+    from aipc_env.distill.grid import Grid
 
 __all__ = [
     "device_and_dtype",
@@ -42,7 +50,7 @@ def model_path(cfg: DistillConfig) -> Path:
     return trained_tiny_path() if cfg.model == BUILTIN_TINY21_TRAINED else Path(cfg.model)
 
 
-def model_dir(cfg: DistillConfig, *, log=print) -> Path:
+def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Path:
     """The model folder; the tiny random pipeline is built once into the run folder, the trained tiny teacher once
     into the per-user cache (aipc_env.distill.tinytrained21)."""
     if cfg.model == BUILTIN_TINY21_TRAINED:
@@ -72,7 +80,7 @@ def model_dir(cfg: DistillConfig, *, log=print) -> Path:
     return path
 
 
-def resolve_run(cfg: DistillConfig, *, log=print):
+def resolve_run(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> tuple[DistillConfig, Grid, str]:
     """(the config with its teacher grid resolved, the grid, the model key): the built-in tiny model built if
     needed, the grid from the config or the model (aipc_env.distill.grid). Every stage starts here."""
     from aipc_env.distill.grid import resolve_grid
@@ -89,7 +97,7 @@ def model_key(path: Path) -> str:
     return model_identity(str(path), extra=("scheduler/scheduler_config.json", TINY_MARK))
 
 
-def device_and_dtype(cfg: DistillConfig):
+def device_and_dtype(cfg: DistillConfig) -> tuple[torch.device, torch.dtype]:
     import torch
 
     from aipc_env.train.devices import compute_dtype, require_device
@@ -100,7 +108,7 @@ def device_and_dtype(cfg: DistillConfig):
     return device, compute_dtype(device, cfg.compute_dtype)
 
 
-def load_pipeline(path: Path, device, dtype, teacher=None):
+def load_pipeline(path: Path, device: torch.device, dtype: torch.dtype, teacher: TeacherSection | None = None) -> Any:
     """QwenImage21Pipeline from a local folder (offline); the processor shim applies where torchvision is absent.
     `teacher` (a TeacherSection): the transformer in NF4 (the training loader), diffusers' model CPU offload."""
     from diffusers import QwenImage21Pipeline
@@ -119,7 +127,7 @@ def load_pipeline(path: Path, device, dtype, teacher=None):
     return pipe.to(device)
 
 
-def offload_text_encoder(pipe, teacher) -> bool:
+def offload_text_encoder(pipe: Any, teacher: TeacherSection | None) -> bool:
     """Move the text encoder to the CPU once prompts are encoded (the recorded 16 GB -> 1.3 GB). True when moved."""
     if teacher is None or not teacher.offload_text_encoder or pipe.text_encoder.device.type == "cpu":
         return False
@@ -133,7 +141,7 @@ def offload_text_encoder(pipe, teacher) -> bool:
     return True
 
 
-def load_transformer(path: Path, device, dtype, *, base: str):
+def load_transformer(path: Path, device: torch.device, dtype: torch.dtype, *, base: str) -> Any:
     """The standalone transformer (QwenImage21Transformer2DModel.from_pretrained), frozen: NF4 (bitsandbytes
     quantize-on-load on a GPU/XPU; layer by layer on the CPU, where diffusers' loader refuses) or as saved."""
     import torch

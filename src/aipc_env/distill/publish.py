@@ -16,7 +16,9 @@ import hashlib
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.launch.hops import DistillPublish, run_worker
@@ -76,7 +78,9 @@ def _hub_error(step: str, exc: Exception, endpoint: str) -> AipcError:
     )
 
 
-def publish(folder: Path, repo: str, *, endpoint: str | None = None, private: bool = True, log=print) -> dict:
+def publish(
+    folder: Path, repo: str, *, endpoint: str | None = None, private: bool = True, log: Callable[[str], object] = print
+) -> dict[str, Any]:
     """G1, then the push; returns what was verified. Any failure is an AipcError naming the step."""
     from huggingface_hub import HfApi, constants, hf_hub_download
 

@@ -6,12 +6,15 @@ was not reached; both are named, never shown as results. Torch-free."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
 from aipc_env.distill.verdict import STAGE_TITLES, STAGES, Verdict, read_verdict
+
+if TYPE_CHECKING:
+    from aipc_env.distill.grid import Grid
 
 
 class GateRow(StrictModel):
@@ -128,7 +131,7 @@ def status_line(verdicts: dict[str, Verdict]) -> str:
     return "every gate passed"
 
 
-def _grid(cfg: DistillConfig):
+def _grid(cfg: DistillConfig) -> Grid | None:
     """The run's grid as it resolves now, or None before the model is there."""
     from aipc_env.distill.grid import resolve_grid
     from aipc_env.distill.models import model_path

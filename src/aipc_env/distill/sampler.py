@@ -10,6 +10,7 @@ the scheduler's effective sigmas after `set_timesteps(sigmas=..., mu=...)`, as t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,6 +29,9 @@ __all__ = [
     "with_target_slots",
 ]
 
+ImgShapes = list[list[tuple[int, int, int]]]
+"""The transformer's img_shapes: per sample, the (frames, h, w) latent grid of each image."""
+
 
 @dataclass
 class Prompted:
@@ -37,13 +41,13 @@ class Prompted:
     mask: torch.Tensor | None
     image_pad_mask: torch.Tensor
 
-    def to(self, device, dtype=None) -> Prompted:
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Prompted:
         return Prompted(
             self.embeds.to(device, dtype), None if self.mask is None else self.mask.to(device), self.image_pad_mask.to(device)
         )
 
 
-def encode(pipe, prompts: list[str], device, *, grad: bool = False) -> Prompted:
+def encode(pipe: Any, prompts: list[str], device: torch.device, *, grad: bool = False) -> Prompted:
     """`pipe.encode_prompt` under no_grad (distillation lesson 1; `grad=True` exists only to prove the check fires)."""
     with torch.set_grad_enabled(grad):
         embeds, mask, image_pad_mask = pipe.encode_prompt(prompt=prompts, device=device)
@@ -51,21 +55,24 @@ def encode(pipe, prompts: list[str], device, *, grad: bool = False) -> Prompted:
     return Prompted(embeds, mask, image_pad_mask)
 
 
-def latent_hw(pipe, height: int, width: int) -> tuple[int, int, int, int]:
+def latent_hw(pipe: Any, height: int, width: int) -> tuple[int, int, int, int]:
     """(height, width) floored as the pipeline does, and the latent grid (h, w) in tokens."""
     multiple = pipe.vae_scale_factor * 2
     height, width = height // multiple * multiple, width // multiple * multiple
     return height, width, height // pipe.vae_scale_factor, width // pipe.vae_scale_factor
 
 
-def img_shapes_for(pipe, batch: int, height: int, width: int) -> list:
+def img_shapes_for(pipe: Any, batch: int, height: int, width: int) -> ImgShapes:
     _, _, h, w = latent_hw(pipe, height, width)
     return [[(1, h, w)]] * batch
 
 
-def initial_noise(pipe, batch: int, height: int, width: int, generator, device, dtype) -> torch.Tensor:
+def initial_noise(
+    pipe: Any, batch: int, height: int, width: int, generator: torch.Generator | None, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """The pipeline's own `prepare_latents` noise (randn_tensor, then packed)."""
     height, width, _, _ = latent_hw(pipe, height, width)
+    latents: torch.Tensor
     latents, _ = pipe.prepare_latents(None, batch, pipe.transformer.config.in_channels, height, width, dtype, device, generator)
     return latents
 
@@ -75,7 +82,7 @@ def with_target_slots(image_pad_mask: torch.Tensor, n_tokens: int) -> torch.Tens
     return torch.cat([image_pad_mask, image_pad_mask.new_ones(image_pad_mask.shape[0], n_tokens // 4)], dim=1)
 
 
-def set_grid(pipe, sigmas: list[float], n_tokens: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def set_grid(pipe: Any, sigmas: list[float], n_tokens: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Set the scheduler exactly as the pipeline does; return its (timesteps, effective sigmas incl. the end)."""
     from diffusers.pipelines.qwenimage21.pipeline_qwenimage21 import calculate_shift, retrieve_timesteps
 
@@ -92,12 +99,22 @@ def set_grid(pipe, sigmas: list[float], n_tokens: int, device) -> tuple[torch.Te
     return timesteps, pipe.scheduler.sigmas.clone()
 
 
-def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cache=None, kv_mode=None, attention_kwargs=None):
+def velocity(
+    transformer: Any,
+    latents: torch.Tensor,
+    t: torch.Tensor,
+    prompted: Prompted,
+    img_shapes: ImgShapes,
+    *,
+    kv_cache: Any = None,
+    kv_mode: str | None = None,
+    attention_kwargs: dict[str, Any] | None = None,
+) -> torch.Tensor:
     """One transformer call as the pipeline makes it; returns the image tokens' velocity [B, N, C]."""
     timestep = t.expand(latents.shape[0]).to(latents.dtype) if t.ndim == 0 else t.to(latents.dtype)
     inner = getattr(transformer, "module", transformer)  # under DDP the cache context is the wrapped module's
     with inner.cache_context("cond"):
-        out = transformer(
+        out: torch.Tensor = transformer(
             hidden_states=latents,
             timestep=timestep / 1000,
             encoder_hidden_states=prompted.embeds,
@@ -114,8 +131,8 @@ def velocity(transformer, latents, t, prompted: Prompted, img_shapes, *, kv_cach
 
 @torch.no_grad()
 def euler(
-    pipe,
-    transformer,
+    pipe: Any,
+    transformer: Any,
     prompted: Prompted,
     latents: torch.Tensor,
     sigmas: list[float],
@@ -123,9 +140,9 @@ def euler(
     width: int,
     *,
     use_kv_cache: bool = True,
-    attention_kwargs=None,
+    attention_kwargs: dict[str, Any] | None = None,
     record: bool = False,
-):
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Run the sampler from `latents` over the grid. Returns (final latents, [latents after each step, starting
     with the input] if record else [], timesteps, effective sigmas)."""
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
@@ -146,7 +163,7 @@ def euler(
 
 
 @torch.no_grad()
-def decode_rgb(pipe, latents: torch.Tensor, height: int, width: int, decode_device: str = "cpu") -> torch.Tensor:
+def decode_rgb(pipe: Any, latents: torch.Tensor, height: int, width: int, decode_device: str = "cpu") -> torch.Tensor:
     """Latents -> RGB in [0, 1], [B, 3, H, W]. Decoded on `decode_device` (distillation lesson 3: the CPU; a bf16 GPU
     decode of this video VAE needs ~76 GB of transients at 512 px) and sliced to RGB (item 2: the VAE is RGBA)."""
     height, width, _, _ = latent_hw(pipe, height, width)
@@ -159,7 +176,7 @@ def decode_rgb(pipe, latents: torch.Tensor, height: int, width: int, decode_devi
         c = vae.config.z_dim
         mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1).to(device, z.dtype)
         std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1).to(device, z.dtype)
-        rgba = vae.decode(z * std + mean, return_dict=False)[0]
+        rgba: torch.Tensor = vae.decode(z * std + mean, return_dict=False)[0]
     finally:
         vae.to(original)
     rgb = rgba[:, :3, 0]

@@ -18,8 +18,11 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import torch
 
@@ -66,7 +69,7 @@ class PairBatch:
     sigma_next: torch.Tensor
     v_target: torch.Tensor
     prompted: sampler.Prompted
-    img_shapes: list
+    img_shapes: sampler.ImgShapes
 
 
 def load_trajectories(cfg: DistillConfig, model_key: str) -> list[Trajectory]:
@@ -83,7 +86,7 @@ def load_trajectories(cfg: DistillConfig, model_key: str) -> list[Trajectory]:
             path=paths[0].parent if paths else cfg.out,
             fix="run `aipc-env distill trajectories` again",
         )
-    out = []
+    out: list[Trajectory] = []
     for p in paths:
         got = read_trajectory(p)
         if got is None:
@@ -125,15 +128,19 @@ def make_batch(
     trajs: list[Trajectory],
     picks: list[tuple[int, int]],
     stride: int,
-    shapes_one: list,
-    device,
-    dtype,
+    shapes_one: sampler.ImgShapes,
+    device: torch.device,
+    dtype: torch.dtype,
     *,
     starts: list[torch.Tensor] | None = None,
     ends: list[torch.Tensor] | None = None,
 ) -> PairBatch:
     """The pairs (trajectory i, student step k); `starts`/`ends` replace the stored latents (on-policy)."""
-    xs, xe, ts, s0, s1 = [], [], [], [], []
+    xs: list[torch.Tensor] = []
+    xe: list[torch.Tensor] = []
+    ts: list[torch.Tensor] = []
+    s0: list[torch.Tensor] = []
+    s1: list[torch.Tensor] = []
     for j, (i, k) in enumerate(picks):
         tr = trajs[i]
         a, b = stride * k, stride * (k + 1)
@@ -149,7 +156,7 @@ def make_batch(
     return PairBatch(x.to(dtype), torch.stack(ts).to(device), sigma, sigma_next, v_target, prompted, shapes_one * len(picks))
 
 
-def step_loss(model, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, torch.Tensor]:
+def step_loss(model: Any, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, per-sample unweighted velocity MSE). endpoint: the error times delta-sigma squared."""
     v = sampler.velocity(model, batch.x, batch.t, batch.prompted, batch.img_shapes).float()
     err = ((v - batch.v_target) ** 2).mean(dim=(1, 2))
@@ -159,7 +166,7 @@ def step_loss(model, batch: PairBatch, weighting: str) -> tuple[torch.Tensor, to
 
 
 @torch.no_grad()
-def velocity_mse(model, batches: list[PairBatch], *, adapter: bool) -> float:
+def velocity_mse(model: Any, batches: list[PairBatch], *, adapter: bool) -> float:
     """Unweighted MSE of predicted vs stored velocities (the recorded project's velocity diagnostic), adapter on or off."""
     if not adapter:
         model.disable_adapters()
@@ -172,11 +179,11 @@ def velocity_mse(model, batches: list[PairBatch], *, adapter: bool) -> float:
 
 
 @torch.no_grad()
-def objective(model, batches: list[PairBatch], weighting: str) -> float:
+def objective(model: Any, batches: list[PairBatch], weighting: str) -> float:
     return float(torch.stack([step_loss(model, b, weighting)[0] for b in batches]).mean())
 
 
-def add_lora(model, cfg: DistillConfig) -> list[torch.nn.Parameter]:
+def add_lora(model: Any, cfg: DistillConfig) -> list[torch.nn.Parameter]:
     """The LoRA (zero-initialised B: the student starts as the naive 4-step model); returns its parameters in
     fp32."""
     from peft import LoraConfig
@@ -196,13 +203,13 @@ def add_lora(model, cfg: DistillConfig) -> list[torch.nn.Parameter]:
     return params
 
 
-def prepare_student(accelerator, model, optimizer):
+def prepare_student(accelerator: Any, model: Any, optimizer: torch.optim.Optimizer) -> Any:
     """accelerator.prepare, recording the LoRA it saw (check_lora_before_prepare proves the order)."""
     mark_prepared(model)
     return accelerator.prepare(model, optimizer)
 
 
-def publish(model, lora_dir: Path, *, metadata: bool = True) -> Path:
+def publish(model: Any, lora_dir: Path, *, metadata: bool = True) -> Path:
     """Distillation lesson 6's canonical path: get_peft_model_state_dict -> save_lora_weights(..., **_collate_lora_metadata).
     Written to a temp folder and renamed. `metadata=False` exists only to prove the check fires."""
     from diffusers import QwenImage21Pipeline
@@ -235,10 +242,19 @@ def _picks(g: torch.Generator, n_traj: int, n_steps: int, batch: int) -> list[tu
 
 
 @torch.no_grad()
-def _on_policy(model, trajs, picks, stride, shapes_one, device, dtype):
+def _on_policy(
+    model: Any,
+    trajs: list[Trajectory],
+    picks: list[tuple[int, int]],
+    stride: int,
+    shapes_one: sampler.ImgShapes,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Roll the student (adapter on) from the stored noise to sigma_{stride*k}, then the teacher (adapter off)
     `stride` steps from there: the pair (x_hat_{sk}, x_hat_{s(k+1)})."""
-    starts, ends = [], []
+    starts: list[torch.Tensor] = []
+    ends: list[torch.Tensor] = []
     for i, k in picks:
         tr = trajs[i]
         prompted = tr.prompted.to(device, dtype)
@@ -260,7 +276,7 @@ def _on_policy(model, trajs, picks, stride, shapes_one, device, dtype):
     return starts, ends
 
 
-def _plot(rows: list[dict], checks: list[dict], out: Path) -> None:
+def _plot(rows: list[dict[str, Any]], checks: list[dict[str, Any]], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,7 +299,9 @@ def _plot(rows: list[dict], checks: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> dict:
+def run_student(
+    cfg: DistillConfig, *, log: Callable[[str], object] = print, inject: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Train; returns the metrics of the verdict. Raises TrainingDiverged (with .metrics) on divergence."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -336,9 +354,9 @@ def run_student(cfg: DistillConfig, *, log=print, inject: frozenset[str] = froze
     model.train()
     opt: torch.optim.Optimizer
     if s.optimizer == "adam8bit":
-        import bitsandbytes as bnb
+        from bitsandbytes.optim.adam import Adam8bit
 
-        opt = bnb.optim.Adam8bit(params, lr=s.learning_rate)
+        opt = Adam8bit(params, lr=s.learning_rate)
     else:
         opt = torch.optim.AdamW(params, lr=s.learning_rate, weight_decay=0.0)
     sched = get_scheduler("constant", opt)
@@ -539,7 +557,9 @@ def _in_pick_order(gathered: torch.Tensor, world: int, accum: int, micro: int) -
     return [values[rank][a][i] for a in range(accum) for rank in range(world) for i in range(micro)]
 
 
-def _spike(rows: list[dict], picks: list[tuple[int, int]], errors: list[float], window: int, factor: float) -> str | None:
+def _spike(
+    rows: list[dict[str, Any]], picks: list[tuple[int, int]], errors: list[float], window: int, factor: float
+) -> str | None:
     """A loss spike, judged per student step k: a pair's velocity error above `factor` x the median of the last
     `window` errors of the same k. (Errors of different k differ by orders of magnitude on a non-uniform grid:
     (0.70 / 0.046)^2 = 230x under endpoint weighting, so one history for all k calls every large-k pair a spike.)"""
@@ -579,7 +599,7 @@ class _Discard:
         pass
 
 
-def _log_file(path: Path, main: bool):
+def _log_file(path: Path, main: bool) -> AbstractContextManager[IO[str] | _Discard]:
     """The training log, written by the main process only."""
     import contextlib
 

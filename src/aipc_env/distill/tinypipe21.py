@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from aipc_env.core.fileio import atomic_dir
 
@@ -43,7 +44,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tokenizer():
+def _tokenizer() -> Any:  # transformers' Qwen2Tokenizer, as its untyped from_pretrained returns it
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
 

@@ -20,11 +20,16 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION, check_structured
+
+if TYPE_CHECKING:
+    from aipc_env.distill import sampler
 
 __all__ = ["ARCH", "TRAINING", "Shapes", "build_tiny21_trained", "distance_to_data"]
 
@@ -88,7 +93,7 @@ def distance_to_data(latents: torch.Tensor, prompt_index: list[int], shapes: Sha
     return out
 
 
-def _transformer(seed: int):
+def _transformer(seed: int) -> Any:  # a diffusers QwenImage21Transformer2DModel
     from diffusers import QwenImage21Transformer2DModel
 
     torch.manual_seed(seed)
@@ -98,7 +103,9 @@ def _transformer(seed: int):
 
 
 @torch.no_grad()
-def _sample(model, noise, prompted, sigmas: list[float], shapes_one) -> torch.Tensor:
+def _sample(
+    model: Any, noise: torch.Tensor, prompted: sampler.Prompted, sigmas: list[float], shapes_one: list[tuple[int, int, int]]
+) -> torch.Tensor:
     from aipc_env.distill import sampler
 
     x = noise
@@ -109,7 +116,7 @@ def _sample(model, noise, prompted, sigmas: list[float], shapes_one) -> torch.Te
     return x
 
 
-def build_tiny21_trained(out: Path, *, log=print) -> Path:
+def build_tiny21_trained(out: Path, *, log: Callable[[str], object] = print) -> Path:
     """Train the teacher and write the pipeline to `out` (atomically: a failed build leaves nothing there)."""
     from diffusers import QwenImage21Pipeline
 
@@ -190,7 +197,24 @@ def build_tiny21_trained(out: Path, *, log=print) -> Path:
     return Path(out)
 
 
-def _measure(model, embeds, pads, shapes: Shapes, shapes_one, n: int = 48) -> dict:
+class _Measured(TypedDict):
+    """What _measure finds (recorded in the teacher's mark)."""
+
+    teacher8_to_data: float
+    teacher4_to_data: float
+    untrained8_to_data: float
+    naive4_to_teacher8: float
+    teacher8_nearest_another_prompt: str
+
+
+def _measure(
+    model: Any,
+    embeds: torch.Tensor,
+    pads: torch.Tensor,
+    shapes: Shapes,
+    shapes_one: list[tuple[int, int, int]],
+    n: int = 48,
+) -> _Measured:
     """teacher@8 and @4 vs an untrained transformer@8, from the same noise (not a training draw), on the model's own
     grid (SAMPLE_SIGMAS) and every second sigma of it."""
     from aipc_env.distill import sampler
@@ -204,7 +228,7 @@ def _measure(model, embeds, pads, shapes: Shapes, shapes_one, n: int = 48) -> di
     t4 = _sample(model, noise, prompted, grid8[::2], shapes_one)
     u8 = _sample(_transformer(TRAINING["seed"] + 1).eval(), noise, prompted, grid8, shapes_one)
 
-    def mean(values):
+    def mean(values: list[float]) -> float:
         return round(sum(values) / len(values), 5)
 
     wrong = sum(

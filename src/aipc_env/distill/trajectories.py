@@ -15,13 +15,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_write_bytes
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.prompts import PromptRecord, load_prompts
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "INDEX",
@@ -107,14 +111,14 @@ def trajectory_key(
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def write_trajectory(path: Path, meta: TrajectoryMeta, tensors: dict) -> None:
+def write_trajectory(path: Path, meta: TrajectoryMeta, tensors: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save
 
     data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata={META_KEY: meta.model_dump_json()})
     atomic_write_bytes(path, data)
 
 
-def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict] | None:
+def read_trajectory(path: Path) -> tuple[TrajectoryMeta, dict[str, torch.Tensor]] | None:
     """(meta, tensors), or None when the file is missing or unreadable (it is then redone)."""
     from safetensors import safe_open
 
@@ -138,7 +142,9 @@ def load_index(cfg: DistillConfig) -> tuple[TrajectoryIndex, list[Path]]:
     return index, [root / f"{e.key}.safetensors" for e in index.entries]
 
 
-def run_trajectories(cfg: DistillConfig, *, log=print, inject: frozenset[str] = frozenset()) -> dict:
+def run_trajectories(
+    cfg: DistillConfig, *, log: Callable[[str], object] = print, inject: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Compute the missing trajectories; returns metrics for the verdict."""
     import torch
 

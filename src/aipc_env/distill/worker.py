@@ -10,10 +10,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.launch.hops import DistillStages, run_worker
+
+if TYPE_CHECKING:
+    from aipc_env.distill.config import DistillConfig
+    from aipc_env.distill.verdict import Verdict
 
 __all__ = ["main", "run_stage"]
 
@@ -23,7 +28,14 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def run_stage(cfg, stage: str, inject: frozenset[str], log=print, *, run_id: str | None = None):
+def run_stage(
+    cfg: DistillConfig,
+    stage: str,
+    inject: frozenset[str],
+    log: Callable[[str], object] = print,
+    *,
+    run_id: str | None = None,
+) -> Verdict:
     """Run one stage; its verdict records the grid and the hashes of its inputs."""
     from aipc_env.core.formats import timestamp
     from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
