@@ -847,7 +847,8 @@ def test_input_hashes_from_their_definition(tmp_path):
     """Each hash is the first 16 hex digits of sha256 over sorted-key JSON of what the stage reads."""
     import hashlib
 
-    from aipc_env.distill.inputs import LORA_FILE, config_hash, file_sha256, grid_hash, stage_inputs
+    from aipc_env.core.runfolder import RunFolder
+    from aipc_env.distill.inputs import config_hash, file_sha256, grid_hash, stage_inputs
 
     def digest(data) -> str:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -867,8 +868,8 @@ def test_input_hashes_from_their_definition(tmp_path):
     assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == "none"
     (cfg.out / "lora").mkdir(parents=True)
     big = bytes(range(256)) * 8193  # more than one 1 MiB block
-    (cfg.out / "lora" / LORA_FILE).write_bytes(big)
-    assert file_sha256(cfg.out / "lora" / LORA_FILE) == hashlib.sha256(big).hexdigest()
+    (RunFolder(cfg.out).lora_file).write_bytes(big)
+    assert file_sha256(RunFolder(cfg.out).lora_file) == hashlib.sha256(big).hexdigest()
     assert stage_inputs(cfg, "g3", model_key="mk", grid=grid)["lora"] == hashlib.sha256(big).hexdigest()
     assert file_sha256(tmp_path / "none") is None
 

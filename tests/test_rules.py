@@ -63,6 +63,21 @@ def test_situations_are_gathered_in_one_place():
     assert gathered == []
 
 
+def test_the_run_folders_file_names_have_one_definition():
+    """The LoRA weight file and the accelerate config are named in core/runfolder.py only (string literals other than
+    docstrings; qflux/checker.py names upstream's own accelerate_config.yaml, a file of the clone)."""
+    others = {"accelerate_config.yaml": ["qflux/checker.py"]}
+    for name in ("pytorch_lora_weights.safetensors", "accelerate_config.yaml"):
+        spelled = set()
+        for path, tree in _trees():
+            docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}  # and attribute docs
+            for node in ast.walk(tree):
+                literal = isinstance(node, ast.Constant) and isinstance(node.value, str) and name in node.value
+                if literal and id(node) not in docstrings:
+                    spelled.add(path.relative_to(SRC).as_posix())
+        assert sorted(spelled) == sorted(["core/runfolder.py", *others.get(name, [])]), (name, spelled)
+
+
 def test_pair_is_declared_once():
     declared = []
     for path, tree in _trees():

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from aipc_env.core.fileio import atomic_write_text, check_writable, read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
+from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.distill.grid import check_sigmas, student_grid
 from aipc_env.distill.shapes import EVAL_SEEDS
 from aipc_env.errors import InputError
@@ -145,7 +146,7 @@ class EvalSection(InputModel):
     reference_lora: str | None = Field(
         default=None,
         description="a public 4-step LoRA for the same model (a .safetensors file, or a folder with "
-        "pytorch_lora_weights.safetensors; any layout diffusers loads, e.g. Lightning's): G3 samples it from the "
+        f"{LORA_WEIGHTS}; any layout diffusers loads, e.g. Lightning's): G3 samples it from the "
         "same prompts, seeds and noise, and quality mode passes only if the student is not worse than it by more "
         "than margin",
     )

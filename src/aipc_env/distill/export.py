@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import parse_json
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import ExitCode, InputError
 from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
@@ -123,7 +124,7 @@ def comfyui_state_dict(tensors: dict[str, torch.Tensor], rank: int, alpha: float
         raise InputError(
             f"{len(tensors)} tensors: more than any Qwen-Image LoRA has",
             path=path,
-            fix="point at the run's lora/pytorch_lora_weights.safetensors",
+            fix=f"point at the run's lora/{LORA_WEIGHTS}",
         )
     modules: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
@@ -185,7 +186,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
         raise InputError(f"unknown export format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
     repo = check_repo_name(provenance.repo) if provenance.repo is not None else None
     licence = find_licence(provenance.model_dir)
-    src = Path(lora_dir) / "pytorch_lora_weights.safetensors"
+    src = Path(lora_dir) / LORA_WEIGHTS
     if not src.is_file():
         raise InputError("no published LoRA there", path=src, fix="run `aipc-env distill train` first")
     try:
@@ -304,7 +305,7 @@ def _export(args: DistillExport) -> int:
         student_steps=len(grid.student),
         teacher_steps=len(grid.teacher),
     )
-    result = export_lora(cfg.out / "lora", dest, args.format, provenance=provenance)
+    result = export_lora(RunFolder(cfg.out).lora_dir, dest, args.format, provenance=provenance)
     print(
         f"distill: exported {result['modules']} LoRA modules (rank {result['rank']}, alpha "
         f"{result['alpha']:g}) in the {args.format} layout to {dest}, with the base model's licence "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from aipc_env.core.formats import write_model
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (
@@ -435,7 +436,7 @@ def _reference_lora(cfg: DistillConfig) -> Path | None:
     path = reference_lora_file(cfg.eval.reference_lora)
     if not path.is_file() or path.suffix != ".safetensors":
         raise InputError(
-            "no LoRA file there (a .safetensors file, or a folder holding pytorch_lora_weights.safetensors)",
+            f"no LoRA file there (a .safetensors file, or a folder holding {LORA_WEIGHTS})",
             path=path,
             key="eval.reference_lora",
             fix="point eval.reference_lora at the reference LoRA's .safetensors file",
@@ -492,7 +493,7 @@ def gate_g3(
         cfg.eval.mode, lpips=bool(cfg.eval.lpips_weights), tiny_random=is_tiny_random(path), tiny_trained=trained
     )
     metrics["mode_reason"] = why
-    lora_file = cfg.out / "lora" / "pytorch_lora_weights.safetensors"
+    lora_file = RunFolder(cfg.out).lora_file
     if not lora_file.is_file():
         raise AipcError(f"no student LoRA at {lora_file}", fix="run `aipc-env distill train` first")
     check_lora_metadata(lora_file.parent, rank=cfg.student.rank, alpha=cfg.student.alpha)

@@ -9,11 +9,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.grid import Grid
 
 __all__ = [
-    "LORA_FILE",
     "all_current_inputs",
     "config_hash",
     "current_inputs",
@@ -23,7 +23,6 @@ __all__ = [
     "stale_reasons",
 ]
 
-LORA_FILE = "pytorch_lora_weights.safetensors"
 _SAMPLING = {"compute_dtype", "height", "width", "student_stride", "use_kv_cache", "seed", "prompts", "teacher"}
 _READS: dict[str, set[str]] = {
     "g0": _SAMPLING | {"student"},
@@ -62,7 +61,7 @@ def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, 
     `lora`: its hash when already read)."""
     inputs = {"config": config_hash(cfg, stage), "model": model_key, "grid": grid_hash(grid)}
     if stage == "g3":
-        inputs["lora"] = lora if lora is not None else file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+        inputs["lora"] = lora if lora is not None else file_sha256(RunFolder(cfg.out).lora_file) or "none"
         if cfg.eval.reference_lora:
             inputs["reference_lora"] = file_sha256(reference_lora_file(cfg.eval.reference_lora)) or "none"
     return inputs
@@ -71,7 +70,7 @@ def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, 
 def reference_lora_file(setting: str) -> Path:
     """eval.reference_lora as a file: a .safetensors file as given, a folder's pytorch_lora_weights.safetensors."""
     path = Path(setting)
-    return path / LORA_FILE if path.is_dir() else path
+    return path / LORA_WEIGHTS if path.is_dir() else path
 
 
 def current_inputs(cfg: DistillConfig, stage: str) -> dict[str, str] | None:
@@ -92,7 +91,7 @@ def all_current_inputs(cfg: DistillConfig) -> dict[str, dict[str, str]] | None:
         return None
     grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
     key = model_key(path)
-    lora = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+    lora = file_sha256(RunFolder(cfg.out).lora_file) or "none"
     every = {stage: stage_inputs(cfg, stage, model_key=key, grid=grid, lora=lora) for stage in STAGES}
     every["train"]["lora"] = lora  # the LoRA the train stage wrote
     return every

@@ -27,6 +27,7 @@ from typing import IO, Any
 import torch
 
 from aipc_env.core.fileio import loads_json
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.distill import sampler
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lessons import (
@@ -221,7 +222,7 @@ def publish(model: Any, lora_dir: Path, *, metadata: bool = True) -> Path:
     extra = _collate_lora_metadata({"transformer": model}) if metadata else {}
     with atomic_dir(lora_dir) as tmp:
         QwenImage21Pipeline.save_lora_weights(str(tmp), transformer_lora_layers=get_peft_model_state_dict(model), **extra)
-    return lora_dir / "pytorch_lora_weights.safetensors"
+    return lora_dir / LORA_WEIGHTS
 
 
 def _fingerprint(cfg: DistillConfig, model_key: str) -> str:
@@ -504,10 +505,11 @@ def run_student(
     student = bare
     objective_end = objective(student, probe, s.loss_weighting)
     vel_on = velocity_mse(student, probe, adapter=True)
-    lora_file = out / "lora" / "pytorch_lora_weights.safetensors"
+    run = RunFolder(out)
+    lora_file = run.lora_file
     if main:
-        lora_file = publish(student, out / "lora", metadata="no-lora-metadata" not in inject)
-        check_lora_metadata(out / "lora", rank=s.rank, alpha=s.alpha)
+        lora_file = publish(student, run.lora_dir, metadata="no-lora-metadata" not in inject)
+        check_lora_metadata(run.lora_dir, rank=s.rank, alpha=s.alpha)
         _plot(rows, checks, out / "loss.png")
     if s.log_with:
         accelerator.end_training()

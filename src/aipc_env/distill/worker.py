@@ -38,7 +38,8 @@ def run_stage(
 ) -> Verdict:
     """Run one stage; its verdict records the grid and the hashes of its inputs."""
     from aipc_env.core.formats import timestamp
-    from aipc_env.distill.inputs import LORA_FILE, file_sha256, stage_inputs
+    from aipc_env.core.runfolder import RunFolder
+    from aipc_env.distill.inputs import file_sha256, stage_inputs
     from aipc_env.distill.lessons import LessonError
     from aipc_env.distill.verdict import STAGES, Check, ErrorInfo, Verdict, is_stage
 
@@ -108,7 +109,7 @@ def run_stage(
             "and its VAE is random (the pixel MSE is recorded beside it)"
         )
     if stage == "train" and inputs:
-        inputs["lora"] = file_sha256(cfg.out / "lora" / LORA_FILE) or "none"
+        inputs["lora"] = file_sha256(RunFolder(cfg.out).lora_file) or "none"
     return Verdict(
         stage=stage,
         status=status,
