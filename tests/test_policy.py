@@ -148,3 +148,18 @@ def test_each_purpose_reads_what_it_needs(matrix, monkeypatch, tmp_path):
         assert here.qflux_clone == (tmp_path if purpose == "run" else None)
         assert situation_for(purpose, matrix, "linux-64", env=env, toolkits=[]).installed["pydantic"]
         assert situation_for(purpose, matrix, "linux-64", env=env, pair_flag="xpu-2.9", toolkits=[]).installed is None
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "a\\b", "..", "", "c:evil", "x" * 256, "new\nline"])
+def test_an_env_name_from_a_file_stays_in_the_envs_folder(name, tmp_path):
+    """A bundle manifest's pair names the env folder (`aipc-env env --bundle`): a name that is not a plain file name
+    is a named refusal, never a prefix outside <data dir>/envs."""
+    from aipc_env.errors import InputError
+    from aipc_env.paths import data_dir
+    from aipc_env.trainenv.envs import default_env_prefix
+
+    assert default_env_prefix("xpu-2.13").parent == data_dir() / "envs"
+    assert default_env_prefix("x" * 255).parent == data_dir() / "envs"  # at the bound
+    with pytest.raises(InputError, match="env name") as refused:
+        default_env_prefix(name, source=tmp_path / "bundle-manifest.json")
+    assert refused.value.key == "pair" and refused.value.path == str(tmp_path / "bundle-manifest.json")

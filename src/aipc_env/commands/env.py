@@ -95,10 +95,10 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.lock.tools import find_conda_tool
     from aipc_env.matrix import load_matrix
     from aipc_env.matrix.known_issues import issue_warnings
-    from aipc_env.paths import data_dir, log_path
+    from aipc_env.paths import log_path
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
-    from aipc_env.trainenv.envs import EnvChoice, env_python
+    from aipc_env.trainenv.envs import EnvChoice, default_env_prefix, env_python
     from aipc_env.trainenv.record import read_env_record
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import situation_for
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> Result:
     elif recorded is not None and record is not None and record.pair == pair.id:
         prefix = recorded.prefix
     else:
-        prefix = data_dir() / "envs" / pair.id
+        prefix = default_env_prefix(pair.id)
     if args.check:
         lockfile = pylock_path(root / pair.id, platform)
         report = EnvCheckReport(
@@ -255,15 +255,17 @@ def _bundle(args: argparse.Namespace) -> Result:
     import os
 
     from aipc_env.fleet.bundle_check import verify_bundle
+    from aipc_env.fleet.bundle_files import MANIFEST
     from aipc_env.fleet.sign import read_public_key
-    from aipc_env.paths import data_dir, log_path
+    from aipc_env.paths import log_path
     from aipc_env.trainenv.build import EnvBuildReport, check_env, install_offline
     from aipc_env.trainenv.drift import EnvCheckReport
+    from aipc_env.trainenv.envs import default_env_prefix
 
     trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST") else None)
     trust = read_public_key(trust_path) if trust_path else None
     manifest = verify_bundle(args.bundle, trust, warn=lambda text: print(f"aipc-env: {text}", file=sys.stderr))
-    prefix = Path(args.prefix).absolute() if args.prefix else data_dir() / "envs" / manifest.pair
+    prefix = Path(args.prefix).absolute() if args.prefix else default_env_prefix(manifest.pair, source=args.bundle / MANIFEST)
     lockfile = args.bundle / manifest.lockfile
     if args.check:
         report = EnvCheckReport(

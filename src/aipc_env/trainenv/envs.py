@@ -10,7 +10,7 @@ from typing import Literal
 
 from aipc_env.trainenv.record import EnvRecord
 
-__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "env_python"]
+__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "default_env_prefix", "env_python"]
 
 EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
 SOURCE_WORDS: dict[str, str] = {
@@ -51,3 +51,18 @@ class EnvChoice:
     def describe(self) -> str:
         """Which env, why, and how to point elsewhere (for people)."""
         return f"{self.prefix} ({SOURCE_WORDS[self.source]}; use --env PREFIX for another)"
+
+
+def default_env_prefix(name: str, *, source: Path | None = None) -> Path:
+    """<data dir>/envs/<name>: where aipc-env builds an env of its own (a pair's, the tool's `train`). The name may
+    come from a file (a bundle's manifest, `source`): one that is not a plain file name is refused, so the env stays
+    in that folder."""
+    from aipc_env.core.specs import check_file_name
+    from aipc_env.errors import InputError
+    from aipc_env.paths import data_dir
+
+    try:
+        check_file_name(name, what="env name")
+    except ValueError as exc:
+        raise InputError(str(exc), path=source, key="pair", fix="pass --prefix, or use a bundle made by aipc-env") from None
+    return data_dir() / "envs" / name

@@ -26,9 +26,9 @@ def can_import_torch() -> bool:
 
 
 def tool_env_prefix() -> Path:
-    from aipc_env.paths import data_dir
+    from aipc_env.trainenv.envs import default_env_prefix
 
-    return data_dir() / "envs" / "train"
+    return default_env_prefix("train")
 
 
 def train_requirements(requires: list[str]) -> list[str]:
