@@ -130,3 +130,28 @@ def test_the_default_image_is_the_tag_container_build_gives_the_policys_pair():
 
     assert image("--pair", "xpu-2.12") == "localhost/aipc-env:xpu-2.12"
     assert image() == f"localhost/aipc-env:{load_matrix().newest('linux-64').id}"
+
+
+def test_quiet_silences_the_notes_but_not_the_warning_or_the_result(tmp_path):
+    args = ["container", "run", "--image", "localhost/x:y", "--dry-run", "--dev-root", str(tmp_path), "--json"]
+    loud = run_cli(*args, "--", "doctor")
+    quiet = run_cli(*args, "--quiet", "--", "doctor")
+    assert loud.returncode == quiet.returncode == 0
+    assert "warning: no render node" in loud.stderr and "warning: no render node" in quiet.stderr
+    command = json.loads(quiet.stdout)["command_line"]
+    assert command in loud.stderr and command not in quiet.stderr
+    assert json.loads(loud.stdout) == json.loads(quiet.stdout)
+
+
+def test_every_message_is_kept_as_data_silenced_or_not():
+    import argparse
+
+    from aipc_env.commands.result import progress
+
+    args = argparse.Namespace(json=True, quiet=True)
+    channel = progress(args)
+    channel.say("step")
+    channel.note("env")
+    channel.warn("careful")
+    assert progress(args) is channel  # one channel per command line
+    assert channel.said == [("say", "step"), ("note", "env"), ("warn", "careful")]

@@ -16,7 +16,6 @@ from aipc_env.commands.options import (
     lock_root,
     output_folder,
     python_minor,
-    say_to_stderr,
 )
 from aipc_env.commands.result import Result, progress
 from aipc_env.container.inputs import DEFAULT_BASE
@@ -259,10 +258,11 @@ def _cmd_run(args: argparse.Namespace) -> Result:
             run_options=list(args.run_option),
         )
     )
+    channel = progress(args)
     for note in notes:
-        say_to_stderr(f"aipc-env: {note}")
-    say_to_stderr(f"aipc-env: {command_line(argv)}")
-    code = ExitCode.OK if args.dry_run else run_foreground(argv, cwd=Path.cwd(), stdout=progress(args).stream)
+        (channel.warn if note.startswith("warning:") else channel.note)(f"aipc-env: {note}")
+    channel.note(f"aipc-env: {command_line(argv)}")
+    code = ExitCode.OK if args.dry_run else run_foreground(argv, cwd=Path.cwd(), stdout=channel.stream)
     report = ContainerRunReport(
         image=image, engine=engine, argv=argv, command_line=command_line(argv), notes=notes, dry_run=args.dry_run, exit_code=code
     )

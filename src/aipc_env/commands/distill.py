@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, Subparsers, output_folder, say_to_stderr
+from aipc_env.commands.options import ENV, JSON, MATRIX, PAIR, Subparsers, output_folder
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
@@ -145,10 +145,10 @@ def _config_path(args: argparse.Namespace) -> Path:
         return Path(args.config)
     path = default_run_dir() / "distill.yaml"
     if path.is_file():
-        print(f"aipc-env: no config given; using {path}", file=sys.stderr)
+        progress(args).note(f"aipc-env: no config given; using {path}")
         return path
     path = write_default_distill_config(default_run_dir())
-    print(f"aipc-env: no config given; wrote the built-in default ({path})", file=sys.stderr)
+    progress(args).note(f"aipc-env: no config given; wrote the built-in default ({path})")
     return path
 
 
@@ -225,7 +225,7 @@ def _export(args: argparse.Namespace, cfg: DistillConfig, config_path: Path) -> 
             device=None,
             dry_run=args.dry_run,
             stdout=progress(args).stream,
-            say=say_to_stderr,
+            say=progress(args).note,
         )
     )
     rc = int(outcome.exit_code)
@@ -281,7 +281,7 @@ def _launch(args: argparse.Namespace, cfg: DistillConfig, config_path: Path, sta
             device=cfg.device if cfg.device != "auto" else None,
             dry_run=args.dry_run,
             stdout=quiet,
-            say=say_to_stderr,
+            say=progress(args).note,
             files=files,
         )
     )

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> Result:
         return Result(report, drift, ExitCode.OK if report.clean else ExitCode.PROBLEMS)
     issues = issue_warnings(pair, platform, families)
     for line in issues:
-        print(f"aipc-env: warning: {line}", file=sys.stderr, flush=True)
+        progress(args).warn(f"aipc-env: warning: {line}")
     if args.dry_run:
         return _dry_run(args, pair, root, platform, issues)
     log = log_path(f"env-{pair.id}")
@@ -264,7 +264,7 @@ def _bundle(args: argparse.Namespace) -> Result:
 
     trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST") else None)
     trust = read_public_key(trust_path) if trust_path else None
-    manifest = verify_bundle(args.bundle, trust, warn=lambda text: print(f"aipc-env: {text}", file=sys.stderr))
+    manifest = verify_bundle(args.bundle, trust, warn=lambda text: progress(args).warn(f"aipc-env: {text}"))
     prefix = Path(args.prefix).absolute() if args.prefix else default_env_prefix(manifest.pair, source=args.bundle / MANIFEST)
     lockfile = args.bundle / manifest.lockfile
     if args.check:

@@ -18,7 +18,6 @@ from aipc_env.commands.options import (
     output_file,
     output_folder,
     python_minor,
-    say_to_stderr,
 )
 from aipc_env.commands.result import FilesWritten, Result, progress
 from aipc_env.errors import ExitCode
@@ -165,7 +164,7 @@ def _keygen(args: argparse.Namespace) -> Result:
     # a pair an interrupted keygen left half-done (its journal may name only these two files)
     finished = recover(keypair_journal(args.secret), [args.secret, args.public])
     for line in finished:
-        say_to_stderr(f"aipc-env: {line}")
+        progress(args).note(f"aipc-env: {line}")
     if any(line.startswith("finished writing") for line in finished) and args.secret.is_file() and args.public.is_file():
         report = KeyPairReport(
             secret=str(args.secret), public=str(args.public), key_id=read_public_key(args.public).key_id_hex, resumed=True

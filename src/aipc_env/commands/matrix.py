@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aipc_env.commands.options import INDEXES, JSON, MATRIX, Subparsers, console_for, output_folder
-from aipc_env.commands.result import Result
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _refresh(args: argparse.Namespace, matrix: Matrix) -> Result:
             fix="the manifest records only https:// URLs; pass the index (or its mirror) over HTTPS",
         )
     manifest = load_wheel_manifest()
-    print(f"reading {xpu} and {pypi} ...", file=sys.stderr, flush=True)
+    progress(args).note(f"reading {xpu} and {pypi} ...")
     wheels, pypi_torch, unreadable = read_index(xpu, pypi, manifest, cache_dir() / "core-metadata")
     plan = plan_refresh(matrix, manifest, wheels, pypi_torch, today())
     source_matrix, source_manifest = Path(args.matrix or matrix_path()), manifest_path()

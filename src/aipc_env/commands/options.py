@@ -27,7 +27,6 @@ __all__ = [
     "lock_root",
     "platform_of",
     "python_minor",
-    "say_to_stderr",
 ]
 
 
@@ -42,6 +41,9 @@ def _parent() -> argparse.ArgumentParser:
 def _json() -> argparse.ArgumentParser:
     p = _parent()
     p.add_argument("--json", action="store_true", help="print the result as versioned JSON (schemas in docs/schemas/)")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress messages (the result, warnings and errors still print)"
+    )
     return p
 
 
@@ -147,11 +149,6 @@ def console_for(stream: TextIO | None = None) -> Console:
     from rich.console import Console
 
     return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True, emoji=False)
-
-
-def say_to_stderr(text: str) -> None:
-    """A progress line on stderr (commands whose stdout is JSON)."""
-    print(text, file=sys.stderr, flush=True)
 
 
 def python_minor(value: str) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aipc_env.commands.options import JSON, MATRIX, PLATFORM, Subparsers, platform_of
-from aipc_env.commands.result import Result
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -51,9 +50,7 @@ def run(args: argparse.Namespace) -> Result:
         return Result(toolkit, code=ExitCode.OK if pairs else ExitCode.PROBLEMS, always_json=True)
     text, encoding = read_list_text(args.pip_list)
     if encoding != "utf-8":
-        from aipc_env.core.terminal import visible
-
-        print(f"aipc-env: read {visible(str(args.pip_list))} as {encoding}", file=sys.stderr)
+        progress(args).note(f"aipc-env: read {args.pip_list} as {encoding}")
     installed = read_pip_list(args.pip_list, text)
     if args.platform:
         platform, why = args.platform, "given with --platform"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TextIO
 
 from pydantic import BaseModel
@@ -106,23 +106,40 @@ def render(result: Result, args: argparse.Namespace) -> int:
     return int(result.code)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Progress:
-    """Where a command's progress lines and a launcher's output go: stdout for people, stderr when stdout is JSON."""
+    """A command's one message channel. `say`: progress for people (stdout; stderr when stdout is JSON); `note`:
+    what people should see beside the result (always stderr: the env chosen, a recovered file); `warn`: warnings
+    (stderr). `--quiet` silences say and note, never warn. Every message is kept in `said`, silenced or not, so a
+    test reads them as data. `stream` is also where a launcher's own output goes (None: stdout)."""
 
     stream: TextIO | None
     """None: stdout (resolved at print time, so a test's captured stdout is honoured)."""
+    silent: bool = False
+    said: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, text) of every message: say, note or warn."""
 
-    def say(self, text: str) -> None:
+    def _emit(self, kind: str, text: str, stream: TextIO) -> None:
         from aipc_env.core.terminal import visible
 
-        print(visible(text), file=self.stream or sys.stdout, flush=True)
+        self.said.append((kind, text))
+        if kind == "warn" or not self.silent:
+            print(visible(text), file=stream, flush=True)
 
-    @property
-    def quiet(self) -> bool:
-        """stdout carries JSON: the command's prose for people is left out."""
-        return self.stream is not None
+    def say(self, text: str) -> None:
+        self._emit("say", text, self.stream or sys.stdout)
+
+    def note(self, text: str) -> None:
+        self._emit("note", text, sys.stderr)
+
+    def warn(self, text: str) -> None:
+        self._emit("warn", text, sys.stderr)
 
 
 def progress(args: argparse.Namespace) -> Progress:
-    return Progress(sys.stderr if _as_json(args) else None)
+    """The command's channel, one per parsed command line (messages accumulate in it)."""
+    made = getattr(args, "_progress", None)
+    if not isinstance(made, Progress):
+        made = Progress(sys.stderr if _as_json(args) else None, silent=bool(getattr(args, "quiet", False)))
+        args._progress = made
+    return made
