@@ -54,12 +54,13 @@ def check_writable(
     removing a temp file in the nearest existing folder; nothing is left). Errors name `config` and `key` when the
     path came from a config file, else the path."""
     path = Path(path)
-    where = {"path": config, "key": key} if config is not None else {"path": path, "key": key}
+    where = config if config is not None else path
     if path.exists() and path.is_dir() != folder:
         raise InputError(
             f"{what} {str(path)!r} is a {'file' if folder else 'folder'}; expected a "
             f"{'folder' if folder else 'file name to write'}",
-            **where,
+            path=where,
+            key=key,
             fix="choose another path" if folder else "pass a file path (e.g. add a file name to the folder)",
         )
     probe = path if folder and path.is_dir() else path.parent
@@ -67,7 +68,10 @@ def check_writable(
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise InputError(
-            f"cannot write {what} {str(path)!r}: {probe} is a file, not a folder", **where, fix="choose a path inside a folder"
+            f"cannot write {what} {str(path)!r}: {probe} is a file, not a folder",
+            path=where,
+            key=key,
+            fix="choose a path inside a folder",
         )
     try:
         with tempfile.TemporaryFile(prefix=".aipc-env-write-probe-", dir=probe):
@@ -75,7 +79,8 @@ def check_writable(
     except OSError as exc:
         raise InputError(
             f"cannot write {what} {str(path)!r}: {probe} is not writable ({exc.strerror})",
-            **where,
+            path=where,
+            key=key,
             fix="choose a folder you can write (e.g. under your home folder), or fix its permissions",
         ) from None
     return path
@@ -448,7 +453,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
     if getattr(yaml, "__with_libyaml__", False):
         from yaml._yaml import CParser as base  # type: ignore[no-redef]  # libyaml's C classes where present, else the pure-Python ones (same interface)
 
-    class _Counting(Composer):
+    class _Counting(Composer):  # type: ignore[misc, unused-ignore]  # PyYAML has no type information here (no types-PyYAML): Composer is Any
         made = 0
         depth = 0
 
@@ -482,7 +487,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
 
     if base is not None:  # libyaml's events, composed here (CParser's own composer cannot be bounded)
 
-        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore[misc]  # libyaml's C parser mixed into the bounded composer (a runtime base)
+        class _Loader(_Counting, base, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):  # type: ignore[misc, unused-ignore]  # libyaml's C parser mixed into the bounded composer (a runtime base)
             def __init__(self, stream: str) -> None:
                 base.__init__(self, stream)
                 Composer.__init__(self)
@@ -490,7 +495,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
                 yaml.resolver.Resolver.__init__(self)
     else:
 
-        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef]  # libyaml's C classes where present, else the pure-Python ones (same interface)
+        class _Loader(_Counting, yaml.SafeLoader):  # type: ignore[no-redef, misc, unused-ignore]  # PyYAML is Any here (no stubs); libyaml's C classes where present, else the pure-Python ones (same interface)
             pass
 
     return _Loader(text)

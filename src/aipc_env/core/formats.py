@@ -75,7 +75,9 @@ def timestamp() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def validate_versioned(model: type[M], raw: Any, path: str | Path, *, migrate: Callable[[dict], dict] | None = None) -> M:
+def validate_versioned(
+    model: type[M], raw: Any, path: str | Path, *, migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> M:
     """Validate already-parsed data as `model`, checking its version first."""
     what = model.FORMAT
     if not isinstance(raw, dict):
@@ -104,7 +106,7 @@ def validate_versioned(model: type[M], raw: Any, path: str | Path, *, migrate: C
         raise validation_message(exc, path, fix=model.FIX) from None
 
 
-def load_versioned(model: type[M], path: str | Path, *, migrate: Callable[[dict], dict] | None = None) -> M:
+def load_versioned(model: type[M], path: str | Path, *, migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:
     """Read a JSON (or YAML, by suffix) file of `model`'s format, version-checked and strict."""
     from aipc_env.core.fileio import read_json, read_yaml
 

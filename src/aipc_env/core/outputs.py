@@ -27,7 +27,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -106,7 +106,7 @@ def _write_new(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.fsync(fh.fileno())
 
 
-def _write_journal(journal: Path, plan: dict) -> None:
+def _write_journal(journal: Path, plan: Mapping[str, object]) -> None:
     tmp = journal.with_name(f"{_TMP}{secrets.token_hex(4)}-journal")
     _write_new(tmp, json.dumps(plan).encode("utf-8"))
     os.replace(tmp, journal)

@@ -11,6 +11,7 @@ runner imports it inside any training env). Only this module and `launch/runner.
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import shutil
@@ -21,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from aipc_env.errors import AipcError, ExitCode
 
@@ -95,7 +96,7 @@ def start(
     stdout: Any = None,
     stderr: Any = None,
     hide_window: bool = False,
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start argv in a new process group (never through a shell). OSError when it cannot start."""
     kwargs = _group_kwargs()
     if IS_WINDOWS and hide_window:
@@ -103,7 +104,7 @@ def start(
     return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, **kwargs)
 
 
-def signal_group(proc: subprocess.Popen, signum: int) -> None:
+def signal_group(proc: subprocess.Popen[Any], signum: int) -> None:
     """Send a signal to the process group of proc (Windows: Ctrl-Break for SIGINT/SIGBREAK, else taskkill)."""
     try:
         if IS_WINDOWS:
@@ -119,7 +120,7 @@ def signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def stop_tree(proc: subprocess.Popen, *, grace: float = GRACE_SECONDS, first: int = signal.SIGINT) -> int | None:
+def stop_tree(proc: subprocess.Popen[Any], *, grace: float = GRACE_SECONDS, first: int = signal.SIGINT) -> int | None:
     """Stop proc and its group in three stages (first signal, SIGTERM, SIGKILL), `grace` seconds apart.
     Returns the exit code (None if it could not be reaped)."""
     stages = [first, signal.SIGTERM, getattr(signal, "SIGKILL", 9)]
@@ -188,8 +189,10 @@ def run_logged(
             raise CommandFailed(argv, 127, log, fix=fix) from None
         chunks: list[bytes] = []
         assert proc.stdout is not None
+        # Popen(stdout=PIPE) without text mode: stdout is a buffered reader, which has read1 (IO[bytes] does not)
+        stdout = cast("io.BufferedReader", proc.stdout)
         try:
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]  # stdout is a pipe here: Popen(stdout=PIPE)
+            for chunk in iter(lambda: stdout.read1(65536), b""):
                 chunks.append(chunk)
                 text = chunk.decode("utf-8", "replace")
                 fh.write(text)

@@ -21,9 +21,12 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.errors import ExitCode
+
+if TYPE_CHECKING:  # pragma: no cover
+    import jinja2
 
 __all__ = [
     "EXIT_MARKS",
@@ -86,7 +89,7 @@ def ansible_literal(value: str) -> Escaped:
     return Escaped(f"!unsafe {yaml_scalar(value)}" if _templatable(value) else yaml_scalar(value))
 
 
-def ansible_data(data: dict) -> Escaped:
+def ansible_data(data: dict[str, Any]) -> Escaped:
     """Top-level variables for group_vars, every string value as ansible_literal writes it: quoted, and !unsafe where
     it holds a `{` (keys are the caller's names, never data)."""
     import yaml
@@ -97,11 +100,11 @@ def ansible_data(data: dict) -> Escaped:
     class _Quoted(str):
         __slots__ = ()
 
-    class _Dumper(yaml.SafeDumper):
-        def increase_indent(self, flow: bool = False, indentless: bool = False):  # lists indented under their key
-            return super().increase_indent(flow, False)
+    class _Dumper(yaml.SafeDumper):  # type: ignore[misc, unused-ignore]  # PyYAML has no type information here: SafeDumper is Any
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # lists indented under their key
+            super().increase_indent(flow, False)  # PyYAML's Emitter.increase_indent returns nothing
 
-    def _mark(item):
+    def _mark(item: object) -> object:
         if isinstance(item, str):
             return _Unsafe(item) if _templatable(_no_nul(item, "an Ansible value")) else _Quoted(item)
         if isinstance(item, dict):
@@ -144,7 +147,7 @@ def render_marked(text: str, name: str, values: dict[str, str], *, serialized: f
 
 
 @cache
-def _environment(folder: Path):
+def _environment(folder: Path) -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(

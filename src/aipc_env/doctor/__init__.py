@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
-from typing import ClassVar, Final, Literal
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, ClassVar, Final, Literal
 
 from pydantic import BaseModel
 
@@ -18,6 +18,10 @@ from aipc_env.errors import ExitCode, InputError
 from aipc_env.facts.model import Facts
 from aipc_env.matrix import Matrix
 from aipc_env.matrix.resolve import Resolution
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.core.platforms import Platform
+    from aipc_env.lock.lockfile import Pylock
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
@@ -124,8 +128,8 @@ def run_checks(
     names: Iterable[str] | None = None,
     *,
     locks: Iterable[tuple[str, str]] = (),
-    lock_for=None,
-    conda_python_for=None,
+    lock_for: Callable[[str, Platform], Pylock | None] | None = None,
+    conda_python_for: Callable[[str, Platform], str | None] | None = None,
 ) -> DoctorReport:
     start = time.perf_counter()
     ctx = CheckContext(facts=facts, matrix=matrix, locks=frozenset(locks), lock_for=lock_for, conda_python_for=conda_python_for)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aipc_env import __version__
 from aipc_env.core.fileio import loads_json
@@ -42,6 +42,7 @@ from aipc_env.facts.model import (
     OsInfo,
     ProbeError,
     RegistryInfo,
+    SyclDevice,
     TrainingEnv,
 )
 from aipc_env.facts.toolversion import env_layout_from_files, version_from_files
@@ -184,8 +185,8 @@ def _read_reg(subkey: str, value: str) -> Any:
     import winreg  # Windows only
 
     try:
-        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, subkey) as key:
-            return winreg.QueryValueEx(key, value)[0]
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, subkey) as key:  # type: ignore[attr-defined]  # Windows-only names (winreg); this function runs there
+            return winreg.QueryValueEx(key, value)[0]  # type: ignore[attr-defined]  # Windows-only names (winreg); this function runs there
     except FileNotFoundError:
         return None
 
@@ -368,7 +369,7 @@ def _conda(timeout: float) -> list[CondaTool]:
 
 def installed_toolkits(oneapi: OneApiInfo) -> list[str]:
     """Every oneAPI toolkit release installed (for the pair policy)."""
-    return sorted({r for i in oneapi.installs for r in (i.releases or [i.version]) if r})
+    return sorted({r for i in oneapi.installs for r in (i.releases or ([i.version] if i.version else [])) if r})
 
 
 def toolchain_facts(timeout: float = 15.0) -> tuple[OneApiInfo, MsvcInfo | None]:
@@ -399,7 +400,7 @@ def _level_zero() -> LevelZeroInfo:
     return LevelZeroInfo(searched=searched)
 
 
-def _sycl_ls(timeout: float):
+def _sycl_ls(timeout: float) -> list[SyclDevice] | None:
     exe = which("sycl-ls")
     if not exe:
         return None
@@ -436,7 +437,10 @@ def inspect_env(prefix: Path, python: Path, *, source: str = "flag", current: bo
         return env
     layout = None if current else env_layout_from_files(prefix)
     if current:
-        info = {"version": platform.python_version(), "paths": [p for p in sys.path if p.endswith("site-packages")]}
+        info: dict[str, Any] = {
+            "version": platform.python_version(),
+            "paths": [p for p in sys.path if p.endswith("site-packages")],
+        }
     elif layout is not None:  # read from pyvenv.cfg / conda-meta: no interpreter started
         info = {"version": layout[0], "paths": layout[1]}
     else:
@@ -468,7 +472,7 @@ def modified_files(site_packages: list[str], names: set[str] | None = None) -> d
         for f in dist.files or []:
             if f.hash is None or f.hash.mode != "sha256":
                 continue
-            path = Path(dist.locate_file(f))
+            path = Path(cast("os.PathLike[str]", dist.locate_file(f)))  # a PathDistribution's: a pathlib.Path
             try:
                 digest = hashlib.sha256(path.read_bytes()).digest()
             except OSError:
@@ -635,6 +639,7 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
     errors: list[ProbeError] = []
     is_windows = sys.platform == "win32"
     t = opts.command_timeout
+    model_dir = opts.model_dir
 
     def guard(name: str, fn: Callable[[], Any], default: Any = None) -> Any:
         try:
@@ -672,7 +677,7 @@ def gather_facts(opts: GatherOptions | None = None) -> Facts:
             env_vars={name: os.environ.get(name) for name in ENV_VARS},
             level_zero=guard("level_zero", _level_zero, LevelZeroInfo()),
             kernel_caches=guard("kernel_caches", _kernel_caches, []),
-            model=guard("model", lambda: _model_dir(opts.model_dir)) if opts.model_dir else None,
+            model=guard("model", lambda: _model_dir(model_dir)) if model_dir else None,
             last_verify=guard("last_verify", opts.read_last_verify) if opts.read_last_verify else None,
             container=None if is_windows else guard("container", _container),
         )

@@ -23,6 +23,7 @@ __all__ = [
     "MachineIdentity",
     "MemoryInfo",
     "ModelDirInfo",
+    "ModelVariant",
     "MsvcInfo",
     "MsvcInstall",
     "OneApiInfo",
@@ -181,11 +182,15 @@ class DeviceProbe(StrictModel):
     seconds: float | None = None
 
 
+ModelVariant = Literal["edit", "edit-2509", "edit-2511", "edit-plus", "unknown"]
+"""Which Qwen-Image-Edit a diffusers model folder holds (facts.parse.model_variant)."""
+
+
 class ModelDirInfo(StrictModel):
     path: str
     exists: bool = False
     pipeline_class: str | None = None
-    variant: Literal["edit", "edit-2509", "edit-2511", "edit-plus", "unknown"] | None = None
+    variant: ModelVariant | None = None
     present: list[str] = []
     missing: list[str] = []
     size_bytes: int | None = None
@@ -285,7 +290,9 @@ class Facts(VersionedModel):
         from aipc_env.core.gpus import families_of
 
         listed = [(g.name, g.device_id) for g in self.gpus if g.is_intel]
-        sycl = [(d.name, None) for d in self.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()]
+        sycl: list[tuple[str, str | None]] = [
+            (d.name, None) for d in self.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()
+        ]
         return families_of(listed + sycl)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
 
 from aipc_env.core.fileio import loads_json
-from aipc_env.facts.model import GpuInfo, MsvcInstall, SyclDevice
+from aipc_env.facts.model import GpuInfo, ModelVariant, MsvcInstall, SyclDevice
 
 __all__ = [
     "MODEL_PARTS",
@@ -101,7 +102,7 @@ def parse_os_release(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _as_list(data: object) -> list[dict]:
+def _as_list(data: object) -> list[dict[str, Any]]:
     if data is None:
         return []
     if isinstance(data, dict):
@@ -159,7 +160,7 @@ def parse_vswhere(text: str, with_vc_tools: set[str] | None = None) -> list[Msvc
 MODEL_PARTS = ("model_index.json", "transformer", "text_encoder", "vae", "scheduler", "tokenizer", "processor")
 
 
-def model_variant(model_index: dict, transformer_config: dict | None) -> tuple[str | None, str]:
+def model_variant(model_index: dict[str, Any], transformer_config: dict[str, Any] | None) -> tuple[str | None, ModelVariant]:
     """(pipeline class, variant) of a diffusers Qwen-Image-Edit model dir."""
     cls = model_index.get("_class_name")
     if cls == "QwenImageEditPipeline":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -54,7 +55,9 @@ class BundleManifest(VersionedModel):
     """Path relative to the bundle (forward slashes) -> sha256."""
 
 
-def _conda_packages(lock_dir: Path, platform: Platform, out: Path, cache: Path, python: str, log=print) -> list[Path]:
+def _conda_packages(
+    lock_dir: Path, platform: Platform, out: Path, cache: Path, python: str, log: Callable[[str], None] = print
+) -> list[Path]:
     """The conda layer's packages (url + sha256 from conda-lock.yml), when the pair has a conda lock that holds the
     bundle's Python (a layer of another Python would not be the interpreter the bundle's wheels are for)."""
     from aipc_env.lock.conda_layer import layer_for
@@ -89,8 +92,8 @@ def build_bundle(
     aipc_wheel: Path,
     winget_yaml: str | None,
     cache: Path,
-    find_links: list[Path] = (),
-    log=print,
+    find_links: Sequence[Path] = (),
+    log: Callable[[str], None] = print,
     sign_key: SecretKey | None = None,
 ) -> BundleManifest:
     """Write the bundle into `out` (a new or empty folder), built beside it and renamed into place: a failed or
@@ -132,8 +135,8 @@ def _build_into(
     aipc_wheel: Path,
     winget_yaml: str | None,
     cache: Path,
-    find_links: list[Path],
-    log,
+    find_links: Sequence[Path],
+    log: Callable[[str], None],
 ) -> BundleManifest:
     lock = read_pylock(lockfile)
     check_holds_aipc_env(lock, python, lockfile, platform, aipc_wheel)

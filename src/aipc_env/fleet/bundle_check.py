@@ -4,6 +4,7 @@ nothing else) and the files the manifest names by role. Reads only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.core.formats import load_versioned
@@ -19,7 +20,7 @@ class BundleTampered(AipcError):
     exit_code = ExitCode.PROBLEMS
 
 
-def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn=print) -> BundleManifest:
+def verify_bundle(bundle: Path, trust: PublicKey | None = None, warn: Callable[[str], None] = print) -> BundleManifest:
     """The manifest, after proving: no link anywhere in the bundle; the manifest's signature verifies with the
     trusted key (required when one is given; without one an unsigned bundle is warned about); every path is
     relative and inside the bundle; every file it lists is there with its sha256, and nothing else is."""

@@ -86,7 +86,7 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _unique_keys(pairs: list) -> dict:
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A key twice in one object (a file listed twice, once with a wrong hash) is refused: readers disagree which
     value wins."""
     data = dict(pairs)

@@ -56,7 +56,7 @@ def render_csv(report: FleetReport) -> str:
     )
 
 
-def _chart(counts: dict[str, int]) -> list[dict]:
+def _chart(counts: dict[str, int]) -> list[dict[str, object]]:
     """The bar chart's bars: machines by state, in a fixed order and colour."""
     colours = {
         "failing+drifted": "#a40e26",
@@ -92,7 +92,7 @@ COLUMNS = (
 )
 
 
-def _machine_row(m: MachineRow) -> dict:
+def _machine_row(m: MachineRow) -> dict[str, object]:
     detail = "; ".join(d.describe() for d in m.drift) or m.problem or ""
     cells = [m.key, m.state, m.hostname or "", m.collected_at or "", m.pair or ""]
     cells += [m.facts.get(k) or "" for k in ("driver", "oneapi", "os", "aipc-env")]

@@ -10,12 +10,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import ValidationError
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.errors import AipcError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.doctor import DoctorReport
 
 __all__ = [
     "FleetReport",
@@ -111,7 +114,11 @@ def _files(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-def _load(path: Path):
+_Unusable = Literal["unreadable", "newer", "older"]
+"""The states of a report that cannot be read as a current doctor report."""
+
+
+def _load(path: Path) -> tuple[DoctorReport, None, None] | tuple[None, _Unusable, str]:
     """(DoctorReport | None, problem state, problem text). A good report is parsed and validated in one step by
     pydantic's JSON parser (typed all the way down, with its own nesting limit); anything else is read again the
     careful way, to say exactly what is wrong with it."""
@@ -149,7 +156,7 @@ def _load(path: Path):
         return None, "unreadable", f"invalid report: {'.'.join(map(str, first['loc']))}: {first['msg']}"
 
 
-def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
+def _identity(report: DoctorReport, path: Path) -> tuple[str, str | None, str | None]:
     from aipc_env.core.fileio import shown
 
     machine = report.facts.machine
@@ -158,7 +165,7 @@ def _identity(report, path: Path) -> tuple[str, str | None, str | None]:
     return shown(path.stem), None, None
 
 
-def provisioned(report) -> tuple[dict[str, str | None], dict[str, str]]:
+def provisioned(report: DoctorReport) -> tuple[dict[str, str | None], dict[str, str]]:
     """(the provisioned facts by drift kind, the env's distributions) of one report."""
     facts = report.facts
     intel = [g for g in facts.gpus if g.is_intel]
@@ -235,7 +242,9 @@ def _summarize(path: Path) -> Seen | MachineRow:
         return MachineRow(key=shown(path.stem), file=shown(path), state=state, problem=problem)
     key, hostname, machine_id = _identity(report, path)
     facts, dists = provisioned(report)
-    findings = [(f.id, f.title, f.status.value, f.fix) for f in report.findings if f.status.value in ("fail", "crash", "warn")]
+    findings: list[tuple[str, str, str, str]] = [
+        (f.id, f.title, f.status.value, f.fix) for f in report.findings if f.status.value in ("fail", "crash", "warn")
+    ]
     return Seen(shown(path), key, hostname, machine_id, report.facts.collected_at, facts, dists, findings)
 
 

@@ -43,7 +43,9 @@ ELEVATED = {"securityContext": "elevated"}
 """Machine-wide installs and HKLM writes need an elevated process (winget asks once, up front)."""
 
 
-def _package(id_: str, package: str, description: str, *, version: str | None = None, depends: list[str] | None = None) -> dict:
+def _package(
+    id_: str, package: str, description: str, *, version: str | None = None, depends: list[str] | None = None
+) -> dict[str, Any]:
     settings: dict[str, Any] = {"id": package, "source": "winget"}
     if version:
         settings["version"] = version
@@ -58,7 +60,7 @@ def _package(id_: str, package: str, description: str, *, version: str | None = 
     return resource
 
 
-def _registry(id_: str, key: str, name: str, value: int, description: str) -> dict:
+def _registry(id_: str, key: str, name: str, value: int, description: str) -> dict[str, Any]:
     return {
         "resource": "PSDscResources/Registry",
         "id": id_,
@@ -79,7 +81,7 @@ def _script(name: str, **values: str) -> str:
     return render_marked(template_text(name), name, {k: powershell_literal(v) for k, v in values.items()}).strip()
 
 
-def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict | None, dict | None]:
+def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(resource, assertion): the winget package that installs exactly the pair's oneAPI release, or, where
     winget-pkgs lists none, an assertion that the release is installed (the admin installs it another way)."""
     pin = pins.oneapi_for(pair.oneapi)
@@ -118,7 +120,7 @@ class WinGetDocument(RootModel[dict[str, Any]]):
     (SCHEMA_URL, checked by winget_check against the official schema), not one of aipc-env's."""
 
 
-def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
+def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict[str, Any]:
     """The pair's machine layer: OS and driver assertions, oneAPI of the pair's release (pinned exactly, or asserted
     where winget cannot install it), VS Build Tools with the C++ workload, Miniforge and Git pinned, and the
     registry items of runbook §2.3. Machine-wide changes run elevated."""
@@ -198,7 +200,7 @@ def winget_configuration(pair: Pair, pins: WinGetPins | None = None) -> dict:
     }
 
 
-def render_yaml(config: dict, pair: Pair, pins: WinGetPins | None = None) -> str:
+def render_yaml(config: dict[str, Any], pair: Pair, pins: WinGetPins | None = None) -> str:
     pins = pins or load_winget_pins()
     oneapi = pins.oneapi_for(pair.oneapi)
     c = yaml_comment  # values in comment lines: one line each, whatever they hold
@@ -217,11 +219,12 @@ def render_yaml(config: dict, pair: Pair, pins: WinGetPins | None = None) -> str
         + "# Apply (elevated): winget configure --file <this file> --accept-configuration-agreements\n"
         "# Drift:  winget configure test --file <this file> --accept-configuration-agreements\n"
     )
-    return header + yaml.dump(config, Dumper=IndentedDumper, sort_keys=False, allow_unicode=True, width=110)
+    body: str = yaml.dump(config, Dumper=IndentedDumper, sort_keys=False, allow_unicode=True, width=110)
+    return header + body
 
 
-class IndentedDumper(yaml.SafeDumper):
+class IndentedDumper(yaml.SafeDumper):  # type: ignore[misc, unused-ignore]  # PyYAML has no type information here: SafeDumper is Any
     """Lists indented under their key (what yamllint and ansible-lint expect of the playbook folder)."""
 
-    def increase_indent(self, flow: bool = False, indentless: bool = False):
-        return super().increase_indent(flow, False)
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)  # PyYAML's Emitter.increase_indent returns nothing

@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from aipc_env.core.fileio import loads_json
 from aipc_env.core.formats import VersionedModel
@@ -28,7 +29,7 @@ from aipc_env.core.formats import VersionedModel
 __all__ = ["KNOWN_RESOURCES", "WinGetCheckReport", "WinGetIssue", "check_file", "validate_configuration"]
 
 
-def _enum(*values: str):
+def _enum(*values: str) -> Any:  # a type form (Annotated[Literal[...], ...]) for pydantic, built at run time
     """An enum a PowerShell DSC property takes: any case in, the canonical spelling out."""
     canonical = {v.lower(): v for v in values}
 
@@ -55,7 +56,7 @@ class DscSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     @classmethod
-    def canonical_keys(cls, raw: dict) -> tuple[dict, list[str]]:
+    def canonical_keys(cls, raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """Rename keys to the model's spelling, matching case-insensitively; returns (settings, clashes)."""
         names = {name.lower(): name for name in cls.model_fields}
         out: dict[str, Any] = {}
@@ -75,10 +76,10 @@ class WinGetPackage(DscSettings):
     Source: str | None = None
     Version: str | None = None
     Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
-    MatchOption: _enum(
+    MatchOption: _enum(  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
         "Equals",
         "EqualsCaseInsensitive",
-        "StartsWithCaseInsensitive",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
+        "StartsWithCaseInsensitive",
         "ContainsCaseInsensitive",
     ) = "EqualsCaseInsensitive"
     UseLatest: PsBool = False
@@ -120,12 +121,12 @@ class Registry(DscSettings):
     Key: str
     ValueName: str
     ValueData: str | list[str] | None = None
-    ValueType: _enum(
+    ValueType: _enum(  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
         "String",
         "Binary",
         "DWord",
         "QWord",
-        "MultiString",  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
+        "MultiString",
         "ExpandString",
     ) = "String"
     Ensure: Ensure = "Present"  # type: ignore[valid-type]  # a Literal built at run time from the official schema's enum
@@ -251,15 +252,18 @@ class WinGetCheckReport(VersionedModel):
 
 # --------------------------------------------------------------------------- locations
 
+_NodePath = tuple[str | int, ...]
+"""Keys and list indexes from the document's root to a node."""
 
-def _lines(text: str) -> dict[tuple, int]:
+
+def _lines(text: str) -> dict[_NodePath, int]:
     """YAML node paths (keys and list indexes) to 1-based line numbers."""
-    found: dict[tuple, int] = {}
+    found: dict[_NodePath, int] = {}
     try:
         root = yaml.compose(text)
     except (yaml.YAMLError, RecursionError):
         return found
-    stack = [(root, ())] if root is not None else []
+    stack: list[tuple[Any, _NodePath]] = [(root, ())] if root is not None else []  # PyYAML's nodes (no type information)
     while stack:  # iterative: a hostile file may nest or chain deeper than Python's recursion limit
         node, path = stack.pop()
         found.setdefault(path, node.start_mark.line + 1)  # a key's own line wins over its value's
@@ -272,33 +276,34 @@ def _lines(text: str) -> dict[tuple, int]:
     return found
 
 
-def _key(path: tuple) -> str:
+def _key(path: _NodePath) -> str:
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
     return out or "(top level)"
 
 
-def _line(lines: dict[tuple, int], path: tuple) -> int | None:
+def _line(lines: dict[_NodePath, int], path: _NodePath) -> int | None:
     while path and path not in lines:
         path = path[:-1]
     return lines.get(path)
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     from importlib import resources
 
-    return loads_json(
+    document: dict[str, Any] = loads_json(
         resources.files("aipc_env.environments")
         .joinpath("schemas/winget-configuration.schema.0.2.json")
         .read_text(encoding="utf-8")
     )
+    return document
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
         return "the module has no such property; check its spelling"
     if err["type"] == "missing":
@@ -313,7 +318,7 @@ def validate_configuration(data: Any, text: str = "") -> list[WinGetIssue]:
     lines = _lines(text)
     issues: list[WinGetIssue] = []
 
-    def add(path: tuple, message: str, severity: Literal["error", "warning"] = "error") -> None:
+    def add(path: _NodePath, message: str, severity: Literal["error", "warning"] = "error") -> None:
         issues.append(WinGetIssue(key=_key(path), line=_line(lines, path), message=message, severity=severity))
 
     validator = jsonschema.Draft202012Validator(schema())
@@ -328,7 +333,7 @@ def validate_configuration(data: Any, text: str = "") -> list[WinGetIssue]:
             add(tuple(err["loc"]), _message(err))
         return issues
     groups = (("assertions", config.properties.assertions), ("resources", config.properties.resources))
-    seen: dict[str, tuple] = {}
+    seen: dict[str, _NodePath] = {}
     for group, items in groups:
         for i, r in enumerate(items):
             path = ("properties", group, i)

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -289,7 +290,13 @@ def _check_hosts(to_download: list[Artifact]) -> None:
 
 
 def fill_wheelhouse(
-    artifacts: list[Artifact], wheelhouse: Path, *, lock_dir: Path, cache: Path, find_links: list[Path] = (), log=print
+    artifacts: list[Artifact],
+    wheelhouse: Path,
+    *,
+    lock_dir: Path,
+    cache: Path,
+    find_links: Sequence[Path] = (),
+    log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Put every artifact into `wheelhouse`, verified; returns the files. Cached copies (by sha256) are reused."""
     wheelhouse.mkdir(parents=True, exist_ok=True)

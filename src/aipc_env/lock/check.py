@@ -34,7 +34,7 @@ __all__ = ["Readers", "check_pair_lock", "default_readers", "inferred_metadata",
 Readers = Mapping[str, IndexReader]
 
 
-class _DefaultReaders(dict):
+class _DefaultReaders(dict[str, IndexReader]):
     """An IndexReader per index URL, made when first asked for (cached metadata, the network for the rest)."""
 
     def __missing__(self, url: str) -> IndexReader:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -73,13 +73,13 @@ class CondaPackage(StrictModel):
 
 class _Meta(StrictModel):
     content_hash: dict[str, str]
-    channels: list[dict]
+    channels: list[dict[Any, Any]]  # keys unchecked, as conda-lock writes them
     platforms: list[Platform]
     sources: list[str]
-    time_metadata: dict | None = None
-    git_metadata: dict | None = None
-    inputs_metadata: dict | None = None
-    custom_metadata: dict | None = None
+    time_metadata: dict[Any, Any] | None = None
+    git_metadata: dict[Any, Any] | None = None
+    inputs_metadata: dict[Any, Any] | None = None
+    custom_metadata: dict[Any, Any] | None = None
 
 
 class CondaLock(StrictModel):
@@ -238,7 +238,7 @@ def closure_problems(lock: CondaLock) -> list[str]:
                     problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: not in the lock")
                     continue
                 build = have.build or _build_of(have.url)
-                if not MatchSpec(f"{dep} {spec}".strip()).match(
+                if not MatchSpec(f"{dep} {spec}".strip()).match(  # type: ignore[no-untyped-call, unused-ignore]  # conda-lock's vendored conda has no annotations
                     {"name": dep, "version": have.version, "build": build, "build_number": 0}
                 ):
                     problems.append(
@@ -289,18 +289,22 @@ def _dependency(spec: str) -> tuple[str, str]:
 
 
 def assemble(
-    pixi_lock: dict, environment: str, source_key: str, source: RecordSource, platforms: tuple[Platform, ...] = PLATFORMS
-) -> tuple[dict, CondaSources]:
+    pixi_lock: dict[str, Any],
+    environment: str,
+    source_key: str,
+    source: RecordSource,
+    platforms: tuple[Platform, ...] = PLATFORMS,
+) -> tuple[dict[str, Any], CondaSources]:
     """A conda-lock v1 document of the closure of python and pip by `depends`, read from one environment of a
     pixi.lock (version 5 or 6), and the record of where each package came from. Raises InputError when the
     environment lacks a root or a dependency."""
-    records: dict[str, dict] = {}
+    records: dict[str, dict[str, Any]] = {}
     for entry in pixi_lock.get("packages") or []:
         url = entry.get("conda") or entry.get("url")
         if url:
             records[url] = entry
     env = pixi_lock["environments"][environment]["packages"]
-    packages: list[dict] = []
+    packages: list[dict[str, Any]] = []
     sources: list[PackageSource] = []
     pythons = set()
     for platform in platforms:
@@ -355,7 +359,7 @@ def assemble(
     return doc, CondaSources(python=pythons.pop(), sources={source_key: source}, packages=sources)
 
 
-def _content_hash(packages: list[dict]) -> str:
+def _content_hash(packages: list[dict[str, Any]]) -> str:
     import hashlib
     import json
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from packaging.specifiers import SpecifierSet
 
@@ -131,7 +132,7 @@ def lock_pair(
     log: Path,
     common: list[str] | None = None,
     source: LockSource = "auto",
-    say=print,
+    say: Callable[[str], None] = print,
     manifest: WheelManifest | None = None,
     pythons: SpecifierSet | None = None,
     readers: dict[str, IndexReader] | None = None,
@@ -248,7 +249,7 @@ def _mark_index_provenance(path: Path, pair: Pair, indexes: Indexes, readers: di
     atomic_write_text(path, LOCK_HEADER.format(pair=pair.id) + tomli_w.dumps(data))
 
 
-def _record(data: dict, readers: dict[str, IndexReader], pair: Pair) -> None:
+def _record(data: dict[str, Any], readers: dict[str, IndexReader], pair: Pair) -> None:
     problems = record_metadata(data, readers)
     if problems:
         raise AipcError(
@@ -266,7 +267,7 @@ def _conda_layer(
     platforms: list[str],
     log: Path,
     tools: dict[str, str],
-    say,
+    say: Callable[[str], None],
     lock_dir: Path,
     pythons: list[str],
 ) -> dict[str, str]:
@@ -311,7 +312,7 @@ def _lock_from_manifest(
     manifest: WheelManifest,
     pythons: SpecifierSet | None,
     readers: dict[str, IndexReader],
-) -> dict:
+) -> dict[str, Any]:
     """The pylocks of `pair` with torch/torchvision/Triton from the manifest (see lock/offline.py)."""
     import tomli_w
 

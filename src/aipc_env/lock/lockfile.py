@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 from urllib.parse import urlparse
 
 from packaging.utils import canonicalize_name
@@ -24,6 +24,9 @@ from aipc_env.core.specs import (
 from aipc_env.errors import InputError, validation_message
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import TRITON_PACKAGES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.lock.wheels import WheelManifest
 
 __all__ = [
     "LOCK_HEADER",
@@ -163,7 +166,7 @@ class PylockPackage(_Loose):
         return self.wheels + ([self.sdist] if self.sdist else [])
 
 
-def provenance_of(pkg: PylockPackage) -> dict:
+def provenance_of(pkg: PylockPackage) -> dict[str, Any]:
     """aipc-env's record of where a locked package's hashes came from (`[packages.tool.aipc-env]`); a package
     without one was resolved by uv against a live index."""
     tool = (pkg.model_extra or {}).get("tool") or {}
@@ -309,7 +312,7 @@ def check_pylock(lock: Pylock, path: Path, pair: Pair, platform: Platform) -> li
     return problems
 
 
-def check_public_artifacts(lock: Pylock, path: Path, manifest) -> list[str]:
+def check_public_artifacts(lock: Pylock, path: Path, manifest: WheelManifest) -> list[str]:
     """Every package whose hashes came from public lockfiles must be, wheel for wheel, a current entry of the
     manifest (environments/xpu-wheels.yaml): an edited hash or a superseded file is refused, naming both."""
     problems = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
@@ -58,11 +59,11 @@ def plan_offline(
     best: OfflinePlan | None = None
     for torch in sorted(pair.torch, key=Version):
         arts = {pl: pair_artifacts(pair, pl, torch, manifest, allowed) for pl in platforms}
-        pythons = [p for p in allowed if all(p in a.pythons for a in arts.values())]
+        common = [p for p in allowed if all(p in a.pythons for a in arts.values())]
         missing = {pl: a.missing for pl, a in arts.items()}
-        if pythons and (best is None or len(pythons) >= len(best.pythons)):
-            default = python or (specs.DEFAULT_PYTHON if specs.DEFAULT_PYTHON in pythons else pythons[-1])
-            best = OfflinePlan(torch, pythons, default, arts, [p for p in allowed if p not in pythons])
+        if common and (best is None or len(common) >= len(best.pythons)):
+            default = python or (specs.DEFAULT_PYTHON if specs.DEFAULT_PYTHON in common else common[-1])
+            best = OfflinePlan(torch, common, default, arts, [p for p in allowed if p not in common])
         elif best is None and torch == pair.newest_torch:
             problems = [f"{pl}: {m}" for pl, items in missing.items() for m in items] or ["no common Python"]
             raise AipcError(
@@ -93,8 +94,9 @@ def stub_wheels(
 
     folder.mkdir(parents=True, exist_ok=True)
     wanted = {"torch": f"{torch}+xpu", pair.triton.name: pair.triton_for(torch)}
-    if pair.torchvision_version(torch):
-        wanted["torchvision"] = pair.torchvision_version(torch)
+    vision = pair.torchvision_version(torch)
+    if vision:
+        wanted["torchvision"] = vision
     stubs = {}
     for name, version in wanted.items():
         records = {
@@ -206,8 +208,8 @@ def _wheel_fits(filename: str, platform: Platform) -> bool:
 
 
 def merge_pylock(
-    universal: dict, platform: Platform, pythons: list[str], artifacts: PairArtifacts, pair: Pair, pypi_url: str
-) -> dict:
+    universal: dict[str, Any], platform: Platform, pythons: list[str], artifacts: PairArtifacts, pair: Pair, pypi_url: str
+) -> dict[str, Any]:
     """The platform's pylock: the universal resolution's packages that can install there (their wheels for this
     platform only), each marked `index`, plus the XPU index's packages from the manifest, marked
     `public-lockfile` with their sources."""
@@ -232,7 +234,7 @@ def merge_pylock(
         pkg["tool"] = {PROVENANCE_TOOL: {"provenance": "index", "index": pypi_url}}
         packages.append(pkg)
     for key, (version, wheels) in artifacts.packages.items():
-        entry: dict = {"name": key, "version": version}
+        entry: dict[str, Any] = {"name": key, "version": version}
         if key == pair.triton.key and pair.triton.marker:
             entry["marker"] = pair.triton.marker
         entry["wheels"] = [{"name": w.file, "url": w.url, "hashes": {"sha256": w.sha256}} for w in wheels]
@@ -253,7 +255,8 @@ def merge_pylock(
     }
 
 
-def read_universal(path: Path) -> dict:
+def read_universal(path: Path) -> dict[str, Any]:
     from aipc_env.core.fileio import parse_toml, read_text
 
-    return parse_toml(read_text(path, "universal lock"), path, "universal lock")
+    data: dict[str, Any] = parse_toml(read_text(path, "universal lock"), path, "universal lock")  # a TOML document is a table
+    return data

@@ -12,7 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -75,11 +75,11 @@ class IndexWheel:
 
 @dataclass
 class RefreshPlan:
-    new_rows: list[dict] = field(default_factory=list)
-    row_updates: dict[str, dict] = field(default_factory=dict)
+    new_rows: list[dict[str, Any]] = field(default_factory=list)
+    row_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
     """pair id -> {"torch": [...], "torchvision": {...}} for new releases of an existing row."""
-    wheels: list[dict] = field(default_factory=list)
-    metadata: list[dict] = field(default_factory=list)
+    wheels: list[dict[str, Any]] = field(default_factory=list)
+    metadata: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -87,14 +87,14 @@ class RefreshPlan:
         return not (self.new_rows or self.row_updates or self.wheels or self.metadata)
 
 
-def _runtime_pins(meta: CoreMetadata, triton: set[str]) -> list[dict]:
+def _runtime_pins(meta: CoreMetadata, triton: set[str]) -> list[dict[str, str]]:
     pins = []
     for line in meta.requires_dist:
         req = parse_requirement(line)
         exact = [s for s in req.specifier if s.operator == "=="]
         if canonicalize_name(req.name) in triton or len(exact) != 1 or (req.marker and "extra" in str(req.marker)):
             continue
-        pin: dict = {"name": req.name, "version": exact[0].version}
+        pin: dict[str, str] = {"name": req.name, "version": exact[0].version}
         if req.marker is not None:
             pin["marker"] = str(req.marker)
         pins.append(pin)
@@ -200,7 +200,7 @@ def plan_refresh(
     for v in sorted(pypi_torch, key=Version):
         if newest_index is not None and parse_version(v) > newest_index and not parse_version(v).is_prerelease:
             plan.notes.append(f"torch {v} is on PyPI but has no XPU build on the index yet")
-    found: dict[tuple[str, str], dict[str, IndexWheel]] = {}
+    found: dict[tuple[str, str], dict[Platform, IndexWheel]] = {}
     for w in sorted(wheels, key=lambda w: w.file):
         if w.file in known_files or not w.sha256 or (w.project == "torch" and parse_version(w.version).local != "xpu"):
             continue
@@ -221,9 +221,9 @@ def plan_refresh(
         )
         for platform in w.platforms:
             found.setdefault((w.project, w.version), {}).setdefault(platform, w)
-    for (project, version), by_platform in found.items():
+    for (project, version), wheel_by_platform in found.items():
         records: list[tuple[list[str], IndexWheel]] = []
-        for platform, w in by_platform.items():
+        for platform, w in wheel_by_platform.items():
             if (canonicalize_name(project), str(parse_version(version)), platform) in known_meta:
                 continue
             same = next((r for r in records if r[1].metadata.same_requirements(w.metadata)), None)
@@ -259,7 +259,7 @@ def _open_issue_notes(row: Pair, torch: str) -> list[str]:
     ]
 
 
-def _quote(w: IndexWheel) -> dict:
+def _quote(w: IndexWheel) -> dict[str, object]:
     """The METADATA lines a record was read from, as the wheel (by its sha256) shows them."""
     meta = w.metadata
     lines = ([f"Requires-Python: {meta.requires_python}"] if meta.requires_python else []) + [
@@ -301,7 +301,8 @@ def manifest_text(original: str, plan: RefreshPlan) -> str:
     data = parse_yaml(original, "environments/xpu-wheels.yaml", "wheel manifest")
     data["wheels"] = data.get("wheels", []) + plan.wheels
     data["metadata"] = data.get("metadata", []) + plan.metadata
-    return head + yaml.safe_dump(data, sort_keys=False, width=200, allow_unicode=True)
+    dumped: str = yaml.safe_dump(data, sort_keys=False, width=200, allow_unicode=True)
+    return head + dumped
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
@@ -362,12 +363,12 @@ def read_index(
     releases, and what could not be read."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from aipc_env.lock.simple_index import IndexReadError, MetadataCache, fetch_metadata, project_files
+    from aipc_env.lock.simple_index import IndexFile, IndexReadError, MetadataCache, fetch_metadata, project_files
 
     cache = MetadataCache(reader_cache)
     known = {w.file for w in manifest.wheels}
     unreadable: list[str] = []
-    todo = []
+    todo: list[tuple[str, IndexFile, str]] = []
     for project in XPU_PROJECTS:
         page = f"{xpu_index_url.rstrip('/')}/{project}/"
         try:
@@ -380,7 +381,7 @@ def read_index(
             (project, f, page) for name, f in files.items() if name.endswith(".whl") and name not in known and _supported(name)
         ]
 
-    def read(item):
+    def read(item: tuple[str, IndexFile, str]) -> IndexWheel | str:
         project, file, page = item
         try:
             meta, _ = fetch_metadata(file, cache=cache)

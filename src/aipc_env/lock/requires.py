@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -62,9 +63,10 @@ class IndexReader:
         if cached is not None:
             file = IndexFile(filename, "", sha256, None)
         else:
-            file = self.page(project).get(filename)
-            if file is None:
+            listed = self.page(project).get(filename)
+            if listed is None:
                 raise IndexReadError(f"{filename} is not on {self.index_url.rstrip('/')}/{canonicalize_name(project)}/")
+            file = listed
         meta, _ = fetch_metadata(file, expect_sha256=sha256, cache=self.cache)
         if meta.key != canonicalize_name(project):
             raise IndexReadError(f"{filename}: its metadata names {meta.name}, not {project}")
@@ -163,7 +165,7 @@ def lock_closure(
     return [f"{path}: {p}" for python in pythons for p in closure_problems(dists, platform, python)]
 
 
-def record_metadata(data: dict, readers: dict[str, IndexReader]) -> list[str]:
+def record_metadata(data: dict[str, Any], readers: dict[str, IndexReader]) -> list[str]:
     """Write into each index-resolved package of a pylock (as a dict, before it is written) the core metadata of its
     wheels, read from the index it was resolved from: `requires-dist` and `requires-python` in
     `[packages.tool.aipc-env]`. Returns what could not be recorded (a package whose wheels disagree, an sdist-only
@@ -197,14 +199,15 @@ def record_metadata(data: dict, readers: dict[str, IndexReader]) -> list[str]:
         if errors:
             problems.append(f"{pkg['name']} {pkg.get('version')}: {errors[0]}")
             continue
-        first = metas[0]
-        if any(not first.same_requirements(m) for m in metas[1:]):  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
+        read = [m for m in metas if isinstance(m, CoreMetadata)]  # all of them: none is an error
+        first = read[0]
+        if any(not first.same_requirements(m) for m in read[1:]):
             problems.append(
                 f"{pkg['name']} {pkg.get('version')}: its wheels declare different Requires-Dist; "
                 "one record per package cannot say which"
             )
             continue
-        tool["requires-dist"] = list(first.requires_dist)  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
-        if first.requires_python:  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
-            tool["requires-python"] = first.requires_python  # type: ignore[union-attr]  # the lock was checked to carry the tool table above
+        tool["requires-dist"] = list(first.requires_dist)
+        if first.requires_python:
+            tool["requires-python"] = first.requires_python
     return problems

@@ -160,9 +160,9 @@ def _parse_page(data: bytes, kind: str, page_url: str) -> dict[str, IndexFile]:
             sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else None
             meta = a.get("data-core-metadata", a.get("data-dist-info-metadata"))
             entries.append((name, link, sha, _metadata_attr(meta)))
-    for name, link, sha, meta in entries:
+    for name, link, sha, metadata in entries:
         files[name.replace("%2B", "+")] = IndexFile(
-            name.replace("%2B", "+"), urllib.parse.urljoin(page_url, link), sha.lower() if sha else None, meta
+            name.replace("%2B", "+"), urllib.parse.urljoin(page_url, link), sha.lower() if sha else None, metadata
         )
     return files
 

@@ -147,11 +147,11 @@ def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, pl
         found[canonicalize_name(req.name)] = req
     expected = {p.key: p for p in pair.pins_for(platform)}
     for key, pin in expected.items():
-        req = found.get(key)
-        if req is None:
+        pinned = found.get(key)
+        if pinned is None:
             problems.append(f"{pin.name}=={pin.version} is in the matrix row but not in torch's Requires-Dist")
-        elif not any(pin.accepts(s.version) for s in req.specifier if s.operator == "=="):
-            problems.append(f"{pin.name}: torch requires {req.specifier}, the matrix row pins {pin.version}")
+        elif not any(pin.accepts(s.version) for s in pinned.specifier if s.operator == "=="):
+            problems.append(f"{pin.name}: torch requires {pinned.specifier}, the matrix row pins {pin.version}")
     for key, req in sorted(found.items()):
         if key not in expected and key != pair.triton.key and any(s.operator == "==" for s in req.specifier):
             problems.append(f"torch pins {req} which the matrix row does not list (runtime_pins)")

@@ -7,7 +7,7 @@ the real metadata. Pure but for the read, which is passed in."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from packaging.markers import Marker
@@ -97,7 +97,7 @@ def _differences(
     want = {normal_requirement(r): r for r in expected.requires_dist}
     got = {normal_requirement(r): r for r in found.requires_dist}
     if set(want) != set(got):
-        show = lambda lines: "; ".join(sorted(lines)) or "nothing"
+        show: Callable[[Iterable[str]], str] = lambda lines: "; ".join(sorted(lines)) or "nothing"
         out.append(
             MetadataDifference(
                 pkg.name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
@@ -11,6 +12,10 @@ from packaging.version import InvalidVersion
 from aipc_env.core.fileio import parse_json
 from aipc_env.core.specs import parse_version
 from aipc_env.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aipc_env.core.platforms import Platform
+    from aipc_env.matrix.model import Matrix
 
 __all__ = ["DuplicatePackage", "parse_pip_list", "platform_of_list", "read_list_text", "read_pip_list"]
 
@@ -89,12 +94,12 @@ _WIN_ONLY = ("pywin32", "pywin32-ctypes", "pywinpty", "wmi", "comtypes")
 _LINUX_ONLY = ("oneccl", "oneccl-devel", "impi-rt", "pyzes", "uvloop")
 
 
-def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple[str | None, str]:
+def platform_of_list(text: str, installed: dict[str, str], matrix: Matrix | None = None) -> tuple[str | None, str]:
     """The platform a pasted list was made on, from what it shows (pure): wheel tags of direct references, paths
     (`pip list -v` locations, file URLs), packages that install on one platform only, and Intel runtime versions
     that one platform's wheels pin (xpu-2.7's compiler runtime is 2025.0.5 on Windows, 2025.0.4 on Linux).
     (None, why) when the list does not say, or says both."""
-    votes: dict[str, list[str]] = {"win-64": [], "linux-64": []}
+    votes: dict[Platform, list[str]] = {"win-64": [], "linux-64": []}
     if "win_amd64" in text:
         votes["win-64"].append("a win_amd64 wheel")
     if re.search(r"(?:manylinux|linux)_[0-9_]*x86_64", text):
@@ -113,7 +118,7 @@ def platform_of_list(text: str, installed: dict[str, str], matrix=None) -> tuple
         from aipc_env.matrix.model import versions_equal
 
         for platform in votes:
-            other = "linux-64" if platform == "win-64" else "win-64"
+            other: Platform = "linux-64" if platform == "win-64" else "win-64"
             for pair in matrix.pairs:
                 mine = {p.key: p for p in pair.pins_for(platform)}
                 theirs = {p.key: p for p in pair.pins_for(other)}

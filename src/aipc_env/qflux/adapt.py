@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -27,6 +28,7 @@ from aipc_env.qflux.patches import (
     HELPERS_MODULE,
     PATCHES,
     SRC,
+    Replace,
     helper_import,
     import_anchor,
 )
@@ -139,7 +141,7 @@ def plan_adaptation(clone: Path) -> Plan:
     clone = Path(clone)
     require_clone(clone)
     manifest = load_manifest(clone)
-    by_file: dict[str, list] = {}
+    by_file: dict[str, list[Replace]] = {}
     for patch in PATCHES:
         by_file.setdefault(patch.path, []).append(patch)
     created = {c.path: c for c in CREATED}
@@ -251,7 +253,7 @@ def _rollback(clone: Path, manifest: AdaptManifest) -> None:
             atomic_write_bytes(target, (clone / STATE_DIR / "backup" / rec.path).read_bytes())
 
 
-def apply_adaptation(clone: Path, *, log=print) -> list[str]:
+def apply_adaptation(clone: Path, *, log: Callable[[str], None] = print) -> list[str]:
     """Adapt the clone (see the module doc). Returns the files written (empty when it was already adapted).
 
     Transactional: the backups and a journal (the manifest in state `applying`, listing every file's pristine and
@@ -326,7 +328,7 @@ def _write_manifest(clone: Path, plan: Plan, state: str) -> AdaptManifest:
     return manifest
 
 
-def revert_adaptation(clone: Path, *, force: bool = False, log=print) -> list[str]:
+def revert_adaptation(clone: Path, *, force: bool = False, log: Callable[[str], None] = print) -> list[str]:
     """Restore every edited file's pristine bytes and remove created files; refuses (unless force) when a file was
     edited after the adaptation, and before changing anything when a backup is missing or damaged. Works from an
     `applying` journal too (an interrupted adapt). Returns the files restored or removed."""

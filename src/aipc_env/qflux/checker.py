@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -74,23 +75,26 @@ def _lines(text: str) -> tuple[str, ...]:
 def _segment(text: str, node: ast.AST) -> str:
     """ast.get_source_segment(text, node), with the text split into lines once rather than once per node (that
     split made the check of one clone take 5 s)."""
-    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]  # every statement node has line numbers; ast.stmt's stub says optional
-    start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]  # UTF-8 byte offsets
+    # every node passed here is a statement, which has its position (ast.AST's stub declares none); UTF-8 byte offsets
+    first: int = node.lineno - 1  # type: ignore[attr-defined]  # a statement's position (see above)
+    last: int = node.end_lineno - 1  # type: ignore[attr-defined]  # a statement's position (see above)
+    start: int = node.col_offset  # type: ignore[attr-defined]  # a statement's position (see above)
+    end: int = node.end_col_offset  # type: ignore[attr-defined]  # a statement's position (see above)
     lines = _lines(text)
     if first == last:
         return lines[first].encode()[start:end].decode()
     return lines[first].encode()[start:].decode() + "".join(lines[first + 1 : last]) + lines[last].encode()[:end].decode()
 
 
-def _code_lines(text: str):
+def _code_lines(text: str) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.splitlines(), 1):
         code = line.partition("#")[0]
         if code.strip():
             yield number, code
 
 
-class _Findings(list):
-    def add(self, level, rule, rel, line, message, fix=FIX_ADAPT) -> None:
+class _Findings(list[Finding]):
+    def add(self, level: Literal["ERROR", "WARN"], rule: str, rel: str, line: int, message: str, fix: str = FIX_ADAPT) -> None:
         self.append(Finding(level=level, rule=rule, file=rel, line=line, message=message, fix=fix))
 
 

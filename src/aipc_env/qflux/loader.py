@@ -4,6 +4,7 @@ what upstream accepts. A rejected config is an InputError naming the file and ev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aipc_env.core.fileio import loads_json
 from aipc_env.errors import AipcError, ExitCode, InputError
@@ -13,7 +14,7 @@ __all__ = ["LOADER_SCRIPT", "validate_with_clone"]
 LOADER_SCRIPT = Path(__file__).with_name("loader_check.py")
 
 
-def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
+def validate_with_clone(python: Path, clone: Path, config: Path) -> dict[str, Any]:
     """The loader's result ({"ok": True, "trainer", "quantization_type", "config"}); raises InputError when it
     rejects the config, AipcError when the clone's code does not import in that env."""
     import os
@@ -38,7 +39,7 @@ def validate_with_clone(python: Path, clone: Path, config: Path) -> dict:
             fix=f"check the env's interpreter {python}",
         ) from None
     try:
-        data = loads_json(result.stdout.strip().splitlines()[-1])
+        data: dict[str, Any] = loads_json(result.stdout.strip().splitlines()[-1])  # loader_check prints one JSON object
     except (ValueError, IndexError):
         raise AipcError(
             f"the clone's config loader did not answer (exit code {result.returncode}): "
@@ -73,7 +74,7 @@ DEVICE_MISSING = "not available but got device="
 """How upstream's device validator (with adapt's xpu branch) says a configured device is missing on this machine."""
 
 
-def rejection_fix(errors: list[dict], error: str = "") -> str:
+def rejection_fix(errors: list[dict[str, Any]], error: str = "") -> str:
     """The fix for a config upstream's loader rejects: a device this machine lacks is not a config problem (the
     config may be right for the PC it was written for), anything else is."""
     missing = [e for e in errors if DEVICE_MISSING in str(e.get("msg", ""))] or (

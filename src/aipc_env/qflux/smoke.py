@@ -18,7 +18,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal, TextIO
+from typing import Any, ClassVar, Literal, TextIO
 
 import yaml
 
@@ -110,7 +110,9 @@ PREQUANTIZED_NEEDS_AN_ACCELERATOR = (
 )
 
 
-def smoke_config(recommended: dict, run_dir: Path, *, accelerator: bool, plus: bool = True) -> tuple[dict, dict[str, str]]:
+def smoke_config(
+    recommended: dict[str, Any], run_dir: Path, *, accelerator: bool, plus: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
     """`recommend --engine qflux`'s config for this machine, changed only where a tiny model must: paths, sizes,
     step counts, and (without an XPU) the devices and the pre-quantized folders. Optimizer, LoRA, gradient
     checkpointing and accumulation, caption dropout, quantization, workers and the checkpoint limit stay as
@@ -159,7 +161,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def recommended_for(machine: Machine | None) -> dict:
+def recommended_for(machine: Machine | None) -> dict[str, Any]:
     """What `aipc-env recommend --engine qflux` writes for the machine (this one when None; below 32 GB as forced)."""
     from aipc_env.train.recommend import machine_from_facts, qflux_config, recommend
 

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import ExitCode
@@ -28,7 +29,7 @@ def has_xpu() -> bool:
     return hasattr(torch, "xpu") and torch.xpu.is_available()
 
 
-def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict:
+def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict[str, object]:
     import numpy as np
     import yaml
     from PIL import Image
@@ -63,10 +64,23 @@ def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict:
     return {"model": str(out / "model"), "data": str(out / "data"), "xpu": accelerator, "changed": sorted(changed)}
 
 
-def verify(run: Path, clone: Path, config: Path) -> dict:
-    import bitsandbytes as bnb
+class _SmokeCheck(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+
+
+class _SmokeVerdict(TypedDict):
+    """What the verify step writes to verify.json."""
+
+    passed: bool
+    checks: list[_SmokeCheck]
+
+
+def verify(run: Path, clone: Path, config: Path) -> _SmokeVerdict:
     import torch
     import yaml
+    from bitsandbytes.nn.modules import Linear4bit, Params4bit  # where bnb.nn re-exports them from
 
     cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
     model, output = Path(cfg["model"]["pretrained_model_name_or_path"]), Path(cfg["logging"]["output_dir"])
@@ -75,7 +89,7 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
     rank, alpha = cfg["model"]["lora"]["r"], cfg["model"]["lora"]["lora_alpha"]
 
     sys.path.insert(0, str(clone / "src"))
-    checks = []
+    checks: list[_SmokeCheck] = []
 
     def check(name: str, ok: bool, detail: str) -> None:
         checks.append({"name": name, "ok": bool(ok), "detail": detail})
@@ -87,7 +101,7 @@ def verify(run: Path, clone: Path, config: Path) -> dict:
     nf4 = [
         n
         for n, m in linears.items()
-        if isinstance(m, bnb.nn.Linear4bit) and isinstance(m.weight, bnb.nn.Params4bit) and m.weight.quant_type == "nf4"
+        if isinstance(m, Linear4bit) and isinstance(m.weight, Params4bit) and m.weight.quant_type == "nf4"
     ]
     check(
         "nf4-linear-layers",

@@ -93,9 +93,9 @@ class CheckContext:
     matrix: Matrix
     locks: frozenset[tuple[str, str]] = frozenset()
     """(pair, platform) of every lockfile in the checkout: fixes point at `nox -s env` only where it works."""
-    lock_for: Callable[[str, str], Pylock | None] | None = None
+    lock_for: Callable[[str, Platform], Pylock | None] | None = None
     """The checkout's lock of (pair, platform), read by the caller (checks do no I/O themselves)."""
-    conda_python_for: Callable[[str, str], str | None] | None = None
+    conda_python_for: Callable[[str, Platform], str | None] | None = None
     """The interpreter version the checkout's conda layer of (pair, platform) holds, or None (no layer): read by
     the caller."""
 

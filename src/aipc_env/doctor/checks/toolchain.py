@@ -65,7 +65,7 @@ check("msvc", "Toolchain", "MSVC C++ build tools")(check_msvc)
 
 def check_oneapi_installed(ctx: CheckContext) -> Verdict:
     installs = ctx.facts.oneapi.installs
-    versions = sorted({r for i in installs for r in (i.releases or [i.version]) if r})
+    versions = sorted({r for i in installs for r in (i.releases or ([i.version] if i.version else [])) if r})
     pair = ctx.pair
     seen = ", ".join(f"{i.version} at {i.root}" for i in installs) or "no oneAPI toolkit found"
     if pair is None:
