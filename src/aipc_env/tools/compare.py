@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aipc_env.core.formats import StrictModel, VersionedModel, write_model
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, InputError
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from aipc_env.dataset import Sample
+
+GridRow = list[tuple[str, "PILImage | None"]]
+"""One row of the grid: (label, image) cells; a None image leaves its cell empty."""
 
 __all__ = ["CompareManifest", "CompareRequest", "CompareSample", "run_compare"]
 
@@ -82,14 +91,14 @@ def _lora_file(lora: Path) -> tuple[Path, str]:
     return lora, files[0].name
 
 
-def _distance(a, b) -> float:
+def _distance(a: PILImage, b: PILImage) -> float:
     import numpy as np
 
     b = b.resize(a.size)
     return float(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).mean())
 
 
-def _grid(rows: list[list], out: Path, cell: int = 160) -> None:
+def _grid(rows: list[GridRow], out: Path, cell: int = 160) -> None:
     from PIL import Image, ImageDraw
 
     cols = max(len(r) for r in rows)
@@ -106,7 +115,7 @@ def _grid(rows: list[list], out: Path, cell: int = 160) -> None:
     grid.save(out)
 
 
-def run_compare(req: CompareRequest, log=print) -> CompareManifest:
+def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> CompareManifest:
     import torch
     from diffusers import DiffusionPipeline
     from PIL import Image
@@ -146,17 +155,17 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
     plus = type(pipe).__name__.endswith("PlusPipeline")
     req.out.mkdir(parents=True, exist_ok=True)
 
-    def load(part):
+    def load(part: Path | bytes) -> PILImage:
         import io
 
         return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part).convert("RGB")
 
-    def generate(sample) -> tuple[object, float]:
+    def generate(sample: Sample) -> tuple[PILImage, float]:
         controls = [load(c) for c in sample.controls]
         w, h = controls[0].size
         h, w = max(16, h // 16 * 16), max(16, w // 16 * 16)  # the pipelines need multiples of 16
         t = time.perf_counter()
-        image = pipe(
+        image: PILImage = pipe(
             image=controls if plus else controls[0],
             prompt=sample.prompt,
             height=h,
@@ -167,7 +176,7 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
         ).images[0]
         return image, time.perf_counter() - t
 
-    base = []
+    base: list[tuple[PILImage, float]] = []
     for i, s in enumerate(samples):
         base.append(generate(s))
         log(f"compare: base {i + 1}/{len(samples)} ({base[-1][1]:.1f} s)")
@@ -180,14 +189,15 @@ def run_compare(req: CompareRequest, log=print) -> CompareManifest:
             fix="compare with the base model the LoRA was trained on",
         ) from None
     (config,) = pipe.transformer.peft_config.values()
-    rows, entries = [], []
+    rows: list[GridRow] = []
+    entries: list[dict[str, Any]] = []
     for i, (s, (b_img, b_t)) in enumerate(zip(samples, base)):
         l_img, l_t = generate(s)
         stem = f"sample_{i:02d}_{_slug(s.id)}"
         b_img.save(req.out / f"{stem}__base.png")
         l_img.save(req.out / f"{stem}__lora.png")
         target = load(s.target) if s.target is not None else None
-        entry = {
+        entry: dict[str, Any] = {
             "id": s.id,
             "prompt": s.prompt,
             "seed": req.seed,

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import ClassVar, Literal
 
 from aipc_env.core.formats import VersionedModel
@@ -98,7 +99,7 @@ def run_monitor(
 ) -> int:
     """Sample until stopped; returns the number of samples written."""
 
-    def stop(_signum, _frame):
+    def stop(_signum: int, _frame: FrameType | None) -> None:
         _Stop.flag = True
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aipc_env.core.fileio import atomic_dir
 from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import InputError
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "QuantizeResult",
@@ -59,7 +62,7 @@ def _source(src: Path, part: str) -> Path:
     )
 
 
-def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
+def quantize_transformer(src: Path, dst: Path, device: torch.device) -> QuantizeResult:
     import torch
     from diffusers import BitsAndBytesConfig, QwenImageTransformer2DModel
 
@@ -68,7 +71,8 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
     source = _source(src, "transformer")
     start = time.perf_counter()
     with atomic_dir(dst) as tmp:
-        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+        # Any: to a type checker diffusers exports a dummy placeholder class, which lacks to_dict
+        qcfg: Any = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
         if device.type != "cpu":
             model = QwenImageTransformer2DModel.from_pretrained(
                 str(source), quantization_config=qcfg, torch_dtype=torch.bfloat16, device_map={"": device}
@@ -100,14 +104,14 @@ def quantize_transformer(src: Path, dst: Path, device) -> QuantizeResult:
     )
 
 
-def _dtype_kwarg(dtype) -> dict:
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
     """transformers 5 names it `dtype`; 4.x (the qflux clone pins 4.52.4) only knows `torch_dtype`."""
     import transformers
 
     return {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
 
 
-def quantize_text_encoder(src: Path, dst: Path, device) -> QuantizeResult:
+def quantize_text_encoder(src: Path, dst: Path, device: torch.device) -> QuantizeResult:
     import torch
     from transformers import BitsAndBytesConfig, Qwen2_5_VLForConditionalGeneration
 

@@ -12,15 +12,22 @@ import hashlib
 import io
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
 from aipc_env.core.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import model_identity
 from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
 from aipc_env.train.progress import PhaseProgress
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+
+    from aipc_env.dataset import Sample
 
 __all__ = [
     "CACHE_SCHEMA_VERSION",
@@ -38,6 +45,22 @@ CACHE_SCHEMA_VERSION: Final = 1
 ENTRY_KIND = "aipc-env cache entry"
 
 
+class CacheEntry(TypedDict):
+    """One cache entry (the module docstring's format); `kind` and `schema_version` are added on writing."""
+
+    target: torch.Tensor
+    controls: list[torch.Tensor]
+    shapes: list[tuple[int, int, int]]
+    prompt_embeds: torch.Tensor
+    prompt_mask: torch.Tensor | None
+    empty_prompt_embeds: torch.Tensor
+    empty_prompt_mask: torch.Tensor | None
+    mask: torch.Tensor | None
+    id: str
+    kind: NotRequired[str]
+    schema_version: NotRequired[int]
+
+
 class CacheIndex(VersionedModel):
     """<cache_dir>/index.json: the entries of one run's samples, in order."""
 
@@ -47,14 +70,22 @@ class CacheIndex(VersionedModel):
     keys: list[str]
 
 
-def _digest(part) -> str:
+def _digest(part: Path | bytes | None) -> str:
     if part is None:
         return "-"
     data = part if isinstance(part, bytes) else Path(part).read_bytes()
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def entry_key(*, model_id: str, target_size: tuple[int, int], prompt: str, target, controls: list, mask) -> str:
+def entry_key(
+    *,
+    model_id: str,
+    target_size: tuple[int, int],
+    prompt: str,
+    target: Path | bytes | None,
+    controls: list[Path | bytes],
+    mask: Path | bytes | None,
+) -> str:
     blob = json.dumps(
         {
             "schema_version": CACHE_SCHEMA_VERSION,
@@ -74,7 +105,7 @@ def entry_path(cache_dir: Path, key: str) -> Path:
     return cache_dir / f"{key}.pt"
 
 
-def read_entry(path: Path) -> dict | None:
+def read_entry(path: Path) -> CacheEntry | None:
     """The entry, or None when it is missing or corrupt (an interrupted or damaged write is redone)."""
     import torch
 
@@ -85,10 +116,10 @@ def read_entry(path: Path) -> dict | None:
     except Exception:  # noqa: BLE001 - any unreadable entry is redone
         return None
     ok = isinstance(entry, dict) and entry.get("kind") == ENTRY_KIND and entry.get("schema_version") == CACHE_SCHEMA_VERSION
-    return entry if ok else None
+    return cast(CacheEntry, entry) if ok else None  # torch.load gives Any; kind and schema_version checked above
 
 
-def write_entry(path: Path, entry: dict) -> int:
+def write_entry(path: Path, entry: CacheEntry) -> int:
     import torch
 
     buf = io.BytesIO()
@@ -106,14 +137,14 @@ class CacheStats:
     seconds: float = 0.0
 
 
-def _pil(part):
+def _pil(part: Path | bytes) -> Image.Image:
     from PIL import Image
 
     img = Image.open(io.BytesIO(part) if isinstance(part, bytes) else part)
     return img.convert("RGB")
 
 
-def _to_tensor(img, size_hw: tuple[int, int]):
+def _to_tensor(img: Image.Image, size_hw: tuple[int, int]) -> torch.Tensor:
     import numpy as np
     import torch
 
@@ -123,7 +154,7 @@ def _to_tensor(img, size_hw: tuple[int, int]):
     return arr.permute(2, 0, 1)  # [3, H, W]
 
 
-def _mask_tokens(part, size_hw: tuple[int, int]):
+def _mask_tokens(part: Path | bytes, size_hw: tuple[int, int]) -> torch.Tensor:
     import numpy as np
     import torch
     from PIL import Image
@@ -133,12 +164,12 @@ def _mask_tokens(part, size_hw: tuple[int, int]):
     return torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).flatten()
 
 
-def list_entries(cfg: TrainConfig) -> list[tuple[str, object]]:
+def list_entries(cfg: TrainConfig) -> list[tuple[str, Sample]]:
     """(key, sample) for every sample of every dataset, in a stable order."""
     from aipc_env.dataset import scan_dataset
 
     assert cfg.data and cfg.model
-    out = []
+    out: list[tuple[str, Sample]] = []
     model_id = model_identity(cfg.model.path)
     for ds in cfg.data.datasets:
         for s in scan_dataset(ds).samples:
@@ -154,11 +185,11 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, object]]:
     return out
 
 
-def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[str]:
+def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[str], None]) -> list[str]:
     from aipc_env.train.tinyedit import TRAIN_SEED, edit_sample
 
     assert cfg.data
-    keys = []
+    keys: list[str] = []
     h = cfg.data.target_size[0] // 8
     with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
         for i in range(cfg.data.synthetic_samples):
@@ -172,7 +203,7 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
                 progress.advance(quiet=True)
                 continue
             s = edit_sample(TRAIN_SEED + i, h)
-            entry = {
+            entry: CacheEntry = {
                 "target": s.target.half(),
                 "controls": [s.control.half()],
                 "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
@@ -189,7 +220,7 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log) -> list[st
     return keys
 
 
-def _load_encoders(cfg: TrainConfig, device, dtype):
+def _load_encoders(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -> Any:
     """Text encoder + VAE (+ tokenizer/processor) of the pipeline; the transformer is not loaded."""
     from diffusers import DiffusionPipeline
 
@@ -197,7 +228,7 @@ def _load_encoders(cfg: TrainConfig, device, dtype):
 
     assert cfg.model
     processor_without_video()
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if cfg.model.text_encoder_path:
         from transformers import Qwen2_5_VLForConditionalGeneration
 
@@ -208,9 +239,12 @@ def _load_encoders(cfg: TrainConfig, device, dtype):
     return pipe
 
 
-def _encode_sample(pipe, sample, size_hw: tuple[int, int], device, dtype, plus: bool) -> dict:
+def _encode_sample(
+    pipe: Any, sample: Sample, size_hw: tuple[int, int], device: torch.device, dtype: torch.dtype, plus: bool
+) -> CacheEntry:
     import torch
 
+    assert sample.target is not None  # the dataset checks give every training sample a target
     target = _to_tensor(_pil(sample.target), size_hw)
     controls_img = [_pil(c) for c in sample.controls]
     controls = [_to_tensor(c, size_hw) for c in controls_img]
@@ -237,7 +271,7 @@ def _encode_sample(pipe, sample, size_hw: tuple[int, int], device, dtype, plus: 
     }
 
 
-def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
+def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: Callable[[str], None] = print) -> CacheStats:
     assert cfg.data and cfg.model
     cache = cfg.resolved_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -247,7 +281,7 @@ def run_cache(cfg: TrainConfig, device, dtype, log=print) -> CacheStats:
         keys = _synthetic(cfg, cache, stats, log)
     else:
         entries = list_entries(cfg)
-        todo = []
+        todo: list[tuple[str, Sample]] = []
         for key, sample in entries:
             path = entry_path(cache, key)
             if read_entry(path) is not None:

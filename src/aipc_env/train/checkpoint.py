@@ -6,11 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from aipc_env.core.formats import VersionedModel, load_versioned
 from aipc_env.errors import InputError
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim.lr_scheduler import LRScheduler
 
 __all__ = [
     "STATE_FILE",
@@ -142,7 +146,15 @@ def check_resume(cfg: TrainConfig, config_path: Path) -> CheckpointState | None:
     return state
 
 
-def save_checkpoint(out: Path, state: CheckpointState, model, opt, sched, *, limit: int | None) -> Path:
+def save_checkpoint(
+    out: Path,
+    state: CheckpointState,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: LRScheduler,
+    *,
+    limit: int | None,
+) -> Path:
     """<out>/checkpoints/step-NNNNNNN: the LoRA weights, optimizer, LR scheduler and state, written beside and
     renamed into place; at most `limit` are kept. Shared by the engine's fit phase and `distill train`."""
     import shutil
@@ -170,7 +182,9 @@ def save_checkpoint(out: Path, state: CheckpointState, model, opt, sched, *, lim
     return final
 
 
-def restore_checkpoint(path: Path, model, opt, sched, device) -> CheckpointState:
+def restore_checkpoint(
+    path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LRScheduler, device: torch.device
+) -> CheckpointState:
     """Load a checkpoint's LoRA weights (kept in fp32), optimizer and LR scheduler; returns its state."""
     import torch
     from peft.utils import set_peft_model_state_dict

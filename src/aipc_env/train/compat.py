@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
 
 __all__ = ["processor_without_video", "quiet_bitsandbytes_notices"]
 
@@ -44,7 +48,7 @@ class _DropKernelsNotice:
     from the Hugging Face hub) is missing. The pure PyTorch path it falls back to is the one tested here, so the
     notice is dropped (docs/testing.md explains it once)."""
 
-    def filter(self, record) -> bool:  # logging.Filter protocol
+    def filter(self, record: logging.LogRecord) -> bool:  # logging.Filter protocol
         return "gemm_4bit_forward" not in record.getMessage()
 
 

@@ -209,7 +209,7 @@ def absolute_path(value: str | None, base: Path) -> str | None:
     return str(p if p.is_absolute() else (base / p).absolute())
 
 
-def resolve_path_keys(data: dict, keys: tuple[str, ...], base: Path) -> None:
+def resolve_path_keys(data: dict[str, Any], keys: tuple[str, ...], base: Path) -> None:
     """Make the dotted `keys` ("section.name" or "name") of a dumped config absolute against `base`, in place."""
     for key in keys:
         section, _, name = key.rpartition(".")

@@ -4,6 +4,10 @@ standard library + torch only, so it also runs inside any training env)."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEVICE_FIX", "compute_dtype", "device_memory_mb", "peak_rss_mb", "pick_device", "require_device"]
 
@@ -13,7 +17,7 @@ DEVICE_FIX = (
 )
 
 
-def pick_device(requested: str | None = None):
+def pick_device(requested: str | None = None) -> torch.device:
     """The requested device, else XPU, then CUDA, then CPU."""
     import torch
 
@@ -26,7 +30,7 @@ def pick_device(requested: str | None = None):
     return torch.device("cpu")
 
 
-def require_device(requested: str | None):
+def require_device(requested: str | None) -> torch.device:
     """The device a config names, proven to exist (never a silent CPU fallback); 'auto' picks one."""
     import torch
 
@@ -57,7 +61,7 @@ def require_device(requested: str | None):
     return device
 
 
-def compute_dtype(device, name: str = "auto"):
+def compute_dtype(device: torch.device, name: str = "auto") -> torch.dtype:
     """fp32 on CPUs (bf16 matmuls are ~100x slower on AVX2), bf16 on accelerators, unless a dtype is named."""
     import torch
 
@@ -66,14 +70,14 @@ def compute_dtype(device, name: str = "auto"):
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
-def device_memory_mb(device, *, peak: bool = False) -> float | None:
+def device_memory_mb(device: torch.device, *, peak: bool = False) -> float | None:
     """Memory allocated by torch on an XPU/CUDA device (its peak with peak=True); None on the CPU."""
     import torch
 
     backend = {"xpu": getattr(torch, "xpu", None), "cuda": torch.cuda}.get(device.type)
     if backend is None:
         return None
-    value = backend.max_memory_allocated(device) if peak else backend.memory_allocated(device)
+    value: int = backend.max_memory_allocated(device) if peak else backend.memory_allocated(device)
     return round(value / 2**20, 1)
 
 
@@ -85,7 +89,8 @@ def peak_rss_mb() -> float | None:
         try:
             import psutil
 
-            return round(psutil.Process().memory_info().peak_wset / 2**20, 1)
+            peak_wset: int = psutil.Process().memory_info().peak_wset  # Windows-only field
+            return round(peak_wset / 2**20, 1)
         except Exception:  # noqa: BLE001 - informative only
             return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

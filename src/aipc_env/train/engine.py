@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, ExitCode
@@ -18,12 +19,15 @@ from aipc_env.launch.hops import EnginePhase, run_worker
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
 from aipc_env.train.inputs import load_run_config
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _device_and_dtype(cfg: TrainConfig):
+def _device_and_dtype(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
     from aipc_env.train.devices import compute_dtype, require_device
 
     device = require_device(cfg.device)

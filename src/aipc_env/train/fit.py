@@ -9,8 +9,9 @@ import gc
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import VersionedModel, write_model
@@ -29,6 +30,12 @@ from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, 
 from aipc_env.train.learning import LearningVerdict, verdict_lines
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from aipc_env.train.cache import CacheEntry
 
 __all__ = ["FitSummary", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
 
@@ -54,7 +61,7 @@ def tiny_base_cache() -> Path:
     return cache_dir() / "builtin"
 
 
-def load_transformer(cfg: TrainConfig, device, dtype, log=print):
+def load_transformer(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: Callable[[str], object] = print) -> Any:
     """The NF4 transformer: a pre-quantized dir, quantized on load on a GPU/XPU, or (CPU) loaded then quantized
     layer by layer with bitsandbytes (diffusers' bitsandbytes loader refuses to run without a GPU)."""
     import torch
@@ -85,12 +92,13 @@ def load_transformer(cfg: TrainConfig, device, dtype, log=print):
     return model
 
 
-def collate(entries: list[dict], drop: list[bool], device, dtype):
+def collate(entries: list[CacheEntry], drop: list[bool], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """Stack cached entries into model inputs; prompts are padded with a mask; dropped captions use the
     empty-prompt embeddings (the cache keys qflux gets wrong)."""
     import torch
 
-    embeds, masks = [], []
+    embeds: list[torch.Tensor] = []
+    masks: list[torch.Tensor] = []
     for e, d in zip(entries, drop):
         pe = e["empty_prompt_embeds"] if d else e["prompt_embeds"]
         pm = e["empty_prompt_mask"] if d else e["prompt_mask"]
@@ -106,9 +114,11 @@ def collate(entries: list[dict], drop: list[bool], device, dtype):
     controls = torch.cat(
         [torch.stack([e["controls"][k].float() for e in entries]) for k in range(len(entries[0]["controls"]))], dim=1
     )
-    weights = None
+    weights: torch.Tensor | None = None
     if any(e.get("mask") is not None for e in entries):
-        weights = torch.stack([e["mask"].float() if e.get("mask") is not None else torch.zeros(target.shape[1]) for e in entries])
+        weights = torch.stack(
+            [tm.float() if (tm := e.get("mask")) is not None else torch.zeros(target.shape[1]) for e in entries]
+        )
     return {
         "target": target.to(device, dtype),
         "controls": controls.to(device, dtype),
@@ -123,7 +133,7 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
     """Sample indices of one micro-batch: a fixed permutation per epoch, a function of the micro-step only."""
     import torch
 
-    out = []
+    out: list[int] = []
     for pos in range(step_micro * batch, (step_micro + 1) * batch):
         epoch, i = divmod(pos, n)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
@@ -131,7 +141,9 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
     return out
 
 
-def _save_checkpoint(cfg: TrainConfig, step: int, model, opt, sched, smoothed: float | None) -> Path:
+def _save_checkpoint(
+    cfg: TrainConfig, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LRScheduler, smoothed: float | None
+) -> Path:
     assert cfg.model
     state = CheckpointState(
         step=step,
@@ -151,7 +163,7 @@ def _loaded_models() -> list[str]:
 
     import torch
 
-    names = set()
+    names: set[str] = set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         objects = gc.get_objects()
@@ -168,7 +180,7 @@ def _loaded_models() -> list[str]:
     return sorted(names)
 
 
-def _plot(rows: list[dict], out: Path) -> None:
+def _plot(rows: list[dict[str, Any]], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,7 +197,7 @@ def _plot(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def run_fit(cfg: TrainConfig, log=print) -> int:
+def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     import torch
     from accelerate import Accelerator
     from diffusers import QwenImageEditPipeline
@@ -225,7 +237,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     model.add_adapter(
         LoraConfig(
             r=cfg.lora.rank,
-            lora_alpha=cfg.lora.alpha,
+            lora_alpha=cfg.lora.alpha,  # type: ignore[arg-type]  # peft says int; a float alpha works (it scales by alpha / r)
             target_modules=cfg.lora.target_modules,
             init_lora_weights=cfg.lora.init if cfg.lora.init == "gaussian" else True,
         )
@@ -237,9 +249,10 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     for p in params:
         p.data = p.data.float()
     if cfg.optimizer.type == "adam8bit":
-        import bitsandbytes as bnb
+        from bitsandbytes.optim.adam import Adam8bit
 
-        opt = bnb.optim.Adam8bit(
+        # typed as torch's Optimizer: bitsandbytes leaves Optimizer8bit.step unannotated
+        opt: torch.optim.Optimizer = Adam8bit(
             params, lr=cfg.train.learning_rate, betas=cfg.optimizer.betas, weight_decay=cfg.optimizer.weight_decay
         )
     else:
@@ -252,7 +265,9 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
-    step, smoothed, rows = 0, None, []
+    step: int = 0
+    smoothed: float | None = None
+    rows: list[dict[str, Any]] = []
     resume = resume_dir(cfg)
     if resume is not None:
         state = restore_checkpoint(resume, model, opt, sched, device)
@@ -281,14 +296,15 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
             for k in range(accum):
                 micro = step * accum + k
                 idx = _positions(micro, bs, len(paths), cfg.train.seed)
-                entries = [read_entry(paths[i]) for i in idx]
-                if any(e is None for e in entries):
+                read = [read_entry(paths[i]) for i in idx]
+                entries = [e for e in read if e is not None]
+                if len(entries) != len(read):
                     raise AipcError(
                         "a cache entry became unreadable", path=cfg.resolved_cache_dir(), fix="run the cache phase again"
                     )
                 g = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + micro)
                 drop = [bool(torch.rand(1, generator=g) < cfg.data.caption_dropout_rate) for _ in entries]
-                batch = collate(entries, drop, device, dtype)  # type: ignore[arg-type]  # accelerate moves a batch dict; collate takes the device it names
+                batch = collate(entries, drop, device, dtype)
                 with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
                     loss = flow_matching_loss(model, batch, g, cfg.data.mask_weight)
                 accelerator.backward(loss / accum)
@@ -304,7 +320,7 @@ def run_fit(cfg: TrainConfig, log=print) -> int:
                 return ExitCode.PROBLEMS
             smoothed = total if smoothed is None else 0.9 * smoothed + 0.1 * total
             now = time.perf_counter()
-            row = {
+            row: dict[str, Any] = {
                 "step": step,
                 "loss": round(total, 6),
                 "smoothed_loss": round(smoothed, 6),

@@ -4,6 +4,7 @@ the engine's phases (config.py reads the file; this module checks what it names)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.core.fileio import check_writable
@@ -81,7 +82,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
             )
 
 
-def _check_heldout(cfg: TrainConfig, path: Path, must_exist) -> None:
+def _check_heldout(cfg: TrainConfig, path: Path, must_exist: Callable[[str | None, str, str], None]) -> None:
     """The held-out set exists, is not one of the training datasets, goes with a model folder, and every sample
     the judge phase would use has a control, a prompt and a target."""
     assert cfg.data and cfg.model

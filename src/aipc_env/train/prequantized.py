@@ -4,8 +4,12 @@ phase reads it; tools/quantize.py writes it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.errors import AipcError, InputError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["is_prequantized", "load_nf4_transformer"]
 
@@ -20,11 +24,11 @@ def is_prequantized(path: Path) -> bool:
     return isinstance(config, dict) and "quantization_config" in config
 
 
-def load_nf4_transformer(path: Path, device, compute_dtype):
+def load_nf4_transformer(path: Path, device: torch.device, compute_dtype: torch.dtype) -> Any:
     """Load a pre-quantized transformer folder. GPU/XPU: diffusers. CPU: rebuild each Linear4bit from the saved
     packed weights and quantization statistics (bitsandbytes' Params4bit.from_prequantized)."""
-    import bitsandbytes as bnb
     import torch
+    from bitsandbytes.nn.modules import Linear4bit, Params4bit
     from diffusers import QwenImageTransformer2DModel
     from safetensors.torch import load_file
 
@@ -44,7 +48,7 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise AipcError("no weights (*.safetensors) in the NF4 folder", path=path)
-    state: dict = {}
+    state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(str(f)))
     model = QwenImageTransformer2DModel.from_config(config)  # real buffers (rope tables); weights replaced below
@@ -54,7 +58,7 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
         parent_name, _, child = module_path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         old = getattr(parent, child)
-        layer = bnb.nn.Linear4bit(
+        layer = Linear4bit(
             old.in_features,
             old.out_features,
             bias=old.bias is not None,
@@ -64,7 +68,7 @@ def load_nf4_transformer(path: Path, device, compute_dtype):
         )
         prefix = module_path + ".weight."
         stats = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-        layer.weight = bnb.nn.Params4bit.from_prequantized(
+        layer.weight = Params4bit.from_prequantized(
             data=state[module_path + ".weight"], quantized_stats=stats, requires_grad=False, device=device
         )
         if old.bias is not None:

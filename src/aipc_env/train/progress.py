@@ -102,7 +102,7 @@ class Heartbeat:
     """A line every `every` seconds while a phase is silent (importing the training stack can take a minute on a
     busy machine); stopped by the phase's first line of its own."""
 
-    def __init__(self, say, label: str, every: float = 10.0) -> None:
+    def __init__(self, say: Callable[[str], None], label: str, every: float = 10.0) -> None:
         import threading
 
         self._say, self._label, self._every = say, label, every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -96,7 +96,7 @@ def machine_from_probe(probe: ProbeJson) -> Machine:
 
 @dataclass
 class Recommendation:
-    config: dict
+    config: dict[str, Any]
     selected: list[tuple[str, str]]
     """(§7 pattern, why) pairs."""
     notes: list[str]
@@ -157,7 +157,7 @@ def recommend(
         size = [384, 672]
     if size == [512, 768] and tier <= 32:
         notes.append("[512, 768] is tight on 32 GB")
-    model: dict = {"path": model_path or TODO_MODEL, "quantize": "nf4"}
+    model: dict[str, Any] = {"path": model_path or TODO_MODEL, "quantize": "nf4"}
     if tier <= 32:
         model["text_encoder_path"] = TODO_TE
         selected.append(
@@ -223,7 +223,7 @@ SMOKE_LEARNING_RATE = 1e-2
 """The built-in default's: what the tiny model learns its edit with."""
 
 
-def get_dotted(tree: dict, dotted: str) -> object:
+def get_dotted(tree: dict[str, Any], dotted: str) -> object:
     """tree["a"]["b"] for "a.b"; None where a part is missing."""
     node: object = tree
     for part in dotted.split("."):
@@ -233,7 +233,7 @@ def get_dotted(tree: dict, dotted: str) -> object:
     return node
 
 
-def set_dotted(tree: dict, dotted: str, value: object, *, remove: bool = False) -> None:
+def set_dotted(tree: dict[str, Any], dotted: str, value: object, *, remove: bool = False) -> None:
     """Set (or with `remove`, drop) tree["a"]["b"] for "a.b", creating missing parents."""
     *parents, leaf = dotted.split(".")
     node = tree
@@ -245,7 +245,7 @@ def set_dotted(tree: dict, dotted: str, value: object, *, remove: bool = False) 
         node[leaf] = value
 
 
-def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[str]]:
+def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any], list[str]]:
     """The recommended config changed only where the built-in tiny model must: the model and data (the tiny model,
     the built-in edit's samples, 64 px), the step counts and learning rate the tiny model learns the edit with (the
     run judges it on held-out samples), no workers, and the output folder. Optimizer, LoRA, gradient
@@ -274,7 +274,9 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict, list[st
     return cfg, sorted([*changed, *dropped])
 
 
-def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = True, cache_dir: str | None = None) -> dict:
+def qflux_config(
+    rec: Recommendation, *, dataset_path: str | None, plus: bool = True, cache_dir: str | None = None
+) -> dict[str, Any]:
     """The same recommendation in qwen-image-finetune's own layout, as its loader (after `aipc-env adapt`) reads it:
     the processor nested as {class_path, init_args}; NF4 as model.quantize_type (quantize: true is bnb's 8-bit
     path); every path given is filled (cache_dir defaults to <output_dir>/cache); a parquet folder in the dict
@@ -289,7 +291,7 @@ def qflux_config(rec: Recommendation, *, dataset_path: str | None, plus: bool = 
         cache_dir = TODO_CACHE if output_dir.startswith("TODO") else str(Path(output_dir) / "cache")
     device = "cpu" if cfg.get("device") == "cpu" else "xpu:0"
     path = TODO_MODEL_QFLUX if cfg["model"]["path"] == TODO_MODEL else cfg["model"]["path"]
-    model: dict = {
+    model: dict[str, Any] = {
         "pretrained_model_name_or_path": path,
         "quantize": False,
         "quantize_type": "nf4",
@@ -363,6 +365,6 @@ class RecommendReport(VersionedModel):
     schema_version: Literal[1] = 1
     engine: Literal["builtin", "qflux"]
     tier_gb: int
-    config: dict
+    config: dict[str, Any]
     selected: list[SelectedPattern]
     notes: list[str]

@@ -102,7 +102,7 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
     )
 
 
-def default_config(run_dir: Path) -> dict:
+def default_config(run_dir: Path) -> dict[str, Any]:
     """The built-in default: the tiny trained model learns a synthetic edit, judged on held-out samples; no download,
     any device."""
     return {

@@ -10,6 +10,7 @@ Imports torch: never import this module on the doctor's path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ __all__ = [
     "quantize_linear_layers_nf4",
 ]
 
-TINY_TRANSFORMER_CONFIG = dict(
+TINY_TRANSFORMER_CONFIG: dict[str, Any] = dict(
     patch_size=2,
     in_channels=64,
     out_channels=16,
@@ -38,7 +39,7 @@ TINY_TRANSFORMER_CONFIG = dict(
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
 
-def build_tiny_transformer(seed: int = 0, **overrides):
+def build_tiny_transformer(seed: int = 0, **overrides: Any) -> Any:
     """A QwenImageTransformer2DModel from a config (no download), deterministic for a seed."""
     from diffusers import QwenImageTransformer2DModel
 
@@ -57,7 +58,7 @@ def quantize_linear_layers_nf4(
     diffusers' loader refuses to run without a GPU; quantizing the layers directly works on every device
     bitsandbytes supports (CPU included). Returns the number of layers quantized.
     """
-    import bitsandbytes as bnb
+    from bitsandbytes.nn.modules import Linear4bit, Params4bit
 
     count = 0
     for name, module in list(model.named_modules()):
@@ -65,7 +66,7 @@ def quantize_linear_layers_nf4(
             full = f"{name}.{child_name}" if name else child_name
             if not isinstance(child, torch.nn.Linear) or any(full.startswith(s) for s in skip):
                 continue
-            q = bnb.nn.Linear4bit(
+            q = Linear4bit(
                 child.in_features,
                 child.out_features,
                 bias=child.bias is not None,
@@ -74,7 +75,7 @@ def quantize_linear_layers_nf4(
                 quant_storage=torch.uint8,
                 device="meta",
             )
-            q.weight = bnb.nn.Params4bit(
+            q.weight = Params4bit(
                 child.weight.data.to("cpu", torch.float32).contiguous(),
                 requires_grad=False,
                 quant_type="nf4",
@@ -88,7 +89,7 @@ def quantize_linear_layers_nf4(
     model.to(device)
     # what diffusers' bitsandbytes loader sets: without it peft wraps Linear4bit in its generic LoRA layer
     # instead of its bitsandbytes one (tests/test_quantize.py checks the layer class)
-    model.is_loaded_in_4bit = True
+    model.is_loaded_in_4bit = True  # type: ignore[assignment]  # diffusers' flag on an nn.Module, whose __setattr__ is typed for tensors and modules only
     for p in model.parameters():
         if p.dtype.is_floating_point and p.dtype != compute_dtype:
             p.data = p.data.to(compute_dtype)
@@ -110,10 +111,10 @@ class TinyBatch:
     """Packed control latents [B, N, 64]."""
     prompt_embeds: torch.Tensor
     prompt_mask: torch.Tensor | None
-    img_shapes: list
+    img_shapes: list[list[tuple[int, int, int]]]
     """[[(1, h, w), (1, h, w)]] * B: target then control."""
 
-    def to(self, device, dtype=None, **_kwargs) -> TinyBatch:
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None, **_kwargs: Any) -> TinyBatch:
         """Move (and cast) the tensors; accepts accelerate's send_to_device call (device only)."""
         return TinyBatch(
             self.target.to(device, dtype),
@@ -123,7 +124,7 @@ class TinyBatch:
             self.img_shapes,
         )
 
-    def inputs(self) -> dict:
+    def inputs(self) -> dict[str, Any]:
         """The batch as inputs of aipc_env.train.objective.flow_matching_loss."""
         return {
             "target": self.target,

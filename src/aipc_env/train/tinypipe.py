@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import atomic_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 __all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SCHEDULER_CONFIG", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 
@@ -61,7 +65,7 @@ def _system_prefix() -> str:
     )
 
 
-def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS):
+def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS) -> PreTrainedTokenizerFast:
     """Train byte-level BPEs of growing size until the system prefix is exactly `target_prefix_tokens` long."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -129,7 +133,7 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
 
     legacy = int(transformers.__version__.split(".")[0]) < 5
     """transformers 4.x (qwen-image-finetune pins 4.52.4): the fast tokenizer class, rope_scaling for mrope."""
-    Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer
+    Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer  # type: ignore[attr-defined]  # 4.x only (type-checked against 5.x)
 
     from aipc_env.train.compat import processor_without_video
     from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG
@@ -195,7 +199,8 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
     transformer = QwenImageTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
     cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
-    pipe = cls(
+    # to a type checker diffusers exports its dummy placeholder classes, which lack the pipelines' methods
+    pipe: Any = cls(
         scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor, transformer=transformer
     )
     out = Path(out)

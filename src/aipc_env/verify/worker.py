@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
@@ -29,6 +29,9 @@ from aipc_env.errors import ExitCode  # noqa: E402
 from aipc_env.launch.hops import VerifySteps, run_worker  # noqa: E402
 from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
+
+if TYPE_CHECKING:
+    from aipc_env.train.tiny import TinyBatch
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
 PROGRESS_SECONDS = 5.0
@@ -44,8 +47,24 @@ def say(line: str) -> None:
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+class StepContext(TypedDict):
+    """What every step reads: the device, the run's arguments, the dtypes to test, when progress was last said."""
+
+    device: torch.device
+    requested: str | None
+    bnb_min: str | None
+    steps: int
+    dtypes: NotRequired[list[str]]
+    said: NotRequired[float]
+
+
+class StepResult(TypedDict):
+    summary: str
+    metrics: dict[str, Any]
+
+
 class StepFailed(Exception):
-    def __init__(self, message: str, metrics: dict | None = None, hint: str | None = None):
+    def __init__(self, message: str, metrics: dict[str, Any] | None = None, hint: str | None = None):
         super().__init__(message)
         self.metrics = metrics or {}
         self.hint = hint
@@ -66,7 +85,7 @@ def sync(device: torch.device) -> None:
 # --------------------------------------------------------------------------- steps
 
 
-def step_device(ctx: dict) -> dict:
+def step_device(ctx: StepContext) -> StepResult:
     device: torch.device = ctx["device"]
     metrics = {"torch": torch.__version__, "torch_version_xpu": getattr(torch.version, "xpu", None), "device": str(device)}
     is_xpu_build = "+xpu" in torch.__version__
@@ -100,7 +119,7 @@ def step_device(ctx: dict) -> dict:
     return {"summary": f"{metrics.get('name')} ({device}), torch {torch.__version__}", "metrics": metrics}
 
 
-def step_bitsandbytes(ctx: dict) -> dict:
+def step_bitsandbytes(ctx: StepContext) -> StepResult:
     import bitsandbytes as bnb
     import bitsandbytes.cextension as cext
     from packaging.version import Version
@@ -144,11 +163,11 @@ def step_bitsandbytes(ctx: dict) -> dict:
     return {"summary": f"bitsandbytes {bnb.__version__}: {plan.describe()}{note}", "metrics": metrics}
 
 
-def _dtypes(ctx: dict) -> list[str]:
+def _dtypes(ctx: StepContext) -> list[str]:
     return ctx["dtypes"]
 
 
-def step_nf4_roundtrip(ctx: dict) -> dict:
+def step_nf4_roundtrip(ctx: StepContext) -> StepResult:
     import bitsandbytes.functional as F
 
     device = ctx["device"]
@@ -175,9 +194,9 @@ def step_nf4_roundtrip(ctx: dict) -> dict:
     }
 
 
-def step_linear4bit(ctx: dict) -> dict:
-    import bitsandbytes as bnb
+def step_linear4bit(ctx: StepContext) -> StepResult:
     import bitsandbytes.functional as F
+    from bitsandbytes.nn.modules import Linear4bit, Params4bit
 
     device = ctx["device"]
     g = torch.Generator().manual_seed(1)
@@ -187,11 +206,11 @@ def step_linear4bit(ctx: dict) -> dict:
     failures: list[str] = []
     for name in _dtypes(ctx):
         dt = DTYPES[name]
-        layer = bnb.nn.Linear4bit(512, 256, bias=True, compute_dtype=dt, quant_type="nf4", device="meta")
-        layer.weight = bnb.nn.Params4bit(weight.clone(), requires_grad=False, quant_type="nf4")
+        layer = Linear4bit(512, 256, bias=True, compute_dtype=dt, quant_type="nf4", device="meta")
+        layer.weight = Params4bit(weight.clone(), requires_grad=False, quant_type="nf4")
         layer.bias = torch.nn.Parameter(bias.to(dt), requires_grad=False)
         layer = layer.to(device)
-        if not isinstance(layer.weight, bnb.nn.Params4bit):
+        if not isinstance(layer.weight, Params4bit):
             raise StepFailed(f"{name}: Linear4bit.to({device}) lost its Params4bit weight", metrics)
         deq = F.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()
         x = (torch.randn(8, 512, generator=g)).to(device, dt).requires_grad_(True)
@@ -226,8 +245,8 @@ def step_linear4bit(ctx: dict) -> dict:
     }
 
 
-def step_adam8bit(ctx: dict) -> dict:
-    import bitsandbytes as bnb
+def step_adam8bit(ctx: StepContext) -> StepResult:
+    from bitsandbytes.optim.adam import Adam8bit
 
     device = ctx["device"]
     g = torch.Generator().manual_seed(2)
@@ -236,7 +255,7 @@ def step_adam8bit(ctx: dict) -> dict:
     p8 = [torch.nn.Parameter(p.clone()) for p in p0]
     p32 = [torch.nn.Parameter(p.clone()) for p in p0]
     lr = 0.0 if "frozen-optimizer" in INJECT else 1e-3
-    opt8 = bnb.optim.Adam8bit(p8, lr=lr)
+    opt8: torch.optim.Optimizer = Adam8bit(p8, lr=lr)  # torch's type: bitsandbytes leaves its step unannotated
     opt32 = torch.optim.Adam(p32, lr=1e-3)
     first = None
     t0 = time.perf_counter()
@@ -297,9 +316,9 @@ def step_adam8bit(ctx: dict) -> dict:
     }
 
 
-def _lora_output(transformer, batch) -> torch.Tensor:
+def _lora_output(transformer: torch.nn.Module, batch: TinyBatch) -> torch.Tensor:
     with torch.no_grad():
-        return transformer(
+        out: torch.Tensor = transformer(
             hidden_states=torch.cat([batch.target, batch.control], dim=1),
             encoder_hidden_states=batch.prompt_embeds,
             encoder_hidden_states_mask=None,
@@ -307,9 +326,10 @@ def _lora_output(transformer, batch) -> torch.Tensor:
             img_shapes=batch.img_shapes,
             return_dict=False,
         )[0]
+    return out
 
 
-def step_lora_roundtrip(ctx: dict) -> dict:
+def step_lora_roundtrip(ctx: StepContext) -> StepResult:
     from diffusers import QwenImageEditPipeline
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
@@ -362,10 +382,10 @@ def step_lora_roundtrip(ctx: dict) -> dict:
     }
 
 
-def step_tiny_qlora(ctx: dict) -> dict:
+def step_tiny_qlora(ctx: StepContext) -> StepResult:
     """The built-in edit learned on this device: the trained tiny base in NF4, a LoRA trained with Adam8bit on the
     edit's samples, then judged on held-out samples sampled as the pipeline samples (aipc_env.train.heldout)."""
-    import bitsandbytes as bnb
+    from bitsandbytes.optim.adam import Adam8bit
     from peft import LoraConfig
 
     from aipc_env.train.fit import tiny_base_cache
@@ -390,7 +410,7 @@ def step_tiny_qlora(ctx: dict) -> dict:
     for p in params:
         p.data = p.data.float()
     lr = 0.0 if "frozen-optimizer" in INJECT else 1e-2
-    opt = bnb.optim.Adam8bit(params, lr=lr)
+    opt: torch.optim.Optimizer = Adam8bit(params, lr=lr)  # torch's type: bitsandbytes leaves its step unannotated
     samples = [edit_sample(TRAIN_SEED + i) for i in range(TINY_RUN_SAMPLES)]
     g = torch.Generator()
     losses, times = [], []
@@ -478,10 +498,15 @@ def _run_steps(args: VerifySteps) -> int:
     import peft  # noqa: F401
 
     import_s = time.perf_counter() - T_START
-    ctx = {"device": pick_device(args.device), "requested": args.device, "bnb_min": args.bnb_min, "steps": args.steps}
+    ctx: StepContext = {
+        "device": pick_device(args.device),
+        "requested": args.device,
+        "bnb_min": args.bnb_min,
+        "steps": args.steps,
+    }
     sane, slowdown = bf16_is_sane(ctx["device"])
     ctx["dtypes"] = ["float32", "float16"] + (["bfloat16"] if sane else [])
-    result = {
+    result: dict[str, Any] = {
         "device": str(ctx["device"]),
         "import_seconds": round(import_s, 2),
         "dtypes": ctx["dtypes"],
