@@ -95,7 +95,7 @@ def _heldout_verdict(cfg: TrainConfig) -> LearningVerdict | None:
     from aipc_env.errors import AipcError
     from aipc_env.train.fit import FitSummary
 
-    path = Path(cfg.output_dir) / "fit_summary.json"
+    path = RunFolder(Path(cfg.output_dir)).fit_summary
     if not path.is_file():
         return None
     try:

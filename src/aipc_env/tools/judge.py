@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.core.formats import load_versioned, write_model
+from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.config import TrainConfig
 from aipc_env.train.learning import verdict_lines
@@ -28,7 +29,7 @@ def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
 
     assert cfg.data and cfg.model and cfg.data.heldout
     out = Path(cfg.output_dir)
-    summary_path, lora = out / "fit_summary.json", out / "lora"
+    summary_path, lora = RunFolder(out).fit_summary, RunFolder(out).lora_dir
     if not summary_path.is_file() or not lora.is_dir():
         raise AipcError("the fit phase left no LoRA to judge", path=out, fix="run the training again")
     summary = load_versioned(FitSummary, summary_path)

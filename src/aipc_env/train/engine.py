@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.core.runfolder import LORA_WEIGHTS
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.launch.hops import EnginePhase, run_worker
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
@@ -40,7 +40,7 @@ def check_reload(cfg: TrainConfig) -> None:
     from diffusers import QwenImageEditPipeline
     from safetensors.torch import load_file
 
-    lora_dir = Path(cfg.output_dir) / "lora"
+    lora_dir = RunFolder(Path(cfg.output_dir)).lora_dir
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     raw = load_file(str(lora_dir / LORA_WEIGHTS))
     alpha = (meta or {}).get("transformer.lora_alpha")

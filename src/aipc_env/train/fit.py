@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import VersionedModel, write_model
-from aipc_env.core.runfolder import LORA_WEIGHTS
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.checkpoint import (
     CheckpointState,
@@ -339,7 +339,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
             if step % cfg.train.checkpointing_steps == 0 and step < cfg.train.max_train_steps:
                 saved = _save_checkpoint(cfg, step, model, opt, sched, smoothed)
                 progress.note(f"fit: checkpoint {saved}")
-    lora_dir = out / "lora"
+    lora_dir = RunFolder(out).lora_dir
     QwenImageEditPipeline.save_lora_weights(
         lora_dir,
         transformer_lora_layers=get_peft_model_state_dict(model),
@@ -365,7 +365,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
         resumed_from=str(resume) if resume else None,
         heldout=verdict,
     )
-    write_model(out / "fit_summary.json", summary)
+    write_model(RunFolder(out).fit_summary, summary)
     if verdict is not None:
         for line in verdict_lines(verdict, "fit: "):
             log(line)
