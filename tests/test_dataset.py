@@ -95,6 +95,10 @@ def test_csv_paths_are_relative_to_the_csv(tmp_path):
     (root / "broken.csv").write_text('path_target,prompt\nmissing.png,"x"\n')
     v = validate_dataset(root / "broken.csv", (64, 64))
     assert not v.valid and any("does not exist" in i for i in v.issues)
+    # a row without a target: the cache phase would have nothing to learn (it stopped on an assertion)
+    (root / "no target.csv").write_text(f'path_target,path_control,prompt\n,control_images/s0.jpg,"{PROMPT}"\n')
+    v = validate_dataset(root / "no target.csv", (64, 64))
+    assert not v.valid and v.issues[0] == "no target.csv line 2: no target image (the result of the edit)"
 
 
 def test_parquet_dir(tmp_path):

@@ -76,6 +76,8 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
                 )
             else:
                 issues.append(f"{s.where}: empty prompt")
+        if s.target is None:
+            issues.append(f"{s.where}: no target image (the result of the edit)")
         if not s.controls:
             issues.append(f"{s.where}: no control image (the input of the edit)")
         counts.setdefault(len(s.controls), []).append(s.id)
