@@ -163,3 +163,14 @@ def test_an_env_name_from_a_file_stays_in_the_envs_folder(name, tmp_path):
     with pytest.raises(InputError, match="env name") as refused:
         default_env_prefix(name, source=tmp_path / "bundle-manifest.json")
     assert refused.value.key == "pair" and refused.value.path == str(tmp_path / "bundle-manifest.json")
+
+
+def test_env_builds_where_the_flag_says_else_in_place_else_in_the_data_folder(tmp_path):
+    from aipc_env.paths import data_dir
+    from aipc_env.trainenv.envs import prefix_to_build
+
+    built = _env(str(tmp_path / "built"), "state", "xpu-2.12")
+    assert prefix_to_build(tmp_path / "mine", built, "xpu-2.12") == (tmp_path / "mine").absolute()
+    assert prefix_to_build(None, built, "xpu-2.12") == tmp_path / "built"  # rebuilt in place
+    assert prefix_to_build(None, built, "xpu-2.13") == data_dir() / "envs" / "xpu-2.13"  # another pair: its own
+    assert prefix_to_build(None, None, "xpu-2.13") == data_dir() / "envs" / "xpu-2.13"

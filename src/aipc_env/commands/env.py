@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.paths import log_path
     from aipc_env.trainenv.build import EnvBuildReport, EnvRequest, build_env, check_env
     from aipc_env.trainenv.drift import EnvCheckReport
-    from aipc_env.trainenv.envs import EnvChoice, default_env_prefix, env_python
+    from aipc_env.trainenv.envs import EnvChoice, env_python, prefix_to_build
     from aipc_env.trainenv.record import read_env_record
     from aipc_env.trainenv.select import decide
     from aipc_env.trainenv.situation import situation_for
@@ -115,12 +115,7 @@ def run(args: argparse.Namespace) -> Result:
     choice = decide(situation_for("build", matrix, platform, pair_flag=args.pair, env=recorded), "build").pair
     pair = choice.pair
     assert pair is not None
-    if args.prefix:
-        prefix = Path(args.prefix).absolute()
-    elif recorded is not None and record is not None and record.pair == pair.id:
-        prefix = recorded.prefix
-    else:
-        prefix = default_env_prefix(pair.id)
+    prefix = prefix_to_build(args.prefix, recorded, pair.id)
     if args.check:
         lockfile = pylock_path(root / pair.id, platform)
         report = EnvCheckReport(

@@ -10,7 +10,7 @@ from typing import Literal
 
 from aipc_env.trainenv.record import EnvRecord
 
-__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "default_env_prefix", "env_python"]
+__all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "default_env_prefix", "env_python", "prefix_to_build"]
 
 EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
 SOURCE_WORDS: dict[str, str] = {
@@ -66,3 +66,13 @@ def default_env_prefix(name: str, *, source: Path | None = None) -> Path:
     except ValueError as exc:
         raise InputError(str(exc), path=source, key="pair", fix="pass --prefix, or use a bundle made by aipc-env") from None
     return data_dir() / "envs" / name
+
+
+def prefix_to_build(flag: Path | None, recorded: EnvChoice | None, pair: str) -> Path:
+    """Where `aipc-env env` builds a pair's env: --prefix; else the env it built before, when that one is for the
+    same pair (rebuilt in place); else <data dir>/envs/<pair>."""
+    if flag is not None:
+        return Path(flag).absolute()
+    if recorded is not None and recorded.record is not None and recorded.record.pair == pair:
+        return recorded.prefix
+    return default_env_prefix(pair)
