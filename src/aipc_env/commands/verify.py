@@ -41,64 +41,19 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
-    import datetime as _dt
+    from aipc_env.verify.report import render_verify
+    from aipc_env.verify.run import VerifyRequest, run_verify
 
-    from aipc_env.core.fileio import read_json
-    from aipc_env.core.formats import timestamp
-    from aipc_env.errors import AipcError
-    from aipc_env.facts.model import VerifyRecord
-    from aipc_env.launch.hops import VerifySteps
-    from aipc_env.launch.plan import Phase
-    from aipc_env.launch.service import Chosen, RunRequest, start_run
-    from aipc_env.paths import cache_dir
-    from aipc_env.trainenv.record import write_verify_record
-    from aipc_env.verify.report import VerifyReport, render_verify
-
-    run_dir = cache_dir() / "verify" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    result = run_dir / "result.json"
-
-    def phases(chosen: Chosen) -> list[Phase]:
-        pair = chosen.pair.pair
-        return [
-            Phase(
-                name="verify",
-                argv=VerifySteps(
-                    out=result, steps=args.steps, device=device_of(args), bnb_min=pair.bitsandbytes_min if pair else None
-                ).argv(chosen.python),
-            )
-        ]
-
-    request = RunRequest(
-        command="verify",
-        run_dir=run_dir,
-        log_file=run_dir / "verify.log",
-        phases=phases,
-        env_flag=args.env,
-        pair_flag=args.pair,
-        matrix_path=args.matrix,
-        device=device_of(args),
-        stdout=progress(args).stream,
-        say=progress(args).say,
-    )
-    outcome = start_run(request)
-    if not result.is_file():
-        raise AipcError(
-            f"the verification worker ended with exit code {outcome.exit_code} and wrote no result",
-            path=outcome.plan.log_file,
-            fix="read the log; check that torch imports in the training env",
-            exit_code=ExitCode.PROBLEMS,
-        )
-    raw = read_json(result, "verification result")
-    pair = outcome.pair.pair
-    report = VerifyReport(pair=pair.id if pair else None, env_prefix=str(outcome.env.prefix), **raw)
-    write_verify_record(
-        VerifyRecord(
-            when=timestamp(),
-            passed=report.passed,
-            device=report.device,
-            env_prefix=str(outcome.env.prefix),
-            summary=report.summary,
-            injected=report.inject,
+    channel = progress(args)
+    report = run_verify(
+        VerifyRequest(
+            steps=args.steps,
+            device=device_of(args),
+            env_flag=args.env,
+            pair_flag=args.pair,
+            matrix_path=args.matrix,
+            stdout=channel.stream,
+            say=channel.say,
         )
     )
     return Result(
