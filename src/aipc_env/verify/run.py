@@ -11,7 +11,7 @@ from typing import TextIO
 
 from aipc_env.verify.report import VerifyReport
 
-__all__ = ["VerifyRequest", "run_verify"]
+__all__ = ["VerifyRequest", "read_verify_result", "run_verify"]
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,27 @@ class VerifyRequest:
     say: Callable[[str], None] | None = None
 
 
-def run_verify(req: VerifyRequest) -> VerifyReport:
-    """Run the steps; the report (passed or not) is recorded for the doctor. A worker that wrote no result, or a
-    result that is not a verification result, is a named error."""
+def read_verify_result(path: Path, *, pair: str | None, env_prefix: str) -> VerifyReport:
+    """The worker's result.json as a report (a file another process wrote: read as hostile input)."""
     from pydantic import ValidationError
 
     from aipc_env.core.fileio import read_json
+    from aipc_env.errors import InputError, validation_message
+
+    raw = read_json(path, "verification result")
+    if not isinstance(raw, dict):
+        raise InputError("the verification result is not a JSON object", path=path, fix="read the run's log")
+    try:
+        return VerifyReport.model_validate({**raw, "pair": pair, "env_prefix": env_prefix})
+    except ValidationError as exc:
+        raise validation_message(exc, path, fix="read the run's log; the worker and this aipc-env may differ") from None
+
+
+def run_verify(req: VerifyRequest) -> VerifyReport:
+    """Run the steps; the report (passed or not) is recorded for the doctor. A worker that wrote no result, or a
+    result that is not a verification result, is a named error."""
     from aipc_env.core.formats import timestamp
-    from aipc_env.errors import AipcError, ExitCode, validation_message
+    from aipc_env.errors import AipcError, ExitCode
     from aipc_env.facts.model import VerifyRecord
     from aipc_env.launch.hops import VerifySteps
     from aipc_env.launch.plan import Phase
@@ -70,14 +83,8 @@ def run_verify(req: VerifyRequest) -> VerifyReport:
             fix="read the log; check that torch imports in the training env",
             exit_code=ExitCode.PROBLEMS,
         )
-    raw = read_json(result, "verification result")
     pair = outcome.pair.pair
-    try:
-        if not isinstance(raw, dict):
-            raise AipcError("the verification result is not a JSON object", path=result, exit_code=ExitCode.PROBLEMS)
-        report = VerifyReport.model_validate({**raw, "pair": pair.id if pair else None, "env_prefix": str(outcome.env.prefix)})
-    except ValidationError as exc:
-        raise validation_message(exc, result, fix="read the log; the worker and this aipc-env may differ") from None
+    report = read_verify_result(result, pair=pair.id if pair else None, env_prefix=str(outcome.env.prefix))
     write_verify_record(
         VerifyRecord(
             when=timestamp(),
