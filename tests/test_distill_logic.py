@@ -554,7 +554,7 @@ def test_quality_mode_on_the_builtin_tiny_model_is_refused(tmp_path):
 
 
 def test_the_accelerate_config_for_the_train_stage():
-    from aipc_env.commands.distill import accelerate_config_text
+    from aipc_env.train.run import accelerate_config_text
 
     one = yaml.safe_load(accelerate_config_text("cpu", 1, 29501))
     assert one["distributed_type"] == "NO" and one["num_processes"] == 1 and one["use_cpu"] is True

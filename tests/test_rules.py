@@ -210,7 +210,7 @@ def test_every_run_starts_through_the_run_service():
     assert starters["run_launcher"] == {"launch/service.py"}
     assert starters["write_launcher"] == {"launch/service.py"}
     assert starters["plan_run"] == {"launch/service.py"}
-    assert starters["start_run"] == {"commands/train.py", "verify/run.py", "commands/distill.py", "qflux/smoke.py"}
+    assert starters["start_run"] == {"commands/train.py", "verify/run.py", "distill/run.py", "qflux/smoke.py"}
 
 
 def test_ruff_is_clean():

@@ -15,7 +15,7 @@ from aipc_env.errors import ExitCode
 
 if TYPE_CHECKING:
     from aipc_env.distill.config import DistillConfig
-from aipc_env.train.run import accelerate_config_text
+    from aipc_env.distill.run import RunOptions
 
 __all__ = ["add_parser", "run"]
 
@@ -190,128 +190,53 @@ def run(args: argparse.Namespace) -> Result:
     return _launch(args, cfg, config_path, stages)
 
 
-def _export(args: argparse.Namespace, cfg: DistillConfig, config_path: Path) -> Result:
-    """Export and publish run in the training env (tensors; huggingface_hub), through the launcher."""
-    from aipc_env.distill.verdict import DistillRunResult
-    from aipc_env.launch.hops import DistillExport, DistillPublish
-    from aipc_env.launch.plan import Phase
-    from aipc_env.launch.service import Chosen, RunRequest, start_run
+def _options(args: argparse.Namespace) -> RunOptions:
+    from aipc_env.distill.run import RunOptions
 
-    config = Path(config_path)
-    spec = (
-        DistillExport(config=config, format=args.format or "comfyui", out=args.out, repo=args.repo)
-        if args.stage == "export"
-        else DistillPublish(
-            config=config,
-            repo=args.repo,
-            folder=getattr(args, "folder", None),
-            endpoint=getattr(args, "endpoint", None),
-            public=getattr(args, "public", False),
-        )
-    )
-
-    def phases(chosen: Chosen) -> list[Phase]:
-        return [Phase(name=args.stage, argv=spec.argv(chosen.python))]
-
-    outcome = start_run(
-        RunRequest(
-            command="distill",
-            run_dir=cfg.out,
-            log_file=cfg.out / "distill.log",
-            phases=phases,
-            env_flag=args.env,
-            pair_flag=args.pair,
-            matrix_path=args.matrix,
-            device=None,
-            dry_run=args.dry_run,
-            stdout=progress(args).stream,
-            say=progress(args).note,
-        )
-    )
-    rc = int(outcome.exit_code)
-    result = DistillRunResult(
-        exit_code=rc,
-        run_id="",
-        verdicts=[],
-        stages=[args.stage],
+    channel = progress(args)
+    return RunOptions(
+        env_flag=args.env,
+        pair_flag=args.pair,
+        matrix_path=args.matrix,
         dry_run=args.dry_run,
-        launcher=str(outcome.script),
-        log=outcome.plan.log_file,
+        inject=list(args.inject),
+        stdout=channel.stream,
+        say=channel.note,
     )
-    return Result(result, None, rc)
 
 
-def _free_port() -> int:
-    import socket
+def _export(args: argparse.Namespace, cfg: DistillConfig, config_path: Path) -> Result:
+    from aipc_env.distill.run import ExportRequest, run_export
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    request = ExportRequest(
+        stage=args.stage,
+        format=args.format or "comfyui",
+        out=args.out,
+        repo=args.repo,
+        folder=getattr(args, "folder", None),
+        endpoint=getattr(args, "endpoint", None),
+        public=getattr(args, "public", False),
+    )
+    result = run_export(cfg, config_path, request, _options(args))
+    return Result(result, None, result.exit_code)
 
 
 def _launch(args: argparse.Namespace, cfg: DistillConfig, config_path: Path, stages: list[str]) -> Result:
-    import uuid
+    from aipc_env.distill.run import run_stages
 
-    from aipc_env.distill.phases import ACCELERATE_CONFIG, worker_phases
-    from aipc_env.distill.verdict import DistillRunResult, read_verdict
-    from aipc_env.launch.plan import Phase
-    from aipc_env.launch.service import Chosen, RunRequest, start_run
-
-    run_id = uuid.uuid4().hex[:12]
-    out = cfg.out
-
-    def phases(chosen: Chosen) -> list[Phase]:
-        return worker_phases(
-            chosen.python, config_path, stages, run_id=run_id, inject=args.inject, accelerate_config=out / ACCELERATE_CONFIG
-        )
-
-    quiet = progress(args).stream
-    files = (
-        {ACCELERATE_CONFIG: accelerate_config_text(cfg.device, cfg.student.processes, _free_port())} if "train" in stages else {}
-    )
-    outcome = start_run(
-        RunRequest(
-            command="distill",
-            run_dir=out,
-            log_file=out / "distill.log",
-            phases=phases,
-            env_flag=args.env,
-            pair_flag=args.pair,
-            matrix_path=args.matrix,
-            device=cfg.device if cfg.device != "auto" else None,
-            dry_run=args.dry_run,
-            stdout=quiet,
-            say=progress(args).note,
-            files=files,
-        )
-    )
-    rc = int(outcome.exit_code)
-    verdicts = (
-        []
-        if args.dry_run
-        else [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
-    )
+    result = run_stages(cfg, config_path, stages, _options(args))
+    rc, out = result.exit_code, cfg.out
 
     def text() -> None:
-        if args.dry_run:
+        if result.dry_run:
             return  # the run service said what it would run
         if rc == ExitCode.OK:
-            plumbing = any(v.mode == "plumbing" for v in verdicts)
+            plumbing = any(v.mode == "plumbing" for v in result.verdicts)
             word = "ran without a failure (G3 as a plumbing check only)" if plumbing else "passed"
-            print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log {outcome.plan.log_file}")
+            print(f"aipc-env: distill {' -> '.join(stages)} {word}; verdicts in {out / 'verdicts'}; log {result.log}")
         elif rc != ExitCode.INTERRUPTED:
             print(
-                f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log {outcome.plan.log_file}",
-                file=sys.stderr,
+                f"aipc-env: distill stopped (exit code {rc}); verdicts in {out / 'verdicts'}; log {result.log}", file=sys.stderr
             )
 
-    result = DistillRunResult(
-        exit_code=rc,
-        run_id=run_id,
-        verdicts=verdicts,
-        stages=stages,
-        dry_run=args.dry_run,
-        launcher=str(outcome.script),
-        log=outcome.plan.log_file,
-    )
     return Result(result, text, rc)
