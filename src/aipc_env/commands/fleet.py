@@ -269,55 +269,23 @@ def _ansible(args: argparse.Namespace) -> Result:
 
 
 def _bundle(args: argparse.Namespace) -> Result:
-
-    from aipc_env.container.build import build_aipc_wheel
     from aipc_env.errors import InputError
-    from aipc_env.fleet.bundle import build_bundle
-    from aipc_env.fleet.winget import render_yaml, winget_configuration
-    from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta
-    from aipc_env.paths import cache_dir, log_path
+    from aipc_env.fleet.bundle_make import BundleRequest, make_bundle
 
     if args.platform is None:
         raise InputError("a bundle is for one platform", key="--platform", fix="pass --platform win-64 or linux-64")
     pair = _pair(args, args.platform)
-    lockfile = args.lock or pylock_path(lock_root(args) / pair.id, args.platform)
-    if not lockfile.is_file():
-        raise InputError(
-            f"no {args.platform} lock for {pair.id}",
-            path=lockfile,
-            fix=f"make it: nox -s lock -- --pair {pair.id} (or pass --lock PYLOCK)",
-        )
-    python = args.python or (read_meta(lockfile.parent).python if meta_path(lockfile.parent).is_file() else None)
-    if not python:
-        raise InputError(
-            "the target's Python is unknown (no lock-meta.json next to the lock)", key="--python", fix="pass --python X.Y"
-        )
-    sign_key = None  # read first: a bad key is refused before any work
-    if args.sign:
-        import os
-
-        from aipc_env.fleet.sign import read_secret_key
-
-        sign_key = read_secret_key(args.sign, os.environ.get("AIPC_ENV_SIGN_PASSWORD"))
-    log = log_path("bundle")
-    wheel_dir = cache_dir() / "bundle-build"
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    wheel = build_aipc_wheel(wheel_dir, log)
-    winget = render_yaml(winget_configuration(pair), pair) if args.platform == "win-64" else None
-    say = progress(args).say
-    manifest = build_bundle(
-        pair,
-        args.platform,
-        lockfile,
-        args.out,
-        python=python,
-        aipc_wheel=wheel,
-        sign_key=sign_key,
-        winget_yaml=winget,
-        cache=cache_dir() / "wheels",
-        find_links=args.find_links,
-        log=say,
+    request = BundleRequest(
+        pair=pair,
+        platform=args.platform,
+        out=args.out,
+        lock_root=lock_root(args),
+        lock=args.lock,
+        python=args.python,
+        sign=args.sign,
+        find_links=list(args.find_links),
     )
+    manifest = make_bundle(request, progress(args).say)
     return Result(
         manifest,
         lambda: print(
