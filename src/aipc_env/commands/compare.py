@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import JSON, Subparsers, output_folder, seed
-from aipc_env.commands.result import Result
+from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
 from aipc_env.train.learning import DEFAULT_MARGIN
 
@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> Result:
             device=cfg.device,
             max_samples=args.max_samples,
             margin=args.margin,
-        )
+        ),
+        log=progress(args).say,
     )
     failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not manifest.verdict.learned)
 

@@ -16,6 +16,7 @@ __all__ = [
     "DeviceProbe",
     "DiskInfo",
     "DriNode",
+    "EnvSource",
     "Facts",
     "GpuInfo",
     "KernelCache",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 FACTS_SCHEMA_VERSION: Final = 1
+
+
+EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
+"""Why a training env was chosen (trainenv.select's policy), in the facts and in the policy's EnvChoice."""
 
 
 class MachineIdentity(StrictModel):
@@ -157,7 +162,7 @@ class TrainingEnv(StrictModel):
     prefix: str
     python: str | None = None
     python_version: str | None = None
-    source: Literal["flag", "state", "used", "conda", "tool", "current"] = "current"
+    source: EnvSource = "current"
     """How the env was chosen (aipc_env.trainenv.select): --env, built by aipc-env, used by the last run,
     the active conda env, or the doctor's own interpreter."""
     pair: str | None = None

@@ -6,13 +6,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from aipc_env.facts.model import EnvSource
 from aipc_env.trainenv.record import EnvRecord
 
 __all__ = ["SOURCE_WORDS", "EnvChoice", "EnvSource", "default_env_prefix", "env_python", "prefix_to_build"]
 
-EnvSource = Literal["flag", "qflux", "state", "used", "conda", "tool", "current"]
 SOURCE_WORDS: dict[str, str] = {
     "flag": "given with --env",
     "qflux": "the clone's qflux env, built by aipc-env",
