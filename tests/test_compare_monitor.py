@@ -74,11 +74,12 @@ def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811
     again = run_cli(
         "compare",
         *("--config", str(config), "--lora", str(lora), "--test-set", str(test_set)),
-        *("--out", str(tmp_path / "as json"), "--num-inference-steps", "2", "--json"),
+        *("--out", str(tmp_path / "as json"), "--num-inference-steps", "2", "--max-samples", "1", "--json"),
         timeout=600,
     )
-    assert again.returncode == result.returncode, again.stderr[-3000:]
-    assert check_json_output("compare", again.stdout)["verdict"] == verdict  # the same noise: the same numbers
+    assert again.returncode in (0, 1), again.stderr[-3000:]
+    one = check_json_output("compare", again.stdout)["samples"]
+    assert one[0]["distance_to_target"] == s0["distance_to_target"]  # the same seed and noise: the same numbers
 
 
 def test_compare_bad_inputs(trained, tmp_path):
