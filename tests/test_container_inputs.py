@@ -289,3 +289,20 @@ def test_a_key_file_holding_the_pinned_key_and_another_is_refused(tmp_path, sign
         env=env,
     ).stdout
     assert [ln.split(":")[4][-16:] for ln in shown.splitlines() if ln.startswith("pub:")] == [fingerprint[-16:]]
+
+
+@pytest.mark.parametrize(
+    "data,labels",
+    [
+        ({"OCIv1": {"config": {"Labels": {"aipc.lock": "abc", "n": 1}}}}, {"aipc.lock": "abc", "n": "1"}),
+        ({"OCIv1": {"config": {"Labels": None}}}, {}),
+        ({"OCIv1": {"config": ["x"]}}, {}),
+        ({"OCIv1": "x"}, {}),
+        ([1, 2], {}),
+        (None, {}),
+    ],
+)
+def test_an_images_labels_are_read_from_any_shape_of_inspect_output(data, labels):
+    from aipc_env.container.engine import labels_of
+
+    assert labels_of(data) == labels

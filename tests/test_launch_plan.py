@@ -110,3 +110,14 @@ def test_accelerate_config_quotes_no():
     parsed = yaml.safe_load(text)
     assert parsed["distributed_type"] == "NO" and parsed["mixed_precision"] == "no"
     assert parsed["dynamo_backend"] == "no" and parsed["num_processes"] == 1 and parsed["use_cpu"] is False
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"plan"', "{", '{"schema_version": 9}'])
+def test_the_runner_names_a_plan_it_cannot_run(tmp_path, text):
+    """launch.json is read back by the runner inside the training env: a file that is not a plan of its version is
+    a one-line usage error, never a traceback."""
+    from aipc_env.launch import runner
+
+    plan = tmp_path / "launch.json"
+    plan.write_text(text, encoding="utf-8")
+    assert runner.main([str(plan)]) == ExitCode.USAGE

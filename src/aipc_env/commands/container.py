@@ -13,6 +13,7 @@ from aipc_env.commands.options import (
     MATRIX,
     PAIR,
     Subparsers,
+    add_find_links,
     lock_root,
     output_folder,
     python_minor,
@@ -101,14 +102,7 @@ def add_parser(sub: Subparsers) -> None:
         action="store_true",
         help="first bootstrap the Debian base from the distro mirror (no registry needed)",
     )
-    b.add_argument(
-        "--find-links",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="folders holding the lock's wheels (searched before their URLs)",
-    )
+    add_find_links(b)
     x = inner.add_parser(
         "run",
         parents=[JSON, PAIR, MATRIX],

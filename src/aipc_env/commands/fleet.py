@@ -14,6 +14,7 @@ from aipc_env.commands.options import (
     PAIR,
     PLATFORM,
     Subparsers,
+    add_find_links,
     lock_root,
     output_file,
     output_folder,
@@ -100,14 +101,7 @@ def add_parser(sub: Subparsers) -> None:
         "--python", type=python_minor, metavar="X.Y", help="the target's Python (default: the lock's, from lock-meta.json)"
     )
     b.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="a new, empty folder")
-    b.add_argument(
-        "--find-links",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="folders holding the lock's wheels (searched before their URLs)",
-    )
+    add_find_links(b)
     b.add_argument(
         "--sign",
         type=Path,
@@ -192,18 +186,9 @@ def _keygen(args: argparse.Namespace) -> Result:
 
 def _pair(args: argparse.Namespace, platform: Platform = "win-64") -> Pair:
     from aipc_env.matrix import load_matrix
-    from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import situation_for
+    from aipc_env.trainenv.situation import target_pair
 
-    situation = situation_for(
-        "target",
-        load_matrix(args.matrix),
-        platform,
-        pair_flag=getattr(args, "pair", None),
-    )
-    pair = decide(situation, "target").pair.pair
-    assert pair is not None  # a target always gets a pair (--pair or the newest)
-    return pair
+    return target_pair(load_matrix(args.matrix), platform, getattr(args, "pair", None))
 
 
 def _winget(args: argparse.Namespace) -> Result:

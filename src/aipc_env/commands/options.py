@@ -22,6 +22,7 @@ __all__ = [
     "PAIR",
     "PLATFORM",
     "Subparsers",
+    "add_find_links",
     "console_for",
     "device_of",
     "lock_root",
@@ -133,6 +134,18 @@ def _indexes() -> argparse.ArgumentParser:
     )
     p.add_argument("--pip-layer", type=Path, metavar="FILE", help="common pip requirements (default: environments/pip-layer.txt)")
     return p
+
+
+def add_find_links(p: argparse.ArgumentParser) -> None:
+    """--find-links DIR (repeatable): local folders of a lock's wheels (container build, fleet bundle)."""
+    p.add_argument(
+        "--find-links",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folders holding the lock's wheels (searched before their URLs)",
+    )
 
 
 JSON = _json()

@@ -117,7 +117,7 @@ def _report(outcome: RunOutcome, cfg: TrainConfig, config_path: Path, *, builtin
         builtin_default=builtin,
         dry_run=dry_run,
         exit_code=rc,
-        started=not dry_run and outcome.started,
+        started=ran,
         launcher=str(outcome.script),
         log=outcome.plan.log_file,
         env=RunEnv(prefix=str(outcome.env.prefix), python=str(outcome.env.python), source=outcome.env.source),

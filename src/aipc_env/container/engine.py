@@ -207,7 +207,11 @@ def image_labels(image: str) -> dict[str, str]:
         out = run_capture([buildah, "inspect", "--type", "image", image], timeout=60).stdout
     except ProbeFailed as exc:
         raise InputError(f"no image {image}: {exc}", fix="build it: aipc-env container build") from None
-    data = loads_json(out)
+    return labels_of(loads_json(out))
+
+
+def labels_of(data: object) -> dict[str, str]:
+    """The labels in `buildah inspect`'s output (another program's JSON: any other shape is no labels)."""
     oci = data.get("OCIv1") if isinstance(data, dict) else None
     config = oci.get("config") if isinstance(oci, dict) else None
     labels = config.get("Labels") if isinstance(config, dict) else None

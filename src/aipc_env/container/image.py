@@ -50,8 +50,7 @@ def image_lock(*, lock: Path | None, pair_flag: str | None, lock_root: Path, mat
     """The linux-64 lock of an image: --lock, else the lock of the pair the policy picks for another machine."""
     from aipc_env.lock.lockfile import pylock_path
     from aipc_env.matrix import load_matrix
-    from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import situation_for
+    from aipc_env.trainenv.situation import target_pair
 
     if lock is not None and pair_flag:
         raise InputError(
@@ -63,8 +62,7 @@ def image_lock(*, lock: Path | None, pair_flag: str | None, lock_root: Path, mat
         if not lock.is_file():
             raise InputError("lockfile not found", path=lock, key="--lock")
         return ImageLock(lock, "custom")
-    pair = decide(situation_for("target", load_matrix(matrix_path), "linux-64", pair_flag=pair_flag), "target").pair.pair
-    assert pair is not None  # a target always gets a pair (--pair or the newest)
+    pair = target_pair(load_matrix(matrix_path), "linux-64", pair_flag)
     path = pylock_path(lock_root / pair.id, "linux-64")
     if not path.is_file():
         raise InputError(
@@ -76,12 +74,9 @@ def image_lock(*, lock: Path | None, pair_flag: str | None, lock_root: Path, mat
 def default_image(*, pair_flag: str | None, matrix_path: Path | None) -> str:
     """The image `container run` runs without --image: the tag `container build` gives the policy's pair."""
     from aipc_env.matrix import load_matrix
-    from aipc_env.trainenv.select import decide
-    from aipc_env.trainenv.situation import situation_for
+    from aipc_env.trainenv.situation import target_pair
 
-    pair = decide(situation_for("target", load_matrix(matrix_path), "linux-64", pair_flag=pair_flag), "target").pair.pair
-    assert pair is not None
-    return image_tag(pair.id)
+    return image_tag(target_pair(load_matrix(matrix_path), "linux-64", pair_flag).id)
 
 
 def base_python(base: str) -> str:

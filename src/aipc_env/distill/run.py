@@ -9,10 +9,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.verdict import DistillRunResult
+from aipc_env.launch.plan import Phase
+
+if TYPE_CHECKING:
+    from aipc_env.launch.service import Chosen
 
 __all__ = ["ExportRequest", "RunOptions", "run_export", "run_stages"]
 
@@ -37,12 +41,50 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _run(
+    cfg: DistillConfig,
+    phases: Callable[[Chosen], list[Phase]],
+    opts: RunOptions,
+    *,
+    stages: list[str],
+    run_id: str,
+    device: str | None = None,
+    files: dict[str, str] | None = None,
+) -> DistillRunResult:
+    """One distill run through the run service; its result, without verdicts."""
+    from aipc_env.launch.service import RunRequest, start_run
+
+    outcome = start_run(
+        RunRequest(
+            command="distill",
+            run_dir=cfg.out,
+            log_file=cfg.out / "distill.log",
+            phases=phases,
+            env_flag=opts.env_flag,
+            pair_flag=opts.pair_flag,
+            matrix_path=opts.matrix_path,
+            device=device,
+            dry_run=opts.dry_run,
+            stdout=opts.stdout,
+            say=opts.say,
+            files=files or {},
+        )
+    )
+    return DistillRunResult(
+        exit_code=int(outcome.exit_code),
+        run_id=run_id,
+        verdicts=[],
+        stages=stages,
+        dry_run=opts.dry_run,
+        launcher=str(outcome.script),
+        log=outcome.plan.log_file,
+    )
+
+
 def run_stages(cfg: DistillConfig, config_path: Path, stages: list[str], opts: RunOptions) -> DistillRunResult:
     """The stages in order (the runner stops at the first that fails); the verdicts are this run's only."""
     from aipc_env.distill.phases import ACCELERATE_CONFIG, worker_phases
     from aipc_env.distill.verdict import read_verdict
-    from aipc_env.launch.plan import Phase
-    from aipc_env.launch.service import Chosen, RunRequest, start_run
     from aipc_env.train.run import accelerate_config_text
 
     run_id = uuid.uuid4().hex[:12]
@@ -56,36 +98,11 @@ def run_stages(cfg: DistillConfig, config_path: Path, stages: list[str], opts: R
     files = (
         {ACCELERATE_CONFIG: accelerate_config_text(cfg.device, cfg.student.processes, _free_port())} if "train" in stages else {}
     )
-    outcome = start_run(
-        RunRequest(
-            command="distill",
-            run_dir=out,
-            log_file=out / "distill.log",
-            phases=phases,
-            env_flag=opts.env_flag,
-            pair_flag=opts.pair_flag,
-            matrix_path=opts.matrix_path,
-            device=cfg.device if cfg.device != "auto" else None,
-            dry_run=opts.dry_run,
-            stdout=opts.stdout,
-            say=opts.say,
-            files=files,
-        )
-    )
-    verdicts = (
-        []
-        if opts.dry_run
-        else [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
-    )
-    return DistillRunResult(
-        exit_code=int(outcome.exit_code),
-        run_id=run_id,
-        verdicts=verdicts,
-        stages=stages,
-        dry_run=opts.dry_run,
-        launcher=str(outcome.script),
-        log=outcome.plan.log_file,
-    )
+    device = cfg.device if cfg.device != "auto" else None
+    result = _run(cfg, phases, opts, stages=stages, run_id=run_id, device=device, files=files)
+    if not opts.dry_run:
+        result.verdicts = [v for s in stages if s != "report" and (v := read_verdict(out, s)) is not None and v.run_id == run_id]
+    return result
 
 
 @dataclass(frozen=True)
@@ -103,8 +120,6 @@ class ExportRequest:
 def run_export(cfg: DistillConfig, config_path: Path, req: ExportRequest, opts: RunOptions) -> DistillRunResult:
     """Export or publish in the training env (tensors; huggingface_hub), through the launcher."""
     from aipc_env.launch.hops import DistillExport, DistillPublish, WorkerArgs
-    from aipc_env.launch.plan import Phase
-    from aipc_env.launch.service import Chosen, RunRequest, start_run
 
     config = Path(config_path)
     spec: WorkerArgs
@@ -117,27 +132,4 @@ def run_export(cfg: DistillConfig, config_path: Path, req: ExportRequest, opts: 
     def phases(chosen: Chosen) -> list[Phase]:
         return [Phase(name=req.stage, argv=spec.argv(chosen.python))]
 
-    outcome = start_run(
-        RunRequest(
-            command="distill",
-            run_dir=cfg.out,
-            log_file=cfg.out / "distill.log",
-            phases=phases,
-            env_flag=opts.env_flag,
-            pair_flag=opts.pair_flag,
-            matrix_path=opts.matrix_path,
-            device=None,
-            dry_run=opts.dry_run,
-            stdout=opts.stdout,
-            say=opts.say,
-        )
-    )
-    return DistillRunResult(
-        exit_code=int(outcome.exit_code),
-        run_id="",
-        verdicts=[],
-        stages=[req.stage],
-        dry_run=opts.dry_run,
-        launcher=str(outcome.script),
-        log=outcome.plan.log_file,
-    )
+    return _run(cfg, phases, opts, stages=[req.stage], run_id="")

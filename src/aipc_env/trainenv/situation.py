@@ -14,11 +14,11 @@ from aipc_env.core.specs import parse_version
 from aipc_env.errors import AipcError
 from aipc_env.facts.gather import EnvSeen, GatherOptions, gather_facts, inspect_env, installed_toolkits, toolchain_facts
 from aipc_env.facts.model import Facts
-from aipc_env.matrix import Matrix
+from aipc_env.matrix import Matrix, Pair
 from aipc_env.matrix.resolve import Resolution
 from aipc_env.trainenv.envs import EnvChoice, env_python
 from aipc_env.trainenv.record import read_env_record, read_used_env, read_verify_record
-from aipc_env.trainenv.select import EnvCandidates, Purpose, Situation, choose_env
+from aipc_env.trainenv.select import EnvCandidates, Purpose, Situation, choose_env, decide
 
 __all__ = [
     "env_candidates",
@@ -26,6 +26,7 @@ __all__ = [
     "offered_torch_versions",
     "situation_for",
     "situation_from_facts",
+    "target_pair",
     "the_env",
 ]
 
@@ -149,6 +150,13 @@ def situation_for(
         qflux_clone=qflux_clone if purpose == "run" else None,
         torch_importable=can_import_torch(),
     )
+
+
+def target_pair(matrix: Matrix, platform: Platform, pair_flag: str | None) -> Pair:
+    """The pair for another machine (an image, a fleet's PCs) by the policy: --pair, else the newest supported."""
+    pair = decide(situation_for("target", matrix, platform, pair_flag=pair_flag), "target").pair.pair
+    assert pair is not None  # a target always gets a pair
+    return pair
 
 
 def situation_from_facts(
