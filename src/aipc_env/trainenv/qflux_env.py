@@ -5,16 +5,11 @@ the smoke run."""
 
 from __future__ import annotations
 
-import hashlib
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from aipc_env.errors import AipcError, ExitCode
 from aipc_env.matrix import Pair
-from aipc_env.trainenv.envs import env_python
 from aipc_env.trainenv.record import EnvRecord
-from aipc_env.trainenv.torch_source import torch_source_fix, uv_environment
 
 __all__ = ["ensure_qflux_env", "qflux_requirements", "record_path"]
 
@@ -48,55 +43,35 @@ def ensure_qflux_env(
 ) -> tuple[Path, EnvRecord]:
     """The qflux env (its prefix and record), built when its requirements changed. The record names the pair only
     when the env holds the pair's XPU torch (a CPU build is no XPU env: nothing to activate)."""
-    import os
-
-    from aipc_env.core.fileio import atomic_write_text
     from aipc_env.core.formats import load_versioned, timestamp, write_model
     from aipc_env.core.platforms import current_platform
-    from aipc_env.core.procs import run_logged
-    from aipc_env.lock.tools import find_uv
     from aipc_env.paths import cache_dir
-    from aipc_env.trainenv.torch_source import detect
+    from aipc_env.trainenv.torch_source import detect, local_wheel_folder
+    from aipc_env.trainenv.uvenv import StampedVenv, build_stamped_venv, digest_of, stamp_matches
 
     source = detect(pair.newest_torch)
-    wheels = os.environ.get("AIPC_ENV_TORCH_WHEELS")
-    torchvision = not wheels or any(Path(wheels).glob("torchvision-*.whl"))
+    wheels = local_wheel_folder()
+    torchvision = wheels is None or any(wheels.glob("torchvision-*.whl"))
     text = qflux_requirements(clone, pair, source.requirement, torchvision=torchvision)
-    digest = hashlib.sha256((text + " ".join(source.args) + sys.version).encode()).hexdigest()[:16]
-    prefix = (root or cache_dir() / "qflux-envs") / digest
-    python = env_python(prefix)
-    if (prefix / STAMP).is_file() and python.is_file() and record_path(prefix).is_file():
+    digest = digest_of([text, " ".join(source.args)])
+    prefix = (root or cache_dir() / "qflux-envs") / digest[:16]
+    if stamp_matches(prefix, STAMP, digest) and record_path(prefix).is_file():
         return prefix, load_versioned(EnvRecord, record_path(prefix))
-    prefix.mkdir(parents=True, exist_ok=True)
-    req = prefix / "requirements-qflux.txt"
-    atomic_write_text(req, text)
-    uv = find_uv()
-    logfile = prefix / "build.log"
     count = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("#", "-")))
     log(f"qflux env: building {prefix} for {pair.id} ({source.describe()})")
-    log(
-        f"qflux env: installing {count} requirements with uv (about 2 GB and a few minutes the first time; progress in {logfile})"
+    python = build_stamped_venv(
+        StampedVenv(
+            label="qflux env",
+            prefix=prefix,
+            stamp=STAMP,
+            digest=digest,
+            requirements_name="requirements-qflux.txt",
+            requirements=text,
+            install_args=source.args,
+            describe=f"{count} requirements (about 2 GB and a few minutes the first time)",
+        ),
+        log,
     )
-    fix = torch_source_fix(logfile)
-    try:
-        run_logged(
-            [uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)],
-            logfile,
-            echo=False,
-            fix=fix,
-            env=uv_environment(),
-        )
-        run_logged(
-            [uv, "pip", "install", "--python", str(python), "-r", str(req), *source.args],
-            logfile,
-            echo=False,
-            fix=fix,
-            env=uv_environment(),
-        )
-    except AipcError as exc:
-        raise AipcError(
-            f"the qflux env could not be built: {exc.message}", path=req, exit_code=ExitCode.PROBLEMS, fix=exc.fix
-        ) from None
     record = EnvRecord(
         prefix=str(prefix),
         python=str(python),
@@ -104,7 +79,5 @@ def ensure_qflux_env(
         platform=current_platform(),
         built_at=timestamp(),
     )
-    write_model(record_path(prefix), record)
-    atomic_write_text(prefix / STAMP, digest)
-    log(f"qflux env: ready ({python})")
+    write_model(record_path(prefix), record)  # after the stamp: a record missing beside a stamp is written again
     return prefix, record

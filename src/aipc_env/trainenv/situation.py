@@ -97,13 +97,13 @@ def offered_torch_versions(environ: dict[str, str] | None = None) -> list[str]:
     """The torch versions of the wheels in AIPC_ENV_TORCH_WHEELS (newest first); [] without a folder."""
     from packaging.version import InvalidVersion, Version
 
-    from aipc_env.trainenv.torch_source import ENV_VARS
+    from aipc_env.trainenv.torch_source import local_wheel_folder
 
-    folder = (os.environ if environ is None else environ).get(ENV_VARS["wheels"])
-    if not folder or not Path(folder).is_dir():
+    folder = local_wheel_folder(environ)
+    if folder is None or not folder.is_dir():
         return []
     versions = set()
-    for wheel in Path(folder).glob("torch-*.whl"):
+    for wheel in folder.glob("torch-*.whl"):
         try:
             versions.add(parse_version(wheel.name.split("-")[1]).base_version)
         except (IndexError, InvalidVersion):

@@ -5,15 +5,12 @@ imports torch; runs import this aipc-env from its folder (PYTHONPATH), so the en
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from aipc_env.core.specs import parse_requirement
-from aipc_env.errors import AipcError, ExitCode
-from aipc_env.trainenv.envs import env_python
+from aipc_env.errors import AipcError
 
 __all__ = ["STAMP", "can_import_torch", "ensure_tool_env", "tool_env_prefix", "train_requirements"]
 
@@ -52,11 +49,9 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
     and this Python. Progress lines go to `log`, the installer's own output to <prefix>/build.log."""
     from importlib.metadata import PackageNotFoundError, requires
 
-    from aipc_env.core.fileio import atomic_write_text
-    from aipc_env.core.procs import run_logged
-    from aipc_env.lock.tools import find_uv
     from aipc_env.paths import environments_dir
-    from aipc_env.trainenv.torch_source import detect, pinned_torch, torch_source_fix, uv_environment
+    from aipc_env.trainenv.torch_source import detect, pinned_torch
+    from aipc_env.trainenv.uvenv import StampedVenv, build_stamped_venv, digest_of, stamp_matches
 
     prefix = prefix or tool_env_prefix()
     constraints = environments_dir() / "constraints-dev.txt"
@@ -68,43 +63,21 @@ def ensure_tool_env(log: Callable[[str], None] = print, prefix: Path | None = No
             fix="install it (pipx install aipc-env, or pip install -e . in a checkout), or pass --env PREFIX",
         ) from None
     source = detect(pinned_torch(constraints))
-    digest = hashlib.sha256(
-        "\n".join([*reqs, source.describe(), constraints.read_text(encoding="utf-8"), sys.version]).encode()
-    ).hexdigest()
-    python = env_python(prefix)
-    stamp = prefix / STAMP
-    if python.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == digest:
-        return prefix
-    prefix.mkdir(parents=True, exist_ok=True)
-    stamp.unlink(missing_ok=True)  # a build interrupted from here on is redone by the next run
-    req_file = prefix / "requirements-train.txt"
-    atomic_write_text(req_file, "\n".join([source.requirement, *reqs]) + "\n")
-    logfile = prefix / "build.log"
-    log(f"training env: building {prefix} ({source.describe()})")
-    log(
-        f"training env: installing torch and {len(reqs)} libraries with uv (about 400 MB to download and 1.4 GB on "
-        f"disk the first time; also logged to {logfile})"
-    )
-    uv, fix = find_uv(), torch_source_fix(logfile)
-    try:
-        run_logged(
-            [uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(prefix)],
-            logfile,
-            echo=False,
-            fix=fix,
-            env=uv_environment(),
-        )
-        run_logged(
-            [uv, "pip", "install", "--python", str(python), "-r", str(req_file), "-c", str(constraints), *source.args],
-            logfile,
+    digest = digest_of([*reqs, source.describe(), constraints.read_text(encoding="utf-8")])
+    if not stamp_matches(prefix, STAMP, digest):
+        log(f"training env: building {prefix} ({source.describe()})")
+    build_stamped_venv(
+        StampedVenv(
+            label="training env",
+            prefix=prefix,
+            stamp=STAMP,
+            digest=digest,
+            requirements_name="requirements-train.txt",
+            requirements="\n".join([source.requirement, *reqs]) + "\n",
+            install_args=("-c", str(constraints), *source.args),
+            describe=f"torch and {len(reqs)} libraries (about 400 MB to download and 1.4 GB on disk the first time)",
             echo=True,
-            fix=fix,
-            env=uv_environment(),
-        )  # uv's progress on stderr
-    except AipcError as exc:
-        raise AipcError(
-            f"the training env could not be built: {exc.message}", path=prefix, exit_code=ExitCode.PROBLEMS, fix=exc.fix
-        ) from None
-    atomic_write_text(stamp, digest)
-    log(f"training env: ready ({python})")
+        ),
+        log,
+    )
     return prefix

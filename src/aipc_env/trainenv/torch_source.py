@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,7 @@ __all__ = [
     "UV_TLS",
     "TorchSource",
     "detect",
+    "local_wheel_folder",
     "pinned_torch",
     "plan_torch_install",
     "take_options",
@@ -94,8 +96,15 @@ def detect(version: str, environ: dict[str, str] | None = None) -> TorchSource:
         intel_gpu=has_intel_gpu(),
         build=env.get(ENV_VARS["build"]),
         index=env.get(ENV_VARS["index"]) or None,
-        wheels=env.get(ENV_VARS["wheels"]) or None,
+        wheels=str(local_wheel_folder(env) or "") or None,
     )
+
+
+def local_wheel_folder(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The local torch wheel folder the environment names (AIPC_ENV_TORCH_WHEELS), or None."""
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_VARS["wheels"])
+    return Path(value) if value else None
 
 
 def take_options(posargs: list[str]) -> tuple[dict[str, str], list[str]]:
