@@ -554,7 +554,7 @@ def test_quality_mode_on_the_builtin_tiny_model_is_refused(tmp_path):
 
 
 def test_the_accelerate_config_for_the_train_stage():
-    from aipc_env.train.run import accelerate_config_text
+    from aipc_env.launch.accelerate import accelerate_config_text
 
     one = yaml.safe_load(accelerate_config_text("cpu", 1, 29501))
     assert one["distributed_type"] == "NO" and one["num_processes"] == 1 and one["use_cpu"] is True
@@ -565,7 +565,10 @@ def test_the_accelerate_config_for_the_train_stage():
 
 
 def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path):
-    from aipc_env.distill.phases import ALL, worker_phases
+    from aipc_env.distill.phases import worker_phases
+    from aipc_env.distill.verdict import STAGES
+
+    ALL = list(STAGES)
 
     assert ALL == ["g0", "g2", "trajectories", "train", "g3"]
     phases = worker_phases(
@@ -1556,3 +1559,24 @@ def test_the_worker_refuses_an_unknown_stage_by_name_before_loading_anything():
 
     with pytest.raises(InputError, match="unknown distill stage 'g1'"):
         run_stage(None, "g1", frozenset())
+
+
+def test_every_injectable_fault_is_planted_somewhere_and_offered_by_the_command() -> None:
+    """One table of faults (distill.verdict.INJECTABLE): the command offers exactly it, and each fault is read by the
+    stage code that plants it (a fault nobody plants would prove nothing)."""
+    import argparse
+
+    from aipc_env.commands import distill as command
+    from aipc_env.distill.verdict import INJECTABLE, STAGES
+
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["distill"]  # type: ignore[union-attr]
+    stage = sub._subparsers._group_actions[0].choices["all"]  # type: ignore[union-attr]
+    inject = next(a for a in stage._actions if a.dest == "inject")
+    assert list(inject.choices) == list(INJECTABLE)
+    assert set(INJECTABLE.values()) <= set(STAGES)
+    src = Path(command.__file__).parents[1] / "distill"
+    planted = "".join(p.read_text(encoding="utf-8") for p in src.glob("*.py") if p.name != "verdict.py")
+    for fault in INJECTABLE:
+        assert f'"{fault}" in inject' in planted or f'"{fault}" not in inject' in planted, fault

@@ -9,9 +9,9 @@ from aipc_env import __version__
 from aipc_env.errors import ExitCode
 from aipc_env.facts import load_facts
 from aipc_env.facts.model import MsvcInfo, OneApiInfo, OneApiInstall
+from aipc_env.launch.accelerate import accelerate_config_text
 from aipc_env.launch.plan import LaunchPlan, Phase, base_env, choose_oneapi, choose_vcvars
 from aipc_env.launch.render import render_env_bat, render_env_sh, render_launcher, template_text
-from aipc_env.train.run import accelerate_config_text
 from tests.conftest import MACHINES
 
 NASTY = r"C:\Users\Zoë & Co (x86)\100% !bang! ^caret"

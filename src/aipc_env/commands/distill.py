@@ -30,6 +30,8 @@ GATES = {
 
 
 def add_parser(sub: Subparsers) -> None:
+    from aipc_env.distill.verdict import INJECTABLE
+
     p = sub.add_parser(
         "distill",
         help="Qwen-Image-2.1-Turbo 4-step LoRA distillation as gated stages",
@@ -50,9 +52,10 @@ def add_parser(sub: Subparsers) -> None:
         action="append",
         default=[],
         metavar="FAULT",
-        choices=["grad-embeddings", "rgba", "no-lora-metadata", "wrong-sigmas", "parity-ulp"],
-        help="plant a fault to prove a gate catches it (grad-embeddings, rgba, no-lora-metadata: "
-        "G0; wrong-sigmas, parity-ulp: G2)",
+        choices=list(INJECTABLE),
+        help="plant a fault to prove a gate catches it ("
+        + "; ".join(f"{fault}: {gate.upper()}" for fault, gate in INJECTABLE.items())
+        + ")",
     )
     init = stages.add_parser(
         "init",
@@ -184,9 +187,9 @@ def run(args: argparse.Namespace) -> Result:
 
             check_repo_name(args.repo)  # refused here, before an env is chosen or a launcher written
         return _export(args, cfg, config_path)
-    from aipc_env.distill.phases import ALL
+    from aipc_env.distill.verdict import STAGES
 
-    stages = ALL + ["report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
+    stages = [*STAGES, "report"] if args.stage == "all" else [args.gate if args.stage == "gate" else args.stage]
     return _launch(args, cfg, config_path, stages)
 
 

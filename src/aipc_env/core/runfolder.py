@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ACCELERATE_CONFIG", "LORA_WEIGHTS", "RunFolder"]
+__all__ = ["ACCELERATE_CONFIG", "DISTILL_ACCELERATE_CONFIG", "LORA_WEIGHTS", "RunFolder"]
 
 LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
 """diffusers' own LoRA weight file name (`save_lora_weights` writes it, `load_lora_weights` needs it named offline)."""
 ACCELERATE_CONFIG = "accelerate_config.yaml"
-"""The accelerate config a run's launcher passes to `accelerate launch`."""
+"""The accelerate config a training run's launcher passes to `accelerate launch`."""
+DISTILL_ACCELERATE_CONFIG = "accelerate_distill.yaml"
+"""The accelerate config of a distillation run's student stage (its own name: a distillation's output folder may
+also hold a training run's files)."""
 
 
 @dataclass(frozen=True)

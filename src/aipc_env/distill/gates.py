@@ -35,9 +35,7 @@ from aipc_env.errors import AipcError, InputError
 if TYPE_CHECKING:
     import PIL.Image
 
-__all__ = ["INJECTABLE", "CheckList", "gate_g0", "gate_g2", "gate_g3"]
-
-INJECTABLE = {"grad-embeddings": "g0", "rgba": "g0", "no-lora-metadata": "g0", "wrong-sigmas": "g2"}
+__all__ = ["CheckList", "gate_g0", "gate_g2", "gate_g3"]
 
 
 class CheckList:

@@ -8,12 +8,7 @@ from pathlib import Path
 from aipc_env.launch.hops import DistillStages
 from aipc_env.launch.plan import Phase
 
-__all__ = ["ACCELERATE_CONFIG", "ALL", "worker_phases"]
-
-ALL = ["g0", "g2", "trajectories", "train", "g3"]
-"""The order of the image21-turbo-trajectories project: G0 -> G2 -> trajectories -> train -> G3."""
-ACCELERATE_CONFIG = "accelerate_distill.yaml"
-"""The accelerate config of a distillation run folder (the train stage's processes and port)."""
+__all__ = ["worker_phases"]
 
 
 def worker_phases(

@@ -83,9 +83,10 @@ def _run(
 
 def run_stages(cfg: DistillConfig, config_path: Path, stages: list[str], opts: RunOptions) -> DistillRunResult:
     """The stages in order (the runner stops at the first that fails); the verdicts are this run's only."""
-    from aipc_env.distill.phases import ACCELERATE_CONFIG, worker_phases
+    from aipc_env.core.runfolder import DISTILL_ACCELERATE_CONFIG as ACCELERATE_CONFIG
+    from aipc_env.distill.phases import worker_phases
     from aipc_env.distill.verdict import read_verdict
-    from aipc_env.train.run import accelerate_config_text
+    from aipc_env.launch.accelerate import accelerate_config_text
 
     run_id = uuid.uuid4().hex[:12]
     out = cfg.out

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeGuard
+from typing import Any, ClassVar, Literal, TypeGuard, get_args
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -12,6 +12,7 @@ from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned, write_model
 
 __all__ = [
+    "INJECTABLE",
     "PLUMBING_TITLE",
     "STAGES",
     "STAGE_TITLES",
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 Stage = Literal["g0", "g2", "trajectories", "train", "g3"]
-STAGES: tuple[str, ...] = ("g0", "g2", "trajectories", "train", "g3")
+STAGES: tuple[str, ...] = get_args(Stage)
 """The order of `distill all`, the recorded project's: G0 -> G2 -> trajectories -> train -> G3. A stage's verdict counts only
 while every stage before it has a current passing one."""
 
@@ -38,6 +39,16 @@ while every stage before it has a current passing one."""
 def is_stage(name: str) -> TypeGuard[Stage]:
     """A stage whose verdict is written (not `report`)."""
     return name in STAGES
+
+
+INJECTABLE: dict[str, Stage] = {
+    "grad-embeddings": "g0",
+    "rgba": "g0",
+    "no-lora-metadata": "g0",
+    "wrong-sigmas": "g2",
+    "parity-ulp": "g2",
+}
+"""The faults `distill --inject` plants to prove a gate catches them, and the gate that must."""
 
 
 STAGE_TITLES = {

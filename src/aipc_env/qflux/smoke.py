@@ -28,6 +28,7 @@ from aipc_env.core.platforms import Platform
 from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.facts.model import MsvcInfo, OneApiInfo
+from aipc_env.launch.accelerate import accelerate_config_text
 from aipc_env.launch.hops import SmokePrepare, SmokeVerify
 from aipc_env.train.recommend import Machine, get_dotted, set_dotted
 
@@ -44,19 +45,6 @@ SHIM = """\
 from aipc_env.train.compat import processor_without_video
 
 processor_without_video()
-"""
-
-ACCELERATE = """\
-# written by aipc-env adapt --smoke: one process; accelerate picks the XPU/GPU when there is one, else the CPU
-compute_environment: LOCAL_MACHINE
-debug: false
-distributed_type: 'NO'
-mixed_precision: 'no'
-dynamo_backend: 'no'
-num_machines: 1
-num_processes: 1
-machine_rank: 0
-main_training_function: main
 """
 
 
@@ -243,7 +231,7 @@ def run_smoke(
             qflux_clone=clone,
             dry_run=dry_run,
             extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-            files={ACCELERATE_CONFIG: ACCELERATE},
+            files={ACCELERATE_CONFIG: accelerate_config_text("auto")},  # accelerate picks the XPU/GPU, else the CPU
             pythonpath=[str(run_dir / "shim"), str(package_root())],
             say=log,
             stdout=stdout,
