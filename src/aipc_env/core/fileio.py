@@ -43,8 +43,6 @@ __all__ = [
     "write_json",
 ]
 
-_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
-
 
 def check_writable(
     path: str | Path, what: str = "output", *, folder: bool = False, key: str | None = None, config: str | Path | None = None
@@ -245,14 +243,33 @@ def shown(path: str | Path) -> str:
     return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def decode_text(raw: bytes, path: str | Path, what: str) -> str:
-    """UTF-8 (with or without BOM) or UTF-16 with a BOM (what PowerShell 5.1's `>` writes)."""
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+"""The byte-order marks a text file may start with (UTF-16 is what PowerShell 5.1's `>` writes)."""
+LEGACY_CODE_PAGE = "cp1252"
+"""What `cmd`'s `>` writes on a Western-European Windows: the legacy code page tried after UTF-8."""
+
+
+def _decode_marked(raw: bytes, path: str | Path, what: str) -> tuple[str, str] | None:
+    """Text that starts with a byte-order mark, decoded by it, and the encoding it was read as; None without one."""
     for bom, encoding in _BOMS:
         if raw.startswith(bom):
             try:
-                return raw.decode(encoding)
+                text = raw[len(bom) :].decode(encoding)
             except UnicodeDecodeError as exc:
-                raise InputError(f"{what} is not valid {encoding} text ({exc.reason} at byte {exc.start})", path=path) from None
+                raise InputError(
+                    f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
+                    f"({exc.reason} at byte {exc.start + len(bom)})",
+                    path=path,
+                ) from None
+            return text, "utf-8 with a byte-order mark" if encoding == "utf-8" else encoding
+    return None
+
+
+def decode_text(raw: bytes, path: str | Path, what: str) -> str:
+    """UTF-8 (with or without BOM) or UTF-16 with a BOM (what PowerShell 5.1's `>` writes); nothing else."""
+    marked = _decode_marked(raw, path, what)
+    if marked is not None:
+        return marked[0]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -268,25 +285,13 @@ def decode_text(raw: bytes, path: str | Path, what: str) -> str:
         ) from None
 
 
-LEGACY_CODE_PAGE = "cp1252"
-"""What `cmd`'s `>` writes on a Western-European Windows: the legacy code page tried after UTF-8."""
-_GUESS_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
-
-
 def decode_guessing(raw: bytes, path: str | Path, what: str, fix: str = "save it as UTF-8") -> tuple[str, str]:
     """Text a user pasted from a Windows shell, and the encoding it was read as: a byte-order mark says (UTF-8, or
     UTF-16 as PowerShell 5.1's `>` writes it), else UTF-8, else the legacy code page (cp1252, as `cmd` writes).
     UTF-16 is never guessed without its mark (any even number of bytes decodes as UTF-16)."""
-    for bom, encoding in _GUESS_BOMS:
-        if raw.startswith(bom):
-            try:
-                return raw[len(bom) :].decode(encoding), encoding.replace("-sig", " with a byte-order mark")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{what} starts with a {encoding} byte-order mark but is not {encoding} text "
-                    f"({exc.reason} at byte {exc.start + len(bom)})",
-                    path=path,
-                ) from None
+    marked = _decode_marked(raw, path, what)
+    if marked is not None:
+        return marked
     try:
         return raw.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
