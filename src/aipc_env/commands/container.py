@@ -23,7 +23,7 @@ from aipc_env.container.inputs import DEFAULT_BASE
 from aipc_env.errors import ExitCode
 
 if TYPE_CHECKING:
-    from aipc_env.container.image import ContextRequest, ImageLock
+    from aipc_env.container.build import ContextRequest, ImageLock
 
 __all__ = ["add_parser", "run"]
 
@@ -179,7 +179,7 @@ def _lock(args: argparse.Namespace) -> ImageLock:
 
 
 def _context(args: argparse.Namespace) -> ContextRequest:
-    from aipc_env.container.image import ContextRequest
+    from aipc_env.container.build import ContextRequest
 
     return ContextRequest(
         lock=_lock(args),

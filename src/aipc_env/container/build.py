@@ -31,9 +31,10 @@ from aipc_env.trainenv.drift import DriftItem, compute_drift
 
 __all__ = [
     "SPEC_NAME",
+    "ContextRequest",
     "ImageBuildReport",
     "ImageCheckReport",
-    "RenderRequest",
+    "ImageLock",
     "build_image",
     "check_image",
     "render_context",
@@ -46,17 +47,26 @@ interrupted render of aipc-env's, which the next render finishes and a build ref
 AIPC_WHEEL = "aipc_env-{version}-py3-none-any.whl"
 
 
-@dataclass
-class RenderRequest:
-    lockfile: Path
+@dataclass(frozen=True)
+class ImageLock:
+    path: Path
     pair: str
-    out: Path
+    """The pair id, or "custom" for a lock file given by path."""
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    """What a build context is rendered from, as the command line gives it (None: the default: the per-user
+    cache's images/<pair> folder, the base image's own Python)."""
+
+    lock: ImageLock
+    out: Path | None = None
     base: str = DEFAULT_BASE
     gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
     gpu_runtime_source: str | None = None
     gpu_runtime_key: Path | None = None
     gpu_runtime_key_fingerprint: str | None = None
-    python: str = "3.11"
+    python: str | None = None
 
 
 def _check_out(out: Path) -> None:
@@ -72,13 +82,14 @@ def _check_out(out: Path) -> None:
         )
 
 
-def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
-    """Write the build context (Containerfile, the lock, the hashed requirements, .containerignore, the spec, and the
-    GPU runtime's apt source and pinned key when given). Every user value is validated first."""
+def render_context(req: ContextRequest, *, out: Path, python: str) -> tuple[ContextSpec, list[Artifact]]:
+    """Write the build context into `out` for the image's `python` (Containerfile, the lock, the hashed requirements,
+    .containerignore, the spec, and the GPU runtime's apt source and pinned key when given). Every user value is
+    validated first."""
     from aipc_env import __version__
 
     validate_image_reference(req.base)
-    _check_out(req.out)
+    _check_out(out)
     source = key_name = fingerprint = None
     if req.gpu_runtime == "intel-apt":
         from aipc_env.matrix.gpu_runtime import distribution_of_image, load_gpu_runtime
@@ -102,36 +113,36 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
         fingerprint = check_pinned(req.gpu_runtime_key, req.gpu_runtime_key_fingerprint)
         armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
         key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
-    lock = read_pylock(req.lockfile)
-    check_holds_aipc_env(lock, req.python, req.lockfile, "linux-64")
-    artifacts = select_artifacts(lock, req.python, req.lockfile)
+    lock = read_pylock(req.lock.path)
+    check_holds_aipc_env(lock, python, req.lock.path, "linux-64")
+    artifacts = select_artifacts(lock, python, req.lock.path)
     spec = ContextSpec(
-        pair=req.pair,
+        pair=req.lock.pair,
         base=req.base,
         gpu_runtime=req.gpu_runtime,
         gpu_runtime_source=source.line().strip().replace(APT_KEY, key_name or APT_KEY) if source else None,
         gpu_runtime_key=key_name,
         gpu_runtime_key_fingerprint=fingerprint,
-        python=req.python,
-        lock_sha256=file_sha256(req.lockfile),
+        python=python,
+        lock_sha256=file_sha256(req.lock.path),
         aipc_env_wheel=AIPC_WHEEL.format(version=__version__),
         wheels=sorted(a.filename for a in artifacts),
     )
-    req.out.mkdir(parents=True, exist_ok=True)
-    (req.out / RENDERING_MARK).write_text("aipc-env is rendering this build context\n", encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RENDERING_MARK).write_text("aipc-env is rendering this build context\n", encoding="utf-8")
     extra: tuple[str, ...] = ()
     if source is not None and key_name and req.gpu_runtime_key is not None:
-        atomic_write_text(req.out / APT_LIST, (spec.gpu_runtime_source or "") + "\n")
-        shutil.copyfile(req.gpu_runtime_key, req.out / key_name)
+        atomic_write_text(out / APT_LIST, (spec.gpu_runtime_source or "") + "\n")
+        shutil.copyfile(req.gpu_runtime_key, out / key_name)
         extra = (APT_LIST, key_name)
-    atomic_write_text(req.out / CONTAINERFILE, containerfile(spec))
+    atomic_write_text(out / CONTAINERFILE, containerfile(spec))
     checkpoint("container:render-partial")
-    atomic_write_text(req.out / ".containerignore", containerignore(extra))
-    shutil.copyfile(req.lockfile, req.out / LOCK_COPY)
-    atomic_write_text(req.out / REQUIREMENTS, hashed_requirements(artifacts))
-    (req.out / WHEELS).mkdir(exist_ok=True)
-    write_model(req.out / SPEC_NAME, spec)
-    (req.out / RENDERING_MARK).unlink()
+    atomic_write_text(out / ".containerignore", containerignore(extra))
+    shutil.copyfile(req.lock.path, out / LOCK_COPY)
+    atomic_write_text(out / REQUIREMENTS, hashed_requirements(artifacts))
+    (out / WHEELS).mkdir(exist_ok=True)
+    write_model(out / SPEC_NAME, spec)
+    (out / RENDERING_MARK).unlink()
     return spec, artifacts
 
 
@@ -219,12 +230,13 @@ def check_image(image: str, lockfile: Path, log: Path) -> ImageCheckReport:
     from aipc_env.facts.gather import modified_files
 
     labels = image_labels(image)
-    python = labels.get("io.aipc-env.python", "3.11")
     lock = read_pylock(lockfile)
     with mounted_image(image, log) as root:
-        site = root / VENV.lstrip("/") / "lib" / f"python{python}" / "site-packages"
-        if not site.is_dir():
+        found = sorted((root / VENV.lstrip("/")).glob("lib/python3.*/site-packages"))  # read, not assumed
+        if len(found) != 1:
             raise InputError(f"{image} has no aipc-env training env ({VENV})", fix="check the image name")
+        site = found[0]
+        python = site.parent.name.removeprefix("python")
         installed: dict[str, str] = {}
         for dist in metadata.distributions(path=[str(site)]):
             name = dist.metadata["Name"]

@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from aipc_env.container.build import ImageBuildReport, RenderRequest
+from aipc_env.container.build import ContextRequest, ImageBuildReport, ImageLock
 from aipc_env.container.inputs import DEFAULT_BASE
 from aipc_env.container.render import ContextSpec
 from aipc_env.errors import InputError
@@ -18,9 +17,7 @@ from aipc_env.lock.artifacts import Artifact
 
 __all__ = [
     "DEFAULT_BASE",
-    "ContextRequest",
     "ImageBuild",
-    "ImageLock",
     "RenderedContext",
     "base_python",
     "base_suite",
@@ -37,13 +34,6 @@ BASE_SUITES = {"debian-13": "trixie", "debian-12": "bookworm"}
 def image_tag(pair: str) -> str:
     """The image a pair's build is tagged with, and the one `container run` runs by default."""
     return f"localhost/aipc-env:{pair}"
-
-
-@dataclass(frozen=True)
-class ImageLock:
-    path: Path
-    pair: str
-    """The pair id, or "custom" for a lock file given by path."""
 
 
 def image_lock(*, lock: Path | None, pair_flag: str | None, lock_root: Path, matrix_path: Path | None) -> ImageLock:
@@ -106,20 +96,6 @@ def base_suite(base: str) -> str:
 
 
 @dataclass(frozen=True)
-class ContextRequest:
-    """What a build context is rendered from, as the command line gives it (None: the default)."""
-
-    lock: ImageLock
-    out: Path | None = None
-    base: str = DEFAULT_BASE
-    gpu_runtime: Literal["intel-apt", "none"] = "intel-apt"
-    gpu_runtime_source: str | None = None
-    gpu_runtime_key: Path | None = None
-    gpu_runtime_key_fingerprint: str | None = None
-    python: str | None = None
-
-
-@dataclass(frozen=True)
 class RenderedContext:
     spec: ContextSpec
     artifacts: list[Artifact]
@@ -133,19 +109,7 @@ def render_from_lock(req: ContextRequest) -> RenderedContext:
     from aipc_env.paths import cache_dir
 
     out = req.out or cache_dir() / "images" / req.lock.pair
-    spec, artifacts = render_context(
-        RenderRequest(
-            lockfile=req.lock.path,
-            pair=req.lock.pair,
-            out=out,
-            base=req.base,
-            gpu_runtime=req.gpu_runtime,
-            gpu_runtime_source=req.gpu_runtime_source,
-            gpu_runtime_key=req.gpu_runtime_key,
-            gpu_runtime_key_fingerprint=req.gpu_runtime_key_fingerprint,
-            python=req.python or base_python(req.base),
-        )
-    )
+    spec, artifacts = render_context(req, out=out, python=req.python or base_python(req.base))
     return RenderedContext(spec, artifacts, out, req.lock)
 
 
