@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, Subparsers, lock_root, python_minor
+from aipc_env.commands.options import INDEXES, JSON, LOCK_ROOT, MATRIX, PAIR, Subparsers, add_env_option, lock_root, python_minor
 from aipc_env.commands.result import Result, progress
 from aipc_env.core.platforms import DEFAULT_PYTHON, Platform
 from aipc_env.errors import ExitCode
@@ -58,12 +58,13 @@ def add_parser(sub: Subparsers) -> None:
         help="install from an offline bundle (aipc-env fleet bundle) with no network; every file is "
         "checked against the bundle's manifest first; with --check: check against its lock",
     )
-    p.add_argument(
+    add_env_option(
+        p,
         "--trust",
+        env="AIPC_ENV_BUNDLE_TRUST",
         type=Path,
         metavar="PUBKEY",
-        help="with --bundle: the admin's minisign public key; the "
-        "bundle's signature must verify with it [env AIPC_ENV_BUNDLE_TRUST]",
+        help="with --bundle: the admin's minisign public key; the bundle's signature must verify with it",
     )
     p.add_argument(
         "--facts",
@@ -247,7 +248,6 @@ def _dry_run(args: argparse.Namespace, pair: Pair, root: Path, platform: Platfor
 
 
 def _bundle(args: argparse.Namespace) -> Result:
-    import os
 
     from aipc_env.fleet.bundle_check import verify_bundle
     from aipc_env.fleet.bundle_files import MANIFEST
@@ -257,8 +257,7 @@ def _bundle(args: argparse.Namespace) -> Result:
     from aipc_env.trainenv.drift import EnvCheckReport
     from aipc_env.trainenv.envs import default_env_prefix
 
-    trust_path = args.trust or (Path(os.environ["AIPC_ENV_BUNDLE_TRUST"]) if os.environ.get("AIPC_ENV_BUNDLE_TRUST") else None)
-    trust = read_public_key(trust_path) if trust_path else None
+    trust = read_public_key(args.trust) if args.trust else None
     manifest = verify_bundle(args.bundle, trust, warn=lambda text: progress(args).warn(f"aipc-env: {text}"))
     prefix = Path(args.prefix).absolute() if args.prefix else default_env_prefix(manifest.pair, source=args.bundle / MANIFEST)
     lockfile = args.bundle / manifest.lockfile

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypeAlias
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,6 +23,7 @@ __all__ = [
     "PAIR",
     "PLATFORM",
     "Subparsers",
+    "add_env_option",
     "add_find_links",
     "console_for",
     "device_of",
@@ -118,19 +120,30 @@ def platform_of(args: argparse.Namespace) -> str:
     return args.platform or current_platform()
 
 
+def add_env_option(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    *,
+    env: str,
+    help: str,
+    metavar: str,
+    type: Callable[[str], Any] = str,
+) -> None:
+    """An option whose default comes from an environment variable (the flag wins), declared once: the variable
+    is named in the help and read here only, and an empty one counts as unset."""
+    value = os.environ.get(env) or None
+    p.add_argument(flag, type=type, default=type(value) if value else None, metavar=metavar, help=f"{help} [env {env}]")
+
+
 def _indexes() -> argparse.ArgumentParser:
     p = _parent()
-    p.add_argument(
-        "--pypi-url",
-        default=os.environ.get("AIPC_ENV_PYPI_URL"),
-        metavar="URL",
-        help="PyPI (or a mirror) simple index URL [env AIPC_ENV_PYPI_URL]",
-    )
-    p.add_argument(
+    add_env_option(p, "--pypi-url", env="AIPC_ENV_PYPI_URL", metavar="URL", help="PyPI (or a mirror) simple index URL")
+    add_env_option(
+        p,
         "--xpu-index-url",
-        default=os.environ.get("AIPC_ENV_XPU_INDEX_URL"),
+        env="AIPC_ENV_XPU_INDEX_URL",
         metavar="URL",
-        help="PyTorch XPU index URL, used only for torch/torchvision/Triton [env AIPC_ENV_XPU_INDEX_URL]",
+        help="PyTorch XPU index URL, used only for torch/torchvision/Triton",
     )
     p.add_argument("--pip-layer", type=Path, metavar="FILE", help="common pip requirements (default: environments/pip-layer.txt)")
     return p
