@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import require_tool
 from tests.support.comfyui_lora import comfyui_source
@@ -260,6 +262,8 @@ def test_fold_scales_multiplies_only_lora_b():
         ({"m.lora_magnitude_vector": 0}, {}, "not a plain LoRA weight"),
         ("pair", {}, "m has weights without a scale"),
         ("pair", {"m": 1.0, "n": 2.0}, "n has weights without a scale, or a scale without weights"),
+        ("pair", {"m": float("inf")}, "m has the scale inf: not a strength to save"),
+        ("pair", {"m": float("nan")}, "m has the scale nan"),
     ],
 )
 def test_fold_scales_refuses_what_it_cannot_fold(tensors, scales, message):
@@ -284,3 +288,30 @@ def test_unit_scale_metadata_says_alpha_equals_rank_for_every_module():
         "use_rslora": False,
         "x": 1,
     }
+
+
+_NAMES = ("a", "b.c", "transformer_blocks.0.attn.to_q")
+_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector", ".alpha", "")
+
+
+@given(
+    keys=st.sets(st.tuples(st.sampled_from(_NAMES), st.sampled_from(_SUFFIXES)), max_size=8),
+    scales=st.dictionaries(st.sampled_from(_NAMES), st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_fold_scales_on_any_tensor_set_folds_or_names_what_it_refuses(keys, scales):
+    """Any set of keys and scales: a folded set with only lora_B changed, or a ValueError; never another error."""
+    import torch
+
+    from aipc_env.train.lora_file import fold_scales
+
+    tensors = {f"{name}{suffix}": torch.ones(2, 2) for name, suffix in keys}
+    try:
+        out = fold_scales(tensors, scales)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    assert set(out) == set(tensors)
+    for key, value in out.items():
+        expected = scales[key.removesuffix(".lora_B.weight")] if key.endswith(".lora_B.weight") else 1.0
+        assert torch.equal(value, torch.full((2, 2), expected, dtype=value.dtype))

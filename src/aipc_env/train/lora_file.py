@@ -14,6 +14,7 @@ Imports torch, peft and diffusers when called: the training side only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,8 @@ def peft_scales(model: Any, adapter: str = "default") -> dict[str, float]:
 
 def fold_scales(tensors: dict[str, torch.Tensor], scales: dict[str, float]) -> dict[str, torch.Tensor]:
     """peft-layout LoRA tensors (`<module>.lora_A.weight`, `<module>.lora_B.weight`) with each module's scale
-    multiplied into its lora_B. Every module with tensors must have a scale and both halves, and every scale a
-    module; anything else is a ValueError naming the module (a file with a module at the wrong strength is never
+    multiplied into its lora_B. Every module with tensors must have a finite scale and both halves, and every scale
+    a module; anything else is a ValueError naming the module (a file with a module at the wrong strength is never
     written)."""
     modules = {k.removesuffix(_A) for k in tensors if k.endswith(_A)}
     ups = {k.removesuffix(_B) for k in tensors if k.endswith(_B)}
@@ -54,6 +55,9 @@ def fold_scales(tensors: dict[str, torch.Tensor], scales: dict[str, float]) -> d
     if modules != set(scales):
         odd = min(modules ^ set(scales))
         raise ValueError(f"LoRA module {odd} has weights without a scale, or a scale without weights")
+    infinite = [m for m, scale in scales.items() if not math.isfinite(scale)]
+    if infinite:
+        raise ValueError(f"LoRA module {min(infinite)} has the scale {scales[min(infinite)]}: not a strength to save")
     return {
         key: (value * scales[key.removesuffix(_B)] if key.endswith(_B) else value).detach().contiguous().cpu()
         for key, value in tensors.items()
