@@ -64,7 +64,8 @@ def test_compare_base_vs_lora(trained, dataset, tmp_path):  # noqa: F811
     assert verdict["learned"] is learned and result.returncode == (0 if learned else 1)
     assert "held-out distance to the targets (3 samples, mean absolute pixel difference, 0-255)" in result.stdout
     assert ("the LoRA learned the edit" if learned else "the LoRA did NOT learn the edit") in result.stdout
-    assert len(manifest["samples"]) == 3 and manifest["lora_alpha"] == 8 and not manifest["lora_changed_nothing"]
+    # trained at rank 4, alpha 8: the file says alpha == rank, its scale 2 folded into lora_B (train.lora_file)
+    assert len(manifest["samples"]) == 3 and manifest["lora_alpha"] == 4 and not manifest["lora_changed_nothing"]
     s0 = manifest["samples"][0]
     assert s0["size"] == [64, 64] and s0["base_vs_lora"] > 0
     assert set(s0["distance_to_target"]) == {"base", "lora"}

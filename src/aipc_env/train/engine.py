@@ -44,8 +44,13 @@ def check_reload(cfg: TrainConfig) -> None:
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     raw = load_file(str(lora_dir / LORA_WEIGHTS))
     alpha = (meta or {}).get("transformer.lora_alpha")
-    if alpha != cfg.lora.alpha or len(state) != len(raw):
-        raise AipcError(f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.alpha})", path=lora_dir)
+    # the trained alpha / rank is folded into lora_B (aipc_env.train.lora_file): the file says alpha == rank
+    if alpha != cfg.lora.rank or len(state) != len(raw):
+        raise AipcError(
+            f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.rank}: its scale "
+            "folded into lora_B)",
+            path=lora_dir,
+        )
     if cfg.model and cfg.model.path == BUILTIN_TINY:
         from aipc_env.train.fit import tiny_base_cache
         from aipc_env.train.tinyedit import load_tiny_base
@@ -53,7 +58,10 @@ def check_reload(cfg: TrainConfig) -> None:
         fresh = load_tiny_base(tiny_base_cache())
         QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
         assert all(torch.isfinite(v).all() for v in state.values())
-    _log(f"fit: LoRA reloaded through diffusers: {len(state)} tensors, alpha {alpha}")
+    _log(
+        f"fit: LoRA reloaded through diffusers: {len(state)} tensors, its trained scale (alpha {cfg.lora.alpha:g} / "
+        f"rank {cfg.lora.rank}) folded into lora_B, so it loads at that strength in diffusers and ComfyUI"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from aipc_env.train.checkpoint import (
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.learning import LearningVerdict, verdict_lines
+from aipc_env.train.lora_file import save_run_lora
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
 
@@ -200,10 +201,8 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> None:
 def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     import torch
     from accelerate import Accelerator
-    from diffusers import QwenImageEditPipeline
     from diffusers.optimization import get_scheduler
     from peft import LoraConfig
-    from peft.utils import get_peft_model_state_dict
 
     from aipc_env.train.cache import load_index, read_entry
 
@@ -340,11 +339,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
                 saved = _save_checkpoint(cfg, step, model, opt, sched, smoothed)
                 progress.note(f"fit: checkpoint {saved}")
     lora_dir = RunFolder(out).lora_dir
-    QwenImageEditPipeline.save_lora_weights(
-        lora_dir,
-        transformer_lora_layers=get_peft_model_state_dict(model),
-        transformer_lora_adapter_metadata=model.peft_config["default"].to_dict(),
-    )
+    save_run_lora(lora_dir, model)  # its alpha / rank folded into lora_B: the trained strength in diffusers and ComfyUI
     respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
