@@ -4,21 +4,22 @@ coefficients `recommend` extrapolates to the real 60 blocks (aipc_env.train.memo
 
 What runs, in a fresh child process per measurement (`nice -n 10`, 2 threads):
 - diffusers' own QwenImageTransformer2DModel at its defaults (= the released model: 3072 hidden, 24 heads x 128,
-  joint_attention_dim 3584, in_channels 64, axes_dims_rope (16, 56, 56)) with `num_layers` 1 or 2 and random
-  weights; every Linear quantized to NF4 by the project's own path (aipc_env.train.tiny.quantize_linear_layers_nf4,
-  the one fit.py uses on the CPU: real bitsandbytes Linear4bit), the other parameters in bf16 (the accelerator's
-  compute dtype, which from_pretrained(torch_dtype=bf16) gives them);
+  joint_attention_dim 3584, in_channels 64, axes_dims_rope (16, 56, 56); diffusers 0.42.1 transformer_qwenimage.py)
+  with `num_layers` 1 or 2 and random weights, built in bf16; every Linear quantized to NF4 by the project's own
+  path (aipc_env.train.tiny.quantize_linear_layers_nf4, the one fit.py uses on the CPU: real bitsandbytes
+  Linear4bit), the other parameters in bf16 (what from_pretrained(torch_dtype=bf16) gives an accelerator);
 - the tool's LoRA (real peft: rank 16, alpha 16, to_q/to_k/to_v/to_out.0, gaussian init, fp32 LoRA weights as
   fit.py keeps them), gradient checkpointing on, real bitsandbytes Adam8bit;
 - one step of the project's own flow-matching loss (aipc_env.train.objective) in bf16: forward, backward,
   optimizer step (the step that creates the optimizer state).
 
-Memory: the child's resident set. After the model, adapter, optimizer and inputs are built, freed heap is handed
-back (malloc_trim) and the kernel's high-water mark is reset (/proc/self/clear_refs = 5); the step's transient is
-VmHWM during the step minus VmRSS just before it. The resident weights are counted from the tensors' own storage
-(NF4 bytes, absmax, biases, norms, LoRA weights) and the optimizer state after the step, exactly; the RSS growth
-over the process's baseline (torch and the libraries imported, nothing built) is recorded beside it as a check.
-Two block counts separate the per-block part from the fixed part; two sequence lengths give each a per-token slope.
+Memory: the child's resident set, with glibc returning every freed allocation of 128 KiB or more to the kernel at
+once (MALLOC_MMAP_THRESHOLD_), so that it follows the live tensors. After the model, adapter, optimizer and inputs
+are built, freed heap is handed back (malloc_trim) and the kernel's high-water mark is reset
+(/proc/self/clear_refs = 5); the step's transient is VmHWM during the step minus VmRSS just before it. The resident
+weights are counted from the tensors' own storage (NF4 bytes, absmax, biases, norms, LoRA weights) and the
+optimizer state after the step, exactly. Two block counts separate the per-block part from the fixed part; two
+sequence lengths give each a per-token slope.
 
 Run: python benchmarks/memory_model.py [--repeats N]   (Linux; writes benchmarks/results/memory-model.json and the
 package's coefficients, src/aipc_env/train/memory-coefficients.json); --refit rewrites the coefficients from the
@@ -92,11 +93,10 @@ trim()
 base_rss = status("VmRSS")
 torch.manual_seed(0)
 dtype = torch.bfloat16
+torch.set_default_dtype(dtype)  # built in bf16 (as from_pretrained(torch_dtype=bf16) loads it), then NF4
 model = QwenImageTransformer2DModel(num_layers=cfg["blocks"])
+torch.set_default_dtype(torch.float32)
 quantize_linear_layers_nf4(model, "cpu", dtype)
-for p in model.parameters():
-    if p.dtype == torch.float32:
-        p.data = p.data.to(dtype)
 model.requires_grad_(False)
 model.add_adapter(LoraConfig(r=cfg["rank"], lora_alpha=cfg["alpha"], target_modules=cfg["targets"], init_lora_weights="gaussian"))
 if cfg["checkpointing"]:
@@ -173,6 +173,11 @@ def measure(blocks: int, control: tuple[int, int], controls: int, text: int, che
     }
     env = pinned(THREADS)
     env["PYTHONPATH"] = str(ROOT / "src")
+    # glibc hands every allocation of 128 KiB or more back to the kernel when it is freed (no dynamic threshold, no
+    # trimming delay), so the resident set follows the live tensors, as an accelerator's allocator does; with the
+    # default threshold, freed activations stay in the heap and the high-water mark grows with fragmentation
+    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
+    env["MALLOC_TRIM_THRESHOLD_"] = str(128 * 1024)
     child = run_child(["nice", "-n", "10", sys.executable, "-c", CHILD, json.dumps(cfg)], env=env, pin=False)
     row: dict[str, object] = json.loads(child.stdout.strip().splitlines()[-1])
     row["process_peak_rss"] = int(child.peak_rss_mb * 1024 * 1024)

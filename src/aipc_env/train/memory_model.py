@@ -146,20 +146,23 @@ def fit_coefficients(raw: object, source: str = BENCHMARK_FILE) -> MemoryCoeffic
     block_slope = (block_long - block_short) / span
     fixed_slope = (fixed_long - fixed_short) / span
     measured_at = str(bench.machine.get("measured_at", "unknown"))
-    return MemoryCoefficients(
-        source=source,
-        measured_at=measured_at,
-        lora_rank=bench.lora_rank,
-        fixed_weight_bytes=static(l1) - block_weights,
-        block_weight_bytes=block_weights,
-        block_lora_bytes=lora(l2) - lora(l1),
-        fixed_transient_bytes=fixed_short - fixed_slope * s1.tokens,
-        fixed_transient_per_token=fixed_slope,
-        block_transient_bytes=block_short - block_slope * s1.tokens,
-        block_transient_per_token=block_slope,
-        tokens_measured=(s1.tokens, l1.tokens),
-        step_seconds={name: p.step_seconds for name, p in sorted(bench.points.items())},
-    )
+    try:
+        return MemoryCoefficients(
+            source=source,
+            measured_at=measured_at,
+            lora_rank=bench.lora_rank,
+            fixed_weight_bytes=static(l1) - block_weights,
+            block_weight_bytes=block_weights,
+            block_lora_bytes=lora(l2) - lora(l1),
+            fixed_transient_bytes=fixed_short - fixed_slope * s1.tokens,
+            fixed_transient_per_token=fixed_slope,
+            block_transient_bytes=block_short - block_slope * s1.tokens,
+            block_transient_per_token=block_slope,
+            tokens_measured=(s1.tokens, l1.tokens),
+            step_seconds={name: p.step_seconds for name, p in sorted(bench.points.items())},
+        )
+    except ValidationError as exc:  # e.g. 2 blocks weigh less than 1: the points contradict each other
+        raise validation_message(exc, source, fix="run benchmarks/memory_model.py again") from None
 
 
 @cache
