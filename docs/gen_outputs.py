@@ -115,7 +115,53 @@ def cheap_outputs() -> dict[str, str]:
         texts["dataset-validate.txt"] = _run(["dataset", "validate", "my-dataset"], Path(tmp))
         (Path(tmp) / "config.yaml").write_text(BAD_CONFIG, encoding="utf-8")
         texts["train-bad-config.txt"] = _run(["train", "config.yaml"], Path(tmp))
+    texts["memory-model.md"] = memory_tables()
     return texts
+
+
+def memory_tables() -> str:
+    """The memory model's measured points (benchmarks/results/memory-model.json) and what `recommend` chooses with
+    it per RAM tier and GPU share."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from aipc_env.facts.memory import GIB
+    from aipc_env.train.memory_model import BENCHMARK_FILE
+    from aipc_env.train.recommend import Machine, recommend
+
+    bench = json.loads((ROOT / BENCHMARK_FILE).read_text(encoding="utf-8"))
+    mib = 2**20
+    lines = [
+        f"Measured {bench['machine']['measured_at']} (`{BENCHMARK_FILE}`, {bench['machine']['cpu']}, "
+        f"torch {bench['machine']['packages']['torch']}, bitsandbytes {bench['machine']['packages']['bitsandbytes']}, "
+        f"diffusers {bench['machine']['packages']['diffusers']}):",
+        "",
+        "| blocks | tokens (target + controls + text) | step peak over the built model | NF4 weights | step time |",
+        "|---|---|---|---|---|",
+    ]
+    for p in sorted(bench["points"].values(), key=lambda p: (p["tokens"], p["blocks"])):
+        lines.append(
+            f"| {p['blocks']} | {p['tokens']} ({p['target_tokens']} + {p['control_tokens']} + {p['text_tokens']}) "
+            f"| {p['transient_bytes'] / mib:.0f} MiB | {(p['frozen_weight_bytes'] + p['quant_state_bytes']) / mib:.0f} MiB "
+            f"| {p['step_seconds']:.0f} s |"
+        )
+    lines += [
+        "",
+        "| RAM | GPU share | budget | target_size | control_pixels | checkpointing | batch | estimated peak |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for gb in (32, 48, 64, 96):
+        for share in (57, 75):
+            rec = recommend(Machine(ram_bytes=gb * GIB, gpu_share_percent=share))
+            m = rec.memory
+            assert m is not None
+            lines.append(
+                f"| {gb} GB | {share}% | {m.budget_bytes / GIB:.1f} GiB | {m.target_size} | {m.control_pixels} "
+                f"| {'on' if m.checkpointing else 'off'} | {m.batch} | {m.estimate.total_bytes / GIB:.1f} GiB"
+                + ("" if m.fits else " (does not fit)")
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def record_training(prefix: str) -> None:

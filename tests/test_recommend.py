@@ -24,14 +24,15 @@ def machine(gb: float) -> Machine:
 
 @pytest.mark.parametrize("gb,size,text_encoder", [(31.6, [384, 672], True), (62.6, [512, 768], False), (95.4, [512, 768], False)])
 def test_tiers(gb, size, text_encoder):
-    rec = recommend(machine(gb))
+    """The tier's target size at the raised GPU share (the sizes below it: the memory rule's tests)."""
+    rec = recommend(Machine(ram_bytes=int(gb * GiB), gpu_share_percent=75))
     cfg = rec.config
     TrainConfig.model_validate(cfg)
     assert cfg["data"]["target_size"] == size
     assert ("text_encoder_path" in cfg["model"]) is text_encoder
     assert cfg["optimizer"]["type"] == "adam8bit" and cfg["train"]["gradient_checkpointing"] is True
-    assert cfg["train"]["mixed_precision"] == "no" and cfg["data"]["batch_size"] == 1
-    assert cfg["data"]["num_workers"] == 1 and cfg["train"]["gradient_accumulation_steps"] == 2
+    assert cfg["train"]["mixed_precision"] == "no" and cfg["data"]["batch_size"] in (1, 2)
+    assert cfg["data"]["num_workers"] == 1 and cfg["train"]["gradient_accumulation_steps"] == 2 // cfg["data"]["batch_size"]
     patterns = [p for p, _ in rec.selected]
     assert ("7.2 pre-quantize the text encoder (NF4)" in patterns) is text_encoder
     assert "model.path" in find_todos(cfg) and "output_dir" in find_todos(cfg)
@@ -61,7 +62,7 @@ def test_qflux_layout_is_upstreams_nested_one():
     q = qflux_config(rec, dataset_path=None)
     processor = q["data"]["init_args"]["processor"]
     assert processor["class_path"] == "qflux.data.preprocess.ImageProcessor"
-    assert processor["init_args"]["target_size"] == [384, 672]
+    assert processor["init_args"]["target_size"] == rec.config["data"]["target_size"]
     assert q["model"]["quantize_type"] == "nf4" and q["model"]["quantize"] is False
     assert q["cache"]["cache_dir"] == q["data"]["init_args"]["cache_dir"] == str(Path("/runs/one") / "cache")
     assert q["cache"]["devices"] == {"vae": "xpu:0", "text_encoder": "xpu:0"}
@@ -100,3 +101,137 @@ def test_cli_writes_a_config_the_launcher_refuses_until_filled(tmp_path):
     train_empty = run_cli("train", str(empty))
     assert train_empty.returncode == 2 and "the config is empty" in train_empty.stderr
     assert "recommend --smoke --out smoke.yaml" in train_empty.stderr
+
+
+# --- the memory rule: the estimate (aipc_env.train.memory_model) fits the tier's GPU budget -------------------------
+
+MP = 1024 * 1024
+
+
+def _estimate_of(cfg):
+    """The estimate of a written config, recomputed from the config's own keys."""
+    from aipc_env.train.memory_model import estimate
+
+    return estimate(
+        cfg["data"]["target_size"],
+        control_pixels=cfg["data"]["control_pixels"],
+        batch=cfg["data"]["batch_size"],
+        checkpointing=cfg["train"]["gradient_checkpointing"],
+        rank=cfg["lora"]["rank"],
+    )
+
+
+@pytest.mark.parametrize("gb", [31.6, 47.2, 62.6, 95.4, 127.0])
+@pytest.mark.parametrize("share", [None, 57, 75])
+def test_the_recommended_config_fits_its_tier(gb, share):
+    from aipc_env.facts.memory import GPU_SHARE_DEFAULT, gpu_budget_bytes
+
+    rec = recommend(Machine(ram_bytes=int(gb * GiB), gpu_share_percent=share))
+    TrainConfig.model_validate(rec.config)
+    assert rec.memory is not None and rec.memory.fits
+    est = _estimate_of(rec.config)
+    assert est.total_bytes == rec.memory.estimate.total_bytes
+    assert est.total_bytes <= gpu_budget_bytes(rec.tier_gb, share or GPU_SHARE_DEFAULT) == rec.memory.budget_bytes
+    assert rec.config["data"]["batch_size"] * rec.config["train"]["gradient_accumulation_steps"] == 2
+    reduced = rec.config["data"]["control_pixels"] < MP
+    assert reduced == any("controls reduced" in n and "Cost:" in n for n in rec.notes)
+
+
+def test_32_and_64_gb_get_1_mp_controls_at_the_raised_share():
+    """The runbook's raised ceiling (75%, what the doctor asks for): the default target with the pipeline's own
+    control size on 32 GB; the bigger target on 64 GB."""
+    small = recommend(Machine(ram_bytes=int(31.6 * GiB), gpu_share_percent=75))
+    assert small.config["data"]["target_size"] == [384, 672] and small.config["data"]["control_pixels"] == MP
+    big = recommend(Machine(ram_bytes=int(62.6 * GiB), gpu_share_percent=75))
+    assert big.config["data"]["target_size"] == [512, 768] and big.config["data"]["control_pixels"] == MP
+
+
+def _share_needed(gb: int, size: list[int], pixels: int) -> int:
+    """The smallest GPU share (percent) of a `gb` tier whose budget fits `size` with `pixels` controls."""
+    from aipc_env.facts.memory import gpu_budget_bytes
+    from aipc_env.train.memory_model import estimate
+
+    need = estimate(size, control_pixels=pixels).total_bytes
+    return next(p for p in range(1, 101) if gpu_budget_bytes(gb, p) >= need)
+
+
+@pytest.mark.parametrize("gb,size", [(32, [384, 672]), (64, [512, 768])])
+def test_a_tier_just_too_small_does_not_get_the_bigger_setting(gb, size):
+    needed = _share_needed(gb, size, MP)
+    assert 1 < needed <= 100
+    at = recommend(Machine(ram_bytes=gb * GiB, gpu_share_percent=needed))
+    assert (at.config["data"]["target_size"], at.config["data"]["control_pixels"]) == (size, MP)
+    below = recommend(Machine(ram_bytes=gb * GiB, gpu_share_percent=needed - 1))
+    assert (below.config["data"]["target_size"], below.config["data"]["control_pixels"]) != (size, MP)
+    assert below.memory and any(str(size) in limit for limit in below.memory.limits)
+    if needed < 100:
+        above = recommend(Machine(ram_bytes=gb * GiB, gpu_share_percent=needed + 1))
+        assert (above.config["data"]["target_size"], above.config["data"]["control_pixels"]) == (size, MP)
+
+
+def _choose(budget, preferred=(512, 768)):
+    from aipc_env.train.recommend import choose_for_memory
+
+    return choose_for_memory(64, share_percent=75, preferred=list(preferred), rank=16, budget_bytes=budget)
+
+
+def test_each_setting_at_below_and_above_its_bound():
+    from aipc_env.train.memory_model import estimate
+
+    def need(size, pixels=MP, **kw):
+        return estimate(size, control_pixels=pixels, **kw).total_bytes
+
+    big = need([512, 768])
+    for budget in (big, big + 1):
+        c = _choose(budget)
+        assert (c.target_size, c.control_pixels, c.fits) == ([512, 768], MP, True)
+    c = _choose(big - 1)
+    assert c.target_size == [384, 672] and c.control_pixels == MP
+    # controls are reduced only when no target size fits 1 MP ones
+    smallest = need([256, 448])
+    assert _choose(smallest).control_pixels == MP and _choose(smallest).target_size == [256, 448]
+    c = _choose(smallest - 1)
+    assert c.control_pixels < MP and c.target_size == [512, 768]
+    # batch 2 and checkpointing off: only where they fit too
+    two = need([512, 768], batch=2)
+    assert _choose(two).batch == 2 and _choose(two - 1).batch == 1
+    assert any("batch 2 needs" in limit for limit in _choose(two - 1).limits)
+    off = need([512, 768], checkpointing=False)
+    assert _choose(off).checkpointing is False and _choose(off - 1).checkpointing is True
+    # nothing fits: the smallest settings, said not to fit
+    c = _choose(need([256, 448], 512 * 512) - 1)
+    assert not c.fits and (c.target_size, c.control_pixels, c.batch, c.checkpointing) == ([256, 448], 512 * 512, 1, True)
+
+
+def test_fast_never_gets_a_bigger_target():
+    rec = recommend(Machine(ram_bytes=int(127 * GiB), gpu_share_percent=75), fast=True)
+    assert rec.config["data"]["target_size"] == [256, 448]
+
+
+def test_an_unread_share_is_the_default_and_said_so():
+    rec = recommend(machine(31.6))
+    assert rec.memory and rec.memory.share_percent == 57 and not rec.memory.share_known
+    assert any("SystemPartitionCommitLimitPercentage to 75" in n and "not read" in n for n in rec.notes)
+
+
+def test_qflux_controls_follow_the_memory_rule_not_the_target():
+    for share in (75, 40):
+        rec = recommend(Machine(ram_bytes=int(31.6 * GiB), gpu_share_percent=share))
+        init = qflux_config(rec, dataset_path=None)["data"]["init_args"]["processor"]["init_args"]
+        assert init["controls_pixels"] == [rec.config["data"]["control_pixels"]] and "controls_size" not in init
+        assert qflux_config(rec, dataset_path=None)["data"]["batch_size"] == rec.config["data"]["batch_size"]
+
+
+def test_the_cli_states_the_estimate_and_its_source():
+    from aipc_env.train.memory_model import load_coefficients
+
+    co = load_coefficients()
+    text = run_cli("recommend", "--facts", str(MACHINES / "win11_core_ultra_32gb.json"))
+    assert text.returncode == 0, text.stderr
+    assert "memory: estimated fit peak" in text.stderr and "fits the budget" in text.stderr
+    assert f"memory: model from {co.source} (measured {co.measured_at})" in text.stderr
+    assert "75% GPU share of 32 GB" in text.stderr
+    data = json.loads(run_cli("recommend", "--facts", str(MACHINES / "win11_core_ultra_32gb.json"), "--json").stdout)
+    mem = data["memory"]
+    assert mem["fits"] and mem["estimate_gb"] <= mem["budget_gb"] and mem["share_known"]
+    assert mem["estimate"]["source"] == co.source and mem["control_pixels"] == data["config"]["data"]["control_pixels"]

@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> Result:
         SelectedPattern,
         machine_from_facts,
         machine_from_probe,
+        memory_lines,
+        memory_report,
         qflux_config,
         recommend,
         smoke_config,
@@ -141,6 +143,8 @@ def run(args: argparse.Namespace) -> Result:
             print(f"selected {pattern}: {why}", file=sys.stderr)
         for note in rec.notes:
             print(f"note: {note}", file=sys.stderr)
+        for line in memory_lines(rec.memory, rec.tier_gb) if rec.memory and not args.smoke else []:
+            print(line, file=sys.stderr)
 
     return Result(
         RecommendReport(
@@ -149,6 +153,7 @@ def run(args: argparse.Namespace) -> Result:
             config=config,
             selected=[SelectedPattern(pattern=p, why=w) for p, w in rec.selected],
             notes=rec.notes,
+            memory=memory_report(rec.memory) if rec.memory and not args.smoke else None,
         ),
         show,
     )

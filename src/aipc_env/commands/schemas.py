@@ -55,6 +55,7 @@ def models() -> dict[str, type[BaseModel]]:
     from aipc_env.train.checkpoint import CheckpointState
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.fit import FitSummary
+    from aipc_env.train.memory_model import MemoryCoefficients
     from aipc_env.train.recommend import RecommendReport
     from aipc_env.train.report import TrainRunReport
     from aipc_env.trainenv.build import EnvBuildReport
@@ -86,6 +87,7 @@ def models() -> dict[str, type[BaseModel]]:
         "verify-report": VerifyReport,
         "requirements-report": RequirementsReport,
         "recommendation": RecommendReport,
+        "memory-coefficients": MemoryCoefficients,
         "dataset-verdict": Verdict,
         "cache-index": CacheIndex,
         "checkpoint-state": CheckpointState,

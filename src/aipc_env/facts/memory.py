@@ -6,10 +6,30 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["GIB", "RAM_TIERS", "parse_meminfo", "ram_tier_gb", "system_memory"]
+__all__ = [
+    "GIB",
+    "GPU_MARGIN",
+    "GPU_SHARE_DEFAULT",
+    "GPU_SHARE_RAISED",
+    "RAM_TIERS",
+    "gpu_budget_bytes",
+    "parse_meminfo",
+    "ram_tier_gb",
+    "system_memory",
+]
 
 GIB = 2**30
 RAM_TIERS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+GPU_SHARE_DEFAULT = 57
+"""Percent of system RAM an iGPU may commit: Windows' SystemPartitionCommitLimitPercentage default (runbook §2:
+"raised from default ~57")."""
+GPU_SHARE_RAISED = 75
+"""The runbook's raised ceiling (§2: "e.g. 75"), which the doctor's commit-limit check asks for."""
+GPU_MARGIN = 0.15
+"""Fraction of the GPU share a recommended config leaves free. Inferred: the runbook gives no number; it says the
+recommender "picks the safest config that fits" and asks to verify headroom before loosening (§5.2). It covers what
+the memory model does not measure: the driver's and runtime's own allocations, the allocator's fragmentation, and
+the desktop, which shares the iGPU."""
 
 
 def parse_meminfo(text: str) -> tuple[int, int]:
@@ -57,3 +77,10 @@ def ram_tier_gb(total_bytes: int) -> int:
         if gib <= tier * 1.02:
             return tier if gib >= tier * 0.88 else max((t for t in RAM_TIERS if t < tier), default=tier)
     return round(gib)
+
+
+def gpu_budget_bytes(tier_gb: int, share_percent: int = GPU_SHARE_DEFAULT, margin: float = GPU_MARGIN) -> int:
+    """What a training step may use on an iGPU of a `tier_gb` machine: its GPU share of the RAM, less the margin."""
+    if not 0 < share_percent <= 100 or not 0 <= margin < 1:
+        raise ValueError(f"share {share_percent}% or margin {margin} out of range")
+    return int(tier_gb * GIB * share_percent / 100 * (1 - margin))

@@ -58,6 +58,9 @@ class LoraSection(InputModel):
 class DataSection(InputModel):
     datasets: list[str] = Field(min_length=1)
     target_size: tuple[int, int] = (384, 672)
+    # The VAE controls' pixel area (None: the pipeline's own, 1024 * 1024); smaller is a memory choice that costs
+    # fidelity. Added here so `recommend` can write it; the conditioning-parity work defines the same field.
+    control_pixels: int | None = Field(None, ge=64 * 64, le=4096 * 4096)
     batch_size: int = Field(1, ge=1)
     num_workers: int = Field(1, ge=0)
     synthetic_samples: int = Field(16, ge=1, le=100_000, description="only for builtin:synthetic: training samples")

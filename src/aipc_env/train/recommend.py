@@ -10,22 +10,29 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.facts.memory import ram_tier_gb
+from aipc_env.facts.memory import GIB, GPU_MARGIN, GPU_SHARE_DEFAULT, GPU_SHARE_RAISED, gpu_budget_bytes, ram_tier_gb
 from aipc_env.facts.model import Facts
+from aipc_env.train.memory_model import MemoryEstimate, estimate
 
 __all__ = [
+    "CONTROL_PIXELS_FULL",
     "SMOKE_FIX",
     "SMOKE_STEPS",
     "TODO_MODEL",
     "TODO_OUTPUT",
     "Machine",
+    "MemoryChoice",
+    "MemoryReport",
     "ProbeJson",
     "RecommendReport",
     "Recommendation",
     "SelectedPattern",
+    "choose_for_memory",
     "get_dotted",
     "machine_from_facts",
     "machine_from_probe",
+    "memory_lines",
+    "memory_report",
     "qflux_config",
     "recommend",
     "set_dotted",
@@ -58,6 +65,8 @@ class Machine:
     free_disk_bytes: int | None = None
     xpu_available: bool | None = None
     device: str = "auto"
+    gpu_share_percent: int | None = None
+    """The iGPU's share of the RAM (Windows' SystemPartitionCommitLimitPercentage); None: not read."""
 
 
 class ProbeJson(BaseModel):
@@ -81,6 +90,7 @@ def machine_from_facts(facts: Facts) -> Machine:
         gpu_names=gpus,
         free_disk_bytes=facts.disk.free_bytes if facts.disk else None,
         xpu_available=probe.xpu_available if probe and probe.ran else None,
+        gpu_share_percent=facts.registry.commit_limit_percentage if facts.registry else None,
     )
 
 
@@ -94,6 +104,138 @@ def machine_from_probe(probe: ProbeJson) -> Machine:
     )
 
 
+CONTROL_PIXELS_FULL = 1024 * 1024
+"""The pipelines' own control area for the VAE (diffusers' QwenImageEdit(Plus)Pipeline: VAE_IMAGE_SIZE)."""
+CONTROL_PIXELS_REDUCED = (768 * 768, 512 * 512)
+"""The smaller control areas the memory rule falls back to, in order, when 1 MP does not fit."""
+TARGET_SIZES = ([512, 768], [384, 672], [256, 448])
+"""The runbook's target sizes (§5), largest first: tight, default, fast."""
+
+
+class MemoryChoice(BaseModel):
+    """What the memory rule chose, the estimate of it, the budget it was held to and the limits it met."""
+
+    target_size: list[int]
+    control_pixels: int
+    checkpointing: bool
+    batch: int
+    estimate: MemoryEstimate
+    budget_bytes: int
+    share_percent: int
+    share_known: bool
+    margin: float
+    fits: bool
+    limits: list[str]
+    """Each setting the budget held back, and why (the estimate of the bigger one)."""
+
+
+class MemoryReport(BaseModel):
+    """The memory part of `recommend --json`."""
+
+    estimate_gb: float
+    budget_gb: float
+    fits: bool
+    share_percent: int
+    share_known: bool
+    margin: float
+    target_size: list[int]
+    control_pixels: int
+    checkpointing: bool
+    batch: int
+    limits: list[str]
+    estimate: MemoryEstimate
+
+
+def _gb(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def choose_for_memory(
+    tier_gb: int,
+    *,
+    share_percent: int | None,
+    preferred: list[int],
+    rank: int,
+    controls: int = 1,
+    budget_bytes: int | None = None,
+) -> MemoryChoice:
+    """The biggest settings whose estimated peak fits the tier's GPU share less the margin: the preferred target
+    size (else a smaller one) at 1 MP controls, reducing the controls only when no target size fits them; then
+    checkpointing off and batch 2 where they fit too. When nothing fits, the smallest settings, marked as not
+    fitting. `budget_bytes` overrides the tier's budget."""
+    share = share_percent or GPU_SHARE_DEFAULT
+    budget = gpu_budget_bytes(tier_gb, share) if budget_bytes is None else budget_bytes
+    sizes = [s for s in TARGET_SIZES if s[0] * s[1] <= preferred[0] * preferred[1]] or [list(TARGET_SIZES[-1])]
+    limits: list[str] = []
+
+    def peak(size: list[int], pixels: int, *, ckpt: bool = True, batch: int = 1) -> MemoryEstimate:
+        return estimate(size, control_pixels=pixels, controls=controls, batch=batch, checkpointing=ckpt, rank=rank)
+
+    chosen: tuple[list[int], int, MemoryEstimate] | None = None
+    for pixels in (CONTROL_PIXELS_FULL, *CONTROL_PIXELS_REDUCED):
+        for size in sizes:
+            est = peak(size, pixels)
+            if est.total_bytes <= budget:
+                chosen = (size, pixels, est)
+                break
+            limits.append(f"target {size} with {pixels} px controls needs {_gb(est.total_bytes)}")
+        if chosen:
+            break
+    fits = chosen is not None
+    size, pixels, est = chosen or (sizes[-1], CONTROL_PIXELS_REDUCED[-1], peak(sizes[-1], CONTROL_PIXELS_REDUCED[-1]))
+    ckpt = True
+    no_ckpt = peak(size, pixels, ckpt=False)
+    if fits and no_ckpt.total_bytes <= budget:
+        ckpt, est = False, no_ckpt
+    else:
+        limits.append(f"gradient checkpointing stays on: off needs {_gb(no_ckpt.total_bytes)}")
+    batch = 1
+    two = peak(size, pixels, ckpt=ckpt, batch=2)
+    if fits and two.total_bytes <= budget:
+        batch, est = 2, two
+    else:
+        limits.append(f"batch 1: batch 2 needs {_gb(two.total_bytes)}")
+    return MemoryChoice(
+        target_size=size,
+        control_pixels=pixels,
+        checkpointing=ckpt,
+        batch=batch,
+        estimate=est,
+        budget_bytes=budget,
+        share_percent=share,
+        share_known=share_percent is not None,
+        margin=GPU_MARGIN,
+        fits=fits,
+        limits=limits,
+    )
+
+
+def memory_report(choice: MemoryChoice) -> MemoryReport:
+    return MemoryReport(
+        estimate_gb=round(choice.estimate.total_bytes / GIB, 2),
+        budget_gb=round(choice.budget_bytes / GIB, 2),
+        **choice.model_dump(include={"fits", "share_percent", "share_known", "margin", "target_size"}),
+        **choice.model_dump(include={"control_pixels", "checkpointing", "batch", "limits"}),
+        estimate=choice.estimate,
+    )
+
+
+def memory_lines(choice: MemoryChoice, tier_gb: int) -> list[str]:
+    """What a person reads: the estimate against the budget, where the numbers come from, what the budget held back."""
+    est = choice.estimate
+    share = f"{choice.share_percent}% GPU share" + ("" if choice.share_known else " (the default; not read)")
+    lines = [
+        f"memory: estimated fit peak {_gb(est.total_bytes)} (NF4 weights {_gb(est.weights_bytes)}, LoRA + Adam8bit "
+        f"{_gb(est.lora_bytes)}, step {_gb(est.transient_bytes)}; {est.tokens} tokens a sample) "
+        + ("fits" if choice.fits else "does NOT fit")
+        + f" the budget {_gb(choice.budget_bytes)} ({share} of {tier_gb} GB, less a {choice.margin:.0%} margin)",
+        f"memory: model from {est.source} (measured {est.measured_at}), extrapolated to the 60-block transformer",
+    ]
+    lines += [f"memory: limit: {limit}" for limit in choice.limits]
+    lines += [f"memory: inferred: {why}" for why in est.inferred]
+    return lines
+
+
 @dataclass
 class Recommendation:
     config: dict[str, Any]
@@ -101,6 +243,7 @@ class Recommendation:
     """(§7 pattern, why) pairs."""
     notes: list[str]
     tier_gb: int
+    memory: MemoryChoice | None = None
 
 
 def _dataset_kind(path: str | None) -> str | None:
@@ -149,14 +292,13 @@ def recommend(
             f"{tier} GB is below the supported minimum (32 GB); "
             + ("a smoke config for the tiny model only" if smoke else "forced")
         )
-    if fast:
-        size = [256, 448]
-    elif tier >= 64:
-        size = [512, 768]
-    else:
-        size = [384, 672]
-    if size == [512, 768] and tier <= 32:
-        notes.append("[512, 768] is tight on 32 GB")
+    preferred = list(TARGET_SIZES[2] if fast else TARGET_SIZES[0] if tier >= 64 else TARGET_SIZES[1])
+    rank = 16
+    lora = {"rank": rank, "alpha": 16, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"], "init": "gaussian"}
+    memory = choose_for_memory(tier, share_percent=machine.gpu_share_percent, preferred=preferred, rank=rank)
+    size = list(memory.target_size)
+    if not smoke:  # the smoke config runs the tiny model: the real model's memory warnings do not apply to it
+        notes.extend(_memory_notes(memory, tier))
     model: dict[str, Any] = {"path": model_path or TODO_MODEL, "quantize": "nf4"}
     if tier <= 32:
         model["text_encoder_path"] = TODO_TE
@@ -186,18 +328,19 @@ def recommend(
         "schema_version": 1,
         "engine": "builtin",
         "model": model,
-        "lora": {"rank": 16, "alpha": 16, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"], "init": "gaussian"},
+        "lora": lora,
         "data": {
             "datasets": [dataset_path or TODO_DATASET],
             "target_size": size,
-            "batch_size": 1,
+            "control_pixels": memory.control_pixels,
+            "batch_size": memory.batch,
             "num_workers": 1,
             "caption_dropout_rate": 0.05,
         },
         "train": {
             "max_train_steps": 1000,
-            "gradient_accumulation_steps": 2,
-            "gradient_checkpointing": True,
+            "gradient_accumulation_steps": 2 // memory.batch,  # the runbook's effective batch of 2
+            "gradient_checkpointing": memory.checkpointing,
             "learning_rate": 1e-4,
             "lr_scheduler": "constant_with_warmup",
             "warmup_steps": 20,
@@ -215,7 +358,32 @@ def recommend(
         notes.append(f"dataset format: {kind}")
     if machine.xpu_available is False:
         notes.append("the probe saw no XPU device: training would run on the CPU (fix the driver first)")
-    return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier)
+    return Recommendation(config=config, selected=selected, notes=notes, tier_gb=tier, memory=memory)
+
+
+def _memory_notes(memory: MemoryChoice, tier: int) -> list[str]:
+    """The warnings a person must act on: controls below the pipeline's size, a budget nothing fits, an unread share."""
+    notes = []
+    if memory.control_pixels < CONTROL_PIXELS_FULL:
+        notes.append(
+            f"controls reduced to {memory.control_pixels} px (the pipelines use {CONTROL_PIXELS_FULL}): the "
+            f"{tier} GB tier cannot fit 1 MP controls. Cost: the LoRA learns from controls with fewer tokens "
+            "and other positions than inference gives it, so its edits can follow the control's detail less "
+            "faithfully; every sampler of this run uses the same size (data.control_pixels)"
+        )
+    if not memory.fits:
+        notes.append(
+            "no setting fits the memory estimate under this tier's GPU budget: the smallest are written; "
+            "expect out-of-memory errors"
+        )
+    if memory.share_percent < GPU_SHARE_RAISED:
+        notes.append(
+            f"the iGPU may use {memory.share_percent}% of the RAM"
+            + ("" if memory.share_known else " (assumed: the Windows default; not read from this machine)")
+            + f"; raising SystemPartitionCommitLimitPercentage to {GPU_SHARE_RAISED} (runbook §2, `aipc-env doctor` "
+            "says how) lets bigger settings fit"
+        )
+    return notes
 
 
 SMOKE_STEPS = 200
@@ -260,6 +428,7 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any
         "model.path": BUILTIN_TINY,
         "data.datasets": [BUILTIN_SYNTHETIC],
         "data.target_size": [64, 64],
+        "data.control_pixels": 64 * 64,
         "data.synthetic_samples": 16,
         "data.num_workers": 0,
         "train.max_train_steps": SMOKE_STEPS,
@@ -312,7 +481,7 @@ def qflux_config(
         "model": model,
         "data": {
             "class_path": "qflux.data.dataset.ImageDataset",
-            "batch_size": 1,
+            "batch_size": cfg["data"]["batch_size"],
             "num_workers": 1,
             "shuffle": True,
             "init_args": {
@@ -326,7 +495,8 @@ def qflux_config(
                     "init_args": {
                         "process_type": "center_crop",
                         "target_size": [height, width],
-                        "controls_size": [[height, width]],
+                        # controls at the memory rule's area (1 MP unless reduced), not target_size
+                        "controls_pixels": [cfg["data"].get("control_pixels", CONTROL_PIXELS_FULL)],
                     },
                 },
             },
@@ -344,7 +514,7 @@ def qflux_config(
             "checkpointing_steps": cfg["train"]["checkpointing_steps"],
             "checkpoints_total_limit": cfg["train"]["checkpoints_total_limit"],
             "mixed_precision": "no",
-            "gradient_checkpointing": True,
+            "gradient_checkpointing": cfg["train"]["gradient_checkpointing"],
         },
         "optimizer": {"class_path": "bitsandbytes.optim.Adam8bit", "init_args": {"lr": 1e-4, "betas": [0.9, 0.999]}},
         "lr_scheduler": {"scheduler_type": "constant_with_warmup", "warmup_steps": 20},
@@ -368,3 +538,5 @@ class RecommendReport(VersionedModel):
     config: dict[str, Any]
     selected: list[SelectedPattern]
     notes: list[str]
+    memory: MemoryReport | None = None
+    """The fit phase's estimated peak against the tier's GPU budget (aipc_env.train.memory_model)."""
