@@ -192,12 +192,16 @@ def test_each_setting_at_below_and_above_its_bound():
     assert _choose(smallest).control_pixels == MP and _choose(smallest).target_size == [256, 448]
     c = _choose(smallest - 1)
     assert c.control_pixels < MP and c.target_size == [512, 768]
-    # batch 2 and checkpointing off: only where they fit too
+    # batch 2 and checkpointing off: only where they fit too, and only on a measured estimate; today's benchmark
+    # measured neither (batch 2 doubles the tokens past the longest length, no run without checkpointing), so the
+    # runbook's batch 1 with checkpointing holds at any budget, and the limits say why
     two = need([512, 768], batch=2)
-    assert _choose(two).batch == 2 and _choose(two - 1).batch == 1
-    assert any("batch 2 needs" in limit for limit in _choose(two - 1).limits)
     off = need([512, 768], checkpointing=False)
-    assert _choose(off).checkpointing is False and _choose(off - 1).checkpointing is True
+    roomy = _choose(max(two, off) * 4)
+    assert roomy.batch == 1 and roomy.checkpointing is True
+    assert any(limit.startswith("batch 1: batch 2 needs") and "not measured" in limit for limit in roomy.limits)
+    assert any("checkpointing stays on" in limit and "not measured" in limit for limit in roomy.limits)
+    assert any("batch 2 needs" in limit for limit in _choose(two - 1).limits)
     # nothing fits: the smallest settings, said not to fit
     c = _choose(need([256, 448], 512 * 512) - 1)
     assert not c.fits and (c.target_size, c.control_pixels, c.batch, c.checkpointing) == ([256, 448], 512 * 512, 1, True)

@@ -150,6 +150,16 @@ def _gb(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def _guessed(candidate: MemoryEstimate, base: MemoryEstimate) -> list[str]:
+    """What a candidate's estimate guesses beyond the chosen one's (memory_model's inferred items)."""
+    return [why for why in candidate.inferred if why not in base.inferred]
+
+
+def _guess_note(candidate: MemoryEstimate, base: MemoryEstimate) -> str:
+    guessed = _guessed(candidate, base)
+    return f" (an estimate not measured: {'; '.join(guessed)})" if guessed else ""
+
+
 def choose_for_memory(
     tier_gb: int,
     *,
@@ -161,8 +171,8 @@ def choose_for_memory(
 ) -> MemoryChoice:
     """The biggest settings whose estimated peak fits the tier's GPU share less the margin: the preferred target
     size (else a smaller one) at 1 MP controls, reducing the controls only when no target size fits them; then
-    checkpointing off and batch 2 where they fit too. When nothing fits, the smallest settings, marked as not
-    fitting. `budget_bytes` overrides the tier's budget."""
+    checkpointing off and batch 2 where they fit too and their estimates are measured, not guessed. When nothing
+    fits, the smallest settings, marked as not fitting. `budget_bytes` overrides the tier's budget."""
     share = share_percent or GPU_SHARE_DEFAULT
     budget = gpu_budget_bytes(tier_gb, share) if budget_bytes is None else budget_bytes
     sizes = [s for s in TARGET_SIZES if s[0] * s[1] <= preferred[0] * preferred[1]] or [list(TARGET_SIZES[-1])]
@@ -183,18 +193,20 @@ def choose_for_memory(
             break
     fits = chosen is not None
     size, pixels, est = chosen or (sizes[-1], CONTROL_PIXELS_REDUCED[-1], peak(sizes[-1], CONTROL_PIXELS_REDUCED[-1]))
+    # the runbook's settings (checkpointing on, batch 1 x accumulation 2) are relaxed only on a measured estimate:
+    # one that needs a guess of its own (a length outside the measured ones, a graph never measured) keeps them
     ckpt = True
     no_ckpt = peak(size, pixels, ckpt=False)
-    if fits and no_ckpt.total_bytes <= budget:
+    if fits and no_ckpt.total_bytes <= budget and not _guessed(no_ckpt, est):
         ckpt, est = False, no_ckpt
     else:
-        limits.append(f"gradient checkpointing stays on: off needs {_gb(no_ckpt.total_bytes)}")
+        limits.append(f"gradient checkpointing stays on: off needs {_gb(no_ckpt.total_bytes)}{_guess_note(no_ckpt, est)}")
     batch = 1
     two = peak(size, pixels, ckpt=ckpt, batch=2)
-    if fits and two.total_bytes <= budget:
+    if fits and two.total_bytes <= budget and not _guessed(two, est):
         batch, est = 2, two
     else:
-        limits.append(f"batch 1: batch 2 needs {_gb(two.total_bytes)}")
+        limits.append(f"batch 1: batch 2 needs {_gb(two.total_bytes)}{_guess_note(two, est)}")
     return MemoryChoice(
         target_size=size,
         control_pixels=pixels,
