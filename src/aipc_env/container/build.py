@@ -102,7 +102,7 @@ def render_context(req: RenderRequest) -> tuple[ContextSpec, list[Artifact]]:
         fingerprint = check_pinned(req.gpu_runtime_key, req.gpu_runtime_key_fingerprint)
         armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
         key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
-    lock = read_pylock(req.lockfile)
+    lock = read_pylock(req.lockfile, "linux-64")
     check_holds_aipc_env(lock, req.python, req.lockfile, "linux-64")
     artifacts = select_artifacts(lock, req.python, req.lockfile)
     spec = ContextSpec(

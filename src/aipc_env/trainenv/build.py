@@ -196,7 +196,7 @@ def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None
                 fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
                 f"{req.pair.id} --python {python_version}",
             )
-    problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
+    problems = check_pylock(read_pylock(lockfile, req.platform), lockfile, req.pair, req.platform)
     if problems:
         raise AipcError(
             "the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),
