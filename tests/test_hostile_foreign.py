@@ -113,7 +113,8 @@ def test_a_lock_for_windows_renders_no_linux_image(tmp_path):
     with pytest.raises(InputError, match="not linux-64") as err:
         read_pylock(root / PAIR / "pylock.linux-64.toml", "linux-64")
     assert err.value.key == "environments"
-    result = run_cli("container", "render", "--pair", PAIR, "--gpu-runtime", "none", "--lock-root", str(root), "--out", str(tmp_path / "ctx"))
+    ctx = str(tmp_path / "ctx")
+    result = run_cli("container", "render", "--pair", PAIR, "--gpu-runtime", "none", "--lock-root", str(root), "--out", ctx)
     _named(result, "environments", "not linux-64")
     assert not (tmp_path / "ctx").exists()  # refused before anything was written
 
