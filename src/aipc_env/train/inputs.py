@@ -117,6 +117,17 @@ def _check_heldout(cfg: TrainConfig, path: Path, must_exist: Callable[[str | Non
             key="data.heldout",
             fix="each held-out sample needs its control image, its prompt and its edited target",
         )
+    from aipc_env.dataset.images import sample_image_problems
+
+    root = held if held.is_dir() else held.parent
+    if problems := sample_image_problems(samples, root):  # opened now, not after the fit
+        raise InputError(
+            f"the held-out set has images aipc-env will not read: {'; '.join(problems[:3])}"
+            + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""),
+            path=path,
+            key="data.heldout",
+            fix=f'aipc-env dataset validate "{cfg.data.heldout}" lists every problem',
+        )
 
 
 def _check_datasets(cfg: TrainConfig, path: Path) -> None:
