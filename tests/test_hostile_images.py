@@ -63,7 +63,7 @@ def test_a_good_image_is_read():
 def test_hostile_images_are_named(data, named):
     with pytest.raises(ImageProblem) as err:
         check_image(data)
-    assert named in str(err.value) or ("0x0" == named and "not an image" in str(err.value)), str(err.value)
+    assert named in str(err.value) or (named == "0x0" and "not an image" in str(err.value)), str(err.value)
 
 
 @pytest.mark.parametrize(
