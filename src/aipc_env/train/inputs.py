@@ -59,6 +59,10 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 key="qflux.clone",
                 fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune",
             )
+    if cfg.model and cfg.model.path == BUILTIN_TINY:  # its cache checked now, not after the 10-minute build
+        from aipc_env.train.tinyedit import base_cache_root, check_base_cache
+
+        check_base_cache(base_cache_root())
     if cfg.data and cfg.model:
         for i, ds in enumerate(cfg.data.datasets):
             must_exist(ds, f"data.datasets[{i}]", "dataset")
