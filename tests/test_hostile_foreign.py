@@ -226,6 +226,13 @@ def test_conda_urls_compare_their_meaning(tmp_path, url, ok):
         assert str(path) in err.value.render() and "url" in err.value.render()
 
 
+@pytest.mark.parametrize("file", ["pip--.conda", "pip-24.2-.conda", "pip--b.conda", "-24.2-b.conda", "pip-24.2.conda"])
+def test_a_file_name_without_its_version_or_build(file):
+    with pytest.raises(condaspec.CondaSpecError, match="not name-version-build|not a conda package name"):
+        condaspec.split_filename(CF + "noarch/" + file)
+    assert condaspec.split_filename(CF + "noarch/pip-24.2-b.conda") == ("pip", "24.2", "b")
+
+
 @pytest.mark.parametrize(
     "url, normal",
     [
@@ -303,3 +310,36 @@ def test_a_hostile_bitsandbytes_version_in_saved_facts(tmp_path, version, ok):
     finding = next(f for f in report["findings"] if f["id"] == "bitsandbytes")
     assert finding["status"] != "crash", finding
     assert ("is not a version" in finding["seen"]) is (not ok), finding
+
+
+# --- arguments that are not UTF-8, terminal codes in arguments --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [b"doctor", b"--facts", b"a\xff.json"],
+        [b"lock", b"check", b"--pair", b"x\xff"],
+        [b"dataset", b"validate", b"/nowhere/\xfe\xff"],
+        [b"train", b"c\xff.yaml", b"--dry-run"],
+        [b"bo\xffgus"],
+    ],
+)
+def test_an_argument_that_is_not_utf8_gets_its_json_error_document(argv):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable.encode(), b"-m", b"aipc_env", *argv, b"--json"], capture_output=True, cwd=ROOT)
+    assert result.returncode == ExitCode.USAGE, result.stderr[-1500:]
+    doc = json.loads(result.stdout)
+    assert doc["error"] and doc["code"] == 2
+    shown = " ".join(str(v) for v in doc.values())
+    assert "\\xff" in shown or "\\xfe" in shown or "\\udcff" in shown, doc  # the bytes, shown escaped
+    assert b"Traceback" not in result.stderr
+
+
+def test_an_arguments_terminal_codes_are_escaped_on_stderr():
+    result = run_cli("doctor", "\x1b[2J\x1b]0;owned\x07extra")  # argparse's "unrecognized arguments" quotes it raw
+    assert result.returncode == ExitCode.USAGE
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "\\x1b[2J" in result.stderr  # shown, escaped
