@@ -13,14 +13,14 @@ import tomllib
 from typing import Any
 
 import pytest
-from packaging.markers import InvalidMarker
-from packaging.requirements import InvalidRequirement
-from packaging.specifiers import InvalidSpecifier
-from packaging.version import InvalidVersion
 import tomli_w
 import yaml
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
+from packaging.markers import InvalidMarker
+from packaging.requirements import InvalidRequirement
+from packaging.specifiers import InvalidSpecifier
+from packaging.version import InvalidVersion
 
 from aipc_env.core import fileio, specs
 from aipc_env.core.platforms import PLATFORMS, marker_environment

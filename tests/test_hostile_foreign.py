@@ -228,7 +228,7 @@ def test_conda_urls_compare_their_meaning(tmp_path, url, ok):
 
 @pytest.mark.parametrize("file", ["pip--.conda", "pip-24.2-.conda", "pip--b.conda", "-24.2-b.conda", "pip-24.2.conda"])
 def test_a_file_name_without_its_version_or_build(file):
-    with pytest.raises(condaspec.CondaSpecError, match="not name-version-build|not a conda package name"):
+    with pytest.raises(condaspec.CondaSpecError, match=r"not name-version-build|not a conda package name"):
         condaspec.split_filename(CF + "noarch/" + file)
     assert condaspec.split_filename(CF + "noarch/pip-24.2-b.conda") == ("pip", "24.2", "b")
 
