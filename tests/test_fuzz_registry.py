@@ -126,9 +126,7 @@ GAPS: dict[str, str] = {
 def _readers() -> set[str]:
     found = set()
     for path in SRC.rglob("*.py"):
-        code = "\n".join(
-            line for line in path.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#")
-        )
+        code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#"))
         if READS.search(code):
             found.add(path.relative_to(SRC).as_posix())
     return found
@@ -157,7 +155,7 @@ def test_every_reader_has_a_fuzz_test_or_a_reason():
 
 def test_every_mapped_fuzz_test_exists():
     tests = _fuzz_tests()
-    assert {t for t in FUZZED.values()} <= tests, sorted(set(FUZZED.values()) - tests)
+    assert set(FUZZED.values()) <= tests, sorted(set(FUZZED.values()) - tests)
 
 
 def test_the_gaps_only_shrink():
