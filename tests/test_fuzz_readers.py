@@ -167,7 +167,7 @@ def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 
 def _mutations(doc: Any, values: st.SearchStrategy[Any], count: int = 3) -> st.SearchStrategy[Any]:
-    paths = _paths(doc)
+    paths = _paths(doc)[1:]  # every value inside the document (a whole document replaced: test_fuzz_text_parsers)
 
     def apply(edits: list[tuple[int, Any]]) -> Any:
         out = doc
@@ -201,7 +201,7 @@ def test_fuzz_pylock(tmp_path_factory, doc, platform):
 
     try:
         text = tomli_w.dumps(_tomlable(doc))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
         assume(False)
     path = tmp_path_factory.mktemp("lock") / "pylock.linux-64.toml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -396,6 +396,7 @@ ARGV = st.one_of(
 @example(argv=(["doctor", "--facts"], "a\udcff.json"))  # bytes that are not UTF-8, as Python carries them in argv
 @example(argv=(["lock", "check", "--pair"], "x\udcff\x1b[31m"))
 @example(argv=([], "\x1b[2Jbogus"))
+@example(argv=(["doctor", "--facts"], "\ud800"))  # found by nox -s fuzz: Windows argv may hold a lone surrogate
 def test_fuzz_argv_under_json(tmp_path_factory, monkeypatch, capsys, argv):
     """Hostile arguments (surrogate-escaped bytes that are not UTF-8, terminal codes, huge numbers, NUL) to every
     command's path or id: exit 0, 1 or 2 with exactly one JSON document on stdout, and no raw terminal code on

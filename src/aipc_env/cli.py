@@ -165,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
                 _json_error(ExitCode.USAGE, str(exc.strerror), file=str(exc.filename), fix=fix)
             return ExitCode.USAGE
         return _internal(args, exc, as_json)
+    except UnicodeError as exc:  # a path or argument no file system can name (a lone surrogate from Windows argv)
+        from aipc_env.commands.result import utf8_text
+
+        fix = "give the path or value as text the file system can hold (rename the file if its name is damaged)"
+        message = f"an argument or path is not valid text: {utf8_text(str(exc))[:200]}"
+        print(f"error: {message}\n  fix: {fix}", file=sys.stderr)
+        if as_json:
+            _json_error(ExitCode.USAGE, message, fix=fix)
+        return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, not a traceback
         return _internal(args, exc, as_json)
 
