@@ -202,3 +202,42 @@ def test_train_dry_run_opens_every_image_before_the_fit(tmp_path, where):
     doc = json.loads(result.stdout)
     assert doc["error"] and ("data.heldout" if where == "heldout" else "data.datasets[0]") in (doc.get("key") or "")
     assert "s1" in doc["message"]
+
+
+@pytest.mark.parametrize("bad", [_png_header_only(40000, 40000), b"not an image", _png(64, 64, "I;16")])
+def test_compare_opens_every_held_out_image_before_the_model_and_writes_nothing(tmp_path, bad):
+    """compare refuses a held-out set with an image it will not read before it loads the pipeline (the model folder
+    here has every part but no weights: reaching from_pretrained would fail otherwise), and writes no output."""
+    from aipc_env.errors import InputError
+    from aipc_env.tools.compare import CompareRequest, run_compare
+
+    model = tmp_path / "model"
+    for part in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer"):
+        (model / part).mkdir(parents=True)
+    (model / "model_index.json").write_text("{}")
+    lora = tmp_path / "lora.safetensors"
+    lora.write_bytes(b"")
+    held = _dataset(tmp_path / "held", n=3, bad=("s1.png", bad))
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="will not read") as err:
+        run_compare(CompareRequest(model_path=model, lora=lora, test_set=held, out=out))
+    assert "s1" in str(err.value) and not out.exists()
+
+
+def test_compare_refuses_an_output_folder_it_cannot_own_before_the_model(tmp_path):
+    from aipc_env.errors import InputError
+    from aipc_env.tools.compare import CompareRequest, run_compare
+
+    model = tmp_path / "model"
+    for part in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer"):
+        (model / part).mkdir(parents=True)
+    (model / "model_index.json").write_text("{}")
+    lora = tmp_path / "lora.safetensors"
+    lora.write_bytes(b"")
+    held = _dataset(tmp_path / "held", n=3)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text("someone else's")
+    with pytest.raises(InputError, match="not a file aipc-env wrote"):
+        run_compare(CompareRequest(model_path=model, lora=lora, test_set=held, out=out))
+    assert (out / "manifest.json").read_text() == "someone else's"
