@@ -343,3 +343,33 @@ def test_an_arguments_terminal_codes_are_escaped_on_stderr():
     assert result.returncode == ExitCode.USAGE
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "\\x1b[2J" in result.stderr  # shown, escaped
+
+
+def test_conda_locks_traceback_goes_to_the_log_not_the_screen(tmp_path, monkeypatch, capsys):
+    """The real conda-lock, rendering a file it cannot read, prints a Python traceback: the env build keeps it in
+    its log and says what failed, naming the log, on the screen."""
+    import os
+    import sys
+
+    from aipc_env.core.procs import CommandFailed
+    from aipc_env.lock.tools import CondaTool
+    from aipc_env.matrix import load_matrix
+    from aipc_env.trainenv.build import EnvRequest, _interpreter_layer
+
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    broken = tmp_path / "conda-lock.yml"
+    broken.write_text("version: 1\nmetadata: {}\npackage: []\n")
+    log = tmp_path / "env.log"
+    req = EnvRequest(
+        pair=load_matrix().get(PAIR),
+        prefix=tmp_path / "env",
+        platform="linux-64",
+        lock_root=tmp_path,
+        log=log,
+        conda_tool=CondaTool("micromamba", "/bin/false"),
+    )
+    with pytest.raises(CommandFailed) as err:
+        _interpreter_layer(req, broken, "3.12")
+    assert "conda-lock could not render" in (err.value.fix or "") and err.value.path == str(log)
+    assert "Traceback" not in capsys.readouterr().err
+    assert "Traceback" in log.read_text()
