@@ -417,3 +417,66 @@ def test_fuzz_argv_under_json(tmp_path_factory, monkeypatch, capsys, argv):
     assert code in (ExitCode.OK, ExitCode.PROBLEMS, ExitCode.USAGE), (code, err[-1500:])
     json.loads(out)  # one document
     assert "\x1b" not in err, err[-500:]
+
+
+# --- a WinGet configuration, a clone's requirements file -----------------------------------------------------------------
+
+WINGET = yaml.safe_load(
+    (ROOT / "tests" / "fixtures" / "winget" / "real" / "terminal.configuration.winget").read_text(encoding="utf-8")
+)
+
+
+@FUZZ
+@given(doc=_mutations(WINGET, st.one_of(SCALARS, st.sampled_from(["{{x}}", "$(Remove-Item C:\\)", "9" * 5000]))))
+def test_fuzz_winget_configuration(tmp_path_factory, doc):
+    """An admin's WinGet configuration with values replaced anywhere: a list of issues (each naming its place) or a
+    named error."""
+    from aipc_env.fleet.winget_check import check_file
+
+    path = tmp_path_factory.mktemp("winget") / "config.dsc.yaml"
+    try:
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8", errors="surrogatepass")
+    except (yaml.YAMLError, UnicodeEncodeError):
+        assume(False)
+    issues = result_or_named_error(check_file, path)
+    assert isinstance(issues, (list, AipcError))
+
+
+REQUIREMENT_LINES = st.one_of(
+    TEXT,
+    st.sampled_from(
+        [
+            "torch==2.8.0",
+            "torch>=2.0 ; sys_platform == 'win32'",
+            "bitsandbytes>=0.45",
+            "-r other.txt",
+            "--index-url https://x",
+            "numpy; python_version ~= '1'",
+            "git+https://github.com/x/y.git",
+            "-e .",
+            "diffusers @ https://x/y.whl",
+        ]
+    ),
+)
+
+
+@FUZZ
+@given(lines=st.lists(REQUIREMENT_LINES, max_size=6), bom=st.booleans())
+def test_fuzz_requirements_file(tmp_path_factory, lines, bom):
+    """A clone's requirements.txt of hostile lines: edited (dry run) to a result or refused by name."""
+    from aipc_env.matrix import load_matrix
+    from aipc_env.trainenv.requirements import apply_edits
+
+    path = tmp_path_factory.mktemp("req") / "requirements.txt"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + "\n".join(lines).encode("utf-8", "surrogatepass"))
+    before = path.read_bytes()
+    result_or_named_error(
+        apply_edits,
+        path,
+        pair=load_matrix().get("xpu-2.12"),
+        xpu_index="https://x/xpu",
+        pip_layer=None,
+        locked=None,
+        dry_run=True,
+    )
+    assert path.read_bytes() == before  # a dry run writes nothing

@@ -81,6 +81,8 @@ FUZZED: dict[str, str] = {
     "commands/env.py": "test_fuzz_facts_through_every_doctor_check",  # its --facts: the same load_facts
     "matrix/piplist.py": "test_fuzz_pip_lists",
     "core/outputs.py": "test_fuzz_output_record_and_journal",
+    "fleet/winget_check.py": "test_fuzz_winget_configuration",
+    "trainenv/requirements.py": "test_fuzz_requirements_file",
 }
 
 NOT_OUTSIDE_INPUT: dict[str, str] = {
@@ -105,6 +107,7 @@ NOT_OUTSIDE_INPUT: dict[str, str] = {
     "distill/licence.py": "a licence text read bounded and hashed, never parsed",
     "distill/publish.py": "files hashed and compared, never parsed",
     "tools/compare.py": "nothing but through dataset/images",
+    "tools/monitor.py": "the CSV this run of monitor wrote, plotted at its end",
 }
 
 GAPS: dict[str, str] = {
@@ -112,13 +115,10 @@ GAPS: dict[str, str] = {
     "distill/student.py": "its own JSON-lines log on resume (loads_json per line)",
     "train/fit.py": "its own JSON-lines log on resume (loads_json per line)",
     "fleet/sign.py": "signature and key files (bounded reads; no property test yet)",
-    "fleet/winget_check.py": "a WinGet configuration (hostile tests in test_fleet_winget, no property test yet)",
     "facts/gather.py": "this machine's conda-meta, METADATA and probe output",
     "facts/toolversion.py": "conda-meta JSON and METADATA of tools on PATH",
     "qflux/checker.py": "a clone's files and accelerate config",
     "qflux/smoke_worker.py": "yaml.safe_load of the config the tool wrote, inside the training env",
-    "tools/monitor.py": "a monitor CSV",
-    "trainenv/requirements.py": "a requirements file (bounded, hostile tests only)",
     "train/tinyedit.py": "its cache record (hashed whole; hostile tests in test_hostile_cache)",
 }
 
@@ -159,7 +159,7 @@ def test_every_mapped_fuzz_test_exists():
 
 
 def test_the_gaps_only_shrink():
-    assert len(GAPS) <= 12, "GAPS is a ratchet: fuzz the reader instead of adding it here"
+    assert len(GAPS) <= 9, "GAPS is a ratchet: fuzz the reader instead of adding it here"
 
 
 def test_the_scan_finds_a_new_reader(tmp_path, monkeypatch):
