@@ -480,3 +480,23 @@ def test_fuzz_requirements_file(tmp_path_factory, lines, bom):
         dry_run=True,
     )
     assert path.read_bytes() == before  # a dry run writes nothing
+
+
+@FUZZ
+@given(
+    record=st.one_of(ANY_JSON, st.fixed_dictionaries({"name": st.just("conda"), "version": TEXT})),
+    metadata=st.one_of(TEXT, TEXT.map(lambda v: f"Metadata-Version: 2.1\nName: conda\nVersion: {v}\n\nbody")),
+)
+def test_fuzz_tool_versions_of_a_prefix(tmp_path_factory, record, metadata):
+    """A prefix's conda-meta record and a distribution's METADATA, as facts gathering reads them on a machine (a
+    conda tool's version): a version, or nothing, never an exception."""
+    from aipc_env.facts.toolversion import conda_meta_version, dist_info_version
+
+    prefix = tmp_path_factory.mktemp("prefix")
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "conda-24.1.0-py312_0.json").write_text(json.dumps(record), encoding="utf-8", errors="surrogatepass")
+    info = prefix / "lib" / "python3.12" / "site-packages" / "conda-24.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(metadata, encoding="utf-8", errors="surrogatepass")
+    for found in (conda_meta_version(prefix, "conda"), dist_info_version(prefix, "conda")):
+        assert found is None or isinstance(found.version, str)
