@@ -8,6 +8,7 @@
     nox -s lock / nox -s env           lockfiles per pair; build the training env from one
     nox -s tests                       the test suite
     nox -s mutate [-- MODULE ...]      mutation testing of the guard modules (mutmut); scores in benchmarks/results
+    nox -s fuzz [-- EXAMPLES]          the property-based fuzz tests of every reader, long and random (default 500)
 
 Sessions that need torch install the right build once: the pair's XPU build on a machine with an Intel GPU,
 else the CPU build from the PyTorch CPU index (never PyPI's multi-GB CUDA build). Offline or air-gapped:
@@ -260,6 +261,17 @@ def docs(session: nox.Session) -> None:
         *session.posargs,
         env={"NO_MKDOCS_2_WARNING": "1"},
     )
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The fuzz tests of every reader (tests/test_fuzz_*.py) run long and random: EXAMPLES examples per property
+    (default 500; the tests session runs the same properties on a few dozen derandomized ones), with the example
+    database committed under tests/fuzz-db, so what a run finds is replayed first by every later run (commit it)."""
+    rest = _install(session, "train,lock,dev", torch=True)
+    examples = rest[0] if rest and rest[0].isdigit() else "500"
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_fuzz_*.py"))
+    session.run("python", "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", env={"AIPC_FUZZ_EXAMPLES": examples})
 
 
 @nox.session

@@ -56,10 +56,10 @@ def test_broken_missing_and_non_rgb_images(tmp_path):
     masked.mask = _png(tmp_path / "e_mask.png", mode="L")  # a mask need not be RGB
     verdict = _verdict(tmp_path, [broken, grey, gone, in_memory, masked])
     assert verdict.issues == [
-        "a.png: target cannot be read as an image (UnidentifiedImageError)",
+        "a.png: target is not an image aipc-env reads (PNG, JPEG, WEBP, BMP)",
         "b.png: target is L, not RGB (convert it: RGBA, greyscale and palette images are not handled like RGB)",
         f"c.png: control 0 {tmp_path / 'missing.png'} does not exist",
-        "d.png: target cannot be read as an image (UnidentifiedImageError)",
+        "d.png: target is not an image aipc-env reads (PNG, JPEG, WEBP, BMP)",
     ]
     assert verdict.valid is False
 

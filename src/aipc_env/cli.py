@@ -61,8 +61,10 @@ class _Parser(argparse.ArgumentParser):
     last_prog: str | None = None
 
     def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep its message short and ours
+        from aipc_env.core.terminal import visible
+
         self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+        print(visible(f"error: {message}"), file=sys.stderr)  # the message quotes the argument: escaped
         _Parser.last_error, _Parser.last_prog = f"{self.prog}: {message}", self.prog
         raise SystemExit(ExitCode.USAGE)
 
@@ -134,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             raise TypeError(f"a command returns a Result, not {type(outcome).__name__}")
         return render(outcome, args)
     except AipcError as exc:
+        from aipc_env.commands.result import utf8_text
         from aipc_env.core.terminal import visible
 
-        print(visible(exc.render()), file=sys.stderr)
+        print(visible(utf8_text(exc.render())), file=sys.stderr)
         if as_json:
             _json_error(exc.exit_code, exc.message, file=exc.path, key=exc.key, fix=exc.fix)
         return int(exc.exit_code)
@@ -155,11 +158,22 @@ def main(argv: list[str] | None = None) -> int:
             return ExitCode.USAGE
         if exc.filename is not None and exc.errno in _USER_ERRNOS:
             fix = "check the path and its permissions, or choose another folder"
-            print(f"error: {exc.filename}: {exc.strerror}\n  fix: {fix}", file=sys.stderr)
+            from aipc_env.core.terminal import visible
+
+            print(visible(f"error: {exc.filename}: {exc.strerror}\n  fix: {fix}"), file=sys.stderr)
             if as_json:
                 _json_error(ExitCode.USAGE, str(exc.strerror), file=str(exc.filename), fix=fix)
             return ExitCode.USAGE
         return _internal(args, exc, as_json)
+    except UnicodeError as exc:  # a path or argument no file system can name (a lone surrogate from Windows argv)
+        from aipc_env.commands.result import utf8_text
+
+        fix = "give the path or value as text the file system can hold (rename the file if its name is damaged)"
+        message = f"an argument or path is not valid text: {utf8_text(str(exc))[:200]}"
+        print(f"error: {message}\n  fix: {fix}", file=sys.stderr)
+        if as_json:
+            _json_error(ExitCode.USAGE, message, fix=fix)
+        return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, not a traceback
         return _internal(args, exc, as_json)
 
@@ -187,7 +201,9 @@ def _internal(args: argparse.Namespace, exc: BaseException, as_json: bool = Fals
     if getattr(args, "debug", False):
         traceback.print_exc()
     fix = "this is a bug; re-run with --debug for the traceback and report it"
-    print(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n  {fix}", file=sys.stderr)
+    from aipc_env.core.terminal import visible
+
+    print(visible(f"aipc-env: internal error: {type(exc).__name__}: {exc}\n  {fix}"), file=sys.stderr)
     if as_json:
         _json_error(ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", fix=fix)
     return ExitCode.INTERNAL

@@ -212,7 +212,7 @@ def _dry_run(args: argparse.Namespace, pair: Pair, root: Path, platform: Platfor
     if not lockfile.is_file():
         raise InputError(f"no {platform} lock for {pair.id}", path=lockfile, fix=f"make one: nox -s lock -- --pair {pair.id}")
     python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else DEFAULT_PYTHON)
-    plan = install_plan(read_pylock(lockfile), python, lockfile, platform)
+    plan = install_plan(read_pylock(lockfile, platform), python, lockfile, platform)
     known = sum(a.size or 0 for a in plan)
     unknown = [a for a in plan if a.size is None]
 

@@ -61,7 +61,23 @@ def error_document(
     code: int, message: str, *, file: str | None = None, key: str | None = None, fix: str | None = None
 ) -> ErrorDocument:
     name = ExitCode(code).name if code in ExitCode._value2member_map_ else str(code)
-    return ErrorDocument(code=int(code), code_name=name, message=message, file=file, key=key, fix=fix)
+    return ErrorDocument(
+        code=int(code),
+        code_name=name,
+        message=utf8_text(message),
+        file=None if file is None else utf8_text(file),
+        key=None if key is None else utf8_text(key),
+        fix=None if fix is None else utf8_text(fix),
+    )
+
+
+def utf8_text(text: str) -> str:
+    """Text that is valid UTF-8: an argument or path that was not (Python carries its bytes as lone surrogates) shows
+    its bytes escaped (`\\xff`), so a JSON document naming it can still be written."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate surrogateescape does not make (U+D800..U+DC7F)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def render_error(doc: ErrorDocument) -> None:

@@ -113,7 +113,7 @@ def render_context(req: ContextRequest, *, out: Path, python: str) -> tuple[Cont
         fingerprint = check_pinned(req.gpu_runtime_key, req.gpu_runtime_key_fingerprint)
         armored = b"BEGIN PGP PUBLIC KEY BLOCK" in req.gpu_runtime_key.read_bytes()[:4096]
         key_name = APT_KEY.removesuffix(".gpg") + (".asc" if armored else ".gpg")  # apt reads .asc armored
-    lock = read_pylock(req.lock.path)
+    lock = read_pylock(req.lock.path, "linux-64")
     check_holds_aipc_env(lock, python, req.lock.path, "linux-64")
     artifacts = select_artifacts(lock, python, req.lock.path)
     spec = ContextSpec(

@@ -517,6 +517,8 @@ def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
             path=path,
             fix="aipc-env's YAML files are small; check the path",
         )
+    if any("\ud800" <= c <= "\udfff" for c in text):  # libyaml encodes the text first: a lone surrogate raises there
+        raise InputError(f"{what} holds text that is not UTF-8 (a lone surrogate)", path=path, fix="save it as UTF-8")
     loader = _bounded_loader(text, path, what)
     try:
         node = loader.get_single_node()

@@ -12,6 +12,7 @@ packaging's own Invalid* error (a ValueError), so every caller's handler of an i
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from typing import Annotated
 
 from packaging.markers import InvalidMarker, Marker
@@ -35,6 +36,7 @@ __all__ = [
     "check_sha256",
     "check_specifier",
     "check_version",
+    "evaluate_marker",
     "parse_marker",
     "parse_requirement",
     "parse_specifier",
@@ -92,7 +94,10 @@ def parse_requirement(value: str) -> Requirement:
             if spec.version and not spec.version.endswith(".*") and spec.operator != "===":
                 parse_version(spec.version)
         if req.marker is not None:
-            str(req.marker)
+            from aipc_env.core.platforms import PLATFORMS, marker_environment
+
+            for platform in PLATFORMS:  # a marker that parses but cannot be evaluated is no requirement either
+                evaluate_marker(req.marker, marker_environment(platform))
         return req
     except InvalidRequirement:
         raise
@@ -109,6 +114,27 @@ def parse_marker(value: str) -> Marker:
         raise
     except ValueError as exc:
         raise InvalidMarker(f"invalid marker {text[:40]!r}: {exc}") from None
+
+
+def evaluate_marker(
+    marker: str | Marker,
+    environment: Mapping[str, str],
+    *,
+    extras: Collection[str] = (),
+    groups: Collection[str] = (),
+) -> bool:
+    """Whether a marker holds in an environment: the one way aipc-env evaluates a marker. Every variable PEP 508 and
+    PEP 751 define is set (`extra` empty unless given, `extras` and `dependency_groups` the given sets), so a lock's
+    marker on `extras` is evaluated, not a KeyError; a marker that parses but cannot be evaluated
+    (`python_version ~= '1'`: packaging's UndefinedComparison, or anything else it raises) is InvalidMarker."""
+    parsed = parse_marker(marker) if isinstance(marker, str) else marker
+    env: dict[str, str | frozenset[str]] = {"extra": "", **environment}
+    env["extras"] = frozenset(extras)
+    env["dependency_groups"] = frozenset(groups)
+    try:
+        return parsed.evaluate(env)
+    except Exception as exc:  # noqa: BLE001 - UndefinedComparison, UndefinedEnvironmentName, InvalidVersion, TypeError
+        raise InvalidMarker(f"marker {str(parsed)[:80]!r} cannot be evaluated: {str(exc)[:200]}") from None
 
 
 _PYTHON_MINOR = re.compile(r"3\.(\d{1,2})")
@@ -147,9 +173,15 @@ def check_requirement(value: str) -> str:
 
 
 def check_marker(value: str | None) -> str | None:
+    """A marker that parses and can be evaluated on every target platform (a marker that parses but compares
+    what cannot be compared is refused where it is read, not where it is first evaluated)."""
     if value is not None:
+        from aipc_env.core.platforms import PLATFORMS, marker_environment
+
         try:
-            parse_marker(value)
+            parsed = parse_marker(value)
+            for platform in PLATFORMS:
+                evaluate_marker(parsed, marker_environment(platform))
         except InvalidMarker as exc:
             raise ValueError(f"invalid PEP 508 marker {str(value)[:80]!r}: {str(exc)[:200]}") from None
     return value

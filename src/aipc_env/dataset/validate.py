@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from aipc_env.core.formats import VersionedModel
+from aipc_env.dataset.images import ImageProblem, check_image
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
-
-if TYPE_CHECKING:
-    from PIL.ImageFile import ImageFile
 
 __all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "validate_dataset"]
 
@@ -34,26 +31,31 @@ class Verdict(VersionedModel):
     warnings: list[str] = []
 
 
-def _open(part: Path | bytes) -> ImageFile:
-    from PIL import Image
-
-    return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part)
+def set_folder(scan: Scan) -> Path:
+    """The folder a set's images must stay in: the dataset folder, or the folder of its CSV or parquet file."""
+    return scan.root if scan.root.is_dir() else scan.root.parent
 
 
 def _image_problems(
-    sample: Sample, part: Path | bytes | None, role: str, target_size: tuple[int, int] | None, issues: list[str], small: list[str]
+    sample: Sample,
+    part: Path | bytes | None,
+    role: str,
+    target_size: tuple[int, int] | None,
+    issues: list[str],
+    small: list[str],
+    root: Path | None = None,
 ) -> None:
     if part is None:
         return
-    if isinstance(part, Path) and not part.is_file():
+    if isinstance(part, Path) and not part.is_file() and not part.is_symlink():
         issues.append(f"{sample.where}: {role} {part} does not exist")
         return
     try:
-        with _open(part) as im:
-            mode, (w, h) = im.mode, im.size
-    except Exception as exc:  # noqa: BLE001 - any decoder error is a broken image
-        issues.append(f"{sample.where}: {role} cannot be read as an image ({type(exc).__name__})")
+        header = check_image(part, root=root)
+    except ImageProblem as exc:
+        issues.append(f"{sample.where}: {role} {exc}")
         return
+    mode, w, h = header.mode, header.width, header.height
     if role != "mask" and mode != "RGB":
         issues.append(
             f"{sample.where}: {role} is {mode}, not RGB (convert it: RGBA, greyscale and palette images are not handled like RGB)"
@@ -82,7 +84,7 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
             issues.append(f"{s.where}: no control image (the input of the edit)")
         counts.setdefault(len(s.controls), []).append(s.id)
         for role, part in [("target", s.target), *[(f"control {i}", c) for i, c in enumerate(s.controls)], ("mask", s.mask)]:
-            _image_problems(s, part, role, target_size, issues, small)
+            _image_problems(s, part, role, target_size, issues, small, set_folder(scan))
         if s.prompt:
             words = len(s.prompt.split())
             if s.prompt.strip().lower().rstrip(".") in VAGUE:

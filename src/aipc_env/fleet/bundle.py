@@ -138,7 +138,7 @@ def _build_into(
     find_links: Sequence[Path],
     log: Callable[[str], None],
 ) -> BundleManifest:
-    lock = read_pylock(lockfile)
+    lock = read_pylock(lockfile, platform)
     check_holds_aipc_env(lock, python, lockfile, platform, aipc_wheel)
     artifacts = select_artifacts(lock, python, lockfile, platform)
     log(f"fetching {len(artifacts)} wheels (sha256-checked)")

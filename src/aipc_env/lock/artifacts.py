@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from aipc_env.core.fileio import parse_toml, read_text
 from aipc_env.core.formats import VersionedModel
 from aipc_env.core.platforms import Platform, marker_environment
-from aipc_env.core.specs import check_file_name, check_sha256, parse_marker, parse_requirement
+from aipc_env.core.specs import check_file_name, check_sha256, evaluate_marker, parse_requirement
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.lock.lockfile import Pylock, PylockArtifact
 
@@ -100,11 +100,11 @@ def check_holds_aipc_env(lock: Pylock, python: str, lockfile: Path, platform: Pl
     dependency aipc-env declares, at a version it accepts: refused by name before anything is fetched."""
 
     env = marker_environment(platform, python)
-    locked = {p.key: p for p in lock.packages if not p.marker or parse_marker(p.marker).evaluate(env)}
+    locked = {p.key: p for p in lock.packages if not p.marker or evaluate_marker(p.marker, env)}
     problems = []
     for line in aipc_env_requirements(wheel):
         req = parse_requirement(line)
-        if req.marker is not None and not req.marker.evaluate(env):
+        if req.marker is not None and not evaluate_marker(req.marker, env):
             continue
         pkg = locked.get(canonicalize_name(req.name))
         if pkg is None:
@@ -125,7 +125,7 @@ def select_artifacts(lock: Pylock, python: str, lockfile: Path, platform: Platfo
     priority = {tag: i for i, tag in enumerate(_tags(python, platform))}
     chosen = []
     for pkg in sorted(lock.packages, key=lambda p: p.key):
-        if pkg.marker and not parse_marker(pkg.marker).evaluate(env):
+        if pkg.marker and not evaluate_marker(pkg.marker, env):
             continue
         if pkg.key == "aipc-env":  # installed from its own wheel, built from the checkout
             continue

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, marker_environment
-from aipc_env.core.specs import parse_requirement, parse_version
+from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_version
 from aipc_env.lock.conda_layer import sources_path
 from aipc_env.lock.lockfile import (
     LockMeta,
@@ -77,7 +77,7 @@ def manifest_row_problems(pair: Pair, torch: str, manifest: WheelManifest) -> li
                     r
                     for r in lines
                     if canonicalize_name(r.name) == triton.key
-                    and (r.marker is None or r.marker.evaluate(marker_environment(platform)))
+                    and (r.marker is None or evaluate_marker(r.marker, marker_environment(platform)))
                 ),
                 None,
             )

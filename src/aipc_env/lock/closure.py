@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
-from aipc_env.core.specs import parse_marker, parse_requirement, parse_specifier, parse_version
+from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_specifier, parse_version
 
 __all__ = ["LockedDist", "closure_problems", "wheel_installs"]
 
@@ -60,7 +60,7 @@ def _env(platform: Platform, python: str, extra: str = "") -> dict[str, str]:
 
 
 def _applies(marker: str | None, env: dict[str, str]) -> bool:
-    return marker is None or parse_marker(marker).evaluate(env)
+    return marker is None or evaluate_marker(marker, env)
 
 
 def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -> list[str]:
@@ -98,11 +98,11 @@ def closure_problems(dists: list[LockedDist], platform: Platform, python: str) -
         for line in dist.requires_dist:
             req = parse_requirement(line)
             if req.marker is not None:
-                if extra and not req.marker.evaluate(extra_env):
+                if extra and not evaluate_marker(req.marker, extra_env):
                     continue
-                if not extra and not req.marker.evaluate(env):
+                if not extra and not evaluate_marker(req.marker, env):
                     continue
-                if extra and req.marker.evaluate(env):
+                if extra and evaluate_marker(req.marker, env):
                     continue  # the base requirement, already checked
             elif extra:
                 continue

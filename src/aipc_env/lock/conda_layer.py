@@ -8,15 +8,25 @@ of every package is satisfied inside the lock, by conda's own MatchSpec (vendore
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import PLATFORMS, Platform
 from aipc_env.errors import ExitCode, InputError
+from aipc_env.lock.condaspec import (
+    CONDA_FORGE,
+    CondaSpecError,
+    check_build,
+    check_conda_name,
+    check_conda_spec,
+    check_conda_version,
+    check_package_url,
+    matches,
+    split_filename,
+)
 
 __all__ = [
     "CONDA_SOURCES_NAME",
@@ -41,7 +51,7 @@ CONDA_SOURCES_NAME = "conda-sources.json"
 ROOTS = ("python", "pip")
 _SHA256 = r"^[0-9a-f]{64}$"
 _MD5 = r"^[0-9a-f]{32}$"
-_CHANNEL = "https://conda.anaconda.org/conda-forge/"
+_CHANNEL = CONDA_FORGE
 
 
 class _Hash(StrictModel):
@@ -63,12 +73,44 @@ class CondaPackage(StrictModel):
     optional: Literal[False] = False
     build: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_conda_name(value)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return check_conda_version(value)
+
+    @field_validator("build")
+    @classmethod
+    def _build(cls, value: str | None) -> str | None:
+        return None if value is None else check_build(value)
+
+    @field_validator("dependencies")
+    @classmethod
+    def _dependencies(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, spec in value.items():
+            check_conda_name(name.removeprefix("__"))
+            check_conda_spec(spec)
+        return value
+
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not value.startswith(_CHANNEL) or not re.search(r"\.(conda|tar\.bz2)$", value):
-            raise ValueError(f"{value!r} is not a conda-forge package URL")
-        return value
+        return check_package_url(value, _CHANNEL)
+
+    @model_validator(mode="after")
+    def _url_is_this_package(self) -> CondaPackage:
+        """The file the installer fetches is this package: its name, version and subdir (the platform or noarch)."""
+        name, version, _ = split_filename(self.url)
+        subdir = self.url[len(_CHANNEL) :].split("/", 1)[0]
+        if name != self.name or version != self.version or subdir not in (self.platform, "noarch"):
+            raise ValueError(
+                f"url {self.url[:160]!r} is not {self.name} {self.version} for {self.platform} (name, version or subdir)"
+            )
+        return self
 
 
 class _Meta(StrictModel):
@@ -214,9 +256,9 @@ def interpreter_drift(lock_dir: Path, platform: str, installed: str) -> tuple[st
 def closure_problems(lock: CondaLock) -> list[str]:
     """Every dependency of every package satisfied inside the lock (per platform), by conda's MatchSpec; the roots
     present; no package twice."""
-    try:
-        from conda_lock._vendor.conda.models.match_spec import MatchSpec
-    except ImportError:
+    from aipc_env.lock.condaspec import can_check_closure
+
+    if not can_check_closure():
         from aipc_env.errors import AipcError
 
         raise AipcError(
@@ -238,9 +280,12 @@ def closure_problems(lock: CondaLock) -> list[str]:
                     problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: not in the lock")
                     continue
                 build = have.build or _build_of(have.url)
-                if not MatchSpec(f"{dep} {spec}".strip()).match(  # type: ignore[no-untyped-call, unused-ignore]  # conda-lock's vendored conda has no annotations
-                    {"name": dep, "version": have.version, "build": build, "build_number": 0}
-                ):
+                try:
+                    ok = matches(dep, spec, {"name": dep, "version": have.version, "build": build, "build_number": 0})
+                except CondaSpecError as exc:
+                    problems.append(f"{platform}: {p.name} {p.version} depends on {dep} {spec}: {exc}")
+                    continue
+                if not ok:
                     problems.append(
                         f"{platform}: {p.name} {p.version} depends on {dep} {spec}: the lock has {have.version} ({build})"
                     )
@@ -278,9 +323,10 @@ def _build_of(url: str) -> str:
 
 
 def _split_filename(url: str) -> tuple[str, str, str]:
-    stem = re.sub(r"\.(conda|tar\.bz2)$", "", url.rsplit("/", 1)[-1])
-    name, version, build = stem.rsplit("-", 2)
-    return name, version, build
+    try:
+        return split_filename(url)
+    except CondaSpecError as exc:
+        raise InputError(str(exc), key="url", fix="a conda package URL names <name>-<version>-<build>.conda") from None
 
 
 def _dependency(spec: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aipc_env.core.formats import StrictModel, VersionedModel, load_versioned
-from aipc_env.core.platforms import PLATFORMS, Platform, lock_environment
+from aipc_env.core.platforms import PLATFORMS, Platform, lock_environment, marker_environment
 from aipc_env.core.specs import (
     PythonMinor,
     check_marker,
@@ -20,6 +20,7 @@ from aipc_env.core.specs import (
     check_requirement,
     check_specifier,
     check_version,
+    evaluate_marker,
 )
 from aipc_env.errors import InputError, validation_message
 from aipc_env.matrix import Pair
@@ -43,6 +44,7 @@ __all__ = [
     "pylock_path",
     "read_meta",
     "read_pylock",
+    "require_target",
 ]
 
 LOCK_META_VERSION: Final = 1
@@ -212,7 +214,9 @@ def meta_path(lock_dir: Path) -> Path:
     return lock_dir / "lock-meta.json"
 
 
-def read_pylock(path: Path) -> Pylock:
+def read_pylock(path: Path, platform: Platform | None = None) -> Pylock:
+    """A PEP 751 lock, validated (every marker parses and evaluates); with a platform, also refused unless its
+    `environments` hold there (a Windows lock does not become a Linux image or env)."""
     from aipc_env.core.fileio import parse_toml, read_text
 
     raw = parse_toml(read_text(path, "lockfile"), path, "lockfile")
@@ -222,9 +226,27 @@ def read_pylock(path: Path) -> Pylock:
     if raw["lock_version"] != "1.0":
         raise InputError(f"lock-version {raw['lock_version']!r} is not supported (PEP 751 1.0)", path=path)
     try:
-        return Pylock.model_validate(raw)
+        lock = Pylock.model_validate(raw)
     except ValidationError as exc:
         raise validation_message(exc, path) from None
+    if platform is not None:
+        require_target(lock, path, platform)
+    return lock
+
+
+def require_target(lock: Pylock, path: Path, platform: Platform) -> None:
+    """Refuse a lock whose PEP 751 `environments` do not hold on the target platform, before anything is rendered,
+    fetched or built from it. A lock without `environments` claims every environment (PEP 751)."""
+    if not lock.environments:
+        return
+    env = marker_environment(platform)
+    if not any(evaluate_marker(m, env) for m in lock.environments):
+        raise InputError(
+            f"this lock is for {' or '.join(lock.environments)[:300]}, not {platform}",
+            path=path,
+            key="environments",
+            fix=f"use the {platform} lock of the pair (pylock.{platform}.toml), or make one: nox -s lock",
+        )
 
 
 def read_meta(lock_dir: Path) -> LockMeta:

@@ -22,7 +22,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from aipc_env.core.platforms import CPYTHON_MINORS, PLATFORMS, Platform, lock_environment, marker_environment, wheel_platform_fits
-from aipc_env.core.specs import parse_marker, parse_requirement, parse_version
+from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_version
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock import specs
 from aipc_env.lock.wheels import PairArtifacts, WheelManifest, pair_artifacts
@@ -196,7 +196,7 @@ def uv_universal_argv(uv: str, project: Path, out: Path, *, pythons: list[str], 
 
 
 def _applies(marker: str | None, platform: Platform, pythons: list[str]) -> bool:
-    return marker is None or any(parse_marker(marker).evaluate(marker_environment(platform, p)) for p in pythons)
+    return marker is None or any(evaluate_marker(marker, marker_environment(platform, p)) for p in pythons)
 
 
 def _wheel_fits(filename: str, platform: Platform) -> bool:

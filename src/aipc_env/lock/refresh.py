@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from aipc_env.core.formats import VersionedModel
 from aipc_env.core.platforms import Platform, marker_environment, wheel_platform_fits
-from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
+from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import CoreMetadata
 from aipc_env.lock.wheels import WheelManifest
 from aipc_env.matrix.model import Matrix, Pair
@@ -105,7 +105,7 @@ def _triton_of(meta: CoreMetadata, platform: Platform) -> tuple[str, str] | None
     for line in meta.requires_dist:
         req = parse_requirement(line)
         if canonicalize_name(req.name) in ("triton-xpu", "pytorch-triton-xpu") and (
-            req.marker is None or req.marker.evaluate(marker_environment(platform))
+            req.marker is None or evaluate_marker(req.marker, marker_environment(platform))
         ):
             exact = [s.version for s in req.specifier if s.operator == "=="]
             if exact:

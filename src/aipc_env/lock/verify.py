@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
-from aipc_env.core.specs import check_file_name, parse_requirement, parse_specifier, parse_version
+from aipc_env.core.specs import check_file_name, evaluate_marker, parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import (
     MAX_METADATA_BYTES,
     CoreMetadata,
@@ -142,7 +142,7 @@ def requires_dist_problems(requires: list[str] | tuple[str, ...], pair: Pair, pl
         except InvalidRequirement:
             problems.append(f"unreadable Requires-Dist {line!r}")
             continue
-        if req.marker is not None and ("extra" in str(req.marker) or not req.marker.evaluate(env)):
+        if req.marker is not None and ("extra" in str(req.marker) or not evaluate_marker(req.marker, env)):
             continue
         found[canonicalize_name(req.name)] = req
     expected = {p.key: p for p in pair.pins_for(platform)}

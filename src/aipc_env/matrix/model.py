@@ -22,7 +22,7 @@ from aipc_env.core.specs import (
     check_project_name,
     check_specifier,
     check_version,
-    parse_marker,
+    evaluate_marker,
     parse_specifier,
     parse_version,
 )
@@ -85,7 +85,7 @@ class Pin(StrictModel):
         return any(got == parse_version(v) for v in self.accepted_versions())
 
     def applies_to(self, platform: Platform) -> bool:
-        return self.marker is None or parse_marker(self.marker).evaluate(marker_environment(platform))
+        return self.marker is None or evaluate_marker(self.marker, marker_environment(platform))
 
 
 _ISSUE_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[1-9][0-9]*$")
@@ -145,8 +145,15 @@ class KnownIssue(StrictModel):
         return self
 
     def affects(self, torch: str) -> bool:
-        """Whether a torch release has the bug: every release before fixed_in (all of them while it is open)."""
-        return self.fixed_in is None or Version(Version(torch).public) < Version(self.fixed_in)
+        """Whether a torch release has the bug: every release before fixed_in (all of them while it is open). A torch
+        version that does not parse (read from a machine, a record) cannot be shown fixed: it counts as affected,
+        and the warning names it as it was read."""
+        if self.fixed_in is None:
+            return True
+        try:
+            return parse_version(parse_version(torch).public) < parse_version(self.fixed_in)
+        except InvalidVersion:
+            return True
 
     def hits(self, platform: Platform, families: frozenset[str] | set[str], torch: str) -> bool:
         """Whether this machine (its platform and GPU families) running this torch meets the bug."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from aipc_env.core.formats import StrictModel, VersionedModel, write_model
+from aipc_env.core.formats import StrictModel, VersionedModel, dump_json
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, InputError
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
@@ -98,7 +98,15 @@ def _distance(a: PILImage, b: PILImage) -> float:
     return float(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).mean())
 
 
-def _grid(rows: list[GridRow], out: Path, cell: int = 160) -> None:
+def _png(img: PILImage) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _grid(rows: list[GridRow], cell: int = 160) -> bytes:
     from PIL import Image, ImageDraw
 
     cols = max(len(r) for r in rows)
@@ -112,13 +120,12 @@ def _grid(rows: list[GridRow], out: Path, cell: int = 160) -> None:
             thumb = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))))
             grid.paste(thumb, (x * cell, y * (cell + 14) + 14))
             draw.text((x * cell + 2, y * (cell + 14)), label, fill="black")
-    grid.save(out)
+    return _png(grid)
 
 
 def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> CompareManifest:
     import torch
     from diffusers import DiffusionPipeline
-    from PIL import Image
 
     from aipc_env.dataset import scan_dataset
     from aipc_env.train.compat import processor_without_video
@@ -146,6 +153,20 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
             path=req.test_set,
             fix="hold out at least 3 samples in the training layout",
         )
+    from aipc_env.core.outputs import OutputFolder
+    from aipc_env.dataset.images import open_rgb, sample_image_problems
+
+    root = req.test_set if req.test_set.is_dir() else req.test_set.parent
+    if problems := sample_image_problems(samples, root):  # every image opened before the model loads
+        raise InputError(
+            f"the test set has images aipc-env will not read: {'; '.join(problems[:3])}"
+            + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""),
+            path=req.test_set,
+            fix=f'aipc-env dataset validate "{req.test_set}" lists every problem',
+        )
+    folder = OutputFolder(req.out)
+    folder.check(["manifest.json", "grid.png"])  # a folder it cannot write is refused before the model loads
+    files: dict[str, bytes] = {}
     processor_without_video()
     from aipc_env.train.devices import compute_dtype, pick_device
 
@@ -153,12 +174,9 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     device = str(dev)
     pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=compute_dtype(dev)).to(dev)
     plus = type(pipe).__name__.endswith("PlusPipeline")
-    req.out.mkdir(parents=True, exist_ok=True)
 
     def load(part: Path | bytes) -> PILImage:
-        import io
-
-        return Image.open(io.BytesIO(part) if isinstance(part, bytes) else part).convert("RGB")
+        return open_rgb(part, root=root)
 
     def generate(sample: Sample) -> tuple[PILImage, float]:
         controls = [load(c) for c in sample.controls]
@@ -194,8 +212,8 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     for i, (s, (b_img, b_t)) in enumerate(zip(samples, base)):
         l_img, l_t = generate(s)
         stem = f"sample_{i:02d}_{_slug(s.id)}"
-        b_img.save(req.out / f"{stem}__base.png")
-        l_img.save(req.out / f"{stem}__lora.png")
+        files[f"{stem}__base.png"] = _png(b_img)
+        files[f"{stem}__lora.png"] = _png(l_img)
         target = load(s.target) if s.target is not None else None
         entry: dict[str, Any] = {
             "id": s.id,
@@ -207,7 +225,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
             "base_vs_lora": round(_distance(b_img, l_img), 3),
         }
         if target is not None:
-            target.save(req.out / f"{stem}__target.png")
+            files[f"{stem}__target.png"] = _png(target)
             entry["files"]["target"] = f"{stem}__target.png"
             entry["distance_to_target"] = {"base": round(_distance(b_img, target), 3), "lora": round(_distance(l_img, target), 3)}
         entries.append(entry)
@@ -215,7 +233,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
             [*[(f"control {k}", load(c)) for k, c in enumerate(s.controls)], ("target", target), ("base", b_img), ("LoRA", l_img)]
         )
         log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
-    _grid(rows, req.out / "grid.png")
+    files["grid.png"] = _grid(rows)
     unchanged = all(e["base_vs_lora"] == 0 for e in entries)
     judged = [
         HeldOutSample(id=e["id"], base=e["distance_to_target"]["base"], lora=e["distance_to_target"]["lora"])
@@ -235,7 +253,8 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
         lora_changed_nothing=unchanged,
         verdict=verdict,
     )
-    write_model(req.out / "manifest.json", manifest)
+    files["manifest.json"] = dump_json(manifest).encode("utf-8")
+    folder.write(files)  # every image and the manifest, or none of them
     if unchanged:
         log("compare: WARNING base and LoRA outputs are identical: the training had no effect")
     if verdict is None:

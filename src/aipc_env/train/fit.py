@@ -57,9 +57,9 @@ class FitSummary(VersionedModel):
 
 def tiny_base_cache() -> Path:
     """Where the built-in model is trained once and kept (the per-user cache)."""
-    from aipc_env.paths import cache_dir
+    from aipc_env.train.tinyedit import base_cache_root
 
-    return cache_dir() / "builtin"
+    return base_cache_root()
 
 
 def load_transformer(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: Callable[[str], object] = print) -> Any:

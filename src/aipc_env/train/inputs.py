@@ -59,6 +59,10 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 key="qflux.clone",
                 fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune",
             )
+    if cfg.model and cfg.model.path == BUILTIN_TINY:  # its cache checked now, not after the 10-minute build
+        from aipc_env.train.tinyedit import base_cache_root, check_base_cache
+
+        check_base_cache(base_cache_root())
     if cfg.data and cfg.model:
         for i, ds in enumerate(cfg.data.datasets):
             must_exist(ds, f"data.datasets[{i}]", "dataset")
@@ -116,6 +120,17 @@ def _check_heldout(cfg: TrainConfig, path: Path, must_exist: Callable[[str | Non
             path=path,
             key="data.heldout",
             fix="each held-out sample needs its control image, its prompt and its edited target",
+        )
+    from aipc_env.dataset.images import sample_image_problems
+
+    root = held if held.is_dir() else held.parent
+    if problems := sample_image_problems(samples, root):  # opened now, not after the fit
+        raise InputError(
+            f"the held-out set has images aipc-env will not read: {'; '.join(problems[:3])}"
+            + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""),
+            path=path,
+            key="data.heldout",
+            fix=f'aipc-env dataset validate "{cfg.data.heldout}" lists every problem',
         )
 
 

@@ -137,7 +137,14 @@ def _interpreter_layer(req: EnvRequest, lockfile_conda: Path | None, python: str
         if not conda_lock:
             raise AipcError("rendering the conda lock needs conda-lock", fix="pip install conda-lock")
         with tempfile.TemporaryDirectory() as tmp:
-            run_logged(conda_render_argv(conda_lock, lockfile_conda, req.platform, Path(tmp)), req.log)
+            # conda-lock's own failure is a Python traceback: it goes to the log, the screen gets the named error
+            run_logged(
+                conda_render_argv(conda_lock, lockfile_conda, req.platform, Path(tmp)),
+                req.log,
+                echo=False,
+                fix=f"conda-lock could not render {lockfile_conda} (its output is in the log): check it with "
+                "`aipc-env lock check`, or re-assemble the conda layer",
+            )
             explicit = Path(tmp) / f"conda-{req.platform}.explicit.txt"
             run_logged(conda_create_argv(tool, req.prefix, explicit=explicit), req.log)
 
@@ -196,7 +203,7 @@ def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None
                 fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
                 f"{req.pair.id} --python {python_version}",
             )
-    problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
+    problems = check_pylock(read_pylock(lockfile, req.platform), lockfile, req.pair, req.platform)
     if problems:
         raise AipcError(
             "the lockfile does not match the matrix row:\n  " + "\n  ".join(problems),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.core.platforms import Platform, marker_environment
+from aipc_env.core.specs import evaluate_marker
 from aipc_env.lock.lockfile import Pylock
 from aipc_env.matrix import versions_equal
 
@@ -86,7 +86,7 @@ def locked_packages(lock: Pylock, platform: Platform, python: str) -> dict[str, 
     env = marker_environment(platform, python)
     out = {}
     for p in lock.packages:
-        if p.marker and not Marker(p.marker).evaluate(env):
+        if p.marker and not evaluate_marker(p.marker, env):
             continue
         sha = next((a.hashes.get("sha256", "") for a in p.artifacts), "")
         out[p.key] = (p.version or "", sha)

@@ -9,7 +9,8 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from aipc_env.core.specs import parse_requirement
+from aipc_env.core.platforms import current_platform, marker_environment
+from aipc_env.core.specs import evaluate_marker, parse_requirement
 from aipc_env.errors import AipcError
 
 __all__ = ["STAMP", "can_import_torch", "ensure_tool_env", "tool_env_prefix", "train_requirements"]
@@ -35,7 +36,7 @@ def train_requirements(requires: list[str]) -> list[str]:
     for line in requires:
         req = parse_requirement(line)
         marker = str(req.marker) if req.marker else ""
-        if "extra" in marker and not req.marker.evaluate({"extra": "train"}):  # type: ignore[union-attr]  # a requirement with 'extra' in its text has a marker
+        if "extra" in marker and not evaluate_marker(marker, {**marker_environment(current_platform()), "extra": "train"}):
             continue
         if req.name.lower() == "torch":
             continue

@@ -8,7 +8,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 
 from aipc_env.core.platforms import DEFAULT_PYTHON, marker_environment
-from aipc_env.core.specs import parse_requirement, parse_version
+from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
 from aipc_env.matrix import Pair
 from aipc_env.matrix.resolve import triton_packages
@@ -258,7 +258,15 @@ def check_bitsandbytes(ctx: CheckContext) -> Verdict:
             "NF4 quantization and Adam8bit come from bitsandbytes",
             f'pip install "bitsandbytes>={minimum}" (or {ctx.env_fix()})',
         )
-    if parse_version(got) < parse_version(minimum):
+    try:
+        older = parse_version(got) < parse_version(minimum)
+    except InvalidVersion:
+        return fail(
+            f"bitsandbytes version {got[:40]!r}{'...' if len(got) > 40 else ''} is not a version",
+            "the env's record of bitsandbytes does not parse (PEP 440, bounded): its minimum cannot be checked",
+            f'reinstall it: pip install --force-reinstall "bitsandbytes>={minimum}" (or {ctx.env_fix()})',
+        )
+    if older:
         reason = (
             "up to 0.50.1 the Triton 4-bit quantize kernels XPU uses write past the end of absmax when "
             "the block count is not a multiple of 8 (fixed in 0.50.2)"
@@ -295,7 +303,7 @@ def _triton_missing(ctx: CheckContext, pair: Pair) -> list[str]:
         missing += [
             f"{r.name} (required by {triton.name} {version})"
             for r in needs
-            if (r.marker is None or r.marker.evaluate(markers)) and canonicalize_name(r.name) not in ctx.installed
+            if (r.marker is None or evaluate_marker(r.marker, markers)) and canonicalize_name(r.name) not in ctx.installed
         ]
     if ctx.facts.is_windows and not (ctx.facts.msvc and ctx.facts.msvc.installs):
         missing.append("MSVC C++ build tools")
