@@ -500,3 +500,36 @@ def test_fuzz_tool_versions_of_a_prefix(tmp_path_factory, record, metadata):
     (info / "METADATA").write_text(metadata, encoding="utf-8", errors="surrogatepass")
     for found in (conda_meta_version(prefix, "conda"), dist_info_version(prefix, "conda")):
         assert found is None or isinstance(found.version, str)
+
+
+# --- the memory model's coefficients and a stamped env's stamp ----------------------------------------------------------
+
+
+@FUZZ
+@given(data=st.binary(max_size=300))
+def test_fuzz_memory_coefficients_file(tmp_path_factory, data):
+    """The shipped memory-model coefficients, read back as any bytes: coefficients or a named error."""
+    from aipc_env.train.memory_model import load_coefficients
+
+    path = tmp_path_factory.mktemp("m") / "memory-coefficients.json"
+    path.write_bytes(data)
+    result_or_named_error(load_coefficients, path)
+
+
+@FUZZ
+@given(data=st.binary(max_size=100))
+def test_fuzz_env_stamp(tmp_path_factory, data):
+    """A stamped env's stamp (trainenv.uvenv), any bytes: it matches only the digest itself, and never raises."""
+    from aipc_env.trainenv.envs import env_python
+    from aipc_env.trainenv.uvenv import stamp_matches
+
+    prefix = tmp_path_factory.mktemp("env")
+    python = env_python(prefix)
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_bytes(b"")
+    (prefix / ".stamp").write_bytes(data)
+    try:
+        expected = data.decode("utf-8").strip() == "d" * 64
+    except UnicodeDecodeError:
+        expected = False
+    assert stamp_matches(prefix, ".stamp", "d" * 64) is expected
