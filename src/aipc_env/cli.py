@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from aipc_env import __version__
 from aipc_env.errors import AipcError, ExitCode
@@ -55,7 +55,32 @@ not start · 130 interrupted
 commands. Docs: README.md and the pages in docs/ (a site: mkdocs build); every option: docs/reference/cli.md."""
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+
+
+class _Words(argparse.HelpFormatter):
+    """argparse's help, wrapped between words only ("held-out" stays whole at any width)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(self._whitespace_matcher.sub(" ", text).strip(), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in _wrap(self._whitespace_matcher.sub(" ", text).strip(), width - len(indent)))
+
+
+class _RawWords(argparse.RawDescriptionHelpFormatter):
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(self._whitespace_matcher.sub(" ", text).strip(), width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Words)
+        super().__init__(*args, **kwargs)
+
     last_error: str | None = None
     """The last refusal's words (main prints them as an error document under --json)."""
     last_prog: str | None = None
@@ -84,9 +109,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="aipc-env", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _Parser(prog="aipc-env", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RawWords)
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="show the version and where the matrix and locks are read from, and exit"
     )
