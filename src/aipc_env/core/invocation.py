@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 
-__all__ = ["NOX_SESSIONS", "command"]
+__all__ = ["DEFAULT_MODEL_REPO", "NOX_SESSIONS", "QFLUX_MODEL_REPO", "command", "download_model"]
 
 NOX_SESSIONS = frozenset(
     {"doctor", "recommend", "resolve", "lock", "env", "patch-requirements", "verify", "train", "adapt", "distill"}
@@ -30,3 +30,15 @@ def command(name: str, *args: str) -> str:
     if os.environ.get("NOX_CURRENT_SESSION") and name in NOX_SESSIONS:
         return f"{_nox()} -s {name}" + (f" -- {' '.join(args)}" if args else "")
     return f"aipc-env {name}" + (f" {' '.join(args)}" if args else "")
+
+
+DEFAULT_MODEL_REPO = "Qwen/Qwen-Image-Edit-2511"
+"""The model the built-in engine trains by default (recommend's config, the doctor's model check)."""
+QFLUX_MODEL_REPO = "Qwen/Qwen-Image-Edit-2509"
+"""The newest model the qflux engine trains as itself (not 2511: train/recommend.py says why)."""
+
+
+def download_model(folder: str, repo: str = DEFAULT_MODEL_REPO) -> str:
+    """The command that puts a Hugging Face model repo into `folder` (it resumes an interrupted download)."""
+    quoted = f'"{folder}"' if any(c in folder for c in " &()%!") else folder
+    return f"huggingface-cli download {repo} --local-dir {quoted}"

@@ -15,6 +15,16 @@ from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig, 
 __all__ = ["check_run_inputs", "load_run_config"]
 
 
+def _missing_fix(cfg: TrainConfig, key: str, value: str) -> str:
+    """A missing model folder: the download that fills it, and the tiny model that needs none."""
+    if key != "model.path":
+        return "fix the path"
+    from aipc_env.core.invocation import QFLUX_MODEL_REPO, download_model
+
+    repo = download_model(value, QFLUX_MODEL_REPO) if cfg.engine == "qflux" else download_model(value)
+    return f"download the model into it: {repo} (or fix the path)"  # a half download resumes
+
+
 def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> None:
     """Everything a run needs that can be checked without the training stack: paths exist and have the right
     kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
@@ -25,7 +35,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
             return
         p = Path(value)
         if not p.exists():
-            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix="fix the path")
+            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix=_missing_fix(cfg, key, value))
         if kind == "dir" and not p.is_dir():
             raise InputError(f"{what} {value!r} is a file, expected a folder", path=path, key=key)
         if kind == "file" and not p.is_file():
@@ -43,7 +53,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 f"{cfg.model.path} is not a diffusers model folder (no model_index.json)",
                 path=path,
                 key="model.path",
-                fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli",
+                fix=_missing_fix(cfg, "model.path", cfg.model.path),
             )
     if cfg.train.resume and cfg.train.resume != "auto":
         must_exist(cfg.train.resume, "train.resume", "checkpoint", "dir")
