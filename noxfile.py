@@ -86,9 +86,11 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
 
 
 def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
-    """Run aipc-env; its exit code becomes the session's (see the module docstring)."""
+    """Run aipc-env; its exit code becomes the session's (see the module docstring). On Ctrl-C nox waits for it
+    (interrupt_timeout=None; nox's own is 0.3 s, then it kills): aipc-env stops its launcher's process tree itself
+    and prints the run's "stopped by you ... resume with" line before it exits."""
     try:
-        session.run(python, "-m", "aipc_env", *args, external=python != "python")
+        session.run(python, "-m", "aipc_env", *args, external=python != "python", interrupt_timeout=None)
     except nox.command.CommandFailed as exc:
         raise SystemExit(exc.return_code if exc.return_code is not None else 1) from None
 

@@ -98,8 +98,24 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
         qflux_clone=Path(cfg.qflux.clone) if cfg.engine == "qflux" and cfg.qflux else None,
         extra_env=dict(cfg.env),
         files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)},
+        resume=resume_hint(cfg, config_path),
         **options,
     )
+
+
+def resume_hint(cfg: TrainConfig, config_path: Path) -> str:
+    """How a stopped run goes on: the same command, from the last checkpoint where the config resumes (train.resume:
+    auto); else it says to set that (a run without it starts over)."""
+    from aipc_env.core.invocation import command
+
+    again = command("train", *([] if cfg.model and cfg.model.path == BUILTIN_TINY else [_quoted(str(config_path))]))
+    if cfg.engine == "builtin" and cfg.train.resume is None and not (cfg.model and cfg.model.path == BUILTIN_TINY):
+        return f"{again} (set train.resume: auto in {config_path} first, or it starts over)"
+    return again
+
+
+def _quoted(text: str) -> str:
+    return f'"{text}"' if any(c in text for c in " &()%!;'") else text
 
 
 def default_config(run_dir: Path) -> dict[str, Any]:
