@@ -27,7 +27,6 @@ class _Session:
 
 
 def _noxfile(monkeypatch: pytest.MonkeyPatch) -> Any:
-    pytest.importorskip("nox")
     spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

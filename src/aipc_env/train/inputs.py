@@ -22,10 +22,13 @@ def _missing_fix(cfg: TrainConfig, key: str, value: str) -> str:
     from aipc_env.core.invocation import QFLUX_MODEL_REPO, download_model
 
     repo = download_model(value, QFLUX_MODEL_REPO) if cfg.engine == "qflux" else download_model(value)
-    return f"download the model into it: {repo} (or fix the path)"  # a half download resumes
+    return (  # a half download resumes
+        f"download the model into it: {repo} (or fix the path); before the download, `--model tiny` trains your "
+        "dataset on a tiny model"
+    )
 
 
-def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> None:
+def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True, model: bool = True) -> None:
     """Everything a run needs that can be checked without the training stack: paths exist and have the right
     kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
     every dataset validates. One path for `aipc-env train` and the engine's phases."""
@@ -44,7 +47,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
     check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
     if cfg.cache_dir:
         check_writable(cfg.cache_dir, "cache_dir", folder=True, key="cache_dir", config=path)
-    if cfg.model:
+    if cfg.model and model:  # model=False: the run's first phase builds it (train --model tiny)
         must_exist(cfg.model.path, "model.path", "model directory", "dir")
         must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")
         must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory", "dir")
@@ -81,7 +84,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 "model builtin:tiny trains only on builtin:synthetic",
                 path=path,
                 key="data.datasets",
-                fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)",
+                fix="your dataset on a tiny model: aipc-env train CONFIG --model tiny (model.path: a model folder)",
             )
         if cfg.model.path != BUILTIN_TINY and any(synthetic):
             raise InputError(
@@ -148,8 +151,8 @@ def _check_datasets(cfg: TrainConfig, path: Path) -> None:
             )
 
 
-def load_run_config(path: str | Path, *, datasets: bool = True) -> TrainConfig:
+def load_run_config(path: str | Path, *, datasets: bool = True, model: bool = True) -> TrainConfig:
     """load_config + check_run_inputs: what `aipc-env train` and every engine phase run first."""
     cfg = load_config(path)
-    check_run_inputs(cfg, Path(path), datasets=datasets)
+    check_run_inputs(cfg, Path(path), datasets=datasets, model=model)
     return cfg

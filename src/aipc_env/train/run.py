@@ -9,7 +9,7 @@ import yaml
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.runfolder import ACCELERATE_CONFIG
-from aipc_env.launch.hops import EnginePhase, JudgeHeldOut
+from aipc_env.launch.hops import EnginePhase, JudgeHeldOut, TinyModel
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -47,7 +47,9 @@ def accelerate_config_text(device: str, processes: int = 1, port: int | None = N
     )
 
 
-def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_config: Path) -> list[Phase]:
+def engine_phases(
+    cfg: TrainConfig, config_path: Path, python: str, accelerate_config: Path, *, build_tiny: bool = False
+) -> list[Phase]:
     # --quiet: a failing phase has already said why in one line; without it accelerate adds a CalledProcessError
     # traceback (the runner still reports the phase's failure and its log)
     accel = [python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m"]
@@ -60,7 +62,9 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
             Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src),
         ]
     config = Path(config_path)
+    tiny = [Phase(name="tiny-model", argv=TinyModel(out=Path(cfg.model.path)).argv(python))] if build_tiny and cfg.model else []
     phases = [
+        *tiny,
         Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
         Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel)),
     ]
@@ -69,7 +73,7 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
     return phases
 
 
-def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> RunRequest:
+def training_request(cfg: TrainConfig, config_path: Path, *, build_tiny: bool = False, **options: Any) -> RunRequest:
     """The run service's request for a training run: the engine's phases (cache, fit under accelerate), the memory
     monitor beside them, the accelerate config, the config's device and env; a qflux config runs in its clone's
     qflux env. `options`: the request's env_flag, pair_flag, matrix_path, dry_run, check, stdout, announce."""
@@ -91,7 +95,7 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
         command="train",
         run_dir=run_dir,
         log_file=run_dir / "train.log",
-        phases=lambda chosen: engine_phases(cfg, config_path, chosen.python, run_dir / ACCELERATE_CONFIG),
+        phases=lambda chosen: engine_phases(cfg, config_path, chosen.python, run_dir / ACCELERATE_CONFIG, build_tiny=build_tiny),
         background=background,
         device=cfg.device if cfg.device != "auto" else None,
         engine=cfg.engine,
