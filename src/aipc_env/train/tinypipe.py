@@ -213,6 +213,7 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
 def main(argv: list[str] | None = None) -> int:
     """The `tiny-model` phase of `aipc-env train CONFIG --model tiny` (launch.hops.TinyModel). Builds once (a folder
     that has model_index.json is kept), with a line at least every 5 s while it builds."""
+    from aipc_env.errors import ExitCode
     from aipc_env.launch.hops import TinyModel, run_worker
 
     args = TinyModel.parse(argv)
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if (args.out / "model_index.json").is_file():
             print(f"tiny-model: {args.out} is built (kept)", flush=True)
-            return 0
+            return ExitCode.OK
         kind = f"Qwen-Image-Edit{'-Plus' if args.plus else ''}"
         print(f"tiny-model: building a tiny random {kind} in the diffusers layout ...", flush=True)
         started = time.monotonic()
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             beat.stop()
         print(f"tiny-model: {args.out} built in {time.monotonic() - started:.1f} s", flush=True)
-        return 0
+        return ExitCode.OK
 
     return run_worker("the tiny-model phase", build)
 
