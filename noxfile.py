@@ -1,6 +1,7 @@
 """User entry points. Every session is a thin call of `python -m aipc_env ...`; the logic lives in src/aipc_env.
 
     nox -s doctor [-- --json ...]     check this machine (fast: no torch import)
+    nox -s recommend -- --out FILE     a config for this machine's RAM tier
     nox -s train [-- config.yaml]     train (no config: the built-in tiny default, no download)
     nox -s verify                      prove NF4, Adam8bit and LoRA round-trips work on this device
     nox -s distill [-- STAGE ...]      Qwen-Image-2.1 4-step LoRA distillation (no args: all stages, tiny default)
@@ -19,8 +20,9 @@ verify and distill run in that same env (installed first if needed): one trainin
 
 Exit codes: a session ends with aipc-env's own exit code (0 ok, 1 problems found, 2 bad input, 3 internal error,
 127 a phase's program could not start, 130 interrupted), not nox's blanket 1; nox's "Session ... failed" summary
-is then not printed, and a failing session stops the sessions listed after it. A failed install is nox's 1 with the
-reason. Installer output goes to stderr, so `nox -s NAME -- --json` prints one JSON document on stdout.
+is then not printed, and a failing session stops the sessions listed after it. The doctor's 1 (problems found) is its
+answer, not a failure: the session says so in plain words, without nox's red "Command ... failed". A failed install
+is nox's 1 with the reason. Installer output goes to stderr, so `nox -s NAME -- --json` prints one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -85,9 +87,11 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
 
 
 def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
-    """Run aipc-env; its exit code becomes the session's (see the module docstring)."""
+    """Run aipc-env; its exit code becomes the session's (see the module docstring). On Ctrl-C nox waits for it
+    (interrupt_timeout=None; nox's own is 0.3 s, then it kills): aipc-env stops its launcher's process tree itself
+    and prints the run's "stopped by you ... resume with" line before it exits."""
     try:
-        session.run(python, "-m", "aipc_env", *args, external=python != "python")
+        session.run(python, "-m", "aipc_env", *args, external=python != "python", interrupt_timeout=None)
     except nox.command.CommandFailed as exc:
         raise SystemExit(exc.return_code if exc.return_code is not None else 1) from None
 
@@ -119,10 +123,35 @@ def _train_env(session: nox.Session) -> tuple[str, list[str]]:
     return str(python), rest
 
 
+def _answer(session: nox.Session, *args: str) -> None:
+    """Run an aipc-env command whose exit 1 is an answer (the doctor found problems), not a failure: nox's red
+    "Command ... failed" would tell a person the tool broke. Its exit code still becomes the session's."""
+    import subprocess
+
+    location = str(session.virtualenv.location)
+    bindir = str(session.bin)
+    python = shutil.which("python", path=bindir) or "python"
+    session.log(f"python -m aipc_env {' '.join(args)}")
+    env = {**os.environ, "VIRTUAL_ENV": location, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    code = subprocess.call([python, "-m", "aipc_env", *args], env=env)
+    if code == 1:
+        session.log("problems found (exit code 1): each comes with its fix above")
+    elif code:
+        session.log(f"aipc-env ended with exit code {code}")
+    if code:
+        raise SystemExit(code)
+
+
 @nox.session
 def doctor(session: nox.Session) -> None:
-    """Check this machine against every runbook item; a fix for every problem."""
-    _aipc(session, "doctor", *_install(session))
+    """Check this machine against every runbook item; a fix for every problem (exit 1: problems found)."""
+    _answer(session, "doctor", *_install(session))
+
+
+@nox.session
+def recommend(session: nox.Session) -> None:
+    """A config for this machine's RAM tier: nox -s recommend -- --out config.yaml (then fill in its TODOs)."""
+    _aipc(session, "recommend", *_install(session))
 
 
 @nox.session
@@ -201,6 +230,9 @@ def tests(session: nox.Session) -> None:
         if times:
             Path(times, f"{name}.wall").write_text(f"{time.monotonic() - started:.0f}\n", encoding="utf-8")
 
+    if any(arg in ("--collect-only", "--co") for arg in rest):  # nothing runs: no coverage to measure or report
+        session.run("python", "-m", "pytest", *rest)
+        return
     if rest:
         session.run("python", "-m", "pytest", *cov, *rest)
     else:

@@ -133,7 +133,7 @@ def _section(parser: argparse.ArgumentParser, path: list[str], summary: str, lev
     if summary:
         lines += [_escape(summary[0].upper() + summary[1:]) + ".", ""]
     lines += ["```text", *_usage(parser), "```", ""]
-    if parser.description and parser.formatter_class is argparse.RawDescriptionHelpFormatter:
+    if parser.description and issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter):
         lines += ["```text", parser.description.rstrip(), "```", ""]
     elif parser.description:
         lines += [_escape(parser.description), ""]

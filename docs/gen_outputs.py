@@ -69,7 +69,7 @@ device: cpu
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIPC_ENV_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIPC_ENV_") and k != "NOX_CURRENT_SESSION"}
     env.update(PYTHONPATH=str(ROOT / "src"), PYTHONUTF8="1", COLUMNS="110", NO_COLOR="1", LC_ALL="C.UTF-8")
     return env
 

@@ -56,6 +56,7 @@ def _isolated_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for name, value in tool_dirs(tmp_path_factory.mktemp("run-state")).items():
             mp.setenv(name, value)
+        mp.delenv("NOX_CURRENT_SESSION", raising=False)  # the tool as a person runs it, not as `nox -s tests` does
         yield
 
 

@@ -158,7 +158,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         _set("device_probe", DeviceProbe(ran=False, error="torch: ImportError")),
         Status.FAIL,
         "probe failed",
-        "nox -s env",
+        "aipc-env env",
     ),
     (
         "device-probe",
@@ -168,8 +168,8 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         "is_available() is False",
         "render",
     ),
-    ("device-probe", W, _probe(torch_version="2.11.0+cpu", xpu_available=False), Status.FAIL, "not an XPU build", "nox -s env"),
-    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True), Status.FAIL, "did not import", "nox -s env"),
+    ("device-probe", W, _probe(torch_version="2.11.0+cpu", xpu_available=False), Status.FAIL, "not an XPU build", "aipc-env env"),
+    ("bnb-backend", W, _probe(torch_version="2.11.0+xpu", xpu_available=True), Status.FAIL, "did not import", "aipc-env env"),
     (
         "bnb-backend",
         W,
@@ -195,7 +195,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         lambda f: _pkgs(f, pyelftools=None),
         Status.FAIL,
         "NF4 matmul: native SYCL; NF4 quantize: none; Adam8bit: none",
-        "nox -s env",
+        "aipc-env env",
     ),
     (
         "bnb-backends",
@@ -203,7 +203,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         _all(_env_of("xpu-2.7"), _set("msvc.installs", [])),
         Status.FAIL,
         "NF4 matmul: none; NF4 quantize: none; Adam8bit: none",
-        "or move to a pair with the native library: nox -s env",
+        "or move to a pair with the native library: aipc-env env",
     ),
     (
         "bnb-backends",
@@ -238,7 +238,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         "FluxPipeline",
         "Qwen-Image-Edit repo",
     ),
-    ("training-env", W, _set("training_env", None), Status.FAIL, "not found", "nox -s env"),
+    ("training-env", W, _set("training_env", None), Status.FAIL, "not found", "aipc-env env"),
     (
         "training-env",
         W,
@@ -255,7 +255,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         "no training env is built or recorded",
         "nox -s train",
     ),
-    ("torch-xpu", W, lambda f: _pkgs(f, torch=None), Status.FAIL, "torch not installed", "nox -s env"),
+    ("torch-xpu", W, lambda f: _pkgs(f, torch=None), Status.FAIL, "torch not installed", "aipc-env env"),
     ("torch-xpu", W, lambda f: _pkgs(f, torch="2.11.0+cpu"), Status.FAIL, "+cpu build", "whl/xpu"),
     (
         "pair",
@@ -284,9 +284,9 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         "kernels compiled before",
         ".triton",
     ),
-    ("last-verify", W, _set("last_verify", None), Status.WARN, "never verified", "nox -s verify"),
+    ("last-verify", W, _set("last_verify", None), Status.WARN, "never verified", "aipc-env verify"),
     ("last-verify", W, _verify(injected=["frozen-optimizer"]), Status.WARN, "injected faults", "AIPC_VERIFY_INJECT"),
-    ("last-verify", W, _verify(env_prefix="C:\\other env"), Status.WARN, "another env", "nox -s verify"),
+    ("last-verify", W, _verify(env_prefix="C:\\other env"), Status.WARN, "another env", "aipc-env verify"),
     ("last-verify", W, _verify(passed=False, summary="6/7 steps passed"), Status.FAIL, "6/7", "aipc-env verify"),
     ("conda", W, _all(_set("conda", []), _set("training_env.source", "conda")), Status.FAIL, "none of conda", "Miniforge"),
     (
@@ -358,7 +358,7 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         lambda f: None,
         Status.WARN,
         "Python 3.12.12; the conda layer of xpu-2.9 has 3.12.5",
-        "remove /home/dev/micromamba/envs/aipc-xpu-2.9, then nox -s env -- --pair xpu-2.9",
+        "remove /home/dev/micromamba/envs/aipc-xpu-2.9, then aipc-env env --pair xpu-2.9",
     ),
     (
         "known-issues",

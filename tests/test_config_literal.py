@@ -177,7 +177,17 @@ def test_check_run_inputs_refusals_one_by_one(tmp_path):
     assert refusal({**real, "model": {"path": missing}}) == (
         f"model directory {missing!r} does not exist",
         "model.path",
-        "fix the path",
+        f"download the model into it: huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir {missing} "
+        "(or fix the path); before the download, `--model tiny` trains your dataset on a tiny model",
+    )
+    qflux = {"engine": "qflux", "qflux": {"clone": str(tmp_path), "config": str(tmp_path / "q.yaml")}}
+    assert refusal({**real, **qflux, "model": {"path": missing}})[2].startswith(
+        "download the model into it: huggingface-cli download Qwen/Qwen-Image-Edit-2509 --local-dir "
+    )
+    spaced = str(tmp_path / "my models" / "edit")
+    assert refusal({**real, "model": {"path": spaced}})[2] == (
+        f'download the model into it: huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir "{spaced}" '
+        "(or fix the path); before the download, `--model tiny` trains your dataset on a tiny model"
     )
     assert refusal({**real, "model": {"path": str(tmp_path / "afile")}}) == (
         f"model directory {str(tmp_path / 'afile')!r} is a file, expected a folder",
@@ -187,7 +197,8 @@ def test_check_run_inputs_refusals_one_by_one(tmp_path):
     assert refusal({**real, "model": {"path": str(tmp_path / "ds")}}) == (
         f"{tmp_path / 'ds'} is not a diffusers model folder (no model_index.json)",
         "model.path",
-        "download Qwen/Qwen-Image-Edit-2511 with huggingface-cli",
+        f"download the model into it: huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir {tmp_path / 'ds'} "
+        "(or fix the path); before the download, `--model tiny` trains your dataset on a tiny model",
     )
     assert refusal({**real, "model": {"path": str(model), "transformer_path": missing}}) == (
         f"NF4 transformer directory {missing!r} does not exist",
@@ -227,7 +238,7 @@ def test_check_run_inputs_refusals_one_by_one(tmp_path):
     assert refusal({**BASE, "data": {"datasets": ["builtin:synthetic", str(tmp_path / "ds")]}}) == (
         "model builtin:tiny trains only on builtin:synthetic",
         "data.datasets",
-        "for real images use a model directory (a tiny one: aipc_env.train.tinypipe)",
+        "your dataset on a tiny model: aipc-env train CONFIG --model tiny (model.path: a model folder)",
     )
     clone = tmp_path / "clone"
     clone.mkdir()

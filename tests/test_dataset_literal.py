@@ -113,9 +113,23 @@ def test_small_targets_are_listed_up_to_five(tmp_path):
     samples = [_sample(tmp_path, f"s{i}", size=(32 + i, 48)) for i in range(6)]
     warnings = _verdict(tmp_path, samples).warnings
     assert warnings[0] == (
-        "6 target image(s) smaller than target_size [64, 64] will be upscaled: s0 (32x48), "
-        "s1 (33x48), s2 (34x48), s3 (35x48), s4 (36x48)"
+        "6 target image(s) smaller than target_size [64, 64] (height 64 px, width 64 px) will be upscaled: "
+        "s0 (32 wide, 48 high), s1 (33 wide, 48 high), s2 (34 wide, 48 high), s3 (35 wide, 48 high), "
+        "s4 (36 wide, 48 high)"
     )
     assert _verdict(tmp_path, samples, target_size=None).warnings[0] == (
         "6 samples: enough for a smoke test only (20–50 for a narrow task)"
     )
+
+
+def test_the_small_target_warning_says_which_side_is_the_width(tmp_path):
+    """target_size is height then width (384 672: 384 high, 672 wide); a picture 90 wide and 60 high misses a
+    (48, 96) target on its width alone, and the warning says so in words."""
+    samples = [_sample(tmp_path, f"s{i}", size=(90, 60)) for i in range(6)]
+    warnings = _verdict(tmp_path, samples, target_size=(48, 96)).warnings
+    assert warnings[0] == (
+        "6 target image(s) smaller than target_size [48, 96] (height 48 px, width 96 px) will be upscaled: "
+        "s0 (90 wide, 60 high), s1 (90 wide, 60 high), s2 (90 wide, 60 high), s3 (90 wide, 60 high), "
+        "s4 (90 wide, 60 high)"
+    )
+    assert not any("upscaled" in w for w in _verdict(tmp_path, samples, target_size=(48, 80)).warnings)

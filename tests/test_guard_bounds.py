@@ -417,7 +417,7 @@ def test_the_whole_verdict_of_a_flawed_dataset(tmp_path):
     assert verdict.warnings == [
         f"{t}/s1.png: prompt 'make it better' is too vague to teach an edit",
         f'{t}/s2.png: prompt reads like a caption of the result; write the edit instruction ("Add the character to the image")',
-        "1 target image(s) smaller than target_size [64, 64] will be upscaled: s0 (32x64)",
+        "1 target image(s) smaller than target_size [64, 64] (height 64 px, width 64 px) will be upscaled: s0 (32 wide, 64 high)",
         "6 samples: enough for a smoke test only (20–50 for a narrow task)",
         "hold out at least 3 samples as a test set that training never sees",
     ]

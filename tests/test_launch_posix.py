@@ -140,3 +140,72 @@ def test_failing_oneapi_activation_is_a_named_exit_code(shell, tmp_path):
     result = subprocess.run([shell, str(write_launcher(plan))], capture_output=True, text=True, timeout=60)
     assert result.returncode == ExitCode.PROBLEMS and "oneAPI activation failed" in result.stderr
     assert not marker.exists()
+
+
+def test_ctrl_c_says_stopped_by_you_and_how_to_resume_and_the_log_has_no_traceback(tmp_path):
+    """The phase (and a grandchild, as under accelerate) dies of the KeyboardInterrupt with a traceback each; the
+    person sees one line that says who stopped it and what resumes it, and train.log keeps what the phase said
+    before the stop and on its way out, less the tracebacks."""
+    pidfile = tmp_path / "pids"
+    body = (
+        "import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
+        '\'import os, time; open(os.environ["PIDS"] + ".up", "w").close(); time.sleep(120)\']);'
+        " print('step 3: checkpoint saved', flush=True);"
+        " open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {child.pid}');"
+        " exec('try:\\n time.sleep(120)\\nfinally:\\n print(\"saving on the way out\", flush=True)')"
+    )
+    plan = _plan(tmp_path, [Phase(name="fit", argv=[sys.executable, "-c", body])], PIDS=str(pidfile))
+    plan = plan.model_copy(update={"resume": 'aipc-env train "my run.yaml"'})
+    proc = subprocess.Popen(["bash", str(write_launcher(plan))], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    up = Path(f"{pidfile}.up")  # the grandchild's interpreter is up (a Ctrl-C during its start is another story)
+    while not (pidfile.exists() and pidfile.read_text().strip() and up.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    log = Path(plan.log_file).read_text(encoding="utf-8")
+    line = f'[aipc-env] stopped by you (Ctrl-C) during phase fit; resume with: aipc-env train "my run.yaml"; log {plan.log_file}'
+    assert line in err.decode() and line in log
+    assert "step 3: checkpoint saved" in log and "saving on the way out" in log
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert "Traceback" not in err.decode() + out.decode()
+
+
+def test_a_traceback_is_cut_whole_and_nothing_else() -> None:
+    from aipc_env.launch.runner import stop_line, without_tracebacks
+
+    text = (
+        "step 3 saved\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "    foo()\n"
+        "    ^^^^^\n"
+        "KeyboardInterrupt\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "Traceback (most recent call last):\n"
+        '  File "launch.py", line 9, in simple_launcher\n'
+        "subprocess.CalledProcessError: Command '[...]' returned non-zero exit status 130.\n"
+        "  an indented line of the phase's own\n"
+        "bye\n"
+    )
+    assert without_tracebacks(text) == "step 3 saved\n  an indented line of the phase's own\nbye\n"
+    assert without_tracebacks("no trace here\n  indented\n") == "no trace here\n  indented\n"
+    assert stop_line(signal.SIGTERM, "cache", "t.log", None) == "[aipc-env] stopped (signal 15) during phase cache; log t.log\n"
+
+
+def test_a_failure_that_is_not_a_stop_keeps_its_traceback_in_the_log() -> None:
+    from aipc_env.launch.runner import TracebackGate
+
+    text = b'work\nTraceback (most recent call last):\n  File "x.py", line 1\nValueError: bad\n  after\npartial'
+    out = bytearray()
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            out.extend(data)
+
+    gate = TracebackGate(Sink(), lambda: False)
+    for i in range(0, len(text), 7):  # in chunks cut anywhere, as a pipe delivers them
+        gate.write(text[i : i + 7])
+    gate.close()
+    assert bytes(out) == text

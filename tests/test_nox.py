@@ -41,6 +41,11 @@ def test_sessions_end_with_aipc_envs_exit_code(tmp_path):
     assert report["findings"] and "Resolved" in doctor.stderr
     has_fail = '"status": "fail"' in doctor.stdout or '"status": "crash"' in doctor.stdout
     assert doctor.returncode == (ExitCode.PROBLEMS if has_fail else ExitCode.OK)
+    # problems found are the doctor's answer: exit 1 without nox's red "Command ... failed" (the env is installed now)
+    found = _nox(tmp_path, "-s", "doctor", "--", "--facts", str(ROOT / "tests/fixtures/machines/win11_16gb.json"))
+    assert found.returncode == ExitCode.PROBLEMS, found.stderr[-3000:]
+    assert "Doctor found problems" in found.stdout and "problems found (exit code 1)" in found.stderr
+    assert "failed with exit code" not in found.stderr and "Session doctor failed" not in found.stderr
 
 
 @pytest.mark.slow

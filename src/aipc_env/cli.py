@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from aipc_env import __version__
 from aipc_env.errors import AipcError, ExitCode
@@ -55,18 +55,78 @@ not start · 130 interrupted
 commands. Docs: README.md and the pages in docs/ (a site: mkdocs build); every option: docs/reference/cli.md."""
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+
+
+class _Words(argparse.HelpFormatter):
+    """argparse's help, wrapped between words only ("held-out" stays whole at any width)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(self._whitespace_matcher.sub(" ", text).strip(), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in _wrap(self._whitespace_matcher.sub(" ", text).strip(), width - len(indent)))
+
+
+class _RawWords(argparse.RawDescriptionHelpFormatter):
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(self._whitespace_matcher.sub(" ", text).strip(), width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Words)
+        super().__init__(*args, **kwargs)
+
     last_error: str | None = None
     """The last refusal's words (main prints them as an error document under --json)."""
     last_prog: str | None = None
+    last_guess: str | None = None
+    """What the refused word was probably meant to be (a command, an action, an option), if anything is close."""
+    argv: list[str] = []
+    """The command line being parsed (an unknown option is matched against the options of the command it names)."""
 
     def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep its message short and ours
         from aipc_env.core.terminal import visible
 
         self.print_usage(sys.stderr)
-        print(visible(f"error: {message}"), file=sys.stderr)  # the message quotes the argument: escaped
-        _Parser.last_error, _Parser.last_prog = f"{self.prog}: {message}", self.prog
+        guess = self.did_you_mean(message)
+        print(visible(f"error: {message}" + (f"\n  did you mean {guess}?" if guess else "")), file=sys.stderr)
+        _Parser.last_error, _Parser.last_prog, _Parser.last_guess = f"{self.prog}: {message}", self.prog, guess
         raise SystemExit(ExitCode.USAGE)
+
+    def did_you_mean(self, message: str) -> str | None:
+        """THE suggestion for a typo (argparse 3.11 has none): the closest command, action or option (difflib)."""
+        import difflib
+        import re
+
+        choice = re.search(r"invalid choice: '([^']*)'.*?\(choose from (.*)\)", message)
+        if choice:
+            quoted = re.findall(r"'([^']*)'", choice.group(2))
+            word, known = choice.group(1), quoted or choice.group(2).split(", ")
+        elif message.startswith("unrecognized arguments: "):
+            options = [w for w in message.split(": ", 1)[1].split() if w.startswith("--")]
+            if not options:
+                return None
+            word, known = options[0].split("=", 1)[0], self._options_in_play()
+        else:
+            return None
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        return f"'{close[0]}'" if close else None
+
+    def _options_in_play(self) -> list[str]:
+        """This parser's options and those of the (sub)commands the command line names."""
+        parser: argparse.ArgumentParser = self
+        known = list(parser._option_string_actions)
+        for word in _Parser.argv:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and word in subs[0].choices:
+                parser = subs[0].choices[word]
+                known += list(parser._option_string_actions)
+        return [k for k in known if k.startswith("--")]
 
 
 class _Version(argparse.Action):
@@ -86,9 +146,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="aipc-env", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _Parser(prog="aipc-env", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RawWords)
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="show the version and where the matrix and locks are read from, and exit"
     )
@@ -114,14 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     parser = build_parser()
+    _Parser.argv = argv
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:
         if as_json and stop.code == ExitCode.USAGE:  # argparse's refusal, as a document too
+            guess = f"did you mean {_Parser.last_guess}? " if _Parser.last_guess else ""
             _json_error(
                 ExitCode.USAGE,
                 _Parser.last_error or "bad arguments",
-                fix=f"{_Parser.last_prog or 'aipc-env'} --help lists the arguments",
+                fix=f"{guess}{_Parser.last_prog or 'aipc-env'} --help lists the arguments",
             )
         raise
     if not getattr(args, "run", None):

@@ -47,16 +47,18 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def _render_findings(report: CheckReport) -> None:
+    from rich.text import Text
+
     from aipc_env.commands.options import console_for
 
     console = console_for()
     if not report.findings:
-        console.print(f"[green]adapted[/green]: no findings in {report.clone}")
+        console.print(Text.assemble(("adapted", "green"), f": no findings in {report.clone}"))
         return
     for f in report.findings:
         color = "red" if f.level == "ERROR" else "yellow"
-        console.print(f"[{color}]{f.level}[/{color}] {f.file}:{f.line} [{f.rule}] {f.message}", highlight=False)
-        console.print(f"       fix: {f.fix}", highlight=False)
+        console.print(Text.assemble((f.level, color), f" {f.file}:{f.line} [{f.rule}] {f.message}"))
+        console.print(f"       fix: {f.fix}")
     warns = len(report.findings) - report.errors
     console.print(f"{report.errors} error(s), {warns} warning(s)")
 

@@ -43,7 +43,8 @@ def add_parser(sub: Subparsers) -> None:
         nargs=2,
         metavar=("H", "W"),
         default=[384, 672],
-        help="training size; smaller images are reported (default 384 672; multiples of 16)",
+        help="training size, height then width; smaller images are reported "
+        "(default 384 672: 384 high, 672 wide; multiples of 16)",
     )
     v.add_argument(
         "--engine",

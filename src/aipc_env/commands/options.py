@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
@@ -172,9 +171,10 @@ INDEXES = _indexes()
 
 
 def console_for(stream: TextIO | None = None) -> Console:
-    from rich.console import Console
+    """The one console for people (core.terminal.console): styled on a terminal, every value escaped."""
+    from aipc_env.core.terminal import console
 
-    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True, emoji=False)
+    return console(stream)
 
 
 def python_minor(value: str) -> str:

@@ -35,6 +35,13 @@ def add_parser(sub: Subparsers) -> None:
     )
     p.add_argument("config", nargs="?", type=Path, help="training config (YAML; `aipc-env recommend` writes one)")
     p.add_argument("--dry-run", action="store_true", help="only write the launcher and print what it would run")
+    p.add_argument(
+        "--model",
+        choices=["tiny"],
+        help="tiny: CONFIG's dataset on a tiny random Qwen-Image-Edit in the real diffusers layout, built in the run "
+        "folder (no download): proves the path, the conditioning and the formats on your data, not that a model "
+        "learns your edit (writes CONFIG.tiny.yaml; the run goes to output_dir-tiny)",
+    )
     p.set_defaults(run=run)
 
 
@@ -51,10 +58,26 @@ def run(args: argparse.Namespace) -> Result:
         check_text_path(config_path, "the config")
     if args.env is not None:
         check_text_path(args.env, "the env", key="--env")
+    tiny = args.model == "tiny"
     if config_path is None:
+        if tiny:
+            from aipc_env.errors import InputError
+
+            raise InputError(
+                "--model tiny trains your config's dataset: give the config",
+                key="--model",
+                fix="aipc-env train config.yaml --model tiny (without a config, aipc-env train trains the built-in "
+                "tiny default on its own synthetic edit)",
+            )
         config_path = write_default_config(data_dir() / "runs" / "builtin-default")
         say.say(f"aipc-env: no config given; running the built-in default ({config_path})")
-    cfg = load_run_config(config_path)
+    if tiny:
+        from aipc_env.train.tinyrun import EXPLAINED, tiny_config
+
+        say.say(f"aipc-env: {EXPLAINED}")
+        config_path = tiny_config(config_path)
+        say.say(f"aipc-env: config {config_path}")
+    cfg = load_run_config(config_path, model=not tiny)
     check = (lambda chosen: _validate_qflux(cfg, chosen.python, say)) if cfg.engine == "qflux" else None
     outcome = start_run(
         training_request(
@@ -67,10 +90,11 @@ def run(args: argparse.Namespace) -> Result:
             check=check,
             stdout=say.stream,
             say=say.say,
+            build_tiny=tiny,
         )
     )
     report = _report(outcome, cfg, config_path, builtin=args.config is None, dry_run=args.dry_run)
-    return Result(report, lambda: _print_report(report), report.exit_code)
+    return Result(report, lambda: _print_report(report, tiny=tiny), report.exit_code)
 
 
 def _validate_qflux(cfg: TrainConfig, python: str, say: Progress) -> None:
@@ -129,7 +153,7 @@ def _report(outcome: RunOutcome, cfg: TrainConfig, config_path: Path, *, builtin
     )
 
 
-def _print_report(report: TrainRunReport) -> None:
+def _print_report(report: TrainRunReport, *, tiny: bool = False) -> None:
     """The last lines for people: the LoRA and the verdict on success; else the exit code and the log (the runner
     said what failed)."""
     rc, log, verdict = report.exit_code, report.log, report.heldout
@@ -142,9 +166,18 @@ def _print_report(report: TrainRunReport) -> None:
         for line in verdict_lines(verdict, "aipc-env: "):
             print(line)
         print(f"aipc-env: LoRA {report.lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
+        if tiny and not verdict.learned:
+            from aipc_env.train.tinyrun import NOT_LEARNED
+
+            print(f"aipc-env: {NOT_LEARNED}")
     elif rc == ExitCode.OK and report.engine == "builtin" and report.lora is not None:
         print(f"aipc-env: training finished; log {log}")
         print(f"aipc-env: LoRA {report.lora}")
+        if tiny:
+            print(
+                "aipc-env: on a tiny random model: your data went through the whole path (no held-out check: a "
+                "random tiny model does not learn your edit)"
+            )
     elif rc == ExitCode.INTERRUPTED:
         pass  # the runner printed the one line a Ctrl-C gets
     elif not report.started:

@@ -61,7 +61,7 @@ def _image_problems(
             f"{sample.where}: {role} is {mode}, not RGB (convert it: RGBA, greyscale and palette images are not handled like RGB)"
         )
     if target_size and role == "target" and (h < target_size[0] or w < target_size[1]):
-        small.append(f"{sample.id} ({w}x{h})")
+        small.append(f"{sample.id} ({w} wide, {h} high)")
 
 
 def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
@@ -107,7 +107,8 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
         )
     if small:
         warnings.append(
-            f"{len(small)} target image(s) smaller than target_size {list(target_size or [])} will be "
+            f"{len(small)} target image(s) smaller than target_size {list(target_size or [])} (height "
+            f"{target_size[0] if target_size else 0} px, width {target_size[1] if target_size else 0} px) will be "
             f"upscaled: {', '.join(small[:5])}"
         )
     n = len(scan.samples)

@@ -27,6 +27,7 @@ __all__ = [
     "EnginePhase",
     "SmokePrepare",
     "SmokeVerify",
+    "TinyModel",
     "VerifySteps",
     "WorkerArgs",
     "run_worker",
@@ -135,6 +136,16 @@ class EnginePhase(WorkerArgs):
     MODULE: ClassVar[str] = "aipc_env.train.engine"
     phase: str = field(metadata={"choices": ("cache", "fit")})
     config: Path
+
+
+@dataclass(frozen=True)
+class TinyModel(WorkerArgs):
+    """The tiny-model phase of `train CONFIG --model tiny` (train/tinypipe.py): a tiny random Qwen-Image-Edit in
+    the diffusers layout, built into `out`; started by train/run.py."""
+
+    MODULE: ClassVar[str] = "aipc_env.train.tinypipe"
+    out: Path
+    plus: bool = False
 
 
 @dataclass(frozen=True)

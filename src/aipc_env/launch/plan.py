@@ -54,6 +54,8 @@ class LaunchPlan(VersionedModel):
     log_file: str
     warnings: list[str] = []
     files: dict[str, str] = {}
+    resume: str | None = None
+    """What resumes the run after a stop (Ctrl-C): the runner's stop line says it."""
     """Extra files of the run folder (name -> text), e.g. accelerate_config.yaml."""
 
     @field_validator("env")
@@ -163,6 +165,7 @@ def plan_run(
     extra_env: dict[str, str] | None = None,
     background: list[Phase] | None = None,
     files: dict[str, str] | None = None,
+    resume: str | None = None,
 ) -> LaunchPlan:
     """A launch plan for any run (training, verify): the matching oneAPI, MSVC where kernels compile, the env."""
     activation, warnings = choose_oneapi(pair, oneapi, platform)
@@ -179,4 +182,5 @@ def plan_run(
         log_file=log_file,
         warnings=warnings + more,
         files=files or {},
+        resume=resume,
     )

@@ -110,14 +110,16 @@ def run_phase(phase: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> int
     _Current.proc = proc
     out = sys.stdout.buffer
     sink = _LogLines(log) if env.get("AIPC_CONSOLE") == "1" else log
+    gate = TracebackGate(sink, lambda: _Current.stopping is not None)
     pipe = proc.stdout
     assert pipe is not None and hasattr(pipe, "read1")  # Popen(stdout=PIPE): a buffered reader
     for chunk in iter(lambda: pipe.read1(65536), b""):
         if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
             out.write(chunk)
             out.flush()
-        sink.write(chunk)
+        gate.write(chunk)
         log.flush()
+    gate.close()
     if isinstance(sink, _LogLines):
         sink.close()
     rc = proc.wait()
@@ -125,6 +127,90 @@ def run_phase(phase: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> int
     footer = f"[aipc-env {_stamp()}] phase {phase['name']} exited with {rc}\n"
     log.write(footer.encode("utf-8"))
     return rc
+
+
+def stop_line(signum: int, phase: str, log_path: str, resume: str | None) -> str:
+    """The one line a stopped run gets, on the console and in the log."""
+    if signum == signal.SIGINT:
+        head = f"[aipc-env] stopped by you (Ctrl-C) during phase {phase}"
+    else:
+        head = f"[aipc-env] stopped (signal {signum}) during phase {phase}"
+    return head + (f"; resume with: {resume}" if resume else "") + f"; log {log_path}\n"
+
+
+_TRACEBACK_HEAD = b"Traceback (most recent call last):"
+_CHAINED = (b"During handling of the above exception", b"The above exception was the direct cause")
+_FRAME = re.compile(rb'File ".*", line \d+')
+_STOP_EXCEPTIONS = (b"KeyboardInterrupt", b"^C")
+
+
+class TracebackGate:
+    """Between a phase's output and the log: a Python traceback is held from its head line to its exception line
+    (the first line after it that is not indented), then written, unless the run is stopping by then; a stop's
+    tracebacks (the KeyboardInterrupt in every process of the group, accelerate's CalledProcessError) never reach
+    the log. The exception line comes after the signal that caused it, so `stopping` has turned by then."""
+
+    def __init__(self, sink: Any, stopping: Any) -> None:
+        self._sink, self._stopping = sink, stopping
+        self._partial = b""
+        self._held: list[bytes] | None = None
+        self._frame = False
+
+    def write(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line + b"\n")
+        if len(self._partial) > 65536 and self._held is None:  # a bar redrawn with \r and no newline: not held
+            self._sink.write(self._partial)
+            self._partial = b""
+
+    def _line(self, line: bytes) -> None:
+        bare = line.strip()
+        if self._held is None and self._stopping():  # stray pieces of tracebacks two processes interleaved
+            if (
+                _TRACEBACK_HEAD in bare
+                or _FRAME.search(bare)
+                or bare.endswith(_STOP_EXCEPTIONS)
+                or (self._frame and line[:1] in (b" ", b"\t"))
+            ):
+                self._frame = not bare.endswith(_STOP_EXCEPTIONS)
+                return
+            self._frame = False
+        if bare.startswith(_TRACEBACK_HEAD) or bare.startswith(_CHAINED):
+            self._held = (self._held or []) + [line]
+        elif self._held is not None:
+            self._held.append(line)
+            if bare and line[:1] not in (b" ", b"\t") and not bare.startswith(b"^"):  # the exception line
+                self._release()
+        else:
+            self._sink.write(line)
+
+    def _release(self) -> None:
+        held, self._held = self._held or [], None
+        if not self._stopping():
+            self._sink.write(b"".join(held))
+
+    def close(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+        if self._held is not None:
+            self._release()
+
+
+def without_tracebacks(text: str) -> str:
+    """`text` as a stopping run's log gets it: less its Python tracebacks (TracebackGate)."""
+    out = bytearray()
+
+    class _Sink:
+        def write(self, data: bytes) -> None:
+            out.extend(data)
+
+    gate = TracebackGate(_Sink(), lambda: True)
+    gate.write(text.encode("utf-8"))
+    gate.close()
+    return out.decode("utf-8")
 
 
 def start_background(plan: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> list[subprocess.Popen[bytes]]:
@@ -188,8 +274,7 @@ def main(argv: list[str]) -> int:
                 rc = run_phase(phase, env, log)
                 if _Current.stopping is not None:
                     code = 128 + int(_Current.stopping)
-                    what = "Ctrl-C" if _Current.stopping == signal.SIGINT else f"signal {_Current.stopping}"
-                    msg = f"[aipc-env] stopped ({what}) during phase {phase['name']}; log {log_path}\n"
+                    msg = stop_line(int(_Current.stopping), phase["name"], log_path, plan.get("resume"))
                     sys.stderr.write(msg)
                     log.write(msg.encode("utf-8"))
                     return code

@@ -75,6 +75,8 @@ class RunRequest:
     """Where the launcher's output goes (stderr when the command prints JSON)."""
     say: Callable[[str], None] | None = None
     """Where the run's header goes (launcher, env, pair, phases, env builds); default: print to stdout."""
+    resume: str | None = None
+    """What resumes the run after a Ctrl-C, in words a person types (the runner's stop line says it)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ def start_run(
         extra_env=request.extra_env,
         background=request.background(chosen) if request.background else [],
         files=request.files,
+        resume=request.resume,
     )
     for warning in plan.warnings:
         say(f"aipc-env: warning: {warning}")

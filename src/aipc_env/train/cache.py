@@ -300,7 +300,13 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
                 f"{len(todo)} sample(s) ..."
             )
             t_load = time.perf_counter()
-            pipe = _load_encoders(cfg, device, dtype)
+            from aipc_env.train.progress import Heartbeat
+
+            beat = Heartbeat(log, "cache: still loading the text encoder and VAE", every=5.0).start()
+            try:
+                pipe = _load_encoders(cfg, device, dtype)
+            finally:
+                beat.stop()
             log(f"cache: encoders ready in {time.perf_counter() - t_load:.1f} s; encoding")
             with PhaseProgress("cache", len(todo), unit="samples", log=log) as progress:
                 for key, sample in todo:

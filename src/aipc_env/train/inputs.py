@@ -15,7 +15,20 @@ from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig, 
 __all__ = ["check_run_inputs", "load_run_config"]
 
 
-def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> None:
+def _missing_fix(cfg: TrainConfig, key: str, value: str) -> str:
+    """A missing model folder: the download that fills it, and the tiny model that needs none."""
+    if key != "model.path":
+        return "fix the path"
+    from aipc_env.core.invocation import QFLUX_MODEL_REPO, download_model
+
+    repo = download_model(value, QFLUX_MODEL_REPO) if cfg.engine == "qflux" else download_model(value)
+    return (  # a half download resumes
+        f"download the model into it: {repo} (or fix the path); before the download, `--model tiny` trains your "
+        "dataset on a tiny model"
+    )
+
+
+def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True, model: bool = True) -> None:
     """Everything a run needs that can be checked without the training stack: paths exist and have the right
     kind, the model folder is a diffusers pipeline, engine/model/data combinations hold, and (datasets=True)
     every dataset validates. One path for `aipc-env train` and the engine's phases."""
@@ -25,7 +38,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
             return
         p = Path(value)
         if not p.exists():
-            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix="fix the path")
+            raise InputError(f"{what} {value!r} does not exist", path=path, key=key, fix=_missing_fix(cfg, key, value))
         if kind == "dir" and not p.is_dir():
             raise InputError(f"{what} {value!r} is a file, expected a folder", path=path, key=key)
         if kind == "file" and not p.is_file():
@@ -34,7 +47,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
     check_writable(cfg.output_dir, "output_dir", folder=True, key="output_dir", config=path)
     if cfg.cache_dir:
         check_writable(cfg.cache_dir, "cache_dir", folder=True, key="cache_dir", config=path)
-    if cfg.model:
+    if cfg.model and model:  # model=False: the run's first phase builds it (train --model tiny)
         must_exist(cfg.model.path, "model.path", "model directory", "dir")
         must_exist(cfg.model.transformer_path, "model.transformer_path", "NF4 transformer directory", "dir")
         must_exist(cfg.model.text_encoder_path, "model.text_encoder_path", "NF4 text encoder directory", "dir")
@@ -43,7 +56,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 f"{cfg.model.path} is not a diffusers model folder (no model_index.json)",
                 path=path,
                 key="model.path",
-                fix="download Qwen/Qwen-Image-Edit-2511 with huggingface-cli",
+                fix=_missing_fix(cfg, "model.path", cfg.model.path),
             )
     if cfg.train.resume and cfg.train.resume != "auto":
         must_exist(cfg.train.resume, "train.resume", "checkpoint", "dir")
@@ -75,7 +88,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True) -> 
                 "model builtin:tiny trains only on builtin:synthetic",
                 path=path,
                 key="data.datasets",
-                fix="for real images use a model directory (a tiny one: aipc_env.train.tinypipe)",
+                fix="your dataset on a tiny model: aipc-env train CONFIG --model tiny (model.path: a model folder)",
             )
         if cfg.model.path != BUILTIN_TINY and any(synthetic):
             raise InputError(
@@ -153,8 +166,8 @@ def _check_datasets(cfg: TrainConfig, path: Path) -> None:
             )
 
 
-def load_run_config(path: str | Path, *, datasets: bool = True) -> TrainConfig:
+def load_run_config(path: str | Path, *, datasets: bool = True, model: bool = True) -> TrainConfig:
     """load_config + check_run_inputs: what `aipc-env train` and every engine phase run first."""
     cfg = load_config(path)
-    check_run_inputs(cfg, Path(path), datasets=datasets)
+    check_run_inputs(cfg, Path(path), datasets=datasets, model=model)
     return cfg

@@ -10,7 +10,7 @@ import yaml
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.launch.accelerate import accelerate_config_text
-from aipc_env.launch.hops import EnginePhase, JudgeHeldOut
+from aipc_env.launch.hops import EnginePhase, JudgeHeldOut, TinyModel
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -24,7 +24,9 @@ __all__ = [
 ]
 
 
-def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_config: Path) -> list[Phase]:
+def engine_phases(
+    cfg: TrainConfig, config_path: Path, python: str, accelerate_config: Path, *, build_tiny: bool = False
+) -> list[Phase]:
     # --quiet: a failing phase has already said why in one line; without it accelerate adds a CalledProcessError
     # traceback (the runner still reports the phase's failure and its log)
     accel = [python, "-m", "accelerate.commands.launch", "--quiet", "--config_file", str(accelerate_config), "-m"]
@@ -37,7 +39,9 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
             Phase(name="fit", argv=[*accel, "qflux.main", "--config", qcfg], cwd=src),
         ]
     config = Path(config_path)
+    tiny = [Phase(name="tiny-model", argv=TinyModel(out=Path(cfg.model.path)).argv(python))] if build_tiny and cfg.model else []
     phases = [
+        *tiny,
         Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
         Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel)),
     ]
@@ -46,7 +50,7 @@ def engine_phases(cfg: TrainConfig, config_path: Path, python: str, accelerate_c
     return phases
 
 
-def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> RunRequest:
+def training_request(cfg: TrainConfig, config_path: Path, *, build_tiny: bool = False, **options: Any) -> RunRequest:
     """The run service's request for a training run: the engine's phases (cache, fit under accelerate), the memory
     monitor beside them, the accelerate config, the config's device and env; a qflux config runs in its clone's
     qflux env. `options`: the request's env_flag, pair_flag, matrix_path, dry_run, check, stdout, announce."""
@@ -68,15 +72,31 @@ def training_request(cfg: TrainConfig, config_path: Path, **options: Any) -> Run
         command="train",
         run_dir=run_dir,
         log_file=run_dir / "train.log",
-        phases=lambda chosen: engine_phases(cfg, config_path, chosen.python, run_dir / ACCELERATE_CONFIG),
+        phases=lambda chosen: engine_phases(cfg, config_path, chosen.python, run_dir / ACCELERATE_CONFIG, build_tiny=build_tiny),
         background=background,
         device=cfg.device if cfg.device != "auto" else None,
         engine=cfg.engine,
         qflux_clone=Path(cfg.qflux.clone) if cfg.engine == "qflux" and cfg.qflux else None,
         extra_env=dict(cfg.env),
         files={ACCELERATE_CONFIG: accelerate_config_text(cfg.device)},
+        resume=resume_hint(cfg, config_path),
         **options,
     )
+
+
+def resume_hint(cfg: TrainConfig, config_path: Path) -> str:
+    """How a stopped run goes on: the same command, from the last checkpoint where the config resumes (train.resume:
+    auto); else it says to set that (a run without it starts over)."""
+    from aipc_env.core.invocation import command
+
+    again = command("train", *([] if cfg.model and cfg.model.path == BUILTIN_TINY else [_quoted(str(config_path))]))
+    if cfg.engine == "builtin" and cfg.train.resume is None and not (cfg.model and cfg.model.path == BUILTIN_TINY):
+        return f"{again} (set train.resume: auto in {config_path} first, or it starts over)"
+    return again
+
+
+def _quoted(text: str) -> str:
+    return f'"{text}"' if any(c in text for c in " &()%!;'") else text
 
 
 def default_config(run_dir: Path) -> dict[str, Any]:

@@ -208,3 +208,37 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
         pipe.save_pretrained(tmp_dir)
         (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"seed": seed, "plus": plus}))
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `tiny-model` phase of `aipc-env train CONFIG --model tiny` (launch.hops.TinyModel). Builds once (a folder
+    that has model_index.json is kept), with a line at least every 5 s while it builds."""
+    from aipc_env.errors import ExitCode
+    from aipc_env.launch.hops import TinyModel, run_worker
+
+    args = TinyModel.parse(argv)
+
+    def build() -> int:
+        import time
+
+        from aipc_env.train.progress import Heartbeat
+
+        if (args.out / "model_index.json").is_file():
+            print(f"tiny-model: {args.out} is built (kept)", flush=True)
+            return ExitCode.OK
+        kind = f"Qwen-Image-Edit{'-Plus' if args.plus else ''}"
+        print(f"tiny-model: building a tiny random {kind} in the diffusers layout ...", flush=True)
+        started = time.monotonic()
+        beat = Heartbeat(lambda line: print(line, flush=True), "tiny-model: still building", every=5.0).start()
+        try:
+            build_tiny_pipeline(args.out, plus=args.plus)
+        finally:
+            beat.stop()
+        print(f"tiny-model: {args.out} built in {time.monotonic() - started:.1f} s", flush=True)
+        return ExitCode.OK
+
+    return run_worker("the tiny-model phase", build)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.core.interrupts import checkpoint
+from aipc_env.core.invocation import command
 from aipc_env.core.platforms import Platform
 from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, InputError
@@ -102,7 +103,7 @@ def check_env(
     (where the layer covers that Python)."""
     python = env_python(prefix)
     if not python.is_file():
-        raise InputError(f"no env at {prefix}", key="--prefix", fix="build it: nox -s env")
+        raise InputError(f"no env at {prefix}", key="--prefix", fix=f"build it: {command('env')}")
     env = inspect_env(prefix, python, timeout=60.0)
     if env.error:
         raise AipcError(env.error, path=prefix)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from aipc_env.core.invocation import command
 from aipc_env.core.platforms import Platform
 from aipc_env.errors import InputError
 from aipc_env.matrix import Matrix, Pair
@@ -112,7 +113,7 @@ def choose_env(candidates: EnvCandidates) -> EnvChoice:
         raise InputError(
             "the training env built by aipc-env is gone (no Python interpreter)",
             path=built.prefix,
-            fix=f"rebuild it: nox -s env -- --pair {built.pair}" if built.pair else "rebuild it: nox -s env",
+            fix=f"rebuild it: {command('env', '--pair', built.pair) if built.pair else command('env')}",
         )
     for choice in (candidates.built, candidates.used, candidates.conda, candidates.tool, candidates.current):
         if choice is not None:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from aipc_env.core.formats import VersionedModel
+from aipc_env.core.terminal import visible
 
 __all__ = ["StepResult", "VerifyReport", "render_verify"]
 
@@ -50,18 +51,23 @@ class VerifyReport(VersionedModel):
 
 def render_verify(console: Console, report: VerifyReport, verbose: bool = False) -> None:
     table = Table(
-        "step", "result", "time", title=f"aipc-env verify on {report.device}" + (f" ({report.pair})" if report.pair else "")
+        "step",
+        "result",
+        "time",
+        title=visible(f"aipc-env verify on {report.device}" + (f" ({report.pair})" if report.pair else "")),
     )
     for s in report.steps:
         table.add_row(
-            s.title, Text(("PASS  " if s.passed else "FAIL  ") + s.summary, style="" if s.passed else "red"), f"{s.seconds:.2f} s"
+            visible(s.title),
+            Text(visible(("PASS  " if s.passed else "FAIL  ") + s.summary), style="" if s.passed else "red"),
+            f"{s.seconds:.2f} s",
         )
     console.print(table)
     if verbose:
         for s in report.steps:
-            console.print(Text(f"{s.id}: {s.metrics}", style="dim"))
+            console.print(Text(visible(f"{s.id}: {s.metrics}"), style="dim"))
             if s.traceback:
-                console.print(Text(s.traceback, style="dim"))
+                console.print(Text(visible(s.traceback), style="dim"))
     verdict = "All steps passed" if report.passed else "Verification FAILED"
     console.print(
         Text(

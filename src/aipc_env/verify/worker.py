@@ -21,6 +21,10 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
 from aipc_env.train.compat import quiet_bitsandbytes_notices  # noqa: E402
+from aipc_env.train.progress import Heartbeat  # noqa: E402
+
+IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack", every=5.0).start()
+"""A line every 5 s while torch, bitsandbytes, diffusers and peft import (seconds on a busy machine)."""
 
 quiet_bitsandbytes_notices()
 import torch  # noqa: E402
@@ -497,6 +501,7 @@ def _run_steps(args: VerifySteps) -> int:
     import diffusers  # noqa: F401
     import peft  # noqa: F401
 
+    IMPORTING.stop()
     import_s = time.perf_counter() - T_START
     ctx: StepContext = {
         "device": pick_device(args.device),

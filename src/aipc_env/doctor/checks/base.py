@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from aipc_env.core.invocation import command
 from aipc_env.core.platforms import Platform
 from aipc_env.core.specs import Identifier
 from aipc_env.facts.model import Facts
@@ -151,9 +152,9 @@ class CheckContext:
         lock where the checkout has one, else from the specs (recording this machine's lock)."""
         pair = pair or self.pair or self.fallback_pair
         if (pair.id, self.platform) in self.locks:
-            return f"nox -s env -- --pair {pair.id}"
+            return command("env", "--pair", pair.id)
         return (
-            f"nox -s env -- --pair {pair.id} --unlocked (no lock for {pair.id} in this checkout: it resolves "
+            f"{command('env', '--pair', pair.id, '--unlocked')} (no lock for {pair.id} in this checkout: it resolves "
             "from the PyTorch XPU index and records this machine's lock)"
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aipc_env.core.invocation import download_model
 from aipc_env.core.specs import parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip
 
@@ -17,7 +18,7 @@ def check_model_dir(ctx: CheckContext) -> Verdict:
     model = ctx.facts.model
     if model is None:
         return skip("no model dir given (--model-dir PATH)")
-    download = "huggingface-cli download Qwen/Qwen-Image-Edit-2511 --local-dir <dir>"
+    download = download_model(str(model.path))
     if not model.exists:
         return fail(f"{model.path} does not exist", "training loads the model from a local directory", f"download it: {download}")
     if model.missing:

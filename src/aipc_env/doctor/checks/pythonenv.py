@@ -7,6 +7,7 @@ import datetime as _dt
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 
+from aipc_env.core.invocation import command
 from aipc_env.core.platforms import DEFAULT_PYTHON, marker_environment
 from aipc_env.core.specs import evaluate_marker, parse_requirement, parse_version
 from aipc_env.doctor.checks.base import CheckContext, Verdict, check, fail, ok, skip, warn
@@ -155,7 +156,9 @@ def check_env_lock(ctx: CheckContext) -> Verdict:
             f"{len(wrong)} package(s) differ from the {pair.id} lock",
             "an env that drifted from its lock "
             "is not the env that was verified and locked: the next run may fail where the lock works",
-            f'{ctx.env_fix(pair)} --prefix "{env.prefix}" (repairs exactly these; `nox -s env -- --check` lists them)',
+            f'{ctx.env_fix(pair)} --prefix "{env.prefix}" (repairs exactly these; `'
+            + command("env", "--check")
+            + "` lists them)",
             *shown[:20],
         )
     return ok(
@@ -437,17 +440,19 @@ def check_last_verify(ctx: CheckContext) -> Verdict:
         return warn(
             "never verified",
             "importing bitsandbytes proves nothing; only a quantize, matmul and optimizer step on the device does",
-            "nox -s verify",
+            command("verify"),
         )
     if record.injected:
         return warn(
             f"the last verification ran with injected faults ({', '.join(record.injected)}) at {record.when}",
             "a run with test faults injected says nothing about this stack",
-            "nox -s verify (without AIPC_VERIFY_INJECT)",
+            f"{command('verify')} (without AIPC_VERIFY_INJECT)",
         )
     if env and record.env_prefix and record.env_prefix != env.prefix:
         return warn(
-            f"last verified another env ({record.env_prefix}) at {record.when}", "this env has not been verified", "nox -s verify"
+            f"last verified another env ({record.env_prefix}) at {record.when}",
+            "this env has not been verified",
+            command("verify"),
         )
     if record.passed:
         return ok(f"passed on {record.device} at {record.when}: {record.summary}")
