@@ -159,3 +159,71 @@ def test_train_caches_mixed_aspect_ratios_without_squashing(tmp_path_factory, tm
     assert index["buckets"] == {"192x288 | 96x160": 2, "320x192 | 160x96": 3} and index["control_pixels"] == 128 * 128
     for key, shapes in zip(index["keys"], index["shapes"]):
         assert shapes[0] in ([1, 18, 12], [1, 12, 20]), (key, shapes)
+
+
+def test_the_original_edit_model_refuses_a_sample_with_two_controls(tmp_path):
+    from aipc_env.dataset import Sample
+    from aipc_env.errors import InputError
+    from aipc_env.train.cache import refuse_extra_controls
+
+    one = Sample(id="one", target=b"t", controls=[b"c"])
+    two = Sample(id="two", target=b"t", controls=[b"c", b"d"], where="two.png")
+    refuse_extra_controls("edit", [one], tmp_path)
+    refuse_extra_controls("edit-plus", [one, two], tmp_path)
+    with pytest.raises(InputError, match="two has 2 control images") as err:
+        refuse_extra_controls("edit", [one, two], tmp_path)
+    assert "Edit-Plus" in (err.value.fix or "")
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shapes=st.one_of(
+        _json,
+        st.lists(st.lists(st.tuples(st.integers(-2, 40), st.integers(-2, 40), st.integers(-2, 40)), max_size=3), max_size=4),
+    ),
+    keys=st.lists(st.sampled_from(["a" * 32, "b" * 32, "c" * 32, "../x", "A" * 32]), max_size=4),
+    buckets=_json,
+)
+def test_a_hostile_cache_index_is_read_or_named(tmp_path_factory, shapes, keys, buckets):
+    """The index the cache wrote is read back as untrusted: shapes, keys and buckets of any JSON give the entries
+    or an AipcError naming the file, never a traceback."""
+    from aipc_env.errors import AipcError
+    from aipc_env.train.cache import entry_path, load_cache_index
+
+    folder = tmp_path_factory.mktemp("index")
+    cfg = _cfg().model_copy(update={"cache_dir": str(folder)})
+    for key in ("a" * 32, "b" * 32):
+        entry_path(folder, key).write_bytes(b"x")
+    (folder / "index.json").write_text(json.dumps({"schema_version": 1, "keys": keys, "shapes": shapes, "buckets": buckets}))
+    try:
+        paths, index = load_cache_index(cfg)
+    except AipcError as exc:
+        assert "index.json" in str(exc.path) or str(folder) in str(exc.path)
+        return
+    assert [p.parent for p in paths] == [folder] * len(keys)
+    assert index.shapes is None or len(index.shapes) == len(paths)
+
+
+def test_a_cache_index_with_shapes_loads_and_a_path_key_is_refused(tmp_path):
+    from aipc_env.errors import AipcError
+    from aipc_env.train.cache import entry_path, load_cache_index
+
+    cfg = _cfg().model_copy(update={"cache_dir": str(tmp_path)})
+    entry_path(tmp_path, "a" * 32).write_bytes(b"x")
+    index = {"schema_version": 1, "keys": ["a" * 32], "shapes": [[[1, 2, 3], [1, 4, 4]]], "buckets": {"48x32 | 64x64": 1}}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    paths, loaded = load_cache_index(cfg)
+    assert paths == [entry_path(tmp_path, "a" * 32)] and loaded.shapes == [[(1, 2, 3), (1, 4, 4)]]
+    (tmp_path / "index.json").write_text(json.dumps({**index, "shapes": [[[1, 2, 3]], [[1, 2, 3]]]}))
+    with pytest.raises(AipcError, match="shapes do not match"):
+        load_cache_index(cfg)
+    (tmp_path / "index.json").write_text(json.dumps({**index, "keys": ["../" + "a" * 29]}))
+    with pytest.raises(AipcError, match="keys"):
+        load_cache_index(cfg)

@@ -21,7 +21,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
+
+from pydantic import StringConstraints
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
 from aipc_env.core.formats import VersionedModel, load_versioned, write_model
@@ -48,6 +50,7 @@ __all__ = [
     "load_index",
     "model_variant",
     "read_entry",
+    "refuse_extra_controls",
     "run_cache",
     "synthetic_shapes",
     "write_entry",
@@ -80,7 +83,8 @@ class CacheIndex(VersionedModel):
     FORMAT: ClassVar[str] = "cache index"
     FIX: ClassVar[str] = "run the cache phase again; it redoes only what is missing"
     schema_version: Literal[1] = 1
-    keys: list[str]
+    keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]]
+    """Entry file names (hashes): never a path out of the cache folder."""
     shapes: list[list[tuple[int, int, int]]] | None = None
     """Each entry's img_shapes (target, then each control), in `keys`' order: the fit's buckets."""
     buckets: dict[str, int] = {}
@@ -321,6 +325,21 @@ def model_variant(model_path: str | Path) -> Variant:
         raise InputError(str(exc), path=Path(model_path) / "model_index.json", key="model.path") from None
 
 
+def refuse_extra_controls(variant: Variant, samples: list[Sample], model_path: str | Path) -> None:
+    """The original Edit pipeline conditions on one control image: a sample with more cannot be trained as it
+    would be used (a named input error, before anything is loaded)."""
+    from aipc_env.errors import InputError
+
+    many = [s for s in samples if len(s.controls) > 1]
+    if variant == "edit" and many:
+        raise InputError(
+            f"{many[0].id} has {len(many[0].controls)} control images; {model_path} is a QwenImageEditPipeline, "
+            f"which conditions on one ({len(many)} sample(s) have more)",
+            path=many[0].where or None,
+            fix="train an Edit-Plus model (2509/2511) for several controls, or keep one control per sample",
+        )
+
+
 def bucket_lines(index: CacheIndex) -> list[str]:
     """The bucket counts in words, largest first."""
     counts = sorted(index.buckets.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -357,6 +376,7 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
         keys = [k for k, _ in entries]
         if todo:
             variant = model_variant(cfg.model.path)
+            refuse_extra_controls(variant, [s for _, s in todo], cfg.model.path)
             area = cfg.data.target_size[0] * cfg.data.target_size[1]
             log(
                 f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
