@@ -153,6 +153,7 @@ def test_train_caches_mixed_aspect_ratios_without_squashing(tmp_path_factory, tm
     # printed: the reduced control area's cost, then the buckets with their counts (target | control, pixels)
     assert "WARNING: data.control_pixels 16384" in out
     assert "5 samples in 2 aspect-ratio bucket(s)" in out
+    assert "pipeline_control_pixels(pipe, 16384)" in out  # how to edit with the LoRA as it was trained
     assert "192x288 | 96x160: 2" in out  # 2:3 targets and controls keep 2:3
     assert "320x192 | 160x96: 3" in out  # 16:9 (to the 32-pixel rounding at this small area), not squashed to 2:3
     index = json.loads((tmp_path / "run" / "cache" / "index.json").read_text())

@@ -77,7 +77,7 @@ def _calculate_dimensions(variant: Variant, area: int, ratio: float) -> tuple[in
     if variant == "edit":
         from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit as module
     else:
-        from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as module  # type: ignore[no-redef]
+        from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as module  # type: ignore[no-redef]  # one name for either variant's module
     dims = module.calculate_dimensions(area, ratio)
     return int(dims[0]), int(dims[1])
 
@@ -156,6 +156,14 @@ def _prompt_images(pipe: Any, images: list[Image.Image], variant: Variant, contr
     return vl, vae
 
 
+def _unused_noise() -> Any:
+    """A generator for the noise prepare_latents also draws (discarded here): the global RNG stays untouched. The
+    VAE's latents are its distribution's mode, as in the pipelines, so no generator changes them."""
+    import torch
+
+    return torch.Generator().manual_seed(0)
+
+
 def encode_conditioning(
     pipe: Any, images: list[Image.Image], prompt: str, *, variant: Variant, control_pixels: int, device: Any
 ) -> Conditioning:
@@ -171,7 +179,7 @@ def encode_conditioning(
         controls, shapes = [], []
         for x in vae_inputs:  # the Plus pipeline encodes controls one by one, as here
             _, packed = pipe.prepare_latents(
-                [x] if variant == "edit-plus" else x, 1, pipe.latent_channels, 16, 16, pe.dtype, device, None
+                [x] if variant == "edit-plus" else x, 1, pipe.latent_channels, 16, 16, pe.dtype, device, _unused_noise()
             )
             controls.append(packed)
             shapes.append(latent_grid((x.shape[-1], x.shape[-2])))
@@ -185,8 +193,8 @@ def encode_target(pipe: Any, image: Image.Image, size_wh: tuple[int, int], devic
 
     x = pipe.image_processor.preprocess(image, size_wh[1], size_wh[0]).unsqueeze(2)
     with torch.no_grad():
-        _, packed = pipe.prepare_latents(x, 1, pipe.latent_channels, 16, 16, dtype, device, None)
-    return packed  # type: ignore[no-any-return]
+        packed: torch.Tensor = pipe.prepare_latents(x, 1, pipe.latent_channels, 16, 16, dtype, device, _unused_noise())[1]
+    return packed
 
 
 _PATCH_LOCK = threading.Lock()

@@ -25,6 +25,7 @@ from aipc_env.train.checkpoint import (
     save_checkpoint,
     training_fingerprint,
 )
+from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.learning import LearningVerdict, verdict_lines
@@ -380,6 +381,12 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
+    if cfg.model and cfg.model.path != BUILTIN_TINY and cfg.control_area() != PIPELINE_CONTROL_PIXELS:
+        log(
+            f"fit: this LoRA learned controls at {cfg.control_area()} pixels (data.control_pixels), not the pipeline's "
+            f"{PIPELINE_CONTROL_PIXELS}: to edit as it was trained, call the diffusers pipeline inside "
+            f"`with aipc_env.train.conditioning.pipeline_control_pixels(pipe, {cfg.control_area()}):`"
+        )
     verdict = None
     if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
         from aipc_env.train.cache import synthetic_shapes
