@@ -238,3 +238,46 @@ def test_pipeline_control_pixels_restores_the_pipeline(pipes):
         with pytest.raises(RuntimeError), pipeline_control_pixels(pipe, 64 * 64):
             raise RuntimeError("a failed generation")
         assert (edit.calculate_dimensions, plus.VAE_IMAGE_SIZE) == before
+
+
+def test_the_held_out_sampler_takes_each_controls_own_grid(pipes):
+    """sample_edit_latents with one grid per control returns the Plus pipeline's latents bit for bit for two
+    controls of different aspect ratios (at a reduced area, through pipeline_control_pixels): the built-in check's
+    control grids come from the conditioning rule, not from the target."""
+    import torch
+
+    from aipc_env.train.conditioning import pipeline_control_pixels
+    from aipc_env.train.sampling import sample_edit_latents
+
+    pipe = _load(pipes["plus"])
+    seen: dict[str, Any] = {}
+    hook = pipe.transformer.register_forward_pre_hook(lambda _m, _a, kw: seen.setdefault("kw", kw) and None, with_kwargs=True)
+    try:
+        with pipeline_control_pixels(pipe, 128 * 128):
+            expected = pipe(
+                image=[_image(320, 180, 0), _image(203, 305, 1)],
+                prompt=PROMPT,
+                height=64,
+                width=96,
+                num_inference_steps=3,
+                true_cfg_scale=1.0,
+                generator=torch.Generator().manual_seed(4),
+                output_type="latent",
+            ).images
+    finally:
+        hook.remove()
+    kw = seen["kw"]
+    grids = [(2 * h, 2 * w) for _, h, w in kw["img_shapes"][0][1:]]
+    assert grids[0] != grids[1] and grids[0] != (8, 12)  # each control's own grid, neither the target's
+    got = sample_edit_latents(
+        pipe.transformer,
+        pipe.scheduler,
+        controls=kw["hidden_states"][:, expected.shape[1] :],
+        prompt_embeds=kw["encoder_hidden_states"],
+        prompt_mask=kw["encoder_hidden_states_mask"],
+        target_hw=(8, 12),
+        control_hw=grids,
+        steps=3,
+        generator=torch.Generator().manual_seed(4),
+    )
+    assert torch.equal(got, expected)
