@@ -86,6 +86,7 @@ def _config(tmp: Path, model: Path, data: Path, **train) -> Path:
             "num_workers": 0,
             "caption_dropout_rate": 0.2,
             "mask_weight": 2.0,
+            "control_pixels": 64 * 64,  # a memory choice (warned): the 1 MP default makes each sample ~30 s here
         },
         "train": {
             "max_train_steps": 12,

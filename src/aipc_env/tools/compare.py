@@ -71,6 +71,8 @@ class CompareRequest:
     device: str = "auto"
     max_samples: int | None = None
     margin: float = DEFAULT_MARGIN
+    control_pixels: int = 1024 * 1024
+    """The control area the LoRA was trained at (TrainConfig.control_area()); the pipeline conditions at it."""
 
 
 def _slug(text: str) -> str:
@@ -129,6 +131,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
 
     from aipc_env.dataset import scan_dataset
     from aipc_env.train.compat import processor_without_video
+    from aipc_env.train.conditioning import pipeline_control_pixels
 
     if not (req.model_path / "model_index.json").is_file():
         raise InputError(
@@ -183,15 +186,16 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
         w, h = controls[0].size
         h, w = max(16, h // 16 * 16), max(16, w // 16 * 16)  # the pipelines need multiples of 16
         t = time.perf_counter()
-        image: PILImage = pipe(
-            image=controls if plus else controls[0],
-            prompt=sample.prompt,
-            height=h,
-            width=w,
-            num_inference_steps=req.num_inference_steps,
-            true_cfg_scale=1.0,
-            generator=torch.Generator().manual_seed(req.seed),
-        ).images[0]
+        with pipeline_control_pixels(pipe, req.control_pixels):
+            image: PILImage = pipe(
+                image=controls if plus else controls[0],
+                prompt=sample.prompt,
+                height=h,
+                width=w,
+                num_inference_steps=req.num_inference_steps,
+                true_cfg_scale=1.0,
+                generator=torch.Generator().manual_seed(req.seed),
+            ).images[0]
         return image, time.perf_counter() - t
 
     base: list[tuple[PILImage, float]] = []

@@ -44,6 +44,7 @@ def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
             seed=cfg.train.seed,
             device=cfg.device,
             max_samples=cfg.data.heldout_max_samples,
+            control_pixels=cfg.control_area(),
         ),
         log=log,
     )

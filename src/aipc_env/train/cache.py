@@ -1,8 +1,13 @@
 """The cache phase: per-sample prompt embeddings (text encoder, with the control images) and VAE latents,
 written atomically, keyed by a hash of everything that went into them. The transformer is never loaded.
 
+Every control, the text encoder's image and the prompt are encoded as the model's diffusers pipeline does at
+inference (aipc_env.train.conditioning: each control at about data.control_pixels, default 1024x1024, aspect
+kept); the target goes to its aspect-ratio bucket (about target_size's area, sides multiples of 32): nothing is
+squashed. The index records each entry's shapes and the bucket counts; the fit batches within a bucket.
+
 Entry format (torch.save of a dict, fp16 tensors): target [N, 64] packed latents; controls: list of [Nc, 64];
-shapes: [(1, h, w)] target then controls (in packed 2x2 units); prompt_embeds [L, D] + prompt_mask [L] | None;
+shapes: [(1, h, w)] target then each control (in packed 2x2 units); prompt_embeds [L, D] + prompt_mask [L] | None;
 empty_prompt_embeds / empty_prompt_mask (for caption dropout); mask [N] in [0, 1] | None.
 """
 
@@ -12,15 +17,19 @@ import hashlib
 import io
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
+
+from pydantic import StringConstraints
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
 from aipc_env.core.formats import VersionedModel, load_versioned, write_model
 from aipc_env.train.checkpoint import model_identity
-from aipc_env.train.config import BUILTIN_SYNTHETIC, TrainConfig
+from aipc_env.train.conditioning import Variant, control_cost_warning
+from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.progress import PhaseProgress
 
 if TYPE_CHECKING:
@@ -32,16 +41,23 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHE_SCHEMA_VERSION",
     "CacheIndex",
+    "bucket_lines",
+    "bucket_name",
     "entry_key",
     "entry_path",
     "list_entries",
+    "load_cache_index",
     "load_index",
+    "model_variant",
     "read_entry",
+    "refuse_extra_controls",
     "run_cache",
+    "synthetic_shapes",
     "write_entry",
 ]
 
-CACHE_SCHEMA_VERSION: Final = 1
+CACHE_SCHEMA_VERSION: Final = 2
+"""2: controls at the pipeline's area and targets in aspect-ratio buckets (1 squashed both to target_size)."""
 ENTRY_KIND = "aipc-env cache entry"
 
 
@@ -66,8 +82,20 @@ class CacheIndex(VersionedModel):
 
     FORMAT: ClassVar[str] = "cache index"
     FIX: ClassVar[str] = "run the cache phase again; it redoes only what is missing"
-    schema_version: Literal[1] = CACHE_SCHEMA_VERSION
-    keys: list[str]
+    schema_version: Literal[1] = 1
+    keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]]
+    """Entry file names (hashes): never a path out of the cache folder."""
+    shapes: list[list[tuple[int, int, int]]] | None = None
+    """Each entry's img_shapes (target, then each control), in `keys`' order: the fit's buckets."""
+    buckets: dict[str, int] = {}
+    """Samples per bucket (bucket_name of the shapes)."""
+    control_pixels: int | None = None
+    """The control area the entries were conditioned at."""
+
+
+def bucket_name(shapes: list[tuple[int, int, int]]) -> str:
+    """A bucket in words: the target's pixel size, then each control's (e.g. '320x480 | 832x1248')."""
+    return " | ".join(f"{w * 16}x{h * 16}" for _, h, w in shapes)
 
 
 def _digest(part: Path | bytes | None) -> str:
@@ -81,6 +109,7 @@ def entry_key(
     *,
     model_id: str,
     target_size: tuple[int, int],
+    control_pixels: int,
     prompt: str,
     target: Path | bytes | None,
     controls: list[Path | bytes],
@@ -91,6 +120,7 @@ def entry_key(
             "schema_version": CACHE_SCHEMA_VERSION,
             "model": model_id,
             "size": list(target_size),
+            "control_pixels": control_pixels,
             "prompt": prompt,
             "target": _digest(target),
             "controls": [_digest(c) for c in controls],
@@ -144,22 +174,12 @@ def _pil(part: Path | bytes) -> Image.Image:
     return img.convert("RGB")
 
 
-def _to_tensor(img: Image.Image, size_hw: tuple[int, int]) -> torch.Tensor:
-    import numpy as np
-    import torch
-
-    h, w = size_hw
-    img = img.resize((w, h), resample=3)
-    arr = torch.from_numpy(np.asarray(img, dtype=np.float32) / 127.5 - 1.0)
-    return arr.permute(2, 0, 1)  # [3, H, W]
-
-
-def _mask_tokens(part: Path | bytes, size_hw: tuple[int, int]) -> torch.Tensor:
+def _mask_tokens(part: Path | bytes, size_wh: tuple[int, int]) -> torch.Tensor:
     import numpy as np
     import torch
     from PIL import Image
 
-    h, w = size_hw[0] // 16, size_hw[1] // 16  # one packed token per 16x16 pixels
+    h, w = size_wh[1] // 16, size_wh[0] // 16  # one packed token per 16x16 pixels
     img = Image.open(io.BytesIO(part) if isinstance(part, bytes) else part).convert("L").resize((w, h), resample=2)
     return torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).flatten()
 
@@ -176,6 +196,7 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, Sample]]:
             key = entry_key(
                 model_id=model_id,
                 target_size=cfg.data.target_size,
+                control_pixels=cfg.control_area(),
                 prompt=s.prompt or "",
                 target=s.target,
                 controls=s.controls,
@@ -185,12 +206,32 @@ def list_entries(cfg: TrainConfig) -> list[tuple[str, Sample]]:
     return out
 
 
+def synthetic_shapes(cfg: TrainConfig) -> list[tuple[int, int, int]]:
+    """img_shapes of the built-in synthetic edit: the target's grid, then its control's by the conditioning rule
+    (its control is made at the target's size, conditioned at cfg.control_area())."""
+    from aipc_env.errors import InputError
+    from aipc_env.train.conditioning import control_size, latent_grid
+
+    assert cfg.data
+    height, width = cfg.data.target_size
+    target = latent_grid((width, height))
+    control = latent_grid(control_size((width, height), cfg.control_area()))
+    if control != target:
+        raise InputError(
+            f"the built-in edit's control of {width}x{height} would be conditioned at {control[2] * 16}x{control[1] * 16}",
+            key="data.target_size",
+            fix="use sides that are multiples of 32 for builtin:synthetic (the default is [64, 64])",
+        )
+    return [target, control]
+
+
 def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[str], None]) -> list[str]:
     from aipc_env.train.tinyedit import TRAIN_SEED, edit_sample
 
     assert cfg.data
     keys: list[str] = []
     h = cfg.data.target_size[0] // 8
+    shapes = synthetic_shapes(cfg)
     with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
         for i in range(cfg.data.synthetic_samples):
             key = hashlib.sha256(
@@ -206,7 +247,7 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[
             entry: CacheEntry = {
                 "target": s.target.half(),
                 "controls": [s.control.half()],
-                "shapes": [(1, h // 2, h // 2), (1, h // 2, h // 2)],
+                "shapes": shapes,
                 "prompt_embeds": s.prompt_embeds.half(),
                 "prompt_mask": None,
                 "empty_prompt_embeds": s.prompt_embeds[:2].half() * 0,
@@ -240,35 +281,70 @@ def _load_encoders(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -
 
 
 def _encode_sample(
-    pipe: Any, sample: Sample, size_hw: tuple[int, int], device: torch.device, dtype: torch.dtype, plus: bool
+    pipe: Any, sample: Sample, target_pixels: int, control_pixels: int, device: torch.device, variant: Variant
 ) -> CacheEntry:
-    import torch
+    """One entry: the target in its bucket, the controls and prompt as the variant's pipeline conditions them."""
+    from aipc_env.train.conditioning import bucket_size, encode_conditioning, encode_target, latent_grid
 
     assert sample.target is not None  # the dataset checks give every training sample a target
-    target = _to_tensor(_pil(sample.target), size_hw)
-    controls_img = [_pil(c) for c in sample.controls]
-    controls = [_to_tensor(c, size_hw) for c in controls_img]
-    prompt_images = [c.resize((size_hw[1], size_hw[0]), resample=3) for c in controls_img]
-    with torch.no_grad():  # a distillation lesson: never attach the text encoder's graph
-        image_arg = prompt_images if plus else prompt_images[0]
-        pe, pm = pipe.encode_prompt(sample.prompt or "", image=image_arg, device=device)
-        ee, em = pipe.encode_prompt("", image=image_arg, device=device)
-        stacked = torch.stack([target, *controls]).unsqueeze(2).to(device, dtype)  # [1+C, 3, 1, H, W]
-        latents = pipe._encode_vae_image(stacked, generator=torch.Generator(device="cpu").manual_seed(0))
-        b, c, _, h, w = latents.shape
-        packed = pipe._pack_latents(latents, b, c, h, w)  # [1+C, N, 64]
-    shape = (1, h // 2, w // 2)
+    target_img = _pil(sample.target)
+    size = bucket_size(target_img.size, target_pixels)
+    cond = encode_conditioning(
+        pipe,
+        [_pil(c) for c in sample.controls],
+        sample.prompt or "",
+        variant=variant,
+        control_pixels=control_pixels,
+        device=device,
+    )
+    target = encode_target(pipe, target_img, size, device, cond.prompt_embeds.dtype)
+    pm, em = cond.prompt_mask, cond.empty_prompt_mask
     return {
-        "target": packed[0].half().cpu(),
-        "controls": [p.half().cpu() for p in packed[1:]],
-        "shapes": [shape] * (1 + len(controls)),
-        "prompt_embeds": pe[0].half().cpu(),
+        "target": target[0].half().cpu(),
+        "controls": [c[0].half().cpu() for c in cond.controls],
+        "shapes": [latent_grid(size), *cond.shapes],
+        "prompt_embeds": cond.prompt_embeds[0].half().cpu(),
         "prompt_mask": None if pm is None else pm[0].cpu(),
-        "empty_prompt_embeds": ee[0].half().cpu(),
+        "empty_prompt_embeds": cond.empty_prompt_embeds[0].half().cpu(),
         "empty_prompt_mask": None if em is None else em[0].cpu(),
-        "mask": _mask_tokens(sample.mask, size_hw) if sample.mask is not None else None,
+        "mask": _mask_tokens(sample.mask, size) if sample.mask is not None else None,
         "id": sample.id,
     }
+
+
+def model_variant(model_path: str | Path) -> Variant:
+    """The conditioning variant of a diffusers model folder (model_index.json's pipeline class)."""
+    from aipc_env.errors import InputError
+    from aipc_env.train.conditioning import variant_of
+
+    index = read_json(Path(model_path) / "model_index.json", "model_index.json")
+    name = index.get("_class_name", "") if isinstance(index, dict) else ""
+    try:
+        return variant_of(str(name))
+    except ValueError as exc:
+        raise InputError(str(exc), path=Path(model_path) / "model_index.json", key="model.path") from None
+
+
+def refuse_extra_controls(variant: Variant, samples: list[Sample], model_path: str | Path) -> None:
+    """The original Edit pipeline conditions on one control image: a sample with more cannot be trained as it
+    would be used (a named input error, before anything is loaded)."""
+    from aipc_env.errors import InputError
+
+    many = [s for s in samples if len(s.controls) > 1]
+    if variant == "edit" and many:
+        raise InputError(
+            f"{many[0].id} has {len(many[0].controls)} control images; {model_path} is a QwenImageEditPipeline, "
+            f"which conditions on one ({len(many)} sample(s) have more)",
+            path=many[0].where or None,
+            fix="train an Edit-Plus model (2509/2511) for several controls, or keep one control per sample",
+        )
+
+
+def bucket_lines(index: CacheIndex) -> list[str]:
+    """The bucket counts in words, largest first."""
+    counts = sorted(index.buckets.items(), key=lambda kv: (-kv[1], kv[0]))
+    head = f"cache: {sum(index.buckets.values())} samples in {len(counts)} aspect-ratio bucket(s) (target | controls, pixels):"
+    return [head, *[f"cache:   {name}: {n}" for name, n in counts]]
 
 
 def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: Callable[[str], None] = print) -> CacheStats:
@@ -277,15 +353,21 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
     cache.mkdir(parents=True, exist_ok=True)
     stats = CacheStats()
     start = time.perf_counter()
+    warning = control_cost_warning(cfg.control_area())
+    if warning and cfg.model.path != BUILTIN_TINY:
+        log(f"cache: WARNING: {warning}")
+    shapes: dict[str, list[tuple[int, int, int]]] = {}
     if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
         keys = _synthetic(cfg, cache, stats, log)
+        shapes = dict.fromkeys(keys, synthetic_shapes(cfg))
     else:
         entries = list_entries(cfg)
         todo: list[tuple[str, Sample]] = []
         for key, sample in entries:
             path = entry_path(cache, key)
-            if read_entry(path) is not None:
+            if (old := read_entry(path)) is not None:
                 stats.skipped += 1
+                shapes[key] = [(int(a), int(b), int(c)) for a, b, c in old["shapes"]]
             else:
                 if path.exists():
                     stats.redone += 1
@@ -293,8 +375,9 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
                 todo.append((key, sample))
         keys = [k for k, _ in entries]
         if todo:
-            index = read_json(Path(cfg.model.path) / "model_index.json", "model_index.json")
-            plus = str(index.get("_class_name", "") if isinstance(index, dict) else "").endswith("PlusPipeline")
+            variant = model_variant(cfg.model.path)
+            refuse_extra_controls(variant, [s for _, s in todo], cfg.model.path)
+            area = cfg.data.target_size[0] * cfg.data.target_size[1]
             log(
                 f"cache: loading the text encoder and VAE ({cfg.model.text_encoder_path or cfg.model.path}) for "
                 f"{len(todo)} sample(s) ..."
@@ -311,11 +394,16 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
             with PhaseProgress("cache", len(todo), unit="samples", log=log) as progress:
                 for key, sample in todo:
                     t = time.perf_counter()
-                    entry = _encode_sample(pipe, sample, cfg.data.target_size, device, dtype, plus)
+                    entry = _encode_sample(pipe, sample, area, cfg.control_area(), device, variant)
+                    shapes[key] = entry["shapes"]
                     stats.bytes += write_entry(entry_path(cache, key), entry)
                     stats.written += 1
                     progress.advance(f"cache: {sample.id} ({time.perf_counter() - t:.2f} s)")
-    write_model(cache / "index.json", CacheIndex(keys=keys))
+    index = CacheIndex(keys=keys, shapes=[shapes[k] for k in keys], control_pixels=cfg.control_area())
+    index.buckets = dict(Counter(bucket_name(s) for s in index.shapes or []))
+    write_model(cache / "index.json", index)
+    for line in bucket_lines(index):
+        log(line)
     stats.seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in cache.glob("*.pt"))
     log(
@@ -327,13 +415,21 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
 
 
 def load_index(cfg: TrainConfig) -> list[Path]:
+    """The entries' paths, in index order (load_cache_index also gives their shapes)."""
+    return load_cache_index(cfg)[0]
+
+
+def load_cache_index(cfg: TrainConfig) -> tuple[list[Path], CacheIndex]:
     from aipc_env.errors import AipcError
 
     cache = cfg.resolved_cache_dir()
     index = cache / "index.json"
     if not index.is_file():
         raise AipcError("no cache index", path=cache, fix="run the cache phase first (the launcher does)")
-    keys = load_versioned(CacheIndex, index).keys
+    loaded = load_versioned(CacheIndex, index)
+    keys = loaded.keys
+    if loaded.shapes is not None and len(loaded.shapes) != len(keys):
+        raise AipcError("the cache index's shapes do not match its entries", path=index, fix=CacheIndex.FIX)
     paths = [entry_path(cache, k) for k in keys]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
@@ -342,4 +438,4 @@ def load_index(cfg: TrainConfig) -> list[Path]:
             path=cache,
             fix="run the cache phase again; it redoes only what is missing",
         )
-    return paths
+    return paths, loaded

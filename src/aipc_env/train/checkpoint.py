@@ -79,6 +79,8 @@ def training_fingerprint(cfg: TrainConfig) -> str:
         "optimizer": cfg.optimizer.model_dump(mode="json"),
         "compute_dtype": cfg.compute_dtype,
     }
+    if data.get("control_pixels") is not None:  # only when set: older checkpoints keep their fingerprint
+        shaping["control_pixels"] = data["control_pixels"]
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.errors import InputError
+from aipc_env.train.conditioning import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
 
 __all__ = [
     "BUILTIN_SYNTHETIC",
@@ -60,7 +61,6 @@ class DataSection(InputModel):
     target_size: tuple[int, int] = (384, 672)
     # The VAE controls' pixel area (None: the pipeline's own, 1024 * 1024); smaller is a memory choice that costs
     # fidelity. Added here so `recommend` can write it; the conditioning-parity work defines the same field.
-    control_pixels: int | None = Field(None, ge=64 * 64, le=4096 * 4096)
     batch_size: int = Field(1, ge=1)
     num_workers: int = Field(1, ge=0)
     synthetic_samples: int = Field(16, ge=1, le=100_000, description="only for builtin:synthetic: training samples")
@@ -82,6 +82,16 @@ class DataSection(InputModel):
     heldout_max_samples: int = Field(4, ge=1, le=64, description="the judge phase uses at most this many samples")
     caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
     mask_weight: float | None = Field(None, gt=0, description="loss weight of masked tokens (1 = unmasked weight)")
+    control_pixels: int | None = Field(
+        None,
+        ge=MIN_CONTROL_PIXELS,
+        le=PIPELINE_CONTROL_PIXELS,
+        description="pixel area each control image is resized to (aspect kept, sides rounded to 32) for the VAE, as "
+        "the diffusers pipeline does at inference; unset = the pipeline's own 1048576 (1024x1024). Smaller saves "
+        "memory but trains controls at a scale inference does not use (a warning says so); the held-out check, "
+        "the judge and compare then condition at the same area. Targets are trained in aspect-ratio buckets of "
+        "about target_size's area.",
+    )
 
     @field_validator("target_size")
     @classmethod
@@ -160,6 +170,25 @@ class TrainConfig(VersionedInput):
         if self.engine == "builtin" and (self.model is None or self.data is None):
             raise ValueError("engine builtin needs 'model' and 'data' sections")
         return self
+
+    @model_validator(mode="after")
+    def _builtin_control(self) -> TrainConfig:
+        if self.model and self.model.path == BUILTIN_TINY and self.data and self.data.control_pixels is not None:
+            raise ValueError(
+                "data.control_pixels does not apply to builtin:tiny: its synthetic controls are made at the "
+                "target's size (leave control_pixels unset)"
+            )
+        return self
+
+    def control_area(self) -> int:
+        """The pixel area every control is conditioned at, in training and in every sampler that judges the LoRA:
+        data.control_pixels, else the pipeline's own (1024x1024); builtin:tiny's synthetic controls are made at
+        the target's size, so its area is target_size's."""
+        if self.model and self.model.path == BUILTIN_TINY and self.data:
+            return self.data.target_size[0] * self.data.target_size[1]
+        if self.data and self.data.control_pixels is not None:
+            return self.data.control_pixels
+        return PIPELINE_CONTROL_PIXELS
 
     def resolved_cache_dir(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else Path(self.output_dir) / "cache"

@@ -25,6 +25,7 @@ from aipc_env.train.checkpoint import (
     save_checkpoint,
     training_fingerprint,
 )
+from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.learning import LearningVerdict, verdict_lines
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     from aipc_env.train.cache import CacheEntry
 
-__all__ = ["FitSummary", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
+__all__ = ["FitSummary", "bucket_groups", "bucket_positions", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
 
 
 class FitSummary(VersionedModel):
@@ -142,6 +143,36 @@ def _positions(step_micro: int, batch: int, n: int, seed: int) -> list[int]:
     return out
 
 
+def bucket_groups(shapes: list[list[tuple[int, int, int]]] | None, n: int) -> list[list[int]]:
+    """Sample indices grouped by their img_shapes (one aspect-ratio bucket per group), in first-seen order; one
+    group of all when the index has no shapes."""
+    if shapes is None:
+        return [list(range(n))]
+    groups: dict[tuple[tuple[int, int, int], ...], list[int]] = {}
+    for i, s in enumerate(shapes):
+        groups.setdefault(tuple(map(tuple, s)), []).append(i)  # type: ignore[arg-type]  # rows of 3 ints
+    return list(groups.values())
+
+
+def bucket_positions(step_micro: int, batch: int, groups: list[list[int]], seed: int) -> list[int]:
+    """Sample indices of one micro-batch, all from one bucket: per epoch each bucket is shuffled and cut into
+    batches (the last one filled from the bucket's start), and the batches are shuffled. A function of the
+    micro-step only (resume-exact). One bucket: the plain per-epoch permutation."""
+    import torch
+
+    if len(groups) == 1:
+        return [groups[0][i] for i in _positions(step_micro, batch, len(groups[0]), seed)]
+    per_epoch = sum(math.ceil(len(g) / batch) for g in groups)
+    epoch, k = divmod(step_micro, per_epoch)
+    g = torch.Generator().manual_seed(seed * 7919 + epoch)
+    batches: list[list[int]] = []
+    for members in groups:
+        order = [members[int(i)] for i in torch.randperm(len(members), generator=g)]
+        for start in range(0, len(order), batch):
+            batches.append([order[(start + j) % len(order)] for j in range(batch)])
+    return batches[int(torch.randperm(len(batches), generator=g)[k])]
+
+
 def _save_checkpoint(
     cfg: TrainConfig, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: LRScheduler, smoothed: float | None
 ) -> Path:
@@ -204,7 +235,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     from diffusers.optimization import get_scheduler
     from peft import LoraConfig
 
-    from aipc_env.train.cache import load_index, read_entry
+    from aipc_env.train.cache import load_cache_index, read_entry
 
     assert cfg.data
     accelerator = Accelerator(mixed_precision="no", cpu=cfg.device == "cpu")
@@ -216,7 +247,8 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
                 f"accelerate placed the fit phase on {device}, the config names {cfg.device}", key="device", fix=DEVICE_FIX
             )
     dtype = compute_dtype(device, cfg.compute_dtype)
-    paths = load_index(cfg)
+    paths, index = load_cache_index(cfg)
+    groups = bucket_groups(index.shapes, len(paths))
     from accelerate.utils import set_seed
 
     set_seed(cfg.train.seed)  # LoRA init and everything after it is a function of the seed
@@ -277,7 +309,8 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     models = _loaded_models()
     log(
         f"fit: device {device}, compute dtype {str(dtype).replace('torch.', '')}, {len(paths)} cached samples, "
-        f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}"
+        f"{sum(p.numel() for p in params)} LoRA parameters; models in memory: {', '.join(models)}; "
+        f"{len(groups)} aspect-ratio bucket(s), each batch from one"
     )
     accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
     t_step = time.perf_counter()
@@ -294,7 +327,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
             total = 0.0
             for k in range(accum):
                 micro = step * accum + k
-                idx = _positions(micro, bs, len(paths), cfg.train.seed)
+                idx = bucket_positions(micro, bs, groups, cfg.train.seed)
                 read = [read_entry(paths[i]) for i in idx]
                 entries = [e for e in read if e is not None]
                 if len(entries) != len(read):
@@ -343,13 +376,25 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     respect_umask(lora_dir)  # safetensors writes 0600 through a temp file; the LoRA is meant to be shared
     _plot(rows, out / "loss.png")
     log(f"fit: {step} steps done; log {log_path}; plot {out / 'loss.png'}")
+    if cfg.model and cfg.model.path != BUILTIN_TINY and cfg.control_area() != PIPELINE_CONTROL_PIXELS:
+        log(
+            f"fit: this LoRA learned controls at {cfg.control_area()} pixels (data.control_pixels), not the pipeline's "
+            f"{PIPELINE_CONTROL_PIXELS}: to edit as it was trained, call the diffusers pipeline inside "
+            f"`with aipc_env.train.conditioning.pipeline_control_pixels(pipe, {cfg.control_area()}):`"
+        )
     verdict = None
     if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
+        from aipc_env.train.cache import synthetic_shapes
         from aipc_env.train.heldout import judge_builtin_edit
 
         t_judge = time.perf_counter()
         verdict = judge_builtin_edit(
-            model, count=cfg.data.heldout_samples, latent_hw=cfg.data.target_size[0] // 8, device=device, dtype=dtype
+            model,
+            count=cfg.data.heldout_samples,
+            latent_hw=cfg.data.target_size[0] // 8,
+            device=device,
+            dtype=dtype,
+            control_shape=synthetic_shapes(cfg)[1],
         )
         log(f"fit: held-out check done in {time.perf_counter() - t_judge:.2f} s")
     summary = FitSummary(

@@ -19,10 +19,24 @@ def rms(a: Any, b: Any) -> float:
 
 
 def judge_builtin_edit(
-    model: Any, *, count: int, latent_hw: int, device: Any, dtype: Any, margin: float = DEFAULT_MARGIN
+    model: Any,
+    *,
+    count: int,
+    latent_hw: int,
+    device: Any,
+    dtype: Any,
+    margin: float = DEFAULT_MARGIN,
+    control_shape: tuple[int, int, int] | None = None,
 ) -> LearningVerdict:
-    """Sample `count` held-out edits (never trained on) with the base and with the LoRA; judge the distances."""
+    """Sample `count` held-out edits (never trained on) with the base and with the LoRA; judge the distances.
+    control_shape: the control's img_shapes entry as the cache conditioned it (aipc_env.train.cache.synthetic_shapes;
+    default: the conditioning rule for a control of the target's size at the target's area)."""
     import torch
+
+    from aipc_env.train.conditioning import control_size, latent_grid
+
+    side = latent_hw * 8
+    _, ch, cw = control_shape or latent_grid(control_size((side, side), side * side))
 
     from aipc_env.train.sampling import sample_edit_latents
     from aipc_env.train.tinyedit import HELDOUT_SEED, edit_sample, scheduler_for_tiny
@@ -41,7 +55,7 @@ def judge_builtin_edit(
                     prompt_embeds=s.prompt_embeds[None].to(device, dtype),
                     prompt_mask=None,
                     target_hw=(latent_hw, latent_hw),
-                    control_hw=(latent_hw, latent_hw),
+                    control_hw=(2 * ch, 2 * cw),
                     steps=HELDOUT_STEPS,
                     generator=torch.Generator().manual_seed(j),
                 )

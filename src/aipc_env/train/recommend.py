@@ -12,6 +12,7 @@ from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import GIB, GPU_MARGIN, GPU_SHARE_DEFAULT, GPU_SHARE_RAISED, gpu_budget_bytes, ram_tier_gb
 from aipc_env.facts.model import Facts
+from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.memory_model import MemoryEstimate, estimate
 
 __all__ = [
@@ -104,8 +105,8 @@ def machine_from_probe(probe: ProbeJson) -> Machine:
     )
 
 
-CONTROL_PIXELS_FULL = 1024 * 1024
-"""The pipelines' own control area for the VAE (diffusers' QwenImageEdit(Plus)Pipeline: VAE_IMAGE_SIZE)."""
+CONTROL_PIXELS_FULL = PIPELINE_CONTROL_PIXELS
+"""The pipelines' own control area for the VAE (train.conditioning, where the rule lives)."""
 CONTROL_PIXELS_REDUCED = (768 * 768, 512 * 512)
 """The smaller control areas the memory rule falls back to, in order, when 1 MP does not fit."""
 TARGET_SIZES = ([512, 768], [384, 672], [256, 448])
@@ -440,7 +441,6 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any
         "model.path": BUILTIN_TINY,
         "data.datasets": [BUILTIN_SYNTHETIC],
         "data.target_size": [64, 64],
-        "data.control_pixels": 64 * 64,
         "data.synthetic_samples": 16,
         "data.num_workers": 0,
         "train.max_train_steps": SMOKE_STEPS,
@@ -452,6 +452,8 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any
     for dotted, value in changed.items():
         set_dotted(cfg, dotted, value)
     dropped = [f"model.{key}" for key in ("text_encoder_path", "transformer_path") if cfg["model"].pop(key, None)]
+    # builtin:tiny makes its synthetic controls at the target's size: no control area to set
+    dropped += ["data.control_pixels"] if cfg["data"].pop("control_pixels", None) is not None else []
     return cfg, sorted([*changed, *dropped])
 
 

@@ -25,14 +25,16 @@ def sample_edit_latents(
     prompt_embeds: Any,
     prompt_mask: Any,
     target_hw: tuple[int, int],
-    control_hw: tuple[int, int],
+    control_hw: tuple[int, int] | list[tuple[int, int]],
     steps: int,
     generator: Any,
 ) -> Any:
     """Packed latents [B, N, 64] of the edited image (before the VAE), sampled from `generator`'s noise.
 
-    controls: packed control latents [B, Nc, 64]; target_hw / control_hw: latent height and width (VAE units,
-    8x below pixels) of the output and of the control.
+    controls: packed control latents [B, Nc, 64] (several controls concatenated along Nc, as the Plus pipeline
+    does); target_hw / control_hw: latent height and width (VAE units, 8x below pixels) of the output and of the
+    control, or a list of one per control: each control keeps its own grid (aipc_env.train.conditioning), as in
+    the pipelines' `img_shapes`.
     """
     import numpy as np
     import torch
@@ -49,7 +51,8 @@ def sample_edit_latents(
     dtype, device = prompt_embeds.dtype, controls.device
     noise = randn_tensor((batch, 1, channels, h, w), generator=generator, device=device, dtype=dtype)
     latents = QwenImageEditPipeline._pack_latents(noise, batch, channels, h, w)
-    img_shapes = [[(1, h // 2, w // 2), (1, control_hw[0] // 2, control_hw[1] // 2)]] * batch
+    grids = control_hw if isinstance(control_hw, list) else [control_hw]
+    img_shapes = [[(1, h // 2, w // 2), *[(1, ch // 2, cw // 2) for ch, cw in grids]]] * batch
     sigmas = np.linspace(1.0, 1 / steps, steps).tolist()  # the pipeline's own schedule (it passes the array)
     cfg = scheduler.config
     mu = calculate_shift(
