@@ -54,7 +54,17 @@ if TYPE_CHECKING:
     from aipc_env.lock.coremeta import CoreMetadata
     from aipc_env.lock.lockfile import PylockArtifact, PylockPackage
 
-__all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_offline"]
+__all__ = [
+    "MANIFEST_NAME",
+    "EnvBuildReport",
+    "EnvRequest",
+    "EnvResult",
+    "build_env",
+    "check_env",
+    "env_python_version",
+    "install_offline",
+    "lock_pythons",
+]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
 
@@ -69,6 +79,9 @@ class EnvRequest:
     indexes: Indexes = field(default_factory=Indexes)
     base_python: str | None = None
     """Build the interpreter layer as a venv from this Python instead of conda (Linux boxes without conda)."""
+    python: str | None = None
+    """The env's Python minor (X.Y) for a conda interpreter layer: one the lock covers (default: the lock's own).
+    With base_python the interpreter's own version decides."""
     conda_tool: CondaTool | None = None
     unlocked: bool = False
     common: list[str] | None = None
@@ -179,6 +192,25 @@ def _python_version(base_python: str) -> str:
     return out.stdout.strip()
 
 
+def lock_pythons(lock_dir: Path) -> list[str]:
+    """The Python minors a lock folder's pylocks cover (lock-meta `pythons`, else its one `python`; empty: no
+    lock-meta, nothing to check against)."""
+    if not meta_path(lock_dir).is_file():
+        return []
+    meta = read_meta(lock_dir)
+    return list(meta.pythons) or [meta.python]
+
+
+def env_python_version(req: EnvRequest) -> str:
+    """The env's Python minor: the base interpreter's own, else the one asked for, else the lock's, else the pair's."""
+    if req.base_python:
+        return _python_version(req.base_python)
+    if req.python:
+        return req.python
+    lock_dir = req.lock_root / req.pair.id
+    return read_meta(lock_dir).python if meta_path(lock_dir).is_file() else specs.pair_python(req.pair)
+
+
 def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None:
     lock_dir = lockfile.parent
     if not lockfile.is_file():
@@ -187,15 +219,14 @@ def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None
             fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
             f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked",
         )
-    if meta_path(lock_dir).is_file():
-        locked_for = read_meta(lock_dir).python
-        if locked_for != python_version:
-            raise AipcError(
-                f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is {python_version}",
-                path=lockfile,
-                fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
-                f"{req.pair.id} --python {python_version}",
-            )
+    covered = lock_pythons(lock_dir)
+    if covered and python_version not in covered:
+        raise AipcError(
+            f"the {req.pair.id} lock covers Python {', '.join(covered)}, the env's interpreter is {python_version}",
+            path=lockfile,
+            fix=f"use a Python {' or '.join(covered)} interpreter, or re-lock: nox -s lock -- --pair "
+            f"{req.pair.id} --python {python_version}",
+        )
     problems = check_pylock(read_pylock(lockfile), lockfile, req.pair, req.platform)
     if problems:
         raise AipcError(
@@ -305,7 +336,7 @@ def build_env(req: EnvRequest) -> EnvResult:
     start = time.perf_counter()
     lock_dir = req.lock_root / req.pair.id
     lockfile = pylock_path(lock_dir, req.platform)
-    python_version = _python_version(req.base_python) if req.base_python else specs.pair_python(req.pair)
+    python_version = env_python_version(req)
     _tell(req.log, recover_interrupted(req.prefix))
     drift: list[DriftItem] = []
     if not req.unlocked:
