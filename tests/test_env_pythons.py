@@ -17,7 +17,7 @@ from aipc_env.errors import AipcError, ExitCode
 from aipc_env.lock.lockfile import pylock_path, read_meta
 from aipc_env.lock.tools import find_uv, uv_install_argv
 from aipc_env.trainenv.build import EnvRequest, build_env, building_mark, env_python_version, lock_pythons
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, require_tool, run_cli
 
 LOCKS = ROOT / "lockfiles"
 PAIR = "xpu-2.12"
@@ -84,8 +84,8 @@ def test_the_build_runs_with_each_covered_interpreter_of_this_machine(matrix, tm
     from tests.test_wheel_metadata_install import _stand_in
 
     base = _interpreter(python)
-    if base is None:
-        pytest.skip(f"no Python {python} on this machine")
+    require_tool(None if base is not None else f"no CPython {python} on this machine (pyenv or python{python} on PATH)")
+    assert base is not None
     root = _stand_in(tmp_path)
     prefix = tmp_path / f"env {python}"
     monkeypatch.setenv("AIPC_ENV_INTERRUPT_AT", "env:after-interpreter")

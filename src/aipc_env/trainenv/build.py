@@ -8,6 +8,7 @@ uv also verifies every artifact's sha256 before it changes anything.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -17,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
+
+from packaging.utils import canonicalize_name
 
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
@@ -48,6 +51,7 @@ from aipc_env.lock.tools import (
 from aipc_env.matrix import Pair
 from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
 from aipc_env.trainenv.envs import env_python
+from aipc_env.trainenv.layers import CondaOwned, conda_owned, kept_for_conda, pip_layer_lock, pip_layer_of
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 
 if TYPE_CHECKING:
@@ -63,6 +67,7 @@ __all__ = [
     "check_env",
     "env_python_version",
     "install_offline",
+    "install_pip_layer",
     "lock_pythons",
 ]
 
@@ -119,7 +124,7 @@ def check_env(
     env = inspect_env(prefix, python, timeout=60.0)
     if env.error:
         raise AipcError(env.error, path=prefix)
-    lock = read_pylock(lockfile)
+    lock = pip_layer_of(read_pylock(lockfile), conda_owned(prefix))  # conda's distributions are the conda layer's
     modified = None
     if deep:
         names = set(locked_packages(lock, platform, env.python_version or specs.DEFAULT_PYTHON))
@@ -361,12 +366,9 @@ def build_env(req: EnvRequest) -> EnvResult:
         if req.unlocked:
             lockfile = _record_unlocked(req, python_version)
         python = env_python(req.prefix)
-        argv = uv_install_argv(find_uv(), python, lockfile)
-        for name in (d.name for d in drift if d.kind == "modified"):
-            argv += ["--reinstall-package", name]
-        run_logged(argv, req.log)
+        owned = install_pip_layer(req.prefix, python, lockfile, req.platform, python_version, req.log, drift)
         checkpoint("env:after-install")
-        lock = read_pylock(lockfile)
+        lock = pip_layer_of(read_pylock(lockfile), owned)
         manifest = Manifest(
             pair=req.pair.id,
             platform=req.platform,
@@ -380,6 +382,34 @@ def build_env(req: EnvRequest) -> EnvResult:
         write_model(req.prefix / MANIFEST_NAME, manifest)
     _record(req, lockfile, accepted=accepted)
     return EnvResult(req.prefix, python, True, drift, time.perf_counter() - start, lockfile)
+
+
+def install_pip_layer(
+    prefix: Path, python: Path, lockfile: Path, platform: Platform, python_version: str, log: Path, drift: list[DriftItem]
+) -> dict[str, CondaOwned]:
+    """Install the pip layer as the build does: `uv pip sync` of the lock where conda owns none of its packages, else
+    the lock without conda's distributions installed (`uv pip install`) and what neither layer holds removed; conda's
+    files are never removed or replaced. Returns conda's distributions."""
+    from aipc_env.lock.wheels import load_wheel_manifest
+
+    uv = find_uv()
+    owned = conda_owned(prefix)
+    _tell(log, kept_for_conda(read_pylock(lockfile), platform, python_version, load_wheel_manifest(), owned))
+    with tempfile.TemporaryDirectory() as tmp:
+        layer = pip_layer_lock(lockfile, owned, Path(tmp) / "pylock.pip-layer.toml")
+        argv = uv_install_argv(uv, python, layer, exact=layer == lockfile)
+        for name in (d.name for d in drift if d.kind == "modified"):
+            argv += ["--reinstall-package", name]
+        run_logged(argv, log)
+    if owned:
+        locked = set(locked_packages(read_pylock(lockfile), platform, python_version))
+        listed = run_capture([uv, "pip", "list", "--format", "json", "--python", str(python)], timeout=120).stdout
+        extra = sorted(
+            n for n in (canonicalize_name(d["name"]) for d in json.loads(listed)) if n not in locked and n not in owned
+        )
+        if extra:
+            run_logged([uv, "pip", "uninstall", "--python", str(python), *extra], log)
+    return owned
 
 
 def _check_wheel_metadata(req: EnvRequest, lockfile: Path, python: str) -> list[str]:
