@@ -8,7 +8,6 @@ uv also verifies every artifact's sha256 before it changes anything.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from packaging.utils import canonicalize_name
 
-from aipc_env.core.fileio import atomic_write_text
+from aipc_env.core.fileio import atomic_write_text, parse_json
 from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.core.interrupts import checkpoint
 from aipc_env.core.platforms import Platform
@@ -405,7 +404,9 @@ def install_pip_layer(
         locked = set(locked_packages(read_pylock(lockfile), platform, python_version))
         listed = run_capture([uv, "pip", "list", "--format", "json", "--python", str(python)], timeout=120).stdout
         extra = sorted(
-            n for n in (canonicalize_name(d["name"]) for d in json.loads(listed)) if n not in locked and n not in owned
+            n
+            for n in (canonicalize_name(d["name"]) for d in parse_json(listed, "uv pip list", "uv pip list output"))
+            if n not in locked and n not in owned
         )
         if extra:
             run_logged([uv, "pip", "uninstall", "--python", str(python), *extra], log)

@@ -8,7 +8,6 @@ version (else the build stops and names both). Pure but for reading the records 
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,7 +124,9 @@ def pip_layer_lock(lockfile: Path, owned: dict[str, CondaOwned], out: Path) -> P
     lock itself when conda owns none of its packages)."""
     import tomli_w
 
-    data = tomllib.loads(lockfile.read_text(encoding="utf-8"))
+    from aipc_env.core.fileio import parse_toml, read_text
+
+    data = parse_toml(read_text(lockfile, "pylock"), lockfile, "pylock")
     packages = data.get("packages", [])
     kept = [p for p in packages if canonicalize_name(str(p.get("name", ""))) not in owned]
     if len(kept) == len(packages):
