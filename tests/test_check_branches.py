@@ -50,6 +50,12 @@ def _env_of(pair_id: str, platform: str = "win-64", **changes: str | None) -> Ca
     return mutate
 
 
+def _only_the_a770_and_no_env(f: Facts) -> None:
+    f.training_env = None
+    f.gpus = [g for g in f.gpus if "A770" in g.name]
+    f.sycl_devices = [d for d in f.sycl_devices if "A770" in d.name]
+
+
 def _set(path: str, value: object) -> Callable[[Facts], None]:
     def mutate(f: Facts) -> None:
         obj = f
@@ -365,8 +371,9 @@ CASES: list[tuple[str, str, Callable[[Facts], None], Status, str, str]] = [
         "win11_arc_a770",
         lambda f: None,
         Status.WARN,
-        "pytorch/pytorch#197520 hits xpu-2.14 (torch 2.14.1) with Arc A-series (Alchemist) on Windows",
-        "move to xpu-2.13",
+        "pytorch/pytorch#197520, pytorch/pytorch#157714, pytorch/pytorch#190972 hit xpu-2.14 (torch 2.14.1) with Arc "
+        "A-series (Alchemist) on Windows",
+        "move to xpu-2.10",
     ),
 ]
 
@@ -541,20 +548,20 @@ def _gpus(*gpus: tuple[str, str | None, str | None, str | None]) -> Callable[[Fa
             "Python 3.12.12 from the fallback: `conda create python=3.12` (unpinned) "
             "or a --base-python venv; no conda layer of xpu-2.11 for win-64 exists in this checkout",
         ),
-        # known issues: the A770 on Windows meets pytorch/pytorch#197520 with 2.14 only (2.11 was clean)
+        # known issues: the A770 on Windows meets none with 2.10 (pytorch/pytorch#157714 from 2.11, #197520 on 2.14)
         (
             "known-issues",
             "win11_arc_a770",
-            _env_of("xpu-2.11"),
+            _env_of("xpu-2.10"),
             "ok",
-            "none known for xpu-2.11 (torch 2.11.0) with Arc A-series (Alchemist) on Windows",
+            "none known for xpu-2.10 (torch 2.10.0) with Arc A-series (Alchemist) on Windows",
         ),
         (
             "known-issues",
-            "win11_arc_a770",
-            _set("training_env", None),
+            L,
+            _only_the_a770_and_no_env,
             "ok",
-            "none known for xpu-2.13 (torch 2.13.0), the pair a build would choose, with Arc A-series (Alchemist) on Windows",
+            "none known for xpu-2.9 (torch 2.9.1), the pair a build would choose, with Arc A-series (Alchemist) on Linux",
         ),
         (
             "device-probe",

@@ -191,3 +191,47 @@ def test_monitor_validates_interval_and_pid(tmp_path):
         result = run_cli("monitor", "--out", str(tmp_path / "m.csv"), *bad, timeout=30)
         assert result.returncode == 2 and "Traceback" not in result.stderr, bad
     assert not (tmp_path / "m.csv").exists()
+
+
+class _NoFreeMemoryQuery:
+    """A device backend as pytorch/pytorch#189811 shows it: mem_get_info raises."""
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        raise RuntimeError(
+            "The device (Intel(R) Graphics [0x7d67]) doesn't support querying the available free memory. You can "
+            "file an issue at https://github.com/pytorch/pytorch/issues to help us prioritize its implementation."
+        )
+
+
+def test_monitor_keeps_sampling_on_a_gpu_without_free_memory_queries(tmp_path, capsys, monkeypatch):
+    from aipc_env.tools.monitor import DeviceMemory, run_monitor
+
+    dev = DeviceMemory("none")
+    dev.backend = _NoFreeMemoryQuery()
+    assert dev.read() == (None, None) and dev.read() == (None, None)
+    assert "doesn't support querying the available free memory" in (dev.unsupported or "")
+    assert capsys.readouterr().err.count("device memory not sampled") == 1  # said once
+    import aipc_env.tools.monitor as monitor
+
+    original = monitor.DeviceMemory.__init__
+
+    def broken(self, kind="auto"):
+        original(self, "none")
+        self.backend = _NoFreeMemoryQuery()
+
+    monkeypatch.setattr(monitor.DeviceMemory, "__init__", broken)
+    assert run_monitor(tmp_path / "m.csv", interval=0.05, duration=0.3, pid=None, device="auto") >= 2
+    rows = (tmp_path / "m.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[0].split(",")[-2:] == ["device_used_gb", "device_total_gb"] and all(r.endswith(",,") for r in rows[1:])
+
+
+def test_monitor_survives_real_torch_without_the_device():
+    """Real torch (a CPU build) asked for a device it lacks raises from mem_get_info: the reading is unknown."""
+    import torch
+
+    from aipc_env.tools.monitor import DeviceMemory
+
+    for backend in (torch.xpu, torch.cuda):
+        dev = DeviceMemory("none")
+        dev.backend = backend
+        assert dev.read() == (None, None) and "not compiled" in (dev.unsupported or "")

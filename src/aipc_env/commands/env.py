@@ -42,7 +42,12 @@ def add_parser(sub: Subparsers) -> None:
         help="print what the build would install from the lock (every "
         "artifact, its size, the host it comes from and where its hash came from); change nothing",
     )
-    p.add_argument("--python", type=python_minor, metavar="X.Y", help="with --dry-run: the env's Python (default: the lock's)")
+    p.add_argument(
+        "--python",
+        type=python_minor,
+        metavar="X.Y",
+        help="the env's Python, one the lock covers (default: the lock's); with --base-python that interpreter's decides",
+    )
     p.add_argument(
         "--unlocked",
         action="store_true",
@@ -151,6 +156,7 @@ def run(args: argparse.Namespace) -> Result:
         log=log,
         indexes=Indexes(args.pypi_url or PYPI_URL, args.xpu_index_url or XPU_INDEX_URL),
         base_python=args.base_python,
+        python=args.python,
         conda_tool=None if args.base_python else find_conda_tool(args.conda_tool),
         unlocked=args.unlocked,
         accept_metadata_drift=args.accept_metadata_drift,
@@ -207,11 +213,20 @@ def _dry_run(args: argparse.Namespace, pair: Pair, root: Path, platform: Platfor
     from aipc_env.errors import InputError
     from aipc_env.lock.artifacts import InstallPlanReport, install_plan
     from aipc_env.lock.lockfile import meta_path, pylock_path, read_meta, read_pylock
+    from aipc_env.trainenv.build import lock_pythons
 
     lockfile = pylock_path(root / pair.id, platform)
     if not lockfile.is_file():
         raise InputError(f"no {platform} lock for {pair.id}", path=lockfile, fix=f"make one: nox -s lock -- --pair {pair.id}")
     python = args.python or (read_meta(root / pair.id).python if meta_path(root / pair.id).is_file() else DEFAULT_PYTHON)
+    covered = lock_pythons(root / pair.id)
+    if covered and python not in covered:
+        raise InputError(
+            f"the {pair.id} lock covers Python {', '.join(covered)}, not {python}",
+            path=lockfile,
+            key="--python",
+            fix=f"pass --python {' or --python '.join(covered)}, or re-lock: nox -s lock -- --pair {pair.id} --python {python}",
+        )
     plan = install_plan(read_pylock(lockfile, platform), python, lockfile, platform)
     known = sum(a.size or 0 for a in plan)
     unknown = [a for a in plan if a.size is None]

@@ -7,13 +7,17 @@ the real metadata. Pure but for the read, which is passed in."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from packaging.markers import Marker
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from aipc_env.core.platforms import Platform, marker_environment
+from aipc_env.core.specs import parse_requirement
 from aipc_env.lock.closure import LockedDist, closure_problems, wheel_installs
 from aipc_env.lock.coremeta import CoreMetadata, normal_requirement
 from aipc_env.lock.lockfile import Pylock, PylockArtifact, PylockPackage, provenance_of
@@ -22,7 +26,15 @@ from aipc_env.lock.simple_index import IndexFile, IndexReadError, MetadataCache,
 from aipc_env.lock.specs import EXPLICIT_XPU_NAMES
 from aipc_env.lock.wheels import WheelManifest
 
-__all__ = ["MetadataDifference", "MetadataReport", "check_xpu_metadata", "read_wheel_metadata"]
+__all__ = [
+    "MetadataDifference",
+    "MetadataReport",
+    "check_xpu_metadata",
+    "compare_metadata",
+    "deciding_requirements",
+    "read_wheel_metadata",
+    "requested_extras",
+]
 
 MANIFEST = "environments/xpu-wheels.yaml"
 
@@ -35,7 +47,7 @@ class MetadataDifference:
     version: str
     wheel: str
     field: str
-    """Requires-Dist or Requires-Python."""
+    """Name, Version, Requires-Python or Requires-Dist."""
     expected: str
     found: str
     basis: str
@@ -90,38 +102,88 @@ def _spec(text: str | None) -> SpecifierSet | None:
     return SpecifierSet(text) if text else None
 
 
-def _differences(
-    pkg: PylockPackage, wheel: str, expected: CoreMetadata, found: CoreMetadata, basis: str
-) -> list[MetadataDifference]:
-    out = []
-    want = {normal_requirement(r): r for r in expected.requires_dist}
-    got = {normal_requirement(r): r for r in found.requires_dist}
+_EXTRA = re.compile(r"\bextra\s*(==|!=|in\b|not\s+in\b)|(==|!=|\bin|\bnot\s+in)\s*extra\b")
+
+
+def _behind_extra(marker: Marker | None) -> bool:
+    """Whether a Requires-Dist line's marker tests `extra` (the line is asked for only through an extra)."""
+    return marker is not None and bool(_EXTRA.search(str(marker)))
+
+
+def deciding_requirements(requires: Iterable[str], extras: frozenset[str], env: dict[str, str]) -> dict[str, str]:
+    """The Requires-Dist lines that decide an install in `env` (a platform and Python), normalised (packaging's
+    Requirement, canonical names, SpecifierSet): a line without a marker; a line whose marker holds here; a line
+    behind an extra only when one of the requested `extras` turns it on here. Normal form -> the line as written."""
+    out: dict[str, str] = {}
+    for line in requires:
+        marker = parse_requirement(line).marker
+        if marker is not None:
+            asked = extras if _behind_extra(marker) else frozenset({""})
+            if not any(marker.evaluate({**env, "extra": e}) for e in asked):
+                continue
+        out[normal_requirement(line)] = line
+    return out
+
+
+def requested_extras(requires: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Per package (canonical name), the extras that any of `requires` asks of it."""
+    found: dict[str, set[str]] = {}
+    for line in requires:
+        req = parse_requirement(line)
+        if req.extras:
+            found.setdefault(canonicalize_name(req.name), set()).update(canonicalize_name(e) for e in req.extras)
+    return {k: frozenset(v) for k, v in found.items()}
+
+
+def compare_metadata(
+    expected: CoreMetadata, found: CoreMetadata, extras: frozenset[str], env: dict[str, str]
+) -> list[tuple[str, str, str]]:
+    """What differs between two core metadata in the fields that decide an install: (field, expected, found) for
+    Name (canonical), Version (PEP 440 equal), Requires-Python (SpecifierSet equal) and Requires-Dist (the lines
+    `deciding_requirements` keeps, normalised). Pure."""
+    out: list[tuple[str, str, str]] = []
+    if canonicalize_name(expected.name) != canonicalize_name(found.name):
+        out.append(("Name", expected.name, found.name))
+    if Version(expected.version) != Version(found.version):
+        out.append(("Version", expected.version, found.version))
+    if _spec(expected.requires_python) != _spec(found.requires_python):
+        out.append(("Requires-Python", expected.requires_python or "nothing", found.requires_python or "nothing"))
+    want = deciding_requirements(expected.requires_dist, extras, env)
+    got = deciding_requirements(found.requires_dist, extras, env)
     if set(want) != set(got):
         show: Callable[[Iterable[str]], str] = lambda lines: "; ".join(sorted(lines)) or "nothing"
         out.append(
-            MetadataDifference(
-                pkg.name,
-                pkg.version or "",
-                wheel,
+            (
                 "Requires-Dist",
-                f"[{show(want[k] for k in set(want) - set(got))}] (not in the wheel)",
-                f"[{show(got[k] for k in set(got) - set(want))}] (not in {basis})",
-                basis,
-            )
-        )
-    if _spec(expected.requires_python) != _spec(found.requires_python):
-        out.append(
-            MetadataDifference(
-                pkg.name,
-                pkg.version or "",
-                wheel,
-                "Requires-Python",
-                expected.requires_python or "nothing",
-                found.requires_python or "nothing",
-                basis,
+                f"[{show(want[k] for k in set(want) - set(got))}]",
+                f"[{show(got[k] for k in set(got) - set(want))}]",
             )
         )
     return out
+
+
+def _differences(
+    pkg: PylockPackage,
+    wheel: str,
+    expected: CoreMetadata,
+    found: CoreMetadata,
+    basis: str,
+    extras: frozenset[str],
+    env: dict[str, str],
+) -> list[MetadataDifference]:
+    notes = {"Requires-Dist": (" (not in the wheel)", f" (not in {basis})")}
+    return [
+        MetadataDifference(
+            pkg.name,
+            pkg.version or "",
+            wheel,
+            name,
+            want + notes.get(name, ("", ""))[0],
+            got + notes.get(name, ("", ""))[1],
+            basis,
+        )
+        for name, want, got in compare_metadata(expected, found, extras, env)
+    ]
 
 
 def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: WheelManifest, read: Reader) -> MetadataReport:
@@ -129,6 +191,8 @@ def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: 
     lock stands on, and close the lock over the real metadata."""
     report = MetadataReport()
     env = marker_environment(platform, python)
+    dists, missing = locked_dists(lock, platform, manifest)
+    asked = requested_extras(line for d in dists for line in d.requires_dist)
     real: dict[str, CoreMetadata] = {}
     for pkg in lock.packages:
         if pkg.key not in EXPLICIT_XPU_NAMES or (pkg.marker and not Marker(pkg.marker).evaluate(env)):
@@ -147,15 +211,13 @@ def check_xpu_metadata(lock: Pylock, platform: Platform, python: str, manifest: 
         if expected is None:
             report.unreadable.append(f"{pkg.name} {pkg.version}: {basis} records no metadata to compare with")
             continue
-        report.differences += _differences(pkg, name, expected, found, basis)
-    if report.differences:
-        dists, missing = locked_dists(lock, platform, manifest)
-        if not missing:
-            swapped = [
-                LockedDist(d.name, d.version, d.marker, real[d.key].requires_dist, real[d.key].requires_python, d.wheels, d.sdist)
-                if d.key in real
-                else d
-                for d in dists
-            ]
-            report.closure = closure_problems(swapped, platform, python)
+        report.differences += _differences(pkg, name, expected, found, basis, asked.get(pkg.key, frozenset()), env)
+    if report.differences and not missing:
+        swapped = [
+            LockedDist(d.name, d.version, d.marker, real[d.key].requires_dist, real[d.key].requires_python, d.wheels, d.sdist)
+            if d.key in real
+            else d
+            for d in dists
+        ]
+        report.closure = closure_problems(swapped, platform, python)
     return report

@@ -173,7 +173,9 @@ class Pair(StrictModel):
     bitsandbytes_min: str
     bitsandbytes_native: bool
     """Whether bitsandbytes' native XPU (SYCL) library loads against the SYCL runtime the pair pins: its XPU build
-    needs the runtime of oneAPI >= 2025.1. Where it does not, NF4 and Adam8bit run on the Triton fallback only."""
+    needs the runtime of oneAPI >= 2025.1. It moves NF4 dequantize and gemv to SYCL; quantize and the optimizer
+    updates stay on Triton either way (bitsandbytes 0.50.2 backends/xpu/ops.py:210-222), NF4 quantize has a
+    pure-PyTorch fallback without Triton, Adam8bit's 8-bit update has none (environments/matrix.yaml says where)."""
     torchvision: dict[str, str] = {}
     """torch version -> its torchvision. Up to 0.29.1 each torchvision+xpu requires one exact torch; see
     torchvision_plain for the releases after that rule."""

@@ -44,10 +44,19 @@ class DeviceMemory:
         elif kind in ("auto", "cuda") and torch.cuda.is_available():
             self.backend = torch.cuda
 
+    unsupported: str | None = None
+    """Why the device's free memory cannot be read (set at the first failure; device columns stay empty after)."""
+
     def read(self) -> tuple[float | None, float | None]:
-        if self.backend is None:
+        if self.backend is None or self.unsupported is not None:
             return None, None
-        free, total = self.backend.mem_get_info(0)
+        try:
+            free, total = self.backend.mem_get_info(0)
+        except (RuntimeError, AssertionError, NotImplementedError, ValueError, TypeError) as exc:
+            # some Intel GPUs do not support querying free memory (pytorch/pytorch#189811): device memory unknown
+            self.unsupported = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            print(f"monitor: device memory not sampled: {self.unsupported}", file=sys.stderr)
+            return None, None
         return (total - free) / 1e9, total / 1e9
 
 

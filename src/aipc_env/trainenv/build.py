@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from aipc_env.core.fileio import atomic_write_text
+from packaging.utils import canonicalize_name
+
+from aipc_env.core.fileio import atomic_write_text, parse_json
 from aipc_env.core.formats import VersionedModel, load_versioned, timestamp, write_model
 from aipc_env.core.interrupts import checkpoint
 from aipc_env.core.invocation import command
@@ -49,13 +51,25 @@ from aipc_env.lock.tools import (
 from aipc_env.matrix import Pair
 from aipc_env.trainenv.drift import DriftItem, Manifest, ManifestPackage, compute_drift, locked_packages
 from aipc_env.trainenv.envs import env_python
+from aipc_env.trainenv.layers import CondaOwned, conda_owned, kept_for_conda, pip_layer_lock, pip_layer_of
 from aipc_env.trainenv.record import EnvRecord, read_env_record, write_env_record
 
 if TYPE_CHECKING:
     from aipc_env.lock.coremeta import CoreMetadata
     from aipc_env.lock.lockfile import PylockArtifact, PylockPackage
 
-__all__ = ["MANIFEST_NAME", "EnvBuildReport", "EnvRequest", "EnvResult", "build_env", "check_env", "install_offline"]
+__all__ = [
+    "MANIFEST_NAME",
+    "EnvBuildReport",
+    "EnvRequest",
+    "EnvResult",
+    "build_env",
+    "check_env",
+    "env_python_version",
+    "install_offline",
+    "install_pip_layer",
+    "lock_pythons",
+]
 
 MANIFEST_NAME = "aipc-env-manifest.json"
 
@@ -70,6 +84,9 @@ class EnvRequest:
     indexes: Indexes = field(default_factory=Indexes)
     base_python: str | None = None
     """Build the interpreter layer as a venv from this Python instead of conda (Linux boxes without conda)."""
+    python: str | None = None
+    """The env's Python minor (X.Y) for a conda interpreter layer: one the lock covers (default: the lock's own).
+    With base_python the interpreter's own version decides."""
     conda_tool: CondaTool | None = None
     unlocked: bool = False
     common: list[str] | None = None
@@ -107,7 +124,7 @@ def check_env(
     env = inspect_env(prefix, python, timeout=60.0)
     if env.error:
         raise AipcError(env.error, path=prefix)
-    lock = read_pylock(lockfile)
+    lock = pip_layer_of(read_pylock(lockfile), conda_owned(prefix))  # conda's distributions are the conda layer's
     modified = None
     if deep:
         names = set(locked_packages(lock, platform, env.python_version or specs.DEFAULT_PYTHON))
@@ -187,6 +204,25 @@ def _python_version(base_python: str) -> str:
     return out.stdout.strip()
 
 
+def lock_pythons(lock_dir: Path) -> list[str]:
+    """The Python minors a lock folder's pylocks cover (lock-meta `pythons`, else its one `python`; empty: no
+    lock-meta, nothing to check against)."""
+    if not meta_path(lock_dir).is_file():
+        return []
+    meta = read_meta(lock_dir)
+    return list(meta.pythons) or [meta.python]
+
+
+def env_python_version(req: EnvRequest) -> str:
+    """The env's Python minor: the base interpreter's own, else the one asked for, else the lock's, else the pair's."""
+    if req.base_python:
+        return _python_version(req.base_python)
+    if req.python:
+        return req.python
+    lock_dir = req.lock_root / req.pair.id
+    return read_meta(lock_dir).python if meta_path(lock_dir).is_file() else specs.pair_python(req.pair)
+
+
 def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None:
     lock_dir = lockfile.parent
     if not lockfile.is_file():
@@ -195,15 +231,14 @@ def _validate_lock(req: EnvRequest, lockfile: Path, python_version: str) -> None
             fix=f"produce it on a connected machine: nox -s lock -- --pair {req.pair.id}; or build "
             f"from the specs and record this machine's lock: nox -s env -- --pair {req.pair.id} --unlocked",
         )
-    if meta_path(lock_dir).is_file():
-        locked_for = read_meta(lock_dir).python
-        if locked_for != python_version:
-            raise AipcError(
-                f"the {req.pair.id} lock is for Python {locked_for}, the env's interpreter is {python_version}",
-                path=lockfile,
-                fix=f"use a Python {locked_for} interpreter, or re-lock: nox -s lock -- --pair "
-                f"{req.pair.id} --python {python_version}",
-            )
+    covered = lock_pythons(lock_dir)
+    if covered and python_version not in covered:
+        raise AipcError(
+            f"the {req.pair.id} lock covers Python {', '.join(covered)}, the env's interpreter is {python_version}",
+            path=lockfile,
+            fix=f"use a Python {' or '.join(covered)} interpreter, or re-lock: nox -s lock -- --pair "
+            f"{req.pair.id} --python {python_version}",
+        )
     problems = check_pylock(read_pylock(lockfile, req.platform), lockfile, req.pair, req.platform)
     if problems:
         raise AipcError(
@@ -313,7 +348,7 @@ def build_env(req: EnvRequest) -> EnvResult:
     start = time.perf_counter()
     lock_dir = req.lock_root / req.pair.id
     lockfile = pylock_path(lock_dir, req.platform)
-    python_version = _python_version(req.base_python) if req.base_python else specs.pair_python(req.pair)
+    python_version = env_python_version(req)
     _tell(req.log, recover_interrupted(req.prefix))
     drift: list[DriftItem] = []
     if not req.unlocked:
@@ -338,12 +373,9 @@ def build_env(req: EnvRequest) -> EnvResult:
         if req.unlocked:
             lockfile = _record_unlocked(req, python_version)
         python = env_python(req.prefix)
-        argv = uv_install_argv(find_uv(), python, lockfile)
-        for name in (d.name for d in drift if d.kind == "modified"):
-            argv += ["--reinstall-package", name]
-        run_logged(argv, req.log)
+        owned = install_pip_layer(req.prefix, python, lockfile, req.platform, python_version, req.log, drift)
         checkpoint("env:after-install")
-        lock = read_pylock(lockfile)
+        lock = pip_layer_of(read_pylock(lockfile), owned)
         manifest = Manifest(
             pair=req.pair.id,
             platform=req.platform,
@@ -357,6 +389,36 @@ def build_env(req: EnvRequest) -> EnvResult:
         write_model(req.prefix / MANIFEST_NAME, manifest)
     _record(req, lockfile, accepted=accepted)
     return EnvResult(req.prefix, python, True, drift, time.perf_counter() - start, lockfile)
+
+
+def install_pip_layer(
+    prefix: Path, python: Path, lockfile: Path, platform: Platform, python_version: str, log: Path, drift: list[DriftItem]
+) -> dict[str, CondaOwned]:
+    """Install the pip layer as the build does: `uv pip sync` of the lock where conda owns none of its packages, else
+    the lock without conda's distributions installed (`uv pip install`) and what neither layer holds removed; conda's
+    files are never removed or replaced. Returns conda's distributions."""
+    from aipc_env.lock.wheels import load_wheel_manifest
+
+    uv = find_uv()
+    owned = conda_owned(prefix)
+    _tell(log, kept_for_conda(read_pylock(lockfile), platform, python_version, load_wheel_manifest(), owned))
+    with tempfile.TemporaryDirectory() as tmp:
+        layer = pip_layer_lock(lockfile, owned, Path(tmp) / "pylock.pip-layer.toml")
+        argv = uv_install_argv(uv, python, layer, exact=layer == lockfile)
+        for name in (d.name for d in drift if d.kind == "modified"):
+            argv += ["--reinstall-package", name]
+        run_logged(argv, log)
+    if owned:
+        locked = set(locked_packages(read_pylock(lockfile), platform, python_version))
+        listed = run_capture([uv, "pip", "list", "--format", "json", "--python", str(python)], timeout=120).stdout
+        extra = sorted(
+            n
+            for n in (canonicalize_name(d["name"]) for d in parse_json(listed, "uv pip list", "uv pip list output"))
+            if n not in locked and n not in owned
+        )
+        if extra:
+            run_logged([uv, "pip", "uninstall", "--python", str(python), *extra], log)
+    return owned
 
 
 def _check_wheel_metadata(req: EnvRequest, lockfile: Path, python: str) -> list[str]:
