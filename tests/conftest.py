@@ -45,6 +45,18 @@ SLOWEST_FIRST = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    if getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup":
+        worker_groups(items)
+
+
+def worker_groups(items) -> None:
+    """Under `--dist loadgroup` (the slow tier) each test file is one unit of work for a worker, as with `--dist
+    loadfile` (its module fixtures run once), except the tests its WORKER_GROUPS names ({test function: group}):
+    those form units of their own, so a long file's independent parts run on two workers at once."""
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        part = getattr(getattr(item, "module", None), "WORKER_GROUPS", {}).get(name)
+        item.add_marker(pytest.mark.xdist_group(f"{item.path.name}:{part}" if part else item.path.name))
 
 
 @pytest.fixture(scope="session", autouse=True)
