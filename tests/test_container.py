@@ -290,12 +290,11 @@ def test_a_changed_pin_is_another_image_and_check_names_the_drift(built):
 
 
 def test_a_wrong_hash_fails_the_build_with_a_named_error(built):
-    lock = _lock(built["base"] / "d", built["wheels"], "pyyaml==6.0.2")
-    text = lock.read_text()
+    text = built["lock"].read_text()  # the first image's lock, one hash changed
     start = text.index('name = "pyyaml"\nversion = "6.0.2"')
     end = text.index("[[packages]]", start)
     block = re.sub(r'sha256 = "[0-9a-f]{64}"', 'sha256 = "' + "0" * 63 + '1"', text[start:end])
-    bad = lock.parent / "bad" / "pylock.linux-64.toml"
+    bad = built["base"] / "bad" / "pylock.linux-64.toml"
     bad.parent.mkdir()
     bad.write_text(text[:start] + block + text[end:])
     result = _build(built, bad, "d")
