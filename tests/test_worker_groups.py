@@ -27,7 +27,7 @@ class _Item:
 def _items(groups: dict[str, str] | None) -> list[_Item]:
     module = types.ModuleType("test_long")
     if groups is not None:
-        module.WORKER_GROUPS = groups  # type: ignore[attr-defined]
+        module.WORKER_GROUPS = groups
     return [_Item(module, TESTS / "test_long.py", name) for name in ("test_a", "test_b", "test_c")]
 
 
@@ -37,10 +37,10 @@ def _groups(items: list[_Item]) -> dict[str, list[str]]:
 
 def test_a_file_is_one_unit_but_the_tests_its_worker_groups_names():
     items = _items({"test_b": "part"})
-    worker_groups(items)  # type: ignore[arg-type]
+    worker_groups(items)
     assert _groups(items) == {"test_a": ["test_long.py"], "test_b": ["test_long.py:part"], "test_c": ["test_long.py"]}
     plain = _items(None)
-    worker_groups(plain)  # type: ignore[arg-type]
+    worker_groups(plain)
     assert _groups(plain) == {name: ["test_long.py"] for name in ("test_a", "test_b", "test_c")}
 
 
