@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, require_tool, run_cli, run_shared
 from tests.support.json_outputs import check_json_output
+from tests.test_readme import _copy_checkout
 
 pytestmark = pytest.mark.slow
 TOOLS = ("buildah", "podman", "mmdebstrap", "runc")
@@ -52,11 +53,16 @@ def _need_tools() -> str:
 
 
 def _new_box(base: Path, wheels: str) -> dict:
-    """Container storage, a wheel cache and build contexts of their own under `base`."""
+    """Container storage, a wheel cache, build contexts and a copy of the checkout of their own under `base`: each
+    build makes aipc-env's wheel in the checkout it runs from (setuptools writes build/ there), and two builds run
+    at once on two workers; a fresh copy has no stale build/ either."""
     base.mkdir(parents=True, exist_ok=True)
     conf = base / "storage.conf"
     conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{base / "graph"}"\nrunroot = "{base / "run"}"\n')
-    env = {"CONTAINERS_STORAGE_CONF": str(conf), "AIPC_ENV_CACHE_DIR": str(base / "cache")}
+    checkout = base / "checkout"
+    if not (checkout / "pyproject.toml").is_file():
+        _copy_checkout(checkout)
+    env = {"CONTAINERS_STORAGE_CONF": str(conf), "AIPC_ENV_CACHE_DIR": str(base / "cache"), "AIPC_ENV_HOME": str(checkout)}
     return {"base": base, "env": env, "wheels": wheels}
 
 
