@@ -206,7 +206,7 @@ def test_a_rebuild_from_scratch_in_other_storage_is_the_same_image(tmp_path_fact
         _wipe(box["base"], box["env"])
 
 
-@pytest.mark.timeout(1200)  # the training runs inside the image
+@pytest.mark.timeout(1800)  # the first image (when this test is the first to ask) and the training inside it
 def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(built):
     report, lock = built["report"], built["lock"]
     assert report["spec"]["lock_sha256"] and report["spec"]["pair"] == "custom"
