@@ -15,6 +15,12 @@ from tests.conftest import pytest_collection_modifyitems, worker_groups
 TESTS = Path(__file__).parent
 
 
+@pytest.fixture(autouse=True)
+def _xdist_group_marker(request):
+    """The marker xdist registers, for a run without xdist (-p no:xdist) under --strict-markers."""
+    request.config.addinivalue_line("markers", "xdist_group(name): the tests of one xdist group run on one worker")
+
+
 class _Item:
     def __init__(self, module: types.ModuleType, path: Path, name: str) -> None:
         self.module, self.path, self.name, self.originalname = module, path, f"{name}[x]", name
