@@ -242,9 +242,10 @@ def tests(session: nox.Session) -> None:
         f"branch coverage of src/aipc_env (in-process, statements + branches, "
         f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%"
     )
-    if not rest:  # a test file per worker (its module fixtures run once), the slowest files first; three workers on
-        # two cores: the slow files wait on image builds, installs and subprocesses (two kept 1.7 cores busy)
-        tier("slow", "-m", "slow", "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder")
+    if not rest:  # a test file per worker (its module fixtures run once) but for the parts a file's WORKER_GROUPS
+        # splits off (tests/conftest.py), the slowest files first; three workers on two cores: the slow files wait on
+        # image builds, installs and subprocesses (two kept 1.7 cores busy)
+        tier("slow", "-m", "slow", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
 
 
 @nox.session(venv_backend="none")

@@ -30,6 +30,16 @@ def file_times(junit: Path) -> dict[str, float]:
     return dict(sorted(((k, round(v, 1)) for k, v in times.items()), key=lambda kv: -kv[1]))
 
 
+def slowest_tests(junit: Path, count: int = 15) -> dict[str, float]:
+    """The tier's slowest tests (setup included, as JUnit counts it): what a split of a long file across workers
+    (tests/conftest.py WORKER_GROUPS) is decided from."""
+    times = {
+        f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '?')}": float(case.get("time") or 0)
+        for case in ET.parse(junit).getroot().iter("testcase")
+    }
+    return dict(sorted(((k, round(v, 1)) for k, v in times.items()), key=lambda kv: -kv[1])[:count])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", required=True)
@@ -46,6 +56,7 @@ def main() -> None:
             "wall_s": float(wall),
             "worker_s": round(sum(files.values()), 1),  # type: ignore[index]
             "files": files,
+            "slowest_tests": slowest_tests(Path(junit)),
         }
     run["wall_s"] = round(sum(t["wall_s"] for t in run["tiers"].values()), 1)  # type: ignore[attr-defined]
     result["runs"][args.label] = run

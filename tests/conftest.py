@@ -26,10 +26,13 @@ OUTPUTS = FIXTURES / "outputs"
 
 # The slowest test files first (worker seconds per file: benchmarks/results/suite.json). `--dist loadfile` hands
 # files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
-# idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half).
+# idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half). The slow tier's units
+# are files and the parts WORKER_GROUPS splits off (`worker_groups`); a worker whose unit has at most two tests left
+# is handed the next unit at once, so test_container.py's one-test rebuild unit comes first (the next unit after it,
+# test_container.py's own, starts on another worker at the same time: the two from-scratch builds overlap).
 SLOWEST_FIRST = (
-    "test_qflux.py",
     "test_container.py",
+    "test_qflux.py",
     "test_distill.py",
     "test_engine.py",
     "test_compare_monitor.py",
@@ -45,6 +48,18 @@ SLOWEST_FIRST = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    if getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup":
+        worker_groups(items)
+
+
+def worker_groups(items) -> None:
+    """Under `--dist loadgroup` (the slow tier) each test file is one unit of work for a worker, as with `--dist
+    loadfile` (its module fixtures run once), except the tests its WORKER_GROUPS names ({test function: group}):
+    those form units of their own, so a long file's independent parts run on two workers at once."""
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        part = getattr(getattr(item, "module", None), "WORKER_GROUPS", {}).get(name)
+        item.add_marker(pytest.mark.xdist_group(f"{item.path.name}:{part}" if part else item.path.name))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,6 +22,9 @@ from tests.support.isolation import isolated_env, tool_dirs
 
 pytestmark = pytest.mark.slow
 HOSTS = 2  # several hosts in parallel (forks); each more costs ~40 s of the four plays on two cores
+# the four plays are a unit of work of their own in the slow tier (tests/conftest.py worker_groups): they run on
+# another worker than ansible-lint and the other plays (the playbook fixture is rendered once per worker)
+WORKER_GROUPS = {"test_the_linux_play_on_several_hosts_is_idempotent_and_check_mode_writes_nothing": "plays"}
 
 
 def _bin(name: str) -> str:

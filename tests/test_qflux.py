@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import built_once, run_cli
 
 pytestmark = pytest.mark.slow
+# the full upstream smoke is a unit of work of its own in the slow tier (tests/conftest.py worker_groups): it runs on
+# another worker than the rest of this file, both on the one qflux env
+WORKER_GROUPS = {"test_smoke_trains_recommends_config_with_upstreams_own_phases": "smoke"}
 
 GiB = 2**30
 
@@ -46,10 +49,15 @@ def pair():
 
 @pytest.fixture(scope="session")
 def qflux_python(adapted_clone, pair, tmp_path_factory) -> Path:
+    """The clone's qflux env, built once per run for every worker (its requirements are the adapted clone's, the
+    same in every worker's copy): the smoke runs on a worker of its own (WORKER_GROUPS)."""
     from aipc_env.trainenv.envs import env_python
     from aipc_env.trainenv.qflux_env import ensure_qflux_env
 
-    prefix, _ = ensure_qflux_env(adapted_clone, pair, root=tmp_path_factory.mktemp("qflux-envs"), log=lambda m: None)
+    root = built_once(
+        tmp_path_factory, "qflux-envs", lambda folder: ensure_qflux_env(adapted_clone, pair, root=folder, log=lambda m: None)
+    )
+    prefix, _ = ensure_qflux_env(adapted_clone, pair, root=root, log=lambda m: None)  # the built one: its stamp matches
     return env_python(prefix)
 
 

@@ -1,0 +1,72 @@
+"""The slow tier's units of work (tests/conftest.py `worker_groups`, `--dist loadgroup`): a file is one unit, the
+tests its WORKER_GROUPS names are units of their own, and every name there is a test the file still has (a renamed
+test would silently rejoin its file's unit)."""
+
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import pytest_collection_modifyitems, worker_groups
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _xdist_group_marker(request):
+    """The marker xdist registers, for a run without xdist (-p no:xdist) under --strict-markers."""
+    request.config.addinivalue_line("markers", "xdist_group(name): the tests of one xdist group run on one worker")
+
+
+class _Item:
+    def __init__(self, module: types.ModuleType, path: Path, name: str) -> None:
+        self.module, self.path, self.name, self.originalname = module, path, f"{name}[x]", name
+        self.markers: list[pytest.Mark] = []
+
+    def add_marker(self, marker: pytest.MarkDecorator) -> None:
+        self.markers.append(marker.mark)
+
+
+def _items(groups: dict[str, str] | None) -> list[_Item]:
+    module = types.ModuleType("test_long")
+    if groups is not None:
+        module.WORKER_GROUPS = groups
+    return [_Item(module, TESTS / "test_long.py", name) for name in ("test_a", "test_b", "test_c")]
+
+
+def _groups(items: list[_Item]) -> dict[str, list[str]]:
+    return {item.originalname: [m.args[0] for m in item.markers if m.name == "xdist_group"] for item in items}
+
+
+def test_a_file_is_one_unit_but_the_tests_its_worker_groups_names():
+    items = _items({"test_b": "part"})
+    worker_groups(items)
+    assert _groups(items) == {"test_a": ["test_long.py"], "test_b": ["test_long.py:part"], "test_c": ["test_long.py"]}
+    plain = _items(None)
+    worker_groups(plain)
+    assert _groups(plain) == {name: ["test_long.py"] for name in ("test_a", "test_b", "test_c")}
+
+
+@pytest.mark.parametrize("loadgroup", [True, False])
+def test_groups_are_given_only_under_loadgroup(loadgroup):
+    items = _items({"test_b": "part"})
+    option = types.SimpleNamespace(loadgroup=loadgroup)
+    config = types.SimpleNamespace(option=option, getoption=lambda name, default=None: "loadgroup" if loadgroup else "no")
+    pytest_collection_modifyitems(config, items)
+    assert all(bool(groups) is loadgroup for groups in _groups(items).values())
+
+
+def test_every_split_names_a_test_its_file_has():
+    found = 0
+    for path in sorted(TESTS.glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tests = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "WORKER_GROUPS" for t in node.targets):
+                groups = ast.literal_eval(node.value)
+                assert set(groups) <= tests, (path.name, set(groups) - tests)
+                found += len(groups)
+    assert found >= 3  # test_container.py's rebuild, test_qflux.py's smoke, test_fleet_ansible.py's plays
