@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.launch.service import start_run
     from aipc_env.paths import data_dir
     from aipc_env.train.inputs import load_run_config
-    from aipc_env.train.run import training_request, write_default_config
+    from aipc_env.train.run import heldout_notice, training_request, write_default_config
 
     say = progress(args)
     config_path = args.config
@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> Result:
         config_path = write_default_config(data_dir() / "runs" / "builtin-default")
         say.say(f"aipc-env: no config given; running the built-in default ({config_path})")
     cfg = load_run_config(config_path)
+    notice = heldout_notice(cfg)
+    if notice:
+        say.say(notice)
     check = (lambda chosen: _validate_qflux(cfg, chosen.python, say)) if cfg.engine == "qflux" else None
     outcome = start_run(
         training_request(
@@ -141,7 +144,10 @@ def _print_report(report: TrainRunReport) -> None:
         print(f"aipc-env: training finished; log {log}")
         for line in verdict_lines(verdict, "aipc-env: "):
             print(line)
-        print(f"aipc-env: LoRA {report.lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
+        note = {"learned": "", "base_already_does_it": " (the base already does the edit)"}.get(
+            verdict.outcome, " (it did not learn the edit)"
+        )
+        print(f"aipc-env: LoRA {report.lora}{note}")
     elif rc == ExitCode.OK and report.engine == "builtin" and report.lora is not None:
         print(f"aipc-env: training finished; log {log}")
         print(f"aipc-env: LoRA {report.lora}")

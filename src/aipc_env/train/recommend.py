@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aipc_env.core.formats import VersionedModel
+from aipc_env.dataset.split import HELDOUT_MIN
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import ram_tier_gb
 from aipc_env.facts.model import Facts
@@ -193,6 +194,7 @@ def recommend(
             "batch_size": 1,
             "num_workers": 1,
             "caption_dropout_rate": 0.05,
+            "heldout_count": HELDOUT_MIN,  # runbook §3: set aside by a recorded rule; the judge phase uses them
         },
         "train": {
             "max_train_steps": 1000,
@@ -271,6 +273,7 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any
     for dotted, value in changed.items():
         set_dotted(cfg, dotted, value)
     dropped = [f"model.{key}" for key in ("text_encoder_path", "transformer_path") if cfg["model"].pop(key, None)]
+    dropped += ["data.heldout_count"] if cfg["data"].pop("heldout_count", None) else []  # the edit holds its own
     return cfg, sorted([*changed, *dropped])
 
 

@@ -448,8 +448,8 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
         "last_losses": [round(x, 4) for x in losses[-3:]],
     }
     held = (
-        f"held-out distance to the targets: base {verdict.base_mean:.3f}, LoRA {verdict.lora_mean:.3f} (to the "
-        f"other samples' targets {verdict.other_targets_mean:.3f})"
+        f"held-out distance to the targets: LoRA {verdict.lora_mean:.3f}, base {verdict.base_mean:.3f}, control "
+        f"copied {verdict.copy_mean:.3f}, mean target {verdict.mean_target_mean}"
     )
     if not verdict.learned:
         raise StepFailed(f"the tiny LoRA did not learn the edit: {held}: {verdict.reason}", metrics)
