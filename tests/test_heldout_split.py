@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from aipc_env.dataset.split import HELDOUT_MIN, heldout_ids, split_samples
 from tests.conftest import run_cli
 from tests.test_dataset import local
+from tests.test_engine import tiny_pipe  # noqa: F401 - the fixture, built once per run
 
 # --- the rule ---------------------------------------------------------------------------------------------------
 
@@ -217,3 +218,54 @@ def test_heldout_steps_bound_is_where_the_scheduler_samples(tmp_path, steps, ok)
     else:
         with pytest.raises(ValidationError, match="heldout_steps"):
             TrainConfig.model_validate(raw)
+
+
+# --- recommend --out on 8 pairs, then train: the run judges its held-out split -----------------------------------
+
+
+@pytest.mark.slow
+def test_recommend_then_train_judges_the_held_out_split(tiny_pipe, tmp_path):  # noqa: F811 - pytest fixture injection
+    """`recommend --out config.yaml` on a dataset of 8 pairs holds 3 out; `train config.yaml` (the tiny pipeline, a
+    few steps) trains on the other 5 and ends with the judge phase on the 3, rendered at the training size (64x64,
+    though the controls are 96x96), every baseline in fit_summary.json."""
+    import numpy as np
+    import yaml
+    from PIL import Image
+
+    from tests.conftest import MACHINES
+
+    ds = local(tmp_path / "pairs & co", n=8, size=(96, 96))
+    for i in range(8):
+        rng = np.random.default_rng(i)
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(ds / "training_images" / f"s{i}.png")
+    config, out = tmp_path / "config.yaml", tmp_path / "out run"
+    rec = run_cli(
+        "recommend",
+        *("--facts", str(MACHINES / "win11_core_ultra_32gb.json"), "--dataset-path", str(ds)),
+        *("--model-path", str(tiny_pipe), "--output-dir", str(out), "--out", str(config)),
+    )
+    assert rec.returncode == 0, rec.stderr
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    assert raw["data"]["heldout_count"] == 3
+    # what a 64 px run of the tiny pipeline on this CPU needs; the held-out split stays as recommend wrote it
+    raw["model"].pop("text_encoder_path")
+    raw["data"].update(target_size=[64, 64], num_workers=0, heldout_steps=2)
+    raw["train"].update(max_train_steps=4, gradient_accumulation_steps=1, warmup_steps=0, checkpointing_steps=4)
+    raw.update(device="cpu", cache_dir=str(tmp_path / "cache"))
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    result = run_cli("train", str(config), timeout=900)
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no held-out samples" not in result.stdout + result.stderr
+    verdict = json.loads((out / "fit_summary.json").read_text())["heldout"]
+    held = heldout_ids([f"s{i}" for i in range(8)], 3)
+    assert sorted(s["id"] for s in verdict["samples"]) == sorted(held)
+    assert verdict["copy_mean"] > 0 and verdict["mean_target_mean"] is not None and verdict["base_mean"] > 0
+    assert result.returncode == (1 if verdict["outcome"] == "not_learned" else 0)
+    manifest = json.loads((out / "heldout" / "manifest.json").read_text())
+    assert all(s["size"] == [64, 64] for s in manifest["samples"])  # the training size, not the controls' 96
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("judge: ")]
+    assert any("held-out distance to the targets (3 samples" in ln for ln in lines), result.stdout[-3000:]
+    # the fit never saw the held-out samples: 5 cached entries
+    assert "cache: 5 written, 0 already cached, 0 redone; 5 entries" in result.stdout, result.stdout[-3000:]
+    cached = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("cache: s")}
+    assert cached and not cached & set(held), cached
