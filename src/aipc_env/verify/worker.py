@@ -432,7 +432,7 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
             ctx["said"] = time.perf_counter()
         if not torch.isfinite(loss):
             raise StepFailed(f"loss became {loss.item()} at step {step + 1}", {"losses": losses})
-    verdict = judge_builtin_edit(model, count=4, latent_hw=8, device=device, dtype=dtype)
+    verdict = judge_builtin_edit(model, count=16, latent_hw=8, device=device, dtype=dtype)
     steady = times[1:] or times
     metrics = {
         "steps": ctx["steps"],
