@@ -174,6 +174,22 @@ def test_a_run_without_held_out_samples_says_so_with_the_fix(tmp_path):
     assert heldout_notice(TrainConfig.model_validate(default_config(tmp_path))) is None  # the built-in judges itself
 
 
+def test_the_judge_generates_the_split_at_the_training_size(tmp_path):
+    from aipc_env.tools.judge import judge_request
+    from aipc_env.train.config import TrainConfig
+
+    raw = _raw(tmp_path, heldout_count=3, heldout_steps=2)
+    raw["data"]["target_size"] = [96, 160]
+    cfg = TrainConfig.model_validate(raw)
+    req = judge_request(cfg, tmp_path / "lora", tmp_path / "out")
+    assert req.size == (96, 160) and req.num_inference_steps == 2 and req.config is cfg
+    assert sorted(s.id for s in req.samples) == sorted(heldout_ids([f"s{i}" for i in range(8)], 3))
+    (tmp_path / "f").mkdir()
+    folder = _raw(tmp_path / "f", heldout=str(tmp_path / "held"))
+    req = judge_request(TrainConfig.model_validate(folder), tmp_path / "lora", tmp_path / "out")
+    assert req.samples is None and req.test_set == tmp_path / "held" and req.size == (64, 64)
+
+
 def test_recommend_writes_a_held_out_split_and_the_smoke_config_drops_it(tmp_path):
     from tests.test_recommend import MACHINES
 

@@ -85,3 +85,21 @@ def test_distances_are_at_the_generated_size_and_one_sample_has_no_mean_target()
     assert s.mean_target is None and v.mean_target_mean is None
     expected = np.abs(np.asarray(small, float) - np.asarray(target.resize((32, 32)), float)).mean()
     assert s.lora == round(float(expected), 3)
+
+
+def test_the_judge_says_judge_at_least_every_interval_while_busy():
+    import time
+
+    from aipc_env.tools.judge import PROGRESS_SECONDS, JudgeProgress
+
+    assert PROGRESS_SECONDS <= 10
+    lines: list[str] = []
+    with JudgeProgress(lines.append, every=0.05) as progress:
+        progress.say("compare: base 1/3 (12.0 s)")
+        time.sleep(0.4)
+    said = len(lines)
+    time.sleep(0.15)
+    assert len(lines) == said  # silent once the work is done
+    assert lines[0] == "judge: base 1/3 (12.0 s)"
+    beats = lines[1:]
+    assert len(beats) >= 3 and all(b.startswith("judge: base 1/3 (12.0 s) ... still working (") for b in beats)

@@ -22,7 +22,7 @@ from aipc_env.train.learning import verdict_lines, verdict_passes
 if TYPE_CHECKING:
     from aipc_env.tools.compare import CompareRequest
 
-__all__ = ["HELDOUT_FOLDER", "PROGRESS_SECONDS", "judge_request", "main", "run_judge"]
+__all__ = ["HELDOUT_FOLDER", "PROGRESS_SECONDS", "JudgeProgress", "judge_request", "main", "run_judge"]
 
 PROGRESS_SECONDS = 10.0
 """The judge says what it does at least this often."""
@@ -31,7 +31,7 @@ HELDOUT_FOLDER = "heldout"
 """<output_dir>/heldout/: the judge phase's images, grid.png and manifest.json."""
 
 
-class _Beat:
+class JudgeProgress:
     """A `judge:` line at least every `every` seconds while the judge is busy: the last thing it said, with the time
     since (one sampled image of a real model can take minutes on a CPU)."""
 
@@ -56,7 +56,7 @@ class _Beat:
                 last = self._last
             self._log(f"{last} ... still working ({time.monotonic() - self._start:.0f} s)")
 
-    def __enter__(self) -> _Beat:  # noqa: PYI034 - typing_extensions.Self is not in every training env
+    def __enter__(self) -> JudgeProgress:  # noqa: PYI034 - typing_extensions.Self is not in every training env
         self._thread.start()
         return self
 
@@ -103,7 +103,7 @@ def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
     req = judge_request(cfg, lora, out / HELDOUT_FOLDER)
     where = cfg.data.heldout or f"{cfg.data.heldout_count} samples held out of data.datasets ({cfg.data.heldout_rule})"
     h, w = cfg.data.target_size
-    with _Beat(log) as beat:
+    with JudgeProgress(log) as beat:
         beat.say(f"judge: generating {where} with the base model and with the LoRA at {w}x{h} ({cfg.data.heldout_steps} steps)")
         manifest = run_compare(req, log=beat.say)
     if manifest.verdict is None:
