@@ -245,7 +245,12 @@ def test_judge_phase_generates_the_heldout_set_and_records_the_verdict(trained_r
     copy = sum(s["copy_control"] for s in verdict["samples"]) / 2
     assert verdict["mean_target_mean"] is not None  # two samples: each judged against the other's target
     assert verdict["learned"] is all(lora <= 0.8 * b for b in (base, copy, verdict["mean_target_mean"]))
-    words = "the LoRA learned the edit" if verdict["learned"] else "the LoRA did NOT learn the edit"
+    words = {
+        "learned": "the LoRA learned the edit",
+        "not_learned": "the LoRA did NOT learn the edit",
+        "base_already_does_it": "the base model already does this edit",
+    }[verdict["outcome"]]
+    assert verdict["outcome"] != "base_already_does_it"  # two samples cannot show it
     assert "judge: held-out distance to the targets (2 samples" in result["stdout"] and words in result["stdout"]
     last = [line for line in result["stdout"].splitlines() if line.strip()][-1]
     assert last.startswith("aipc-env: LoRA ")

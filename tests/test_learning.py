@@ -79,11 +79,13 @@ def test_one_sample_has_no_mean_target_baseline():
 def test_the_base_already_does_the_edit_is_its_own_outcome(base, copy, mean, outcome):
     # the LoRA (0.45) beats copy and mean target (0.45 <= 0.8 x 0.6) but not the base (0.45 > 0.8 x 0.5); the base
     # beats them by the margin only at 0.625 and above (0.5 <= 0.8 x 0.625)
-    v = judge_learning(_samples(base, 0.45, copy=copy, mean=mean), metric="x")
+    v = judge_learning(_samples(base, 0.45, copy=copy, mean=mean, n=3), metric="x")
     assert v.outcome == outcome and v.learned is False and verdict_passes(v) is (outcome == "base_already_does_it")
     if outcome == "base_already_does_it":
         assert v.not_beaten == ["base"] and v.reason.startswith("the base model already does this edit")
         assert verdict_lines(v, "") == [verdict_lines(v, "")[0]]  # no "what to try": nothing failed
+    # two samples cannot show it (the mean target is one other sample's target): a plain failure
+    assert judge_learning(_samples(base, 0.45, copy=copy, mean=mean, n=2), metric="x").outcome == "not_learned"
     # a LoRA that undoes the base's edit (no closer than the copy) is a failure, whatever the base does
     broken = judge_learning(_samples(base, 0.6, copy=0.6, mean=0.9), metric="x")
     assert broken.outcome == "not_learned" and broken.not_beaten[0] == "copy"

@@ -13,9 +13,9 @@ outputs are measured against each sample's target:
 
 The LoRA learned the edit when its mean distance beats each baseline's by the margin: lora <= (1 - margin) x
 baseline, for every baseline measured. Where it does not, the verdict names the baselines it did not beat, in words.
-"The base already does this edit" is its own outcome: the base beats the copy and the mean target by the margin,
-the LoRA does too, and only the base is not beaten; nothing failed in training (docs/decisions.md, entry
-"verdict baselines").
+"The base already does this edit" is its own outcome: on at least 3 samples, the base beats the copy and the mean
+target by the margin, the LoRA does too, and only the base is not beaten; nothing failed in training
+(docs/decisions.md, "The verdict beats named baselines").
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from aipc_env.core.formats import StrictModel
 
 __all__ = [
     "BASELINE_WORDS",
+    "BASE_OUTCOME_SAMPLES",
     "DEFAULT_MARGIN",
     "HeldOutSample",
     "LearningVerdict",
@@ -37,6 +38,11 @@ __all__ = [
 
 DEFAULT_MARGIN = 0.2
 """The LoRA must be at least 20% closer to the targets than each baseline."""
+
+BASE_OUTCOME_SAMPLES = 3
+"""The fewest samples that can show the base already does the edit (the runbook's held-out minimum): with two, the
+mean target is one other sample's target, and a base that paints grey beats it on unrelated random targets
+(measured on the tiny random pipeline: base 65.7, mean target 83.9, pixels)."""
 
 Baseline = Literal["base", "copy", "mean_target"]
 Outcome = Literal["learned", "not_learned", "base_already_does_it"]
@@ -116,7 +122,12 @@ def judge_learning(samples: list[HeldOutSample], *, metric: str, margin: float =
     not_beaten: list[Baseline] = [
         name for name, value in baselines.items() if value is not None and not _beats(lora, value, margin)
     ]
-    base_does_it = _beats(base, copy, margin) and (mean_target is None or _beats(base, mean_target, margin))
+    base_does_it = (
+        len(samples) >= BASE_OUTCOME_SAMPLES
+        and mean_target is not None
+        and _beats(base, copy, margin)
+        and _beats(base, mean_target, margin)
+    )
     outcome: Outcome
     if not not_beaten:
         outcome, reason = "learned", "the LoRA learned the edit"
