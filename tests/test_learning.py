@@ -350,7 +350,7 @@ def _fit(raw: dict, out: Path, monkeypatch, fault: str | None) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("fault", "named"),
-    [(None, None), ("target", None), ("control", None), ("copy", "copy"), ("mean", "mean_target"), ("constant", None)],
+    [(None, None), ("target", None), ("control", None), ("copy", "base"), ("mean", "mean_target"), ("constant", "mean_target")],
 )
 def test_the_default_learns_the_edit_and_broken_objectives_and_cheats_do_not(
     fault, named, default_cache, tiny_base, tmp_path, monkeypatch
@@ -371,6 +371,7 @@ def test_the_default_learns_the_edit_and_broken_objectives_and_cheats_do_not(
     else:
         assert verdict["not_beaten"], verdict
     if named:
-        assert verdict["not_beaten"][0] == named, verdict
-    if fault == "constant":  # a constant is no closer than the mean target (nor the base)
-        assert "mean_target" in verdict["not_beaten"], verdict
+        # the copy is farther from the built-in edit's targets than the base by design, so a LoRA trained to copy
+        # is no closer than the base (measured: LoRA 1.47, base 1.38, control copied 1.99, mean target 1.07); a LoRA
+        # that returns the mean target, or one constant, is no closer than the mean target
+        assert named in verdict["not_beaten"], verdict
