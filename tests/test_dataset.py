@@ -135,6 +135,7 @@ def test_cli_verdict_json(tmp_path):
         "sample_count",
         "issues",
         "warnings",
+        "heldout",
     }
 
 

@@ -67,8 +67,9 @@ def test_the_recorded_training_ends_with_its_lora_and_every_snippet_exists():
     recorded = (ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8").splitlines()
     assert recorded[-1].startswith("aipc-env: LoRA ") and recorded[-1].endswith("pytorch_lora_weights.safetensors")
     assert any(line.startswith("step 200/200 loss ") for line in recorded)
-    assert recorded[-2].startswith("aipc-env: held-out distance to the targets (4 samples, latent RMS): base ")
-    assert recorded[-2].endswith(": the LoRA learned the edit")
+    assert recorded[-2].startswith("aipc-env: held-out distance to the targets (16 samples, latent RMS): LoRA ")
+    assert "; baselines: base " in recorded[-2] and ", control copied " in recorded[-2] and ", mean target " in recorded[-2]
+    assert recorded[-2].endswith(": the LoRA learned the edit (closer than every baseline by at least 20%)")
     included = set()
     for page in (ROOT / "docs").rglob("*.md"):
         included |= set(re.findall(r'--8<-- "([^"]+)"', page.read_text(encoding="utf-8")))

@@ -238,15 +238,23 @@ def test_judge_phase_generates_the_heldout_set_and_records_the_verdict(trained_r
     result = json.loads((trained_run / "result.json").read_text())
     out = trained_run / "out run"
     verdict = json.loads((out / "fit_summary.json").read_text())["heldout"]
-    assert result["returncode"] == (0 if verdict["learned"] else 1), result["stdout"][-3000:]
+    assert result["returncode"] == (1 if verdict["outcome"] == "not_learned" else 0), result["stdout"][-3000:]
     assert [s["id"] for s in verdict["samples"]] == ["s4", "s5"]
     assert verdict["metric"] == "mean absolute pixel difference, 0-255" and verdict["margin"] == 0.2
     base = sum(s["base"] for s in verdict["samples"]) / 2
     lora = sum(s["lora"] for s in verdict["samples"]) / 2
-    assert verdict["learned"] is (lora <= 0.8 * base)
-    words = "the LoRA learned the edit" if verdict["learned"] else "the LoRA did NOT learn the edit"
+    copy = sum(s["copy_control"] for s in verdict["samples"]) / 2
+    assert verdict["mean_target_mean"] is not None  # two samples: each judged against the other's target
+    assert verdict["learned"] is all(lora <= 0.8 * b for b in (base, copy, verdict["mean_target_mean"]))
+    words = {
+        "learned": "the LoRA learned the edit",
+        "not_learned": "the LoRA did NOT learn the edit",
+        "base_already_does_it": "the base model already does this edit",
+    }[verdict["outcome"]]
+    assert verdict["outcome"] != "base_already_does_it"  # two samples cannot show it
     assert "judge: held-out distance to the targets (2 samples" in result["stdout"] and words in result["stdout"]
     last = [line for line in result["stdout"].splitlines() if line.strip()][-1]
-    assert last.startswith("aipc-env: LoRA ") and last.endswith("(it did not learn the edit)") is not verdict["learned"]
+    assert last.startswith("aipc-env: LoRA ")
+    assert last.endswith("(it did not learn the edit)") is (verdict["outcome"] == "not_learned")
     assert (out / "heldout" / "grid.png").is_file()
     assert "phase judge exited with" in (out / "train.log").read_text()

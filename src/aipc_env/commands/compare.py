@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> Result:
         ),
         log=progress(args).say,
     )
-    failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not manifest.verdict.learned)
+    from aipc_env.train.learning import verdict_passes
+
+    failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not verdict_passes(manifest.verdict))
 
     def text() -> None:
         from aipc_env.train.learning import verdict_lines

@@ -22,6 +22,18 @@ def _side(text: str) -> int:
     return value
 
 
+def _heldout(text: str) -> int:
+    from aipc_env.dataset.split import HELDOUT_MAX, HELDOUT_MIN
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of samples") from None
+    if not HELDOUT_MIN <= value <= HELDOUT_MAX:
+        raise argparse.ArgumentTypeError(f"{value}: hold out {HELDOUT_MIN} to {HELDOUT_MAX} samples")
+    return value
+
+
 def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "dataset",
@@ -53,6 +65,13 @@ def add_parser(sub: Subparsers) -> None:
         help="qflux: also warn about what qwen-image-finetune's own loader mishandles (upper-case "
         "extensions, BOM prompts, mixed control extensions, CSV-relative paths, local parquet)",
     )
+    v.add_argument(
+        "--heldout",
+        type=_heldout,
+        metavar="N",
+        help="also check the held-out split of N samples (data.heldout_count; at least 3): which samples, each "
+        "complete, and enough left to train on",
+    )
     v.set_defaults(run=run)
 
 
@@ -61,7 +80,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.dataset.validate import validate_scan
 
     scan = scan_dataset(args.path)
-    verdict = validate_scan(scan, tuple(args.target_size))
+    verdict = validate_scan(scan, tuple(args.target_size), args.heldout)
     if args.engine == "qflux":
         from aipc_env.dataset.qflux import qflux_warnings
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> Result:
     from aipc_env.launch.service import start_run
     from aipc_env.paths import data_dir
     from aipc_env.train.inputs import load_run_config
-    from aipc_env.train.run import training_request, write_default_config
+    from aipc_env.train.run import heldout_notice, training_request, write_default_config
 
     say = progress(args)
     config_path = args.config
@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> Result:
         config_path = tiny_config(config_path)
         say.say(f"aipc-env: config {config_path}")
     cfg = load_run_config(config_path, model=not tiny)
+    notice = None if tiny else heldout_notice(cfg)
+    if notice:
+        say.say(notice)
     check = (lambda chosen: _validate_qflux(cfg, chosen.python, say)) if cfg.engine == "qflux" else None
     outcome = start_run(
         training_request(
@@ -165,7 +168,10 @@ def _print_report(report: TrainRunReport, *, tiny: bool = False) -> None:
         print(f"aipc-env: training finished; log {log}")
         for line in verdict_lines(verdict, "aipc-env: "):
             print(line)
-        print(f"aipc-env: LoRA {report.lora}{'' if verdict.learned else ' (it did not learn the edit)'}")
+        note = {"learned": "", "base_already_does_it": " (the base already does the edit)"}.get(
+            verdict.outcome, " (it did not learn the edit)"
+        )
+        print(f"aipc-env: LoRA {report.lora}{note}")
         if tiny and not verdict.learned:
             from aipc_env.train.tinyrun import NOT_LEARNED
 

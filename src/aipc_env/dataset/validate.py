@@ -9,7 +9,7 @@ from aipc_env.core.formats import VersionedModel
 from aipc_env.dataset.images import ImageProblem, check_image
 from aipc_env.dataset.scan import Sample, Scan, scan_dataset
 
-__all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "validate_dataset"]
+__all__ = ["MIN_SAMPLES", "WARN_SAMPLES", "Verdict", "split_problems", "validate_dataset", "validate_scan"]
 
 MIN_SAMPLES = 5
 WARN_SAMPLES = 30
@@ -29,6 +29,8 @@ class Verdict(VersionedModel):
     sample_count: int
     issues: list[str] = []
     warnings: list[str] = []
+    heldout: list[str] = []
+    """The ids of the held-out split that was checked (--heldout N), which the fit never sees."""
 
 
 def set_folder(scan: Scan) -> Path:
@@ -64,7 +66,31 @@ def _image_problems(
         small.append(f"{sample.id} ({w} wide, {h} high)")
 
 
-def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
+def split_problems(samples: list[Sample], count: int) -> tuple[list[str], list[str]]:
+    """(held-out ids, issues) of holding out `count` samples by the recorded rule (aipc_env.dataset.split): at least
+    HELDOUT_MIN, each with a control, a prompt and a target, and MIN_SAMPLES left to train on."""
+    from aipc_env.dataset.split import HELDOUT_MIN, HELDOUT_RULE, split_samples
+
+    train, held = split_samples(samples, [s.id for s in samples], count)
+    issues = []
+    if count < HELDOUT_MIN:
+        issues.append(f"held-out split: {count} sample(s); hold out at least {HELDOUT_MIN} (runbook §3)")
+    incomplete = [s.id for s in held if not (s.controls and s.prompt and s.target is not None)]
+    if incomplete:
+        issues.append(
+            f"held-out split: samples without a control, a prompt or a target: {', '.join(incomplete[:5])} (the judge "
+            "compares each with its edited target)"
+        )
+    if len(train) < MIN_SAMPLES:
+        issues.append(
+            f"held-out split: {len(samples)} sample(s), {len(held)} held out by rule {HELDOUT_RULE}, leaves "
+            f"{len(train)} to train on: at least {MIN_SAMPLES} are needed (add samples)"
+        )
+    return sorted({s.id for s in held}), issues
+
+
+def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672), heldout: int | None = None) -> Verdict:
+    """The verdict; `heldout`: also check the held-out split of that many samples (data.heldout_count)."""
     issues, warnings = list(scan.issues), list(scan.warnings)
     small: list[str] = []
     counts: dict[int, list[str]] = {}
@@ -118,10 +144,17 @@ def validate_scan(scan: Scan, target_size: tuple[int, int] | None = (384, 672)) 
         warnings.append(f"{n} samples: enough for a smoke test only (20–50 for a narrow task)")
     elif n < WARN_SAMPLES:
         warnings.append(f"{n} samples: fewer than {WARN_SAMPLES}; 50–100 generalise better")
-    if n >= MIN_SAMPLES:
-        warnings.append("hold out at least 3 samples as a test set that training never sees")
-    return Verdict(valid=not issues, format=scan.format, sample_count=n, issues=issues, warnings=warnings)
+    held: list[str] = []
+    if heldout is not None:
+        held, split_issues = split_problems(scan.samples, heldout)
+        issues += split_issues
+    elif n >= MIN_SAMPLES:
+        warnings.append(
+            "hold out at least 3 samples as a test set that training never sees (data.heldout_count: 3 in the "
+            "config; check the split with --heldout 3)"
+        )
+    return Verdict(valid=not issues, format=scan.format, sample_count=n, issues=issues, warnings=warnings, heldout=held)
 
 
-def validate_dataset(path: str | Path, target_size: tuple[int, int] | None = (384, 672)) -> Verdict:
-    return validate_scan(scan_dataset(path), target_size)
+def validate_dataset(path: str | Path, target_size: tuple[int, int] | None = (384, 672), heldout: int | None = None) -> Verdict:
+    return validate_scan(scan_dataset(path), target_size, heldout)

@@ -1,7 +1,8 @@
 """Base vs LoRA on held-out samples (runbook §9): same seeds and steps, size from the control image, a manifest,
 a grid and a distance of each output to the target, so "the LoRA changed nothing" is visible at a glance, and, where
 the samples have targets, the verdict of aipc_env.train.learning: is the LoRA closer to the targets than the base
-by the margin."""
+by the margin and than the baselines a LoRA that did not learn would pass (the control copied unchanged, the mean of
+the other held-out targets)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
     from aipc_env.dataset import Sample
+    from aipc_env.train.config import TrainConfig
 
 GridRow = list[tuple[str, "PILImage | None"]]
 """One row of the grid: (label, image) cells; a None image leaves its cell empty."""
@@ -73,6 +75,13 @@ class CompareRequest:
     margin: float = DEFAULT_MARGIN
     control_pixels: int = 1024 * 1024
     """The control area the LoRA was trained at (TrainConfig.control_area()); the pipeline conditions at it."""
+    samples: list[Sample] | None = None
+    """The held-out samples themselves (a split of the training datasets); None: those of test_set."""
+    size: tuple[int, int] | None = None
+    """(height, width) to generate at (the run's training size); None: each control's size."""
+    config: TrainConfig | None = None
+    """The run's config (the judge phase): the pipeline is loaded as the run's tier holds it, the transformer in NF4
+    (the fit's own loader, CPU-capable) and the text encoder from model.text_encoder_path (NF4) where set."""
 
 
 def _slug(text: str) -> str:
@@ -108,6 +117,68 @@ def _png(img: PILImage) -> bytes:
     return buf.getvalue()
 
 
+def _pixels(img: PILImage, size: tuple[int, int]) -> Any:
+    import numpy as np
+
+    return np.asarray(img.convert("RGB").resize(size), dtype=np.float64)
+
+
+def judge_images(
+    outputs: list[tuple[str, PILImage, PILImage, PILImage, PILImage]], *, margin: float = DEFAULT_MARGIN
+) -> LearningVerdict:
+    """The verdict on generated images: (id, base, LoRA, control, target) per sample. Each distance is the mean
+    absolute pixel difference (0-255) to the target, at the generated image's size: the base's and the LoRA's
+    result, the control copied unchanged, and (two samples or more) the mean of the other samples' targets."""
+    import numpy as np
+
+    samples = []
+    for j, (sid, b_img, l_img, control, target) in enumerate(outputs):
+        size = b_img.size
+        pix = _pixels(target, size)
+
+        def dist(img: Any, pix: Any = pix) -> float:
+            return round(float(np.abs(img - pix).mean()), 3)
+
+        others = [_pixels(t, size) for k, (*_, t) in enumerate(outputs) if k != j]
+        samples.append(
+            HeldOutSample(
+                id=sid,
+                base=dist(_pixels(b_img, size)),
+                lora=dist(_pixels(l_img, size)),
+                copy_control=dist(_pixels(control, size)),
+                mean_target=dist(np.mean(others, axis=0)) if others else None,
+            )
+        )
+    return judge_learning(samples, metric="mean absolute pixel difference, 0-255", margin=margin)
+
+
+def _load_pipeline(req: CompareRequest, dev: Any, dtype: Any, log: Callable[[str], object]) -> Any:
+    """The diffusers pipeline: as saved (bf16) for `compare`; for the judge phase (req.config), the NF4 transformer
+    of the fit's own loader (quantized layer by layer on a CPU, where diffusers' BitsAndBytesConfig refuses) and
+    the pre-quantized NF4 text encoder where the config names one (the 32 GB tier)."""
+    from diffusers import DiffusionPipeline
+
+    if req.config is None:
+        return DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=dtype).to(dev)
+    from aipc_env.train.fit import load_transformer
+
+    cfg = req.config
+    assert cfg.model
+    parts: dict[str, Any] = {}
+    if cfg.model.text_encoder_path:
+        from transformers import Qwen2_5_VLForConditionalGeneration
+
+        log(f"compare: loading the NF4 text encoder {cfg.model.text_encoder_path}")
+        parts["text_encoder"] = Qwen2_5_VLForConditionalGeneration.from_pretrained(cfg.model.text_encoder_path)
+    log("compare: loading the transformer in NF4")
+    parts["transformer"] = load_transformer(cfg, dev, dtype, log=log)
+    pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=dtype, **parts)
+    for name in ("text_encoder", "vae"):
+        if name not in parts:
+            getattr(pipe, name).to(dev)
+    return pipe
+
+
 def _grid(rows: list[GridRow], cell: int = 160) -> bytes:
     from PIL import Image, ImageDraw
 
@@ -127,7 +198,6 @@ def _grid(rows: list[GridRow], cell: int = 160) -> bytes:
 
 def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> CompareManifest:
     import torch
-    from diffusers import DiffusionPipeline
 
     from aipc_env.dataset import scan_dataset
     from aipc_env.train.compat import processor_without_video
@@ -147,7 +217,8 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
             fix="complete the download (huggingface-cli download resumes)",
         )
     lora_dir, weight_name = _lora_file(req.lora)
-    samples = [s for s in scan_dataset(req.test_set).samples if s.controls and s.prompt]
+    held = req.samples if req.samples is not None else scan_dataset(req.test_set).samples
+    samples = [s for s in held if s.controls and s.prompt]
     if req.max_samples:
         samples = samples[: req.max_samples]
     if not samples:
@@ -175,7 +246,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
 
     dev = pick_device(req.device)
     device = str(dev)
-    pipe = DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=compute_dtype(dev)).to(dev)
+    pipe = _load_pipeline(req, dev, compute_dtype(dev), log)
     plus = type(pipe).__name__.endswith("PlusPipeline")
 
     def load(part: Path | bytes) -> PILImage:
@@ -184,6 +255,8 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     def generate(sample: Sample) -> tuple[PILImage, float]:
         controls = [load(c) for c in sample.controls]
         w, h = controls[0].size
+        if req.size is not None:
+            h, w = req.size
         h, w = max(16, h // 16 * 16), max(16, w // 16 * 16)  # the pipelines need multiples of 16
         t = time.perf_counter()
         with pipeline_control_pixels(pipe, req.control_pixels):
@@ -213,6 +286,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     (config,) = pipe.transformer.peft_config.values()
     rows: list[GridRow] = []
     entries: list[dict[str, Any]] = []
+    judged: list[tuple[str, PILImage, PILImage, PILImage, PILImage]] = []
     for i, (s, (b_img, b_t)) in enumerate(zip(samples, base)):
         l_img, l_t = generate(s)
         stem = f"sample_{i:02d}_{_slug(s.id)}"
@@ -232,6 +306,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
             files[f"{stem}__target.png"] = _png(target)
             entry["files"]["target"] = f"{stem}__target.png"
             entry["distance_to_target"] = {"base": round(_distance(b_img, target), 3), "lora": round(_distance(l_img, target), 3)}
+            judged.append((s.id, b_img, l_img, load(s.controls[0]), target))
         entries.append(entry)
         rows.append(
             [*[(f"control {k}", load(c)) for k, c in enumerate(s.controls)], ("target", target), ("base", b_img), ("LoRA", l_img)]
@@ -239,12 +314,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
         log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
     files["grid.png"] = _grid(rows)
     unchanged = all(e["base_vs_lora"] == 0 for e in entries)
-    judged = [
-        HeldOutSample(id=e["id"], base=e["distance_to_target"]["base"], lora=e["distance_to_target"]["lora"])
-        for e in entries
-        if e.get("distance_to_target")
-    ]
-    verdict = judge_learning(judged, metric="mean absolute pixel difference, 0-255", margin=req.margin) if judged else None
+    verdict = judge_images(judged, margin=req.margin) if judged else None
     manifest = CompareManifest(
         model=str(req.model_path),
         lora=str(req.lora),

@@ -8,57 +8,116 @@ holds the text encoder or the VAE."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aipc_env.core.formats import load_versioned, write_model
 from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.config import TrainConfig
-from aipc_env.train.learning import verdict_lines
+from aipc_env.train.learning import verdict_lines, verdict_passes
 
-__all__ = ["HELDOUT_FOLDER", "main", "run_judge"]
+if TYPE_CHECKING:
+    from aipc_env.tools.compare import CompareRequest
+
+__all__ = ["HELDOUT_FOLDER", "PROGRESS_SECONDS", "JudgeProgress", "judge_request", "main", "run_judge"]
+
+PROGRESS_SECONDS = 10.0
+"""The judge says what it does at least this often."""
 
 HELDOUT_FOLDER = "heldout"
 """<output_dir>/heldout/: the judge phase's images, grid.png and manifest.json."""
 
 
+class JudgeProgress:
+    """A `judge:` line at least every `every` seconds while the judge is busy: the last thing it said, with the time
+    since (one sampled image of a real model can take minutes on a CPU)."""
+
+    def __init__(self, log: Callable[[str], object], every: float = PROGRESS_SECONDS) -> None:
+        import threading
+
+        self._log, self._every, self._last = log, every, "judge: starting"
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def say(self, line: str) -> None:
+        line = line if line.startswith("judge: ") else f"judge: {line.removeprefix('compare: ')}"
+        with self._lock:
+            self._last = line
+        self._log(line)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            with self._lock:
+                last = self._last
+            self._log(f"{last} ... still working ({time.monotonic() - self._start:.0f} s)")
+
+    def __enter__(self) -> JudgeProgress:  # noqa: PYI034 - typing_extensions.Self is not in every training env
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+
+def judge_request(cfg: TrainConfig, lora: Path, out: Path) -> CompareRequest:
+    """What the judge generates: the held-out folder (data.heldout) or the samples data.heldout_count sets aside,
+    at the size the run trained at (data.target_size), with the run's seed and the configured steps."""
+    from aipc_env.dataset.split import split_datasets
+    from aipc_env.tools.compare import CompareRequest
+
+    assert cfg.data and cfg.model
+    held = None
+    test_set = Path(cfg.data.heldout) if cfg.data.heldout else Path(cfg.data.datasets[0])
+    if cfg.data.heldout_count is not None:
+        held = split_datasets(cfg.data.datasets, cfg.data.heldout_count)[1]
+    return CompareRequest(
+        model_path=Path(cfg.model.path),
+        lora=lora,
+        test_set=test_set,
+        out=out,
+        num_inference_steps=cfg.data.heldout_steps,
+        seed=cfg.train.seed,
+        device=cfg.device,
+        max_samples=cfg.data.heldout_max_samples,
+        samples=held,
+        size=cfg.data.target_size,
+        config=cfg,
+        control_pixels=cfg.control_area(),
+    )
+
+
 def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
-    from aipc_env.tools.compare import CompareRequest, run_compare
+    from aipc_env.tools.compare import run_compare
     from aipc_env.train.fit import FitSummary
 
-    assert cfg.data and cfg.model and cfg.data.heldout
+    assert cfg.data and cfg.model and (cfg.data.heldout or cfg.data.heldout_count)
     out = Path(cfg.output_dir)
     summary_path, lora = RunFolder(out).fit_summary, RunFolder(out).lora_dir
     if not summary_path.is_file() or not lora.is_dir():
         raise AipcError("the fit phase left no LoRA to judge", path=out, fix="run the training again")
     summary = load_versioned(FitSummary, summary_path)
-    log(f"judge: generating {cfg.data.heldout} with the base model and with the LoRA ({cfg.data.heldout_steps} steps)")
-    manifest = run_compare(
-        CompareRequest(
-            model_path=Path(cfg.model.path),
-            lora=lora,
-            test_set=Path(cfg.data.heldout),
-            out=out / HELDOUT_FOLDER,
-            num_inference_steps=cfg.data.heldout_steps,
-            seed=cfg.train.seed,
-            device=cfg.device,
-            max_samples=cfg.data.heldout_max_samples,
-            control_pixels=cfg.control_area(),
-        ),
-        log=log,
-    )
+    req = judge_request(cfg, lora, out / HELDOUT_FOLDER)
+    where = cfg.data.heldout or f"{cfg.data.heldout_count} samples held out of data.datasets ({cfg.data.heldout_rule})"
+    h, w = cfg.data.target_size
+    with JudgeProgress(log) as beat:
+        beat.say(f"judge: generating {where} with the base model and with the LoRA at {w}x{h} ({cfg.data.heldout_steps} steps)")
+        manifest = run_compare(req, log=beat.say)
     if manifest.verdict is None:
         raise AipcError(
             "no held-out sample has a target to judge against",
-            path=Path(cfg.data.heldout),
+            path=req.test_set,
             fix="each held-out sample needs its edited target image",
         )
     write_model(summary_path, summary.model_copy(update={"heldout": manifest.verdict}))
     for line in verdict_lines(manifest.verdict, "judge: "):
         log(line)
     log(f"judge: images and grid.png in {out / HELDOUT_FOLDER}")
-    return ExitCode.OK if manifest.verdict.learned else ExitCode.PROBLEMS
+    return ExitCode.OK if verdict_passes(manifest.verdict) else ExitCode.PROBLEMS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -185,24 +185,24 @@ def _mask_tokens(part: Path | bytes, size_wh: tuple[int, int]) -> torch.Tensor:
 
 
 def list_entries(cfg: TrainConfig) -> list[tuple[str, Sample]]:
-    """(key, sample) for every sample of every dataset, in a stable order."""
-    from aipc_env.dataset import scan_dataset
+    """(key, sample) for every sample of every dataset, in a stable order, but the held-out ones
+    (data.heldout_count: the fit never sees them)."""
+    from aipc_env.dataset.split import split_datasets
 
     assert cfg.data and cfg.model
     out: list[tuple[str, Sample]] = []
     model_id = model_identity(cfg.model.path)
-    for ds in cfg.data.datasets:
-        for s in scan_dataset(ds).samples:
-            key = entry_key(
-                model_id=model_id,
-                target_size=cfg.data.target_size,
-                control_pixels=cfg.control_area(),
-                prompt=s.prompt or "",
-                target=s.target,
-                controls=s.controls,
-                mask=s.mask,
-            )
-            out.append((key, s))
+    for s in split_datasets(cfg.data.datasets, cfg.data.heldout_count)[0]:
+        key = entry_key(
+            model_id=model_id,
+            target_size=cfg.data.target_size,
+            control_pixels=cfg.control_area(),
+            prompt=s.prompt or "",
+            target=s.target,
+            controls=s.controls,
+            mask=s.mask,
+        )
+        out.append((key, s))
     return out
 
 
@@ -226,7 +226,7 @@ def synthetic_shapes(cfg: TrainConfig) -> list[tuple[int, int, int]]:
 
 
 def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[str], None]) -> list[str]:
-    from aipc_env.train.tinyedit import TRAIN_SEED, edit_sample
+    from aipc_env.train.tinyedit import EDIT_VERSION, TRAIN_SEED, edit_sample
 
     assert cfg.data
     keys: list[str] = []
@@ -235,7 +235,7 @@ def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[
     with PhaseProgress("cache", cfg.data.synthetic_samples, unit="samples", log=log) as progress:
         for i in range(cfg.data.synthetic_samples):
             key = hashlib.sha256(
-                f"cache-{CACHE_SCHEMA_VERSION}:synthetic-edit:{i}:{list(cfg.data.target_size)}".encode()
+                f"cache-{CACHE_SCHEMA_VERSION}:synthetic-edit-{EDIT_VERSION}:{i}:{list(cfg.data.target_size)}".encode()
             ).hexdigest()[:32]
             keys.append(key)
             path = entry_path(cache, key)

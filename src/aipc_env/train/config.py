@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
+from aipc_env.dataset.split import HELDOUT_MAX, HELDOUT_MIN, HELDOUT_RULE, HeldOutRule
 from aipc_env.errors import InputError
 from aipc_env.train.conditioning import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
 
@@ -17,6 +18,7 @@ __all__ = [
     "BUILTIN_SYNTHETIC",
     "BUILTIN_TINY",
     "CONFIG_VERSION",
+    "HELDOUT_STEPS_MIN",
     "PATH_BASE_HELP",
     "TrainConfig",
     "absolute_path",
@@ -38,6 +40,9 @@ PATH_BASE_HELP = (
 BUILTIN_TINY = "builtin:tiny"
 """A tiny Qwen-Image-Edit transformer built from a config and trained once on this machine: no download
 (aipc_env.train.tinyedit)."""
+HELDOUT_STEPS_MIN = 2
+"""The fewest sampling steps of the judge phase: FlowMatchEulerDiscreteScheduler with shift_terminal (Qwen-Image's
+scheduler config) turns the one-step schedule [1.0] into NaN (tests/test_heldout_default.py samples both)."""
 BUILTIN_SYNTHETIC = "builtin:synthetic"
 """A small synthetic edit of latents and prompt embeddings, with held-out samples (for the built-in default run)."""
 
@@ -78,7 +83,24 @@ class DataSection(InputModel):
         "them with the base model and with the LoRA, from the same noise, and says whether "
         "the LoRA learned the edit",
     )
-    heldout_steps: int = Field(20, ge=1, le=200, description="sampling steps of the judge phase")
+    heldout_count: int | None = Field(
+        None,
+        ge=HELDOUT_MIN,
+        le=HELDOUT_MAX,
+        description="hold out this many samples of data.datasets (chosen by data.heldout_rule from their ids): "
+        "the cache and the fit skip them, and the judge phase generates them after the fit (at least 3: "
+        "runbook §3)",
+    )
+    heldout_rule: HeldOutRule = Field(
+        HELDOUT_RULE, description="how data.heldout_count picks its samples (aipc_env.dataset.split)"
+    )
+    heldout_steps: int = Field(
+        20,
+        ge=HELDOUT_STEPS_MIN,
+        le=200,
+        description="sampling steps of the judge phase (at least 2: with one step, Qwen-Image's scheduler "
+        "stretches its sigmas to the terminal value by dividing by zero and samples a NaN timestep)",
+    )
     heldout_max_samples: int = Field(4, ge=1, le=64, description="the judge phase uses at most this many samples")
     caption_dropout_rate: float = Field(0.0, ge=0, le=1, description="share of steps trained on the empty prompt")
     mask_weight: float | None = Field(None, gt=0, description="loss weight of masked tokens (1 = unmasked weight)")
@@ -99,6 +121,12 @@ class DataSection(InputModel):
         if any(v < 16 or v % 16 for v in value):
             raise ValueError("both sides must be multiples of 16 (the VAE's 8x times the 2x2 packing)")
         return value
+
+    @model_validator(mode="after")
+    def _one_heldout(self) -> DataSection:
+        if self.heldout is not None and self.heldout_count is not None:
+            raise ValueError("data.heldout (a folder) and data.heldout_count (samples set aside) exclude each other: keep one")
+        return self
 
 
 class TrainSection(InputModel):

@@ -28,7 +28,7 @@ from aipc_env.train.checkpoint import (
 from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
-from aipc_env.train.learning import LearningVerdict, verdict_lines
+from aipc_env.train.learning import LearningVerdict, verdict_lines, verdict_passes
 from aipc_env.train.lora_file import save_run_lora
 from aipc_env.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
@@ -409,6 +409,6 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     if verdict is not None:
         for line in verdict_lines(verdict, "fit: "):
             log(line)
-        if not verdict.learned:
+        if not verdict_passes(verdict):
             return ExitCode.PROBLEMS
     return ExitCode.OK

@@ -1,6 +1,7 @@
 """The built-in default's held-out check, run at the end of the fit: each held-out control is sampled as the
 Qwen-Image-Edit pipeline samples it (aipc_env.train.sampling), with the LoRA switched off and on, from the same
-noise, and each result is measured against its target. Imports torch: training side only."""
+noise, and each result is measured against its target, beside the baselines of aipc_env.train.learning (the control
+copied unchanged, the mean of the other held-out targets). Imports torch: training side only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
 
-__all__ = ["HELDOUT_STEPS", "judge_builtin_edit", "rms"]
+__all__ = ["HELDOUT_STEPS", "judge_builtin_edit", "judge_latents", "rms"]
 
 HELDOUT_STEPS = 8
 """Sampling steps of the held-out check."""
@@ -68,15 +69,25 @@ def judge_builtin_edit(
     finally:
         model.enable_adapters()
     lora = sample_all()
+    return judge_latents(held, base, lora, margin=margin)
+
+
+def judge_latents(held: list[Any], base: list[Any], lora: list[Any], *, margin: float = DEFAULT_MARGIN) -> LearningVerdict:
+    """The verdict on sampled latents: each sample's base and LoRA result, its control copied unchanged and the mean
+    of the other samples' targets, against its target (the control and target latents of `held`)."""
+    import torch
+
+    targets = [s.target.float() for s in held]
     samples = []
     for j, (s, b, lo) in enumerate(zip(held, base, lora)):
-        others = [rms(lo, t.target) for k, t in enumerate(held) if k != j]
+        mean_target = torch.stack([t for k, t in enumerate(targets) if k != j]).mean(0) if len(held) >= 2 else None
         samples.append(
             HeldOutSample(
                 id=f"held-out-{j}",
                 base=round(rms(b, s.target), 6),
                 lora=round(rms(lo, s.target), 6),
-                lora_to_other_targets=round(sum(others) / len(others), 6) if others else None,
+                copy_control=round(rms(s.control, s.target), 6),
+                mean_target=None if mean_target is None else round(rms(mean_target, s.target), 6),
             )
         )
     return judge_learning(samples, metric="latent RMS", margin=margin)

@@ -103,6 +103,13 @@ def _check_heldout(cfg: TrainConfig, path: Path, must_exist: Callable[[str | Non
     """The held-out set exists, is not one of the training datasets, goes with a model folder, and every sample
     the judge phase would use has a control, a prompt and a target."""
     assert cfg.data and cfg.model
+    if cfg.data.heldout_count is not None and cfg.model.path == BUILTIN_TINY:
+        raise InputError(
+            "the built-in model judges itself on the built-in edit's held-out samples",
+            path=path,
+            key="data.heldout_count",
+            fix="remove data.heldout_count (or train a model folder on your dataset)",
+        )
     if cfg.data.heldout is None:
         return
     if cfg.model.path == BUILTIN_TINY:
@@ -163,6 +170,19 @@ def _check_datasets(cfg: TrainConfig, path: Path) -> None:
                 path=path,
                 key=f"data.datasets[{i}]",
                 fix=f'aipc-env dataset validate "{ds}" lists every problem',
+            )
+    if cfg.data.heldout_count is not None:
+        from aipc_env.dataset.split import split_datasets
+        from aipc_env.dataset.validate import split_problems
+
+        samples, _ = split_datasets(cfg.data.datasets, None)
+        _, issues = split_problems(samples, cfg.data.heldout_count)
+        if issues:
+            raise InputError(
+                "; ".join(issues),
+                path=path,
+                key="data.heldout_count",
+                fix="add samples, or hold out fewer (at least 3)",
             )
 
 

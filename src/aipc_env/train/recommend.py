@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aipc_env.core.formats import VersionedModel
+from aipc_env.dataset.split import HELDOUT_MIN
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import GIB, GPU_MARGIN, GPU_SHARE_DEFAULT, GPU_SHARE_RAISED, gpu_budget_bytes, ram_tier_gb
 from aipc_env.facts.model import Facts
@@ -349,6 +350,7 @@ def recommend(
             "batch_size": memory.batch,
             "num_workers": 1,
             "caption_dropout_rate": 0.05,
+            "heldout_count": HELDOUT_MIN,  # runbook §3: set aside by a recorded rule; the judge phase uses them
         },
         "train": {
             "max_train_steps": 1000,
@@ -454,6 +456,7 @@ def smoke_config(rec: Recommendation, *, output_dir: str) -> tuple[dict[str, Any
     dropped = [f"model.{key}" for key in ("text_encoder_path", "transformer_path") if cfg["model"].pop(key, None)]
     # builtin:tiny makes its synthetic controls at the target's size: no control area to set
     dropped += ["data.control_pixels"] if cfg["data"].pop("control_pixels", None) is not None else []
+    dropped += ["data.heldout_count"] if cfg["data"].pop("heldout_count", None) else []  # the edit holds its own
     return cfg, sorted([*changed, *dropped])
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "ACCELERATE_CONFIG",
     "default_config",
     "engine_phases",
+    "heldout_notice",
     "training_request",
     "write_default_config",
 ]
@@ -45,9 +46,22 @@ def engine_phases(
         Phase(name="cache", argv=EnginePhase(phase="cache", config=config).argv(python)),
         Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel)),
     ]
-    if cfg.data and cfg.data.heldout:
+    if cfg.data and (cfg.data.heldout or cfg.data.heldout_count):
         phases.append(Phase(name="judge", argv=JudgeHeldOut(config=config).argv(python)))
     return phases
+
+
+def heldout_notice(cfg: TrainConfig) -> str | None:
+    """What a run that will not be judged says at its start, with the fix (None: it will be judged)."""
+    if cfg.engine != "builtin" or not cfg.data or not cfg.model or cfg.model.path == BUILTIN_TINY:
+        return None
+    if cfg.data.heldout or cfg.data.heldout_count:
+        return None
+    return (
+        "aipc-env: no held-out samples (data.heldout_count or data.heldout): this run will not say whether the LoRA "
+        "learned the edit; fix: add `heldout_count: 3` under data: in the config (aipc-env dataset validate "
+        f'"{cfg.data.datasets[0]}" --heldout 3 checks the split)'
+    )
 
 
 def training_request(cfg: TrainConfig, config_path: Path, *, build_tiny: bool = False, **options: Any) -> RunRequest:
@@ -113,7 +127,7 @@ def default_config(run_dir: Path) -> dict[str, Any]:
             "batch_size": 2,
             "num_workers": 0,
             "synthetic_samples": 16,
-            "heldout_samples": 4,
+            "heldout_samples": 16,
         },
         "train": {
             "max_train_steps": 200,

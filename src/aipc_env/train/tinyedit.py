@@ -8,10 +8,13 @@ first, full weights and in fp32 on the CPU, on a prior: images of one flat colou
 nothing to do with them (the base learns to ignore the control). It is built once per machine
 (deterministic for its recipe, about 800 small steps) and cached in the per-user cache folder.
 
-The edit the LoRA learns (`edit_sample`): the control is a colour plus a texture; the target is the control's
-average colour, flat ("paint it in the control's average colour"). The base paints some flat colour; only a LoRA
-that reads each control paints the right one, so held-out samples tell a LoRA that learned the edit from one that
-learned only what targets look like (tests/test_learning.py trains both).
+The edit the LoRA learns (`edit_sample`): the control is a colour plus a strong texture (EDIT_TEXTURE, 2.0, against
+a colour of standard deviation 1); the target is the control's average colour, flat ("paint it in the control's
+average colour"). Returning the control unchanged keeps the texture, so it lands farther from the target than the
+base's flat colour does (measured on 16 held-out samples: control copied 1.99, base 1.38, latent RMS): a LoRA that
+learned to copy cannot pass. The base paints some flat colour; only a LoRA that reads each control paints the right
+one, so held-out samples tell a LoRA that learned the edit from one that learned to copy, or only what targets look
+like (the baselines of aipc_env.train.learning; tests/test_learning.py trains each of them).
 
 Latents are packed 2x2 tokens of the tiny transformer (16 channels, 64 per token), as the pipelines pack them.
 Imports torch: training side only.
@@ -30,6 +33,7 @@ from aipc_env.errors import InputError
 
 __all__ = [
     "BASE_RECIPE",
+    "EDIT_VERSION",
     "EDIT_WORDS",
     "HELDOUT_SEED",
     "TRAIN_SEED",
@@ -64,6 +68,11 @@ TRAIN_SEED = 1000
 """Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
 HELDOUT_SEED = 500_000
 TEXT_LEN = 12
+EDIT_VERSION = 2
+"""The edit's version, part of each cached sample's key: a cache made for an earlier edit is not reused."""
+EDIT_TEXTURE = 2.0
+"""Standard deviation of the edit's control texture (the prior's is 0.5): returning the control unchanged keeps a
+texture this strong, farther from the flat target than the base's flat colour (decisions: the built-in edit)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,7 @@ def _sample(seed: int, latent_hw: int, *, prior: bool) -> EditSample:
 
     g = torch.Generator().manual_seed(seed)
     colour = torch.randn(1, 16, 1, 1, generator=g)
-    texture = 0.5 * torch.randn(1, 16, latent_hw, latent_hw, generator=g)
+    texture = (0.5 if prior else EDIT_TEXTURE) * torch.randn(1, 16, latent_hw, latent_hw, generator=g)
     control = colour + texture
     if prior:  # a flat colour unrelated to the control
         target = torch.randn(1, 16, 1, 1, generator=g).expand_as(control)

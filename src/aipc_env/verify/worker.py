@@ -436,7 +436,7 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
             ctx["said"] = time.perf_counter()
         if not torch.isfinite(loss):
             raise StepFailed(f"loss became {loss.item()} at step {step + 1}", {"losses": losses})
-    verdict = judge_builtin_edit(model, count=4, latent_hw=8, device=device, dtype=dtype)
+    verdict = judge_builtin_edit(model, count=16, latent_hw=8, device=device, dtype=dtype)
     steady = times[1:] or times
     metrics = {
         "steps": ctx["steps"],
@@ -452,8 +452,8 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
         "last_losses": [round(x, 4) for x in losses[-3:]],
     }
     held = (
-        f"held-out distance to the targets: base {verdict.base_mean:.3f}, LoRA {verdict.lora_mean:.3f} (to the "
-        f"other samples' targets {verdict.other_targets_mean:.3f})"
+        f"held-out distance to the targets: LoRA {verdict.lora_mean:.3f}, base {verdict.base_mean:.3f}, control "
+        f"copied {verdict.copy_mean:.3f}, mean target {verdict.mean_target_mean}"
     )
     if not verdict.learned:
         raise StepFailed(f"the tiny LoRA did not learn the edit: {held}: {verdict.reason}", metrics)
