@@ -115,7 +115,7 @@ def cheap_outputs() -> dict[str, str]:
         texts["dataset-validate.txt"] = _run(["dataset", "validate", "my-dataset"], Path(tmp))
         (Path(tmp) / "config.yaml").write_text(BAD_CONFIG, encoding="utf-8")
         texts["train-bad-config.txt"] = _run(["train", "config.yaml"], Path(tmp))
-    texts["memory-model.md"] = memory_tables()
+    texts["memory-model.md.txt"] = memory_tables()
     return texts
 
 
