@@ -533,3 +533,47 @@ def test_fuzz_env_stamp(tmp_path_factory, data):
     except UnicodeDecodeError:
         expected = False
     assert stamp_matches(prefix, ".stamp", "d" * 64) is expected
+
+
+# --- a conda prefix's records and a config the tiny-model run derives from ----------------------------------------
+
+
+@FUZZ
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.builds(
+            lambda name, files: json.dumps(
+                {"name": name, "version": "1.0", "build": "0", "build_number": 0, "subdir": "noarch", "files": files}
+            ).encode(),
+            st.text(max_size=12),
+            st.lists(st.text(max_size=60), max_size=4),
+        ),
+    )
+)
+def test_fuzz_conda_meta_records(tmp_path_factory, data):
+    """trainenv.layers reads a prefix's conda-meta/*.json with py-rattler: its conda records or a named error."""
+    from aipc_env.trainenv.layers import conda_owned
+
+    prefix = tmp_path_factory.mktemp("conda")
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "pkg-1.0-0.json").write_bytes(data)
+    result_or_named_error(conda_owned, prefix)
+
+
+@FUZZ
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.text(alphabet="{}[]:,\"'-&*!| \n0123456789abmodelpathoutput_dir", max_size=200).map(str.encode),
+    )
+)
+def test_fuzz_tiny_run_config(tmp_path_factory, data):
+    """train --model tiny derives its config from the user's: a derived config beside it, or a named error."""
+    from aipc_env.train.tinyrun import tiny_config
+
+    folder = tmp_path_factory.mktemp("cfg")
+    path = folder / "config.yaml"
+    path.write_bytes(data)
+    result_or_named_error(tiny_config, path)
+    assert {p.name for p in folder.iterdir()} <= {"config.yaml", "config.tiny.yaml"}  # nothing else written

@@ -23,6 +23,8 @@ VERSIONED = "test_fuzz_versioned_files_from_their_schemas"
 TEXT = "test_fuzz_text_readers_on_bytes"
 
 FUZZED: dict[str, str] = {
+    "trainenv/layers.py": "test_fuzz_conda_meta_records",
+    "train/tinyrun.py": "test_fuzz_tiny_run_config",
     "train/memory_model.py": "test_fuzz_memory_coefficients_file",
     "trainenv/uvenv.py": "test_fuzz_env_stamp",
     # versioned formats: records, journals, manifests, reports, configs, data files (load_versioned / a model)

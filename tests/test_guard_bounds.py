@@ -391,6 +391,12 @@ def _samples(root: Path, n: int, prompt: str = PROMPT) -> Path:
     return root
 
 
+HOLD_OUT = (
+    "hold out at least 3 samples as a test set that training never sees (data.heldout_count: 3 in the config; check "
+    "the split with --heldout 3)"
+)
+
+
 def test_the_whole_verdict_of_a_flawed_dataset(tmp_path):
     root = tmp_path / "ds"
     for i in range(5):
@@ -419,7 +425,7 @@ def test_the_whole_verdict_of_a_flawed_dataset(tmp_path):
         f'{t}/s2.png: prompt reads like a caption of the result; write the edit instruction ("Add the character to the image")',
         "1 target image(s) smaller than target_size [64, 64] (height 64 px, width 64 px) will be upscaled: s0 (32 wide, 64 high)",
         "6 samples: enough for a smoke test only (20–50 for a narrow task)",
-        "hold out at least 3 samples as a test set that training never sees",
+        HOLD_OUT,
     ]
 
 
@@ -437,7 +443,7 @@ def test_the_whole_verdict_of_a_flawed_dataset(tmp_path):
 def test_sample_count_bounds(tmp_path, n, issue, warning):
     verdict = validate_dataset(_samples(tmp_path / "ds", n), (64, 64))
     assert verdict.issues == ([issue] if issue else [])
-    hold_out = ["hold out at least 3 samples as a test set that training never sees"] if n >= 5 else []
+    hold_out = [HOLD_OUT] if n >= 5 else []
     assert verdict.warnings == ([warning] if warning else []) + hold_out
     assert verdict.valid is (issue is None)
 

@@ -25,6 +25,9 @@ class _Session:
     def log(self, text: str) -> None:
         self.logged.append(text)
 
+    def install(self, *args: str, **_: Any) -> None:
+        self.installed = [*getattr(self, "installed", []), args]
+
 
 def _noxfile(monkeypatch: pytest.MonkeyPatch) -> Any:
     spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
