@@ -27,12 +27,11 @@ OUTPUTS = FIXTURES / "outputs"
 # The slowest test files first (worker seconds per file: benchmarks/results/suite.json). `--dist loadfile` hands
 # files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
 # idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half). The slow tier's units
-# are files and the parts WORKER_GROUPS splits off (`worker_groups`); a worker whose unit has at most two tests left
-# is handed the next unit at once, so test_container.py's one-test rebuild unit comes first (the next unit after it,
-# test_container.py's own, starts on another worker at the same time: the two from-scratch builds overlap).
+# are files and the parts WORKER_GROUPS splits off (`worker_groups`). test_container.py stays one unit: its image
+# builds share one podman storage, whose database two workers' runs at once left hanging.
 SLOWEST_FIRST = (
-    "test_container.py",
     "test_qflux.py",
+    "test_container.py",
     "test_distill.py",
     "test_engine.py",
     "test_compare_monitor.py",

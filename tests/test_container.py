@@ -5,22 +5,18 @@ doctor and the built-in default training inside the image, bit-identical rebuild
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require_tool, run_cli, run_shared
+from tests.conftest import ROOT, require_tool, run_cli
 from tests.support.json_outputs import check_json_output
-from tests.test_readme import _copy_checkout
 
 pytestmark = pytest.mark.slow
 TOOLS = ("buildah", "podman", "mmdebstrap", "runc")
@@ -32,88 +28,23 @@ RUNTIME = [
 ]
 
 
-# The two from-scratch builds the reproducibility check needs run on two workers at once (the slow tier runs with
-# `--dist loadgroup`; tests/conftest.py gives every test its file's group unless WORKER_GROUPS names another): the
-# rebuild in its own storage, the first build (shared by every other test here) in the run's shared folder.
-WORKER_GROUPS = {"test_a_rebuild_from_scratch_in_other_storage_is_the_same_image": "rebuild"}
-
-
 def _torch_wheels() -> str | None:
     folder = os.environ.get("AIPC_ENV_TORCH_WHEELS")
     return folder if folder and list(Path(folder).glob("torch-2.13.0+cpu-cp311-*.whl")) else None
 
 
-def _need_tools() -> str:
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
     missing = [t for t in TOOLS if not shutil.which(t)]
     require_tool(f"missing {', '.join(missing)} (apt-get install -y buildah podman mmdebstrap runc)" if missing else None)
     wheels = _torch_wheels()
     require_tool(None if wheels else "no local torch 2.13.0+cpu wheel for Python 3.11 (AIPC_ENV_TORCH_WHEELS)")
-    assert wheels
-    return wheels
-
-
-def _new_box(base: Path, wheels: str) -> dict:
-    """Container storage, a wheel cache, build contexts and a copy of the checkout of their own under `base`: each
-    build makes aipc-env's wheel in the checkout it runs from (setuptools writes build/ there), and two builds run
-    at once on two workers; a fresh copy has no stale build/ either."""
-    base.mkdir(parents=True, exist_ok=True)
+    base = tmp_path_factory.mktemp("containers")
     conf = base / "storage.conf"
     conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{base / "graph"}"\nrunroot = "{base / "run"}"\n')
-    checkout = base / "checkout"
-    if not (checkout / "pyproject.toml").is_file():
-        _copy_checkout(checkout)
-    env = {"CONTAINERS_STORAGE_CONF": str(conf), "AIPC_ENV_CACHE_DIR": str(base / "cache"), "AIPC_ENV_HOME": str(checkout)}
-    return {"base": base, "env": env, "wheels": wheels}
-
-
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    with open(path, "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        yield
-
-
-def _shared(tmp_path_factory) -> Path:
-    folder = run_shared(tmp_path_factory) / "container-first-build"
-    folder.mkdir(exist_ok=True)
-    return folder
-
-
-def _first_lock(tmp_path_factory, wheels: str) -> Path:
-    """The lock both from-scratch builds are made from, compiled once per run."""
-    shared = _shared(tmp_path_factory)
-    with _flock(shared / "lock.flock"):
-        lock = shared / "lock-a" / "pylock.linux-64.toml"
-        if not lock.is_file():
-            _lock(shared / "lock-a", wheels, "pyyaml==6.0.2")
-    return lock
-
-
-def _first_build(tmp_path_factory, wheels: str) -> tuple[dict, Path, dict]:
-    """(box, lock, the build's JSON report) of the first image, built from scratch (the base bootstrapped from the
-    mirror) once per run in the run's shared folder: the first test to ask builds it under a file lock, the others
-    (this module's fixture, the rebuild on another worker) wait and reuse it."""
-    shared = _shared(tmp_path_factory)
-    lock = _first_lock(tmp_path_factory, wheels)
-    box = _new_box(shared / "storage", wheels)
-    record = shared / "first-build.json"
-    with _flock(shared / "image.flock"):
-        if not record.is_file():
-            first = _build(box, lock, "a", "--base-from-mirror")
-            assert first.returncode == 0, first.stderr[-3000:]
-            report = check_json_output("container build", first.stdout)
-            record.write_text(json.dumps(report), encoding="utf-8")
-    return box, lock, json.loads(record.read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The first image (tag localhost/aipc-env:a in the shared storage) for this module's tests; its storage is wiped
-    after them (the rebuild needs only its id, which stays recorded)."""
-    box, lock, report = _first_build(tmp_path_factory, _need_tools())
-    yield {**box, "lock": lock, "report": report}
-    with _flock(_shared(tmp_path_factory) / "image.flock"):
-        _wipe(box["base"], box["env"])
+    env = {"CONTAINERS_STORAGE_CONF": str(conf), "AIPC_ENV_CACHE_DIR": str(base / "cache")}
+    yield {"base": base, "env": env, "wheels": wheels}
+    _wipe(base, env)
 
 
 def _wipe(base: Path, env: dict) -> None:
@@ -124,10 +55,11 @@ def _wipe(base: Path, env: dict) -> None:
         shutil.rmtree(base / sub, ignore_errors=True)
 
 
-def _lock(folder: Path, wheels: str, *extra: str) -> Path:
+def _lock(box, name: str, *extra: str) -> Path:
     from aipc_env.lock.tools import find_uv
 
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = box["base"] / name
+    folder.mkdir(exist_ok=True)
     (folder / "req.in").write_text("\n".join(["torch==2.13.0+cpu", f"{ROOT}[train]", *extra]) + "\n")
     out = folder / "pylock.linux-64.toml"
     subprocess.run(
@@ -145,7 +77,7 @@ def _lock(folder: Path, wheels: str, *extra: str) -> Path:
             "--python-platform",
             "x86_64-unknown-linux-gnu",
             "--find-links",
-            wheels,
+            box["wheels"],
             "-c",
             str(ROOT / "environments" / "constraints-dev.txt"),
             "--no-header",
@@ -191,33 +123,22 @@ def _image_id(box, image: str) -> str | None:
     return found.stdout.strip().removeprefix("sha256:") or None if found.returncode == 0 else None
 
 
-@pytest.mark.timeout(1800)  # two builds from scratch: one here, one (the first image) here or on another worker
-def test_a_rebuild_from_scratch_in_other_storage_is_the_same_image(tmp_path_factory):
-    """A second build from scratch (its own storage, no cache layers, no wheel cache, the base bootstrapped again
-    from the mirror) from the same lock: the same image as the first build."""
-    wheels = _need_tools()
-    box = _new_box(tmp_path_factory.mktemp("rebuild"), wheels)
-    try:
-        second = _build(box, _first_lock(tmp_path_factory, wheels), "a", "--base-from-mirror")
-        assert second.returncode == 0, second.stderr[-3000:]
-        _, _, first = _first_build(tmp_path_factory, wheels)
-        assert check_json_output("container build", second.stdout)["image_id"] == first["image_id"]
-    finally:
-        _wipe(box["base"], box["env"])
-
-
-@pytest.mark.timeout(1800)  # the first image (when this test is the first to ask) and the training inside it
-def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(built):
-    report, lock = built["report"], built["lock"]
+@pytest.mark.timeout(1500)  # eight image builds (two from scratch), two runs: 6-10 minutes on two busy cores
+def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(box):
+    lock = _lock(box, "a", "pyyaml==6.0.2")
+    first = _build(box, lock, "a", "--base-from-mirror")
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = check_json_output("container build", first.stdout)
+    ident = report["image_id"]
     assert report["spec"]["lock_sha256"] and report["spec"]["pair"] == "custom"
-    containerfile = (Path(report["context"]) / "Containerfile").read_text()
+    containerfile = (box["base"] / "ctx-a" / "Containerfile").read_text()
     assert "--require-hashes" in containerfile and "--mount=type=bind,source=wheels" in containerfile
     assert "COPY pylock.linux-64.toml" in containerfile and "USER aipc" in containerfile
     # the image's packages match its lock
-    clean = run_cli("container", "check", "localhost/aipc-env:a", "--lock", str(lock), "--json", env=built["env"], timeout=300)
+    clean = run_cli("container", "check", "localhost/aipc-env:a", "--lock", str(lock), "--json", env=box["env"], timeout=300)
     assert clean.returncode == 0 and check_json_output("container check", clean.stdout)["drift"] == [], clean.stdout[-2000:]
     # the doctor runs inside, and sees the container and the stand-in render node
-    out = built["base"] / "host output ü"
+    out = box["base"] / "host output ü"
     out.mkdir()
     os.chown(out, 1000, 1000)  # a user's folder: the run is its owner (a root-owned one needs --allow-root)
     doctor = run_cli(
@@ -231,7 +152,7 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
         "--",
         "doctor",
         "--json",
-        env=built["env"],
+        env=box["env"],
         timeout=300,
     )
     assert doctor.returncode in (0, 1), doctor.stderr[-2000:]
@@ -253,41 +174,36 @@ def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folde
         *RUNTIME,
         "--",
         "train",
-        env=built["env"],
+        env=box["env"],
         timeout=900,
     )
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     assert (out / "runs" / "builtin-default" / "lora" / "pytorch_lora_weights.safetensors").is_file()
-
-
-@pytest.mark.timeout(1200)  # six builds from the cached layers
-def test_an_interrupted_build_keeps_the_tag_and_the_next_build_ends_with_the_same_image(built):
-    """Interrupted builds (hooks, not timing): Ctrl-C before the image step leaves the tag on the image it had; a
-    power cut right after it leaves the new image tagged; a context left mid-render is finished by the next build;
-    each next build ends with the same image."""
-    ident, lock = built["report"]["image_id"], built["lock"]
-    assert _image_id(built, "localhost/aipc-env:a") == ident.removeprefix("sha256:")
+    # a second build from scratch (no storage, no cache layers, the base bootstrapped again): the same image
+    _wipe(box["base"], box["env"])
+    second = _build(box, lock, "a", "--base-from-mirror")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["image_id"] == ident
+    # interrupted builds (hooks, not timing): Ctrl-C before the image step leaves the tag on the image it had; a
+    # power cut right after it leaves the new image tagged; a context left mid-render is finished by the next
+    # build; each next build ends with the same image
+    assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:")
     for at, kill, code in (
         ("container:render-partial", True, -9),
         ("container:before-image", False, 130),
         ("container:after-image", True, -9),
     ):
-        stopped = _build(built, lock, "a", env={"AIPC_ENV_INTERRUPT_AT": at, "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
+        stopped = _build(box, lock, "a", env={"AIPC_ENV_INTERRUPT_AT": at, "AIPC_ENV_INTERRUPT_SIGNAL": "KILL" if kill else ""})
         assert stopped.returncode == code, (at, stopped.stderr[-2000:])
-        assert _image_id(built, "localhost/aipc-env:a") == ident.removeprefix("sha256:"), at
-        again = _build(built, lock, "a")
+        assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:"), at
+        again = _build(box, lock, "a")
         assert again.returncode == 0 and json.loads(again.stdout)["image_id"] == ident, (at, again.stderr[-2000:])
-
-
-@pytest.mark.timeout(1200)  # one more image (its package layer anew)
-def test_a_changed_pin_is_another_image_and_check_names_the_drift(built):
-    changed_lock = _lock(built["base"] / "c", built["wheels"], "pyyaml==6.0.3")
-    changed = _build(built, changed_lock, "c")
+    # one pin changed: another image, and `container check` against the first lock names the drift
+    changed_lock = _lock(box, "c", "pyyaml==6.0.3")
+    changed = _build(box, changed_lock, "c")
     assert changed.returncode == 0, changed.stderr[-3000:]
-    assert json.loads(changed.stdout)["image_id"] != built["report"]["image_id"]
-    drift = run_cli(
-        "container", "check", "localhost/aipc-env:c", "--lock", str(built["lock"]), "--json", env=built["env"], timeout=300
-    )
+    assert json.loads(changed.stdout)["image_id"] != ident
+    drift = run_cli("container", "check", "localhost/aipc-env:c", "--lock", str(lock), "--json", env=box["env"], timeout=300)
     report = json.loads(drift.stdout)
     assert drift.returncode == 1 and report["lock_sha256"] != report["image_lock_sha256"]
     assert [(d["kind"], d["name"], d["locked"], d["installed"]) for d in report["drift"]] == [
@@ -295,15 +211,16 @@ def test_a_changed_pin_is_another_image_and_check_names_the_drift(built):
     ]
 
 
-def test_a_wrong_hash_fails_the_build_with_a_named_error(built):
-    text = built["lock"].read_text()  # the first image's lock, one hash changed
+def test_a_wrong_hash_fails_the_build_with_a_named_error(box):
+    lock = _lock(box, "d", "pyyaml==6.0.2")
+    text = lock.read_text()
     start = text.index('name = "pyyaml"\nversion = "6.0.2"')
     end = text.index("[[packages]]", start)
     block = re.sub(r'sha256 = "[0-9a-f]{64}"', 'sha256 = "' + "0" * 63 + '1"', text[start:end])
-    bad = built["base"] / "bad" / "pylock.linux-64.toml"
+    bad = lock.parent / "bad" / "pylock.linux-64.toml"
     bad.parent.mkdir()
     bad.write_text(text[:start] + block + text[end:])
-    result = _build(built, bad, "d")
+    result = _build(box, bad, "d")
     assert result.returncode == 1 and "does not match the lock" in result.stderr and "PyYAML" in result.stderr
     assert "Traceback" not in result.stderr
     assert sys.version_info >= (3, 11)
