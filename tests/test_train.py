@@ -108,12 +108,17 @@ def test_train_without_config_runs_the_default(tmp_path, tiny_base):
     assert lora.is_file()
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert lines[-1] == f"aipc-env: LoRA {lora}"
-    # the LoRA learned the edit: said in words, and in fit_summary.json with both distances of every held-out sample
-    assert lines[-2].startswith("aipc-env: held-out distance to the targets (4 samples, latent RMS): base ")
-    assert lines[-2].endswith(": the LoRA learned the edit")
+    # the LoRA learned the edit: said in words, and in fit_summary.json with every baseline's distance of every
+    # held-out sample
+    assert lines[-2].startswith("aipc-env: held-out distance to the targets (16 samples, latent RMS): LoRA ")
+    assert "baselines: base " in lines[-2] and "control copied " in lines[-2] and "mean target " in lines[-2]
+    assert ": the LoRA learned the edit" in lines[-2]
     held = json.loads((lora.parent.parent / "fit_summary.json").read_text())["heldout"]
-    assert held["learned"] is True and len(held["samples"]) == 4
-    assert all(s["lora"] < s["base"] and s["lora"] < s["lora_to_other_targets"] for s in held["samples"]), held
+    assert held["learned"] is True and held["outcome"] == "learned" and len(held["samples"]) == 16
+    assert held["not_beaten"] == []
+    for s in held["samples"]:
+        assert {"base", "lora", "copy_control", "mean_target"} <= set(s), s
+    assert held["lora_mean"] < min(held["base_mean"], held["copy_mean"], held["mean_target_mean"]), held
     # the LoRA is shared like any file the user's umask makes (safetensors alone writes 0600)
     umask = os.umask(0)
     os.umask(umask)

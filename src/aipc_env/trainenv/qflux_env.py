@@ -68,7 +68,8 @@ def ensure_qflux_env(
             requirements_name="requirements-qflux.txt",
             requirements=text,
             install_args=source.args,
-            describe=f"{count} requirements (about 2 GB and a few minutes the first time)",
+            describe=f"{count} requirements",
+            cost="about 2 GB and a few minutes the first time",
         ),
         log,
     )

@@ -32,7 +32,9 @@ class StampedVenv:
     install_args: tuple[str, ...]
     """Arguments after `uv pip install --python PY -r FILE`: constraints, where torch comes from."""
     describe: str
-    """What the progress line says is being installed, and its cost."""
+    """What the progress line says is being installed ("12 requirements")."""
+    cost: str
+    """What it costs the first time, said beside it."""
     echo: bool = False
     """Whether uv's own progress reaches the terminal (it is always in build.log)."""
 
@@ -67,7 +69,7 @@ def build_stamped_venv(spec: StampedVenv, log: Callable[[str], None] = print) ->
     req = spec.prefix / spec.requirements_name
     atomic_write_text(req, spec.requirements)
     logfile = spec.prefix / "build.log"
-    log(f"{spec.label}: installing {spec.describe} with uv (also logged to {logfile})")
+    log(f"{spec.label}: installing {spec.describe} with uv ({spec.cost}; also logged to {logfile})")
     uv, fix = find_uv(), torch_source_fix(logfile)
     try:
         run_logged(
