@@ -69,4 +69,4 @@ def test_every_split_names_a_test_its_file_has():
                 groups = ast.literal_eval(node.value)
                 assert set(groups) <= tests, (path.name, set(groups) - tests)
                 found += len(groups)
-    assert found >= 3  # test_qflux.py's smoke, test_fleet_ansible.py's plays
+    assert found >= 2  # test_qflux.py's smoke, test_fleet_ansible.py's plays
