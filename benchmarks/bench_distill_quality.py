@@ -7,7 +7,7 @@ noise (the profile's eval seeds) as naive@4 and teacher@8; the distance is the l
 better; the pixel MSE after the VAE is recorded beside it). A variant "beats naive@4" where G3 in quality mode
 passes: its mean below naive's by the margin and closer than naive on at least half the pairs.
 
-Each variant runs the real stages in-process (aipc_env.distill.worker.run_stage: train, then g3), one thread.
+Each variant runs the real stages in-process (aipc_env.workers.distill.worker.run_stage: train, then g3), one thread.
 
 Run: python benchmarks/bench_distill_quality.py [--steps N] [--repeats N] [--render]
 (writes benchmarks/results/distill-quality.json and docs/outputs/distill-quality.md.txt)
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from aipc_env.distill.config import TINY_TRAINED_STUDENT, load_distill_config
-    from aipc_env.distill.models import model_dir
+    from aipc_env.workers.distill.models import model_dir
     from aipc_env.distill.shapes import PROMPTS, TRAIN_REPEATS
-    from aipc_env.distill.worker import _quiet, run_stage
+    from aipc_env.workers.distill.worker import _quiet, run_stage
 
     _quiet()
     torch.set_num_threads(1)

@@ -37,7 +37,7 @@ BARE_LOOP = r"""
 import json, sys, time, torch, bitsandbytes as bnb
 from peft import LoraConfig
 from diffusers import QwenImageTransformer2DModel
-from aipc_env.train.tiny import quantize_linear_layers_nf4
+from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
 cfg = json.loads(sys.argv[1])
 torch.manual_seed(0)
 model = QwenImageTransformer2DModel.from_pretrained(cfg["model"], subfolder="transformer")
@@ -93,7 +93,7 @@ def main() -> int:
         help="whole alternated measurements, for the stability of the median ratio (target: all within +-0.05)",
     )
     args = parser.parse_args()
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     env = pinned()
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +117,7 @@ def main() -> int:
         }
         config = base / "config.yaml"
         config.write_text(yaml.safe_dump(cfg))
-        engine = [sys.executable, "-m", "aipc_env.train.engine", "--config", str(config), "--phase"]
+        engine = [sys.executable, "-m", "aipc_env.workers.train.engine", "--config", str(config), "--phase"]
         cache = run_child(engine + ["cache"], env)
         line = next(x for x in cache.stdout.splitlines() if " already cached" in x)
         throughput = float(line.rsplit(", ", 1)[1].split(" ")[0])

@@ -6,11 +6,11 @@ What runs, in a fresh child process per measurement (`nice -n 10`, 2 threads):
 - diffusers' own QwenImageTransformer2DModel at its defaults (= the released model: 3072 hidden, 24 heads x 128,
   joint_attention_dim 3584, in_channels 64, axes_dims_rope (16, 56, 56); diffusers 0.42.1 transformer_qwenimage.py)
   with `num_layers` 1 or 2 and random weights, built in bf16; every Linear quantized to NF4 by the project's own
-  path (aipc_env.train.tiny.quantize_linear_layers_nf4, the one fit.py uses on the CPU: real bitsandbytes
+  path (aipc_env.workers.train.tiny.quantize_linear_layers_nf4, the one fit.py uses on the CPU: real bitsandbytes
   Linear4bit), the other parameters in bf16 (what from_pretrained(torch_dtype=bf16) gives an accelerator);
 - the tool's LoRA (real peft: rank 16, alpha 16, to_q/to_k/to_v/to_out.0, gaussian init, fp32 LoRA weights as
   fit.py keeps them), gradient checkpointing on, real bitsandbytes Adam8bit;
-- one step of the project's own flow-matching loss (aipc_env.train.objective) in bf16: forward, backward,
+- one step of the project's own flow-matching loss (aipc_env.workers.train.objective) in bf16: forward, backward,
   optimizer step (the step that creates the optimizer state).
 
 Memory: the child's resident set, with glibc returning every freed allocation of 128 KiB or more to the kernel at
@@ -85,8 +85,8 @@ import torch, bitsandbytes, peft, diffusers
 from diffusers import QwenImageTransformer2DModel
 from peft import LoraConfig
 from bitsandbytes.optim.adam import Adam8bit
-from aipc_env.train.tiny import quantize_linear_layers_nf4
-from aipc_env.train.objective import flow_matching_loss
+from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
+from aipc_env.workers.train.objective import flow_matching_loss
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])
 trim()

@@ -32,8 +32,8 @@ def step_peak(blocks: int, target: tuple[int, int], control_pixels: int, text: i
     from diffusers import QwenImageTransformer2DModel
     from peft import LoraConfig
 
-    from aipc_env.train.objective import flow_matching_loss
-    from aipc_env.train.tiny import quantize_linear_layers_nf4
+    from aipc_env.workers.train.objective import flow_matching_loss
+    from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)

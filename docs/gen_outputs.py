@@ -224,7 +224,7 @@ def record_compare(prefix: str) -> None:
             [
                 str(python),
                 "-c",
-                "import sys; from pathlib import Path; from aipc_env.train.tinypipe "
+                "import sys; from pathlib import Path; from aipc_env.workers.train.tinypipe "
                 "import build_tiny_pipeline; build_tiny_pipeline(Path(sys.argv[1]))",
                 str(root / "tiny"),
             ],

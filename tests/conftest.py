@@ -284,9 +284,9 @@ def signing_key(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
-    """The built-in default's trained tiny base (aipc_env.train.tinyedit), trained once per run for every worker: a
+    """The built-in default's trained tiny base (aipc_env.workers.train.tinyedit), trained once per run for every worker: a
     cache root holding it. `use_tiny_base` copies it into a test's own cache folder."""
-    from aipc_env.train.tinyedit import load_tiny_base
+    from aipc_env.workers.train.tinyedit import load_tiny_base
 
     return built_once(tmp_path_factory, "tiny-base", lambda folder: load_tiny_base(folder, log=lambda _m: None))
 

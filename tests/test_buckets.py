@@ -21,7 +21,7 @@ from tests.conftest import built_once, run_cli
 
 @pytest.mark.parametrize(("wh", "expected"), [((200, 300), (512, 768)), ((1920, 1080), (864, 480)), ((640, 640), (640, 640))])
 def test_buckets_keep_the_aspect_ratio_at_about_the_target_area(wh, expected):
-    from aipc_env.train.conditioning import bucket_size
+    from aipc_env.workers.train.conditioning import bucket_size
 
     got = bucket_size(wh, 640 * 640)
     assert got == expected
@@ -34,7 +34,7 @@ def test_bucket_size_is_the_pipelines_rounding_of_the_aspect(w, h, area):
     """Any picture: sides multiples of 32, area near the target's, aspect kept up to the 32-pixel rounding."""
     from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import calculate_dimensions
 
-    from aipc_env.train.conditioning import bucket_size
+    from aipc_env.workers.train.conditioning import bucket_size
 
     bw, bh = bucket_size((w, h), area)
     assert bw % 32 == 0 and bh % 32 == 0 and bw >= 32 and bh >= 32
@@ -43,7 +43,7 @@ def test_bucket_size_is_the_pipelines_rounding_of_the_aspect(w, h, area):
 
 
 def test_batches_come_from_one_bucket_and_cover_every_sample_each_epoch():
-    from aipc_env.train.fit import _positions, bucket_groups, bucket_positions
+    from aipc_env.workers.train.fit import _positions, bucket_groups, bucket_positions
 
     shapes = [[(1, 20, 30), (1, 64, 64)] if i % 3 else [(1, 30, 20), (1, 64, 64)] for i in range(11)]
     groups = bucket_groups(shapes, 11)
@@ -102,7 +102,7 @@ def test_control_area_defaults_to_the_pipelines_and_the_builtin_model_refuses_on
 
 
 def test_a_reduced_control_area_is_warned_with_its_cost():
-    from aipc_env.train.conditioning import control_cost_warning
+    from aipc_env.workers.train.conditioning import control_cost_warning
 
     assert control_cost_warning(1024 * 1024) is None
     text = control_cost_warning(1024 * 1024 - 1) or ""
@@ -121,7 +121,7 @@ def _picture(path: Path, wh: tuple[int, int], seed: int) -> None:
 
 @pytest.mark.slow
 def test_train_caches_mixed_aspect_ratios_without_squashing(tmp_path_factory, tmp_path):
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     model = built_once(tmp_path_factory, "tiny-pipe-edit", lambda folder: build_tiny_pipeline(folder / "edit")) / "edit"
     data = tmp_path / "mixed ü"
@@ -165,7 +165,7 @@ def test_train_caches_mixed_aspect_ratios_without_squashing(tmp_path_factory, tm
 def test_the_original_edit_model_refuses_a_sample_with_two_controls(tmp_path):
     from aipc_env.dataset import Sample
     from aipc_env.errors import InputError
-    from aipc_env.train.cache import refuse_extra_controls
+    from aipc_env.workers.train.cache import refuse_extra_controls
 
     one = Sample(id="one", target=b"t", controls=[b"c"])
     two = Sample(id="two", target=b"t", controls=[b"c", b"d"], where="two.png")
@@ -196,7 +196,7 @@ def test_a_hostile_cache_index_is_read_or_named(tmp_path_factory, shapes, keys, 
     """The index the cache wrote is read back as untrusted: shapes, keys and buckets of any JSON give the entries
     or an AipcError naming the file, never a traceback."""
     from aipc_env.errors import AipcError
-    from aipc_env.train.cache import entry_path, load_cache_index
+    from aipc_env.workers.train.cache import entry_path, load_cache_index
 
     folder = tmp_path_factory.mktemp("index")
     cfg = _cfg().model_copy(update={"cache_dir": str(folder)})
@@ -214,7 +214,7 @@ def test_a_hostile_cache_index_is_read_or_named(tmp_path_factory, shapes, keys, 
 
 def test_a_cache_index_with_shapes_loads_and_a_path_key_is_refused(tmp_path):
     from aipc_env.errors import AipcError
-    from aipc_env.train.cache import entry_path, load_cache_index
+    from aipc_env.workers.train.cache import entry_path, load_cache_index
 
     cfg = _cfg().model_copy(update={"cache_dir": str(tmp_path)})
     entry_path(tmp_path, "a" * 32).write_bytes(b"x")

@@ -159,7 +159,7 @@ def test_monitor_runs_beside_a_launch_and_stops_with_it(tmp_path):
                 argv=[
                     sys.executable,
                     "-m",
-                    "aipc_env.tools.monitor",
+                    "aipc_env.workers.monitor",
                     "--out",
                     str(run / "memory.csv"),
                     "--interval",
@@ -209,14 +209,14 @@ class _NoFreeMemoryQuery:
 
 
 def test_monitor_keeps_sampling_on_a_gpu_without_free_memory_queries(tmp_path, capsys, monkeypatch):
-    from aipc_env.tools.monitor import DeviceMemory, run_monitor
+    from aipc_env.workers.monitor import DeviceMemory, run_monitor
 
     dev = DeviceMemory("none")
     dev.backend = _NoFreeMemoryQuery()
     assert dev.read() == (None, None) and dev.read() == (None, None)
     assert "doesn't support querying the available free memory" in (dev.unsupported or "")
     assert capsys.readouterr().err.count("device memory not sampled") == 1  # said once
-    import aipc_env.tools.monitor as monitor
+    import aipc_env.workers.monitor as monitor
 
     original = monitor.DeviceMemory.__init__
 
@@ -234,7 +234,7 @@ def test_monitor_survives_real_torch_without_the_device():
     """Real torch (a CPU build) asked for a device it lacks raises from mem_get_info: the reading is unknown."""
     import torch
 
-    from aipc_env.tools.monitor import DeviceMemory
+    from aipc_env.workers.monitor import DeviceMemory
 
     for backend in (torch.xpu, torch.cuda):
         dev = DeviceMemory("none")

@@ -28,7 +28,7 @@ PROMPT = "Make the sky red and add a small boat"
 
 @pytest.fixture(scope="module")
 def pipes(tmp_path_factory) -> dict[str, Path]:
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     return {
         kind: built_once(
@@ -43,7 +43,7 @@ def _load(path: Path) -> Any:
     import torch
     from diffusers import DiffusionPipeline
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     processor_without_video()
     pipe = DiffusionPipeline.from_pretrained(str(path), torch_dtype=torch.float32)
@@ -104,8 +104,8 @@ def _cache_entry(
     import torch
 
     from aipc_env.dataset import Sample
-    from aipc_env.train import conditioning
-    from aipc_env.train.cache import _encode_sample
+    from aipc_env.workers.train import conditioning
+    from aipc_env.workers.train.cache import _encode_sample
 
     made: list[Any] = []
     real = conditioning.encode_conditioning
@@ -149,7 +149,7 @@ def _assert_parity(
 ) -> None:
     import torch
 
-    from aipc_env.train.conditioning import control_size, latent_grid, pipeline_control_pixels
+    from aipc_env.workers.train.conditioning import control_size, latent_grid, pipeline_control_pixels
 
     with pipeline_control_pixels(pipe, control_pixels):
         ref = _pipeline_inputs(pipe, controls, plus)
@@ -182,14 +182,14 @@ def _assert_parity(
 
 @pytest.mark.slow
 def test_edit_pipeline_parity_at_its_own_area_2_3(pipes, tmp_path, monkeypatch):
-    from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
+    from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
 
     _assert_parity(_load(pipes["edit"]), [_image(200, 300, 1)], tmp_path, False, PIPELINE_CONTROL_PIXELS, monkeypatch)
 
 
 @pytest.mark.slow
 def test_plus_pipeline_parity_at_its_own_area_two_controls_16_9_and_odd_2_3(pipes, tmp_path, monkeypatch):
-    from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
+    from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
 
     controls = [_image(320, 180, 2), _image(203, 305, 3)]  # 16:9, and ~2:3 of sides not multiples of 16
     _assert_parity(_load(pipes["plus"]), controls, tmp_path, True, PIPELINE_CONTROL_PIXELS, monkeypatch)
@@ -217,7 +217,7 @@ def test_the_rule_is_the_pipelines(pipes):
     from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit as edit
     from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
 
-    from aipc_env.train import conditioning as c
+    from aipc_env.workers.train import conditioning as c
 
     assert c.PIPELINE_CONTROL_PIXELS == plus.VAE_IMAGE_SIZE and c.PIPELINE_VL_PIXELS == plus.CONDITION_IMAGE_SIZE
     for wh in [(200, 300), (1920, 1080), (203, 305), (64, 64)]:
@@ -230,7 +230,7 @@ def test_pipeline_control_pixels_restores_the_pipeline(pipes):
     from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit as edit
     from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
 
-    from aipc_env.train.conditioning import pipeline_control_pixels
+    from aipc_env.workers.train.conditioning import pipeline_control_pixels
 
     before = (edit.calculate_dimensions, plus.VAE_IMAGE_SIZE)
     for kind in ("edit", "plus"):
@@ -246,8 +246,8 @@ def test_the_held_out_sampler_takes_each_controls_own_grid(pipes):
     control grids come from the conditioning rule, not from the target."""
     import torch
 
-    from aipc_env.train.conditioning import pipeline_control_pixels
-    from aipc_env.train.sampling import sample_edit_latents
+    from aipc_env.workers.train.conditioning import pipeline_control_pixels
+    from aipc_env.workers.train.sampling import sample_edit_latents
 
     pipe = _load(pipes["plus"])
     seen: dict[str, Any] = {}

@@ -39,7 +39,7 @@ def _verdict(out: Path, stage: str) -> dict:
 
 @pytest.fixture(scope="module")
 def quiet():
-    from aipc_env.distill.worker import _quiet
+    from aipc_env.workers.distill.worker import _quiet
 
     _quiet()
 
@@ -47,7 +47,7 @@ def quiet():
 @pytest.fixture(scope="module")
 def tiny21(tmp_path_factory) -> Path:
     """The tiny pipeline, built once for the in-process lesson tests."""
-    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+    from aipc_env.workers.distill.tinypipe21 import build_tiny21_pipeline
 
     return build_tiny21_pipeline(tmp_path_factory.mktemp("tiny21") / "pipe")
 
@@ -56,7 +56,7 @@ def tiny21(tmp_path_factory) -> Path:
 def pipe(tiny21, quiet):
     import torch
 
-    from aipc_env.distill.models import load_pipeline
+    from aipc_env.workers.distill.models import load_pipeline
 
     torch.set_num_threads(1)
     return load_pipeline(tiny21, torch.device("cpu"), torch.float32)
@@ -65,7 +65,7 @@ def pipe(tiny21, quiet):
 @pytest.fixture(scope="module")
 def sampled_model(tmp_path_factory) -> Path:
     """A tiny pipeline saved as a model folder, with a Turbo-like sample_sigmas in its model_index.json."""
-    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+    from aipc_env.workers.distill.tinypipe21 import build_tiny21_pipeline
 
     return build_tiny21_pipeline(tmp_path_factory.mktemp("models") / "Turbo tiny % ü", sample_sigmas=TURBO_LIKE)
 
@@ -84,7 +84,7 @@ def finished_run(tmp_path_factory, sampled_model) -> Path:
 
 
 def _resolved(cfg):
-    from aipc_env.distill.models import resolve_run
+    from aipc_env.workers.distill.models import resolve_run
 
     return resolve_run(cfg, log=lambda m: None)[0]
 
@@ -168,7 +168,7 @@ def test_report_command_and_json(finished_run):
 
 
 def test_trajectories_are_resumable_and_hash_keyed(finished_run, quiet):
-    from aipc_env.distill.trajectories import load_index, read_trajectory, run_trajectories
+    from aipc_env.workers.distill.trajectories import load_index, read_trajectory, run_trajectories
 
     cfg = load_distill_config(finished_run / "distill.yaml")
     again = run_trajectories(cfg, log=lambda m: None)
@@ -212,7 +212,7 @@ def test_injected_fault_fails_the_matching_gate_with_a_named_error(tmp_path, fau
 def test_train_stage_refuses_a_lora_without_metadata(finished_run, sampled_model, tmp_path, quiet):
     import shutil
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     out = tmp_path / "run"
     shutil.copytree(finished_run / "trajectories", out / "trajectories")
@@ -222,7 +222,7 @@ def test_train_stage_refuses_a_lora_without_metadata(finished_run, sampled_model
 
 
 def test_trajectories_refuse_grad_attached_embeddings(tmp_path, quiet):
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     cfg = load_distill_config(_config(tmp_path / "run"))
     verdict = run_stage(cfg, "trajectories", frozenset({"grad-embeddings"}), log=lambda m: None)
@@ -237,8 +237,8 @@ def test_lesson_embeddings_need_no_grad(pipe):
     """encode_prompt is not decorated: with grad enabled, the embeddings carry the text encoder's graph."""
     import torch
 
-    from aipc_env.distill import sampler
-    from aipc_env.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+    from aipc_env.workers.distill import sampler
+    from aipc_env.workers.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
 
     with torch.enable_grad():
         embeds, _, _ = pipe.encode_prompt(prompt=["a cat"], device=torch.device("cpu"))
@@ -253,8 +253,8 @@ def test_lesson_embeddings_need_no_grad(pipe):
 def test_lesson_rgba_decode_must_be_sliced(pipe):
     import torch
 
-    from aipc_env.distill import sampler
-    from aipc_env.distill.lessons import RgbaNotSliced, check_rgb
+    from aipc_env.workers.distill import sampler
+    from aipc_env.workers.distill.lessons import RgbaNotSliced, check_rgb
 
     g = torch.Generator().manual_seed(0)
     latents = sampler.initial_noise(pipe, 1, 64, 64, g, torch.device("cpu"), torch.float32)
@@ -271,8 +271,8 @@ def test_lesson_lora_metadata_is_mandatory(tiny21, tmp_path, quiet):
     """Without metadata diffusers rebuilds the adapter with alpha = rank: the recorded half-strength adapter."""
     from diffusers import QwenImage21Pipeline, QwenImage21Transformer2DModel
 
-    from aipc_env.distill.lessons import LoraMetadataMissing, check_lora_metadata
-    from aipc_env.distill.student import add_lora, publish
+    from aipc_env.workers.distill.lessons import LoraMetadataMissing, check_lora_metadata
+    from aipc_env.workers.distill.student import add_lora, publish
 
     cfg = load_distill_config(_config(tmp_path / "run", student__rank=4, student__alpha=8))
     model = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
@@ -294,8 +294,8 @@ def test_lesson_lora_metadata_is_mandatory(tiny21, tmp_path, quiet):
 def test_lesson_scheduler_must_use_sigmas_verbatim(tmp_path, quiet):
     """A checkpoint shipping dynamic shifting (the tiny hub repo's scheduler) fails G2 by name, while the own loop
     still matches pipe() bit-exactly on the warped grid."""
-    from aipc_env.distill.gates import gate_g2
-    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
+    from aipc_env.workers.distill.gates import gate_g2
+    from aipc_env.workers.distill.tinypipe21 import build_tiny21_pipeline
 
     model = build_tiny21_pipeline(tmp_path / "dynamic", dynamic_shifting=True)
     cfg = load_distill_config(_config(tmp_path / "run", model=str(model)))
@@ -310,8 +310,8 @@ def test_lesson_lora_before_prepare(tiny21, tmp_path, quiet):
     from accelerate import Accelerator
     from diffusers import QwenImage21Transformer2DModel
 
-    from aipc_env.distill.lessons import LoraAfterPrepare, check_lora_before_prepare
-    from aipc_env.distill.student import add_lora, prepare_student
+    from aipc_env.workers.distill.lessons import LoraAfterPrepare, check_lora_before_prepare
+    from aipc_env.workers.distill.student import add_lora, prepare_student
 
     cfg = load_distill_config(_config(tmp_path / "run"))
     right = QwenImage21Transformer2DModel.from_pretrained(str(tiny21), subfolder="transformer")
@@ -332,8 +332,8 @@ def test_nf4_base_uses_peft_bitsandbytes_lora_layer(tiny21, tmp_path, quiet):
     import torch
     from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
 
-    from aipc_env.distill.models import load_transformer
-    from aipc_env.distill.student import add_lora
+    from aipc_env.workers.distill.models import load_transformer
+    from aipc_env.workers.distill.student import add_lora
 
     cfg = load_distill_config(_config(tmp_path / "run"))
     model = load_transformer(tiny21, torch.device("cpu"), torch.float32, base="nf4")
@@ -349,8 +349,8 @@ def test_nf4_base_uses_peft_bitsandbytes_lora_layer(tiny21, tmp_path, quiet):
 def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, quiet):
     import torch
 
-    from aipc_env.distill.models import load_transformer, model_key
-    from aipc_env.distill.student import load_trajectories, make_batch, step_loss
+    from aipc_env.workers.distill.models import load_transformer, model_key
+    from aipc_env.workers.distill.student import load_trajectories, make_batch, step_loss
 
     cfg = _resolved(load_distill_config(finished_run / "distill.yaml"))
     root = sampled_model
@@ -371,8 +371,8 @@ def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, 
 def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finished_run, sampled_model, quiet):
     import torch
 
-    from aipc_env.distill.models import load_transformer, model_key
-    from aipc_env.distill.student import _on_policy, add_lora, load_trajectories
+    from aipc_env.workers.distill.models import load_transformer, model_key
+    from aipc_env.workers.distill.student import _on_policy, add_lora, load_trajectories
 
     cfg = _resolved(load_distill_config(finished_run / "distill.yaml"))
     root = sampled_model
@@ -390,7 +390,7 @@ def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finis
 def test_on_policy_phase_trains(finished_run, sampled_model, tmp_path, quiet):
     import shutil
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     out = tmp_path / "run"
     shutil.copytree(finished_run / "trajectories", out / "trajectories")
@@ -407,7 +407,7 @@ def test_on_policy_phase_trains(finished_run, sampled_model, tmp_path, quiet):
 def test_divergence_stops_with_a_named_error_keeping_the_last_good_checkpoint(finished_run, sampled_model, tmp_path, quiet):
     import shutil
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     out = tmp_path / "run"
     shutil.copytree(finished_run / "trajectories", out / "trajectories")
@@ -447,7 +447,7 @@ def test_resume_ends_with_the_same_lora_as_an_uninterrupted_run(finished_run, sa
 
     from safetensors.torch import load_file
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     runs = {}
     for name, steps in (("straight", [8]), ("resumed", [4, 8])):
@@ -524,7 +524,7 @@ def test_g3_samples_a_reference_lora_from_the_same_noise(finished_run, sampled_m
 
     from aipc_env.core.formats import load_versioned
     from aipc_env.distill.verdict import G3Manifest
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     ref = tmp_path / "refs & ü" / "reference.safetensors"
     ref.parent.mkdir()
@@ -564,7 +564,7 @@ def test_g3_fails_when_the_lora_changes_nothing(finished_run, sampled_model, tmp
     import torch
     from safetensors.torch import load_file, save_file
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     config = _copy_run(finished_run, tmp_path / "run", sampled_model)
     lora = tmp_path / "run" / "lora" / "pytorch_lora_weights.safetensors"
@@ -585,8 +585,8 @@ def _round_trip(sampled_model, lora_dir: Path, dest: Path) -> dict:
     conversion of non-diffusers Qwen-Image LoRAs, the one that loads Lightning LoRAs), and no LoRA."""
     import torch
 
-    from aipc_env.distill import sampler
-    from aipc_env.distill.models import load_pipeline
+    from aipc_env.workers.distill import sampler
+    from aipc_env.workers.distill.models import load_pipeline
 
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
@@ -724,9 +724,9 @@ def test_an_mlp_lora_exports_in_the_form_comfyui_maps_and_diffusers_reads_back(s
     import torch
     from peft import LoraConfig
 
-    from aipc_env.distill.export import Provenance, export_lora
-    from aipc_env.distill.models import load_pipeline
-    from aipc_env.distill.student import publish
+    from aipc_env.workers.distill.export import Provenance, export_lora
+    from aipc_env.workers.distill.models import load_pipeline
+    from aipc_env.workers.distill.student import publish
 
     pipe = load_pipeline(sampled_model, torch.device("cpu"), torch.float32)
     tr = pipe.transformer
@@ -798,8 +798,8 @@ def test_nf4_teacher_keeps_g2_parity(sampled_model, tmp_path, quiet):
     import bitsandbytes as bnb
     import torch
 
-    from aipc_env.distill.gates import gate_g2
-    from aipc_env.distill.models import load_pipeline
+    from aipc_env.workers.distill.gates import gate_g2
+    from aipc_env.workers.distill.models import load_pipeline
 
     cfg = load_distill_config(
         _config(
@@ -816,7 +816,7 @@ def test_nf4_teacher_keeps_g2_parity(sampled_model, tmp_path, quiet):
 def test_loss_velocity_and_g3_grid_go_to_tensorboard(finished_run, sampled_model, tmp_path, quiet):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     config = _copy_run(
         finished_run,

@@ -48,7 +48,7 @@ def _lora_for(modules: dict[str, tuple[int, int]], rank: int = 2) -> dict:
 
 
 def _prov(tmp_path: Path, **kw):
-    from aipc_env.distill.export import Provenance
+    from aipc_env.workers.distill.export import Provenance
 
     model = tmp_path / "model"
     model.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def test_every_module_the_export_accepts_loads_in_comfyuis_key_map_onto_the_righ
     map does not prove."""
     from safetensors.torch import load_file
 
-    from aipc_env.distill.export import comfyui_key, export_lora
+    from aipc_env.workers.distill.export import comfyui_key, export_lora
 
     linears = _diffusers_linears()
     key_map, shapes = KEYMAP["key_map"], KEYMAP["state_dict"]
@@ -128,7 +128,7 @@ def test_every_module_the_export_accepts_loads_in_comfyuis_key_map_onto_the_righ
 
 def test_the_prefixed_form_of_a_fused_half_is_what_comfyui_drops():
     """Why the halves are written bare: ComfyUI's map has no diffusion_model. key for them (the guard's reason)."""
-    from aipc_env.distill.export import comfyui_key
+    from aipc_env.workers.distill.export import comfyui_key
 
     for half in ("img_mlp.proj", "img_mlp.gate_layer"):
         assert f"diffusion_model.transformer_blocks.0.{half}" not in KEYMAP["key_map"]
@@ -151,7 +151,7 @@ def test_the_prefixed_form_of_a_fused_half_is_what_comfyui_drops():
 def test_a_module_comfyui_cannot_map_is_refused_by_name(tmp_path, module, reason):
     import torch
 
-    from aipc_env.distill.export import comfyui_key, export_lora
+    from aipc_env.workers.distill.export import comfyui_key, export_lora
 
     with pytest.raises(ValueError, match=reason):
         comfyui_key(module)
@@ -175,7 +175,7 @@ def test_a_module_comfyui_cannot_map_is_refused_by_name(tmp_path, module, reason
 def test_many_refused_modules_are_named_a_few_at_a_time(tmp_path):
     import torch
 
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     tensors = {}
     for i in range(5):
@@ -238,7 +238,7 @@ def test_repository_names_that_are_refused(repo, message):
 
 
 def test_a_qwen_repository_name_writes_nothing(tmp_path):
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     folder = _publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)}))
     dest = tmp_path / "out" / "x.safetensors"
@@ -248,7 +248,7 @@ def test_a_qwen_repository_name_writes_nothing(tmp_path):
 
 
 def test_the_licence_must_be_in_the_model_folder_and_is_copied_verbatim(tmp_path):
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     folder = _publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)}))
     prov = _prov(tmp_path)
@@ -268,7 +268,7 @@ def test_the_licence_must_be_in_the_model_folder_and_is_copied_verbatim(tmp_path
 
 
 def test_the_notice_says_what_changed_and_built_with_qwen_with_hostile_names_neutralised(tmp_path):
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     folder = _publish(
         tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32), "transformer_blocks.1.img_mlp.proj": (64, 32)})
@@ -283,7 +283,7 @@ def test_the_notice_says_what_changed_and_built_with_qwen_with_hostile_names_neu
 
 
 def test_an_export_replaces_only_what_an_earlier_export_wrote(tmp_path):
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     folder = _publish(tmp_path / "lora", _lora_for({"transformer_blocks.0.attn.to_q": (32, 32)}))
     out = tmp_path / "out"
@@ -322,7 +322,7 @@ def hub():
 
 
 def _exported(tmp_path: Path) -> Path:
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     dest = tmp_path / "export" / "student.safetensors"
     export_lora(

@@ -106,7 +106,7 @@ def test_a_model_grid_that_cannot_be_used_names_model_index_json(tmp_path):
 
 
 def test_an_ignored_num_inference_steps_is_the_expected_behaviour_not_a_fault():
-    from aipc_env.distill.lessons import check_step_count
+    from aipc_env.workers.distill.lessons import check_step_count
 
     assert (
         check_step_count(4, 8, passed=TURBO_LIKE, sample_sigmas=None)
@@ -123,7 +123,7 @@ def test_an_ignored_num_inference_steps_is_the_expected_behaviour_not_a_fault():
 
 @pytest.mark.parametrize("ran", [7, 9])
 def test_a_step_count_off_by_one_either_way_is_a_grid_fault(ran):
-    from aipc_env.distill.lessons import GridNotHonoured, check_step_count
+    from aipc_env.workers.distill.lessons import GridNotHonoured, check_step_count
 
     with pytest.raises(GridNotHonoured, match=f"ran {ran} steps, expected 8"):
         check_step_count(4, ran, passed=TURBO_LIKE, sample_sigmas=None)
@@ -154,7 +154,7 @@ def test_g3_mode_comes_from_the_flag_or_the_models_identity_never_its_path():
 
 
 def test_a_tiny_model_saved_under_a_real_looking_name_is_still_tiny(tmp_path):
-    from aipc_env.distill.models import is_tiny_random
+    from aipc_env.workers.distill.models import is_tiny_random
 
     assert is_tiny_random(_model(tmp_path / "Qwen-Image-2.1-Turbo", tiny=True))
     assert not is_tiny_random(_model(tmp_path / "tiny-qwen-image-2.1"))
@@ -192,7 +192,7 @@ def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
 )
 def test_g3_holds_the_student_to_the_reference_lora_within_the_margin(student, reference, margin, ok):
     from aipc_env.distill.judge import not_worse_than_reference
-    from aipc_env.distill.lessons import StudentWorseThanReference
+    from aipc_env.workers.distill.lessons import StudentWorseThanReference
 
     if ok:
         assert not_worse_than_reference(student, reference, margin=margin, metric="lpips").startswith(
@@ -235,7 +235,7 @@ def test_g3_win_rate_bound():
 
 
 def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
-    from aipc_env.distill.lessons import ObjectiveRose, check_training_outcome
+    from aipc_env.workers.distill.lessons import ObjectiveRose, check_training_outcome
 
     check_training_outcome(objective_start=1.0, objective_end=0.999, velocity_on=1.0, velocity_off=1.0, tolerance=1.5)
     for end in (1.0, 1.001):
@@ -244,7 +244,7 @@ def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
 
 
 def test_a_diverged_velocity_fails_the_train_stage_by_name():
-    from aipc_env.distill.lessons import VelocityDiverged, check_training_outcome
+    from aipc_env.workers.distill.lessons import VelocityDiverged, check_training_outcome
 
     ok = {"objective_start": 1.0, "objective_end": 0.5, "velocity_off": 2.0, "tolerance": 1.5}
     check_training_outcome(velocity_on=3.0, **ok)  # at the bound
@@ -253,7 +253,7 @@ def test_a_diverged_velocity_fails_the_train_stage_by_name():
 
 
 def test_loss_spikes_are_judged_per_student_step():
-    from aipc_env.distill.student import _spike
+    from aipc_env.workers.distill.student import _spike
 
     rows = [{"pairs": [[0, k]], "velocity_errors": [e]} for k, e in [(0, 1.0), (3, 100.0)] * 3]
     # k=3's errors are 100x k=0's (a non-uniform grid): not a spike at k=3, one at k=0
@@ -268,7 +268,7 @@ def test_loss_spikes_are_judged_per_student_step():
 def test_gathered_errors_come_back_in_pick_order():
     import torch
 
-    from aipc_env.distill.student import _in_pick_order
+    from aipc_env.workers.distill.student import _in_pick_order
 
     # 2 processes x 2 accumulation steps x 1 pair: chunk a * 2 + rank holds pick a * 2 + rank
     gathered = torch.tensor([0.0, 2.0, 1.0, 3.0])  # rank 0: picks 0, 2; rank 1: picks 1, 3
@@ -368,7 +368,7 @@ _B = "transformer.transformer_blocks.0.attn.to_q.lora_B.weight"
 
 def _prov(tmp_path: Path, **kw):
     """An export's provenance: a model folder with a licence text."""
-    from aipc_env.distill.export import Provenance
+    from aipc_env.workers.distill.export import Provenance
 
     model = tmp_path / "model-with-licence"
     model.mkdir(parents=True, exist_ok=True)
@@ -401,7 +401,7 @@ def test_the_comfyui_layout_is_lightnings(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     a, b = torch.randn(4, 16), torch.randn(16, 4)
     folder = _lora(
@@ -454,7 +454,7 @@ def test_the_comfyui_layout_is_lightnings(tmp_path):
 def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, message):
     import torch
 
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     folder = _lora(tmp_path, {k: torch.zeros(*shape) for k, shape in tensors.items()}, meta)
     dest = tmp_path / "out.safetensors"
@@ -464,7 +464,7 @@ def test_the_export_refuses_what_it_cannot_carry_over(tmp_path, tensors, meta, m
 
 
 def test_export_of_a_missing_or_damaged_lora(tmp_path):
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     with pytest.raises(InputError, match="no published LoRA"):
         export_lora(tmp_path, tmp_path / "o.safetensors", provenance=_prov(tmp_path))
@@ -575,7 +575,7 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
         "py", tmp_path / "c.yaml", ALL + ["report"], run_id="r1", inject=["rgba"], accelerate_config=tmp_path / "a.yaml"
     )
     assert [p.name for p in phases] == ["distill-1", "distill-2-train", "distill-3"]
-    assert phases[0].argv[:5] == ["py", "-m", "aipc_env.distill.worker", "--stages", "g0,g2,trajectories"]
+    assert phases[0].argv[:5] == ["py", "-m", "aipc_env.workers.distill.worker", "--stages", "g0,g2,trajectories"]
     assert phases[1].argv[:8] == [
         "py",
         "-m",
@@ -584,7 +584,7 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
         "--config_file",
         str(tmp_path / "a.yaml"),
         "-m",
-        "aipc_env.distill.worker",
+        "aipc_env.workers.distill.worker",
     ]
     assert phases[2].argv[4] == "g3,report"
     assert all(p.argv[-4:] == ["--run-id", "r1", "--inject", "rgba"] for p in phases)
@@ -596,7 +596,7 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
 def test_embeddings_with_a_graph_are_refused():
     import torch
 
-    from aipc_env.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+    from aipc_env.workers.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
 
     leaf = torch.ones(2, requires_grad=True)
     check_embeddings_detached(torch.ones(2), None, leaf.detach())
@@ -620,7 +620,7 @@ def test_embeddings_with_a_graph_are_refused():
 def test_only_rgb_batches_pass(shape, ok):
     import torch
 
-    from aipc_env.distill.lessons import RgbaNotSliced, check_rgb
+    from aipc_env.workers.distill.lessons import RgbaNotSliced, check_rgb
 
     if ok:
         check_rgb(torch.zeros(shape))
@@ -630,7 +630,7 @@ def test_only_rgb_batches_pass(shape, ok):
 
 
 def test_a_stochastic_scheduler_is_refused():
-    from aipc_env.distill.lessons import StochasticSampler, check_deterministic_sampler
+    from aipc_env.workers.distill.lessons import StochasticSampler, check_deterministic_sampler
 
     check_deterministic_sampler({})
     check_deterministic_sampler({"stochastic_sampling": False})
@@ -641,7 +641,7 @@ def test_a_stochastic_scheduler_is_refused():
 def test_sigmas_must_be_used_verbatim_to_the_last_float():
     import numpy as np
 
-    from aipc_env.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+    from aipc_env.workers.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
 
     passed = [1.0, 0.75, 0.5, 0.25]
     check_sigmas_verbatim(passed, passed + [0.0], {}, grid="teacher")
@@ -657,7 +657,7 @@ def test_sigmas_are_compared_as_the_scheduler_holds_them_float32():
     """The scheduler keeps float32 sigmas: a passed 0.1 (float64) is used verbatim when it runs float32(0.1)."""
     import numpy as np
 
-    from aipc_env.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+    from aipc_env.workers.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
 
     passed = [1.0, 0.1, 0.123456]
     check_sigmas_verbatim(passed, [float(np.float32(x)) for x in passed] + [0.0], {}, grid="teacher")
@@ -683,7 +683,7 @@ def _tiny_student(lora_names=("lora_A", "lora_B")):
 def test_the_lora_must_exist_before_prepare_and_be_what_the_optimizer_holds():
     import torch
 
-    from aipc_env.distill.lessons import LoraAfterPrepare, check_lora_before_prepare, mark_prepared
+    from aipc_env.workers.distill.lessons import LoraAfterPrepare, check_lora_before_prepare, mark_prepared
 
     model = _tiny_student()
     with pytest.raises(LoraAfterPrepare, match="never prepared"):
@@ -720,7 +720,7 @@ def test_the_lora_must_exist_before_prepare_and_be_what_the_optimizer_holds():
 def test_lora_metadata_is_read_through_diffusers(tmp_path, meta, error, message):
     import torch
 
-    from aipc_env.distill import lessons
+    from aipc_env.workers.distill import lessons
 
     folder = _lora(tmp_path, {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}, meta)
     if error is None:
@@ -881,7 +881,7 @@ def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, caps
     import torch
     from safetensors import safe_open
 
-    from aipc_env.distill.export import main
+    from aipc_env.workers.distill.export import main
 
     cfg = _cfg(tmp_path)
     _lora(cfg.out, {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}, {"transformer.r": 4, "transformer.lora_alpha": 8.0})
@@ -939,7 +939,7 @@ def test_export_main_writes_beside_the_run_and_says_what_it_wrote(tmp_path, caps
 def test_export_refusals_whole(tmp_path):
     import torch
 
-    from aipc_env.distill.export import export_lora
+    from aipc_env.workers.distill.export import export_lora
 
     def refused(tensors, meta) -> tuple:
         folder = _lora(tmp_path / str(len(list(tmp_path.iterdir()))), tensors, meta)
@@ -983,7 +983,7 @@ def test_export_refusals_whole(tmp_path):
         "tensor 'unet.a.lora_A.weight' is not a transformer LoRA weight (transformer.<module>.lora_A/B.weight)",
         "export only LoRAs published by `aipc-env distill train`",
     )
-    from aipc_env.distill.export import comfyui_state_dict
+    from aipc_env.workers.distill.export import comfyui_state_dict
 
     with pytest.raises(InputError, match="100001 tensors: more than any Qwen-Image LoRA has"):
         comfyui_state_dict(dict.fromkeys(range(100_001)), 4, 8.0, path=tmp_path)
@@ -997,7 +997,7 @@ def test_every_lesson_error_whole():
     import numpy as np
     import torch
 
-    from aipc_env.distill import lessons
+    from aipc_env.workers.distill import lessons
 
     def caught(fn, *args, **kwargs) -> tuple:
         with pytest.raises(lessons.LessonError) as err:
@@ -1055,18 +1055,18 @@ def test_every_lesson_error_whole():
         "RgbaNotSliced",
         "[rgba-not-sliced] the decoded images have shape (1, 4, 2, 2), expected [B, 3, H, W] (the "
         "2.1 VAE decodes 4 channels: RGBA)",
-        "slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.distill.sampler.decode_rgb)",
+        "slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.workers.distill.sampler.decode_rgb)",
     )
     leaf = torch.ones(1, requires_grad=True)
     assert caught(lessons.check_embeddings_detached, leaf * 2, where="test embeddings") == (
         "EmbeddingsAttachedToGraph",
         "[embeddings-attached-to-graph] the test embeddings carry the text encoder's autograd graph (grad_fn MulBackward0)",
-        "compute embeddings under torch.no_grad() (aipc_env.distill.sampler.encode does), or detach them",
+        "compute embeddings under torch.no_grad() (aipc_env.workers.distill.sampler.encode does), or detach them",
     )
     model = _tiny_student()
     assert caught(lessons.check_lora_before_prepare, model, torch.optim.SGD([model.lora_A], lr=1)) == (
         "LoraAfterPrepare",
-        "[lora-added-after-prepare] the student was never prepared through aipc_env.distill.student.prepare_student",
+        "[lora-added-after-prepare] the student was never prepared through aipc_env.workers.distill.student.prepare_student",
         "add the LoRA, build the optimizer, then prepare",
     )
     lessons.mark_prepared(model)
@@ -1085,7 +1085,7 @@ def test_every_lesson_error_whole():
 def test_lora_metadata_errors_whole(tmp_path):
     import torch
 
-    from aipc_env.distill import lessons
+    from aipc_env.workers.distill import lessons
 
     tensors = {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}
     bare = _lora(tmp_path / "bare", tensors, None)
@@ -1102,7 +1102,7 @@ def test_lora_metadata_errors_whole(tmp_path):
         lessons.check_lora_metadata(lost, rank=4, alpha=8)
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-alpha-lost] the LoRA in {lost} loads with rank 4, alpha 4.0; trained with rank 4, alpha 8",
-        "publish from the trained module's peft_config (aipc_env.distill.student.publish)",
+        "publish from the trained module's peft_config (aipc_env.workers.distill.student.publish)",
         str(lost),
     )
 
@@ -1111,7 +1111,7 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
     import torch
     from safetensors import safe_open
 
-    from aipc_env.distill.export import comfyui_state_dict, export_lora
+    from aipc_env.workers.distill.export import comfyui_state_dict, export_lora
 
     folder = _lora(
         tmp_path / "r1", {_A: torch.ones(1, 8), _B: torch.ones(8, 1)}, {"transformer.r": 1, "transformer.lora_alpha": 0.5}
@@ -1183,7 +1183,7 @@ def test_export_bounds_paths_and_what_it_writes(tmp_path):
 
 
 def test_export_main_needs_a_config_and_knows_one_format(capsys):
-    from aipc_env.distill.export import main
+    from aipc_env.workers.distill.export import main
 
     with pytest.raises(SystemExit) as exc:
         main([])
@@ -1191,12 +1191,12 @@ def test_export_main_needs_a_config_and_knows_one_format(capsys):
     with pytest.raises(SystemExit):
         main(["--config", "x", "--format", "kohya"])
     err = capsys.readouterr().err
-    assert "invalid choice: 'kohya'" in err and err.startswith("usage: aipc_env.distill.export ")
+    assert "invalid choice: 'kohya'" in err and err.startswith("usage: aipc_env.workers.distill.export ")
 
 
 def test_current_inputs_and_the_model_changing(tmp_path):
     from aipc_env.distill.inputs import current_inputs, grid_hash, stale_reasons
-    from aipc_env.distill.models import model_key
+    from aipc_env.workers.distill.models import model_key
 
     cfg = _cfg(tmp_path, teacher_sigmas=[1.0, 0.5])
     now = current_inputs(cfg, "train")
@@ -1282,7 +1282,7 @@ def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
 
 def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
     from aipc_env.distill.judge import lora_changes_output, outputs_finite, student_beats_naive
-    from aipc_env.distill.lessons import StudentNotBetter
+    from aipc_env.workers.distill.lessons import StudentNotBetter
     from aipc_env.errors import AipcError
 
     with pytest.raises(
@@ -1315,8 +1315,8 @@ def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
 
 
 def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing_else():
-    from aipc_env.distill.gates import CheckList
-    from aipc_env.distill.lessons import ParityBroken
+    from aipc_env.workers.distill.gates import CheckList
+    from aipc_env.workers.distill.lessons import ParityBroken
 
     checks = CheckList()
     assert checks.ok is True
@@ -1341,7 +1341,7 @@ def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing
 
 @pytest.mark.parametrize("diff", [5e-324, 1e-7, 0.5, float("inf"), float("nan")])
 def test_g2_parity_refuses_any_difference_even_one_float_step(diff):
-    from aipc_env.distill.lessons import ParityBroken, check_parity
+    from aipc_env.workers.distill.lessons import ParityBroken, check_parity
 
     with pytest.raises(
         ParityBroken,
@@ -1349,11 +1349,11 @@ def test_g2_parity_refuses_any_difference_even_one_float_step(diff):
         r"by up to \S+$",
     ) as info:
         check_parity(diff, steps=4, batch=2)
-    assert info.value.fix == "mirror the pipeline exactly (see aipc_env.distill.sampler)"
+    assert info.value.fix == "mirror the pipeline exactly (see aipc_env.workers.distill.sampler)"
 
 
 def test_g2_parity_holds_at_zero():
-    from aipc_env.distill.lessons import check_parity
+    from aipc_env.workers.distill.lessons import check_parity
 
     assert check_parity(0.0, steps=8, batch=2) == "own 8-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 2)"
     assert check_parity(-0.0, steps=4, batch=1) == "own 4-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch 1)"
@@ -1457,7 +1457,7 @@ def test_the_tiny_trained_profile_is_quality_mode_with_its_margin(tmp_path):
     ],
 )
 def test_a_tiny_models_mark_says_whether_it_was_trained(tmp_path, mark, kind):
-    from aipc_env.distill.models import is_tiny_random, is_tiny_trained, tiny_kind
+    from aipc_env.workers.distill.models import is_tiny_random, is_tiny_trained, tiny_kind
 
     folder = _model(tmp_path / "Qwen-Image-2.1-Turbo")
     if mark is not None:
@@ -1522,7 +1522,7 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
     import sys
     import types
 
-    from aipc_env.distill.models import model_dir, trained_tiny_path
+    from aipc_env.workers.distill.models import model_dir, trained_tiny_path
 
     monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(tmp_path / "cache"))
     built: list[Path] = []
@@ -1533,7 +1533,7 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
         (out / "aipc_tiny.json").write_text('{"version": 1, "trained": {"steps": 1500}}')
         return out
 
-    monkeypatch.setitem(sys.modules, "aipc_env.distill.tinytrained21", types.SimpleNamespace(build_tiny21_trained=build))
+    monkeypatch.setitem(sys.modules, "aipc_env.workers.distill.tinytrained21", types.SimpleNamespace(build_tiny21_trained=build))
     data = default_distill_config(tmp_path / "run", profile="tiny-trained")
     (tmp_path / "d.yaml").write_text(yaml.safe_dump(data))
     cfg = load_distill_config(tmp_path / "d.yaml")
@@ -1555,7 +1555,7 @@ def test_only_the_five_stages_write_verdicts():
 
 
 def test_the_worker_refuses_an_unknown_stage_by_name_before_loading_anything():
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.worker import run_stage
 
     with pytest.raises(InputError, match="unknown distill stage 'g1'"):
         run_stage(None, "g1", frozenset())

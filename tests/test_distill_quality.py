@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def teacher_cache(tmp_path_factory) -> Path:
     """A per-user cache folder holding the trained tiny teacher, built once per test run."""
     from aipc_env.distill.shapes import TRAINED21_VERSION
-    from aipc_env.distill.tinytrained21 import build_tiny21_trained
+    from aipc_env.workers.distill.tinytrained21 import build_tiny21_trained
 
     def build(folder: Path) -> None:
         build_tiny21_trained(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
@@ -31,7 +31,7 @@ def teacher_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def quiet():
-    from aipc_env.distill.worker import _quiet
+    from aipc_env.workers.distill.worker import _quiet
 
     _quiet()
 
@@ -49,8 +49,8 @@ def test_g3_quality_mode_on_the_trained_tiny_teacher(teacher_cache, tmp_path, mo
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from aipc_env.distill.models import is_tiny_trained, model_dir
-    from aipc_env.distill.worker import run_stage
+    from aipc_env.workers.distill.models import is_tiny_trained, model_dir
+    from aipc_env.workers.distill.worker import run_stage
 
     monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(teacher_cache))
     cfg = load_distill_config(_config(tmp_path / "run"))

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tiny_pipe(tmp_path_factory):
     """The tiny random pipeline, built once per run for every module and worker that uses it (read-only)."""
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     name = "tiny qwen edit ü"
     return built_once(tmp_path_factory, "tiny-pipe", lambda folder: build_tiny_pipeline(folder / name)) / name
@@ -107,7 +107,7 @@ def _config(tmp: Path, model: Path, data: Path, **train) -> Path:
 
 def _engine(phase: str, config: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "aipc_env.train.engine", "--phase", phase, "--config", str(config)],
+        [sys.executable, "-m", "aipc_env.workers.train.engine", "--phase", phase, "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -119,7 +119,7 @@ def test_end_to_end_through_the_launcher_then_generate(tiny_pipe, dataset, train
     import torch
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     out = trained_run / "out run"
     rows = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
@@ -189,7 +189,7 @@ def test_kill_at_a_random_step_and_resume_gives_the_same_weights(tiny_pipe, data
     killed.mkdir()
     cfg_b = _config(killed, tiny_pipe, dataset, max_train_steps=30, checkpointing_steps=1, resume="auto")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aipc_env.train.engine", "--phase", "fit", "--config", str(cfg_b)],
+        [sys.executable, "-m", "aipc_env.workers.train.engine", "--phase", "fit", "--config", str(cfg_b)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -219,7 +219,7 @@ def test_bad_model_dir_fails_before_loading(dataset, tmp_path):
 
 
 def test_edit_plus_variant(dataset, tmp_path):
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     plus = build_tiny_pipeline(tmp_path / "tiny plus", plus=True)
     config = _config(tmp_path, plus, dataset, max_train_steps=3)

@@ -148,7 +148,7 @@ def test_train_inputs_check_the_split(tmp_path, n, ok):
 
 
 def test_the_cache_never_lists_a_held_out_sample(tmp_path):
-    from aipc_env.train.cache import list_entries
+    from aipc_env.workers.train.cache import list_entries
     from aipc_env.train.config import TrainConfig
 
     listed = {s.id for _, s in list_entries(TrainConfig.model_validate(_raw(tmp_path, heldout_count=3)))}
@@ -175,7 +175,7 @@ def test_a_run_without_held_out_samples_says_so_with_the_fix(tmp_path):
 
 
 def test_the_judge_generates_the_split_at_the_training_size(tmp_path):
-    from aipc_env.tools.judge import judge_request
+    from aipc_env.workers.heldout_phase import judge_request
     from aipc_env.train.config import TrainConfig
 
     raw = _raw(tmp_path, heldout_count=3, heldout_steps=2)
@@ -219,7 +219,7 @@ def test_heldout_steps_bound_is_where_the_scheduler_samples(tmp_path, steps, ok)
     from pydantic import ValidationError
 
     from aipc_env.train.config import HELDOUT_STEPS_MIN, TrainConfig
-    from aipc_env.train.tinyedit import scheduler_for_tiny
+    from aipc_env.workers.train.tinyedit import scheduler_for_tiny
 
     scheduler = scheduler_for_tiny()
     assert scheduler.config.shift_terminal  # the Qwen-Image scheduler's setting that makes one step NaN

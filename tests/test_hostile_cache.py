@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import InputError
-from aipc_env.train import tinyedit
+from aipc_env.workers.train import tinyedit
 from tests.conftest import run_cli
 
 
@@ -21,7 +21,7 @@ class _Rebuilt(Exception):
 def _fake_cache(root: Path) -> Path:
     """A cached base as load_tiny_base writes it, from an untrained tiny transformer (the 10-minute training is not
     what is tested here: the hash rule is)."""
-    from aipc_env.train.tiny import build_tiny_transformer
+    from aipc_env.workers.train.tiny import build_tiny_transformer
 
     folder = root / f"tiny-edit-base-{tinyedit._recipe_key()}"
     folder.mkdir(parents=True)

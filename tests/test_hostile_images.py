@@ -209,7 +209,7 @@ def test_compare_opens_every_held_out_image_before_the_model_and_writes_nothing(
     """compare refuses a held-out set with an image it will not read before it loads the pipeline (the model folder
     here has every part but no weights: reaching from_pretrained would fail otherwise), and writes no output."""
     from aipc_env.errors import InputError
-    from aipc_env.tools.compare import CompareRequest, run_compare
+    from aipc_env.workers.compare import CompareRequest, run_compare
 
     model = tmp_path / "model"
     for part in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer"):
@@ -226,7 +226,7 @@ def test_compare_opens_every_held_out_image_before_the_model_and_writes_nothing(
 
 def test_compare_refuses_an_output_folder_it_cannot_own_before_the_model(tmp_path):
     from aipc_env.errors import InputError
-    from aipc_env.tools.compare import CompareRequest, run_compare
+    from aipc_env.workers.compare import CompareRequest, run_compare
 
     model = tmp_path / "model"
     for part in ("transformer", "text_encoder", "vae", "scheduler", "tokenizer"):

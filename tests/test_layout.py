@@ -24,15 +24,15 @@ ENVIRONMENT_SIDE = (
     "aipc_env.train.config",
     "aipc_env.train.run",
     "aipc_env.train.recommend",
-    "aipc_env.train.checkpoint",
+    "aipc_env.workers.train.checkpoint",
     "aipc_env.dataset",
     "aipc_env.commands.schemas",
     "aipc_env.distill.config",
     "aipc_env.distill.prompts",
     "aipc_env.distill.verdict",
     "aipc_env.distill.report",
-    "aipc_env.distill.trajectories",
-    "aipc_env.distill.lessons",
+    "aipc_env.workers.distill.trajectories",
+    "aipc_env.workers.distill.lessons",
     "aipc_env.qflux",
 )
 

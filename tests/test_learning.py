@@ -174,7 +174,7 @@ def test_the_objective_gives_an_exact_oracle_zero_loss(mask_weight):
     noise mixing (noise left out) makes the oracle's loss large; the real objective leaves it at rounding error."""
     import torch
 
-    from aipc_env.train.objective import flow_matching_loss
+    from aipc_env.workers.train.objective import flow_matching_loss
 
     inputs = _oracle_inputs()
     if mask_weight:
@@ -190,8 +190,8 @@ def test_sampling_with_the_oracle_lands_on_the_target():
     the training objective's conventions are the inference path's."""
     import torch
 
-    from aipc_env.train.sampling import sample_edit_latents
-    from aipc_env.train.tinyedit import scheduler_for_tiny
+    from aipc_env.workers.train.sampling import sample_edit_latents
+    from aipc_env.workers.train.tinyedit import scheduler_for_tiny
 
     inputs = _oracle_inputs(batch=1)
 
@@ -226,8 +226,8 @@ def test_held_out_sampler_equals_the_diffusers_pipeline(tiny_pipe):  # noqa: F81
     from diffusers import QwenImageEditPipeline
     from PIL import Image
 
-    from aipc_env.train.compat import processor_without_video
-    from aipc_env.train.sampling import sample_edit_latents
+    from aipc_env.workers.train.compat import processor_without_video
+    from aipc_env.workers.train.sampling import sample_edit_latents
 
     processor_without_video()
     pipe = QwenImageEditPipeline.from_pretrained(str(tiny_pipe), torch_dtype=torch.float32)
@@ -276,13 +276,13 @@ def _mean_training_target():
     returns)."""
     import torch
 
-    from aipc_env.train.tinyedit import TRAIN_SEED, edit_sample
+    from aipc_env.workers.train.tinyedit import TRAIN_SEED, edit_sample
 
     return torch.stack([edit_sample(TRAIN_SEED + i).target for i in range(16)]).mean(0)
 
 
 def _broken(fault: str):
-    """flow_matching_loss with one deliberate learning fault (the real one is aipc_env.train.objective), or trained
+    """flow_matching_loss with one deliberate learning fault (the real one is aipc_env.workers.train.objective), or trained
     towards a cheat's output: the control itself ("copy"), the mean training target ("mean"), one constant ("constant")."""
     mean = _mean_training_target() if fault == "mean" else None
 
@@ -321,7 +321,7 @@ def default_cache(tmp_path_factory, tiny_base):
     """The built-in default's cached samples, made once for the module (the cache phase of the real engine)."""
     import torch
 
-    from aipc_env.train.cache import run_cache
+    from aipc_env.workers.train.cache import run_cache
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.run import default_config
 
@@ -335,7 +335,7 @@ def default_cache(tmp_path_factory, tiny_base):
 
 def _fit(raw: dict, out: Path, monkeypatch, fault: str | None) -> dict:
     from aipc_env.errors import ExitCode
-    from aipc_env.train import fit
+    from aipc_env.workers.train import fit
     from aipc_env.train.config import TrainConfig
 
     if fault:

@@ -72,7 +72,7 @@ def test_the_comfyui_source_is_the_pinned_one():
 
 @pytest.fixture(scope="module")
 def tiny_plus(tmp_path_factory) -> Path:
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     return build_tiny_pipeline(tmp_path_factory.mktemp("plus") / "tiny plus", plus=True)
 
@@ -123,7 +123,7 @@ def _comfyui_deltas(tiny_plus: Path, lora_file: Path, tmp: Path, strength: float
     import torch
     from safetensors.torch import load_file, save_file
 
-    from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG
+    from aipc_env.workers.train.tiny import TINY_TRANSFORMER_CONFIG
 
     base = tmp / "base.safetensors"
     if not base.is_file():
@@ -180,7 +180,7 @@ def _close(a: dict, b: dict, what: str) -> float:
 def test_the_saved_lora_loads_at_its_trained_strength_in_diffusers_and_comfyui(tiny_plus, tmp_path, alpha):
     from safetensors import safe_open
 
-    from aipc_env.train.lora_file import save_run_lora
+    from aipc_env.workers.train.lora_file import save_run_lora
 
     _comfyui()
     model = _trained(tiny_plus, alpha)
@@ -228,7 +228,7 @@ def test_without_the_fold_comfyui_applies_a_different_strength_than_diffusers(ti
 @pytest.mark.slow
 def test_comfyuis_strength_multiplies_the_trained_delta(tiny_plus, tmp_path):
     """The node's strength_model is a plain multiplier on top of the trained strength (0.5 = half the edit)."""
-    from aipc_env.train.lora_file import save_run_lora
+    from aipc_env.workers.train.lora_file import save_run_lora
 
     _comfyui()
     model = _trained(tiny_plus, 2 * RANK, seed=1)
@@ -247,7 +247,7 @@ def _pair(module: str = "m"):
 
 
 def test_fold_scales_multiplies_only_lora_b():
-    from aipc_env.train.lora_file import fold_scales
+    from aipc_env.workers.train.lora_file import fold_scales
 
     out = fold_scales({**_pair("a"), **_pair("b")}, {"a": 2.0, "b": 0.5})
     assert float(out["a.lora_B.weight"].max()) == 2.0 and float(out["a.lora_A.weight"].max()) == 1.0
@@ -267,7 +267,7 @@ def test_fold_scales_multiplies_only_lora_b():
     ],
 )
 def test_fold_scales_refuses_what_it_cannot_fold(tensors, scales, message):
-    from aipc_env.train.lora_file import fold_scales
+    from aipc_env.workers.train.lora_file import fold_scales
 
     tensors = _pair() if tensors == "pair" else tensors
     with pytest.raises(ValueError, match=message):
@@ -275,7 +275,7 @@ def test_fold_scales_refuses_what_it_cannot_fold(tensors, scales, message):
 
 
 def test_unit_scale_metadata_says_alpha_equals_rank_for_every_module():
-    from aipc_env.train.lora_file import unit_scale_metadata
+    from aipc_env.workers.train.lora_file import unit_scale_metadata
 
     meta = unit_scale_metadata(
         {"r": 8, "lora_alpha": 16, "rank_pattern": {"to_q": 4}, "alpha_pattern": {"to_q": 2}, "use_rslora": True, "x": 1}
@@ -303,7 +303,7 @@ def test_fold_scales_on_any_tensor_set_folds_or_names_what_it_refuses(keys, scal
     """Any set of keys and scales: a folded set with only lora_B changed, or a ValueError; never another error."""
     import torch
 
-    from aipc_env.train.lora_file import fold_scales
+    from aipc_env.workers.train.lora_file import fold_scales
 
     tensors = {f"{name}{suffix}": torch.ones(2, 2) for name, suffix in keys}
     try:

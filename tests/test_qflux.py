@@ -585,9 +585,9 @@ XPU_LOAD_SCRIPT = r"""
 import json, sys, traceback
 from pathlib import Path
 import torch
-from aipc_env.train.compat import processor_without_video
+from aipc_env.workers.train.compat import processor_without_video
 processor_without_video()
-from aipc_env.train.tinypipe import build_tiny_pipeline
+from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 out = Path(sys.argv[1])
 build_tiny_pipeline(out / "model", plus=True)
 from qflux.utils.nf4 import nf4_config
@@ -625,7 +625,7 @@ def test_the_xpu_nf4_load_path_runs_up_to_the_call_that_needs_an_accelerator(ada
     refuses without an accelerator: the calls the smoke names when it drops the pre-quantized folders. Should a
     release lift either refusal, this fails, and the smoke can take the XPU path on the CPU too."""
     from aipc_env.qflux.smoke import PREQUANTIZED_NEEDS_AN_ACCELERATOR
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     te = tmp_path / "te-nf4"  # made as a user makes it (this env's transformers quantizes on the CPU)
     model = build_tiny_pipeline(tmp_path / "tiny", plus=True)

@@ -21,8 +21,8 @@ def test_transformer_nf4_folder_matches_diffusers_quantize_on_load(tiny_pipe, tm
     from diffusers import BitsAndBytesConfig, QwenImageTransformer2DModel
     from diffusers.quantizers.bitsandbytes import bnb_quantizer
 
-    from aipc_env.train.prequantized import load_nf4_transformer
-    from aipc_env.train.tiny import make_batch
+    from aipc_env.workers.train.prequantized import load_nf4_transformer
+    from aipc_env.workers.train.tiny import make_batch
 
     dst = tmp_path / "nf4 transformer ü"
     result = run_cli("quantize", "transformer", "--src", str(tiny_pipe), "--dst", str(dst), "--device", "cpu", "--json")

@@ -327,7 +327,7 @@ PARSE_ALLOWED = {
         "the bundle's manifest, size-bounded first, one object, each key once (run by bootstrap scripts; stdlib only)",
     ),
     # files aipc-env generated itself in its own run folder, read by the worker that runs in the qflux env
-    "qflux/smoke_worker.py": (3, "the smoke's own generated config and upstream's recommended config, state.json"),
+    "workers/qflux_smoke.py": (3, "the smoke's own generated config and upstream's recommended config, state.json"),
 }
 """Where json/yaml/tomllib parse directly, and why; everything else goes through aipc_env.core.fileio (size read from the
 stream, depth checked before the parser recurses, numbers bounded, errors naming the file)."""

@@ -25,11 +25,12 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("trainenv",),
     5: ("doctor", "container", "launch"),
     6: ("fleet", "train"),
-    7: ("tools", "verify", "distill"),
+    7: ("verify", "distill"),
     8: ("qflux",),
-    9: ("commands",),
-    10: ("cli",),
-    11: ("__main__",),
+    9: ("workers",),
+    10: ("commands",),
+    11: ("cli",),
+    12: ("__main__",),
 }
 BASE = FLOORS[0]  # the ground floor's modules may import each other (their module graph stays acyclic)
 
@@ -332,7 +333,7 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
 NOT_HOP_WORKERS = {
     "lock/conda_layer.py": "an admin tool run by hand (python -m) to assemble a conda layer, not started by a run",
     "qflux/loader_check.py": "runs with a qwen-image-finetune clone's interpreter: two positional paths",
-    "tools/monitor.py": "also the user's `aipc-env monitor`: the CLI's own declaration",
+    "workers/monitor.py": "also the user's `aipc-env monitor`: the CLI's own declaration",
     "fleet/bundle_files.py": "runs alone as a bundle's verify-bundle.py, standard library only",
     "commands/schemas.py": "a developer's tool that rewrites docs/schemas/",
     "launch/runner.py": "the launcher's own runner: its arguments are the phases of a launch plan",

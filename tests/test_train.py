@@ -64,8 +64,8 @@ def _load_back(lora_dir: Path) -> float:
     import torch
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.train.fit import tiny_base_cache
-    from aipc_env.train.tinyedit import load_tiny_base
+    from aipc_env.workers.train.fit import tiny_base_cache
+    from aipc_env.workers.train.tinyedit import load_tiny_base
 
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     model = load_tiny_base(tiny_base_cache())

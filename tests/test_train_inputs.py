@@ -120,7 +120,7 @@ def test_a_missing_resume_path_is_caught_before_anything_runs(tmp_path):
 
 def test_resume_with_another_lora_shape_is_refused_before_the_cache_phase(tmp_path):
     from aipc_env.core.formats import write_model
-    from aipc_env.train.checkpoint import CheckpointState, training_fingerprint
+    from aipc_env.workers.train.checkpoint import CheckpointState, training_fingerprint
     from aipc_env.train.config import load_config
 
     cfg = default_config(tmp_path / "out")
@@ -293,7 +293,7 @@ def test_a_heldout_set_adds_the_judge_phase(tmp_path):
     assert result.returncode == 0, result.stderr
     phases = _plan(tmp_path / "out")["phases"]
     assert [p["name"] for p in phases] == ["cache", "fit", "judge"]
-    assert phases[2]["argv"][1:] == ["-m", "aipc_env.tools.judge", "--config", str(path)]
+    assert phases[2]["argv"][1:] == ["-m", "aipc_env.workers.heldout_phase", "--config", str(path)]
     del raw["data"]["heldout"]
     _write(tmp_path / "c.yaml", raw)
     assert [p["name"] for p in _plan_of(tmp_path, path)] == ["cache", "fit"]

@@ -83,7 +83,7 @@ def test_your_dataset_trains_on_the_tiny_model_end_to_end(tmp_path: Path) -> Non
 
     from diffusers import QwenImageEditPipeline
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     processor_without_video()  # as the engine loads it: transformers 5 asks an image-only processor for video
     pipe = QwenImageEditPipeline.from_pretrained(str(run / "tiny-model"))

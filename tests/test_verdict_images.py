@@ -1,4 +1,4 @@
-"""The judge's and compare's verdict on images (aipc_env.tools.compare.judge_images): each distance is measured in
+"""The judge's and compare's verdict on images (aipc_env.workers.compare.judge_images): each distance is measured in
 pixels at the generated image's size, beside the baselines; outputs that cheat (the control copied, the mean of the
 other targets, one constant image) are each judged not learned by the baseline that names the cheat, and an output
 that does the edit passes."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aipc_env.tools.compare import judge_images
+from aipc_env.workers.compare import judge_images
 
 
 def _img(a: np.ndarray) -> Image.Image:
@@ -90,7 +90,7 @@ def test_distances_are_at_the_generated_size_and_one_sample_has_no_mean_target()
 def test_the_judge_says_judge_at_least_every_interval_while_busy():
     import time
 
-    from aipc_env.tools.judge import PROGRESS_SECONDS, JudgeProgress
+    from aipc_env.workers.heldout_phase import PROGRESS_SECONDS, JudgeProgress
 
     assert PROGRESS_SECONDS <= 10
     lines: list[str] = []

@@ -80,7 +80,7 @@ def _worker(steps: list[str], inject: list[str], folder) -> dict[str, dict]:
     out = folder / "steps.json"
     only = [arg for step in steps for arg in ("--only", step)]
     result = subprocess.run(
-        [sys.executable, "-m", "aipc_env.verify.worker", *only, "--out", str(out)],
+        [sys.executable, "-m", "aipc_env.workers.verify", *only, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -123,7 +123,7 @@ def test_the_bitsandbytes_step_reads_bitsandbytes_own_triton_flag(monkeypatch):
     import bitsandbytes.backends.utils as backends_utils
     import torch
 
-    from aipc_env.verify import worker
+    from aipc_env.workers import verify as worker
 
     for flag in (True, False):
         monkeypatch.setattr(backends_utils, "triton_available", flag)

@@ -62,7 +62,7 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
-    from aipc_env.tools.compare import CompareRequest, run_compare
+    from aipc_env.workers.compare import CompareRequest, run_compare
     from aipc_env.train.config import load_config
 
     cfg = load_config(args.config)

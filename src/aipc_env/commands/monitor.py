@@ -11,7 +11,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Subparsers) -> None:
-    from aipc_env.tools.monitor import add_arguments
+    from aipc_env.workers.monitor import add_arguments
 
     p = sub.add_parser(
         "monitor",
@@ -25,7 +25,7 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
-    from aipc_env.tools.monitor import MonitorReport, run_monitor
+    from aipc_env.workers.monitor import MonitorReport, run_monitor
 
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
     png = args.out.with_suffix(".png")

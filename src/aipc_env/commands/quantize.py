@@ -27,8 +27,8 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
-    from aipc_env.tools.quantize import quantize_text_encoder, quantize_transformer
-    from aipc_env.train.devices import pick_device
+    from aipc_env.workers.quantize import quantize_text_encoder, quantize_transformer
+    from aipc_env.workers.train.devices import pick_device
 
     if not args.src.is_dir():
         raise InputError("model folder not found", path=args.src, key="--src")

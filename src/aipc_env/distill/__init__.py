@@ -3,5 +3,5 @@ at 4 steps match its own 8-step output from the same noise — as gated stages: 
 training, G2 sampler parity, G3 quality, report. Its recorded root causes are named checks (lessons.py).
 
 config.py and verdict.py are torch-free (the CLI reads them); everything else runs in the training env through
-the stage worker (`python -m aipc_env.distill.worker`).
+the stage worker (`python -m aipc_env.workers.distill.worker`).
 """

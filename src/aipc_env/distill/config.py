@@ -34,9 +34,9 @@ __all__ = [
 ]
 
 BUILTIN_TINY21 = "builtin:tiny-qwen-image-2.1"
-"""A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.distill.tinypipe21): no download."""
+"""A tiny random Qwen-Image-2.1 pipeline built offline (aipc_env.workers.distill.tinypipe21): no download."""
 BUILTIN_TINY21_TRAINED = "builtin:tiny-qwen-image-2.1-trained"
-"""The tiny pipeline with its transformer trained on a synthetic distribution (aipc_env.distill.tinytrained21),
+"""The tiny pipeline with its transformer trained on a synthetic distribution (aipc_env.workers.distill.tinytrained21),
 built once per user into the cache: a teacher whose student G3 can judge."""
 BUILTIN_MODELS = (BUILTIN_TINY21, BUILTIN_TINY21_TRAINED)
 BUILTIN_PROMPTS = "builtin:prompts"

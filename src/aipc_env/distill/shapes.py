@@ -1,5 +1,5 @@
 """The synthetic image distribution of the trained tiny teacher, as words (torch-free; the tensors are made in
-aipc_env.distill.tinytrained21): a colored shape on an empty 4x4 latent grid (64x64 pixels), whose color and
+aipc_env.workers.distill.tinytrained21): a colored shape on an empty 4x4 latent grid (64x64 pixels), whose color and
 kind follow the prompt and whose place is drawn from four (so each prompt's distribution has four modes, and an
 8-step sample differs from a 4-step one from the same noise: what a 4-step student must learn).
 

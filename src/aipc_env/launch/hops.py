@@ -36,7 +36,7 @@ __all__ = [
 
 W = TypeVar("W", bound="WorkerArgs")
 EXPORT_FORMATS = ("comfyui",)
-"""The layouts `distill export` writes (distill/export.py)."""
+"""The layouts `distill export` writes (workers/distill/export.py)."""
 
 
 @dataclass(frozen=True)
@@ -131,37 +131,37 @@ def run_worker(what: str, body: Callable[[], int]) -> int:
 
 @dataclass(frozen=True)
 class EnginePhase(WorkerArgs):
-    """The built-in engine's phase (train/engine.py), started by train/run.py."""
+    """The built-in engine's phase (workers/train/engine.py), started by train/run.py."""
 
-    MODULE: ClassVar[str] = "aipc_env.train.engine"
+    MODULE: ClassVar[str] = "aipc_env.workers.train.engine"
     phase: str = field(metadata={"choices": ("cache", "fit")})
     config: Path
 
 
 @dataclass(frozen=True)
 class TinyModel(WorkerArgs):
-    """The tiny-model phase of `train CONFIG --model tiny` (train/tinypipe.py): a tiny random Qwen-Image-Edit in
+    """The tiny-model phase of `train CONFIG --model tiny` (workers/train/tinypipe.py): a tiny random Qwen-Image-Edit in
     the diffusers layout, built into `out`; started by train/run.py."""
 
-    MODULE: ClassVar[str] = "aipc_env.train.tinypipe"
+    MODULE: ClassVar[str] = "aipc_env.workers.train.tinypipe"
     out: Path
     plus: bool = False
 
 
 @dataclass(frozen=True)
 class JudgeHeldOut(WorkerArgs):
-    """A run's judge phase (tools/judge.py), after the fit when the config has data.heldout; started by
+    """A run's judge phase (workers/heldout_phase.py), after the fit when the config has data.heldout; started by
     train/run.py."""
 
-    MODULE: ClassVar[str] = "aipc_env.tools.judge"
+    MODULE: ClassVar[str] = "aipc_env.workers.heldout_phase"
     config: Path
 
 
 @dataclass(frozen=True)
 class VerifySteps(WorkerArgs):
-    """verify's steps (verify/worker.py), started by commands/verify.py."""
+    """verify's steps (workers/verify.py), started by commands/verify.py."""
 
-    MODULE: ClassVar[str] = "aipc_env.verify.worker"
+    MODULE: ClassVar[str] = "aipc_env.workers.verify"
     out: Path | None = None
     steps: int = 200
     bnb_min: str | None = None
@@ -171,9 +171,9 @@ class VerifySteps(WorkerArgs):
 
 @dataclass(frozen=True)
 class DistillStages(WorkerArgs):
-    """distill's stages (distill/worker.py), started by commands/distill.py (train under accelerate launch)."""
+    """distill's stages (workers/distill/worker.py), started by commands/distill.py (train under accelerate launch)."""
 
-    MODULE: ClassVar[str] = "aipc_env.distill.worker"
+    MODULE: ClassVar[str] = "aipc_env.workers.distill.worker"
     stages: str
     config: Path
     run_id: str | None = None
@@ -182,7 +182,7 @@ class DistillStages(WorkerArgs):
 
 @dataclass(frozen=True)
 class DistillExport(WorkerArgs):
-    MODULE: ClassVar[str] = "aipc_env.distill.export"
+    MODULE: ClassVar[str] = "aipc_env.workers.distill.export"
     config: Path
     format: str = field(default="comfyui", metadata={"choices": EXPORT_FORMATS})
     out: Path | None = None
@@ -201,9 +201,9 @@ class DistillPublish(WorkerArgs):
 
 @dataclass(frozen=True)
 class SmokePrepare(WorkerArgs):
-    """The qflux smoke's first step (qflux/smoke_worker.py), started by qflux/smoke.py."""
+    """The qflux smoke's first step (workers/qflux_smoke.py), started by qflux/smoke.py."""
 
-    MODULE: ClassVar[str] = "aipc_env.qflux.smoke_worker"
+    MODULE: ClassVar[str] = "aipc_env.workers.qflux_smoke"
     STEP: ClassVar[str | None] = "prepare"
     out: Path
     recommended: Path
@@ -213,7 +213,7 @@ class SmokePrepare(WorkerArgs):
 
 @dataclass(frozen=True)
 class SmokeVerify(WorkerArgs):
-    MODULE: ClassVar[str] = "aipc_env.qflux.smoke_worker"
+    MODULE: ClassVar[str] = "aipc_env.workers.qflux_smoke"
     STEP: ClassVar[str | None] = "verify"
     run: Path
     clone: Path

@@ -39,10 +39,10 @@ STEPS = 5
 TINY_SIDE = 64
 
 SHIM = """\
-# aipc-env smoke (test-environment shim): aipc_env.train.compat's Qwen2VLProcessor shim, for the clone's processes.
+# aipc-env smoke (test-environment shim): aipc_env.workers.train.compat's Qwen2VLProcessor shim, for the clone's processes.
 # Where torchvision does not import (a CPU torch without its torchvision), the processor is limited to image
 # processor + tokenizer, all the Qwen-Image-Edit pipelines use. Where torchvision imports, nothing changes.
-from aipc_env.train.compat import processor_without_video
+from aipc_env.workers.train.compat import processor_without_video
 
 processor_without_video()
 """

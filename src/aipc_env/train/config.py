@@ -12,7 +12,7 @@ from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.dataset.split import HELDOUT_MAX, HELDOUT_MIN, HELDOUT_RULE, HeldOutRule
 from aipc_env.errors import InputError
-from aipc_env.train.conditioning import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
+from aipc_env.workers.train.conditioning import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
 
 __all__ = [
     "BUILTIN_SYNTHETIC",
@@ -39,7 +39,7 @@ PATH_BASE_HELP = (
 )
 BUILTIN_TINY = "builtin:tiny"
 """A tiny Qwen-Image-Edit transformer built from a config and trained once on this machine: no download
-(aipc_env.train.tinyedit)."""
+(aipc_env.workers.train.tinyedit)."""
 HELDOUT_STEPS_MIN = 2
 """The fewest sampling steps of the judge phase: FlowMatchEulerDiscreteScheduler with shift_terminal (Qwen-Image's
 scheduler config) turns the one-step schedule [1.0] into NaN (tests/test_heldout_default.py samples both)."""

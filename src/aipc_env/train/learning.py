@@ -1,7 +1,7 @@
 """Did the LoRA learn the edit? The verdict on held-out samples, from distances measured through the inference path,
 against baselines a LoRA that did not learn the edit would pass.
 
-Pure (no torch): the training side measures (aipc_env.train.heldout for the built-in default, aipc_env.tools.compare
+Pure (no torch): the training side measures (aipc_env.workers.train.heldout for the built-in default, aipc_env.workers.compare
 for a real model and the judge phase), this module judges and words the result. On samples the fit never saw, four
 outputs are measured against each sample's target:
 

@@ -9,7 +9,7 @@ module tree) loads, or the module is refused by name: ComfyUI fuses the MLP's `p
 written bare (tests/fixtures/comfyui: ComfyUI's own key map, recorded). The folder also gets the base model's
 licence text and a change notice with "Built with Qwen" (aipc_env.distill.licence), and the file's metadata says so.
 
-Run in the training env: `python -m aipc_env.distill.export --config C --format comfyui [--out FILE] [--repo ID]`.
+Run in the training env: `python -m aipc_env.workers.distill.export --config C --format comfyui [--out FILE] [--repo ID]`.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def _export(args: DistillExport) -> int:
     from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, load_distill_config
     from aipc_env.distill.grid import resolve_grid
     from aipc_env.distill.inputs import file_sha256
-    from aipc_env.distill.models import model_dir
+    from aipc_env.workers.distill.models import model_dir
 
     cfg = load_distill_config(args.config)
     dest = Path(args.out) if args.out else cfg.out / "export" / f"student-{args.format}.safetensors"

@@ -7,7 +7,7 @@ of the step's landing point; distillation lesson 4: uniform lets the tiny first 
 
 The harness is distillation lesson 5's: the standalone transformer (NF4 on AI PCs), the LoRA added before
 `accelerator.prepare`, `accelerator.backward`. Checkpoints, resume and the LoRA publish (with metadata, seed
-item 6) come from the engine's machinery (aipc_env.train.checkpoint). Divergence (a loss spike, or the velocity
+item 6) come from the engine's machinery (aipc_env.workers.train.checkpoint). Divergence (a loss spike, or the velocity
 MSE on the training pairs worsening) stops the run with a named error and keeps the last good checkpoint.
 """
 
@@ -28,9 +28,9 @@ import torch
 
 from aipc_env.core.fileio import loads_json
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
-from aipc_env.distill import sampler
+from aipc_env.workers.distill import sampler
 from aipc_env.distill.config import DistillConfig
-from aipc_env.distill.lessons import (
+from aipc_env.workers.distill.lessons import (
     ObjectiveRose,
     TrainingDiverged,
     VelocityDiverged,
@@ -74,7 +74,7 @@ class PairBatch:
 
 
 def load_trajectories(cfg: DistillConfig, model_key: str) -> list[Trajectory]:
-    from aipc_env.distill.trajectories import load_index, read_trajectory
+    from aipc_env.workers.distill.trajectories import load_index, read_trajectory
 
     index, paths = load_index(cfg)
     if (
@@ -308,9 +308,9 @@ def run_student(
     from accelerate.utils import set_seed
     from diffusers.optimization import get_scheduler
 
-    from aipc_env.distill.lessons import check_lora_metadata
-    from aipc_env.distill.models import device_and_dtype, load_transformer, model_dir, model_key, resolve_run
-    from aipc_env.train.checkpoint import (
+    from aipc_env.workers.distill.lessons import check_lora_metadata
+    from aipc_env.workers.distill.models import device_and_dtype, load_transformer, model_dir, model_key, resolve_run
+    from aipc_env.workers.train.checkpoint import (
         CheckpointState,
         checkpoint_dirs,
         find_resume,

@@ -148,8 +148,8 @@ def run_trajectories(
     """Compute the missing trajectories; returns metrics for the verdict."""
     import torch
 
-    from aipc_env.distill import sampler
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder, resolve_run
+    from aipc_env.workers.distill import sampler
+    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder, resolve_run
 
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)

@@ -50,7 +50,7 @@ SCHEDULER_CONFIG = dict(
     time_shift_type="exponential",
 )
 """The tiny pipeline's flow-match scheduler settings, shared with the built-in default's held-out check
-(aipc_env.train.tinyedit.scheduler_for_tiny), which samples as this pipeline would."""
+(aipc_env.workers.train.tinyedit.scheduler_for_tiny), which samples as this pipeline would."""
 EDIT_TEMPLATE_PREFIX_TOKENS = 64
 """The pipelines drop this many leading tokens (the system prompt); the tiny tokenizer reproduces that length."""
 
@@ -135,8 +135,8 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
     """transformers 4.x (qwen-image-finetune pins 4.52.4): the fast tokenizer class, rope_scaling for mrope."""
     Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer  # type: ignore[attr-defined]  # 4.x only (type-checked against 5.x)
 
-    from aipc_env.train.compat import processor_without_video
-    from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG
+    from aipc_env.workers.train.compat import processor_without_video
+    from aipc_env.workers.train.tiny import TINY_TRANSFORMER_CONFIG
 
     processor_without_video()
     torch.manual_seed(seed)

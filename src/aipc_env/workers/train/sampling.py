@@ -33,7 +33,7 @@ def sample_edit_latents(
 
     controls: packed control latents [B, Nc, 64] (several controls concatenated along Nc, as the Plus pipeline
     does); target_hw / control_hw: latent height and width (VAE units, 8x below pixels) of the output and of the
-    control, or a list of one per control: each control keeps its own grid (aipc_env.train.conditioning), as in
+    control, or a list of one per control: each control keeps its own grid (aipc_env.workers.train.conditioning), as in
     the pipelines' `img_shapes`.
     """
     import numpy as np

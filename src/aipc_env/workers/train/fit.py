@@ -17,7 +17,7 @@ from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import VersionedModel, write_model
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.errors import AipcError, ExitCode
-from aipc_env.train.checkpoint import (
+from aipc_env.workers.train.checkpoint import (
     CheckpointState,
     model_identity,
     restore_checkpoint,
@@ -25,19 +25,19 @@ from aipc_env.train.checkpoint import (
     save_checkpoint,
     training_fingerprint,
 )
-from aipc_env.train.conditioning import PIPELINE_CONTROL_PIXELS
+from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
-from aipc_env.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
+from aipc_env.workers.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.train.learning import LearningVerdict, verdict_lines, verdict_passes
-from aipc_env.train.lora_file import save_run_lora
-from aipc_env.train.objective import flow_matching_loss
+from aipc_env.workers.train.lora_file import save_run_lora
+from aipc_env.workers.train.objective import flow_matching_loss
 from aipc_env.train.progress import PhaseProgress
 
 if TYPE_CHECKING:
     import torch
     from torch.optim.lr_scheduler import LRScheduler
 
-    from aipc_env.train.cache import CacheEntry
+    from aipc_env.workers.train.cache import CacheEntry
 
 __all__ = ["FitSummary", "bucket_groups", "bucket_positions", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
 
@@ -58,7 +58,7 @@ class FitSummary(VersionedModel):
 
 def tiny_base_cache() -> Path:
     """Where the built-in model is trained once and kept (the per-user cache)."""
-    from aipc_env.train.tinyedit import base_cache_root
+    from aipc_env.workers.train.tinyedit import base_cache_root
 
     return base_cache_root()
 
@@ -69,17 +69,17 @@ def load_transformer(cfg: TrainConfig, device: torch.device, dtype: torch.dtype,
     import torch
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.train.tiny import quantize_linear_layers_nf4
+    from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
 
     assert cfg.model
     if cfg.model.path == BUILTIN_TINY:
-        from aipc_env.train.tinyedit import load_tiny_base
+        from aipc_env.workers.train.tinyedit import load_tiny_base
 
         model = load_tiny_base(tiny_base_cache(), log=log)
         quantize_linear_layers_nf4(model, device, dtype)
         return model
     if cfg.model.transformer_path:
-        from aipc_env.train.prequantized import load_nf4_transformer
+        from aipc_env.workers.train.prequantized import load_nf4_transformer
 
         return load_nf4_transformer(Path(cfg.model.transformer_path), device, dtype)
     if device.type != "cpu":
@@ -235,7 +235,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     from diffusers.optimization import get_scheduler
     from peft import LoraConfig
 
-    from aipc_env.train.cache import load_cache_index, read_entry
+    from aipc_env.workers.train.cache import load_cache_index, read_entry
 
     assert cfg.data
     accelerator = Accelerator(mixed_precision="no", cpu=cfg.device == "cpu")
@@ -380,12 +380,12 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
         log(
             f"fit: this LoRA learned controls at {cfg.control_area()} pixels (data.control_pixels), not the pipeline's "
             f"{PIPELINE_CONTROL_PIXELS}: to edit as it was trained, call the diffusers pipeline inside "
-            f"`with aipc_env.train.conditioning.pipeline_control_pixels(pipe, {cfg.control_area()}):`"
+            f"`with aipc_env.workers.train.conditioning.pipeline_control_pixels(pipe, {cfg.control_area()}):`"
         )
     verdict = None
     if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
-        from aipc_env.train.cache import synthetic_shapes
-        from aipc_env.train.heldout import judge_builtin_edit
+        from aipc_env.workers.train.cache import synthetic_shapes
+        from aipc_env.workers.train.heldout import judge_builtin_edit
 
         t_judge = time.perf_counter()
         verdict = judge_builtin_edit(

@@ -89,7 +89,7 @@ class EditSample:
 def _sample(seed: int, latent_hw: int, *, prior: bool) -> EditSample:
     import torch
 
-    from aipc_env.train.tiny import TINY_TRANSFORMER_CONFIG, pack_latents
+    from aipc_env.workers.train.tiny import TINY_TRANSFORMER_CONFIG, pack_latents
 
     g = torch.Generator().manual_seed(seed)
     colour = torch.randn(1, 16, 1, 1, generator=g)
@@ -111,7 +111,7 @@ def edit_sample(seed: int, latent_hw: int = 8) -> EditSample:
 
 
 def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
-    """A batch of samples as inputs of aipc_env.train.objective.flow_matching_loss."""
+    """A batch of samples as inputs of aipc_env.workers.train.objective.flow_matching_loss."""
     import torch
 
     hw = samples[0].latent_hw // 2
@@ -127,10 +127,10 @@ def edit_inputs(samples: list[EditSample], device: Any = "cpu", dtype: Any = Non
 
 
 def scheduler_for_tiny() -> Any:
-    """The flow-match scheduler of the tiny pipeline (aipc_env.train.tinypipe builds it from the same values)."""
+    """The flow-match scheduler of the tiny pipeline (aipc_env.workers.train.tinypipe builds it from the same values)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from aipc_env.train.tinypipe import SCHEDULER_CONFIG
+    from aipc_env.workers.train.tinypipe import SCHEDULER_CONFIG
 
     return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
@@ -143,8 +143,8 @@ def _train_base(log: Callable[[str], object]) -> Any:
     """Full-weight flow-matching training of the tiny transformer on the prior (fp32, CPU, deterministic)."""
     import torch
 
-    from aipc_env.train.objective import flow_matching_loss
-    from aipc_env.train.tiny import build_tiny_transformer
+    from aipc_env.workers.train.objective import flow_matching_loss
+    from aipc_env.workers.train.tiny import build_tiny_transformer
 
     r = BASE_RECIPE
     model = build_tiny_transformer(seed=r.init_seed).float()

@@ -1,5 +1,5 @@
 """Loading a pre-quantized NF4 transformer folder (what `aipc-env quantize transformer` writes): the engine's fit
-phase reads it; tools/quantize.py writes it."""
+phase reads it; workers/quantize.py writes it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The distill stage worker, run inside the training env by the generated launcher:
-`python -m aipc_env.distill.worker --config C --stages g0,g2,trajectories,train,g3,report [--inject FAULT]
+`python -m aipc_env.workers.distill.worker --config C --stages g0,g2,trajectories,train,g3,report [--inject FAULT]
 [--run-id ID]` (the train stage under `accelerate launch`, one or more processes). Each stage writes its verdict
 (the main process only) and prints its summary; the run stops at the first failed stage, and a failed stage takes
 the verdicts of the stages after it out (they were not reached: an earlier run's must not look current). Exit
@@ -40,7 +40,7 @@ def run_stage(
     from aipc_env.core.formats import timestamp
     from aipc_env.core.runfolder import RunFolder
     from aipc_env.distill.inputs import file_sha256, stage_inputs
-    from aipc_env.distill.lessons import LessonError
+    from aipc_env.workers.distill.lessons import LessonError
     from aipc_env.distill.verdict import STAGES, Check, ErrorInfo, Verdict, is_stage
 
     if not is_stage(stage):
@@ -49,37 +49,37 @@ def run_stage(
     checks: list[Check] = []
     metrics: dict[str, Any] = {}
     mode, error, device, dtype, dev, peak = None, None, None, None, None, None
-    from aipc_env.distill.models import resolve_run
+    from aipc_env.workers.distill.models import resolve_run
     from aipc_env.distill.verdict import STAGE_TITLES
 
     log(f"distill: {STAGE_TITLES[stage]} ...")
     cfg, grid, model_key = resolve_run(cfg, log=log)
     inputs = stage_inputs(cfg, stage, model_key=model_key, grid=grid)
     try:
-        from aipc_env.distill.memory import reset_peak
-        from aipc_env.distill.models import device_and_dtype
+        from aipc_env.workers.distill.memory import reset_peak
+        from aipc_env.workers.distill.models import device_and_dtype
 
         dev, dt = device_and_dtype(cfg)
         reset_peak(dev)
         device, dtype = str(dev), str(dt).replace("torch.", "")
         if stage == "g0":
-            from aipc_env.distill.gates import gate_g0
+            from aipc_env.workers.distill.gates import gate_g0
 
             checks, metrics = gate_g0(cfg, log=log, inject=inject)
         elif stage == "g2":
-            from aipc_env.distill.gates import gate_g2
+            from aipc_env.workers.distill.gates import gate_g2
 
             checks, metrics = gate_g2(cfg, log=log, inject=inject)
         elif stage == "g3":
-            from aipc_env.distill.gates import gate_g3
+            from aipc_env.workers.distill.gates import gate_g3
 
             checks, metrics, mode = gate_g3(cfg, log=log, inject=inject)
         elif stage == "trajectories":
-            from aipc_env.distill.trajectories import run_trajectories
+            from aipc_env.workers.distill.trajectories import run_trajectories
 
             metrics = run_trajectories(cfg, log=log, inject=inject)
         elif stage == "train":
-            from aipc_env.distill.student import run_student
+            from aipc_env.workers.distill.student import run_student
 
             metrics = run_student(cfg, log=log, inject=inject)
     except LessonError as exc:
@@ -88,7 +88,7 @@ def run_stage(
     except AipcError as exc:
         error = ErrorInfo(name="input", message=exc.render().removeprefix("error: ").split("\n")[0], fix=exc.fix)
     if dev is not None:
-        from aipc_env.distill.memory import peak_memory
+        from aipc_env.workers.distill.memory import peak_memory
 
         peak = peak_memory(dev)
     failed = error is not None or not all(c.ok for c in checks)
@@ -135,7 +135,7 @@ def _quiet() -> None:
     import logging
     import warnings
 
-    from aipc_env.train.compat import quiet_bitsandbytes_notices
+    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
 
     quiet_bitsandbytes_notices()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -17,9 +17,9 @@ import torch
 
 from aipc_env.core.formats import write_model
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
-from aipc_env.distill import sampler
+from aipc_env.workers.distill import sampler
 from aipc_env.distill.config import DistillConfig
-from aipc_env.distill.lessons import (
+from aipc_env.workers.distill.lessons import (
     LessonError,
     ParityBroken,
     check_deterministic_sampler,
@@ -70,7 +70,7 @@ def _finite_rgb(images: torch.Tensor) -> str:
 
 def _decode(pipe: Any, latents: torch.Tensor, cfg: DistillConfig, inject: frozenset[str]) -> torch.Tensor:
     if "rgba" in inject:  # the recorded bug: taking the VAE's 4 channels as the image
-        from aipc_env.distill.lessons import check_rgb
+        from aipc_env.workers.distill.lessons import check_rgb
 
         z = pipe._unpack_latents(latents, cfg.height // 32 * 32, cfg.width // 32 * 32, pipe.vae_scale_factor)
         raw = pipe.vae.decode(z.to(pipe.vae.dtype), return_dict=False)[0][:, :, 0]
@@ -100,10 +100,10 @@ def gate_g0(
 ) -> tuple[list[Check], dict[str, Any]]:
     """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
     LoRA train step runs; save then reload keeps alpha with bit-exact output."""
-    from aipc_env.distill.lessons import check_lora_before_prepare
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key, resolve_run
-    from aipc_env.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
-    from aipc_env.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
+    from aipc_env.workers.distill.lessons import check_lora_before_prepare
+    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key, resolve_run
+    from aipc_env.workers.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
+    from aipc_env.workers.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
 
     checks = CheckList()
     metrics: dict[str, Any] = {}
@@ -268,7 +268,7 @@ def gate_g2(
     expected behaviour)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from aipc_env.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder, resolve_run
+    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder, resolve_run
 
     checks = CheckList()
     metrics: dict[str, Any] = {}
@@ -415,7 +415,7 @@ def _log_grid(cfg: DistillConfig, grid_png: Path) -> None:
     from accelerate.tracking import TensorBoardTracker
     from PIL import Image
 
-    from aipc_env.distill.student import require_tracker
+    from aipc_env.workers.distill.student import require_tracker
 
     require_tracker(cfg.student.log_with)
     tracker = TensorBoardTracker("distill", str(cfg.out / "logs"))
@@ -473,7 +473,7 @@ def gate_g3(
         outputs_finite,
         student_beats_naive,
     )
-    from aipc_env.distill.models import (
+    from aipc_env.workers.distill.models import (
         device_and_dtype,
         is_tiny_random,
         is_tiny_trained,

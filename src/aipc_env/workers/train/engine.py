@@ -1,9 +1,9 @@
 """The built-in engine, run by the launcher inside the training env:
-`python -m aipc_env.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`); its arguments
+`python -m aipc_env.workers.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`); its arguments
 are launch.hops.EnginePhase, the run's caller builds them from the same spec.
 
-cache: text encoder + VAE only (train/cache.py); fit: NF4 transformer + LoRA only (train/fit.py). With data.heldout
-a third phase judges the LoRA on held-out samples (tools/judge.py).
+cache: text encoder + VAE only (workers/train/cache.py); fit: NF4 transformer + LoRA only (workers/train/fit.py). With data.heldout
+a third phase judges the LoRA on held-out samples (workers/heldout_phase.py).
 `model.path: builtin:tiny` with `data.datasets: [builtin:synthetic]` is the no-download default.
 """
 
@@ -28,7 +28,7 @@ def _log(msg: str) -> None:
 
 
 def _device_and_dtype(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
-    from aipc_env.train.devices import compute_dtype, require_device
+    from aipc_env.workers.train.devices import compute_dtype, require_device
 
     device = require_device(cfg.device)
     return device, compute_dtype(device, cfg.compute_dtype)
@@ -44,7 +44,7 @@ def check_reload(cfg: TrainConfig) -> None:
     state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
     raw = load_file(str(lora_dir / LORA_WEIGHTS))
     alpha = (meta or {}).get("transformer.lora_alpha")
-    # the trained alpha / rank is folded into lora_B (aipc_env.train.lora_file): the file says alpha == rank
+    # the trained alpha / rank is folded into lora_B (aipc_env.workers.train.lora_file): the file says alpha == rank
     if alpha != cfg.lora.rank or len(state) != len(raw):
         raise AipcError(
             f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.rank}: its scale "
@@ -52,8 +52,8 @@ def check_reload(cfg: TrainConfig) -> None:
             path=lora_dir,
         )
     if cfg.model and cfg.model.path == BUILTIN_TINY:
-        from aipc_env.train.fit import tiny_base_cache
-        from aipc_env.train.tinyedit import load_tiny_base
+        from aipc_env.workers.train.fit import tiny_base_cache
+        from aipc_env.workers.train.tinyedit import load_tiny_base
 
         fresh = load_tiny_base(tiny_base_cache())
         QwenImageEditPipeline.load_lora_into_transformer(state, transformer=fresh, metadata=meta)
@@ -67,7 +67,7 @@ def check_reload(cfg: TrainConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = EnginePhase.parse(argv)
     _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
-    from aipc_env.train.compat import quiet_bitsandbytes_notices
+    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
     from aipc_env.train.progress import Heartbeat
 
     beat = Heartbeat(_log, f"{args.phase}: still importing the training stack").start()
@@ -81,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     def phase() -> int:
         cfg = load_run_config(args.config, datasets=args.phase == "cache")
         if args.phase == "cache":
-            from aipc_env.train.cache import run_cache
+            from aipc_env.workers.train.cache import run_cache
 
             device, dtype = _device_and_dtype(cfg)
             run_cache(cfg, device, dtype, log=log)
             return ExitCode.OK
-        from aipc_env.train.fit import run_fit
+        from aipc_env.workers.train.fit import run_fit
 
         rc = run_fit(cfg, log=log)
         if rc == ExitCode.OK:

@@ -2,7 +2,7 @@
 written atomically, keyed by a hash of everything that went into them. The transformer is never loaded.
 
 Every control, the text encoder's image and the prompt are encoded as the model's diffusers pipeline does at
-inference (aipc_env.train.conditioning: each control at about data.control_pixels, default 1024x1024, aspect
+inference (aipc_env.workers.train.conditioning: each control at about data.control_pixels, default 1024x1024, aspect
 kept); the target goes to its aspect-ratio bucket (about target_size's area, sides multiples of 32): nothing is
 squashed. The index records each entry's shapes and the bucket counts; the fit batches within a bucket.
 
@@ -27,8 +27,8 @@ from pydantic import StringConstraints
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
 from aipc_env.core.formats import VersionedModel, load_versioned, write_model
-from aipc_env.train.checkpoint import model_identity
-from aipc_env.train.conditioning import Variant, control_cost_warning
+from aipc_env.workers.train.checkpoint import model_identity
+from aipc_env.workers.train.conditioning import Variant, control_cost_warning
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.progress import PhaseProgress
 
@@ -210,7 +210,7 @@ def synthetic_shapes(cfg: TrainConfig) -> list[tuple[int, int, int]]:
     """img_shapes of the built-in synthetic edit: the target's grid, then its control's by the conditioning rule
     (its control is made at the target's size, conditioned at cfg.control_area())."""
     from aipc_env.errors import InputError
-    from aipc_env.train.conditioning import control_size, latent_grid
+    from aipc_env.workers.train.conditioning import control_size, latent_grid
 
     assert cfg.data
     height, width = cfg.data.target_size
@@ -226,7 +226,7 @@ def synthetic_shapes(cfg: TrainConfig) -> list[tuple[int, int, int]]:
 
 
 def _synthetic(cfg: TrainConfig, cache: Path, stats: CacheStats, log: Callable[[str], None]) -> list[str]:
-    from aipc_env.train.tinyedit import EDIT_VERSION, TRAIN_SEED, edit_sample
+    from aipc_env.workers.train.tinyedit import EDIT_VERSION, TRAIN_SEED, edit_sample
 
     assert cfg.data
     keys: list[str] = []
@@ -265,7 +265,7 @@ def _load_encoders(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -
     """Text encoder + VAE (+ tokenizer/processor) of the pipeline; the transformer is not loaded."""
     from diffusers import DiffusionPipeline
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     assert cfg.model
     processor_without_video()
@@ -284,7 +284,7 @@ def _encode_sample(
     pipe: Any, sample: Sample, target_pixels: int, control_pixels: int, device: torch.device, variant: Variant
 ) -> CacheEntry:
     """One entry: the target in its bucket, the controls and prompt as the variant's pipeline conditions them."""
-    from aipc_env.train.conditioning import bucket_size, encode_conditioning, encode_target, latent_grid
+    from aipc_env.workers.train.conditioning import bucket_size, encode_conditioning, encode_target, latent_grid
 
     assert sample.target is not None  # the dataset checks give every training sample a target
     target_img = _pil(sample.target)
@@ -315,7 +315,7 @@ def _encode_sample(
 def model_variant(model_path: str | Path) -> Variant:
     """The conditioning variant of a diffusers model folder (model_index.json's pipeline class)."""
     from aipc_env.errors import InputError
-    from aipc_env.train.conditioning import variant_of
+    from aipc_env.workers.train.conditioning import variant_of
 
     index = read_json(Path(model_path) / "model_index.json", "model_index.json")
     name = index.get("_class_name", "") if isinstance(index, dict) else ""

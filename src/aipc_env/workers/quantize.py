@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from aipc_env.core.fileio import atomic_dir
 from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import InputError
-from aipc_env.train.devices import device_memory_mb, peak_rss_mb
+from aipc_env.workers.train.devices import device_memory_mb, peak_rss_mb
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +66,7 @@ def quantize_transformer(src: Path, dst: Path, device: torch.device) -> Quantize
     import torch
     from diffusers import BitsAndBytesConfig, QwenImageTransformer2DModel
 
-    from aipc_env.train.tiny import quantize_linear_layers_nf4
+    from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
 
     source = _source(src, "transformer")
     start = time.perf_counter()

@@ -1,14 +1,14 @@
-"""Build the trained tiny teacher: the tiny Qwen-Image-2.1 pipeline (aipc_env.distill.tinypipe21: its random text
+"""Build the trained tiny teacher: the tiny Qwen-Image-2.1 pipeline (aipc_env.workers.distill.tinypipe21: its random text
 encoder, tokenizer, VAE and scheduler) with a transformer trained from scratch, full weights, by flow matching on
 a synthetic distribution in the VAE's latent space (aipc_env.distill.shapes: a colored shape whose color and kind
 follow the prompt, in one of four places). Deterministic (fixed seeds, one thread), about a minute on one CPU
-core, cached per user (aipc_env.distill.models.model_dir). Its 8-step samples are structured: the build measures
+core, cached per user (aipc_env.workers.distill.models.model_dir). Its 8-step samples are structured: the build measures
 their distance to the data distribution against an untrained transformer's and refuses to cache a teacher that did
 not learn (shapes.check_structured). G3 can then judge a student on it (aipc_env.distill.judge: quality mode on the
 latent distance to teacher@8).
 
 The objective is the pipeline's own: x_t = (1 - sigma) x0 + sigma eps, the velocity target eps - x0, the timestep
-sigma (the pipeline passes sigma * 1000 / 1000), through aipc_env.distill.sampler.velocity (the call the sampler
+sigma (the pipeline passes sigma * 1000 / 1000), through aipc_env.workers.distill.sampler.velocity (the call the sampler
 makes). Imports torch: never import this module on the doctor's path.
 """
 
@@ -29,7 +29,7 @@ import torch
 from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION, check_structured
 
 if TYPE_CHECKING:
-    from aipc_env.distill import sampler
+    from aipc_env.workers.distill import sampler
 
 __all__ = ["ARCH", "TRAINING", "Shapes", "build_tiny21_trained", "distance_to_data"]
 
@@ -106,7 +106,7 @@ def _transformer(seed: int) -> Any:  # a diffusers QwenImage21Transformer2DModel
 def _sample(
     model: Any, noise: torch.Tensor, prompted: sampler.Prompted, sigmas: list[float], shapes_one: list[tuple[int, int, int]]
 ) -> torch.Tensor:
-    from aipc_env.distill import sampler
+    from aipc_env.workers.distill import sampler
 
     x = noise
     grid = [*sigmas, 0.0]
@@ -121,9 +121,9 @@ def build_tiny21_trained(out: Path, *, log: Callable[[str], object] = print) -> 
     from diffusers import QwenImage21Pipeline
 
     from aipc_env.core.fileio import atomic_dir
-    from aipc_env.distill import sampler
-    from aipc_env.distill.tinypipe21 import build_tiny21_pipeline
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.distill import sampler
+    from aipc_env.workers.distill.tinypipe21 import build_tiny21_pipeline
+    from aipc_env.workers.train.compat import processor_without_video
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # determinism, and the timing CI plans for
@@ -217,7 +217,7 @@ def _measure(
 ) -> _Measured:
     """teacher@8 and @4 vs an untrained transformer@8, from the same noise (not a training draw), on the model's own
     grid (SAMPLE_SIGMAS) and every second sigma of it."""
-    from aipc_env.distill import sampler
+    from aipc_env.workers.distill import sampler
 
     g = torch.Generator().manual_seed(12345)
     idx = [i % len(PROMPTS) for i in range(n)]

@@ -160,7 +160,7 @@ def _load_pipeline(req: CompareRequest, dev: Any, dtype: Any, log: Callable[[str
 
     if req.config is None:
         return DiffusionPipeline.from_pretrained(str(req.model_path), torch_dtype=dtype).to(dev)
-    from aipc_env.train.fit import load_transformer
+    from aipc_env.workers.train.fit import load_transformer
 
     cfg = req.config
     assert cfg.model
@@ -200,8 +200,8 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     import torch
 
     from aipc_env.dataset import scan_dataset
-    from aipc_env.train.compat import processor_without_video
-    from aipc_env.train.conditioning import pipeline_control_pixels
+    from aipc_env.workers.train.compat import processor_without_video
+    from aipc_env.workers.train.conditioning import pipeline_control_pixels
 
     if not (req.model_path / "model_index.json").is_file():
         raise InputError(
@@ -242,7 +242,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     folder.check(["manifest.json", "grid.png"])  # a folder it cannot write is refused before the model loads
     files: dict[str, bytes] = {}
     processor_without_video()
-    from aipc_env.train.devices import compute_dtype, pick_device
+    from aipc_env.workers.train.devices import compute_dtype, pick_device
 
     dev = pick_device(req.device)
     device = str(dev)

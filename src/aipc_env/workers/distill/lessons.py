@@ -118,7 +118,7 @@ def check_embeddings_detached(*tensors: torch.Tensor | None, where: str = "promp
         if t is not None and (t.requires_grad or t.grad_fn is not None):
             raise EmbeddingsAttachedToGraph(
                 f"the {where} carry the text encoder's autograd graph (grad_fn {type(t.grad_fn).__name__})",
-                fix="compute embeddings under torch.no_grad() (aipc_env.distill.sampler.encode does), or detach them",
+                fix="compute embeddings under torch.no_grad() (aipc_env.workers.distill.sampler.encode does), or detach them",
             )
 
 
@@ -127,7 +127,7 @@ def check_rgb(images: torch.Tensor, *, where: str = "decoded images") -> None:
     if images.ndim != 4 or images.shape[1] != 3:
         raise RgbaNotSliced(
             f"the {where} have shape {tuple(images.shape)}, expected [B, 3, H, W] (the 2.1 VAE decodes 4 channels: RGBA)",
-            fix="slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.distill.sampler.decode_rgb)",
+            fix="slice the decode as vae.decode(z)[0][:, :3, 0] (aipc_env.workers.distill.sampler.decode_rgb)",
         )
 
 
@@ -150,7 +150,7 @@ def check_lora_metadata(lora_dir: Path, *, rank: int, alpha: float) -> dict[str,
         raise LoraAlphaLost(
             f"the LoRA in {lora_dir} loads with rank {got_rank}, alpha {got_alpha}; trained with rank {rank}, alpha {alpha:g}",
             path=lora_dir,
-            fix="publish from the trained module's peft_config (aipc_env.distill.student.publish)",
+            fix="publish from the trained module's peft_config (aipc_env.workers.distill.student.publish)",
         )
     return meta
 
@@ -197,7 +197,7 @@ def check_parity(max_abs_diff: float, *, steps: int, batch: int) -> str:
     if max_abs_diff != 0.0:
         raise ParityBroken(
             f"the own {steps}-step loop differs from pipe(...) by up to {max_abs_diff:g}",
-            fix="mirror the pipeline exactly (see aipc_env.distill.sampler)",
+            fix="mirror the pipeline exactly (see aipc_env.workers.distill.sampler)",
         )
     return f"own {steps}-step Euler loop == pipe(...) bit-exact (max diff 0.0, batch {batch})"
 
@@ -260,7 +260,7 @@ def check_lora_before_prepare(model: Any, optimizer: torch.optim.Optimizer) -> i
     prepared = getattr(model, "_aipc_prepared_lora", None)
     if prepared is None:
         raise LoraAfterPrepare(
-            "the student was never prepared through aipc_env.distill.student.prepare_student",
+            "the student was never prepared through aipc_env.workers.distill.student.prepare_student",
             fix="add the LoRA, build the optimizer, then prepare",
         )
     if not lora or lora != set(prepared):

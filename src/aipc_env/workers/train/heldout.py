@@ -1,5 +1,5 @@
 """The built-in default's held-out check, run at the end of the fit: each held-out control is sampled as the
-Qwen-Image-Edit pipeline samples it (aipc_env.train.sampling), with the LoRA switched off and on, from the same
+Qwen-Image-Edit pipeline samples it (aipc_env.workers.train.sampling), with the LoRA switched off and on, from the same
 noise, and each result is measured against its target, beside the baselines of aipc_env.train.learning (the control
 copied unchanged, the mean of the other held-out targets). Imports torch: training side only."""
 
@@ -30,17 +30,17 @@ def judge_builtin_edit(
     control_shape: tuple[int, int, int] | None = None,
 ) -> LearningVerdict:
     """Sample `count` held-out edits (never trained on) with the base and with the LoRA; judge the distances.
-    control_shape: the control's img_shapes entry as the cache conditioned it (aipc_env.train.cache.synthetic_shapes;
+    control_shape: the control's img_shapes entry as the cache conditioned it (aipc_env.workers.train.cache.synthetic_shapes;
     default: the conditioning rule for a control of the target's size at the target's area)."""
     import torch
 
-    from aipc_env.train.conditioning import control_size, latent_grid
+    from aipc_env.workers.train.conditioning import control_size, latent_grid
 
     side = latent_hw * 8
     _, ch, cw = control_shape or latent_grid(control_size((side, side), side * side))
 
-    from aipc_env.train.sampling import sample_edit_latents
-    from aipc_env.train.tinyedit import HELDOUT_SEED, edit_sample, scheduler_for_tiny
+    from aipc_env.workers.train.sampling import sample_edit_latents
+    from aipc_env.workers.train.tinyedit import HELDOUT_SEED, edit_sample, scheduler_for_tiny
 
     held = [edit_sample(HELDOUT_SEED + j, latent_hw) for j in range(count)]
     scheduler = scheduler_for_tiny()

@@ -1,5 +1,5 @@
 """The smoke run's own steps, run inside the qflux env by the smoke launcher:
-`python -m aipc_env.qflux.smoke_worker prepare --out DIR --recommended FILE --config FILE [--plus]` builds the
+`python -m aipc_env.workers.qflux_smoke prepare --out DIR --recommended FILE --config FILE [--plus]` builds the
 tiny random Qwen-Image-Edit(-Plus) pipeline (with the env's transformers, so upstream's pinned 4.52.4 reads it)
 and a 3-sample dataset, and writes the smoke config from the recommended one for the device this env has (with
 an XPU, the pre-quantized folders the recommendation names are made from the tiny model with aipc-env's own
@@ -36,7 +36,7 @@ def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict[str,
 
     from aipc_env.core.fileio import atomic_write_text
     from aipc_env.qflux.smoke import TINY_SIDE, smoke_config
-    from aipc_env.train.tinypipe import build_tiny_pipeline
+    from aipc_env.workers.train.tinypipe import build_tiny_pipeline
 
     accelerator = has_xpu()
     cfg, changed = smoke_config(yaml.safe_load(recommended.read_text(encoding="utf-8")), out, accelerator=accelerator, plus=plus)
@@ -44,7 +44,7 @@ def prepare(out: Path, plus: bool, recommended: Path, config: Path) -> dict[str,
     if accelerator:  # the recommendation's pre-quantized folders, made from the tiny model as a user makes them
         import torch
 
-        from aipc_env.tools.quantize import quantize_text_encoder, quantize_transformer
+        from aipc_env.workers.quantize import quantize_text_encoder, quantize_transformer
 
         if cfg["model"].get("text_encoder_path"):
             quantize_text_encoder(out / "model", Path(cfg["model"]["text_encoder_path"]), torch.device("xpu"))
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _step(args: SmokePrepare | SmokeVerify) -> int:
-    from aipc_env.train.compat import quiet_bitsandbytes_notices
+    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
 
     quiet_bitsandbytes_notices()
     if isinstance(args, SmokePrepare):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from aipc_env.distill.lessons import check_embeddings_detached, check_rgb
+from aipc_env.workers.distill.lessons import check_embeddings_detached, check_rgb
 
 __all__ = [
     "Prompted",

@@ -79,7 +79,7 @@ def build_tiny21_pipeline(
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     processor_without_video()
     torch.manual_seed(seed)

@@ -1,6 +1,6 @@
 """Sample system and device memory during a run into a CSV and draw a plot at the end.
 
-`python -m aipc_env.tools.monitor --out memory.csv` runs until SIGTERM/SIGINT, --duration, or --pid exits; the
+`python -m aipc_env.workers.monitor --out memory.csv` runs until SIGTERM/SIGINT, --duration, or --pid exits; the
 launcher starts it beside training when the config says `monitor: true`. Device memory is read with torch's
 mem_get_info (whole device, all processes) when torch and an XPU/CUDA device are present.
 """
@@ -182,7 +182,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.tools.monitor")
+    parser = argparse.ArgumentParser(prog="aipc_env.workers.monitor")
     add_arguments(parser)
     args = parser.parse_args(argv)
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)

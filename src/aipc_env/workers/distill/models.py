@@ -52,21 +52,21 @@ def model_path(cfg: DistillConfig) -> Path:
 
 def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Path:
     """The model folder; the tiny random pipeline is built once into the run folder, the trained tiny teacher once
-    into the per-user cache (aipc_env.distill.tinytrained21)."""
+    into the per-user cache (aipc_env.workers.distill.tinytrained21)."""
     if cfg.model == BUILTIN_TINY21_TRAINED:
         from aipc_env.distill.shapes import TRAINED21_VERSION
 
         path = model_path(cfg)
         mark = read_mark(path) or {}
         if mark.get("version") != TRAINED21_VERSION or not isinstance(mark.get("trained"), dict):
-            from aipc_env.distill.tinytrained21 import build_tiny21_trained
+            from aipc_env.workers.distill.tinytrained21 import build_tiny21_trained
 
             log(f"distill: training the tiny Qwen-Image-2.1 teacher once into {path} (about a minute on a CPU)")
             build_tiny21_trained(path, log=log)
         return path
     if cfg.model != BUILTIN_TINY21:
         return Path(cfg.model)
-    from aipc_env.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
+    from aipc_env.workers.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
 
     path = model_path(cfg)
     stamp = path / "aipc_tiny.json"
@@ -92,7 +92,7 @@ def resolve_run(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> 
 
 def model_key(path: Path) -> str:
     """The model's identity for trajectory keys: its configs (the scheduler's included), not its location."""
-    from aipc_env.train.checkpoint import model_identity
+    from aipc_env.workers.train.checkpoint import model_identity
 
     return model_identity(str(path), extra=("scheduler/scheduler_config.json", TINY_MARK))
 
@@ -100,7 +100,7 @@ def model_key(path: Path) -> str:
 def device_and_dtype(cfg: DistillConfig) -> tuple[torch.device, torch.dtype]:
     import torch
 
-    from aipc_env.train.devices import compute_dtype, require_device
+    from aipc_env.workers.train.devices import compute_dtype, require_device
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -113,7 +113,7 @@ def load_pipeline(path: Path, device: torch.device, dtype: torch.dtype, teacher:
     `teacher` (a TeacherSection): the transformer in NF4 (the training loader), diffusers' model CPU offload."""
     from diffusers import QwenImage21Pipeline
 
-    from aipc_env.train.compat import processor_without_video
+    from aipc_env.workers.train.compat import processor_without_video
 
     processor_without_video()
     extra = {}
@@ -147,7 +147,7 @@ def load_transformer(path: Path, device: torch.device, dtype: torch.dtype, *, ba
     import torch
     from diffusers import QwenImage21Transformer2DModel
 
-    from aipc_env.train.tiny import quantize_linear_layers_nf4
+    from aipc_env.workers.train.tiny import quantize_linear_layers_nf4
 
     if base == "nf4" and device.type != "cpu":
         from diffusers import BitsAndBytesConfig

@@ -1,6 +1,6 @@
 """Runs inside the training env: every verification step, each timed, each isolated.
 
-Usage: python -m aipc_env.verify.worker [--device DEV] [--bnb-min V] [--steps N] [--out FILE]
+Usage: python -m aipc_env.workers.verify [--device DEV] [--bnb-min V] [--steps N] [--out FILE]
 Prints one line per step as it finishes and writes the whole result (JSON) to --out.
 Uses only the standard library and the training stack (no pydantic), so any training env can run it.
 Test hooks: AIPC_VERIFY_INJECT=drop-lora-metadata,frozen-optimizer,nf4-noise,linear4bit-skew,adam8bit-drift
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
-from aipc_env.train.compat import quiet_bitsandbytes_notices  # noqa: E402
+from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 from aipc_env.train.progress import Heartbeat  # noqa: E402
 
 IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack", every=5.0).start()
@@ -31,11 +31,11 @@ import torch  # noqa: E402
 
 from aipc_env.errors import ExitCode  # noqa: E402
 from aipc_env.launch.hops import VerifySteps, run_worker  # noqa: E402
-from aipc_env.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
+from aipc_env.workers.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
 
 if TYPE_CHECKING:
-    from aipc_env.train.tiny import TinyBatch
+    from aipc_env.workers.train.tiny import TinyBatch
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
 PROGRESS_SECONDS = 5.0
@@ -338,7 +338,7 @@ def step_lora_roundtrip(ctx: StepContext) -> StepResult:
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
-    from aipc_env.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch
+    from aipc_env.workers.train.tiny import LORA_TARGETS, build_tiny_transformer, make_batch
 
     device = ctx["device"]
     batch = make_batch(batch_size=1).to(device, torch.float32)
@@ -388,15 +388,15 @@ def step_lora_roundtrip(ctx: StepContext) -> StepResult:
 
 def step_tiny_qlora(ctx: StepContext) -> StepResult:
     """The built-in edit learned on this device: the trained tiny base in NF4, a LoRA trained with Adam8bit on the
-    edit's samples, then judged on held-out samples sampled as the pipeline samples (aipc_env.train.heldout)."""
+    edit's samples, then judged on held-out samples sampled as the pipeline samples (aipc_env.workers.train.heldout)."""
     from bitsandbytes.optim.adam import Adam8bit
     from peft import LoraConfig
 
-    from aipc_env.train.fit import tiny_base_cache
-    from aipc_env.train.heldout import judge_builtin_edit
-    from aipc_env.train.objective import flow_matching_loss
-    from aipc_env.train.tiny import LORA_TARGETS, quantize_linear_layers_nf4
-    from aipc_env.train.tinyedit import TRAIN_SEED, edit_inputs, edit_sample, load_tiny_base
+    from aipc_env.workers.train.fit import tiny_base_cache
+    from aipc_env.workers.train.heldout import judge_builtin_edit
+    from aipc_env.workers.train.objective import flow_matching_loss
+    from aipc_env.workers.train.tiny import LORA_TARGETS, quantize_linear_layers_nf4
+    from aipc_env.workers.train.tinyedit import TRAIN_SEED, edit_inputs, edit_sample, load_tiny_base
 
     device = ctx["device"]
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
