@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from aipc_env.distill.config import TINY_TRAINED_STUDENT, load_distill_config
-    from aipc_env.workers.distill.models import model_dir
     from aipc_env.distill.shapes import PROMPTS, TRAIN_REPEATS
+    from aipc_env.workers.distill.models import model_dir
     from aipc_env.workers.distill.worker import _quiet, run_stage
 
     _quiet()

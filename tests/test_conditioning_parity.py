@@ -182,14 +182,14 @@ def _assert_parity(
 
 @pytest.mark.slow
 def test_edit_pipeline_parity_at_its_own_area_2_3(pipes, tmp_path, monkeypatch):
-    from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
+    from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 
     _assert_parity(_load(pipes["edit"]), [_image(200, 300, 1)], tmp_path, False, PIPELINE_CONTROL_PIXELS, monkeypatch)
 
 
 @pytest.mark.slow
 def test_plus_pipeline_parity_at_its_own_area_two_controls_16_9_and_odd_2_3(pipes, tmp_path, monkeypatch):
-    from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
+    from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 
     controls = [_image(320, 180, 2), _image(203, 305, 3)]  # 16:9, and ~2:3 of sides not multiples of 16
     _assert_parity(_load(pipes["plus"]), controls, tmp_path, True, PIPELINE_CONTROL_PIXELS, monkeypatch)

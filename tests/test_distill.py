@@ -237,8 +237,9 @@ def test_lesson_embeddings_need_no_grad(pipe):
     """encode_prompt is not decorated: with grad enabled, the embeddings carry the text encoder's graph."""
     import torch
 
+    from aipc_env.distill.lesson_errors import EmbeddingsAttachedToGraph
     from aipc_env.workers.distill import sampler
-    from aipc_env.workers.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+    from aipc_env.workers.distill.lessons import check_embeddings_detached
 
     with torch.enable_grad():
         embeds, _, _ = pipe.encode_prompt(prompt=["a cat"], device=torch.device("cpu"))
@@ -253,8 +254,9 @@ def test_lesson_embeddings_need_no_grad(pipe):
 def test_lesson_rgba_decode_must_be_sliced(pipe):
     import torch
 
+    from aipc_env.distill.lesson_errors import RgbaNotSliced
     from aipc_env.workers.distill import sampler
-    from aipc_env.workers.distill.lessons import RgbaNotSliced, check_rgb
+    from aipc_env.workers.distill.lessons import check_rgb
 
     g = torch.Generator().manual_seed(0)
     latents = sampler.initial_noise(pipe, 1, 64, 64, g, torch.device("cpu"), torch.float32)
@@ -271,7 +273,8 @@ def test_lesson_lora_metadata_is_mandatory(tiny21, tmp_path, quiet):
     """Without metadata diffusers rebuilds the adapter with alpha = rank: the recorded half-strength adapter."""
     from diffusers import QwenImage21Pipeline, QwenImage21Transformer2DModel
 
-    from aipc_env.workers.distill.lessons import LoraMetadataMissing, check_lora_metadata
+    from aipc_env.distill.lesson_errors import LoraMetadataMissing
+    from aipc_env.workers.distill.lessons import check_lora_metadata
     from aipc_env.workers.distill.student import add_lora, publish
 
     cfg = load_distill_config(_config(tmp_path / "run", student__rank=4, student__alpha=8))
@@ -310,7 +313,8 @@ def test_lesson_lora_before_prepare(tiny21, tmp_path, quiet):
     from accelerate import Accelerator
     from diffusers import QwenImage21Transformer2DModel
 
-    from aipc_env.workers.distill.lessons import LoraAfterPrepare, check_lora_before_prepare
+    from aipc_env.distill.lesson_errors import LoraAfterPrepare
+    from aipc_env.workers.distill.lessons import check_lora_before_prepare
     from aipc_env.workers.distill.student import add_lora, prepare_student
 
     cfg = load_distill_config(_config(tmp_path / "run"))
@@ -349,7 +353,8 @@ def test_nf4_base_uses_peft_bitsandbytes_lora_layer(tiny21, tmp_path, quiet):
 def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, quiet):
     import torch
 
-    from aipc_env.workers.distill.models import load_transformer, model_key
+    from aipc_env.distill.model_paths import model_key
+    from aipc_env.workers.distill.models import load_transformer
     from aipc_env.workers.distill.student import load_trajectories, make_batch, step_loss
 
     cfg = _resolved(load_distill_config(finished_run / "distill.yaml"))
@@ -371,7 +376,8 @@ def test_endpoint_weighting_is_delta_sigma_squared(finished_run, sampled_model, 
 def test_on_policy_pairs_start_from_the_student_and_end_with_teacher_steps(finished_run, sampled_model, quiet):
     import torch
 
-    from aipc_env.workers.distill.models import load_transformer, model_key
+    from aipc_env.distill.model_paths import model_key
+    from aipc_env.workers.distill.models import load_transformer
     from aipc_env.workers.distill.student import _on_policy, add_lora, load_trajectories
 
     cfg = _resolved(load_distill_config(finished_run / "distill.yaml"))

@@ -123,7 +123,8 @@ def test_an_ignored_num_inference_steps_is_the_expected_behaviour_not_a_fault():
 
 @pytest.mark.parametrize("ran", [7, 9])
 def test_a_step_count_off_by_one_either_way_is_a_grid_fault(ran):
-    from aipc_env.workers.distill.lessons import GridNotHonoured, check_step_count
+    from aipc_env.distill.lesson_errors import GridNotHonoured
+    from aipc_env.workers.distill.lessons import check_step_count
 
     with pytest.raises(GridNotHonoured, match=f"ran {ran} steps, expected 8"):
         check_step_count(4, ran, passed=TURBO_LIKE, sample_sigmas=None)
@@ -192,7 +193,7 @@ def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
 )
 def test_g3_holds_the_student_to_the_reference_lora_within_the_margin(student, reference, margin, ok):
     from aipc_env.distill.judge import not_worse_than_reference
-    from aipc_env.workers.distill.lessons import StudentWorseThanReference
+    from aipc_env.distill.lesson_errors import StudentWorseThanReference
 
     if ok:
         assert not_worse_than_reference(student, reference, margin=margin, metric="lpips").startswith(
@@ -235,7 +236,8 @@ def test_g3_win_rate_bound():
 
 
 def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
-    from aipc_env.workers.distill.lessons import ObjectiveRose, check_training_outcome
+    from aipc_env.distill.lesson_errors import ObjectiveRose
+    from aipc_env.workers.distill.lessons import check_training_outcome
 
     check_training_outcome(objective_start=1.0, objective_end=0.999, velocity_on=1.0, velocity_off=1.0, tolerance=1.5)
     for end in (1.0, 1.001):
@@ -244,7 +246,8 @@ def test_a_rising_or_flat_objective_fails_the_train_stage_by_name():
 
 
 def test_a_diverged_velocity_fails_the_train_stage_by_name():
-    from aipc_env.workers.distill.lessons import VelocityDiverged, check_training_outcome
+    from aipc_env.distill.lesson_errors import VelocityDiverged
+    from aipc_env.workers.distill.lessons import check_training_outcome
 
     ok = {"objective_start": 1.0, "objective_end": 0.5, "velocity_off": 2.0, "tolerance": 1.5}
     check_training_outcome(velocity_on=3.0, **ok)  # at the bound
@@ -596,7 +599,8 @@ def test_the_stages_run_in_the_seeds_order_with_train_under_accelerate(tmp_path)
 def test_embeddings_with_a_graph_are_refused():
     import torch
 
-    from aipc_env.workers.distill.lessons import EmbeddingsAttachedToGraph, check_embeddings_detached
+    from aipc_env.distill.lesson_errors import EmbeddingsAttachedToGraph
+    from aipc_env.workers.distill.lessons import check_embeddings_detached
 
     leaf = torch.ones(2, requires_grad=True)
     check_embeddings_detached(torch.ones(2), None, leaf.detach())
@@ -620,7 +624,8 @@ def test_embeddings_with_a_graph_are_refused():
 def test_only_rgb_batches_pass(shape, ok):
     import torch
 
-    from aipc_env.workers.distill.lessons import RgbaNotSliced, check_rgb
+    from aipc_env.distill.lesson_errors import RgbaNotSliced
+    from aipc_env.workers.distill.lessons import check_rgb
 
     if ok:
         check_rgb(torch.zeros(shape))
@@ -630,7 +635,8 @@ def test_only_rgb_batches_pass(shape, ok):
 
 
 def test_a_stochastic_scheduler_is_refused():
-    from aipc_env.workers.distill.lessons import StochasticSampler, check_deterministic_sampler
+    from aipc_env.distill.lesson_errors import StochasticSampler
+    from aipc_env.workers.distill.lessons import check_deterministic_sampler
 
     check_deterministic_sampler({})
     check_deterministic_sampler({"stochastic_sampling": False})
@@ -641,7 +647,8 @@ def test_a_stochastic_scheduler_is_refused():
 def test_sigmas_must_be_used_verbatim_to_the_last_float():
     import numpy as np
 
-    from aipc_env.workers.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+    from aipc_env.distill.lesson_errors import SigmasNotVerbatim
+    from aipc_env.workers.distill.lessons import check_sigmas_verbatim
 
     passed = [1.0, 0.75, 0.5, 0.25]
     check_sigmas_verbatim(passed, passed + [0.0], {}, grid="teacher")
@@ -657,7 +664,8 @@ def test_sigmas_are_compared_as_the_scheduler_holds_them_float32():
     """The scheduler keeps float32 sigmas: a passed 0.1 (float64) is used verbatim when it runs float32(0.1)."""
     import numpy as np
 
-    from aipc_env.workers.distill.lessons import SigmasNotVerbatim, check_sigmas_verbatim
+    from aipc_env.distill.lesson_errors import SigmasNotVerbatim
+    from aipc_env.workers.distill.lessons import check_sigmas_verbatim
 
     passed = [1.0, 0.1, 0.123456]
     check_sigmas_verbatim(passed, [float(np.float32(x)) for x in passed] + [0.0], {}, grid="teacher")
@@ -683,7 +691,8 @@ def _tiny_student(lora_names=("lora_A", "lora_B")):
 def test_the_lora_must_exist_before_prepare_and_be_what_the_optimizer_holds():
     import torch
 
-    from aipc_env.workers.distill.lessons import LoraAfterPrepare, check_lora_before_prepare, mark_prepared
+    from aipc_env.distill.lesson_errors import LoraAfterPrepare
+    from aipc_env.workers.distill.lessons import check_lora_before_prepare, mark_prepared
 
     model = _tiny_student()
     with pytest.raises(LoraAfterPrepare, match="never prepared"):
@@ -997,10 +1006,11 @@ def test_every_lesson_error_whole():
     import numpy as np
     import torch
 
+    from aipc_env.distill import lesson_errors
     from aipc_env.workers.distill import lessons
 
     def caught(fn, *args, **kwargs) -> tuple:
-        with pytest.raises(lessons.LessonError) as err:
+        with pytest.raises(lesson_errors.LessonError) as err:
             fn(*args, **kwargs)
         return type(err.value).__name__, err.value.message, err.value.fix
 
@@ -1085,11 +1095,12 @@ def test_every_lesson_error_whole():
 def test_lora_metadata_errors_whole(tmp_path):
     import torch
 
+    from aipc_env.distill import lesson_errors
     from aipc_env.workers.distill import lessons
 
     tensors = {_A: torch.zeros(4, 16), _B: torch.zeros(16, 4)}
     bare = _lora(tmp_path / "bare", tensors, None)
-    with pytest.raises(lessons.LoraMetadataMissing) as err:
+    with pytest.raises(lesson_errors.LoraMetadataMissing) as err:
         lessons.check_lora_metadata(bare, rank=4, alpha=8)
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-metadata-missing] the LoRA in {bare} has no adapter metadata: diffusers would load it with alpha = "
@@ -1098,7 +1109,7 @@ def test_lora_metadata_errors_whole(tmp_path):
         str(bare),
     )
     lost = _lora(tmp_path / "lost", tensors, {"transformer.r": 4, "transformer.lora_alpha": 4.0})
-    with pytest.raises(lessons.LoraAlphaLost) as err:
+    with pytest.raises(lesson_errors.LoraAlphaLost) as err:
         lessons.check_lora_metadata(lost, rank=4, alpha=8)
     assert (err.value.message, err.value.fix, err.value.path) == (
         f"[lora-alpha-lost] the LoRA in {lost} loads with rank 4, alpha 4.0; trained with rank 4, alpha 8",
@@ -1196,7 +1207,7 @@ def test_export_main_needs_a_config_and_knows_one_format(capsys):
 
 def test_current_inputs_and_the_model_changing(tmp_path):
     from aipc_env.distill.inputs import current_inputs, grid_hash, stale_reasons
-    from aipc_env.workers.distill.models import model_key
+    from aipc_env.distill.model_paths import model_key
 
     cfg = _cfg(tmp_path, teacher_sigmas=[1.0, 0.5])
     now = current_inputs(cfg, "train")
@@ -1282,7 +1293,7 @@ def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
 
 def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
     from aipc_env.distill.judge import lora_changes_output, outputs_finite, student_beats_naive
-    from aipc_env.workers.distill.lessons import StudentNotBetter
+    from aipc_env.distill.lesson_errors import StudentNotBetter
     from aipc_env.errors import AipcError
 
     with pytest.raises(
@@ -1315,8 +1326,8 @@ def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
 
 
 def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing_else():
+    from aipc_env.distill.lesson_errors import ParityBroken
     from aipc_env.workers.distill.gates import CheckList
-    from aipc_env.workers.distill.lessons import ParityBroken
 
     checks = CheckList()
     assert checks.ok is True
@@ -1341,7 +1352,8 @@ def test_a_check_list_records_lessons_and_input_errors_by_name_and_stops_nothing
 
 @pytest.mark.parametrize("diff", [5e-324, 1e-7, 0.5, float("inf"), float("nan")])
 def test_g2_parity_refuses_any_difference_even_one_float_step(diff):
-    from aipc_env.workers.distill.lessons import ParityBroken, check_parity
+    from aipc_env.distill.lesson_errors import ParityBroken
+    from aipc_env.workers.distill.lessons import check_parity
 
     with pytest.raises(
         ParityBroken,
@@ -1522,7 +1534,8 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
     import sys
     import types
 
-    from aipc_env.workers.distill.models import model_dir, trained_tiny_path
+    from aipc_env.distill.model_paths import trained_tiny_path
+    from aipc_env.workers.distill.models import model_dir
 
     monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(tmp_path / "cache"))
     built: list[Path] = []

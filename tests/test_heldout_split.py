@@ -148,8 +148,8 @@ def test_train_inputs_check_the_split(tmp_path, n, ok):
 
 
 def test_the_cache_never_lists_a_held_out_sample(tmp_path):
-    from aipc_env.workers.train.cache import list_entries
     from aipc_env.train.config import TrainConfig
+    from aipc_env.workers.train.cache import list_entries
 
     listed = {s.id for _, s in list_entries(TrainConfig.model_validate(_raw(tmp_path, heldout_count=3)))}
     held = set(heldout_ids([f"s{i}" for i in range(8)], 3))
@@ -175,8 +175,8 @@ def test_a_run_without_held_out_samples_says_so_with_the_fix(tmp_path):
 
 
 def test_the_judge_generates_the_split_at_the_training_size(tmp_path):
-    from aipc_env.workers.heldout_phase import judge_request
     from aipc_env.train.config import TrainConfig
+    from aipc_env.workers.heldout_phase import judge_request
 
     raw = _raw(tmp_path, heldout_count=3, heldout_steps=2)
     raw["data"]["target_size"] = [96, 160]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from aipc_env.errors import InputError
+from aipc_env.train import tinybase
 from aipc_env.workers.train import tinyedit
 from tests.conftest import run_cli
 
@@ -23,11 +24,11 @@ def _fake_cache(root: Path) -> Path:
     what is tested here: the hash rule is)."""
     from aipc_env.workers.train.tiny import build_tiny_transformer
 
-    folder = root / f"tiny-edit-base-{tinyedit._recipe_key()}"
+    folder = root / f"tiny-edit-base-{tinybase.recipe_key()}"
     folder.mkdir(parents=True)
     build_tiny_transformer(seed=0).save_pretrained(str(folder), safe_serialization=True)
     (folder / "aipc_tiny_base.json").write_text(
-        json.dumps({"recipe": tinyedit.asdict(tinyedit.BASE_RECIPE), "files": tinyedit.folder_digests(folder)})
+        json.dumps({"recipe": tinyedit.asdict(tinybase.BASE_RECIPE), "files": tinyedit.folder_digests(folder)})
     )
     return folder
 
@@ -85,7 +86,7 @@ def test_a_cache_path_that_is_a_file_is_refused_before_the_build(tmp_path, no_tr
         root.write_text("not a folder")
     else:
         root.mkdir()
-        (root / f"tiny-edit-base-{tinyedit._recipe_key()}").write_text("not a folder")
+        (root / f"tiny-edit-base-{tinybase.recipe_key()}").write_text("not a folder")
     with pytest.raises(InputError):
         tinyedit.load_tiny_base(root, log=lambda _m: None)  # refused: _train_base (which raises _Rebuilt) never ran
 

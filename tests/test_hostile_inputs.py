@@ -513,8 +513,8 @@ def test_an_export_carries_only_a_usable_rank_and_finite_alpha(tmp_path, rank, a
     """json.loads reads Infinity and NaN: an adapter saying lora_alpha Infinity was once exported."""
     from safetensors.torch import save_file
 
-    from aipc_env.workers.distill.export import _metadata
     from aipc_env.errors import InputError
+    from aipc_env.workers.distill.export import _metadata
 
     meta = f'{{"transformer.r": {rank}, "transformer.lora_alpha": {alpha}}}'
     path = tmp_path / "l.safetensors"

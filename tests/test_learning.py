@@ -321,9 +321,9 @@ def default_cache(tmp_path_factory, tiny_base):
     """The built-in default's cached samples, made once for the module (the cache phase of the real engine)."""
     import torch
 
-    from aipc_env.workers.train.cache import run_cache
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.run import default_config
+    from aipc_env.workers.train.cache import run_cache
 
     folder = tmp_path_factory.mktemp("default")
     raw = default_config(folder / "run")
@@ -335,8 +335,8 @@ def default_cache(tmp_path_factory, tiny_base):
 
 def _fit(raw: dict, out: Path, monkeypatch, fault: str | None) -> dict:
     from aipc_env.errors import ExitCode
-    from aipc_env.workers.train import fit
     from aipc_env.train.config import TrainConfig
+    from aipc_env.workers.train import fit
 
     if fault:
         monkeypatch.setattr(fit, "flow_matching_loss", _broken(fault))

@@ -120,8 +120,8 @@ def test_a_missing_resume_path_is_caught_before_anything_runs(tmp_path):
 
 def test_resume_with_another_lora_shape_is_refused_before_the_cache_phase(tmp_path):
     from aipc_env.core.formats import write_model
-    from aipc_env.workers.train.checkpoint import CheckpointState, training_fingerprint
     from aipc_env.train.config import load_config
+    from aipc_env.train.resume import CheckpointState, training_fingerprint
 
     cfg = default_config(tmp_path / "out")
     path = _write(tmp_path / "c.yaml", cfg)

@@ -62,8 +62,8 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
-    from aipc_env.workers.compare import CompareRequest, run_compare
     from aipc_env.train.config import load_config
+    from aipc_env.workers.compare import CompareRequest, run_compare
 
     cfg = load_config(args.config)
     if cfg.model is None or cfg.model.path.startswith("builtin:"):

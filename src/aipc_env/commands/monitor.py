@@ -25,7 +25,8 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
-    from aipc_env.workers.monitor import MonitorReport, run_monitor
+    from aipc_env.train.results import MonitorReport
+    from aipc_env.workers.monitor import run_monitor
 
     n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
     png = args.out.with_suffix(".png")

@@ -23,7 +23,7 @@ def models() -> dict[str, type[BaseModel]]:
     from aipc_env.dataset.validate import Verdict
     from aipc_env.distill.config import DistillConfig
     from aipc_env.distill.report import DistillReport
-    from aipc_env.workers.distill.trajectories import TrajectoryIndex, TrajectoryMeta
+    from aipc_env.distill.trajectory_formats import TrajectoryIndex, TrajectoryMeta
     from aipc_env.distill.verdict import DistillRunResult, G3Manifest
     from aipc_env.distill.verdict import Verdict as DistillVerdict
     from aipc_env.doctor import CheckCatalog, DoctorReport
@@ -48,16 +48,12 @@ def models() -> dict[str, type[BaseModel]]:
     from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
     from aipc_env.qflux.patches import EditSet
     from aipc_env.qflux.smoke import SmokeResult
-    from aipc_env.workers.compare import CompareManifest
-    from aipc_env.workers.monitor import MonitorReport
-    from aipc_env.workers.quantize import QuantizeResult
-    from aipc_env.workers.train.cache import CacheIndex
-    from aipc_env.workers.train.checkpoint import CheckpointState
     from aipc_env.train.config import TrainConfig
-    from aipc_env.workers.train.fit import FitSummary
     from aipc_env.train.memory_model import MemoryCoefficients
     from aipc_env.train.recommend import RecommendReport
     from aipc_env.train.report import TrainRunReport
+    from aipc_env.train.results import CacheIndex, CompareManifest, FitSummary, MonitorReport, QuantizeResult
+    from aipc_env.train.resume import CheckpointState
     from aipc_env.trainenv.build import EnvBuildReport
     from aipc_env.trainenv.drift import EnvCheckReport, Manifest
     from aipc_env.trainenv.record import EnvRecord, UsedEnvRecord, VerifyState

@@ -120,7 +120,7 @@ def _heldout_verdict(cfg: TrainConfig) -> LearningVerdict | None:
     """The fit's held-out verdict (fit_summary.json), or None where the run has none."""
     from aipc_env.core.formats import load_versioned
     from aipc_env.errors import AipcError
-    from aipc_env.workers.train.fit import FitSummary
+    from aipc_env.train.results import FitSummary
 
     path = RunFolder(Path(cfg.output_dir)).fit_summary
     if not path.is_file():

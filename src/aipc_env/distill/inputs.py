@@ -83,7 +83,7 @@ def all_current_inputs(cfg: DistillConfig) -> dict[str, dict[str, str]] | None:
     """Every stage's inputs as they are now (the model, its grid and the LoRA read once), or None when the model
     folder is not there (nothing can be current)."""
     from aipc_env.distill.grid import resolve_grid
-    from aipc_env.workers.distill.models import model_key, model_path
+    from aipc_env.distill.model_paths import model_key, model_path
     from aipc_env.distill.verdict import STAGES
 
     path = model_path(cfg)

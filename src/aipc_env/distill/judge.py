@@ -134,7 +134,7 @@ def artifacts_read_back(out: Path, runs: int, lora_sha256: str) -> str:
 
 def lora_changes_output(moved: float) -> str:
     """moved: the largest |student - naive| over G3's 4-step latents."""
-    from aipc_env.workers.distill.lessons import StudentNotBetter
+    from aipc_env.distill.lesson_errors import StudentNotBetter
 
     if moved == 0.0:
         raise StudentNotBetter(
@@ -152,7 +152,7 @@ def outputs_finite(finite: bool) -> str:
 
 def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate: float) -> str:
     """Quality mode's verdict from judge()'s `beats`."""
-    from aipc_env.workers.distill.lessons import StudentNotBetter
+    from aipc_env.distill.lesson_errors import StudentNotBetter
 
     if not beats:
         raise StudentNotBetter(
@@ -166,7 +166,7 @@ def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate
 def not_worse_than_reference(student: float, reference: float, *, margin: float, metric: str) -> str:
     """Quality mode with eval.reference_lora: the student's mean distance to the teacher (lower is better) may
     exceed the reference LoRA's by at most `margin`. Equal to reference + margin passes."""
-    from aipc_env.workers.distill.lessons import StudentWorseThanReference
+    from aipc_env.distill.lesson_errors import StudentWorseThanReference
 
     detail = f"student {metric} {student:.4g} vs reference {reference:.4g} (margin {margin:g})"
     if not student <= reference + margin:

@@ -134,7 +134,7 @@ def status_line(verdicts: dict[str, Verdict]) -> str:
 def _grid(cfg: DistillConfig) -> Grid | None:
     """The run's grid as it resolves now, or None before the model is there."""
     from aipc_env.distill.grid import resolve_grid
-    from aipc_env.workers.distill.models import model_path
+    from aipc_env.distill.model_paths import model_path
     from aipc_env.errors import InputError
 
     try:

@@ -12,7 +12,7 @@ from aipc_env.core.fileio import read_yaml
 from aipc_env.core.formats import InputModel, Seed, VersionedInput, validate_versioned
 from aipc_env.dataset.split import HELDOUT_MAX, HELDOUT_MIN, HELDOUT_RULE, HeldOutRule
 from aipc_env.errors import InputError
-from aipc_env.workers.train.conditioning import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
+from aipc_env.train.areas import MIN_CONTROL_PIXELS, PIPELINE_CONTROL_PIXELS
 
 __all__ = [
     "BUILTIN_SYNTHETIC",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from aipc_env.core.fileio import check_writable
 from aipc_env.errors import InputError
-from aipc_env.workers.train.checkpoint import check_resume
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig, load_config
+from aipc_env.train.resume import check_resume
 
 __all__ = ["check_run_inputs", "load_run_config"]
 
@@ -73,7 +73,7 @@ def check_run_inputs(cfg: TrainConfig, path: Path, *, datasets: bool = True, mod
                 fix="point qflux.clone at a clone of tsiendragon/qwen-image-finetune",
             )
     if cfg.model and cfg.model.path == BUILTIN_TINY:  # its cache checked now, not after the 10-minute build
-        from aipc_env.workers.train.tinyedit import base_cache_root, check_base_cache
+        from aipc_env.train.tinybase import base_cache_root, check_base_cache
 
         check_base_cache(base_cache_root())
     if cfg.data and cfg.model:

@@ -13,7 +13,7 @@ from aipc_env.dataset.split import HELDOUT_MIN
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.facts.memory import GIB, GPU_MARGIN, GPU_SHARE_DEFAULT, GPU_SHARE_RAISED, gpu_budget_bytes, ram_tier_gb
 from aipc_env.facts.model import Facts
-from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
+from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.memory_model import MemoryEstimate, estimate
 
 __all__ = [

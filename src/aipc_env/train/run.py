@@ -75,7 +75,15 @@ def training_request(cfg: TrainConfig, config_path: Path, *, build_tiny: bool = 
             [
                 Phase(
                     name="monitor",
-                    argv=[chosen.python, "-m", "aipc_env.workers.monitor", "--out", str(run_dir / "memory.csv"), "--interval", "1"],
+                    argv=[
+                        chosen.python,
+                        "-m",
+                        "aipc_env.workers.monitor",
+                        "--out",
+                        str(run_dir / "memory.csv"),
+                        "--interval",
+                        "1",
+                    ],
                 )
             ]
             if cfg.monitor

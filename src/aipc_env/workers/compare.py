@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
-from aipc_env.core.formats import StrictModel, VersionedModel, dump_json
+from aipc_env.core.formats import dump_json
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, InputError
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
+from aipc_env.train.results import CompareManifest, CompareSample
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -27,39 +28,7 @@ if TYPE_CHECKING:
 GridRow = list[tuple[str, "PILImage | None"]]
 """One row of the grid: (label, image) cells; a None image leaves its cell empty."""
 
-__all__ = ["CompareManifest", "CompareRequest", "CompareSample", "run_compare"]
-
-
-class CompareSample(StrictModel):
-    id: str
-    prompt: str | None
-    seed: int
-    size: list[int]
-    files: dict[str, str]
-    """base, lora and (when the sample has one) target image file names."""
-    seconds: dict[str, float]
-    base_vs_lora: float
-    """Mean absolute pixel difference (0-255) between the base and LoRA images."""
-    distance_to_target: dict[str, float] | None = None
-
-
-class CompareManifest(VersionedModel):
-    """<out>/manifest.json of `aipc-env compare`."""
-
-    FORMAT: ClassVar[str] = "compare manifest"
-    LEGACY_KEYS: ClassVar[dict[str, str]] = {"manifest_version": "schema_version"}
-    schema_version: Literal[1] = 1
-    model: str
-    lora: str
-    lora_rank: int
-    lora_alpha: float
-    num_inference_steps: int
-    seed: int
-    device: str
-    samples: list[CompareSample]
-    lora_changed_nothing: bool
-    verdict: LearningVerdict | None = None
-    """Base vs LoRA distance to the targets, judged against the margin (None: no sample has a target)."""
+__all__ = ["CompareRequest", "run_compare"]
 
 
 @dataclass

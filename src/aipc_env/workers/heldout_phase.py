@@ -92,8 +92,8 @@ def judge_request(cfg: TrainConfig, lora: Path, out: Path) -> CompareRequest:
 
 
 def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
+    from aipc_env.train.results import FitSummary
     from aipc_env.workers.compare import run_compare
-    from aipc_env.workers.train.fit import FitSummary
 
     assert cfg.data and cfg.model and (cfg.data.heldout or cfg.data.heldout_count)
     out = Path(cfg.output_dir)
@@ -122,8 +122,8 @@ def run_judge(cfg: TrainConfig, log: Callable[[str], object] = print) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from aipc_env.launch.hops import JudgeHeldOut, run_worker
-    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
     from aipc_env.train.inputs import load_run_config
+    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
 
     args = JudgeHeldOut.parse(argv)
     print("judge: starting (importing torch and diffusers)", flush=True)

@@ -15,14 +15,12 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import ClassVar, Literal
 
-from aipc_env.core.formats import VersionedModel
 from aipc_env.core.procs import pid_alive
 from aipc_env.errors import ExitCode
 from aipc_env.facts.memory import system_memory
 
-__all__ = ["FIELDS", "DeviceMemory", "MonitorReport", "add_arguments", "main", "run_monitor"]
+__all__ = ["FIELDS", "DeviceMemory", "add_arguments", "main", "run_monitor"]
 
 FIELDS = ["time", "elapsed_s", "system_used_gb", "system_available_gb", "device_used_gb", "device_total_gb"]
 
@@ -81,16 +79,6 @@ def _plot(csv_path: Path, png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
-
-
-class MonitorReport(VersionedModel):
-    """`aipc-env monitor --json`: what was sampled."""
-
-    FORMAT: ClassVar[str] = "monitor report"
-    schema_version: Literal[1] = 1
-    samples: int
-    csv: str
-    plot: str | None
 
 
 class _Stop:

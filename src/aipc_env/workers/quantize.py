@@ -13,37 +13,22 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import atomic_dir
-from aipc_env.core.formats import VersionedModel
 from aipc_env.errors import InputError
+from aipc_env.train.results import QuantizeResult
 from aipc_env.workers.train.devices import device_memory_mb, peak_rss_mb
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "QuantizeResult",
     "quantize_text_encoder",
     "quantize_transformer",
 ]
 
 MARKER = "aipc_nf4.json"
-
-
-class QuantizeResult(VersionedModel):
-    """`aipc-env quantize --json`."""
-
-    FORMAT: ClassVar[str] = "quantize result"
-    schema_version: Literal[1] = 1
-    part: Literal["transformer", "text-encoder"]
-    dst: str
-    seconds: float
-    size_bytes: int
-    peak_rss_mb: float | None
-    peak_device_mb: float | None
-    method: str
 
 
 def _folder_size(path: Path) -> int:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
-from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 from aipc_env.train.progress import Heartbeat  # noqa: E402
+from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 
 IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack", every=5.0).start()
 """A line every 5 s while torch, bitsandbytes, diffusers and peft import (seconds on a busy machine)."""
@@ -31,8 +31,8 @@ import torch  # noqa: E402
 
 from aipc_env.errors import ExitCode  # noqa: E402
 from aipc_env.launch.hops import VerifySteps, run_worker  # noqa: E402
-from aipc_env.workers.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 from aipc_env.verify import tolerances as tol  # noqa: E402
+from aipc_env.workers.train.devices import device_memory_mb, peak_rss_mb, pick_device  # noqa: E402
 
 if TYPE_CHECKING:
     from aipc_env.workers.train.tiny import TinyBatch

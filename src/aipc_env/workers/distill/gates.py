@@ -17,20 +17,19 @@ import torch
 
 from aipc_env.core.formats import write_model
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
-from aipc_env.workers.distill import sampler
 from aipc_env.distill.config import DistillConfig
+from aipc_env.distill.lesson_errors import LessonError, ParityBroken
+from aipc_env.distill.prompts import load_prompts
+from aipc_env.distill.verdict import Check, G3Entry, G3Manifest
+from aipc_env.errors import AipcError, InputError
+from aipc_env.workers.distill import sampler
 from aipc_env.workers.distill.lessons import (
-    LessonError,
-    ParityBroken,
     check_deterministic_sampler,
     check_lora_metadata,
     check_parity,
     check_sigmas_verbatim,
     check_step_count,
 )
-from aipc_env.distill.prompts import load_prompts
-from aipc_env.distill.verdict import Check, G3Entry, G3Manifest
-from aipc_env.errors import AipcError, InputError
 
 if TYPE_CHECKING:
     import PIL.Image
@@ -100,10 +99,12 @@ def gate_g0(
 ) -> tuple[list[Check], dict[str, Any]]:
     """Plumbing: the pipeline loads; teacher@8 and naive@4 give finite RGB; the trajectory format round-trips; one
     LoRA train step runs; save then reload keeps alpha with bit-exact output."""
+    from aipc_env.distill.model_paths import model_key
+    from aipc_env.distill.trajectory_formats import TrajectoryMeta
     from aipc_env.workers.distill.lessons import check_lora_before_prepare
-    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, model_key, resolve_run
+    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, load_transformer, model_dir, resolve_run
     from aipc_env.workers.distill.student import Trajectory, add_lora, make_batch, prepare_student, publish, step_loss
-    from aipc_env.workers.distill.trajectories import TrajectoryMeta, read_trajectory, write_trajectory
+    from aipc_env.workers.distill.trajectories import read_trajectory, write_trajectory
 
     checks = CheckList()
     metrics: dict[str, Any] = {}

@@ -1,33 +1,31 @@
 """The root causes the image21-turbo-trajectories distillation project recorded, as named checks. Each raises a
-`LessonError` subclass whose `name` goes into the gate verdicts, and whose message says what went wrong and how to
-fix it. Pure checks over tensors, modules and files; torch is imported only inside the functions that need it."""
+`LessonError` subclass (distill/lesson_errors.py) whose `name` goes into the gate verdicts, and whose message
+says what went wrong and how to fix it. Pure checks over tensors, modules and files; torch is imported only
+inside the functions that need it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aipc_env.errors import AipcError, ExitCode
+from aipc_env.distill.lesson_errors import (
+    EmbeddingsAttachedToGraph,
+    GridNotHonoured,
+    LoraAfterPrepare,
+    LoraAlphaLost,
+    LoraMetadataMissing,
+    ObjectiveRose,
+    ParityBroken,
+    RgbaNotSliced,
+    SigmasNotVerbatim,
+    StochasticSampler,
+    VelocityDiverged,
+)
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "EmbeddingsAttachedToGraph",
-    "GridNotHonoured",
-    "LessonError",
-    "LoraAfterPrepare",
-    "LoraAlphaLost",
-    "LoraMetadataMissing",
-    "ObjectiveRose",
-    "ParityBroken",
-    "RgbaNotSliced",
-    "SigmasNotVerbatim",
-    "StochasticSampler",
-    "StudentNotBetter",
-    "StudentWorseThanReference",
-    "TrainingDiverged",
-    "VelocityDiverged",
     "check_deterministic_sampler",
     "check_embeddings_detached",
     "check_lora_before_prepare",
@@ -39,75 +37,6 @@ __all__ = [
     "check_training_outcome",
     "mark_prepared",
 ]
-
-
-class LessonError(AipcError):
-    """A violated distillation lesson. `name` is the stable identifier written into verdicts."""
-
-    name = "lesson"
-    seed_item: int | None = None
-    exit_code = ExitCode.PROBLEMS
-    metrics: dict[str, Any]
-    """The stage's metrics so far, set where a stage stops on this error (unset otherwise)."""
-
-    def __init__(self, message: str, *, fix: str | None = None, path: str | Path | None = None) -> None:
-        super().__init__(f"[{self.name}] {message}", fix=fix, path=path)
-
-
-class EmbeddingsAttachedToGraph(LessonError):
-    name, seed_item = "embeddings-attached-to-graph", 1
-
-
-class RgbaNotSliced(LessonError):
-    name, seed_item = "rgba-not-sliced", 2
-
-
-class LoraAfterPrepare(LessonError):
-    name, seed_item = "lora-added-after-prepare", 5
-
-
-class LoraMetadataMissing(LessonError):
-    name, seed_item = "lora-metadata-missing", 6
-
-
-class LoraAlphaLost(LessonError):
-    name, seed_item = "lora-alpha-lost", 6
-
-
-class SigmasNotVerbatim(LessonError):
-    name, seed_item = "sigmas-not-verbatim", 7
-
-
-class GridNotHonoured(LessonError):
-    name, seed_item = "grid-not-honoured", 7
-
-
-class ObjectiveRose(LessonError):
-    name = "objective-rose"
-
-
-class VelocityDiverged(LessonError):
-    name = "velocity-diverged"
-
-
-class StochasticSampler(LessonError):
-    name = "stochastic-sampler"
-
-
-class ParityBroken(LessonError):
-    name = "sampler-parity-broken"
-
-
-class TrainingDiverged(LessonError):
-    name = "training-diverged"
-
-
-class StudentNotBetter(LessonError):
-    name = "student-not-better-than-naive"
-
-
-class StudentWorseThanReference(LessonError):
-    name = "student-worse-than-reference"
 
 
 def check_embeddings_detached(*tensors: torch.Tensor | None, where: str = "prompt embeddings") -> None:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import read_json
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
-from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, read_mark, tiny_kind
+from aipc_env.distill.identity import is_tiny_random, is_tiny_trained, read_mark, tiny_kind
+from aipc_env.distill.model_paths import model_key, model_path
 from aipc_env.errors import InputError
 
 if TYPE_CHECKING:
@@ -25,29 +26,10 @@ __all__ = [
     "load_pipeline",
     "load_transformer",
     "model_dir",
-    "model_key",
-    "model_path",
     "offload_text_encoder",
     "resolve_run",
     "tiny_kind",
-    "trained_tiny_path",
 ]
-
-
-def trained_tiny_path() -> Path:
-    """Where the trained tiny teacher is cached: once per user and version (training it takes about a minute)."""
-    from aipc_env.distill.shapes import TRAINED21_VERSION
-    from aipc_env.paths import cache_dir
-
-    return cache_dir() / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}"
-
-
-def model_path(cfg: DistillConfig) -> Path:
-    """Where the model folder is (the built-in tiny random one lives in the run folder, the trained one in the
-    per-user cache); builds nothing."""
-    if cfg.model == BUILTIN_TINY21:
-        return cfg.out / "tiny-qwen-image-2.1"
-    return trained_tiny_path() if cfg.model == BUILTIN_TINY21_TRAINED else Path(cfg.model)
 
 
 def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Path:
@@ -88,13 +70,6 @@ def resolve_run(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> 
     path = model_dir(cfg, log=log)
     grid = resolve_grid(cfg.teacher_sigmas, cfg.student_stride, path)
     return cfg.model_copy(update={"teacher_sigmas": grid.teacher}), grid, model_key(path)
-
-
-def model_key(path: Path) -> str:
-    """The model's identity for trajectory keys: its configs (the scheduler's included), not its location."""
-    from aipc_env.workers.train.checkpoint import model_identity
-
-    return model_identity(str(path), extra=("scheduler/scheduler_config.json", TINY_MARK))
 
 
 def device_and_dtype(cfg: DistillConfig) -> tuple[torch.device, torch.dtype]:

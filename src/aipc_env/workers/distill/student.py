@@ -28,17 +28,11 @@ import torch
 
 from aipc_env.core.fileio import loads_json
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
-from aipc_env.workers.distill import sampler
 from aipc_env.distill.config import DistillConfig
-from aipc_env.workers.distill.lessons import (
-    ObjectiveRose,
-    TrainingDiverged,
-    VelocityDiverged,
-    check_lora_before_prepare,
-    check_training_outcome,
-    mark_prepared,
-)
+from aipc_env.distill.lesson_errors import ObjectiveRose, TrainingDiverged, VelocityDiverged
 from aipc_env.errors import InputError
+from aipc_env.workers.distill import sampler
+from aipc_env.workers.distill.lessons import check_lora_before_prepare, check_training_outcome, mark_prepared
 
 __all__ = [
     "PairBatch",
@@ -308,15 +302,11 @@ def run_student(
     from accelerate.utils import set_seed
     from diffusers.optimization import get_scheduler
 
+    from aipc_env.distill.model_paths import model_key
+    from aipc_env.train.resume import CheckpointState, checkpoint_dirs, find_resume
     from aipc_env.workers.distill.lessons import check_lora_metadata
-    from aipc_env.workers.distill.models import device_and_dtype, load_transformer, model_dir, model_key, resolve_run
-    from aipc_env.workers.train.checkpoint import (
-        CheckpointState,
-        checkpoint_dirs,
-        find_resume,
-        restore_checkpoint,
-        save_checkpoint,
-    )
+    from aipc_env.workers.distill.models import device_and_dtype, load_transformer, model_dir, resolve_run
+    from aipc_env.workers.train.checkpoint import restore_checkpoint, save_checkpoint
 
     s = cfg.student
     cfg = resolve_run(cfg, log=log)[0]

@@ -17,20 +17,18 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import atomic_write_bytes
-from aipc_env.core.formats import StrictModel, VersionedModel, write_model
+from aipc_env.core.formats import write_model
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.prompts import PromptRecord, load_prompts
+from aipc_env.distill.trajectory_formats import INDEX, META_KEY, IndexEntry, TrajectoryIndex, TrajectoryMeta
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "INDEX",
-    "TrajectoryIndex",
-    "TrajectoryMeta",
     "load_index",
     "noise_seed",
     "read_trajectory",
@@ -38,43 +36,6 @@ __all__ = [
     "trajectory_key",
     "write_trajectory",
 ]
-
-INDEX = "index.json"
-META_KEY = "aipc_trajectory"
-
-
-class TrajectoryMeta(VersionedModel):
-    FORMAT: ClassVar[str] = "trajectory"
-    FIX: ClassVar[str] = "run `aipc-env distill trajectories` again; it redoes unreadable files"
-    schema_version: Literal[1] = 1
-    key: str
-    prompt: str
-    seed: int
-    model_key: str
-    height: int
-    width: int
-    use_kv_cache: bool
-    dtype: str
-    passed_sigmas: list[float]
-
-
-class IndexEntry(StrictModel):
-    key: str
-    prompt: str
-    seed: int
-
-
-class TrajectoryIndex(VersionedModel):
-    """<output_dir>/trajectories/index.json: the trajectories of the config's training prompts, in order."""
-
-    FORMAT: ClassVar[str] = "trajectory index"
-    FIX: ClassVar[str] = "run `aipc-env distill trajectories` first"
-    schema_version: Literal[1] = 1
-    model_key: str
-    teacher_sigmas: list[float]
-    height: int
-    width: int
-    entries: list[IndexEntry]
 
 
 def noise_seed(cfg: DistillConfig, record: PromptRecord) -> int:
@@ -148,8 +109,9 @@ def run_trajectories(
     """Compute the missing trajectories; returns metrics for the verdict."""
     import torch
 
+    from aipc_env.distill.model_paths import model_key
     from aipc_env.workers.distill import sampler
-    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, model_dir, model_key, offload_text_encoder, resolve_run
+    from aipc_env.workers.distill.models import device_and_dtype, load_pipeline, model_dir, offload_text_encoder, resolve_run
 
     cfg = resolve_run(cfg, log=log)[0]
     device, dtype = device_and_dtype(cfg)

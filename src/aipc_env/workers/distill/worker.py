@@ -40,7 +40,7 @@ def run_stage(
     from aipc_env.core.formats import timestamp
     from aipc_env.core.runfolder import RunFolder
     from aipc_env.distill.inputs import file_sha256, stage_inputs
-    from aipc_env.workers.distill.lessons import LessonError
+    from aipc_env.distill.lesson_errors import LessonError
     from aipc_env.distill.verdict import STAGES, Check, ErrorInfo, Verdict, is_stage
 
     if not is_stage(stage):
@@ -49,8 +49,8 @@ def run_stage(
     checks: list[Check] = []
     metrics: dict[str, Any] = {}
     mode, error, device, dtype, dev, peak = None, None, None, None, None, None
-    from aipc_env.workers.distill.models import resolve_run
     from aipc_env.distill.verdict import STAGE_TITLES
+    from aipc_env.workers.distill.models import resolve_run
 
     log(f"distill: {STAGE_TITLES[stage]} ...")
     cfg, grid, model_key = resolve_run(cfg, log=log)

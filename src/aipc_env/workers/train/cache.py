@@ -21,16 +21,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, NotRequired, TypedDict, cast
-
-from pydantic import StringConstraints
+from typing import TYPE_CHECKING, Any, Final, NotRequired, TypedDict, cast
 
 from aipc_env.core.fileio import atomic_write_bytes, read_json
-from aipc_env.core.formats import VersionedModel, load_versioned, write_model
-from aipc_env.workers.train.checkpoint import model_identity
-from aipc_env.workers.train.conditioning import Variant, control_cost_warning
+from aipc_env.core.formats import load_versioned, write_model
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
 from aipc_env.train.progress import PhaseProgress
+from aipc_env.train.results import CacheIndex
+from aipc_env.train.resume import model_identity
+from aipc_env.workers.train.conditioning import Variant, control_cost_warning
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_SCHEMA_VERSION",
-    "CacheIndex",
     "bucket_lines",
     "bucket_name",
     "entry_key",
@@ -75,22 +73,6 @@ class CacheEntry(TypedDict):
     id: str
     kind: NotRequired[str]
     schema_version: NotRequired[int]
-
-
-class CacheIndex(VersionedModel):
-    """<cache_dir>/index.json: the entries of one run's samples, in order."""
-
-    FORMAT: ClassVar[str] = "cache index"
-    FIX: ClassVar[str] = "run the cache phase again; it redoes only what is missing"
-    schema_version: Literal[1] = 1
-    keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]]
-    """Entry file names (hashes): never a path out of the cache folder."""
-    shapes: list[list[tuple[int, int, int]]] | None = None
-    """Each entry's img_shapes (target, then each control), in `keys`' order: the fit's buckets."""
-    buckets: dict[str, int] = {}
-    """Samples per bucket (bucket_name of the shapes)."""
-    control_pixels: int | None = None
-    """The control area the entries were conditioned at."""
 
 
 def bucket_name(shapes: list[tuple[int, int, int]]) -> str:

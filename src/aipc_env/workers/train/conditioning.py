@@ -16,7 +16,7 @@ bit-identical.
 `data.control_pixels` below the pipeline's area is a memory choice: `pipeline_control_pixels` makes a loaded
 pipeline condition at that area too, so a LoRA is judged the way it was trained.
 
-The constants and size functions are pure; the encoders import torch/diffusers lazily (training side only).
+The areas are train/areas.py; the size functions are pure; the encoders import torch/diffusers lazily (training side only).
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS, PIPELINE_VL_PIXELS
+
 if TYPE_CHECKING:
     import torch
     from PIL import Image
 
 __all__ = [
-    "MIN_CONTROL_PIXELS",
-    "PIPELINE_CONTROL_PIXELS",
-    "PIPELINE_VL_PIXELS",
     "Conditioning",
     "Variant",
     "bucket_size",
@@ -51,13 +50,6 @@ __all__ = [
 
 Variant = Literal["edit", "edit-plus"]
 
-PIPELINE_CONTROL_PIXELS: Final = 1024 * 1024
-"""The VAE control area of both Edit pipelines (the Edit module's literal `1024 * 1024`, the Plus module's
-`VAE_IMAGE_SIZE`; tests/test_conditioning_parity.py reads both from diffusers)."""
-PIPELINE_VL_PIXELS: Final = 384 * 384
-"""The Plus pipeline's `CONDITION_IMAGE_SIZE`: the area of each control the text encoder sees."""
-MIN_CONTROL_PIXELS: Final = 64 * 64
-"""The least control area `data.control_pixels` accepts (one 2x2-packed 32-pixel grid cell per side ~ 2x2 tokens)."""
 
 _VARIANTS: Final[dict[str, Variant]] = {"QwenImageEditPipeline": "edit", "QwenImageEditPlusPipeline": "edit-plus"}
 

@@ -2,8 +2,8 @@
 `python -m aipc_env.workers.train.engine --phase cache|fit --config CONFIG` (fit under `accelerate launch`); its arguments
 are launch.hops.EnginePhase, the run's caller builds them from the same spec.
 
-cache: text encoder + VAE only (workers/train/cache.py); fit: NF4 transformer + LoRA only (workers/train/fit.py). With data.heldout
-a third phase judges the LoRA on held-out samples (workers/heldout_phase.py).
+cache: text encoder + VAE only (workers/train/cache.py); fit: NF4 transformer + LoRA only (workers/train/fit.py). With
+data.heldout a third phase judges the LoRA on held-out samples (workers/heldout_phase.py).
 `model.path: builtin:tiny` with `data.datasets: [builtin:synthetic]` is the no-download default.
 """
 
@@ -67,8 +67,8 @@ def check_reload(cfg: TrainConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = EnginePhase.parse(argv)
     _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
-    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
     from aipc_env.train.progress import Heartbeat
+    from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
 
     beat = Heartbeat(_log, f"{args.phase}: still importing the training stack").start()
 

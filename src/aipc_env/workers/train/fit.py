@@ -11,27 +11,22 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import loads_json, respect_umask
-from aipc_env.core.formats import VersionedModel, write_model
+from aipc_env.core.formats import write_model
 from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.errors import AipcError, ExitCode
-from aipc_env.workers.train.checkpoint import (
-    CheckpointState,
-    model_identity,
-    restore_checkpoint,
-    resume_dir,
-    save_checkpoint,
-    training_fingerprint,
-)
-from aipc_env.workers.train.conditioning import PIPELINE_CONTROL_PIXELS
+from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
+from aipc_env.train.learning import verdict_lines, verdict_passes
+from aipc_env.train.progress import PhaseProgress
+from aipc_env.train.results import FitSummary
+from aipc_env.train.resume import CheckpointState, model_identity, resume_dir, training_fingerprint
+from aipc_env.workers.train.checkpoint import restore_checkpoint, save_checkpoint
 from aipc_env.workers.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
-from aipc_env.train.learning import LearningVerdict, verdict_lines, verdict_passes
 from aipc_env.workers.train.lora_file import save_run_lora
 from aipc_env.workers.train.objective import flow_matching_loss
-from aipc_env.train.progress import PhaseProgress
 
 if TYPE_CHECKING:
     import torch
@@ -39,26 +34,12 @@ if TYPE_CHECKING:
 
     from aipc_env.workers.train.cache import CacheEntry
 
-__all__ = ["FitSummary", "bucket_groups", "bucket_positions", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
-
-
-class FitSummary(VersionedModel):
-    """<output_dir>/fit_summary.json."""
-
-    FORMAT: ClassVar[str] = "fit summary"
-    schema_version: Literal[1] = 1
-    steps: int
-    models_in_memory: list[str]
-    lora: str
-    final_smoothed_loss: float | None
-    resumed_from: str | None
-    heldout: LearningVerdict | None = None
-    """Whether the LoRA learned the edit, on held-out samples (the built-in default; None where none were judged)."""
+__all__ = ["bucket_groups", "bucket_positions", "collate", "load_transformer", "run_fit", "tiny_base_cache"]
 
 
 def tiny_base_cache() -> Path:
     """Where the built-in model is trained once and kept (the per-user cache)."""
-    from aipc_env.workers.train.tinyedit import base_cache_root
+    from aipc_env.train.tinybase import base_cache_root
 
     return base_cache_root()
 

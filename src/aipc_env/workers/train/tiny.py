@@ -3,7 +3,8 @@
 Used by `verify` (gate G0: the NF4 QLoRA plumbing on this device) and by the built-in default of `train`.
 Shapes follow the Qwen-Image-Edit pipelines: VAE latents (z_dim 16, 8x spatial) packed 2x2 into 64-channel
 tokens; the control image's tokens are appended to the noisy target's along the sequence; `img_shapes`
-lists both; the transformer predicts the flow-matching velocity (noise - x0) for the target tokens (aipc_env.workers.train.objective).
+lists both; the transformer predicts the flow-matching velocity (noise - x0) for the target tokens
+(aipc_env.workers.train.objective).
 Imports torch: never import this module on the doctor's path.
 """
 

@@ -29,17 +29,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aipc_env.errors import InputError
+from aipc_env.train.tinybase import BASE_RECIPE, check_base_cache
 
 __all__ = [
-    "BASE_RECIPE",
     "EDIT_VERSION",
     "EDIT_WORDS",
     "HELDOUT_SEED",
     "TRAIN_SEED",
     "EditSample",
-    "base_cache_root",
-    "check_base_cache",
     "edit_inputs",
     "edit_sample",
     "folder_digests",
@@ -48,21 +45,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BaseRecipe:
-    """Everything that shapes the trained base; a change of any value builds a new one (its folder name has the
-    hash)."""
-
-    version: int = 1
-    init_seed: int = 0
-    steps: int = 800
-    batch: int = 16
-    pool: int = 512
-    lr: float = 1e-3
-    latent_hw: int = 8
-
-
-BASE_RECIPE = BaseRecipe()
 EDIT_WORDS = "paint the image in the control's average colour"
 TRAIN_SEED = 1000
 """Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
@@ -135,10 +117,6 @@ def scheduler_for_tiny() -> Any:
     return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
 
-def _recipe_key() -> str:
-    return hashlib.sha256(json.dumps(asdict(BASE_RECIPE), sort_keys=True).encode()).hexdigest()[:12]
-
-
 def _train_base(log: Callable[[str], object]) -> Any:
     """Full-weight flow-matching training of the tiny transformer on the prior (fp32, CPU, deterministic)."""
     import torch
@@ -170,13 +148,6 @@ def _digest(path: Path) -> str:
 _RECORD = "aipc_tiny_base.json"
 
 
-def base_cache_root() -> Path:
-    """Where the built-in model is trained once and kept (the per-user cache)."""
-    from aipc_env.paths import cache_dir
-
-    return cache_dir() / "builtin"
-
-
 def folder_digests(folder: Path) -> dict[str, str] | None:
     """{name: sha256} of every file of a cached base but its record (weights and config.json: what from_pretrained
     reads), or None where anything in it is not a regular file (a link, a folder): the whole folder is hashed."""
@@ -188,22 +159,6 @@ def folder_digests(folder: Path) -> dict[str, str] | None:
             return None
         digests[path.name] = _digest(path)
     return digests
-
-
-def check_base_cache(cache_root: Path) -> Path:
-    """The tiny base's folder under cache_root, refused before any build when it cannot be one (the cache root, or
-    the folder itself, a file; a read-only place): found in a second, not after the 10-minute build."""
-    from aipc_env.core.fileio import check_writable
-
-    folder = Path(cache_root) / f"tiny-edit-base-{_recipe_key()}"
-    check_writable(cache_root, "the built-in model's cache", folder=True)
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise InputError(
-            "the built-in model's cache is a file or a link where its folder goes",
-            path=folder,
-            fix="move it away (aipc-env builds the folder again)",
-        )
-    return folder
 
 
 def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) -> Any:
