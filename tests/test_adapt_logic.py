@@ -458,21 +458,27 @@ def test_the_accelerate_config_by_accelerates_own_enums(tmp_path, text, expected
     path = tmp_path / ACCEL
     if text is not None:
         path.write_text(text, encoding="utf-8")
-    found = check_accelerate_config(path)
+    from aipc_env.workers.accelerate_choices import accelerate_choices  # accelerate's enums, read as the worker does
+
+    found = check_accelerate_config(path, accelerate_choices())
     assert [(f.level, f.rule, f.line) for f in found] == expected
     assert all(f.file == ACCEL for f in found)
 
 
 def test_without_accelerate_only_the_yaml_types_are_checked(tmp_path, monkeypatch):
-    """aipc-env without the train extra: no enum to check against, the unquoted NO is still caught."""
+    """A training env without accelerate: no enum to check against, the unquoted NO is still caught."""
     import sys
 
+    from aipc_env.workers.accelerate_choices import accelerate_choices
+
     monkeypatch.setitem(sys.modules, "accelerate.utils", None)  # import accelerate.utils -> ImportError
+    none = accelerate_choices()
+    assert none.version is None
     path = tmp_path / ACCEL
     path.write_text("mixed_precision: fp7\ndynamo_backend: warp\n", encoding="utf-8")
-    assert check_accelerate_config(path) == []
+    assert check_accelerate_config(path, none) == [] and check_accelerate_config(path) == []
     path.write_text("distributed_type: NO\n", encoding="utf-8")
-    assert [(f.rule, f.line) for f in check_accelerate_config(path)] == [
+    assert [(f.rule, f.line) for f in check_accelerate_config(path, none)] == [
         ("accelerate-config", 1),
         ("accelerate-multi-process", 0),
     ]
@@ -499,7 +505,9 @@ def test_accelerate_config_findings_whole(tmp_path):
     # libyaml's parser (PyYAML's C extension, which the one reader uses) words it so
     assert message.startswith("not valid YAML at line 2, column 1: did not find expected node content")
     path.write_text("distributed_type: NO\nnum_processes: 2\nmixed_precision: fp7\n", encoding="utf-8")
-    assert _whole(check_accelerate_config(path)) == [
+    from aipc_env.workers.accelerate_choices import accelerate_choices
+
+    assert _whole(check_accelerate_config(path, accelerate_choices())) == [
         (
             "ERROR",
             "accelerate-config",

@@ -535,6 +535,37 @@ def test_fuzz_env_stamp(tmp_path_factory, data):
     assert stamp_matches(prefix, ".stamp", "d" * 64) is expected
 
 
+@FUZZ
+@given(
+    data=st.one_of(
+        st.binary(max_size=200),
+        st.builds(
+            lambda fields: json.dumps(fields).encode(),
+            st.fixed_dictionaries(
+                {"message": st.one_of(TEXT, st.integers())},
+                optional={
+                    "path": st.one_of(st.none(), TEXT),
+                    "key": st.one_of(st.none(), TEXT),
+                    "fix": st.one_of(st.none(), TEXT),
+                    "exit_code": st.one_of(st.integers(-(2**70), 2**70), TEXT),
+                    "extra": SCALARS,
+                },
+            ),
+        ),
+    )
+)
+def test_fuzz_worker_refusal(tmp_path_factory, data):
+    """A worker's error file (launch/worker_call.read_refusal), any bytes or fields: the worker's error, with an exit
+    code of the table, or a named error about the file."""
+    from aipc_env.launch.worker_call import read_refusal
+
+    path = tmp_path_factory.mktemp("worker") / "result.error.json"
+    path.write_bytes(data)
+    out = result_or_named_error(read_refusal, path)
+    assert isinstance(out, AipcError)
+    assert out.exit_code in {int(c) for c in ExitCode}
+
+
 # --- a conda prefix's records and a config the tiny-model run derives from ----------------------------------------
 
 

@@ -27,6 +27,7 @@ FUZZED: dict[str, str] = {
     "train/tinyrun.py": "test_fuzz_tiny_run_config",
     "train/memory_model.py": "test_fuzz_memory_coefficients_file",
     "trainenv/uvenv.py": "test_fuzz_env_stamp",
+    "launch/worker_call.py": "test_fuzz_worker_refusal",  # and the workers' results: VERSIONED
     # versioned formats: records, journals, manifests, reports, configs, data files (load_versioned / a model)
     "commands/distill.py": VERSIONED,
     "commands/train.py": VERSIONED,
@@ -47,6 +48,7 @@ FUZZED: dict[str, str] = {
     "workers/heldout_phase.py": VERSIONED,
     "workers/train/checkpoint.py": VERSIONED,
     "train/config.py": VERSIONED,
+    "train/resume.py": VERSIONED,
     "trainenv/build.py": VERSIONED,
     "trainenv/qflux_env.py": VERSIONED,
     "trainenv/record.py": VERSIONED,

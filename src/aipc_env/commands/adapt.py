@@ -64,12 +64,19 @@ def _render_findings(report: CheckReport) -> None:
 
 
 def run(args: argparse.Namespace) -> Result:
+    from aipc_env.launch.hops import AccelerateProbe
+    from aipc_env.launch.worker_call import call_worker
     from aipc_env.qflux.adapt import apply_adaptation, plan_adaptation, revert_adaptation
-    from aipc_env.qflux.checker import check_clone
+    from aipc_env.qflux.checker import AccelerateChoices, check_clone
+
+    def choices() -> AccelerateChoices:  # accelerate's enums, read in the training env
+        return call_worker(
+            AccelerateProbe, AccelerateChoices, what="accelerate choices", say=progress(args).say, env_flag=args.env
+        )
 
     clone = args.clone
     if args.check:
-        report = check_clone(clone)
+        report = check_clone(clone, choices())
         return Result(report, lambda: _render_findings(report), ExitCode.OK if not report.findings else ExitCode.PROBLEMS)
     if args.revert:
         done = revert_adaptation(clone, force=args.force, log=progress(args).say)
@@ -85,7 +92,7 @@ def run(args: argparse.Namespace) -> Result:
         return Result(FilesWritten(files=list(changes), dry_run=True, changes=changes), show)
     say = progress(args)
     written = apply_adaptation(clone, log=say.say)
-    report = check_clone(clone)
+    report = check_clone(clone, choices())
     if args.smoke:
         from aipc_env.qflux.smoke import run_smoke
 

@@ -1,4 +1,5 @@
-"""`aipc-env compare`: base model vs base + LoRA on held-out samples."""
+"""`aipc-env compare`: base model vs base + LoRA on held-out samples (generated in the training env by
+workers/compare.py; the verdict is train/learning.py's)."""
 
 from __future__ import annotations
 
@@ -62,28 +63,33 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
+    from aipc_env.launch.hops import CompareRun
+    from aipc_env.launch.worker_call import call_worker
     from aipc_env.train.config import load_config
-    from aipc_env.workers.compare import CompareRequest, run_compare
+    from aipc_env.train.results import CompareManifest
 
     cfg = load_config(args.config)
     if cfg.model is None or cfg.model.path.startswith("builtin:"):
         raise InputError("compare needs a model folder", path=args.config, key="model.path")
     if not args.lora.exists():
         raise InputError("LoRA not found", path=args.lora, fix="pass <output_dir>/lora")
-    manifest = run_compare(
-        CompareRequest(
-            model_path=Path(cfg.model.path),
-            lora=args.lora,
-            test_set=args.test_set,
-            out=args.out,
+    model = Path(cfg.model.path)
+
+    def hop(result: Path) -> CompareRun:
+        return CompareRun(
+            model=model,
+            lora=str(args.lora),
+            test_set=str(args.test_set),
+            out=str(args.out),
+            result=result,
+            margin=args.margin,
             num_inference_steps=args.num_inference_steps,
             seed=args.seed,
             device=cfg.device,
             max_samples=args.max_samples,
-            margin=args.margin,
-        ),
-        log=progress(args).say,
-    )
+        )
+
+    manifest = call_worker(hop, CompareManifest, what="compare", say=progress(args).say)
     from aipc_env.train.learning import verdict_passes
 
     failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not verdict_passes(manifest.verdict))

@@ -1,4 +1,5 @@
-"""`aipc-env quantize transformer|text-encoder --src MODEL_DIR --dst DIR`: one-time NF4 pre-quantization."""
+"""`aipc-env quantize transformer|text-encoder --src MODEL_DIR --dst DIR`: one-time NF4 pre-quantization, in the
+training env (workers/quantize.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from aipc_env.commands.options import DEVICE, JSON, Subparsers, output_folder
-from aipc_env.commands.result import Result
+from aipc_env.commands.result import Result, progress
 
 __all__ = ["add_parser", "run"]
 
@@ -27,16 +28,19 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> Result:
     from aipc_env.errors import InputError
-    from aipc_env.workers.quantize import quantize_text_encoder, quantize_transformer
-    from aipc_env.workers.train.devices import pick_device
+    from aipc_env.launch.hops import QuantizeRun
+    from aipc_env.launch.worker_call import call_worker
+    from aipc_env.train.results import QuantizeResult
 
     if not args.src.is_dir():
         raise InputError("model folder not found", path=args.src, key="--src")
     if args.dst.exists() and not args.dst.is_dir():
         raise InputError("exists and is a file; expected an output folder", path=args.dst, key="--dst")
-    device = pick_device(args.device)
-    fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
-    result = fn(args.src, args.dst, device)
+
+    def hop(out: Path) -> QuantizeRun:
+        return QuantizeRun(part=args.part, src=str(args.src), dst=str(args.dst), result=out, device=args.device)
+
+    result = call_worker(hop, QuantizeResult, what="quantize", say=progress(args).say)
     key = "model.transformer_path" if args.part == "transformer" else "model.text_encoder_path"
 
     def text() -> None:

@@ -45,6 +45,7 @@ def models() -> dict[str, type[BaseModel]]:
     from aipc_env.matrix.gpu_runtime import GpuRuntimeTable
     from aipc_env.matrix.resolve import ResolveReport, ToolkitReport
     from aipc_env.qflux.adapt import AdaptManifest
+    from aipc_env.qflux.checker import AccelerateChoices
     from aipc_env.qflux.checker import CheckReport as AdaptCheckReport
     from aipc_env.qflux.patches import EditSet
     from aipc_env.qflux.smoke import SmokeResult
@@ -107,6 +108,7 @@ def models() -> dict[str, type[BaseModel]]:
         "g3-manifest": G3Manifest,
         "adapt-manifest": AdaptManifest,
         "adapt-check-report": AdaptCheckReport,
+        "accelerate-choices": AccelerateChoices,
         "smoke-result": SmokeResult,
         "qflux-edit-set": EditSet,
         "xpu-wheel-manifest": WheelManifest,

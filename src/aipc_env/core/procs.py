@@ -7,6 +7,7 @@ runner imports it inside any training env). Only this module and `launch/runner.
 - `run_capture`: a probe with a timeout; a missing program, a timeout or a failure raises `ProbeFailed`.
 - `run_logged`: a build step whose output goes to a log; a failure raises `CommandFailed` naming the log.
 - `run_foreground`: a launcher in the foreground; stop signals are passed on; its exit code is returned.
+- `run_lines`: a worker to its end, each line of its output handed on; Ctrl-C is passed on and waited for.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -35,6 +37,7 @@ __all__ = [
     "pid_alive",
     "run_capture",
     "run_foreground",
+    "run_lines",
     "run_logged",
     "signal_group",
     "start",
@@ -233,6 +236,22 @@ def run_foreground(argv: list[str], *, cwd: str | Path, stdout: IO[str] | None =
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def run_lines(argv: list[str], *, env: dict[str, str], on_line: Callable[[str], object]) -> int:
+    """Run a worker to its end and return its exit code: each line of its stdout goes to `on_line`, its stderr
+    passes through. Ctrl-C here is passed on to its group (it stops cleanly or says it was interrupted) and waited
+    for. OSError when it cannot start."""
+    proc = start(argv, env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    lines = iter(proc.stdout.readline, b"")
+    while True:
+        try:
+            for raw in lines:
+                on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            return proc.wait()
+        except KeyboardInterrupt:
+            signal_group(proc, signal.SIGINT)
 
 
 def pid_alive(pid: int) -> bool:

@@ -2,7 +2,7 @@
 argv (`argv`) and the worker parses back (`parse`), and the one error handler every worker's main runs under
 (`run_worker`). Standard library only: workers import it inside the training env.
 
-A field `name` is the flag `--name` (underscores as dashes): a str, int or Path takes a value (None: left out), a
+A field `name` is the flag `--name` (underscores as dashes): a str, int, float or Path takes a value (None: left out), a
 bool is a switch, a tuple of str repeats the flag. A field with `metadata={"choices": ...}` is checked."""
 
 from __future__ import annotations
@@ -21,15 +21,20 @@ from aipc_env.errors import AipcError, ExitCode
 
 __all__ = [
     "EXPORT_FORMATS",
+    "AccelerateProbe",
+    "CompareRun",
     "DistillExport",
     "DistillPublish",
     "DistillStages",
     "EnginePhase",
+    "MonitorRun",
+    "QuantizeRun",
     "SmokePrepare",
     "SmokeVerify",
     "TinyModel",
     "VerifySteps",
     "WorkerArgs",
+    "error_file",
     "run_worker",
     "step_of",
 ]
@@ -83,7 +88,7 @@ class WorkerArgs:
             elif typing.get_origin(hint) is tuple:
                 parser.add_argument(flag, dest=f.name, action="append", default=[], choices=choices)
             else:
-                kind = next((t for t in (int, Path, str) if t is hint or t in typing.get_args(hint)), str)
+                kind = next((t for t in (int, float, Path, str) if t is hint or t in typing.get_args(hint)), str)
                 parser.add_argument(
                     flag, dest=f.name, type=kind, required=required, choices=choices, default=None if required else f.default
                 )
@@ -98,12 +103,25 @@ def step_of(argv: list[str] | None) -> str | None:
     return args[0] if args else None
 
 
-def run_worker(what: str, body: Callable[[], int]) -> int:
+def error_file(result: Path) -> Path:
+    """Where a worker started for a result writes its refusal instead (beside the result: `<stem>.error.json`)."""
+    return result.with_name(result.stem + ".error.json")
+
+
+def run_worker(what: str, body: Callable[[], int], *, result: Path | None = None) -> int:
     """A worker's main: its exit code; an AipcError is its message and exit code, Ctrl-C is INTERRUPTED (the runner
-    says so in one line), anything else one line for the user with the traceback in the run's log."""
+    says so in one line), anything else one line for the user with the traceback in the run's log. A worker that
+    writes a `result` writes its AipcError to `error_file(result)` instead of printing it: the command that started
+    it raises the same error (launch/worker_call.py), so the user sees it once, in text or as --json."""
     try:
         return int(body())
     except AipcError as exc:
+        if result is not None:
+            import json
+
+            fields = {"message": exc.message, "path": exc.path, "key": exc.key, "fix": exc.fix, "exit_code": int(exc.exit_code)}
+            error_file(result).write_text(json.dumps(fields), encoding="utf-8")
+            return int(exc.exit_code)
         from aipc_env.core.terminal import visible
 
         print(visible(exc.render()), file=sys.stderr)
@@ -218,3 +236,56 @@ class SmokeVerify(WorkerArgs):
     run: Path
     clone: Path
     config: Path
+
+
+@dataclass(frozen=True)
+class CompareRun(WorkerArgs):
+    """`aipc-env compare`'s worker (workers/compare.py), started by commands/compare.py; `result`: its manifest.
+    The user's paths go as given (str), so the results name them as the user did; the worker runs in the same
+    folder."""
+
+    MODULE: ClassVar[str] = "aipc_env.workers.compare"
+    model: Path
+    lora: str
+    test_set: str
+    out: str
+    result: Path
+    margin: float
+    num_inference_steps: int = 20
+    seed: int = 0
+    device: str = "auto"
+    max_samples: int | None = None
+
+
+@dataclass(frozen=True)
+class QuantizeRun(WorkerArgs):
+    """`aipc-env quantize`'s worker (workers/quantize.py), started by commands/quantize.py."""
+
+    MODULE: ClassVar[str] = "aipc_env.workers.quantize"
+    part: str = field(metadata={"choices": ("transformer", "text-encoder")})
+    src: str
+    dst: str
+    result: Path
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class MonitorRun(WorkerArgs):
+    """The memory monitor (workers/monitor.py), started by commands/monitor.py (with a result) and by
+    train/run.py beside a run's phases (without)."""
+
+    MODULE: ClassVar[str] = "aipc_env.workers.monitor"
+    out: str
+    interval: float = 1.0
+    duration: float | None = None
+    pid: int | None = None
+    device: str = field(default="auto", metadata={"choices": ("auto", "xpu", "cuda", "none")})
+    result: Path | None = None
+
+
+@dataclass(frozen=True)
+class AccelerateProbe(WorkerArgs):
+    """accelerate's enum values (workers/accelerate_choices.py), read for `aipc-env adapt`'s check."""
+
+    MODULE: ClassVar[str] = "aipc_env.workers.accelerate_choices"
+    result: Path

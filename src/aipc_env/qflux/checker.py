@@ -14,7 +14,15 @@ from typing import ClassVar, Literal
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.qflux.patches import HELPERS_MODULE, SRC
 
-__all__ = ["CheckReport", "Finding", "check_accelerate_config", "check_clone", "check_source", "check_structure"]
+__all__ = [
+    "AccelerateChoices",
+    "CheckReport",
+    "Finding",
+    "check_accelerate_config",
+    "check_clone",
+    "check_source",
+    "check_structure",
+]
 
 
 class Finding(StrictModel):
@@ -24,6 +32,19 @@ class Finding(StrictModel):
     line: int
     message: str
     fix: str
+
+
+class AccelerateChoices(VersionedModel):
+    """The values accelerate's own enums allow, read in the training env (workers/accelerate_choices.py): the
+    accelerate config is checked against them without importing accelerate here."""
+
+    FORMAT: ClassVar[str] = "accelerate choices"
+    schema_version: Literal[1] = 1
+    version: str | None
+    """accelerate's version; None where it does not import there (then only the YAML types are checked)."""
+    distributed_type: list[str]
+    mixed_precision: list[str]
+    dynamo_backend: list[str]
 
 
 class CheckReport(VersionedModel):
@@ -98,9 +119,9 @@ class _Findings(list[Finding]):
         self.append(Finding(level=level, rule=rule, file=rel, line=line, message=message, fix=fix))
 
 
-def check_clone(clone: Path) -> CheckReport:
+def check_clone(clone: Path, choices: AccelerateChoices | None = None) -> CheckReport:
     """Every rule over the clone: each source file (check_source), the files read together (check_structure), and
-    the created accelerate config (check_accelerate_config)."""
+    the created accelerate config (check_accelerate_config, against `choices` where given)."""
     from aipc_env.qflux.adapt import is_adapted, require_clone
 
     clone = Path(clone)
@@ -116,7 +137,7 @@ def check_clone(clone: Path) -> CheckReport:
         if rel != HELPERS_MODULE:
             findings += check_source(rel, text)
     findings += check_structure(texts)
-    findings += check_accelerate_config(clone / ACCELERATE_XPU)
+    findings += check_accelerate_config(clone / ACCELERATE_XPU, choices)
     return CheckReport(clone=str(clone), adapted=is_adapted(clone), findings=findings)
 
 
@@ -222,9 +243,10 @@ def check_source(rel: str, text: str) -> list[Finding]:
 ACCELERATE_XPU = "accelerate_config_xpu.yaml"
 
 
-def check_accelerate_config(path: Path) -> list[Finding]:
-    """The accelerate config adapt creates, judged by accelerate's own enums (its file loader accepts an unquoted
-    NO, which YAML reads as the boolean false, and `accelerate launch` then fails on .upper())."""
+def check_accelerate_config(path: Path, choices: AccelerateChoices | None = None) -> list[Finding]:
+    """The accelerate config adapt creates, judged by accelerate's own enums (`choices`, read in the training env;
+    None or an env without accelerate: only the YAML types). Its file loader accepts an unquoted NO, which YAML
+    reads as the boolean false, and `accelerate launch` then fails on .upper()."""
     findings = _Findings()
     add = findings.add
     if not path.is_file():
@@ -248,14 +270,13 @@ def check_accelerate_config(path: Path) -> list[Finding]:
     if not isinstance(data, dict):
         add("ERROR", "accelerate-config", ACCELERATE_XPU, 0, "not a mapping", "restore the file (" + FIX_ADAPT + ")")
         return findings
-    try:
-        from accelerate.utils import DistributedType, DynamoBackend, PrecisionType
-    except ImportError:  # aipc-env without the train extra: the YAML types are still checked
-        DistributedType = DynamoBackend = PrecisionType = None
+    known = choices is not None and choices.version is not None
     lines = {
         k: i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) for k in data if line.startswith(f"{k}:")
     }
-    rules = (("distributed_type", DistributedType), ("mixed_precision", PrecisionType), ("dynamo_backend", DynamoBackend))
+    rules: list[tuple[str, list[str] | None]] = [
+        (key, getattr(choices, key) if known else None) for key in ("distributed_type", "mixed_precision", "dynamo_backend")
+    ]
     for key, enum in rules:
         if key not in data:
             continue
@@ -269,13 +290,13 @@ def check_accelerate_config(path: Path) -> list[Finding]:
                 f"{key} is {value!r}, not a string (an unquoted NO or no is a YAML boolean): accelerate launch fails",
                 f"quote it: {key}: 'NO'",
             )
-        elif enum is not None and value.upper() not in {e.value.upper() for e in enum}:
+        elif enum is not None and value.upper() not in {e.upper() for e in enum}:
             add(
                 "ERROR",
                 "accelerate-config",
                 ACCELERATE_XPU,
                 lines.get(key, 0),
-                f"{key}: {value} is not one of accelerate's {', '.join(e.value for e in enum)}",
+                f"{key}: {value} is not one of accelerate's {', '.join(enum)}",
                 "use one of those",
             )
     if data.get("num_processes", 1) != 1 or str(data.get("distributed_type", "NO")).upper() != "NO":

@@ -7,6 +7,7 @@ the other held-out targets)."""
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.formats import dump_json
 from aipc_env.core.runfolder import LORA_WEIGHTS
-from aipc_env.errors import AipcError, InputError
+from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
 from aipc_env.train.results import CompareManifest, CompareSample
 
@@ -303,3 +304,35 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
     if verdict is None:
         log("compare: no held-out sample has a target image: no verdict on whether the LoRA learned the edit")
     return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`aipc-env compare`'s worker: the manifest goes to --result (commands/compare.py reads it back)."""
+    from aipc_env.core.formats import write_model
+    from aipc_env.launch.hops import CompareRun, run_worker
+
+    args = CompareRun.parse(argv)
+
+    def body() -> int:
+        manifest = run_compare(
+            CompareRequest(
+                model_path=args.model,
+                lora=Path(args.lora),
+                test_set=Path(args.test_set),
+                out=Path(args.out),
+                num_inference_steps=args.num_inference_steps,
+                seed=args.seed,
+                device=args.device,
+                max_samples=args.max_samples,
+                margin=args.margin,
+            ),
+            log=lambda line: print(line, flush=True),
+        )
+        write_model(args.result, manifest)
+        return ExitCode.OK
+
+    return run_worker("compare", body, result=args.result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,9 +7,7 @@ mem_get_info (whole device, all processes) when torch and an XPU/CUDA device are
 
 from __future__ import annotations
 
-import argparse
 import csv
-import math
 import signal
 import sys
 import time
@@ -20,7 +18,7 @@ from aipc_env.core.procs import pid_alive
 from aipc_env.errors import ExitCode
 from aipc_env.facts.memory import system_memory
 
-__all__ = ["FIELDS", "DeviceMemory", "add_arguments", "main", "run_monitor"]
+__all__ = ["FIELDS", "DeviceMemory", "main", "run_monitor"]
 
 FIELDS = ["time", "elapsed_s", "system_used_gb", "system_available_gb", "device_used_gb", "device_total_gb"]
 
@@ -135,47 +133,26 @@ def run_monitor(
     return count
 
 
-def _seconds(text: str) -> float:
-    """A finite, positive number of seconds (at least 0.05: a smaller interval would busy-loop)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0.05:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds, at least 0.05")
-    return value
-
-
-def _pid(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id") from None
-    if value <= 0 or not pid_alive(value):
-        raise argparse.ArgumentTypeError(f"no running process has id {value}")
-    return value
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, required=True, help="CSV to write (a PNG plot goes next to it)")
-    p.add_argument("--interval", type=_seconds, default=1.0, help="seconds between samples (default 1, min 0.05)")
-    p.add_argument("--duration", type=_seconds, help="stop after this many seconds (default: until stopped)")
-    p.add_argument("--pid", type=_pid, help="stop when this (running) process exits")
-    p.add_argument(
-        "--device",
-        choices=["auto", "xpu", "cuda", "none"],
-        default="auto",
-        help="which device memory to read (default: XPU, then CUDA; none: system memory only)",
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aipc_env.workers.monitor")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    n = run_monitor(args.out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
-    print(f"monitor: {n} samples in {args.out}")
-    return ExitCode.OK
+    """The monitor worker: beside a run (train/run.py) it says how many samples it wrote; for `aipc-env monitor`
+    (commands/monitor.py, which checks the arguments) its report goes to --result."""
+    from aipc_env.core.formats import write_model
+    from aipc_env.launch.hops import MonitorRun, run_worker
+    from aipc_env.train.results import MonitorReport
+
+    args = MonitorRun.parse(argv)
+
+    def body() -> int:
+        out = Path(args.out)
+        n = run_monitor(out, interval=args.interval, duration=args.duration, pid=args.pid, device=args.device)
+        if args.result is None:
+            print(f"monitor: {n} samples in {args.out}")
+            return ExitCode.OK
+        png = out.with_suffix(".png")
+        write_model(args.result, MonitorReport(samples=n, csv=str(args.out), plot=str(png) if png.is_file() else None))
+        return ExitCode.OK
+
+    return run_worker("monitor", body, result=args.result)
 
 
 if __name__ == "__main__":

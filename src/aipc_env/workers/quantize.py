@@ -11,6 +11,7 @@ directly, and saved in the same bitsandbytes state-dict format. Text encoder: tr
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,3 +120,24 @@ def quantize_text_encoder(src: Path, dst: Path, device: torch.device) -> Quantiz
         peak_device_mb=device_memory_mb(device, peak=True),
         method="transformers-bitsandbytes",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`aipc-env quantize`'s worker: the result goes to --result (commands/quantize.py reads it back)."""
+    from aipc_env.core.formats import write_model
+    from aipc_env.errors import ExitCode
+    from aipc_env.launch.hops import QuantizeRun, run_worker
+    from aipc_env.workers.train.devices import pick_device
+
+    args = QuantizeRun.parse(argv)
+
+    def body() -> int:
+        fn = quantize_transformer if args.part == "transformer" else quantize_text_encoder
+        write_model(args.result, fn(Path(args.src), Path(args.dst), pick_device(args.device)))
+        return ExitCode.OK
+
+    return run_worker("quantize", body, result=args.result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
