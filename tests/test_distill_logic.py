@@ -138,7 +138,7 @@ def test_a_step_count_off_by_one_either_way_is_a_grid_fault(ran):
 
 
 def test_g3_mode_comes_from_the_flag_or_the_models_identity_never_its_path():
-    from aipc_env.distill.judge import decide_mode
+    from aipc_env.distill.g3_verdict import decide_mode
 
     assert decide_mode("auto", lpips=True, tiny_random=False) == ("quality", "LPIPS weights and a real model")
     assert decide_mode("auto", lpips=True, tiny_random=True) == (
@@ -173,9 +173,9 @@ def test_a_tiny_model_saved_under_a_real_looking_name_is_still_tiny(tmp_path):
     ],
 )
 def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
-    from aipc_env.distill.judge import judge
+    from aipc_env.distill.g3_verdict import decide
 
-    got, stats = judge(pairs, margin=margin, min_win_rate=0.5)
+    got, stats = decide(pairs, margin=margin, min_win_rate=0.5)
     assert got is beats
     assert stats["pairs"] == len(pairs) and stats["wins"] == sum(1 for s, n in pairs if s < n)
 
@@ -192,7 +192,7 @@ def test_g3_judges_on_mean_margin_and_win_rate(margin, pairs, beats):
     ],
 )
 def test_g3_holds_the_student_to_the_reference_lora_within_the_margin(student, reference, margin, ok):
-    from aipc_env.distill.judge import not_worse_than_reference
+    from aipc_env.distill.g3_verdict import not_worse_than_reference
     from aipc_env.distill.lesson_errors import StudentWorseThanReference
 
     if ok:
@@ -223,13 +223,13 @@ def test_the_reference_lora_is_a_path_key_and_an_input_of_g3(tmp_path):
 
 
 def test_g3_win_rate_bound():
-    from aipc_env.distill.judge import judge
+    from aipc_env.distill.g3_verdict import decide
 
     pairs = [(0.1, 0.3), (0.1, 0.3), (0.1, 0.3), (0.4, 0.3)]  # 3/4 wins
-    assert judge(pairs, margin=0.0, min_win_rate=0.75)[0] is True
-    assert judge(pairs, margin=0.0, min_win_rate=0.76)[0] is False
+    assert decide(pairs, margin=0.0, min_win_rate=0.75)[0] is True
+    assert decide(pairs, margin=0.0, min_win_rate=0.76)[0] is False
     with pytest.raises(ValueError):
-        judge([], margin=0.0, min_win_rate=0.5)
+        decide([], margin=0.0, min_win_rate=0.5)
 
 
 # --- the train stage's outcome ----------------------------------------------------------------------------------
@@ -747,7 +747,7 @@ def _error(exc: InputError) -> tuple:
 
 
 def test_g3_mode_refusals_whole():
-    from aipc_env.distill.judge import decide_mode
+    from aipc_env.distill.g3_verdict import decide_mode
 
     with pytest.raises(InputError) as err:
         decide_mode("quality", lpips=True, tiny_random=True)
@@ -765,20 +765,20 @@ def test_g3_mode_refusals_whole():
         "set eval.lpips_weights, or eval.mode: plumbing",
     )
     with pytest.raises(ValueError, match=r"^no prompt x seed pairs to judge$"):
-        from aipc_env.distill.judge import judge
+        from aipc_env.distill.g3_verdict import decide
 
-        judge([], margin=0.0, min_win_rate=0.5)
+        decide([], margin=0.0, min_win_rate=0.5)
 
 
 def test_g3_statistics_whole_and_a_tie_never_beats():
-    from aipc_env.distill.judge import judge
+    from aipc_env.distill.g3_verdict import decide
 
-    assert judge([(0.25, 0.5), (0.75, 0.5)], margin=0.0, min_win_rate=0.5) == (
+    assert decide([(0.25, 0.5), (0.75, 0.5)], margin=0.0, min_win_rate=0.5) == (
         False,
         {"student_mean": 0.5, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 2, "win_rate": 0.5, "min_win_rate": 0.5},
     )
-    assert judge([(0.5, 0.5)], margin=0.0, min_win_rate=0.0)[0] is False  # a tie, whatever the win-rate bound
-    assert judge([(0.25, 0.5)], margin=0.0, min_win_rate=0.0) == (
+    assert decide([(0.5, 0.5)], margin=0.0, min_win_rate=0.0)[0] is False  # a tie, whatever the win-rate bound
+    assert decide([(0.25, 0.5)], margin=0.0, min_win_rate=0.0) == (
         True,
         {"student_mean": 0.25, "naive_mean": 0.5, "margin": 0.0, "wins": 1, "pairs": 1, "win_rate": 1.0, "min_win_rate": 0.0},
     )
@@ -1255,7 +1255,7 @@ def _g3_out(tmp_path: Path, runs: int = 2, lora: str = "ab" * 32) -> Path:
 
 
 def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
-    from aipc_env.distill.judge import artifacts_read_back
+    from aipc_env.distill.g3_verdict import artifacts_read_back
     from aipc_env.errors import AipcError
 
     out = _g3_out(tmp_path)
@@ -1292,7 +1292,7 @@ def test_g3_artifacts_read_back_whole_and_each_gap_named(tmp_path):
 
 
 def test_g3_lora_must_move_the_output_finite_images_and_beating_naive():
-    from aipc_env.distill.judge import lora_changes_output, outputs_finite, student_beats_naive
+    from aipc_env.distill.g3_verdict import lora_changes_output, outputs_finite, student_beats_naive
     from aipc_env.distill.lesson_errors import StudentNotBetter
     from aipc_env.errors import AipcError
 
@@ -1375,7 +1375,7 @@ def test_g2_parity_holds_at_zero():
 
 
 def test_g3_judges_the_trained_tiny_teacher_in_quality_mode_without_lpips():
-    from aipc_env.distill.judge import decide_mode, g3_metric
+    from aipc_env.distill.g3_verdict import decide_mode, g3_metric
 
     assert decide_mode("auto", lpips=False, tiny_random=False, tiny_trained=True) == (
         "quality",
@@ -1419,21 +1419,21 @@ def _entries(pairs: list[tuple[float, float]]) -> list[dict]:
     ],
 )
 def test_g3_on_the_trained_tiny_teacher_passes_only_beating_naive_by_the_margin_in_latent_mse(pairs, margin, beats):
-    from aipc_env.distill.judge import judge_entries
+    from aipc_env.distill.g3_verdict import decide_entries
 
-    got, stats = judge_entries(_entries(pairs), "latent_mse", margin=margin, min_win_rate=0.5)
+    got, stats = decide_entries(_entries(pairs), "latent_mse", margin=margin, min_win_rate=0.5)
     assert got is beats
     assert stats["student_mean"] == sum(s for s, _ in pairs) / len(pairs)
     assert stats["naive_mean"] == 0.5 and stats["margin"] == margin
 
 
 def test_the_judged_distance_follows_the_metric():
-    from aipc_env.distill.judge import METRICS, judge_entries
+    from aipc_env.distill.g3_verdict import METRICS, decide_entries
 
     assert {m: k for m, (k, _) in METRICS.items()} == {"lpips": "lpips", "latent_mse": "latent_mse", "psnr": "mse"}
     entries = _entries([(0.25, 0.5)])  # latent: the student is closer; pixel: naive is
-    assert judge_entries(entries, "latent_mse", margin=0.0, min_win_rate=0.5)[0] is True
-    assert judge_entries(entries, "psnr", margin=0.0, min_win_rate=0.5)[0] is False
+    assert decide_entries(entries, "latent_mse", margin=0.0, min_win_rate=0.5)[0] is True
+    assert decide_entries(entries, "psnr", margin=0.0, min_win_rate=0.5)[0] is False
 
 
 def test_the_tiny_trained_profile_is_quality_mode_with_its_margin(tmp_path):
@@ -1589,7 +1589,7 @@ def test_every_injectable_fault_is_planted_somewhere_and_offered_by_the_command(
     inject = next(a for a in stage._actions if a.dest == "inject")
     assert list(inject.choices) == list(INJECTABLE)
     assert set(INJECTABLE.values()) <= set(STAGES)
-    src = Path(command.__file__).parents[1] / "distill"
-    planted = "".join(p.read_text(encoding="utf-8") for p in src.glob("*.py") if p.name != "verdict.py")
+    src = Path(command.__file__).parents[1] / "workers" / "distill"  # the stage code runs in the training env
+    planted = "".join(p.read_text(encoding="utf-8") for p in src.glob("*.py"))
     for fault in INJECTABLE:
         assert f'"{fault}" in inject' in planted or f'"{fault}" not in inject' in planted, fault

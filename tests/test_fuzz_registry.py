@@ -33,7 +33,7 @@ FUZZED: dict[str, str] = {
     "commands/train.py": VERSIONED,
     "core/formats.py": VERSIONED,
     "distill/config.py": VERSIONED,
-    "distill/judge.py": VERSIONED,
+    "distill/g3_verdict.py": VERSIONED,
     "workers/distill/trajectories.py": VERSIONED,
     "distill/verdict.py": VERSIONED,
     "fleet/bundle_check.py": VERSIONED,

@@ -158,7 +158,7 @@ def test_the_cache_never_lists_a_held_out_sample(tmp_path):
 
 
 def test_a_run_without_held_out_samples_says_so_with_the_fix(tmp_path):
-    from aipc_env.launch.hops import JudgeHeldOut
+    from aipc_env.launch.hops import HeldOutPhase
     from aipc_env.train.config import TrainConfig
     from aipc_env.train.run import default_config, engine_phases, heldout_notice
 
@@ -170,23 +170,23 @@ def test_a_run_without_held_out_samples_says_so_with_the_fix(tmp_path):
     assert heldout_notice(held) is None
     phases = engine_phases(held, tmp_path / "c.yaml", "py", tmp_path / "a.yaml")
     assert [p.name for p in phases] == ["cache", "fit", "judge"]
-    assert phases[-1].argv == JudgeHeldOut(config=tmp_path / "c.yaml").argv("py")
+    assert phases[-1].argv == HeldOutPhase(config=tmp_path / "c.yaml").argv("py")
     assert heldout_notice(TrainConfig.model_validate(default_config(tmp_path))) is None  # the built-in judges itself
 
 
 def test_the_judge_generates_the_split_at_the_training_size(tmp_path):
     from aipc_env.train.config import TrainConfig
-    from aipc_env.workers.heldout_phase import judge_request
+    from aipc_env.workers.heldout_phase import heldout_request
 
     raw = _raw(tmp_path, heldout_count=3, heldout_steps=2)
     raw["data"]["target_size"] = [96, 160]
     cfg = TrainConfig.model_validate(raw)
-    req = judge_request(cfg, tmp_path / "lora", tmp_path / "out")
+    req = heldout_request(cfg, tmp_path / "lora", tmp_path / "out")
     assert req.size == (96, 160) and req.num_inference_steps == 2 and req.config is cfg
     assert sorted(s.id for s in req.samples) == sorted(heldout_ids([f"s{i}" for i in range(8)], 3))
     (tmp_path / "f").mkdir()
     folder = _raw(tmp_path / "f", heldout=str(tmp_path / "held"))
-    req = judge_request(TrainConfig.model_validate(folder), tmp_path / "lora", tmp_path / "out")
+    req = heldout_request(TrainConfig.model_validate(folder), tmp_path / "lora", tmp_path / "out")
     assert req.samples is None and req.test_set == tmp_path / "held" and req.size == (64, 64)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aipc_env.train.learning import HeldOutSample, judge_learning, verdict_lines, verdict_passes
+from aipc_env.train.verdict import HeldOutSample, learning_verdict, verdict_lines, verdict_passes
 from tests.conftest import use_tiny_base
 from tests.test_engine import tiny_pipe  # noqa: F401 - the fixture, built once per run
 
@@ -24,7 +24,7 @@ def _samples(base: float, lora: float, copy: float = 10.0, mean: float | None = 
 @pytest.mark.parametrize(("lora", "learned"), [(0.79, True), (0.8, True), (0.81, False)])
 def test_verdict_against_the_base_at_below_and_above_the_margin(lora, learned):
     # copy and mean target as far as the base: the base does not do the edit itself
-    v = judge_learning(_samples(1.0, lora, copy=1.1, mean=1.1), metric="latent RMS", margin=0.2)
+    v = learning_verdict(_samples(1.0, lora, copy=1.1, mean=1.1), metric="latent RMS", margin=0.2)
     assert v.learned is learned and v.outcome == ("learned" if learned else "not_learned")
     assert (v.base_mean, v.lora_mean, v.copy_mean, v.mean_target_mean) == (1.0, lora, 1.1, 1.1)
     assert v.not_beaten == ([] if learned else ["base"])
@@ -35,7 +35,7 @@ def test_verdict_against_the_base_at_below_and_above_the_margin(lora, learned):
 @pytest.mark.parametrize(("copy", "learned"), [(0.626, True), (0.625, True), (0.624, False)])
 def test_verdict_against_the_control_copied_at_below_and_above_the_margin(copy, learned):
     # 0.5 <= 0.8 x 0.625 exactly; the base and the mean target are beaten throughout
-    v = judge_learning(_samples(1.0, 0.5, copy=copy), metric="latent RMS", margin=0.2)
+    v = learning_verdict(_samples(1.0, 0.5, copy=copy), metric="latent RMS", margin=0.2)
     assert v.learned is learned and v.not_beaten == ([] if learned else ["copy"])
     if not learned:
         assert v.reason.startswith("the LoRA is no closer than returning the control: it may have learned to copy")
@@ -43,29 +43,29 @@ def test_verdict_against_the_control_copied_at_below_and_above_the_margin(copy, 
 
 @pytest.mark.parametrize(("mean", "learned"), [(0.626, True), (0.625, True), (0.624, False)])
 def test_verdict_against_the_mean_target_at_below_and_above_the_margin(mean, learned):
-    v = judge_learning(_samples(1.0, 0.5, mean=mean), metric="latent RMS", margin=0.2)
+    v = learning_verdict(_samples(1.0, 0.5, mean=mean), metric="latent RMS", margin=0.2)
     assert v.learned is learned and v.not_beaten == ([] if learned else ["mean_target"])
     if not learned:
         assert "no closer than the mean of the other targets" in v.reason and "what targets look like" in v.reason
 
 
 def test_the_verdict_names_every_baseline_not_beaten_the_copy_first():
-    v = judge_learning(_samples(1.0, 2.0, copy=2.0, mean=2.0), metric="x")
+    v = learning_verdict(_samples(1.0, 2.0, copy=2.0, mean=2.0), metric="x")
     assert v.not_beaten == ["copy", "mean_target", "base"] and v.outcome == "not_learned"
     assert v.reason.startswith("the LoRA is no closer than returning the control")
     assert v.reason.endswith("nor closer than the mean target or the base")
 
 
 def test_one_sample_has_no_mean_target_baseline():
-    v = judge_learning(_samples(1.0, 0.5, mean=None, n=1), metric="x")
+    v = learning_verdict(_samples(1.0, 0.5, mean=None, n=1), metric="x")
     assert v.mean_target_mean is None and v.learned
     # a mean target measured on one sample alone is not a baseline (it would be the sample's own target)
-    one = judge_learning(_samples(1.0, 0.5, mean=0.1, n=1), metric="x")
+    one = learning_verdict(_samples(1.0, 0.5, mean=0.1, n=1), metric="x")
     assert one.mean_target_mean is None and one.learned
     assert "mean target not measured (1 sample)" in verdict_lines(v, "")[0]
     # a set where some sample lacks it is not judged against a partial mean
     mixed = [*_samples(1.0, 0.5, mean=0.1, n=1), *_samples(1.0, 0.5, mean=None, n=1)]
-    assert judge_learning(mixed, metric="x").mean_target_mean is None
+    assert learning_verdict(mixed, metric="x").mean_target_mean is None
 
 
 @pytest.mark.parametrize(
@@ -79,15 +79,15 @@ def test_one_sample_has_no_mean_target_baseline():
 def test_the_base_already_does_the_edit_is_its_own_outcome(base, copy, mean, outcome):
     # the LoRA (0.45) beats copy and mean target (0.45 <= 0.8 x 0.6) but not the base (0.45 > 0.8 x 0.5); the base
     # beats them by the margin only at 0.625 and above (0.5 <= 0.8 x 0.625)
-    v = judge_learning(_samples(base, 0.45, copy=copy, mean=mean, n=3), metric="x")
+    v = learning_verdict(_samples(base, 0.45, copy=copy, mean=mean, n=3), metric="x")
     assert v.outcome == outcome and v.learned is False and verdict_passes(v) is (outcome == "base_already_does_it")
     if outcome == "base_already_does_it":
         assert v.not_beaten == ["base"] and v.reason.startswith("the base model already does this edit")
         assert verdict_lines(v, "") == [verdict_lines(v, "")[0]]  # no "what to try": nothing failed
     # two samples cannot show it (the mean target is one other sample's target): a plain failure
-    assert judge_learning(_samples(base, 0.45, copy=copy, mean=mean, n=2), metric="x").outcome == "not_learned"
+    assert learning_verdict(_samples(base, 0.45, copy=copy, mean=mean, n=2), metric="x").outcome == "not_learned"
     # a LoRA that undoes the base's edit (no closer than the copy) is a failure, whatever the base does
-    broken = judge_learning(_samples(base, 0.6, copy=0.6, mean=0.9), metric="x")
+    broken = learning_verdict(_samples(base, 0.6, copy=0.6, mean=0.9), metric="x")
     assert broken.outcome == "not_learned" and broken.not_beaten[0] == "copy"
 
 
@@ -96,26 +96,26 @@ def test_verdict_means_over_samples_and_zero_margin():
         HeldOutSample(id="a", base=2.0, lora=0.5, copy_control=3.0, mean_target=1.0),
         HeldOutSample(id="b", base=0.0, lora=1.0, copy_control=1.0, mean_target=1.0),
     ]
-    v = judge_learning(samples, metric="pixels", margin=0.0)
+    v = learning_verdict(samples, metric="pixels", margin=0.0)
     assert (v.base_mean, v.lora_mean, v.copy_mean, v.mean_target_mean, v.learned) == (1.0, 0.75, 2.0, 1.0, True)
-    assert judge_learning(samples, metric="pixels", margin=0.26).learned is False  # 0.75 > 0.74
+    assert learning_verdict(samples, metric="pixels", margin=0.26).learned is False  # 0.75 > 0.74
 
 
 def test_verdict_refuses_no_samples_and_bad_margins():
     with pytest.raises(ValueError, match="no held-out samples"):
-        judge_learning([], metric="x")
+        learning_verdict([], metric="x")
     for margin in (-0.01, 1.0):
         with pytest.raises(ValueError, match="margin"):
-            judge_learning(_samples(1.0, 0.5), metric="x", margin=margin)
+            learning_verdict(_samples(1.0, 0.5), metric="x", margin=margin)
 
 
 def test_verdict_words():
-    good = judge_learning(_samples(0.41, 0.12, copy=2.0, mean=1.03), metric="latent RMS")
+    good = learning_verdict(_samples(0.41, 0.12, copy=2.0, mean=1.03), metric="latent RMS")
     assert verdict_lines(good, "fit: ") == [
         "fit: held-out distance to the targets (2 samples, latent RMS): LoRA 0.12; baselines: base 0.41, control "
         "copied 2, mean target 1.03: the LoRA learned the edit (closer than every baseline by at least 20%)"
     ]
-    bad = verdict_lines(judge_learning(_samples(0.41, 0.40, copy=0.4, mean=0.4), metric="latent RMS"), "")
+    bad = verdict_lines(learning_verdict(_samples(0.41, 0.40, copy=0.4, mean=0.4), metric="latent RMS"), "")
     assert bad[0].startswith(
         "held-out distance to the targets (2 samples, latent RMS): LoRA 0.4; baselines: base 0.41, control copied "
         "0.4, mean target 0.4: the LoRA did NOT learn the edit: the LoRA is no closer than returning the control"

@@ -312,7 +312,7 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
 
     cases = [
         hops.EnginePhase(phase="fit", config=tmp_path / "c d.yaml"),
-        hops.JudgeHeldOut(config=tmp_path / "c d.yaml"),
+        hops.HeldOutPhase(config=tmp_path / "c d.yaml"),
         hops.VerifySteps(out=tmp_path / "r.json", steps=7, bnb_min="0.50.2", only=("adam8bit", "device")),
         hops.VerifySteps(),
         hops.DistillStages(stages="g0,g2", config=tmp_path / "c.yaml", run_id="r1", inject=("rgba", "x y")),

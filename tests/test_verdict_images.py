@@ -1,4 +1,4 @@
-"""The judge's and compare's verdict on images (aipc_env.workers.compare.judge_images): each distance is measured in
+"""The judge's and compare's verdict on images (aipc_env.workers.compare.measure_images): each distance is measured in
 pixels at the generated image's size, beside the baselines; outputs that cheat (the control copied, the mean of the
 other targets, one constant image) are each judged not learned by the baseline that names the cheat, and an output
 that does the edit passes."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aipc_env.workers.compare import judge_images
+from aipc_env.workers.compare import measure_images
 
 
 def _img(a: np.ndarray) -> Image.Image:
@@ -31,7 +31,7 @@ def _edit_set(n: int = 4, size: int = 32):
 
 
 def _judge(outputs):
-    return judge_images(outputs, margin=0.2)
+    return measure_images(outputs, margin=0.2)
 
 
 def test_an_output_that_does_the_edit_passes_against_every_baseline():
@@ -90,11 +90,11 @@ def test_distances_are_at_the_generated_size_and_one_sample_has_no_mean_target()
 def test_the_judge_says_judge_at_least_every_interval_while_busy():
     import time
 
-    from aipc_env.workers.heldout_phase import PROGRESS_SECONDS, JudgeProgress
+    from aipc_env.workers.heldout_phase import PROGRESS_SECONDS, HeldOutProgress
 
     assert PROGRESS_SECONDS <= 10
     lines: list[str] = []
-    with JudgeProgress(lines.append, every=0.05) as progress:
+    with HeldOutProgress(lines.append, every=0.05) as progress:
         progress.say("compare: base 1/3 (12.0 s)")
         time.sleep(0.4)
     said = len(lines)

@@ -1,5 +1,5 @@
 """`aipc-env compare`: base model vs base + LoRA on held-out samples (generated in the training env by
-workers/compare.py; the verdict is train/learning.py's)."""
+workers/compare.py; the verdict is train/verdict.py's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from aipc_env.commands.options import JSON, Subparsers, output_folder, seed
 from aipc_env.commands.result import Result, progress
 from aipc_env.errors import ExitCode
-from aipc_env.train.learning import DEFAULT_MARGIN
+from aipc_env.train.verdict import DEFAULT_MARGIN
 
 __all__ = ["add_parser", "run"]
 
@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> Result:
         )
 
     manifest = call_worker(hop, CompareManifest, what="compare", say=progress(args).say)
-    from aipc_env.train.learning import verdict_passes
+    from aipc_env.train.verdict import verdict_passes
 
     failed = manifest.lora_changed_nothing or (manifest.verdict is not None and not verdict_passes(manifest.verdict))
 
     def text() -> None:
-        from aipc_env.train.learning import verdict_lines
+        from aipc_env.train.verdict import verdict_lines
 
         print(f"wrote {len(manifest.samples)} comparisons, grid.png and manifest.json to {args.out}")
         if manifest.verdict is not None:

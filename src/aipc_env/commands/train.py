@@ -15,8 +15,8 @@ from aipc_env.errors import ExitCode
 if TYPE_CHECKING:
     from aipc_env.launch.service import RunOutcome
     from aipc_env.train.config import TrainConfig
-    from aipc_env.train.learning import LearningVerdict
     from aipc_env.train.report import TrainRunReport
+    from aipc_env.train.verdict import LearningVerdict
 
 __all__ = ["add_parser", "run"]
 
@@ -163,7 +163,7 @@ def _print_report(report: TrainRunReport, *, tiny: bool = False) -> None:
     if report.dry_run:
         return  # the run service printed the launcher and its phases
     if verdict is not None and report.lora is not None:
-        from aipc_env.train.learning import verdict_lines
+        from aipc_env.train.verdict import verdict_lines
 
         print(f"aipc-env: training finished; log {log}")
         for line in verdict_lines(verdict, "aipc-env: "):

@@ -1,5 +1,5 @@
 """The named errors of the distillation lessons (workers/distill/lessons.py runs the checks that raise them):
-each `name` goes into the gate verdicts, which the environment side reads (distill/judge.py). Torch-free."""
+each `name` goes into the gate verdicts, which the environment side reads (distill/g3_verdict.py). Torch-free."""
 
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ class TinyModel(WorkerArgs):
 
 
 @dataclass(frozen=True)
-class JudgeHeldOut(WorkerArgs):
+class HeldOutPhase(WorkerArgs):
     """A run's judge phase (workers/heldout_phase.py), after the fit when the config has data.heldout; started by
     train/run.py."""
 

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from aipc_env.core.formats import StrictModel, VersionedModel
 from aipc_env.launch.plan import LaunchPlan
-from aipc_env.train.learning import LearningVerdict
+from aipc_env.train.verdict import LearningVerdict
 
 __all__ = ["RunEnv", "TrainRunReport"]
 

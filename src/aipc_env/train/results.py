@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import StringConstraints
 
 from aipc_env.core.formats import StrictModel, VersionedModel
-from aipc_env.train.learning import LearningVerdict
+from aipc_env.train.verdict import LearningVerdict
 
 __all__ = ["CacheIndex", "CompareManifest", "CompareSample", "FitSummary", "MonitorReport", "QuantizeResult"]
 

@@ -10,7 +10,7 @@ import yaml
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.launch.accelerate import accelerate_config_text
-from aipc_env.launch.hops import EnginePhase, JudgeHeldOut, TinyModel
+from aipc_env.launch.hops import EnginePhase, HeldOutPhase, TinyModel
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -47,7 +47,7 @@ def engine_phases(
         Phase(name="fit", argv=EnginePhase(phase="fit", config=config).argv(python, *accel)),
     ]
     if cfg.data and (cfg.data.heldout or cfg.data.heldout_count):
-        phases.append(Phase(name="judge", argv=JudgeHeldOut(config=config).argv(python)))
+        phases.append(Phase(name="judge", argv=HeldOutPhase(config=config).argv(python)))
     return phases
 
 

@@ -1,6 +1,6 @@
 """Base vs LoRA on held-out samples (runbook §9): same seeds and steps, size from the control image, a manifest,
 a grid and a distance of each output to the target, so "the LoRA changed nothing" is visible at a glance, and, where
-the samples have targets, the verdict of aipc_env.train.learning: is the LoRA closer to the targets than the base
+the samples have targets, the verdict of aipc_env.train.verdict: is the LoRA closer to the targets than the base
 by the margin and than the baselines a LoRA that did not learn would pass (the control copied unchanged, the mean of
 the other held-out targets)."""
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from aipc_env.core.formats import dump_json
 from aipc_env.core.runfolder import LORA_WEIGHTS
 from aipc_env.errors import AipcError, ExitCode, InputError
-from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
 from aipc_env.train.results import CompareManifest, CompareSample
+from aipc_env.train.verdict import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, learning_verdict
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -93,7 +93,7 @@ def _pixels(img: PILImage, size: tuple[int, int]) -> Any:
     return np.asarray(img.convert("RGB").resize(size), dtype=np.float64)
 
 
-def judge_images(
+def measure_images(
     outputs: list[tuple[str, PILImage, PILImage, PILImage, PILImage]], *, margin: float = DEFAULT_MARGIN
 ) -> LearningVerdict:
     """The verdict on generated images: (id, base, LoRA, control, target) per sample. Each distance is the mean
@@ -119,7 +119,7 @@ def judge_images(
                 mean_target=dist(np.mean(others, axis=0)) if others else None,
             )
         )
-    return judge_learning(samples, metric="mean absolute pixel difference, 0-255", margin=margin)
+    return learning_verdict(samples, metric="mean absolute pixel difference, 0-255", margin=margin)
 
 
 def _load_pipeline(req: CompareRequest, dev: Any, dtype: Any, log: Callable[[str], object]) -> Any:
@@ -284,7 +284,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], object] = print) -> Co
         log(f"compare: LoRA {i + 1}/{len(samples)} ({l_t:.1f} s), base vs LoRA {entry['base_vs_lora']:.2f}")
     files["grid.png"] = _grid(rows)
     unchanged = all(e["base_vs_lora"] == 0 for e in entries)
-    verdict = judge_images(judged, margin=req.margin) if judged else None
+    verdict = measure_images(judged, margin=req.margin) if judged else None
     manifest = CompareManifest(
         model=str(req.model_path),
         lora=str(req.lora),

@@ -393,7 +393,7 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
     from peft import LoraConfig
 
     from aipc_env.workers.train.fit import tiny_base_cache
-    from aipc_env.workers.train.heldout import judge_builtin_edit
+    from aipc_env.workers.train.heldout import measure_builtin_edit
     from aipc_env.workers.train.objective import flow_matching_loss
     from aipc_env.workers.train.tiny import LORA_TARGETS, quantize_linear_layers_nf4
     from aipc_env.workers.train.tinyedit import TRAIN_SEED, edit_inputs, edit_sample, load_tiny_base
@@ -436,7 +436,7 @@ def step_tiny_qlora(ctx: StepContext) -> StepResult:
             ctx["said"] = time.perf_counter()
         if not torch.isfinite(loss):
             raise StepFailed(f"loss became {loss.item()} at step {step + 1}", {"losses": losses})
-    verdict = judge_builtin_edit(model, count=16, latent_hw=8, device=device, dtype=dtype)
+    verdict = measure_builtin_edit(model, count=16, latent_hw=8, device=device, dtype=dtype)
     steady = times[1:] or times
     metrics = {
         "steps": ctx["steps"],

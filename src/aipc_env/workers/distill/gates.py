@@ -458,22 +458,22 @@ def gate_g3(
 ) -> tuple[list[Check], dict[str, Any], Literal["quality", "plumbing"]]:
     """Per eval prompt and seed, student@4 (the published LoRA), naive@4 and teacher@8 from the same noise, with
     their distances to the teacher. Quality mode (LPIPS, a real model) passes only if the student beats naive by
-    the margin and win-rate (aipc_env.distill.judge); plumbing mode checks what can be checked without judging the
+    the margin and win-rate (aipc_env.distill.g3_verdict); plumbing mode checks what can be checked without judging the
     student: the artifacts read back, the LoRA changes the output, every image is finite."""
     from PIL import Image
 
-    from aipc_env.distill.inputs import file_sha256
-    from aipc_env.distill.judge import (
+    from aipc_env.distill.g3_verdict import (
         METRICS,
         artifacts_read_back,
+        decide_entries,
         decide_mode,
         g3_metric,
-        judge_entries,
         lora_changes_output,
         not_worse_than_reference,
         outputs_finite,
         student_beats_naive,
     )
+    from aipc_env.distill.inputs import file_sha256
     from aipc_env.workers.distill.models import (
         device_and_dtype,
         is_tiny_random,
@@ -590,7 +590,7 @@ def gate_g3(
         k: {m: sum(e["distance_to_teacher"][k][m] for e in entries) / len(entries) for m in entries[0]["distance_to_teacher"][k]}
         for k in compared
     }
-    beats, stats = judge_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
+    beats, stats = decide_entries(entries, metric, margin=cfg.eval.margin, min_win_rate=cfg.eval.min_win_rate)
     manifest = G3Manifest(
         mode=mode,
         metric=metric,

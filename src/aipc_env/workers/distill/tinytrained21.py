@@ -4,7 +4,7 @@ a synthetic distribution in the VAE's latent space (aipc_env.distill.shapes: a c
 follow the prompt, in one of four places). Deterministic (fixed seeds, one thread), about a minute on one CPU
 core, cached per user (aipc_env.workers.distill.models.model_dir). Its 8-step samples are structured: the build measures
 their distance to the data distribution against an untrained transformer's and refuses to cache a teacher that did
-not learn (shapes.check_structured). G3 can then judge a student on it (aipc_env.distill.judge: quality mode on the
+not learn (shapes.check_structured). G3 can then judge a student on it (aipc_env.distill.g3_verdict: quality mode on the
 latent distance to teacher@8).
 
 The objective is the pipeline's own: x_t = (1 - sigma) x0 + sigma eps, the velocity target eps - x0, the timestep

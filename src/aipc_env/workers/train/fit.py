@@ -19,10 +19,10 @@ from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
-from aipc_env.train.learning import verdict_lines, verdict_passes
 from aipc_env.train.progress import PhaseProgress
 from aipc_env.train.results import FitSummary
 from aipc_env.train.resume import CheckpointState, model_identity, resume_dir, training_fingerprint
+from aipc_env.train.verdict import verdict_lines, verdict_passes
 from aipc_env.workers.train.checkpoint import restore_checkpoint, save_checkpoint
 from aipc_env.workers.train.devices import DEVICE_FIX, compute_dtype, device_memory_mb, require_device
 from aipc_env.workers.train.lora_file import save_run_lora
@@ -366,10 +366,10 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     verdict = None
     if cfg.data.datasets == [BUILTIN_SYNTHETIC]:
         from aipc_env.workers.train.cache import synthetic_shapes
-        from aipc_env.workers.train.heldout import judge_builtin_edit
+        from aipc_env.workers.train.heldout import measure_builtin_edit
 
         t_judge = time.perf_counter()
-        verdict = judge_builtin_edit(
+        verdict = measure_builtin_edit(
             model,
             count=cfg.data.heldout_samples,
             latent_hw=cfg.data.target_size[0] // 8,

@@ -1,15 +1,15 @@
 """The built-in default's held-out check, run at the end of the fit: each held-out control is sampled as the
 Qwen-Image-Edit pipeline samples it (aipc_env.workers.train.sampling), with the LoRA switched off and on, from the same
-noise, and each result is measured against its target, beside the baselines of aipc_env.train.learning (the control
+noise, and each result is measured against its target, beside the baselines of aipc_env.train.verdict (the control
 copied unchanged, the mean of the other held-out targets). Imports torch: training side only."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aipc_env.train.learning import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, judge_learning
+from aipc_env.train.verdict import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, learning_verdict
 
-__all__ = ["HELDOUT_STEPS", "judge_builtin_edit", "judge_latents", "rms"]
+__all__ = ["HELDOUT_STEPS", "measure_builtin_edit", "measure_latents", "rms"]
 
 HELDOUT_STEPS = 8
 """Sampling steps of the held-out check."""
@@ -19,7 +19,7 @@ def rms(a: Any, b: Any) -> float:
     return float(((a.float() - b.float()) ** 2).mean().sqrt())
 
 
-def judge_builtin_edit(
+def measure_builtin_edit(
     model: Any,
     *,
     count: int,
@@ -69,10 +69,10 @@ def judge_builtin_edit(
     finally:
         model.enable_adapters()
     lora = sample_all()
-    return judge_latents(held, base, lora, margin=margin)
+    return measure_latents(held, base, lora, margin=margin)
 
 
-def judge_latents(held: list[Any], base: list[Any], lora: list[Any], *, margin: float = DEFAULT_MARGIN) -> LearningVerdict:
+def measure_latents(held: list[Any], base: list[Any], lora: list[Any], *, margin: float = DEFAULT_MARGIN) -> LearningVerdict:
     """The verdict on sampled latents: each sample's base and LoRA result, its control copied unchanged and the mean
     of the other samples' targets, against its target (the control and target latents of `held`)."""
     import torch
@@ -90,4 +90,4 @@ def judge_latents(held: list[Any], base: list[Any], lora: list[Any], *, margin: 
                 mean_target=None if mean_target is None else round(rms(mean_target, s.target), 6),
             )
         )
-    return judge_learning(samples, metric="latent RMS", margin=margin)
+    return learning_verdict(samples, metric="latent RMS", margin=margin)

@@ -14,7 +14,7 @@ average colour"). Returning the control unchanged keeps the texture, so it lands
 base's flat colour does (measured on 16 held-out samples: control copied 1.99, base 1.38, latent RMS): a LoRA that
 learned to copy cannot pass. The base paints some flat colour; only a LoRA that reads each control paints the right
 one, so held-out samples tell a LoRA that learned the edit from one that learned to copy, or only what targets look
-like (the baselines of aipc_env.train.learning; tests/test_learning.py trains each of them).
+like (the baselines of aipc_env.train.verdict; tests/test_learning.py trains each of them).
 
 Latents are packed 2x2 tokens of the tiny transformer (16 channels, 64 per token), as the pipelines pack them.
 Imports torch: training side only.

@@ -1,8 +1,9 @@
 """Did the LoRA learn the edit? The verdict on held-out samples, from distances measured through the inference path,
 against baselines a LoRA that did not learn the edit would pass.
 
-Pure (no torch): the training side measures (aipc_env.workers.train.heldout for the built-in default, aipc_env.workers.compare
-for a real model and the judge phase), this module judges and words the result. On samples the fit never saw, four
+Pure (no torch): the training env's workers measure (aipc_env.workers.train.heldout for the built-in default,
+aipc_env.workers.compare for a real model and the held-out phase), this module decides (the verdict) and words
+the result. On samples the fit never saw, four
 outputs are measured against each sample's target:
 
 - the LoRA's result and the base model's result, sampled from the same noise;
@@ -31,7 +32,7 @@ __all__ = [
     "HeldOutSample",
     "LearningVerdict",
     "Outcome",
-    "judge_learning",
+    "learning_verdict",
     "verdict_lines",
     "verdict_passes",
 ]
@@ -108,7 +109,7 @@ def _beats(value: float, baseline: float, margin: float) -> bool:
     return value <= (1 - margin) * baseline
 
 
-def judge_learning(samples: list[HeldOutSample], *, metric: str, margin: float = DEFAULT_MARGIN) -> LearningVerdict:
+def learning_verdict(samples: list[HeldOutSample], *, metric: str, margin: float = DEFAULT_MARGIN) -> LearningVerdict:
     """The verdict: learned only when the LoRA beats every measured baseline by the margin (module docstring)."""
     if not samples:
         raise ValueError("no held-out samples to judge")

@@ -1,5 +1,6 @@
-"""G3's decisions, pure: which mode it runs in, whether the student beats naive@4, and the checks on what G3
-wrote and measured (artifacts read back, the LoRA moves the output, the images are finite). Torch-free.
+"""G3's verdict, pure (the workers measure, this module decides): which mode it runs in, whether the student beats
+naive@4, and the checks on what G3 wrote and measured (artifacts read back, the LoRA moves the output, the images
+are finite). Torch-free.
 
 Quality mode judges on LPIPS to teacher@8 (the recorded project's statistic: the mean over held-out prompt x seed pairs,
 student vs naive; on the trained tiny teacher, the latent MSE to teacher@8), with two bounds: the student's mean
@@ -18,10 +19,10 @@ from aipc_env.errors import AipcError, InputError
 __all__ = [
     "METRICS",
     "artifacts_read_back",
+    "decide",
+    "decide_entries",
     "decide_mode",
     "g3_metric",
-    "judge",
-    "judge_entries",
     "lora_changes_output",
     "not_worse_than_reference",
     "outputs_finite",
@@ -71,7 +72,7 @@ METRICS = {
     ),
     "psnr": ("mse", "PSNR/MSE to teacher@8, higher PSNR is better"),
 }
-"""G3's metric -> (the distance key judge() compares, lower is better; the note every verdict carries)."""
+"""G3's metric -> (the distance key decide() compares, lower is better; the note every verdict carries)."""
 
 
 def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> Literal["lpips", "latent_mse", "psnr"]:
@@ -83,7 +84,7 @@ def g3_metric(mode: str, *, lpips: bool, tiny_trained: bool) -> Literal["lpips",
     return "psnr"
 
 
-def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: float) -> tuple[bool, dict[str, float]]:
+def decide(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: float) -> tuple[bool, dict[str, float]]:
     """pairs: (student, naive) distances to the teacher, lower is better. (beats, statistics)."""
     if not pairs:
         raise ValueError("no prompt x seed pairs to judge")
@@ -102,13 +103,13 @@ def judge(pairs: list[tuple[float, float]], *, margin: float, min_win_rate: floa
     }
 
 
-def judge_entries(
+def decide_entries(
     entries: list[dict[str, Any]], metric: str, *, margin: float, min_win_rate: float
 ) -> tuple[bool, dict[str, float]]:
-    """judge() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
+    """decide() over G3's entries (each with distance_to_teacher: kind -> distance -> value), on the distance that
     `metric` compares (METRICS): LPIPS, the latent MSE on the trained tiny teacher, else the pixel MSE."""
     key = METRICS[metric][0]
-    return judge(
+    return decide(
         [(e["distance_to_teacher"]["student"][key], e["distance_to_teacher"]["naive"][key]) for e in entries],
         margin=margin,
         min_win_rate=min_win_rate,
@@ -151,7 +152,7 @@ def outputs_finite(finite: bool) -> str:
 
 
 def student_beats_naive(beats: bool, detail: str, *, margin: float, min_win_rate: float) -> str:
-    """Quality mode's verdict from judge()'s `beats`."""
+    """Quality mode's verdict from decide()'s `beats`."""
     from aipc_env.distill.lesson_errors import StudentNotBetter
 
     if not beats:
