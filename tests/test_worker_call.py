@@ -111,3 +111,13 @@ def test_ctrl_c_reaches_the_monitor_worker_which_stops_and_reports(tmp_path):
     report = MonitorReport.model_validate(json.loads(out))
     assert report.samples >= 2 and report.csv == str(csv)
     assert len(csv.read_text().splitlines()) == report.samples + 1
+
+
+@pytest.mark.parametrize(("written", "raised"), [(2, 2), (130, 130), (0, 1), (4, 1), (-1, 1)])
+def test_a_refusal_exits_with_a_failing_code_of_the_table(tmp_path, written, raised):
+    """A refusal's exit code is kept where the table has it and is not OK; anything else is PROBLEMS."""
+    from aipc_env.launch.worker_call import read_refusal
+
+    path = tmp_path / "result.error.json"
+    path.write_text(json.dumps({"message": "m", "exit_code": written}), encoding="utf-8")
+    assert read_refusal(path).exit_code == raised

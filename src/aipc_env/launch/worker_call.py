@@ -46,7 +46,7 @@ def read_refusal(path: Path) -> AipcError:
         refusal = WorkerRefusal.model_validate(raw)
     except ValidationError as exc:
         raise validation_message(exc, path, fix="run the command again; the worker and this aipc-env may differ") from None
-    codes = {int(c) for c in ExitCode}
+    codes = {int(c) for c in ExitCode} - {ExitCode.OK}  # a refusal never exits 0
     return AipcError(
         refusal.message,
         path=refusal.path,
