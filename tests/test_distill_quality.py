@@ -20,11 +20,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def teacher_cache(tmp_path_factory) -> Path:
     """A per-user cache folder holding the trained tiny teacher, built once per test run."""
+    from aipc_env.distill.models import ensure_trained_tiny
     from aipc_env.distill.shapes import TRAINED21_VERSION
-    from aipc_env.distill.tinytrained21 import build_tiny21_trained
 
     def build(folder: Path) -> None:
-        build_tiny21_trained(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
+        ensure_trained_tiny(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
 
     return built_once(tmp_path_factory, "tiny21-trained", build)
 

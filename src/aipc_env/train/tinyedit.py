@@ -22,14 +22,10 @@ Imports torch: training side only.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-from aipc_env.errors import InputError
 
 __all__ = [
     "BASE_RECIPE",
@@ -42,7 +38,6 @@ __all__ = [
     "check_base_cache",
     "edit_inputs",
     "edit_sample",
-    "folder_digests",
     "load_tiny_base",
     "scheduler_for_tiny",
 ]
@@ -135,10 +130,6 @@ def scheduler_for_tiny() -> Any:
     return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
 
-def _recipe_key() -> str:
-    return hashlib.sha256(json.dumps(asdict(BASE_RECIPE), sort_keys=True).encode()).hexdigest()[:12]
-
-
 def _train_base(log: Callable[[str], object]) -> Any:
     """Full-weight flow-matching training of the tiny transformer on the prior (fp32, CPU, deterministic)."""
     import torch
@@ -163,11 +154,8 @@ def _train_base(log: Callable[[str], object]) -> Any:
     return model.eval()
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 _RECORD = "aipc_tiny_base.json"
+_WHAT = "the built-in model's cache"
 
 
 def base_cache_root() -> Path:
@@ -177,65 +165,29 @@ def base_cache_root() -> Path:
     return cache_dir() / "builtin"
 
 
-def folder_digests(folder: Path) -> dict[str, str] | None:
-    """{name: sha256} of every file of a cached base but its record (weights and config.json: what from_pretrained
-    reads), or None where anything in it is not a regular file (a link, a folder): the whole folder is hashed."""
-    digests = {}
-    for path in sorted(folder.iterdir()):
-        if path.name == _RECORD:
-            continue
-        if path.is_symlink() or not path.is_file():
-            return None
-        digests[path.name] = _digest(path)
-    return digests
-
-
 def check_base_cache(cache_root: Path) -> Path:
-    """The tiny base's folder under cache_root, refused before any build when it cannot be one (the cache root, or
-    the folder itself, a file; a read-only place): found in a second, not after the 10-minute build."""
+    """The tiny base's folder under cache_root (its name has the recipe's key), refused before any build when it
+    cannot be one (the cache root, or the folder itself, a file; a read-only place): found in a second, not after
+    the 10-minute build."""
     from aipc_env.core.fileio import check_writable
+    from aipc_env.train.buildcache import check_cache_folder, recipe_key
 
-    folder = Path(cache_root) / f"tiny-edit-base-{_recipe_key()}"
-    check_writable(cache_root, "the built-in model's cache", folder=True)
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise InputError(
-            "the built-in model's cache is a file or a link where its folder goes",
-            path=folder,
-            fix="move it away (aipc-env builds the folder again)",
-        )
-    return folder
+    check_writable(cache_root, _WHAT, folder=True)
+    return check_cache_folder(Path(cache_root) / f"tiny-edit-base-{recipe_key(asdict(BASE_RECIPE))}", _WHAT)
 
 
 def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) -> Any:
-    """The trained tiny base (fp32, CPU), built into `cache_root` on first use. The folder is the tool's own, but it
-    is read as untrusted: a weights file whose hash is not the one recorded beside it is rebuilt."""
+    """The trained tiny base (fp32, CPU), built into `cache_root` on first use and reused while its record holds
+    this recipe and the hash of every file (aipc_env.train.buildcache)."""
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.core.fileio import atomic_dir, read_json
+    from aipc_env.train.buildcache import build_once
+
+    def build(tmp: Path) -> None:
+        log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
+        _train_base(log).save_pretrained(str(tmp), safe_serialization=True)
 
     folder = check_base_cache(cache_root)
-    record, weights = folder / _RECORD, folder / "diffusion_pytorch_model.safetensors"
-    if record.is_file() and weights.is_file():
-        try:
-            meta = read_json(record, "the tiny base's record")
-        except Exception:  # noqa: BLE001 - an unreadable record means: build it again
-            meta = None
-        if (
-            isinstance(meta, dict)
-            and meta.get("recipe") == asdict(BASE_RECIPE)
-            and (files := folder_digests(folder)) is not None
-            and "config.json" in files
-            and meta.get("files") == files
-        ):
-            model = QwenImageTransformer2DModel.from_pretrained(str(folder))
-            return model.float().eval()
-        log(f"tiny base: {folder} does not match its record (config and weights hashed whole); building it again")
-    log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
-    model = _train_base(log)
-    with atomic_dir(folder) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        (tmp / record.name).write_text(
-            json.dumps({"recipe": asdict(BASE_RECIPE), "files": folder_digests(tmp)}, sort_keys=True), encoding="utf-8"
-        )
-    log(f"tiny base: cached in {folder}")
-    return model
+    if build_once(folder, record=_RECORD, recipe=asdict(BASE_RECIPE), build=build, what=_WHAT, log=log):
+        log(f"tiny base: cached in {folder}")
+    return QwenImageTransformer2DModel.from_pretrained(str(folder)).float().eval()
