@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import read_json
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
-from aipc_env.distill.identity import TINY_MARK, is_tiny_random, is_tiny_trained, tiny_kind
+from aipc_env.distill.identity import is_tiny_random, is_tiny_trained, tiny_kind
 from aipc_env.errors import InputError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Pa
     from aipc_env.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
 
     path = model_path(cfg)
-    stamp = path / "aipc_tiny.json"
+    stamp = path / TINY_MARK
     try:
         current = read_json(stamp, "tiny model mark").get("version") == TINY21_VERSION
     except (InputError, AttributeError):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION, check_structured
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def build_tiny21_trained(out: Path, *, log: Callable[[str], object] = print) -> 
                     **measured,
                 },
             }
-            (out / "aipc_tiny.json").write_text(json.dumps(mark, indent=1))
+            (out / TINY_MARK).write_text(json.dumps(mark, indent=1))
     finally:
         torch.set_num_threads(threads)
     return Path(out)

@@ -125,9 +125,9 @@ def scheduler_for_tiny() -> Any:
     """The flow-match scheduler of the tiny pipeline (aipc_env.train.tinypipe builds it from the same values)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from aipc_env.train.tinypipe import SCHEDULER_CONFIG
+    from aipc_env.train.tinyparts import DYNAMIC_SCHEDULER
 
-    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    return FlowMatchEulerDiscreteScheduler(**DYNAMIC_SCHEDULER)
 
 
 def _train_base(log: Callable[[str], object]) -> Any:
