@@ -33,8 +33,10 @@ SCHEMAS = ROOT / "docs" / "schemas"
 
 
 def _versioned_models() -> dict[str, Any]:
-    from aipc_env.commands.schemas import models
     from aipc_env.core.formats import VersionedModel
+    from tests.support.scripts import load_script
+
+    models = load_script("gen_schemas").models
 
     return {name: m for name, m in models().items() if isinstance(m, type) and issubclass(m, VersionedModel)}
 

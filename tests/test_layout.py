@@ -26,7 +26,6 @@ ENVIRONMENT_SIDE = (
     "aipc_env.train.recommend",
     "aipc_env.train.checkpoint",
     "aipc_env.dataset",
-    "aipc_env.commands.schemas",
     "aipc_env.distill.config",
     "aipc_env.distill.prompts",
     "aipc_env.distill.verdict",
