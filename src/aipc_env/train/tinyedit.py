@@ -30,7 +30,6 @@ from typing import Any
 __all__ = [
     "BASE_RECIPE",
     "EDIT_VERSION",
-    "EDIT_WORDS",
     "HELDOUT_SEED",
     "TRAIN_SEED",
     "EditSample",
@@ -58,7 +57,6 @@ class BaseRecipe:
 
 
 BASE_RECIPE = BaseRecipe()
-EDIT_WORDS = "paint the image in the control's average colour"
 TRAIN_SEED = 1000
 """Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
 HELDOUT_SEED = 500_000
