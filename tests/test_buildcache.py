@@ -43,7 +43,7 @@ def test_built_once_then_reused_whole(tmp_path):
     assert record == {"recipe": RECIPE, "files": folder_digests(folder, record=RECORD)}
     assert set(record["files"]) == {"config.json", "sub/weights.bin"}
     assert _once(folder, calls) is False and len(calls) == 1
-    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, f".{folder.name}.lock"])
+    assert {p.name for p in folder.parent.iterdir()} - {f".{folder.name}.lock"} == {folder.name}  # no partial left
 
 
 @pytest.mark.parametrize("edit", ["nested-file", "extra-file", "record-recipe", "record-garbage", "record-gone", "link"])
@@ -95,7 +95,7 @@ def test_a_failed_build_keeps_the_old_folder_and_leaves_no_partial(tmp_path):
     with pytest.raises(RuntimeError, match="the build failed"):
         build_once(folder, record=RECORD, recipe=RECIPE, build=broken, what="the test cache", log=lambda _m: None)
     assert {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]
+    assert {p.name for p in tmp_path.iterdir()} - {".m.lock"} == {"m"}  # the lock file may stay, as filelock leaves it
 
 
 def test_a_build_that_writes_nothing_is_refused(tmp_path):
