@@ -18,7 +18,6 @@ from aipc_env.lock.check import check_pair_lock
 from aipc_env.lock.conda_layer import (
     CondaSources,
     RecordSource,
-    assemble,
     closure_problems,
     conda_layer_python,
     interpreter_drift,
@@ -28,6 +27,9 @@ from aipc_env.lock.conda_layer import (
 )
 from aipc_env.matrix import load_matrix
 from tests.conftest import ROOT, require_tool
+from tests.support.scripts import load_script
+
+assemble = load_script("assemble_conda_layer").assemble
 
 PAIRS = sorted(p.name for p in (ROOT / "lockfiles").iterdir() if p.is_dir())
 # What the public record shows (prefix-dev/pixi examples/polarify/pixi.lock at this commit, environment py312)
@@ -245,6 +247,42 @@ def test_assemble_from_a_pixi_lock_refuses_a_missing_root():
 
     with pytest.raises(InputError, match="environment e has no pip for win-64"):
         assemble(pixi, "e", "k", RecordSource(repository="o/r", path="pixi.lock", commit=COMMIT))
+
+
+def test_the_assembler_rebuilds_a_shipped_layer_from_its_records(tmp_path):
+    """scripts/assemble_conda_layer.py, run as documented on a pixi.lock holding the shipped layer's records (and
+    one package outside the closure), writes the shipped conda-lock.yml's packages and conda-sources.json again."""
+    import os
+
+    folder = ROOT / "lockfiles" / "xpu-2.12"
+    shipped = _doc()
+    records, env = [], {}
+    for pkg in shipped["package"]:
+        depends = [f"{n} {s}" if s != "*" else n for n, s in pkg["dependencies"].items()]
+        records.append({"conda": pkg["url"], "version": pkg["version"], "depends": depends, **pkg["hash"]})
+        env.setdefault(pkg["platform"], []).append({"conda": pkg["url"]})
+    extra = "https://conda.anaconda.org/conda-forge/noarch/six-1.16.0-pyh6c4a22f_0.conda"
+    records.append({"conda": extra, "sha256": "0" * 64, "md5": "0" * 32, "depends": []})
+    env["win-64"].append({"conda": extra})
+    sources = load_versioned(CondaSources, folder / "conda-sources.json")
+    (record,) = sources.sources.values()
+    pixi = tmp_path / "pixi.lock"
+    pixi.write_text(yaml.safe_dump({"version": 6, "environments": {record.environment: {"packages": env}}, "packages": records}))
+    out = tmp_path / "out dir"
+    out.mkdir()
+    args = [str(pixi), record.repository, record.path, record.commit, record.environment, str(out)]
+    pythonpath = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "assemble_conda_layer.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    written = yaml.safe_load((out / "conda-lock.yml").read_text())
+    assert written["package"] == shipped["package"] and written["metadata"] == shipped["metadata"]
+    assert load_versioned(CondaSources, out / "conda-sources.json") == sources
 
 
 def test_a_bundle_carries_the_layers_packages_only_for_its_python(tmp_path, monkeypatch):

@@ -1530,12 +1530,14 @@ def test_the_tiny_teacher_is_cached_only_when_its_samples_are_structured(teacher
 
 
 def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch):
-    """model_dir builds the trained teacher only when the cached one is missing or of another version."""
+    """model_dir builds the trained teacher only when the cached one is missing, of another version or not the one
+    its record hashed (aipc_env.train.buildcache), and publishes it whole."""
     import sys
     import types
 
+    from aipc_env.distill import shapes
     from aipc_env.distill.model_paths import trained_tiny_path
-    from aipc_env.workers.distill.models import model_dir
+    from aipc_env.workers.distill.models import TRAINED_RECORD, model_dir
 
     monkeypatch.setenv("AIPC_ENV_CACHE_DIR", str(tmp_path / "cache"))
     built: list[Path] = []
@@ -1552,12 +1554,16 @@ def test_the_trained_builtin_is_built_once_into_the_cache(tmp_path, monkeypatch)
     cfg = load_distill_config(tmp_path / "d.yaml")
     where = tmp_path / "cache" / "models" / "tiny-qwen-image-2.1-trained-v1"
     assert trained_tiny_path() == where
-    assert model_dir(cfg, log=lambda m: None) == where and built == [where]
-    assert model_dir(cfg, log=lambda m: None) == where and built == [where]  # cached: not built again
-    (where / "aipc_tiny.json").write_text('{"version": 0, "trained": {"steps": 1500}}')  # an older build
-    assert model_dir(cfg, log=lambda m: None) == where and built == [where, where]
-    (where / "aipc_tiny.json").write_text('{"version": 1}')  # a random pipeline in its place
+    assert model_dir(cfg, log=lambda m: None) == where and len(built) == 1 and built[0] != where  # built aside
+    assert (where / TRAINED_RECORD).is_file() and (where / "aipc_tiny.json").is_file()
+    assert model_dir(cfg, log=lambda m: None) == where and len(built) == 1  # cached: not built again
+    (where / "aipc_tiny.json").write_text('{"version": 0, "trained": {"steps": 1500}}')  # an edited mark
+    assert model_dir(cfg, log=lambda m: None) == where and len(built) == 2
+    (where / "extra.json").write_text("{}")  # a file the build did not write
     assert model_dir(cfg, log=lambda m: None) == where and len(built) == 3
+    assert not (where / "extra.json").exists()
+    monkeypatch.setattr(shapes, "TRAINED21_VERSION", 2)  # another version of the teacher: another folder
+    assert model_dir(cfg, log=lambda m: None) == trained_tiny_path() != where and len(built) == 4
 
 
 def test_only_the_five_stages_write_verdicts():

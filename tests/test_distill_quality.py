@@ -21,10 +21,10 @@ pytestmark = pytest.mark.slow
 def teacher_cache(tmp_path_factory) -> Path:
     """A per-user cache folder holding the trained tiny teacher, built once per test run."""
     from aipc_env.distill.shapes import TRAINED21_VERSION
-    from aipc_env.workers.distill.tinytrained21 import build_tiny21_trained
+    from aipc_env.workers.distill.models import ensure_trained_tiny
 
     def build(folder: Path) -> None:
-        build_tiny21_trained(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
+        ensure_trained_tiny(folder / "models" / f"tiny-qwen-image-2.1-trained-v{TRAINED21_VERSION}", log=lambda m: None)
 
     return built_once(tmp_path_factory, "tiny21-trained", build)
 

@@ -33,8 +33,10 @@ SCHEMAS = ROOT / "docs" / "schemas"
 
 
 def _versioned_models() -> dict[str, Any]:
-    from aipc_env.commands.schemas import models
     from aipc_env.core.formats import VersionedModel
+    from tests.support.scripts import load_script
+
+    models = load_script("gen_schemas").models
 
     return {name: m for name, m in models().items() if isinstance(m, type) and issubclass(m, VersionedModel)}
 
@@ -590,6 +592,20 @@ def test_fuzz_conda_meta_records(tmp_path_factory, data):
     (prefix / "conda-meta").mkdir()
     (prefix / "conda-meta" / "pkg-1.0-0.json").write_bytes(data)
     result_or_named_error(conda_owned, prefix)
+
+
+@FUZZ
+@given(data=st.one_of(st.binary(max_size=300), ANY_JSON.map(lambda v: json.dumps(v).encode())))
+def test_fuzz_build_cache_record(tmp_path_factory, data):
+    """A cached build's record (aipc_env.train.buildcache) is the tool's own file read as untrusted: any bytes make
+    the folder not current (a rebuild), never an error, and the read writes nothing."""
+    from aipc_env.train.buildcache import is_current
+
+    folder = tmp_path_factory.mktemp("cached")
+    (folder / "weights.bin").write_bytes(b"w")
+    (folder / "record.json").write_bytes(data)
+    assert is_current(folder, record="record.json", recipe={"v": 1}) is False
+    assert sorted(p.name for p in folder.iterdir()) == ["record.json", "weights.bin"]
 
 
 @FUZZ

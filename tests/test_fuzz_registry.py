@@ -25,6 +25,7 @@ TEXT = "test_fuzz_text_readers_on_bytes"
 FUZZED: dict[str, str] = {
     "trainenv/layers.py": "test_fuzz_conda_meta_records",
     "train/tinyrun.py": "test_fuzz_tiny_run_config",
+    "train/buildcache.py": "test_fuzz_build_cache_record",
     "train/memory_model.py": "test_fuzz_memory_coefficients_file",
     "trainenv/uvenv.py": "test_fuzz_env_stamp",
     "launch/worker_call.py": "test_fuzz_worker_refusal",  # and the workers' results: VERSIONED
@@ -125,7 +126,6 @@ GAPS: dict[str, str] = {
     "facts/gather.py": "this machine's conda-meta, METADATA and probe output",
     "qflux/checker.py": "a clone's files and accelerate config",
     "workers/qflux_smoke.py": "yaml.safe_load of the config the tool wrote, inside the training env",
-    "workers/train/tinyedit.py": "its cache record (hashed whole; hostile tests in test_hostile_cache)",
 }
 
 

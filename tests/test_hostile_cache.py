@@ -5,12 +5,14 @@ folder (a file) is refused in a second by `train --dry-run` and before the build
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from aipc_env.errors import InputError
 from aipc_env.train import tinybase
+from aipc_env.train.buildcache import folder_digests, recipe_key
 from aipc_env.workers.train import tinyedit
 from tests.conftest import run_cli
 
@@ -19,16 +21,20 @@ class _Rebuilt(Exception):
     pass
 
 
+def _key() -> str:
+    return recipe_key(asdict(tinybase.BASE_RECIPE))
+
+
 def _fake_cache(root: Path) -> Path:
     """A cached base as load_tiny_base writes it, from an untrained tiny transformer (the 10-minute training is not
     what is tested here: the hash rule is)."""
     from aipc_env.workers.train.tiny import build_tiny_transformer
 
-    folder = root / f"tiny-edit-base-{tinybase.recipe_key()}"
+    folder = root / f"tiny-edit-base-{_key()}"
     folder.mkdir(parents=True)
     build_tiny_transformer(seed=0).save_pretrained(str(folder), safe_serialization=True)
     (folder / "aipc_tiny_base.json").write_text(
-        json.dumps({"recipe": tinyedit.asdict(tinybase.BASE_RECIPE), "files": tinyedit.folder_digests(folder)})
+        json.dumps({"recipe": asdict(tinybase.BASE_RECIPE), "files": folder_digests(folder, record="aipc_tiny_base.json")})
     )
     return folder
 
@@ -74,7 +80,7 @@ def test_a_config_that_is_a_link_is_not_trusted(tmp_path, no_training):
     real = tmp_path / "config-elsewhere.json"
     (folder / "config.json").rename(real)
     (folder / "config.json").symlink_to(real)
-    assert tinyedit.folder_digests(folder) is None
+    assert folder_digests(folder, record="aipc_tiny_base.json") is None
     with pytest.raises(_Rebuilt):
         tinyedit.load_tiny_base(tmp_path, log=lambda _m: None)
 
@@ -86,7 +92,7 @@ def test_a_cache_path_that_is_a_file_is_refused_before_the_build(tmp_path, no_tr
         root.write_text("not a folder")
     else:
         root.mkdir()
-        (root / f"tiny-edit-base-{tinybase.recipe_key()}").write_text("not a folder")
+        (root / f"tiny-edit-base-{_key()}").write_text("not a folder")
     with pytest.raises(InputError):
         tinyedit.load_tiny_base(root, log=lambda _m: None)  # refused: _train_base (which raises _Rebuilt) never ran
 

@@ -207,7 +207,7 @@ def test_without_the_fold_comfyui_applies_a_different_strength_than_diffusers(ti
     from diffusers import QwenImageEditPipeline
     from peft.utils import get_peft_model_state_dict
 
-    from aipc_env.core.runfolder import LORA_WEIGHTS
+    from aipc_env.core.runfolder import lora_file_in
 
     _comfyui()
     model = _trained(tiny_plus, 2 * RANK)
@@ -219,7 +219,7 @@ def test_without_the_fold_comfyui_applies_a_different_strength_than_diffusers(ti
         transformer_lora_adapter_metadata=model.peft_config["default"].to_dict(),
     )
     _close(_diffusers_deltas(tiny_plus, lora_dir), trained, "diffusers vs training")
-    comfyui, report = _comfyui_deltas(tiny_plus, lora_dir / LORA_WEIGHTS, tmp_path)
+    comfyui, report = _comfyui_deltas(tiny_plus, lora_file_in(lora_dir), tmp_path)
     assert report["not_loaded"] == []
     half = {k: 2 * v for k, v in comfyui.items()}
     _close(half, trained, "2 x ComfyUI vs training")

@@ -79,6 +79,7 @@ def test_meminfo_and_model_variant():
     "vendor, name, intel",
     [
         ("8086", "Display adapter", True),
+        ("0x8086", "Display adapter", True),
         (None, "Intel(R) Arc(TM) Graphics", True),
         (None, "INTEL GPU 7d55", True),
         ("10de", "NVIDIA GeForce RTX 4090", False),
@@ -92,3 +93,27 @@ def test_one_rule_tells_an_intel_gpu(vendor, name, intel):
     from aipc_env.facts.model import GpuInfo
 
     assert GpuInfo(name=name, vendor_id=vendor).is_intel is intel
+
+
+@pytest.mark.parametrize(
+    "gpus, sycl, intel",
+    [
+        ([], None, False),
+        ([("10de", "NVIDIA GeForce RTX 4090")], [("gpu", "NVIDIA CUDA device")], False),
+        ([("8086", "Display adapter")], None, True),
+        ([], [("gpu", "Intel(R) Arc(TM) B580 Graphics")], True),  # sycl-ls alone is enough
+        ([], [("cpu", "Intel(R) Core(TM) Ultra 7 155H")], False),  # an Intel CPU is no GPU
+    ],
+)
+def test_facts_tell_an_intel_gpu_from_the_listing_or_sycl(gpus, sycl, intel):
+    """The doctor's answer (Facts.has_intel_gpu) is the same rule over both listings."""
+    from aipc_env.facts.model import Facts, GpuInfo, OsInfo, SyclDevice
+
+    facts = Facts(
+        collected_at="2026-01-01T00:00:00Z",
+        os=OsInfo(system="Linux"),
+        gpus=[GpuInfo(name=name, vendor_id=vendor) for vendor, name in gpus],
+        sycl_devices=None if sycl is None else [SyclDevice(backend="level_zero", kind=k, index=0, name=n) for k, n in sycl],
+    )
+    assert facts.has_intel_gpu is intel
+    assert len(facts.intel_gpus) == int(intel)

@@ -331,10 +331,8 @@ def test_each_hop_round_trips_through_its_argv(tmp_path):
 
 
 NOT_HOP_WORKERS = {
-    "lock/conda_layer.py": "an admin tool run by hand (python -m) to assemble a conda layer, not started by a run",
     "qflux/loader_check.py": "runs with a qwen-image-finetune clone's interpreter: two positional paths",
     "fleet/bundle_files.py": "runs alone as a bundle's verify-bundle.py, standard library only",
-    "commands/schemas.py": "a developer's tool that rewrites docs/schemas/",
     "launch/runner.py": "the launcher's own runner: its arguments are the phases of a launch plan",
 }
 

@@ -39,6 +39,8 @@ def _source(p: argparse.ArgumentParser) -> None:
 
 
 def _context_options(p: argparse.ArgumentParser) -> None:
+    from aipc_env.container.render import GPU_RUNTIMES
+
     _source(p)
     p.add_argument(
         "--base",
@@ -49,7 +51,7 @@ def _context_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu-runtime",
-        choices=["intel-apt", "none"],
+        choices=list(GPU_RUNTIMES),
         default="intel-apt",
         help="install the Intel GPU user space (Level Zero loader, compute runtime, OpenCL ICD) with apt "
         "(default), or nothing (CPU images, tests)",

@@ -30,6 +30,7 @@ GATES = {
 
 
 def add_parser(sub: Subparsers) -> None:
+    from aipc_env.distill.config import PROFILES
     from aipc_env.distill.verdict import INJECTABLE
 
     p = sub.add_parser(
@@ -67,7 +68,7 @@ def add_parser(sub: Subparsers) -> None:
     init.add_argument("folder", type=output_folder, nargs="?", help="run folder (default: a folder in the aipc-env data dir)")
     init.add_argument(
         "--profile",
-        choices=["tiny", "tiny-trained", "turbo"],
+        choices=list(PROFILES),
         default="tiny",
         help="tiny (default): tiny random model, CPU-sized; tiny-trained: the tiny teacher trained on "
         "colored shapes (built once, about a minute), G3 in quality mode on the latent distance to "

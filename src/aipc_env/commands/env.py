@@ -189,10 +189,10 @@ def run(args: argparse.Namespace) -> Result:
 def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
     """The platform and Intel GPU families the build is for: the --facts file's (dry run only), else this
     machine's (its display adapters, read without subprocesses)."""
-    from aipc_env.core.gpus import families_of
+    from aipc_env.core.gpus import families_of, is_intel_gpu
     from aipc_env.core.platforms import current_platform, display_adapters
     from aipc_env.errors import InputError
-    from aipc_env.facts.model import INTEL_VENDOR_ID, load_facts
+    from aipc_env.facts.model import load_facts
 
     if args.facts:
         if not args.dry_run:
@@ -204,7 +204,7 @@ def _machine(args: argparse.Namespace) -> tuple[Platform, frozenset[str]]:
         facts = load_facts(args.facts)
         return ("win-64" if facts.is_windows else "linux-64"), facts.gpu_families
     return current_platform(), families_of(
-        (name, device) for vendor, device, name, _ in display_adapters() if vendor == INTEL_VENDOR_ID
+        (name, device) for vendor, device, name, _ in display_adapters() if is_intel_gpu(vendor, name)
     )
 
 

@@ -19,8 +19,20 @@ from typing import Literal
 
 from aipc_env.core.gpu_ids import DISCRETE, IDS
 
-__all__ = ["GPU_FAMILIES", "GpuFamily", "families_of", "family_label", "family_of", "generation_of", "is_integrated"]
+__all__ = [
+    "GPU_FAMILIES",
+    "INTEL_VENDOR_ID",
+    "GpuFamily",
+    "families_of",
+    "family_label",
+    "family_of",
+    "generation_of",
+    "is_integrated",
+    "is_intel_gpu",
+]
 
+INTEL_VENDOR_ID = "8086"
+"""Intel's PCI vendor id."""
 GpuFamily = Literal["arc-a", "arc-b", "igpu"]
 GPU_FAMILIES: tuple[GpuFamily, ...] = ("arc-a", "arc-b", "igpu")
 
@@ -38,6 +50,12 @@ _IGPU_NAME = re.compile(
 )
 _ID_IN_NAME = re.compile(r"\[0x([0-9A-Fa-f]{4})\]")
 _FAMILY_OF_GENERATION: dict[str, GpuFamily] = {"DG2": "arc-a", "BMG": "arc-b"}
+
+
+def is_intel_gpu(vendor_id: str | None, name: str) -> bool:
+    """Whether a listed GPU is Intel's: its PCI vendor id 8086, or Intel in its name where a listing (sycl-ls, some
+    OS listings) gives no vendor id. The one rule behind the doctor's, the facts' and the torch source's answer."""
+    return (vendor_id or "").lower().removeprefix("0x") == INTEL_VENDOR_ID or "intel" in name.lower()
 
 
 def _pci(name: str, device_id: str | None) -> int | None:

@@ -110,4 +110,8 @@ def display_adapters() -> list[tuple[str, str, str, str]]:
 
 
 def has_intel_gpu() -> bool:
-    return any(vendor == "8086" for vendor, *_ in display_adapters())
+    """Whether this machine lists an Intel display adapter now (aipc_env.core.gpus.is_intel_gpu; the doctor asks its
+    gathered facts instead: Facts.has_intel_gpu, which adds sycl-ls)."""
+    from aipc_env.core.gpus import is_intel_gpu
+
+    return any(is_intel_gpu(vendor, name) for vendor, _device, name, _source in display_adapters())

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_VERSION_CHARS",
     "Identifier",
     "PythonMinor",
+    "bounded_text",
     "check_file_name",
     "check_identifier",
     "check_marker",
@@ -52,7 +53,9 @@ MAX_DIGITS = 24
 _DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 
 
-def _bounded(value: object, limit: int, what: str, error: type[ValueError]) -> str:
+def bounded_text(value: object, limit: int, what: str, error: type[ValueError]) -> str:
+    """value as a string no longer than limit and with no run of more than MAX_DIGITS digits, else `error` (the
+    caller's ValueError) naming `what`: checked before any parser reads it."""
     if not isinstance(value, str):
         raise error(f"{what} {str(value)[:60]!r} is not a string")
     if len(value) > limit:
@@ -64,7 +67,7 @@ def _bounded(value: object, limit: int, what: str, error: type[ValueError]) -> s
 
 def parse_version(value: str) -> Version:
     """A PEP 440 version, bounded (InvalidVersion otherwise)."""
-    text = _bounded(value, MAX_VERSION_CHARS, "version", InvalidVersion)
+    text = bounded_text(value, MAX_VERSION_CHARS, "version", InvalidVersion)
     try:
         return Version(text)
     except InvalidVersion:
@@ -75,7 +78,7 @@ def parse_version(value: str) -> Version:
 
 def parse_specifier(value: str) -> SpecifierSet:
     """A PEP 440 specifier set such as '>=3.10,<3.14', bounded (InvalidSpecifier otherwise)."""
-    text = _bounded(value, MAX_VERSION_CHARS * 4, "version specifier", InvalidSpecifier)
+    text = bounded_text(value, MAX_VERSION_CHARS * 4, "version specifier", InvalidSpecifier)
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:
@@ -87,7 +90,7 @@ def parse_specifier(value: str) -> SpecifierSet:
 def parse_requirement(value: str) -> Requirement:
     """A PEP 508 requirement, bounded (InvalidRequirement otherwise): a pip option (`--index-url ...`, `-e .`) or a
     file path is not one."""
-    text = _bounded(value, MAX_REQUIREMENT_CHARS, "requirement", InvalidRequirement)
+    text = bounded_text(value, MAX_REQUIREMENT_CHARS, "requirement", InvalidRequirement)
     try:
         req = Requirement(text)
         for spec in req.specifier:  # the versions inside it, as bounded as any other
@@ -107,7 +110,7 @@ def parse_requirement(value: str) -> Requirement:
 
 def parse_marker(value: str) -> Marker:
     """A PEP 508 environment marker, bounded (InvalidMarker otherwise)."""
-    text = _bounded(value, MAX_REQUIREMENT_CHARS, "marker", InvalidMarker)
+    text = bounded_text(value, MAX_REQUIREMENT_CHARS, "marker", InvalidMarker)
     try:
         return Marker(text)
     except InvalidMarker:

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aipc_env.core.fileio import read_json
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.errors import InputError
 
-__all__ = ["TINY_MARK", "is_tiny_random", "is_tiny_trained", "read_mark", "tiny_kind"]
-
-TINY_MARK = "aipc_tiny.json"
+__all__ = ["is_tiny_random", "is_tiny_trained", "read_mark", "tiny_kind"]
 
 
 def read_mark(path: Path) -> dict[str, Any] | None:

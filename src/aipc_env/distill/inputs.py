@@ -9,7 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
+from aipc_env.core.runfolder import RunFolder, lora_file_at
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.grid import Grid
 
@@ -69,8 +69,7 @@ def stage_inputs(cfg: DistillConfig, stage: str, *, model_key: str, grid: Grid, 
 
 def reference_lora_file(setting: str) -> Path:
     """eval.reference_lora as a file: a .safetensors file as given, a folder's pytorch_lora_weights.safetensors."""
-    path = Path(setting)
-    return path / LORA_WEIGHTS if path.is_dir() else path
+    return lora_file_at(setting)
 
 
 def current_inputs(cfg: DistillConfig, stage: str) -> dict[str, str] | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
-from aipc_env.distill.identity import TINY_MARK
 
 
 def trained_tiny_path() -> Path:

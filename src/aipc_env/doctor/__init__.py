@@ -142,7 +142,7 @@ def run_checks(
         resolution=ctx.resolution,
         findings=findings,
         summary=summary,
-        bottom_line=bottom_line(findings, has_intel_gpu=ctx.has_intel_gpu),
+        bottom_line=bottom_line(findings, has_intel_gpu=ctx.facts.has_intel_gpu),
         seconds=round(time.perf_counter() - start, 4),
     )
 

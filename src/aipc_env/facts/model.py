@@ -78,9 +78,6 @@ class DiskInfo(StrictModel):
     total_bytes: int | None = None
 
 
-INTEL_VENDOR_ID = "8086"
-
-
 class GpuInfo(StrictModel):
     name: str
     vendor_id: str | None = None
@@ -95,8 +92,10 @@ class GpuInfo(StrictModel):
 
     @property
     def is_intel(self) -> bool:
-        """Intel's PCI vendor id (8086), or Intel in the name where a listing gives no vendor id."""
-        return (self.vendor_id or "").lower() == INTEL_VENDOR_ID or "intel" in self.name.lower()
+        """Intel's GPU (aipc_env.core.gpus.is_intel_gpu)."""
+        from aipc_env.core.gpus import is_intel_gpu
+
+        return is_intel_gpu(self.vendor_id, self.name)
 
 
 class SyclDevice(StrictModel):
@@ -294,11 +293,20 @@ class Facts(VersionedModel):
         """The families of the Intel GPUs the OS listing and sycl-ls show (aipc_env.core.gpus)."""
         from aipc_env.core.gpus import families_of
 
+        return families_of(self.intel_gpus)
+
+    @property
+    def intel_gpus(self) -> list[tuple[str, str | None]]:
+        """(name, PCI device id or None) of each Intel GPU the OS listing shows, then each GPU sycl-ls shows."""
+        from aipc_env.core.gpus import is_intel_gpu
+
         listed = [(g.name, g.device_id) for g in self.gpus if g.is_intel]
-        sycl: list[tuple[str, str | None]] = [
-            (d.name, None) for d in self.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()
-        ]
-        return families_of(listed + sycl)
+        return listed + [(d.name, None) for d in self.sycl_devices or [] if d.kind == "gpu" and is_intel_gpu(None, d.name)]
+
+    @property
+    def has_intel_gpu(self) -> bool:
+        """Whether the OS listing or sycl-ls shows an Intel GPU."""
+        return bool(self.intel_gpus)
 
 
 def load_facts(path: str | Path) -> Facts:

@@ -22,7 +22,6 @@ __all__ = [
     "WinGetDocument",
     "WinGetIssue",
     "check_file",
-    "oneapi_provisioned_by_winget",
     "render_yaml",
     "validate_configuration",
     "winget_configuration",
@@ -109,10 +108,6 @@ def _oneapi(pair: Pair, pins: WinGetPins) -> tuple[dict[str, Any] | None, dict[s
             "SetScript": _script("dsc-oneapi-set.ps1", release=pair.oneapi),
         },
     }
-
-
-def oneapi_provisioned_by_winget(pair: Pair, pins: WinGetPins | None = None) -> bool:
-    return (pins or load_winget_pins()).oneapi_for(pair.oneapi) is not None
 
 
 class WinGetDocument(RootModel[dict[str, Any]]):

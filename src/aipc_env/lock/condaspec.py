@@ -13,7 +13,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from aipc_env.core.specs import MAX_DIGITS
+from aipc_env.core.specs import bounded_text
 
 __all__ = [
     "CLOSURE_UNCHECKED",
@@ -39,7 +39,6 @@ MAX_CONDA_VERSION_CHARS = 128
 MAX_CONDA_SPEC_CHARS = 512
 """The longest dependency spec read (`>=3.12,<3.13.0a0` is 17; a pinned build list a few dozen)."""
 MAX_CONDA_URL_CHARS = 1024
-_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,198}[a-z0-9_])?")
 _VERSION = re.compile(r"[A-Za-z0-9_.+!]+")
 _BUILD = re.compile(r"[A-Za-z0-9_.+]+")
@@ -53,14 +52,13 @@ class CondaSpecError(ValueError):
     MatchSpec refuses."""
 
 
-def _bounded(value: object, limit: int, what: str) -> str:
-    if not isinstance(value, str):
-        raise CondaSpecError(f"{what} {str(value)[:60]!r} is not a string")
-    if len(value) > limit:
-        raise CondaSpecError(f"{what} {value[:40]!r}... is longer than {limit} characters")
-    if _DIGITS.search(value):
-        raise CondaSpecError(f"{what} {value[:40]!r}... holds a number of more than {MAX_DIGITS} digits")
-    return value
+def _allowed(value: str, limit: int, what: str, pattern: re.Pattern[str], complaint: str) -> str:
+    """value bounded (aipc_env.core.specs.bounded_text) and made only of pattern's characters, else CondaSpecError:
+    `what` holds a character `complaint`."""
+    text = bounded_text(value, limit, what, CondaSpecError)
+    if not pattern.fullmatch(text):
+        raise CondaSpecError(f"{what} {text[:80]!r} holds a character {complaint}")
+    return text
 
 
 def check_conda_name(value: str) -> str:
@@ -72,26 +70,17 @@ def check_conda_name(value: str) -> str:
 
 def check_conda_version(value: str) -> str:
     """A conda version as a record holds it (`3.12.8`, `1!2.0`, `2024a`): bounded before conda reads it."""
-    text = _bounded(value, MAX_CONDA_VERSION_CHARS, "conda version")
-    if not _VERSION.fullmatch(text):
-        raise CondaSpecError(f"conda version {text[:80]!r} holds a character conda versions do not (letters, digits, _.+!)")
-    return text
+    return _allowed(value, MAX_CONDA_VERSION_CHARS, "conda version", _VERSION, "conda versions do not (letters, digits, _.+!)")
 
 
 def check_build(value: str) -> str:
     """A conda build string (`h9e4cc4f_1_cpython`), bounded."""
-    text = _bounded(value, MAX_CONDA_VERSION_CHARS, "conda build")
-    if not _BUILD.fullmatch(text):
-        raise CondaSpecError(f"conda build {text[:80]!r} holds a character builds do not (letters, digits, _.+)")
-    return text
+    return _allowed(value, MAX_CONDA_VERSION_CHARS, "conda build", _BUILD, "builds do not (letters, digits, _.+)")
 
 
 def check_conda_spec(value: str) -> str:
     """The version part of a dependency (`>=3.12,<3.13.0a0`, `* *_cp312`): bounded and from conda's characters."""
-    text = _bounded(value, MAX_CONDA_SPEC_CHARS, "conda dependency spec")
-    if not _SPEC.fullmatch(text):
-        raise CondaSpecError(f"conda dependency spec {text[:80]!r} holds a character conda specs do not")
-    return text
+    return _allowed(value, MAX_CONDA_SPEC_CHARS, "conda dependency spec", _SPEC, "conda specs do not")
 
 
 def _remove_dot_segments(path: str) -> str:

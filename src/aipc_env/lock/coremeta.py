@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion
 
 from aipc_env.core.specs import parse_requirement, parse_specifier, parse_version
 
-__all__ = ["MAX_METADATA_BYTES", "CoreMetadata", "MetadataError", "normal_requirement", "parse_core_metadata", "requirement_key"]
+__all__ = ["MAX_METADATA_BYTES", "CoreMetadata", "MetadataError", "normal_requirement", "parse_core_metadata"]
 
 MAX_METADATA_BYTES = 4 * 2**20
 """The largest METADATA read (numpy's is 60 KB with its long description; a file past this is not metadata)."""
@@ -56,10 +56,6 @@ def normal_requirement(line: str) -> str:
 
 def _spec(text: str | None) -> SpecifierSet | None:
     return parse_specifier(text) if text else None
-
-
-def requirement_key(line: str) -> str:
-    return canonicalize_name(parse_requirement(line).name)
 
 
 def parse_core_metadata(raw: bytes | str) -> CoreMetadata:

@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 XPU_PROJECTS = ("torch", "torchvision", "triton-xpu", "pytorch-triton-xpu")
-PLATFORM_OF_TAG = {"win_amd64": "win-64"}
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,7 @@ from aipc_env.core.specs import (
 from aipc_env.errors import InputError
 from aipc_env.paths import matrix_path
 
-__all__ = ["MATRIX_SCHEMA_VERSION", "KnownIssue", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
-
-MATRIX_SCHEMA_VERSION = 1
+__all__ = ["KnownIssue", "Matrix", "Pair", "Pin", "TrainingStack", "load_matrix", "versions_equal"]
 
 
 def versions_equal(a: str | None, b: str | None) -> bool:

@@ -4,12 +4,8 @@ and loaded by workers/train/tinyedit.py."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from aipc_env.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -27,10 +23,10 @@ class BaseRecipe:
 
 
 BASE_RECIPE = BaseRecipe()
-
-
-def recipe_key() -> str:
-    return hashlib.sha256(json.dumps(asdict(BASE_RECIPE), sort_keys=True).encode()).hexdigest()[:12]
+BASE_CACHE = "the built-in model's cache"
+"""What the tiny base's cache is called in messages."""
+BASE_RECORD = "aipc_tiny_base.json"
+"""The tiny base's cache record (aipc_env.train.buildcache): its recipe and the hash of every file."""
 
 
 def base_cache_root() -> Path:
@@ -41,16 +37,11 @@ def base_cache_root() -> Path:
 
 
 def check_base_cache(cache_root: Path) -> Path:
-    """The tiny base's folder under cache_root, refused before any build when it cannot be one (the cache root, or
-    the folder itself, a file; a read-only place): found in a second, not after the 10-minute build."""
+    """The tiny base's folder under cache_root (its name has the recipe's key), refused before any build when it
+    cannot be one (the cache root, or the folder itself, a file; a read-only place): found in a second, not after
+    the 10-minute build."""
     from aipc_env.core.fileio import check_writable
+    from aipc_env.train.buildcache import check_cache_folder, recipe_key
 
-    folder = Path(cache_root) / f"tiny-edit-base-{recipe_key()}"
-    check_writable(cache_root, "the built-in model's cache", folder=True)
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise InputError(
-            "the built-in model's cache is a file or a link where its folder goes",
-            path=folder,
-            fix="move it away (aipc-env builds the folder again)",
-        )
-    return folder
+    check_writable(cache_root, BASE_CACHE, folder=True)
+    return check_cache_folder(Path(cache_root) / f"tiny-edit-base-{recipe_key(asdict(BASE_RECIPE))}", BASE_CACHE)

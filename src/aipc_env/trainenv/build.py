@@ -161,7 +161,7 @@ def _interpreter_layer(req: EnvRequest, lockfile_conda: Path | None, python: str
                 req.log,
                 echo=False,
                 fix=f"conda-lock could not render {lockfile_conda} (its output is in the log): check it with "
-                "`aipc-env lock check`, or re-assemble the conda layer",
+                "`aipc-env lock check`, or re-assemble the conda layer (`python scripts/assemble_conda_layer.py` in a checkout)",
             )
             explicit = Path(tmp) / f"conda-{req.platform}.explicit.txt"
             run_logged(conda_create_argv(tool, req.prefix, explicit=explicit), req.log)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.formats import dump_json
-from aipc_env.core.runfolder import LORA_WEIGHTS
+from aipc_env.core.runfolder import lora_file_in
 from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.train.results import CompareManifest, CompareSample
 from aipc_env.train.verdict import DEFAULT_MARGIN, HeldOutSample, LearningVerdict, learning_verdict
@@ -62,8 +62,8 @@ def _lora_file(lora: Path) -> tuple[Path, str]:
     """(folder, weight_name): an explicit weight name, since offline loading cannot discover it."""
     if lora.is_file():
         return lora.parent, lora.name
-    if (lora / LORA_WEIGHTS).is_file():
-        return lora, LORA_WEIGHTS
+    if (weights := lora_file_in(lora)).is_file():
+        return lora, weights.name
     files = sorted(lora.glob("*.safetensors"))
     if len(files) != 1:
         raise InputError(

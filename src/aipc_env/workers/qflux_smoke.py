@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TypedDict
 
-from aipc_env.core.runfolder import LORA_WEIGHTS
+from aipc_env.core.runfolder import lora_file_in
 from aipc_env.errors import ExitCode
 from aipc_env.launch.hops import SmokePrepare, SmokeVerify, run_worker, step_of
 
@@ -142,7 +142,8 @@ def verify(run: Path, clone: Path, config: Path) -> _SmokeVerdict:
     if lasts:
         from diffusers import QwenImageEditPipeline, QwenImageTransformer2DModel
 
-        sd, meta = QwenImageEditPipeline.lora_state_dict(lasts[-1], weight_name=LORA_WEIGHTS, return_lora_metadata=True)
+        weights = lora_file_in(lasts[-1])
+        sd, meta = QwenImageEditPipeline.lora_state_dict(str(weights.parent), weight_name=weights.name, return_lora_metadata=True)
         fresh = QwenImageTransformer2DModel.from_pretrained(str(model), subfolder="transformer")
         QwenImageEditPipeline.load_lora_into_transformer(sd, transformer=fresh, metadata=meta)
         layer = fresh.transformer_blocks[0].attn.to_q

@@ -142,11 +142,6 @@ class CheckContext:
         assert pair is not None
         return pair
 
-    @property
-    def has_intel_gpu(self) -> bool:
-        sycl_gpus = [d for d in self.facts.sycl_devices or [] if d.kind == "gpu" and "intel" in d.name.lower()]
-        return bool(sycl_gpus) or any(g.is_intel for g in self.facts.gpus)
-
     def env_fix(self, pair: Pair | None = None) -> str:
         """The command that builds or repairs the training env for a pair, and works on a fresh clone: from the
         lock where the checkout has one, else from the specs (recording this machine's lock)."""

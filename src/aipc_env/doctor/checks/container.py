@@ -27,7 +27,7 @@ def check_dri_access(ctx: CheckContext) -> Verdict:
         return skip("not in a container")
     render = [n for n in info.nodes if "render" in n.path.rsplit("/", 1)[-1]]
     if not render:
-        if not ctx.has_intel_gpu:  # nothing says the host has one: the CPU path is a valid way to run here
+        if not ctx.facts.has_intel_gpu:  # nothing says the host has one: the CPU path is a valid way to run here
             return warn(
                 "no /dev/dri/renderD* node and no Intel GPU seen",
                 "this container runs everything on the CPU (the built-in default works; Qwen-Image-Edit training needs the GPU)",

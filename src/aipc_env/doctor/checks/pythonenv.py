@@ -39,12 +39,12 @@ def check_training_env(ctx: CheckContext) -> Verdict:
         )
     seen = f"{env.prefix} (Python {env.python_version}; {SOURCE_WORDS[env.source]})"
     if env.source == "current" and "torch" not in env.distributions:
-        build = "" if not ctx.has_intel_gpu else "; or build one from the pair's lock: " + ctx.env_fix()
+        build = "" if not ctx.facts.has_intel_gpu else "; or build one from the pair's lock: " + ctx.env_fix()
         return warn(
             seen,
             "no training env is built or recorded, and this interpreter has no torch",
             "run `aipc-env train` (or `nox -s train`) once: it builds its training env with this machine's "
-            f"torch build{' (the CPU build here)' if not ctx.has_intel_gpu else ''} and records it{build}; "
+            f"torch build{' (the CPU build here)' if not ctx.facts.has_intel_gpu else ''} and records it{build}; "
             "or point the doctor at an env: --env PREFIX",
         )
     return ok(seen, "inspect another env with --env PREFIX")
@@ -65,7 +65,7 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
             "torch not installed",
             "training needs torch (torch+xpu on an Intel GPU)",
             f"build the env: {ctx.env_fix()}"
-            if ctx.has_intel_gpu
+            if ctx.facts.has_intel_gpu
             else "run `aipc-env train --env PREFIX` once with this env, or let `aipc-env train` build its own "
             "(the CPU build: this machine has no Intel GPU)",
         )
@@ -75,7 +75,7 @@ def check_torch_xpu(ctx: CheckContext) -> Verdict:
         local = None
     if local == "xpu":
         return ok(f"torch {torch}")
-    if not ctx.has_intel_gpu:
+    if not ctx.facts.has_intel_gpu:
         return ok(
             f"torch {torch} ({'+' + local if local else 'default'} build); this machine has no Intel GPU, so "
             "the built-in default runs on the CPU"
@@ -322,7 +322,7 @@ def check_bnb_backends(ctx: CheckContext) -> Verdict:
     if early := _env_missing(ctx):
         return early
     pair = ctx.pair
-    if not ctx.has_intel_gpu:
+    if not ctx.facts.has_intel_gpu:
         return ok(bnb_backends("cpu", native=True, triton=False).describe() + " (no Intel GPU: the CPU backend)")
     if pair is None:
         return skip("the env's pair is unknown")

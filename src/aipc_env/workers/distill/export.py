@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import parse_json
-from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
+from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder, lora_file_in
 from aipc_env.distill.licence import NOTICE_MARK
 from aipc_env.errors import ExitCode, InputError
 from aipc_env.launch.hops import EXPORT_FORMATS, DistillExport, run_worker
@@ -186,7 +186,7 @@ def export_lora(lora_dir: Path, dest: Path, fmt: str = "comfyui", *, provenance:
         raise InputError(f"unknown export format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
     repo = check_repo_name(provenance.repo) if provenance.repo is not None else None
     licence = find_licence(provenance.model_dir)
-    src = Path(lora_dir) / LORA_WEIGHTS
+    src = lora_file_in(lora_dir)
     if not src.is_file():
         raise InputError("no published LoRA there", path=src, fix="run `aipc-env distill train` first")
     try:

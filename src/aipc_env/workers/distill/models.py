@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import read_json
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.distill.config import BUILTIN_TINY21, BUILTIN_TINY21_TRAINED, DistillConfig
-from aipc_env.distill.identity import is_tiny_random, is_tiny_trained, read_mark, tiny_kind
+from aipc_env.distill.identity import is_tiny_random, is_tiny_trained, tiny_kind
 from aipc_env.distill.model_paths import model_key, model_path
 from aipc_env.errors import InputError
 
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     from aipc_env.distill.grid import Grid
 
 __all__ = [
+    "TRAINED_RECORD",
     "device_and_dtype",
+    "ensure_trained_tiny",
     "is_tiny_random",
     "is_tiny_trained",
     "load_pipeline",
@@ -31,27 +34,21 @@ __all__ = [
     "tiny_kind",
 ]
 
+TRAINED_RECORD = "aipc_build.json"
+"""The trained tiny teacher's cache record (aipc_env.train.buildcache): its recipe and the hash of every file."""
+
 
 def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Path:
     """The model folder; the tiny random pipeline is built once into the run folder, the trained tiny teacher once
     into the per-user cache (aipc_env.workers.distill.tinytrained21)."""
     if cfg.model == BUILTIN_TINY21_TRAINED:
-        from aipc_env.distill.shapes import TRAINED21_VERSION
-
-        path = model_path(cfg)
-        mark = read_mark(path) or {}
-        if mark.get("version") != TRAINED21_VERSION or not isinstance(mark.get("trained"), dict):
-            from aipc_env.workers.distill.tinytrained21 import build_tiny21_trained
-
-            log(f"distill: training the tiny Qwen-Image-2.1 teacher once into {path} (about a minute on a CPU)")
-            build_tiny21_trained(path, log=log)
-        return path
+        return ensure_trained_tiny(model_path(cfg), log=log)
     if cfg.model != BUILTIN_TINY21:
         return Path(cfg.model)
     from aipc_env.workers.distill.tinypipe21 import TINY21_VERSION, build_tiny21_pipeline
 
     path = model_path(cfg)
-    stamp = path / "aipc_tiny.json"
+    stamp = path / TINY_MARK
     try:
         current = read_json(stamp, "tiny model mark").get("version") == TINY21_VERSION
     except (InputError, AttributeError):
@@ -59,6 +56,23 @@ def model_dir(cfg: DistillConfig, *, log: Callable[[str], object] = print) -> Pa
     if not current:
         log(f"distill: building the tiny random Qwen-Image-2.1 pipeline in {path}")
         build_tiny21_pipeline(path, seed=cfg.seed)
+    return path
+
+
+def ensure_trained_tiny(path: Path, *, log: Callable[[str], object] = print) -> Path:
+    """The trained tiny teacher in `path`, trained there once (aipc_env.workers.distill.tinytrained21) and reused while its
+    record holds this version and the hash of every file (aipc_env.train.buildcache)."""
+    from aipc_env.distill.shapes import TRAINED21_VERSION
+    from aipc_env.train.buildcache import build_once
+
+    def build(tmp: Path) -> None:
+        from aipc_env.workers.distill.tinytrained21 import build_tiny21_trained
+
+        log(f"distill: training the tiny Qwen-Image-2.1 teacher once into {path} (about a minute on a CPU)")
+        build_tiny21_trained(tmp, log=log)
+
+    recipe = {"teacher": BUILTIN_TINY21_TRAINED, "version": TRAINED21_VERSION}
+    build_once(path, record=TRAINED_RECORD, recipe=recipe, build=build, what="the tiny teacher's cache", log=log)
     return path
 
 

@@ -27,7 +27,7 @@ from typing import IO, Any
 import torch
 
 from aipc_env.core.fileio import loads_json
-from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
+from aipc_env.core.runfolder import RunFolder, lora_file_in
 from aipc_env.distill.config import DistillConfig
 from aipc_env.distill.lesson_errors import ObjectiveRose, TrainingDiverged, VelocityDiverged
 from aipc_env.errors import InputError
@@ -216,7 +216,7 @@ def publish(model: Any, lora_dir: Path, *, metadata: bool = True) -> Path:
     extra = _collate_lora_metadata({"transformer": model}) if metadata else {}
     with atomic_dir(lora_dir) as tmp:
         QwenImage21Pipeline.save_lora_weights(str(tmp), transformer_lora_layers=get_peft_model_state_dict(model), **extra)
-    return lora_dir / LORA_WEIGHTS
+    return lora_file_in(lora_dir)
 
 
 def _fingerprint(cfg: DistillConfig, model_key: str) -> str:

@@ -15,12 +15,8 @@ Imports torch: never import this module on the doctor's path.
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from aipc_env.core.fileio import atomic_dir
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pipeline"]
 
@@ -46,23 +42,14 @@ CHAT_TEMPLATE = (
 
 def _tokenizer() -> Any:  # transformers' Qwen2Tokenizer, as its untyped from_pretrained returns it
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
+
+    from aipc_env.workers.train.tinyparts import as_qwen2_tokenizer
 
     vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-        model_max_length=4096,
-        additional_special_tokens=SPECIAL_TOKENS,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        fast.save_pretrained(tmp)
-        return Qwen2Tokenizer.from_pretrained(tmp)
+    return as_qwen2_tokenizer(tok, eos="<|im_end|>", special=SPECIAL_TOKENS)
 
 
 def build_tiny21_pipeline(
@@ -80,58 +67,32 @@ def build_tiny21_pipeline(
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from aipc_env.workers.train.compat import processor_without_video
+    from aipc_env.workers.train.tinyparts import DYNAMIC_SCHEDULER, save_tiny_pipeline, special_ids, tiny_vae_config, vl_config
 
     processor_without_video()
     torch.manual_seed(seed)
     tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = special_ids(tokenizer, SPECIAL_TOKENS)
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=16, temporal_patch_size=2, merge_size=2, min_pixels=32 * 32, max_pixels=256 * 256
     )
     processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE)
     hidden = 16
+    rope = {"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6, "mrope_interleaved": True}
     config = Qwen3VLConfig(
-        text_config=dict(
-            vocab_size=max(512, len(tokenizer)),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-            rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6, "mrope_interleaved": True},
-            pad_token_id=ids["<|endoftext|>"],
-            bos_token_id=None,
-            eos_token_id=ids["<|im_end|>"],
-        ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=16,
-            intermediate_size=32,
-            num_heads=2,
-            out_hidden_size=hidden,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[1],
-        ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **vl_config(
+            tokenizer,
+            ids,
+            hidden,
+            text=dict(head_dim=8, rope_parameters=rope, bos_token_id=None),
+            vision=dict(
+                hidden_size=16, intermediate_size=32, patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[1]
+            ),
+        )
     )
     text_encoder = Qwen3VLForConditionalGeneration(config).eval()
     vae = AutoencoderKLQwenImage21(
-        base_dim=8,
-        decoder_base_dim=8,
-        z_dim=8,
-        dim_mult=[1, 1, 1, 1, 1],
-        num_res_blocks=1,
-        attn_scales=[],
-        temperal_downsample=[False, True, True, True],
-        latents_mean=[0.0] * 8,
-        latents_std=[1.0] * 8,
+        **tiny_vae_config(8, decoder_base_dim=8, dim_mult=[1, 1, 1, 1, 1], temperal_downsample=[False, True, True, True])
     )
     transformer = QwenImage21Transformer2DModel(
         patch_size=1,
@@ -145,16 +106,7 @@ def build_tiny21_pipeline(
         axes_dims_rope=(4, 6, 6),
     )
     if dynamic_shifting:  # the tiny hub repo's scheduler (distillation lesson 7)
-        scheduler = FlowMatchEulerDiscreteScheduler(
-            shift=1.0,
-            use_dynamic_shifting=True,
-            base_shift=0.5,
-            max_shift=0.9,
-            base_image_seq_len=256,
-            max_image_seq_len=8192,
-            shift_terminal=0.02,
-            time_shift_type="exponential",
-        )
+        scheduler = FlowMatchEulerDiscreteScheduler(**DYNAMIC_SCHEDULER)
     else:  # the real Turbo's: sigmas are used verbatim
         scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
     pipe = QwenImage21Pipeline(
@@ -165,13 +117,6 @@ def build_tiny21_pipeline(
         transformer=transformer,
         sample_sigmas=sample_sigmas,
     )
-    out = Path(out)
-    with atomic_dir(out) as tmp_dir:
-        pipe.save_pretrained(tmp_dir)  # type: ignore[attr-defined]  # mypy sees diffusers' dummy class, not the pipeline
-        (tmp_dir / "LICENSE").write_text(
-            (Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(encoding="utf-8"), encoding="utf-8"
-        )  # an export copies the model's licence; this one has its own
-        (tmp_dir / "aipc_tiny.json").write_text(
-            json.dumps({"kind": "qwen-image-2.1", "seed": seed, "version": TINY21_VERSION, "dynamic_shifting": dynamic_shifting})
-        )
-    return out
+    licence = (Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(encoding="utf-8")
+    mark = {"kind": "qwen-image-2.1", "seed": seed, "version": TINY21_VERSION, "dynamic_shifting": dynamic_shifting}
+    return save_tiny_pipeline(pipe, out, mark, files={"LICENSE": licence})  # an export copies the model's licence

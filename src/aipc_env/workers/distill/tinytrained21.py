@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
+from aipc_env.core.runfolder import TINY_MARK
 from aipc_env.distill.shapes import COLORS, KINDS, PROMPTS, SAMPLE_SIGMAS, TRAINED21_VERSION, check_structured
 
 if TYPE_CHECKING:
@@ -117,10 +118,10 @@ def _sample(
 
 
 def build_tiny21_trained(out: Path, *, log: Callable[[str], object] = print) -> Path:
-    """Train the teacher and write the pipeline to `out` (atomically: a failed build leaves nothing there)."""
+    """Train the teacher and write the pipeline into `out`, a fresh folder (aipc_env.workers.distill.models.ensure_trained_tiny
+    builds it once, under a lock, and publishes it whole into the per-user cache)."""
     from diffusers import QwenImage21Pipeline
 
-    from aipc_env.core.fileio import atomic_dir
     from aipc_env.workers.distill import sampler
     from aipc_env.workers.distill.tinypipe21 import build_tiny21_pipeline
     from aipc_env.workers.train.compat import processor_without_video
@@ -172,26 +173,26 @@ def build_tiny21_trained(out: Path, *, log: Callable[[str], object] = print) -> 
             measured = _measure(model, embeds, pads, shapes, shapes_one)
             detail = check_structured(measured["teacher8_to_data"], measured["untrained8_to_data"])
             log(f"distill: tiny teacher trained in {time.perf_counter() - t0:.0f} s: {detail}")
-            with atomic_dir(Path(out)) as tmp:
-                shutil.copytree(base, tmp, dirs_exist_ok=True)
-                shutil.rmtree(tmp / "transformer")
-                model.save_pretrained(tmp / "transformer")
-                mark = {
-                    "kind": "qwen-image-2.1",
-                    "seed": 0,
-                    "version": TRAINED21_VERSION,
-                    "dynamic_shifting": False,
-                    "trained": {
-                        "data": "distill/shapes.py",
-                        "prompts": list(PROMPTS),
-                        "arch": ARCH,
-                        "training": {**TRAINING, "lr": LEARNING_RATE, "steps": n_steps},
-                        "final_loss": round(sum(losses[-100:]) / min(100, len(losses)), 5),
-                        "seconds": round(time.perf_counter() - t0, 1),
-                        **measured,
-                    },
-                }
-                (tmp / "aipc_tiny.json").write_text(json.dumps(mark, indent=1))
+            out = Path(out)
+            shutil.copytree(base, out, dirs_exist_ok=True)
+            shutil.rmtree(out / "transformer")
+            model.save_pretrained(out / "transformer")
+            mark = {
+                "kind": "qwen-image-2.1",
+                "seed": 0,
+                "version": TRAINED21_VERSION,
+                "dynamic_shifting": False,
+                "trained": {
+                    "data": "distill/shapes.py",
+                    "prompts": list(PROMPTS),
+                    "arch": ARCH,
+                    "training": {**TRAINING, "lr": LEARNING_RATE, "steps": n_steps},
+                    "final_loss": round(sum(losses[-100:]) / min(100, len(losses)), 5),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                    **measured,
+                },
+            }
+            (out / TINY_MARK).write_text(json.dumps(mark, indent=1))
     finally:
         torch.set_num_threads(threads)
     return Path(out)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
+from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.launch.hops import EnginePhase, run_worker
 from aipc_env.train.config import BUILTIN_TINY, TrainConfig
@@ -40,16 +40,16 @@ def check_reload(cfg: TrainConfig) -> None:
     from diffusers import QwenImageEditPipeline
     from safetensors.torch import load_file
 
-    lora_dir = RunFolder(Path(cfg.output_dir)).lora_dir
-    state, meta = QwenImageEditPipeline.lora_state_dict(str(lora_dir), return_lora_metadata=True)
-    raw = load_file(str(lora_dir / LORA_WEIGHTS))
+    run = RunFolder(Path(cfg.output_dir))
+    state, meta = QwenImageEditPipeline.lora_state_dict(str(run.lora_dir), return_lora_metadata=True)
+    raw = load_file(str(run.lora_file))
     alpha = (meta or {}).get("transformer.lora_alpha")
     # the trained alpha / rank is folded into lora_B (aipc_env.workers.train.lora_file): the file says alpha == rank
     if alpha != cfg.lora.rank or len(state) != len(raw):
         raise AipcError(
             f"the saved LoRA does not load back as trained (alpha {alpha}, expected {cfg.lora.rank}: its scale "
             "folded into lora_B)",
-            path=lora_dir,
+            path=run.lora_dir,
         )
     if cfg.model and cfg.model.path == BUILTIN_TINY:
         from aipc_env.workers.train.fit import tiny_base_cache

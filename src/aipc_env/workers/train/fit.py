@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import write_model
-from aipc_env.core.runfolder import LORA_WEIGHTS, RunFolder
+from aipc_env.core.runfolder import RunFolder, lora_file_in
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -381,7 +381,7 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     summary = FitSummary(
         steps=step,
         models_in_memory=models,
-        lora=str(lora_dir / LORA_WEIGHTS),
+        lora=str(lora_file_in(lora_dir)),
         final_smoothed_loss=smoothed,
         resumed_from=str(resume) if resume else None,
         heldout=verdict,

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aipc_env.core.runfolder import LORA_WEIGHTS
+from aipc_env.core.runfolder import lora_file_in
 
 if TYPE_CHECKING:
     import torch
@@ -87,4 +87,4 @@ def save_run_lora(lora_dir: Path, model: Any, adapter: str = "default") -> Path:
         transformer_lora_layers=tensors,
         transformer_lora_adapter_metadata=unit_scale_metadata(model.peft_config[adapter].to_dict()),
     )
-    return Path(lora_dir) / LORA_WEIGHTS
+    return lora_file_in(lora_dir)

@@ -22,30 +22,25 @@ Imports torch: training side only.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from aipc_env.train.tinybase import BASE_RECIPE, check_base_cache
+from aipc_env.train.tinybase import BASE_CACHE, BASE_RECIPE, BASE_RECORD, check_base_cache
 
 __all__ = [
     "EDIT_VERSION",
-    "EDIT_WORDS",
     "HELDOUT_SEED",
     "TRAIN_SEED",
     "EditSample",
     "edit_inputs",
     "edit_sample",
-    "folder_digests",
     "load_tiny_base",
     "scheduler_for_tiny",
 ]
 
 
-EDIT_WORDS = "paint the image in the control's average colour"
 TRAIN_SEED = 1000
 """Training sample i is edit_sample(TRAIN_SEED + i); held-out sample j is edit_sample(HELDOUT_SEED + j)."""
 HELDOUT_SEED = 500_000
@@ -112,9 +107,9 @@ def scheduler_for_tiny() -> Any:
     """The flow-match scheduler of the tiny pipeline (aipc_env.workers.train.tinypipe builds it from the same values)."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from aipc_env.workers.train.tinypipe import SCHEDULER_CONFIG
+    from aipc_env.workers.train.tinyparts import DYNAMIC_SCHEDULER
 
-    return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    return FlowMatchEulerDiscreteScheduler(**DYNAMIC_SCHEDULER)
 
 
 def _train_base(log: Callable[[str], object]) -> Any:
@@ -141,56 +136,18 @@ def _train_base(log: Callable[[str], object]) -> Any:
     return model.eval()
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-_RECORD = "aipc_tiny_base.json"
-
-
-def folder_digests(folder: Path) -> dict[str, str] | None:
-    """{name: sha256} of every file of a cached base but its record (weights and config.json: what from_pretrained
-    reads), or None where anything in it is not a regular file (a link, a folder): the whole folder is hashed."""
-    digests = {}
-    for path in sorted(folder.iterdir()):
-        if path.name == _RECORD:
-            continue
-        if path.is_symlink() or not path.is_file():
-            return None
-        digests[path.name] = _digest(path)
-    return digests
-
-
 def load_tiny_base(cache_root: Path, *, log: Callable[[str], object] = print) -> Any:
-    """The trained tiny base (fp32, CPU), built into `cache_root` on first use. The folder is the tool's own, but it
-    is read as untrusted: a weights file whose hash is not the one recorded beside it is rebuilt."""
+    """The trained tiny base (fp32, CPU), built into `cache_root` on first use and reused while its record holds
+    this recipe and the hash of every file (aipc_env.train.buildcache)."""
     from diffusers import QwenImageTransformer2DModel
 
-    from aipc_env.core.fileio import atomic_dir, read_json
+    from aipc_env.train.buildcache import build_once
+
+    def build(tmp: Path) -> None:
+        log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
+        _train_base(log).save_pretrained(str(tmp), safe_serialization=True)
 
     folder = check_base_cache(cache_root)
-    record, weights = folder / _RECORD, folder / "diffusion_pytorch_model.safetensors"
-    if record.is_file() and weights.is_file():
-        try:
-            meta = read_json(record, "the tiny base's record")
-        except Exception:  # noqa: BLE001 - an unreadable record means: build it again
-            meta = None
-        if (
-            isinstance(meta, dict)
-            and meta.get("recipe") == asdict(BASE_RECIPE)
-            and (files := folder_digests(folder)) is not None
-            and "config.json" in files
-            and meta.get("files") == files
-        ):
-            model = QwenImageTransformer2DModel.from_pretrained(str(folder))
-            return model.float().eval()
-        log(f"tiny base: {folder} does not match its record (config and weights hashed whole); building it again")
-    log(f"tiny base: training the built-in model once for this machine ({BASE_RECIPE.steps} steps on the CPU) ...")
-    model = _train_base(log)
-    with atomic_dir(folder) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        (tmp / record.name).write_text(
-            json.dumps({"recipe": asdict(BASE_RECIPE), "files": folder_digests(tmp)}, sort_keys=True), encoding="utf-8"
-        )
-    log(f"tiny base: cached in {folder}")
-    return model
+    if build_once(folder, record=BASE_RECORD, recipe=asdict(BASE_RECIPE), build=build, what=BASE_CACHE, log=log):
+        log(f"tiny base: cached in {folder}")
+    return QwenImageTransformer2DModel.from_pretrained(str(folder)).float().eval()

@@ -8,16 +8,13 @@ Used by tests, by `verify`, and as `builtin:tiny-pipeline` for the built-in defa
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aipc_env.core.fileio import atomic_dir
-
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer
 
-__all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SCHEDULER_CONFIG", "SPECIAL_TOKENS", "build_tiny_pipeline"]
+__all__ = ["EDIT_TEMPLATE_PREFIX_TOKENS", "SPECIAL_TOKENS", "build_tiny_pipeline"]
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -39,18 +36,6 @@ QWEN2_PRETOKENIZE = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
     r"\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-SCHEDULER_CONFIG = dict(
-    shift=1.0,
-    use_dynamic_shifting=True,
-    base_shift=0.5,
-    max_shift=0.9,
-    base_image_seq_len=256,
-    max_image_seq_len=8192,
-    shift_terminal=0.02,
-    time_shift_type="exponential",
-)
-"""The tiny pipeline's flow-match scheduler settings, shared with the built-in default's held-out check
-(aipc_env.workers.train.tinyedit.scheduler_for_tiny), which samples as this pipeline would."""
 EDIT_TEMPLATE_PREFIX_TOKENS = 64
 """The pipelines drop this many leading tokens (the system prompt); the tiny tokenizer reproduces that length."""
 
@@ -65,10 +50,9 @@ def _system_prefix() -> str:
     )
 
 
-def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS) -> PreTrainedTokenizerFast:
+def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS) -> Tokenizer:
     """Train byte-level BPEs of growing size until the system prefix is exactly `target_prefix_tokens` long."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     corpus = [
         _system_prefix() * 3,
@@ -100,21 +84,11 @@ def _train_tokenizer(target_prefix_tokens: int = EDIT_TEMPLATE_PREFIX_TOKENS) ->
             break
     if best is None:
         raise RuntimeError(f"could not train a tokenizer whose system prefix is exactly {target_prefix_tokens} tokens")
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=best,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-        model_max_length=4096,
-        additional_special_tokens=SPECIAL_TOKENS[1:],
-    )
-    return fast
+    return best
 
 
 def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path:
     """Write a tiny Qwen-Image-Edit(-Plus) pipeline to `out` (atomically: a temp folder renamed at the end)."""
-    import tempfile
-
     import torch
     import transformers
     from diffusers import (
@@ -137,77 +111,49 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
 
     from aipc_env.workers.train.compat import processor_without_video
     from aipc_env.workers.train.tiny import TINY_TRANSFORMER_CONFIG
+    from aipc_env.workers.train.tinyparts import (
+        DYNAMIC_SCHEDULER,
+        as_qwen2_tokenizer,
+        save_tiny_pipeline,
+        special_ids,
+        tiny_vae_config,
+        vl_config,
+    )
 
     processor_without_video()
     torch.manual_seed(seed)
-    fast = _train_tokenizer()
-    with tempfile.TemporaryDirectory() as tmp:
-        fast.save_pretrained(tmp)
-        tokenizer = Qwen2Tokenizer.from_pretrained(tmp)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    tokenizer = as_qwen2_tokenizer(_train_tokenizer(), eos="<|endoftext|>", special=SPECIAL_TOKENS[1:], cls=Qwen2Tokenizer)
+    ids = special_ids(tokenizer, SPECIAL_TOKENS)
     image_processor = Qwen2VLImageProcessor(
         patch_size=14, temporal_patch_size=2, merge_size=2, min_pixels=3136, max_pixels=1003520
     )
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
     hidden = TINY_TRANSFORMER_CONFIG["joint_attention_dim"]
+    assert isinstance(hidden, int)
     rope = (
         {"rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}, "rope_theta": 1e6}
         if legacy
         else {"rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6}}
     )
     config = Qwen2_5_VLConfig(
-        text_config=dict(
-            vocab_size=max(512, len(tokenizer)),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            bos_token_id=ids["<|endoftext|>"],
-            eos_token_id=ids["<|im_end|>"],
-            pad_token_id=ids["<|endoftext|>"],
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            **rope,
-        ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=2,
-            out_hidden_size=hidden,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=112,
-            fullatt_block_indexes=[1],
-        ),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **vl_config(
+            tokenizer,
+            ids,
+            hidden,
+            text=dict(bos_token_id=ids["<|endoftext|>"], **rope),
+            vision=dict(hidden_size=64, intermediate_size=128, patch_size=14, window_size=112, fullatt_block_indexes=[1]),
+        )
     )
     text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
-    vae = AutoencoderKLQwenImage(
-        base_dim=8,
-        z_dim=16,
-        dim_mult=[1, 2, 4, 4],
-        num_res_blocks=1,
-        attn_scales=[],
-        temperal_downsample=[False, True, True],
-        latents_mean=[0.0] * 16,
-        latents_std=[1.0] * 16,
-    )
+    vae = AutoencoderKLQwenImage(**tiny_vae_config(16, dim_mult=[1, 2, 4, 4], temperal_downsample=[False, True, True]))
     transformer = QwenImageTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
-    scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    scheduler = FlowMatchEulerDiscreteScheduler(**DYNAMIC_SCHEDULER)
     cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
     # to a type checker diffusers exports its dummy placeholder classes, which lack the pipelines' methods
     pipe: Any = cls(
         scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, processor=processor, transformer=transformer
     )
-    out = Path(out)
-    with atomic_dir(out) as tmp_dir:
-        pipe.save_pretrained(tmp_dir)
-        (tmp_dir / "aipc_tiny.json").write_text(json.dumps({"seed": seed, "plus": plus}))
-    return out
+    return save_tiny_pipeline(pipe, out, {"seed": seed, "plus": plus})
 
 
 def main(argv: list[str] | None = None) -> int:

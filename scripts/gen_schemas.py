@@ -1,7 +1,8 @@
 """JSON Schemas of every file format aipc-env reads, writes or prints, generated from the pydantic models.
 
-`python -m aipc_env.commands.schemas` rewrites docs/schemas/; tests fail when a committed schema drifts from its model, and
-when a VersionedModel of the package is missing here. This module imports every format; formats.py imports none.
+`python scripts/gen_schemas.py [FOLDER]` rewrites docs/schemas/ (a maintainer's tool, not shipped in the wheel); tests
+fail when a committed schema drifts from its model, and when a VersionedModel of the package is missing here. This
+tool imports every format; formats.py imports none.
 """
 
 from __future__ import annotations
