@@ -27,6 +27,7 @@ FUZZED: dict[str, str] = {
     "train/tinyrun.py": "test_fuzz_tiny_run_config",
     "train/memory_model.py": "test_fuzz_memory_coefficients_file",
     "trainenv/uvenv.py": "test_fuzz_env_stamp",
+    "core/heartbeat.py": "test_fuzz_installer_log_tail",
     # versioned formats: records, journals, manifests, reports, configs, data files (load_versioned / a model)
     "commands/distill.py": VERSIONED,
     "commands/train.py": VERSIONED,
