@@ -77,6 +77,33 @@ def test_the_recorded_training_ends_with_its_lora_and_every_snippet_exists():
     assert all((ROOT / "docs" / name).is_file() for name in included), included
 
 
+def test_a_stale_training_recording_is_told_from_a_fresh_one_by_its_shape():
+    """The shape a recording is compared by (gen_outputs.training_shape): blind to timings, losses, dates and how
+    many heartbeat lines a loaded machine printed; not to a line reworded, added or removed."""
+    gen = _load("gen_outputs")
+    recorded = (ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8")
+    shape = gen.training_shape(recorded)
+    reload = next(line for line in recorded.splitlines() if line.startswith("fit: LoRA reloaded through diffusers"))
+    busier = re.sub(r"\d", "7", recorded).replace("fit: starting", "fit: still importing the training stack (5 s)\nfit: starting")
+    assert gen.training_shape(busier) == shape
+    assert gen.training_shape(recorded.replace(reload, "fit: LoRA reloaded through diffusers: 16 tensors, alpha 8.0")) != shape
+    assert gen.training_shape(recorded.replace(f"{reload}\n", "")) != shape
+
+
+@pytest.mark.slow
+def test_the_recorded_training_is_what_the_tool_prints_now(tmp_path: Path):
+    """docs/outputs/train-default.txt goes stale when a line of the training changes: a fresh run of the built-in
+    default says the same lines (numbers and heartbeats aside)."""
+    import difflib
+    import sys
+
+    gen = _load("gen_outputs")
+    fresh = gen.training_shape(gen.run_training(sys.prefix, tmp_path))
+    recorded = gen.training_shape((ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8"))
+    diff = "\n".join(difflib.unified_diff(recorded, fresh, "recorded", "now", lineterm="", n=1))
+    assert fresh == recorded, f"docs/outputs/train-default.txt is stale (python docs/gen_outputs.py --train PREFIX):\n{diff}"
+
+
 # --- runbook references --------------------------------------------------------------------------------------------
 
 REF = re.compile(r"§\s?(\d+(?:\.\d+)?)|runbook(?:'s)? step (\d+(?:\.\d+)?)", re.IGNORECASE)
