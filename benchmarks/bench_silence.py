@@ -3,7 +3,8 @@ first, each run ROUNDS times, alternated, with fresh state, cache and output fol
 phase and model loads happen every time):
 - `aipc-env train` (the built-in default: its tiny base build, cache, fit imports, fit steps, held-out check);
 - `aipc-env verify`; `aipc-env distill all`;
-- `aipc-env train config.yaml --model tiny` on the guide's dataset with two samples held out (`data.heldout_count`):
+- `aipc-env train config.yaml --model tiny` on the guide's dataset (two more samples: 8) with three held out
+  (`data.heldout_count`):
   the tiny-model build, the cache phase, the fit and its steps (seconds each on a CPU), the judge phase;
 - the training env build (`ensure_tool_env`, what a pipx-installed tool runs on first use) into a fresh prefix,
   torch from this machine's wheel folder (AIPC_ENV_TORCH_WHEELS) and uv's download cache as this machine has it.
@@ -11,7 +12,8 @@ phase and model loads happen every time):
 Every gap is also counted against the step it fell in (the step of the line before it: `tiny base:` lines are the
 tiny base build, `fit: still importing` the fit imports, ...), so the result holds the longest silence of each
 step; each step of STEPS must be seen. Target: no silence over 10 s on this machine, in any step.
-Run: python benchmarks/bench_silence.py [--rounds N] [--only NAME ...]; writes benchmarks/results/silence.json.
+Run: python benchmarks/bench_silence.py [--rounds N] [--only NAME ...]; writes benchmarks/results/silence.json after
+every round (its `rounds` says how many were done), with the 1-minute load average after each command.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,11 +44,11 @@ from aipc_env.trainenv.tool_env import ensure_tool_env
 ensure_tool_env(log=lambda line: print(line, flush=True), prefix=Path(sys.argv[1]))
 """
 COMMANDS = {
-    "train": ["train"],
-    "verify": ["verify"],
-    "distill": ["distill", "all"],
-    "tiny-model": ["train", "config.yaml", "--model", "tiny"],
     "env-build": [],
+    "tiny-model": ["train", "config.yaml", "--model", "tiny"],
+    "train": ["train"],
+    "distill": ["distill", "all"],
+    "verify": ["verify"],
 }
 EXIT_CODES = {"tiny-model": (0, 1)}
 """A random tiny model does not learn the edit: its judge's verdict is exit 1, as the guide says."""
@@ -53,7 +56,7 @@ TINY_CONFIG = """\
 schema_version: 1
 engine: builtin
 model: {path: models/Qwen-Image-Edit-2511, quantize: nf4}
-data: {datasets: [my-dataset], target_size: [64, 64], batch_size: 2, num_workers: 0, heldout_count: 2, heldout_steps: 4}
+data: {datasets: [my-dataset], target_size: [64, 64], batch_size: 2, num_workers: 0, heldout_count: 3, heldout_steps: 4}
 train: {max_train_steps: 4, checkpointing_steps: 2}
 output_dir: runs/first
 device: cpu
@@ -91,6 +94,9 @@ def _user_folder(folder: Path) -> None:
     from gen_outputs import _write_dataset  # the getting-started guide's own small dataset
 
     _write_dataset(folder / "my-dataset")
+    for i in (6, 7):  # 8 samples: three held out leave the five a held-out split needs to train on
+        for sub, ext in (("training_images", ".png"), ("training_images", ".txt"), ("control_images", ".png")):
+            shutil.copyfile(folder / "my-dataset" / sub / f"mug_0{i - 6}{ext}", folder / "my-dataset" / sub / f"mug_0{i}{ext}")
     (folder / "config.yaml").write_text(TINY_CONFIG, encoding="utf-8")
 
 
@@ -132,7 +138,9 @@ def main() -> int:
     worst_line: dict[str, tuple[float, str]] = {}
     totals: dict[str, list[float]] = {name: [] for name in chosen}
     steps: dict[str, list[float]] = {}
-    for _ in range(args.rounds):
+    loads: list[float] = []
+    code = 1
+    for done in range(1, args.rounds + 1):
         for name, command in chosen.items():  # alternated
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(
@@ -148,24 +156,43 @@ def main() -> int:
                 if name == "env-build":
                     argv = [sys.executable, "-c", ENV_BUILD, f"{tmp}/env"]
                 gap, line, total, by_step = longest_gap(argv, env, cwd=tmp, codes=EXIT_CODES.get(name, (0,)))
+            loads.append(os.getloadavg()[0])
+            print(f"round {done}/{args.rounds} {name}: longest silence {gap:.1f} s of {total:.0f} s", file=sys.stderr)
             for step, seconds in by_step.items():
                 steps.setdefault(step, []).append(seconds)
             gaps[name].append(gap)
             totals[name].append(total)
             if gap >= worst_line.get(name, (0.0, ""))[0]:
                 worst_line[name] = (gap, line)
+        code = _write(
+            args.only, chosen, done, gaps, worst_line, totals, steps, loads
+        )  # each round: an interrupted run keeps its rounds
+    return code
+
+
+def _write(
+    only: list[str] | None,
+    chosen: dict[str, list[str]],
+    rounds: int,
+    gaps: dict[str, list[float]],
+    worst_line: dict[str, tuple[float, str]],
+    totals: dict[str, list[float]],
+    steps: dict[str, list[float]],
+    loads: list[float],
+) -> int:
     result = {
         "benchmark": "longest silence between output lines",
         "target_s": TARGET_S,
-        "rounds": args.rounds,
+        "rounds": rounds,
         "longest_gap_s": {name: spread(values) for name, values in gaps.items()},
         "line_after_the_longest_gap": {name: line for name, (_, line) in worst_line.items()},
         "total_s": {name: spread(values) for name, values in totals.items()},
         "longest_gap_by_step_s": {step: spread(values) for step, values in sorted(steps.items())},
+        "load_average_1min": spread(loads),
         "machine": machine(pinned=False),
     }
     previous = RESULTS / "silence.json"
-    if args.only and previous.is_file():  # keep the commands not measured this time
+    if only and previous.is_file():  # keep the commands not measured this time
         old = json.loads(previous.read_text())
         for key in ("longest_gap_s", "line_after_the_longest_gap", "total_s", "longest_gap_by_step_s"):
             result[key] = {**{k: v for k, v in old.get(key, {}).items() if k not in chosen and k not in steps}, **result[key]}
