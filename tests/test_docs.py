@@ -45,6 +45,35 @@ def test_an_option_added_without_its_doc_fails():
     assert text != (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 
 
+def test_the_reference_is_grouped_by_task_with_an_example_for_every_command():
+    gen = _load("gen_cli_reference")
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[3:] == [f"## {title}" for title, _, _ in gen.GROUPS]  # after the exit codes, the root, the index
+    assert "```text\naipc-env train config.yaml --model tiny\n" in text.replace("aipc-env train\n", "")
+    assert text.count("**Example") == len(gen.EXAMPLES)
+
+
+def test_a_command_in_no_group_without_an_example_or_with_a_broken_one_is_refused(monkeypatch):
+    from aipc_env.cli import build_parser
+
+    gen = _load("gen_cli_reference")
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    sub.add_parser("brand-new", help="a new command")
+    with pytest.raises(ValueError, match=r"in no group \['brand-new'\]"):
+        gen.render(parser)
+    monkeypatch.setitem(gen.EXAMPLES, "verify", ["aipc-env verify --no-such-flag"])
+    with pytest.raises(ValueError, match="does not parse"):
+        gen.render()
+    monkeypatch.setitem(gen.EXAMPLES, "verify", ["aipc-env doctor"])
+    with pytest.raises(ValueError, match="is not of `aipc-env verify`"):
+        gen.render()
+    monkeypatch.delitem(gen.EXAMPLES, "verify")
+    with pytest.raises(ValueError, match="`aipc-env verify` has no example"):
+        gen.render()
+
+
 def test_the_reference_lists_every_command_and_exit_code():
     text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     for command in ("doctor", "train", "fleet bundle", "distill gate", "container run", "dataset validate", "adapt"):
