@@ -73,3 +73,32 @@ def test_an_installer_that_speaks_gets_no_heartbeat(tmp_path: Path, capfd, monke
     procs.run_logged([sys.executable, "-c", code], tmp_path / "build.log")
     err = capfd.readouterr().err
     assert "Downloading 11" in err and "still running" not in err
+
+
+def test_a_silent_phase_gets_the_runners_heartbeat_on_the_console_not_in_its_log(capfd, monkeypatch):
+    import io
+
+    from aipc_env.launch import runner
+
+    monkeypatch.setattr(runner, "HEARTBEAT_SECONDS", -1.7)  # the runner waits 2 s more than a worker's heartbeat: 0.3 s
+    code = "import time; print('loading', flush=True); time.sleep(1.2); print('done', flush=True)"
+    log = io.BytesIO()
+    assert runner.run_phase({"name": "fit", "argv": [sys.executable, "-c", code]}, dict(__import__("os").environ), log) == 0
+    lines = capfd.readouterr().out.splitlines()
+    beats = [n for n, line in enumerate(lines) if line.startswith("[aipc-env] phase fit: still running (")]
+    assert 2 <= len(beats) <= 5, lines
+    assert lines.index("loading") < beats[0] and beats[-1] < lines.index("done")
+    assert b"still running" not in log.getvalue() and b"done" in log.getvalue()
+
+
+def test_a_phase_that_speaks_gets_no_runner_heartbeat(capfd, monkeypatch):
+    import io
+    import os
+
+    from aipc_env.launch import runner
+
+    monkeypatch.setattr(runner, "HEARTBEAT_SECONDS", -1.6)  # 0.4 s
+    code = "import time\nfor i in range(12):\n    print(f'step {i}', flush=True); time.sleep(0.1)"
+    assert runner.run_phase({"name": "fit", "argv": [sys.executable, "-c", code]}, dict(os.environ), io.BytesIO()) == 0
+    out = capfd.readouterr().out
+    assert "step 11" in out and "still running" not in out
