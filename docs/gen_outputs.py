@@ -189,8 +189,8 @@ def run_training(prefix: str, folder: Path) -> str:
 
 VOLATILE = re.compile(r"\d+(\.\d+)?(e[-+]\d+)?")
 """Numbers: a recording's timings, rates and dates (and its losses) are not compared, only what the lines say."""
-HEARTBEAT = re.compile(r"^\S+: (still |step \d+/\d+ running)")
-"""A heartbeat line: how many a run prints depends on the machine's load."""
+HEARTBEAT = re.compile(r"^(\S+: (still |step \d+/\d+ running)|\[aipc-env\] phase \S+: still running)")
+"""A heartbeat line (a worker's, or the runner's for a silent phase): how many a run prints depends on the load."""
 
 
 def training_shape(text: str) -> list[str]:

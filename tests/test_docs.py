@@ -113,7 +113,11 @@ def test_a_stale_training_recording_is_told_from_a_fresh_one_by_its_shape():
     recorded = (ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8")
     shape = gen.training_shape(recorded)
     reload = next(line for line in recorded.splitlines() if line.startswith("fit: LoRA reloaded through diffusers"))
-    busier = re.sub(r"\d", "7", recorded).replace("fit: starting", "fit: still importing the training stack (5 s)\nfit: starting")
+    start = "fit: starting (importing torch, diffusers and bitsandbytes)\n"
+    busier = re.sub(r"\d", "7", recorded).replace(
+        start, f"[aipc-env] phase fit: still running (7 s)\n{start}fit: still importing the training stack (5 s)\n"
+    )
+    assert busier.count("still") > recorded.count("still")
     assert gen.training_shape(busier) == shape
     assert gen.training_shape(recorded.replace(reload, "fit: LoRA reloaded through diffusers: 16 tensors, alpha 8.0")) != shape
     assert gen.training_shape(recorded.replace(f"{reload}\n", "")) != shape
