@@ -19,6 +19,7 @@ from run to run; their folders are shown as on a default install (the per-user d
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -164,27 +165,46 @@ def memory_tables() -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_training(prefix: str, folder: Path) -> str:
+    """The built-in default training in the env PREFIX, its per-user folders (data, cache, state) fresh under FOLDER
+    as on a first run, its output as a person sees it with the folders shown as on a default Linux install."""
+    data, cache, state = folder / "data", folder / "cache", folder / "state"
+    env = {**_env(), "XDG_DATA_HOME": str(data), "XDG_CACHE_HOME": str(cache), "XDG_STATE_HOME": str(state)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aipc_env", "train", "--env", prefix],
+        check=False,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=900,
+    )
+    if proc.returncode:
+        raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    text = (proc.stdout + proc.stderr).replace(str(data), "~/.local/share").replace(str(cache), "~/.cache")
+    text = text.replace(str(state), "~/.local/state").replace(prefix, "$ENV")
+    return text.replace(str(Path(sys.executable).parent.parent), "$ENV")
+
+
+VOLATILE = re.compile(r"\d+(\.\d+)?(e[-+]\d+)?")
+"""Numbers: a recording's timings, rates and dates (and its losses) are not compared, only what the lines say."""
+HEARTBEAT = re.compile(r"^(\S+: (still |step \d+/\d+ running)|\[aipc-env\] phase \S+: still running)")
+"""A heartbeat line (a worker's, or the runner's for a silent phase): how many a run prints depends on the load."""
+
+
+def training_shape(text: str) -> list[str]:
+    """What a recorded training says, its numbers masked and its heartbeat lines left out: a recording is stale when
+    its shape differs from a fresh run's (a line reworded, added, removed, or a number's format changed)."""
+    return [VOLATILE.sub("N", line) for line in text.splitlines() if not HEARTBEAT.match(line)]
+
+
 def record_training(prefix: str) -> None:
-    """The built-in default training in the env PREFIX, its folders shown as on a default Linux install."""
+    """The built-in default training in the env PREFIX, and its loss plot."""
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "data"
-        env = {**_env(), "XDG_DATA_HOME": str(data)}
-        proc = subprocess.run(
-            [sys.executable, "-m", "aipc_env", "train", "--env", prefix],
-            check=False,
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=900,
-        )
-        if proc.returncode:
-            raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        text = (proc.stdout + proc.stderr).replace(str(data), "~/.local/share").replace(prefix, "$ENV")
-        text = text.replace(str(Path(sys.executable).parent.parent), "$ENV")
+        text = run_training(prefix, Path(tmp))
         (OUT / "train-default.txt").write_text(text, encoding="utf-8", newline="\n")
-        plot = data / "aipc-env" / "runs" / "builtin-default" / "loss.png"
+        plot = Path(tmp) / "data" / "aipc-env" / "runs" / "builtin-default" / "loss.png"
         (ROOT / "docs" / "img").mkdir(exist_ok=True)
         shutil.copyfile(plot, ROOT / "docs" / "img" / "loss.png")
 

@@ -1,5 +1,6 @@
-"""Numbers in the docs come from somewhere: every size and duration on the first pages a newcomer reads is quoted
-from its source (docs/figures.yaml), and every figure in docs/benchmarks.md's table is a value of the results file
+"""Numbers in the docs come from somewhere: every size and duration in README.md and on every page under docs/ is
+traced in docs/figures.yaml: a measured one to the value of a benchmark's results file it must equal as rounded on
+the page, a quoted one to its source; and every figure in docs/benchmarks.md's table is a value of the results file
 of the benchmark its row names (benchmarks/results/), as rounded there."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import yaml
 
 from tests.conftest import ROOT
 
-FIRST_PAGES = ["README.md", "docs/index.md", "docs/getting-started.md"]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) ?(KB|kB|MB|GB|GiB|MiB|TB|ms|s|min|minutes|seconds|h|hours)\b")
+PER_SECOND = {"ms": 1000.0, "s": 1.0, "seconds": 1.0, "min": 1 / 60, "minutes": 1 / 60, "h": 1 / 3600, "hours": 1 / 3600}
 
 
 def _figures(text: str) -> set[str]:
@@ -22,11 +24,54 @@ def _figures(text: str) -> set[str]:
     return {f"{number} {unit}" for number, unit in FIGURE.findall(text)}
 
 
-@pytest.mark.parametrize("page", FIRST_PAGES)
-def test_every_size_and_duration_on_the_first_pages_is_traced(page: str) -> None:
-    traced = yaml.safe_load((ROOT / "docs" / "figures.yaml").read_text(encoding="utf-8"))["quoted"]
-    untraced = _figures((ROOT / page).read_text(encoding="utf-8")) - set(traced)
+def _traces() -> dict:
+    return yaml.safe_load((ROOT / "docs" / "figures.yaml").read_text(encoding="utf-8"))
+
+
+def _benchmark_rows(text: str) -> str:
+    """docs/benchmarks.md's table rows: their figures are checked against their results file (the test below)."""
+    return "\n".join(line for line in text.splitlines() if "bench_" in line and line.startswith("|"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_size_and_duration_on_every_page_is_traced(page: str) -> None:
+    traces = _traces()
+    text = (ROOT / page).read_text(encoding="utf-8")
+    traced = set(traces["quoted"]) | set(traces["measured"].get(page, {})) | set(traces["pages"].get(page, {}))
+    untraced = _figures(text) - traced - (_figures(_benchmark_rows(text)) if page == "docs/benchmarks.md" else set())
     assert not untraced, f"{page}: {sorted(untraced)} come from no measurement or quoted source (docs/figures.yaml)"
+
+
+def test_every_page_is_scanned() -> None:
+    assert {"README.md", "docs/index.md", "docs/getting-started.md", "docs/decisions.md", "docs/reference/cli.md"} <= set(PAGES)
+
+
+def _value(path: list[str]) -> float:
+    data = json.loads((ROOT / "benchmarks" / "results" / path[0]).read_text(encoding="utf-8"))
+    for key in path[1:]:
+        data = data[key]
+    assert isinstance(data, (int, float)), path
+    return float(data)
+
+
+def _as_written(figure: str, value: float) -> bool:
+    number, unit = figure.split(" ")
+    digits = len(number.split(".")[1]) if "." in number else 0
+    return round(value * PER_SECOND.get(unit, 1.0), digits) == float(number)
+
+
+@pytest.mark.parametrize("page", sorted(_traces()["measured"]))
+def test_every_measured_figure_is_its_recorded_value_as_rounded(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    for figure, path in _traces()["measured"][page].items():
+        assert figure in _figures(text), f"{page} no longer says {figure}: drop it from docs/figures.yaml"
+        assert _as_written(figure, _value(path)), f"{page}: {figure} is not {path} ({_value(path)}) as rounded there"
+
+
+def test_a_measured_figure_is_checked_at_its_rounding() -> None:
+    assert _as_written("6.5 s", 6.49858) and not _as_written("6.4 s", 6.49858) and not _as_written("6.49 s", 6.49858)
+    assert _as_written("44 ms", 0.04371) and not _as_written("43 ms", 0.04371)
+    assert _as_written("7 minutes", 421.3) and not _as_written("4.5 minutes", 421.3)
 
 
 def test_the_check_finds_an_untraced_figure() -> None:

@@ -45,6 +45,35 @@ def test_an_option_added_without_its_doc_fails():
     assert text != (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 
 
+def test_the_reference_is_grouped_by_task_with_an_example_for_every_command():
+    gen = _load("gen_cli_reference")
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[3:] == [f"## {title}" for title, _, _ in gen.GROUPS]  # after the exit codes, the root, the index
+    assert "```text\naipc-env train config.yaml --model tiny\n" in text.replace("aipc-env train\n", "")
+    assert text.count("**Example") == len(gen.EXAMPLES)
+
+
+def test_a_command_in_no_group_without_an_example_or_with_a_broken_one_is_refused(monkeypatch):
+    from aipc_env.cli import build_parser
+
+    gen = _load("gen_cli_reference")
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    sub.add_parser("brand-new", help="a new command")
+    with pytest.raises(ValueError, match=r"in no group \['brand-new'\]"):
+        gen.render(parser)
+    monkeypatch.setitem(gen.EXAMPLES, "verify", ["aipc-env verify --no-such-flag"])
+    with pytest.raises(ValueError, match="does not parse"):
+        gen.render()
+    monkeypatch.setitem(gen.EXAMPLES, "verify", ["aipc-env doctor"])
+    with pytest.raises(ValueError, match="is not of `aipc-env verify`"):
+        gen.render()
+    monkeypatch.delitem(gen.EXAMPLES, "verify")
+    with pytest.raises(ValueError, match="`aipc-env verify` has no example"):
+        gen.render()
+
+
 def test_the_reference_lists_every_command_and_exit_code():
     text = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     for command in ("doctor", "train", "fleet bundle", "distill gate", "container run", "dataset validate", "adapt"):
@@ -75,6 +104,37 @@ def test_the_recorded_training_ends_with_its_lora_and_every_snippet_exists():
         included |= set(re.findall(r'--8<-- "([^"]+)"', page.read_text(encoding="utf-8")))
     assert {"outputs/doctor-ready.txt", "outputs/recommend.txt", "outputs/train-default.txt"} <= included
     assert all((ROOT / "docs" / name).is_file() for name in included), included
+
+
+def test_a_stale_training_recording_is_told_from_a_fresh_one_by_its_shape():
+    """The shape a recording is compared by (gen_outputs.training_shape): blind to timings, losses, dates and how
+    many heartbeat lines a loaded machine printed; not to a line reworded, added or removed."""
+    gen = _load("gen_outputs")
+    recorded = (ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8")
+    shape = gen.training_shape(recorded)
+    reload = next(line for line in recorded.splitlines() if line.startswith("fit: LoRA reloaded through diffusers"))
+    start = "fit: starting (importing torch, diffusers and bitsandbytes)\n"
+    busier = re.sub(r"\d", "7", recorded).replace(
+        start, f"[aipc-env] phase fit: still running (7 s)\n{start}fit: still importing the training stack (5 s)\n"
+    )
+    assert busier.count("still") > recorded.count("still")
+    assert gen.training_shape(busier) == shape
+    assert gen.training_shape(recorded.replace(reload, "fit: LoRA reloaded through diffusers: 16 tensors, alpha 8.0")) != shape
+    assert gen.training_shape(recorded.replace(f"{reload}\n", "")) != shape
+
+
+@pytest.mark.slow
+def test_the_recorded_training_is_what_the_tool_prints_now(tmp_path: Path):
+    """docs/outputs/train-default.txt goes stale when a line of the training changes: a fresh run of the built-in
+    default says the same lines (numbers and heartbeats aside)."""
+    import difflib
+    import sys
+
+    gen = _load("gen_outputs")
+    fresh = gen.training_shape(gen.run_training(sys.prefix, tmp_path))
+    recorded = gen.training_shape((ROOT / "docs" / "outputs" / "train-default.txt").read_text(encoding="utf-8"))
+    diff = "\n".join(difflib.unified_diff(recorded, fresh, "recorded", "now", lineterm="", n=1))
+    assert fresh == recorded, f"docs/outputs/train-default.txt is stale (python docs/gen_outputs.py --train PREFIX):\n{diff}"
 
 
 # --- runbook references --------------------------------------------------------------------------------------------

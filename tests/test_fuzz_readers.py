@@ -568,6 +568,24 @@ def test_fuzz_worker_refusal(tmp_path_factory, data):
     assert out.exit_code in {int(c) for c in ExitCode} - {ExitCode.OK}
 
 
+@given(data=st.binary(max_size=6000))
+def test_fuzz_installer_log_tail(tmp_path_factory, data):
+    """An installer's log as a heartbeat quotes it (core.heartbeat.last_line), any bytes: its last non-blank line,
+    printable and bounded, or None; never raises."""
+    from aipc_env.core.heartbeat import last_line
+
+    log = tmp_path_factory.mktemp("log") / "build.log"
+    log.write_bytes(data)
+    said = last_line(log, limit=40)()
+    tail = data[-4096:].decode("utf-8", "replace").replace("\r", "\n")
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        assert said is None
+    else:
+        assert said is not None and said.startswith("build.log: ") and said.isprintable()
+        assert len(said) <= len("build.log: ") + 40
+
+
 # --- a conda prefix's records and a config the tiny-model run derives from ----------------------------------------
 
 

@@ -218,7 +218,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
 def test_a_silent_start_gets_a_heartbeat_until_the_phase_speaks():
     import time
 
-    from aipc_env.train.progress import Heartbeat
+    from aipc_env.core.heartbeat import Heartbeat
 
     said: list[str] = []
     beat = Heartbeat(said.append, "fit: still importing the training stack", every=0.05).start()

@@ -12,6 +12,7 @@ runner imports it inside any training env). Only this module and `launch/runner.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
+from aipc_env.core.heartbeat import Heartbeat, last_line
 from aipc_env.errors import AipcError, ExitCode
 
 __all__ = [
@@ -171,6 +173,11 @@ def run_capture(
     return result
 
 
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
+
+
 def run_logged(
     argv: list[str],
     log: Path,
@@ -179,10 +186,15 @@ def run_logged(
     env: dict[str, str] | None = None,
     echo: bool = True,
     fix: str | None = None,
+    beat: Heartbeat | None = None,
 ) -> str:
-    """Run a step, append its output to the log (and echo it to stderr), raise CommandFailed on failure."""
+    """Run a step, append its output to the log (and echo it to stderr, with a heartbeat line naming the step and its
+    log's last line while it is silent), raise CommandFailed on failure. `beat`: the caller's own heartbeat, told of
+    the echoed output, instead of that one."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a", encoding="utf-8") as fh:
+    own = beat is None and echo
+    beat = beat or Heartbeat(_stderr_line, f"  ... {Path(argv[0]).stem} still running", left=last_line(log))
+    with log.open("a", encoding="utf-8") as fh, beat if own else contextlib.nullcontext():
         fh.write(f"$ {command_line(argv)}\n")
         fh.flush()
         try:
@@ -201,6 +213,7 @@ def run_logged(
                 fh.write(text)
                 fh.flush()
                 if echo:
+                    beat.touch()
                     sys.stderr.write(text)
                     sys.stderr.flush()
             rc = proc.wait()

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from aipc_env.core import procs
 from aipc_env.core.fileio import loads_json
+from aipc_env.core.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from aipc_env.errors import ExitCode
 
 PLAN_SCHEMA_VERSION = 1
@@ -93,6 +94,12 @@ class _LogLines:
         return line.rsplit(b"\r", 1)[-1] if b"\r" in line.rstrip(b"\r") else line.rstrip(b"\r")
 
 
+def _say_running(line: str) -> None:
+    if _Current.stopping is None:
+        sys.stdout.write(f"{line}\n")
+        sys.stdout.flush()
+
+
 def run_phase(phase: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> int:
     argv = phase["argv"]
     header = f"[aipc-env {_stamp()}] phase {phase['name']}: {procs.command_line(argv)}\n"
@@ -113,12 +120,17 @@ def run_phase(phase: dict[str, Any], env: dict[str, str], log: IO[bytes]) -> int
     gate = TracebackGate(sink, lambda: _Current.stopping is not None)
     pipe = proc.stdout
     assert pipe is not None and hasattr(pipe, "read1")  # Popen(stdout=PIPE): a buffered reader
-    for chunk in iter(lambda: pipe.read1(65536), b""):
-        if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
-            out.write(chunk)
-            out.flush()
-        gate.write(chunk)
-        log.flush()
+    # a phase silent for longer than its own heartbeat would be (a launcher importing torch before the worker runs,
+    # a trainer of another project) still shows a line in time
+    beat = Heartbeat(_say_running, f"[aipc-env] phase {phase['name']}: still running", HEARTBEAT_SECONDS + 2)
+    with beat:
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            beat.touch()
+            if _Current.stopping is None:  # once stopping, what the phase prints on its way out goes to the log only
+                out.write(chunk)
+                out.flush()
+            gate.write(chunk)
+            log.flush()
     gate.close()
     if isinstance(sink, _LogLines):
         sink.close()

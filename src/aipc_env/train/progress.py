@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["Heartbeat", "PhaseProgress", "console_attached"]
+__all__ = ["PhaseProgress", "console_attached"]
 
 
 def console_attached() -> bool:
@@ -96,29 +96,3 @@ class PhaseProgress:
             self._rich.console.print(line, markup=False)
         else:
             self.log(line)
-
-
-class Heartbeat:
-    """A line every `every` seconds while a phase is silent (importing the training stack can take a minute on a
-    busy machine); stopped by the phase's first line of its own."""
-
-    def __init__(self, say: Callable[[str], None], label: str, every: float = 10.0) -> None:
-        import threading
-
-        self._say, self._label, self._every = say, label, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import time
-
-        start = time.monotonic()
-        while not self._stop.wait(self._every):
-            self._say(f"{self._label} ({time.monotonic() - start:.0f} s)")
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()

@@ -57,6 +57,7 @@ def build_stamped_venv(spec: StampedVenv, log: Callable[[str], None] = print) ->
     """Build (or repair) the env unless its stamp matches; returns its interpreter. Progress lines go to `log`,
     the installer's output to <prefix>/build.log."""
     from aipc_env.core.fileio import atomic_write_text
+    from aipc_env.core.heartbeat import Heartbeat, last_line
     from aipc_env.core.procs import run_logged
     from aipc_env.lock.tools import find_uv
     from aipc_env.trainenv.torch_source import torch_source_fix, uv_environment
@@ -71,13 +72,16 @@ def build_stamped_venv(spec: StampedVenv, log: Callable[[str], None] = print) ->
     logfile = spec.prefix / "build.log"
     log(f"{spec.label}: installing {spec.describe} with uv ({spec.cost}; also logged to {logfile})")
     uv, fix = find_uv(), torch_source_fix(logfile)
+    beat = Heartbeat(log, f"{spec.label}: uv still installing {spec.describe}", left=last_line(logfile))
     try:
+        beat.start()
         run_logged(
             [uv, "venv", "--allow-existing", "-q", "-p", sys.executable, str(spec.prefix)],
             logfile,
             echo=False,
             fix=fix,
             env=uv_environment(),
+            beat=beat,
         )
         run_logged(
             [uv, "pip", "install", "--python", str(python), "-r", str(req), *spec.install_args],
@@ -85,6 +89,7 @@ def build_stamped_venv(spec: StampedVenv, log: Callable[[str], None] = print) ->
             echo=spec.echo,
             fix=fix,
             env=uv_environment(),
+            beat=beat,
         )
     except AipcError as exc:
         raise AipcError(
@@ -93,6 +98,8 @@ def build_stamped_venv(spec: StampedVenv, log: Callable[[str], None] = print) ->
             exit_code=ExitCode.PROBLEMS,
             fix=exc.fix,
         ) from None
+    finally:
+        beat.stop()
     atomic_write_text(spec.prefix / spec.stamp, spec.digest)
     log(f"{spec.label}: ready ({python})")
     return python

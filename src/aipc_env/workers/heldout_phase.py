@@ -8,12 +8,12 @@ holds the text encoder or the VAE."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aipc_env.core.formats import load_versioned, write_model
+from aipc_env.core.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from aipc_env.core.runfolder import RunFolder
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.config import TrainConfig
@@ -24,44 +24,24 @@ if TYPE_CHECKING:
 
 __all__ = ["HELDOUT_FOLDER", "PROGRESS_SECONDS", "HeldOutProgress", "heldout_request", "main", "run_heldout_phase"]
 
-PROGRESS_SECONDS = 10.0
+PROGRESS_SECONDS = HEARTBEAT_SECONDS
 """The judge says what it does at least this often."""
 
 HELDOUT_FOLDER = "heldout"
 """<output_dir>/heldout/: the judge phase's images, grid.png and manifest.json."""
 
 
-class HeldOutProgress:
+class HeldOutProgress(Heartbeat):
     """A `judge:` line at least every `every` seconds while the judge is busy: the last thing it said, with the time
     since (one sampled image of a real model can take minutes on a CPU)."""
 
     def __init__(self, log: Callable[[str], object], every: float = PROGRESS_SECONDS) -> None:
-        import threading
-
-        self._log, self._every, self._last = log, every, "judge: starting"
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(log, "judge: starting ... still working", every)
 
     def say(self, line: str) -> None:
         line = line if line.startswith("judge: ") else f"judge: {line.removeprefix('compare: ')}"
-        with self._lock:
-            self._last = line
-        self._log(line)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            with self._lock:
-                last = self._last
-            self._log(f"{last} ... still working ({time.monotonic() - self._start:.0f} s)")
-
-    def __enter__(self) -> HeldOutProgress:  # noqa: PYI034 - typing_extensions.Self is not in every training env
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        self.waiting(f"{line} ... still working")
+        super().say(line)
 
 
 def heldout_request(cfg: TrainConfig, lora: Path, out: Path) -> CompareRequest:
@@ -127,11 +107,17 @@ def main(argv: list[str] | None = None) -> int:
 
     args = HeldOutPhase.parse(argv)
     print("judge: starting (importing torch and diffusers)", flush=True)
+    importing = Heartbeat(lambda m: print(m, flush=True), "judge: still importing torch and diffusers").start()
+
+    def log(line: str) -> None:
+        importing.stop()  # the judge speaks for itself from its first line
+        print(line, flush=True)
+
     quiet_bitsandbytes_notices()
-    return run_worker(
-        "the judge phase",
-        lambda: run_heldout_phase(load_run_config(args.config, datasets=False), log=lambda m: print(m, flush=True)),
-    )
+    try:
+        return run_worker("the judge phase", lambda: run_heldout_phase(load_run_config(args.config, datasets=False), log=log))
+    finally:
+        importing.stop()
 
 
 if __name__ == "__main__":

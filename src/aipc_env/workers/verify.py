@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
-from aipc_env.train.progress import Heartbeat  # noqa: E402
+from aipc_env.core.heartbeat import Heartbeat  # noqa: E402
 from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 
-IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack", every=5.0).start()
+IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack").start()
 """A line every 5 s while torch, bitsandbytes, diffusers and peft import (seconds on a busy machine)."""
 
 quiet_bitsandbytes_notices()

@@ -17,6 +17,7 @@ from aipc_env.errors import AipcError, ExitCode, InputError
 from aipc_env.launch.hops import DistillStages, run_worker
 
 if TYPE_CHECKING:
+    from aipc_env.core.heartbeat import Heartbeat
     from aipc_env.distill.config import DistillConfig
     from aipc_env.distill.verdict import Verdict
 
@@ -157,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stages(args: DistillStages) -> int:
+    from aipc_env.core.heartbeat import Heartbeat
+
+    say = (lambda m: print(m, flush=True)) if is_main_process() else (lambda m: None)
+    with Heartbeat(say, "distill: still loading torch and diffusers") as beat:  # a stage is long single calls
+        return _run_stages(args, beat)
+
+
+def _run_stages(args: DistillStages, beat: Heartbeat) -> int:
     from aipc_env.distill.config import load_distill_config
 
     cfg = load_distill_config(args.config)
@@ -167,7 +176,6 @@ def _stages(args: DistillStages) -> int:
     from aipc_env.distill.verdict import summary, take_out_after, write_verdict
 
     main_process = is_main_process()
-    say = (lambda m: print(m, flush=True)) if main_process else (lambda m: None)
     inject = frozenset(args.inject)
     for stage in stages:
         if stage == "report":
@@ -177,7 +185,8 @@ def _stages(args: DistillStages) -> int:
             print(text, flush=True)
             print(f"distill: report {path}", flush=True)
             continue
-        verdict = run_stage(cfg, stage, inject, log=say, run_id=args.run_id)
+        beat.waiting(f"distill: {stage} running")
+        verdict = run_stage(cfg, stage, inject, log=beat.say, run_id=args.run_id)
         if main_process:
             path = write_verdict(cfg.out, verdict)
             print(summary(verdict), flush=True)

@@ -365,16 +365,18 @@ def run_cache(cfg: TrainConfig, device: torch.device, dtype: torch.dtype, log: C
                 f"{len(todo)} sample(s) ..."
             )
             t_load = time.perf_counter()
-            from aipc_env.train.progress import Heartbeat
+            from aipc_env.core.heartbeat import Heartbeat
 
-            beat = Heartbeat(log, "cache: still loading the text encoder and VAE", every=5.0).start()
+            beat = Heartbeat(log, "cache: still loading the text encoder and VAE").start()
             try:
                 pipe = _load_encoders(cfg, device, dtype)
             finally:
                 beat.stop()
             log(f"cache: encoders ready in {time.perf_counter() - t_load:.1f} s; encoding")
-            with PhaseProgress("cache", len(todo), unit="samples", log=log) as progress:
-                for key, sample in todo:
+            beat = Heartbeat(log, "cache: encoding")  # one sample of a real model can take longer than a silence may
+            with beat, PhaseProgress("cache", len(todo), unit="samples", log=beat.say) as progress:
+                for n, (key, sample) in enumerate(todo):
+                    beat.waiting(f"cache: encoding {sample.id}", left=f"{len(todo) - n - 1} sample(s) after it")
                     t = time.perf_counter()
                     entry = _encode_sample(pipe, sample, area, cfg.control_area(), device, variant)
                     shapes[key] = entry["shapes"]

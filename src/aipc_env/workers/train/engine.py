@@ -67,7 +67,7 @@ def check_reload(cfg: TrainConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = EnginePhase.parse(argv)
     _log(f"{args.phase}: starting (importing torch, diffusers and bitsandbytes)")
-    from aipc_env.train.progress import Heartbeat
+    from aipc_env.core.heartbeat import Heartbeat
     from aipc_env.workers.train.compat import quiet_bitsandbytes_notices
 
     beat = Heartbeat(_log, f"{args.phase}: still importing the training stack").start()

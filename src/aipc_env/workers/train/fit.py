@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aipc_env.core.fileio import loads_json, respect_umask
 from aipc_env.core.formats import write_model
+from aipc_env.core.heartbeat import Heartbeat
 from aipc_env.core.runfolder import RunFolder, lora_file_in
 from aipc_env.errors import AipcError, ExitCode
 from aipc_env.train.areas import PIPELINE_CONTROL_PIXELS
@@ -210,6 +211,12 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> None:
     plt.close(fig)
 
 
+def _steps_left(step: int, cfg: TrainConfig, rows: list[dict[str, Any]]) -> str:
+    """What a heartbeat inside step `step + 1` says is left: the steps after it, and the last step's time."""
+    last = f"; the last took {rows[-1]['step_seconds']:.0f} s" if rows else ""
+    return f"{cfg.train.max_train_steps - step - 1} more step(s) after it{last}"
+
+
 def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     import torch
     from accelerate import Accelerator
@@ -243,7 +250,8 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     )
     log(f"fit: loading the transformer ({cfg.model.transformer_path or cfg.model.path}; {how}) ...")
     t_load = time.perf_counter()
-    model = load_transformer(cfg, device, dtype, log=log)
+    with Heartbeat(log, "fit: still loading the transformer"):
+        model = load_transformer(cfg, device, dtype, log=log)
     log(f"fit: transformer ready in {time.perf_counter() - t_load:.1f} s")
     model.requires_grad_(False)
     model.add_adapter(
@@ -295,16 +303,18 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
     )
     accum, bs = cfg.train.gradient_accumulation_steps, cfg.data.batch_size
     t_step = time.perf_counter()
-    progress = PhaseProgress("fit", cfg.train.max_train_steps, unit="steps", done=step, log=log)
+    beat = Heartbeat(log, "fit: step running")  # a step can take longer than a silence may (the tiny model on a CPU)
+    progress = PhaseProgress("fit", cfg.train.max_train_steps, unit="steps", done=step, log=beat.say)
     if step < cfg.train.max_train_steps:
-        log(
+        beat.say(
             f"fit: step {step + 1} starting (the first one also compiles kernels: on an XPU Triton's JIT can take "
             "a minute or more the first time)"
         )
-    with log_path.open("w", encoding="utf-8") as fh, progress:
+    with log_path.open("w", encoding="utf-8") as fh, progress, beat:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
         while step < cfg.train.max_train_steps:
+            beat.waiting(f"fit: step {step + 1}/{cfg.train.max_train_steps} running", left=_steps_left(step, cfg, rows))
             total = 0.0
             for k in range(accum):
                 micro = step * accum + k
@@ -369,14 +379,15 @@ def run_fit(cfg: TrainConfig, log: Callable[[str], None] = print) -> int:
         from aipc_env.workers.train.heldout import measure_builtin_edit
 
         t_judge = time.perf_counter()
-        verdict = measure_builtin_edit(
-            model,
-            count=cfg.data.heldout_samples,
-            latent_hw=cfg.data.target_size[0] // 8,
-            device=device,
-            dtype=dtype,
-            control_shape=synthetic_shapes(cfg)[1],
-        )
+        with Heartbeat(log, f"fit: held-out check of {cfg.data.heldout_samples} samples running"):
+            verdict = measure_builtin_edit(
+                model,
+                count=cfg.data.heldout_samples,
+                latent_hw=cfg.data.target_size[0] // 8,
+                device=device,
+                dtype=dtype,
+                control_shape=synthetic_shapes(cfg)[1],
+            )
         log(f"fit: held-out check done in {time.perf_counter() - t_judge:.2f} s")
     summary = FitSummary(
         steps=step,

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     def build() -> int:
         import time
 
-        from aipc_env.train.progress import Heartbeat
+        from aipc_env.core.heartbeat import Heartbeat
 
         if (args.out / "model_index.json").is_file():
             print(f"tiny-model: {args.out} is built (kept)", flush=True)
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         kind = f"Qwen-Image-Edit{'-Plus' if args.plus else ''}"
         print(f"tiny-model: building a tiny random {kind} in the diffusers layout ...", flush=True)
         started = time.monotonic()
-        beat = Heartbeat(lambda line: print(line, flush=True), "tiny-model: still building", every=5.0).start()
+        beat = Heartbeat(lambda line: print(line, flush=True), "tiny-model: still building").start()
         try:
             build_tiny_pipeline(args.out, plus=args.plus)
         finally:
