@@ -66,7 +66,9 @@ held out so the judge phase runs."""
 STEPS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("env build", r"^(training env:|  \.\.\. )"),
+        ("env build", r"^(training env:|  \.\.\. |Using Python|Resolved |Prepared |Installed | [+-] )"),
+        ("phase start", r"^\[aipc-env [^\]]*\] phase |^\[aipc-env\] phase "),
+        ("launcher", r"^aipc-env: "),
         ("tiny-model build", r"^tiny-model:"),
         ("tiny base build", r"^tiny base:"),
         ("cache imports", r"^cache: (starting|still importing)"),
