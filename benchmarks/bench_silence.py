@@ -13,7 +13,7 @@ Every gap is also counted against the step it fell in (the step of the line befo
 tiny base build, `fit: still importing` the fit imports, ...), so the result holds the longest silence of each
 step; each step of STEPS must be seen. Target: no silence over 10 s on this machine, in any step.
 Run: python benchmarks/bench_silence.py [--rounds N] [--only NAME ...]; writes benchmarks/results/silence.json after
-every round (its `rounds` says how many were done), with the 1-minute load average after each command.
+every command (`rounds`: the rounds started; each command's `n`: its runs), with the 1-minute load average after each command.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ held out so the judge phase runs."""
 STEPS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("env build", r"^(training env:|  \.\.\. )"),
+        ("env build", r"^(training env:|  \.\.\. |Using Python|Resolved |Prepared |Installed | [+-] )"),
+        ("phase start", r"^\[aipc-env [^\]]*\] phase |^\[aipc-env\] phase "),
+        ("launcher", r"^aipc-env: "),
         ("tiny-model build", r"^tiny-model:"),
         ("tiny base build", r"^tiny base:"),
         ("cache imports", r"^cache: (starting|still importing)"),
@@ -164,9 +166,7 @@ def main() -> int:
             totals[name].append(total)
             if gap >= worst_line.get(name, (0.0, ""))[0]:
                 worst_line[name] = (gap, line)
-        code = _write(
-            args.only, chosen, done, gaps, worst_line, totals, steps, loads
-        )  # each round: an interrupted run keeps its rounds
+            code = _write(args.only, chosen, done, gaps, worst_line, totals, steps, loads)  # an interrupted run keeps them
     return code
 
 
@@ -184,9 +184,9 @@ def _write(
         "benchmark": "longest silence between output lines",
         "target_s": TARGET_S,
         "rounds": rounds,
-        "longest_gap_s": {name: spread(values) for name, values in gaps.items()},
+        "longest_gap_s": {name: spread(values) for name, values in gaps.items() if values},
         "line_after_the_longest_gap": {name: line for name, (_, line) in worst_line.items()},
-        "total_s": {name: spread(values) for name, values in totals.items()},
+        "total_s": {name: spread(values) for name, values in totals.items() if values},
         "longest_gap_by_step_s": {step: spread(values) for step, values in sorted(steps.items())},
         "load_average_1min": spread(loads),
         "machine": machine(pinned=False),
