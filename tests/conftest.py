@@ -29,13 +29,15 @@ SUITE_TIMES = ROOT / "benchmarks" / "results" / "suite.json"
 
 
 def measured_costs(path: Path = SUITE_TIMES) -> dict[str, float]:
-    """Worker seconds per test file name in the latest run `benchmarks/suite_times.py` recorded (both tiers); empty
-    when the file is missing or not of that shape (the order is then collection order)."""
+    """Worker seconds per test file name, each tier's from the latest run `benchmarks/suite_times.py` recorded with
+    that tier (a run may record one tier); empty when the file is missing or not of that shape (the order is then
+    collection order)."""
     try:
-        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
-        latest = list(runs.values())[-1]["tiers"]
+        latest: dict[str, dict] = {}
+        for run in json.loads(path.read_text(encoding="utf-8"))["runs"].values():
+            latest.update(run["tiers"])
         return {Path(name).name: float(seconds) for tier in latest.values() for name, seconds in tier["files"].items()}
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 

@@ -80,11 +80,13 @@ def test_files_start_most_costly_first_by_the_recorded_times(tmp_path):
         _Item(module, TESTS / name, "test_x") for name in ("test_a.py", "test_b.py", "test_new.py", "test_c.py", "test_b.py")
     ]
     recorded = tmp_path / "suite.json"
-    tiers = {"fast": {"files": {"tests/test_a.py": 3.0}}, "slow": {"files": {"tests/test_b.py": 90.5, "tests/test_c.py": 40}}}
-    old = {"files": {"tests/test_c.py": 500.0}}
-    recorded.write_text(json.dumps({"runs": {"old": {"tiers": {"slow": old}}, "latest": {"tiers": tiers}}}))
+    tiers = {"fast": {"files": {"tests/test_a.py": 2.0}}, "slow": {"files": {"tests/test_b.py": 90.5, "tests/test_c.py": 40}}}
+    old = {"slow": {"files": {"tests/test_c.py": 500.0}}, "fast": {"files": {"tests/test_old.py": 9.0}}}
+    partial = {"fast": {"files": {"tests/test_a.py": 3.0}}}  # a run that recorded the fast tier only
+    runs = {"old": {"tiers": old}, "latest": {"tiers": tiers}, "partial": {"tiers": partial}}
+    recorded.write_text(json.dumps({"runs": runs}))
     costs = measured_costs(recorded)
-    assert costs == {"test_a.py": 3.0, "test_b.py": 90.5, "test_c.py": 40.0}  # the latest run, both tiers
+    assert costs == {"test_a.py": 3.0, "test_b.py": 90.5, "test_c.py": 40.0}  # each tier's latest run
     slowest_first(items, costs)
     assert [item.path.name for item in items] == ["test_b.py", "test_b.py", "test_c.py", "test_a.py", "test_new.py"]
 
