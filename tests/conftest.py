@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,29 +25,33 @@ MACHINES = FIXTURES / "machines"
 OUTPUTS = FIXTURES / "outputs"
 
 
-# The slowest test files first (worker seconds per file: benchmarks/results/suite.json). `--dist loadfile` hands
-# files to the two workers in collection order; a long file handed out last keeps one worker busy while the other
-# idles (test_qflux.py, collected late by name, did: the slow tier ran 3 minutes past its half). The slow tier's units
-# are files and the parts WORKER_GROUPS splits off (`worker_groups`). test_container.py stays one unit: its image
-# builds share one podman storage, whose database two workers' runs at once left hanging.
-SLOWEST_FIRST = (
-    "test_qflux.py",
-    "test_container.py",
-    "test_distill.py",
-    "test_engine.py",
-    "test_compare_monitor.py",
-    "test_distill_quality.py",
-    "test_train.py",
-    "test_verify.py",
-    "test_adapt.py",
-    "test_learning.py",
-    "test_hostile_inputs.py",
-)
+SUITE_TIMES = ROOT / "benchmarks" / "results" / "suite.json"
+
+
+def measured_costs(path: Path = SUITE_TIMES) -> dict[str, float]:
+    """Worker seconds per test file name, each tier's from the latest run `benchmarks/suite_times.py` recorded with
+    that tier (a run may record one tier); empty when the file is missing or not of that shape (the order is then
+    collection order)."""
+    try:
+        latest: dict[str, dict] = {}
+        for run in json.loads(path.read_text(encoding="utf-8"))["runs"].values():
+            latest.update(run["tiers"])
+        return {Path(name).name: float(seconds) for tier in latest.values() for name, seconds in tier["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def slowest_first(items, costs: dict[str, float]) -> None:
+    """The most costly test files first, by measured worker seconds (`measured_costs`); files never measured after
+    them, in collection order. xdist hands units (files, or the parts WORKER_GROUPS splits off) to the workers in
+    this order: a long unit handed out last keeps one worker busy while the others idle (test_qflux.py, collected late
+    by name, did: the slow tier ran 3 minutes past its half), so the order is the measured one, not a list kept by
+    hand. test_container.py stays one unit: two container engines on one storage at once hung on its database."""
+    items.sort(key=lambda item: -costs.get(item.path.name, 0.0))  # stable: equal costs keep their order
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    slowest_first(items, measured_costs())
     if getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup":
         worker_groups(items)
 

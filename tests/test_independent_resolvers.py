@@ -113,6 +113,9 @@ def _uv_compile(
             str(links),
             "--only-binary",
             ":all:",
+            # wheels only, so nothing is built: no interpreter of that Python is needed, and uv would otherwise try
+            # to download one for builds (unreachable here: ~10 s of retries per compile, 87-132 s a test in CI)
+            "--no-python-downloads",
             "--no-header",
             "--no-annotate",
             "--quiet",

@@ -1,16 +1,18 @@
 """The slow tier's units of work (tests/conftest.py `worker_groups`, `--dist loadgroup`): a file is one unit, the
 tests its WORKER_GROUPS names are units of their own, and every name there is a test the file still has (a renamed
-test would silently rejoin its file's unit)."""
+test would silently rejoin its file's unit). Units start most costly first, by the per-file times last recorded in
+benchmarks/results/suite.json (`slowest_first`)."""
 
 from __future__ import annotations
 
 import ast
+import json
 import types
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems, worker_groups
+from tests.conftest import SUITE_TIMES, measured_costs, pytest_collection_modifyitems, slowest_first, worker_groups
 
 TESTS = Path(__file__).parent
 
@@ -70,3 +72,34 @@ def test_every_split_names_a_test_its_file_has():
                 assert set(groups) <= tests, (path.name, set(groups) - tests)
                 found += len(groups)
     assert found >= 2  # test_qflux.py's smoke, test_fleet_ansible.py's plays
+
+
+def test_files_start_most_costly_first_by_the_recorded_times(tmp_path):
+    module = types.ModuleType("m")
+    items = [
+        _Item(module, TESTS / name, "test_x") for name in ("test_a.py", "test_b.py", "test_new.py", "test_c.py", "test_b.py")
+    ]
+    recorded = tmp_path / "suite.json"
+    tiers = {"fast": {"files": {"tests/test_a.py": 2.0}}, "slow": {"files": {"tests/test_b.py": 90.5, "tests/test_c.py": 40}}}
+    old = {"slow": {"files": {"tests/test_c.py": 500.0}}, "fast": {"files": {"tests/test_old.py": 9.0}}}
+    partial = {"fast": {"files": {"tests/test_a.py": 3.0}}}  # a run that recorded the fast tier only
+    runs = {"old": {"tiers": old}, "latest": {"tiers": tiers}, "partial": {"tiers": partial}}
+    recorded.write_text(json.dumps({"runs": runs}))
+    costs = measured_costs(recorded)
+    assert costs == {"test_a.py": 3.0, "test_b.py": 90.5, "test_c.py": 40.0}  # each tier's latest run
+    slowest_first(items, costs)
+    assert [item.path.name for item in items] == ["test_b.py", "test_b.py", "test_c.py", "test_a.py", "test_new.py"]
+
+
+@pytest.mark.parametrize("text", ["", "{}", '{"runs": {}}', '{"runs": {"x": {"tiers": {"slow": {"files": {"a": "x"}}}}}}', "[1]"])
+def test_unreadable_recorded_times_leave_collection_order(tmp_path, text):
+    recorded = tmp_path / "suite.json"
+    recorded.write_text(text)
+    assert measured_costs(recorded) == {}
+    assert measured_costs(tmp_path / "missing.json") == {}
+
+
+def test_the_recorded_times_name_the_suites_costliest_files():
+    costs = measured_costs()
+    assert costs, SUITE_TIMES
+    assert all((TESTS / name).is_file() for name in sorted(costs, key=costs.get, reverse=True)[:10]), costs
