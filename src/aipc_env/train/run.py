@@ -10,7 +10,7 @@ import yaml
 from aipc_env.core.fileio import atomic_write_text
 from aipc_env.core.runfolder import ACCELERATE_CONFIG
 from aipc_env.launch.accelerate import accelerate_config_text
-from aipc_env.launch.hops import EnginePhase, HeldOutPhase, TinyModel
+from aipc_env.launch.hops import EnginePhase, HeldOutPhase, MonitorRun, TinyModel
 from aipc_env.launch.plan import Phase
 from aipc_env.launch.service import Chosen, RunRequest
 from aipc_env.train.config import BUILTIN_SYNTHETIC, BUILTIN_TINY, TrainConfig
@@ -72,20 +72,7 @@ def training_request(cfg: TrainConfig, config_path: Path, *, build_tiny: bool = 
 
     def background(chosen: Chosen) -> list[Phase]:
         return (
-            [
-                Phase(
-                    name="monitor",
-                    argv=[
-                        chosen.python,
-                        "-m",
-                        "aipc_env.workers.monitor",
-                        "--out",
-                        str(run_dir / "memory.csv"),
-                        "--interval",
-                        "1",
-                    ],
-                )
-            ]
+            [Phase(name="monitor", argv=MonitorRun(out=str(run_dir / "memory.csv"), interval=1.0).argv(chosen.python))]
             if cfg.monitor
             else []
         )
