@@ -13,7 +13,17 @@ from string import Template
 
 from aipc_env.errors import InputError
 
-__all__ = ["BUILT_WITH", "LICENCE_NAMES", "NOTICE_MARK", "Licence", "check_repo_name", "find_licence", "plain", "render_notice"]
+__all__ = [
+    "BUILT_WITH",
+    "LICENCE_NAMES",
+    "NOTICE_MARK",
+    "TINY_LICENSE",
+    "Licence",
+    "check_repo_name",
+    "find_licence",
+    "plain",
+    "render_notice",
+]
 
 BUILT_WITH = "Built with Qwen"
 LICENCE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENCE.txt", "LICENCE.md")
@@ -21,6 +31,8 @@ LICENCE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENCE.txt
 MAX_LICENCE_BYTES = 1 << 20
 NOTICE_MARK = "<!-- aipc-env export notice:"
 _TEMPLATE = Path(__file__).with_name("templates") / "NOTICE.md"
+TINY_LICENSE = Path(__file__).with_name("templates") / "TINY-LICENSE.txt"
+"""The licence text of a tiny random model aipc-env builds (the workers write it into the model folder)."""
 _REPO = re.compile(r"^(?:(?P<owner>[A-Za-z0-9][A-Za-z0-9._-]{0,95})/)?(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,95})$")
 
 

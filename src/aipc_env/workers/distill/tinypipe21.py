@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aipc_env.distill.licence import TINY_LICENSE
+
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TINY21_VERSION", "build_tiny21_pipeline"]
 
 TINY21_VERSION = 2
@@ -117,6 +119,6 @@ def build_tiny21_pipeline(
         transformer=transformer,
         sample_sigmas=sample_sigmas,
     )
-    licence = (Path(__file__).with_name("templates") / "TINY-LICENSE.txt").read_text(encoding="utf-8")
+    licence = TINY_LICENSE.read_text(encoding="utf-8")
     mark = {"kind": "qwen-image-2.1", "seed": seed, "version": TINY21_VERSION, "dynamic_shifting": dynamic_shifting}
     return save_tiny_pipeline(pipe, out, mark, files={"LICENSE": licence})  # an export copies the model's licence
