@@ -52,8 +52,22 @@ class _DropKernelsNotice:
         return "gemm_4bit_forward" not in record.getMessage()
 
 
+class _DropOfflineTrustNotice:
+    """transformers >= 5.25 requires the `kernels` package, which warns on every offline load of its CPU NF4 kernel
+    that it cannot check the kernel's publisher "because Hugging Face Hub is in offline mode". The training env runs
+    offline on purpose (HF_HUB_OFFLINE: every model is a local folder), so the line says nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # logging.Filter protocol
+        return not record.getMessage().startswith("Skipping publisher trust check")
+
+
+KERNELS_HUB_LOGGER = "kernels._internals.hf_hub"
+"""The logger of kernels' hub access (kernels 0.19.1, kernels/_internals/hf_hub.py: `logging.getLogger(__name__)`)."""
+
+
 def quiet_bitsandbytes_notices() -> None:
-    """Install the filter before bitsandbytes is imported (it logs at import time)."""
+    """Install the filters before bitsandbytes is imported (it logs at import time)."""
     import logging
 
     logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropKernelsNotice())
+    logging.getLogger(KERNELS_HUB_LOGGER).addFilter(_DropOfflineTrustNotice())
