@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 T_START = time.perf_counter()
 print("[....] importing torch and bitsandbytes", flush=True)
-from aipc_env.core.heartbeat import Heartbeat  # noqa: E402
+from aipc_env.core.heartbeat import HEARTBEAT_SECONDS, Heartbeat  # noqa: E402
 from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 
 IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack").start()
@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from aipc_env.workers.train.tiny import TinyBatch
 
 INJECT = set(filter(None, os.environ.get("AIPC_VERIFY_INJECT", "").split(",")))
-PROGRESS_SECONDS = 5.0
+PROGRESS_SECONDS = HEARTBEAT_SECONDS
+"""A long step says where it is at least this often."""
 TINY_RUN_SAMPLES = 16
 """Training samples of the tiny run's edit (the built-in default's 16)."""
-"""A long step says where it is at least this often."""
 
 
 def say(line: str) -> None:

@@ -43,24 +43,24 @@ def processor_without_video() -> bool:
     return True
 
 
-class _DropKernelsNotice:
-    """bitsandbytes >= 0.50 logs on every CPU import that the optional `kernels` package (a faster CPU NF4 matmul
-    from the Hugging Face hub) is missing. The pure PyTorch path it falls back to is the one tested here, so the
-    notice is dropped (docs/testing.md explains it once)."""
+class _DropNotice:
+    """A logging filter that drops a third-party notice with nothing to act on, known by its text."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
 
     def filter(self, record: logging.LogRecord) -> bool:  # logging.Filter protocol
-        return "gemm_4bit_forward" not in record.getMessage()
+        return self._text not in record.getMessage()
 
 
-class _DropOfflineTrustNotice:
-    """transformers >= 5.25 requires the `kernels` package, which warns on every offline load of its CPU NF4 kernel
-    that it cannot check the kernel's publisher "because Hugging Face Hub is in offline mode". The training env runs
-    offline on purpose (HF_HUB_OFFLINE: every model is a local folder), so the line says nothing to act on."""
-
-    def filter(self, record: logging.LogRecord) -> bool:  # logging.Filter protocol
-        return not record.getMessage().startswith("Skipping publisher trust check")
-
-
+KERNELS_MISSING = "gemm_4bit_forward"
+"""bitsandbytes >= 0.50 logs on every CPU import that the optional `kernels` package (a faster CPU NF4 matmul from the
+Hugging Face hub) is missing. The pure PyTorch path it falls back to is the one tested here, so the notice is dropped
+(docs/testing.md explains it once)."""
+OFFLINE_TRUST = "Skipping publisher trust check"
+"""transformers >= 5.25 requires the `kernels` package, which warns on every offline load of its CPU NF4 kernel that
+it cannot check the kernel's publisher "because Hugging Face Hub is in offline mode". The training env runs offline
+on purpose (HF_HUB_OFFLINE: every model is a local folder), so the line says nothing to act on."""
 KERNELS_HUB_LOGGER = "kernels._internals.hf_hub"
 """The logger of kernels' hub access (kernels 0.19.1, kernels/_internals/hf_hub.py: `logging.getLogger(__name__)`)."""
 
@@ -69,5 +69,5 @@ def quiet_bitsandbytes_notices() -> None:
     """Install the filters before bitsandbytes is imported (it logs at import time)."""
     import logging
 
-    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropKernelsNotice())
-    logging.getLogger(KERNELS_HUB_LOGGER).addFilter(_DropOfflineTrustNotice())
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropNotice(KERNELS_MISSING))
+    logging.getLogger(KERNELS_HUB_LOGGER).addFilter(_DropNotice(OFFLINE_TRUST))
