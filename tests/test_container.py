@@ -151,6 +151,20 @@ def _image_id(box, image: str) -> str | None:
     return found.stdout.strip().removeprefix("sha256:") or None if found.returncode == 0 else None
 
 
+def _layer_of(box, image: str, step: str) -> str:
+    """The digest of the layer an image's build step made, the step found by a text of its command (the engine's own
+    record: the image's history, and its layers in the same order, empty steps aside)."""
+    found = subprocess.run(
+        ["buildah", "inspect", "--type", "image", image], env={**os.environ, **box["env"]}, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr[-2000:]
+    oci = json.loads(found.stdout)["OCIv1"]
+    layers = iter(oci["rootfs"]["diff_ids"])
+    made = {entry.get("created_by", ""): next(layers) for entry in oci["history"] if not entry.get("empty_layer")}
+    (layer,) = [digest for command, digest in made.items() if step in command]
+    return layer
+
+
 @pytest.mark.timeout(1500)  # eight image builds (two from scratch, at once), two runs: 5-10 minutes on two busy cores
 def test_image_built_from_a_lock_runs_the_doctor_and_trains_into_a_mounted_folder(box, other_box):
     lock = _lock(box, "a", "pyyaml==6.0.2")
@@ -236,11 +250,15 @@ def _first_image_checks(box, lock: Path) -> str:
         assert _image_id(box, "localhost/aipc-env:a") == ident.removeprefix("sha256:"), at
         again = _build(box, lock, "a")
         assert again.returncode == 0 and json.loads(again.stdout)["image_id"] == ident, (at, again.stderr[-2000:])
-    # one pin changed: another image, and `container check` against the first lock names the drift
+    # one pin changed: another image, on the first one's torch layer (torch is not installed again), and `container
+    # check` against the first lock names the drift
     changed_lock = _lock(box, "c", "pyyaml==6.0.3")
     changed = _build(box, changed_lock, "c")
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert json.loads(changed.stdout)["image_id"] != ident
+    torch_step, rest_step = "-r /opt/aipc-env-lock/requirements.torch.txt", "-r /opt/aipc-env-lock/requirements.lock.txt"
+    assert _layer_of(box, "localhost/aipc-env:c", torch_step) == _layer_of(box, "localhost/aipc-env:a", torch_step)
+    assert _layer_of(box, "localhost/aipc-env:c", rest_step) != _layer_of(box, "localhost/aipc-env:a", rest_step)
     drift = run_cli("container", "check", "localhost/aipc-env:c", "--lock", str(lock), "--json", env=box["env"], timeout=300)
     report = json.loads(drift.stdout)
     assert drift.returncode == 1 and report["lock_sha256"] != report["image_lock_sha256"]

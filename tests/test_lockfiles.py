@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import json
 import random
+import re
 import shutil
 import subprocess
 import threading
@@ -395,10 +396,47 @@ def test_env_dry_run_prints_the_plan():
 def test_container_render_uses_the_shipped_lock(tmp_path):
     result = run_cli("container", "render", "--pair", "xpu-2.12", "--gpu-runtime", "none", "--out", str(tmp_path / "ctx"))
     assert result.returncode == ExitCode.OK, result.stderr
-    requirements = (tmp_path / "ctx" / "requirements.lock.txt").read_text(encoding="utf-8")
+    torch_layer = (tmp_path / "ctx" / "requirements.torch.txt").read_text(encoding="utf-8")
     # the default base is Debian 13: its Python 3.13 picks the cp313 wheel
     cp313 = load_wheel_manifest().by_file()["torch-2.12.0+xpu-cp313-cp313-linux_x86_64.whl"]
-    assert f"torch==2.12.0+xpu --hash=sha256:{cp313.sha256}" in requirements
+    assert f"torch==2.12.0+xpu --hash=sha256:{cp313.sha256}" in torch_layer
+
+
+def _pinned(requirements: str) -> dict[str, str]:
+    return dict(line.split(" ", 1)[0].split("==") for line in requirements.splitlines() if "==" in line)
+
+
+def test_torch_and_what_its_release_pins_are_an_image_layer_of_their_own(tmp_path, matrix):
+    """The pair's torch, Triton and Intel runtime pins (the matrix's row, read by the test) are installed in a layer
+    before the lock is COPYed; every other locked package after it, each package in exactly one of the two; a changed
+    pin outside torch's stack leaves that layer's instructions and requirements byte for byte as they were (what the
+    engine's layer cache keys on; tests/test_container.py checks the real build reuses it)."""
+    lock = LOCKS / "xpu-2.12" / "pylock.linux-64.toml"
+    ctx = tmp_path / "ctx"
+    assert run_cli("container", "render", "--lock", str(lock), "--gpu-runtime", "none", "--out", str(ctx)).returncode == 0
+    torch_layer = _pinned((ctx / "requirements.torch.txt").read_text(encoding="utf-8"))
+    rest = _pinned((ctx / "requirements.lock.txt").read_text(encoding="utf-8"))
+    pair = matrix.get("xpu-2.12")
+    expected = {"torch", pair.triton.name, *(pin.name for pin in pair.pins_for("linux-64"))}
+    assert set(torch_layer) == expected and not set(torch_layer) & set(rest)
+    assert {"diffusers", "peft", "bitsandbytes", "pyyaml"} <= set(rest)
+    assert len(torch_layer) + len(rest) == len(json.loads((ctx / "aipc-image.json").read_text(encoding="utf-8"))["wheels"])
+    containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    head = containerfile[: containerfile.index("COPY pylock.linux-64.toml")]
+    assert "-r /opt/aipc-env-lock/requirements.torch.txt" in head and "requirements.lock.txt" not in head
+    # a pin outside torch's stack changed: the same torch layer
+    text = lock.read_text(encoding="utf-8")
+    version = re.search(r'name = "pyyaml"\nversion = "([^"]+)"', text)
+    assert version
+    changed = tmp_path / "changed" / "pylock.linux-64.toml"
+    changed.parent.mkdir()
+    changed.write_text(text.replace(version.group(0), version.group(0).replace(version.group(1), "6.0.1")), encoding="utf-8")
+    other = tmp_path / "ctx-changed"
+    assert run_cli("container", "render", "--lock", str(changed), "--gpu-runtime", "none", "--out", str(other)).returncode == 0
+    assert (other / "requirements.torch.txt").read_bytes() == (ctx / "requirements.torch.txt").read_bytes()
+    assert _pinned((other / "requirements.lock.txt").read_text(encoding="utf-8"))["pyyaml"] == "6.0.1"
+    other_file = (other / "Containerfile").read_text(encoding="utf-8")
+    assert other_file[: other_file.index("COPY pylock.linux-64.toml")] == head
 
 
 def test_bundle_names_the_unreachable_artifact_and_leaves_nothing(tmp_path):

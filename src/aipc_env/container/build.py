@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from packaging.utils import canonicalize_name
+
 from aipc_env.container.engine import Engine, build_argv, image_id, image_labels, mounted_image
 from aipc_env.container.inputs import APT_KEY, APT_LIST, DEFAULT_BASE, check_pinned, parse_apt_source, validate_image_reference
 from aipc_env.container.render import (
     CONTAINERFILE,
     LOCK_COPY,
     REQUIREMENTS,
+    TORCH_REQUIREMENTS,
     VENV,
     WHEELS,
     ContextSpec,
@@ -27,6 +30,7 @@ from aipc_env.core.procs import run_logged
 from aipc_env.errors import AipcError, InputError
 from aipc_env.lock.artifacts import Artifact, check_holds_aipc_env, file_sha256, hashed_requirements, select_artifacts
 from aipc_env.lock.lockfile import read_pylock
+from aipc_env.matrix import load_matrix
 from aipc_env.trainenv.drift import DriftItem, compute_drift
 
 __all__ = [
@@ -116,6 +120,9 @@ def render_context(req: ContextRequest, *, out: Path, python: str) -> tuple[Cont
     lock = read_pylock(req.lock.path, "linux-64")
     check_holds_aipc_env(lock, python, req.lock.path, "linux-64")
     artifacts = select_artifacts(lock, python, req.lock.path)
+    torch_stack = load_matrix().torch_stack()
+    torch_layer = [a for a in artifacts if canonicalize_name(a.name) in torch_stack]
+    rest = [a for a in artifacts if a not in torch_layer]
     spec = ContextSpec(
         pair=req.lock.pair,
         base=req.base,
@@ -127,6 +134,7 @@ def render_context(req: ContextRequest, *, out: Path, python: str) -> tuple[Cont
         lock_sha256=file_sha256(req.lock.path),
         aipc_env_wheel=AIPC_WHEEL.format(version=__version__),
         wheels=sorted(a.filename for a in artifacts),
+        torch_layer=sorted(a.name for a in torch_layer),
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / RENDERING_MARK).write_text("aipc-env is rendering this build context\n", encoding="utf-8")
@@ -139,7 +147,8 @@ def render_context(req: ContextRequest, *, out: Path, python: str) -> tuple[Cont
     checkpoint("container:render-partial")
     atomic_write_text(out / ".containerignore", containerignore(extra))
     shutil.copyfile(req.lock.path, out / LOCK_COPY)
-    atomic_write_text(out / REQUIREMENTS, hashed_requirements(artifacts))
+    atomic_write_text(out / TORCH_REQUIREMENTS, hashed_requirements(torch_layer))
+    atomic_write_text(out / REQUIREMENTS, hashed_requirements(rest))
     (out / WHEELS).mkdir(exist_ok=True)
     write_model(out / SPEC_NAME, spec)
     (out / RENDERING_MARK).unlink()

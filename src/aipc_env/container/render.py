@@ -2,8 +2,10 @@
 of the lock's linux-64 pip layer, the lock itself, and a .containerignore.
 
 The pip layer is installed with `--no-index --find-links /wheels --require-hashes` from a wheelhouse bind-mounted at
-build time (no dead layer of wheels in the image); the lock is COPYed first, so a changed lock invalidates the
-layer cache. aipc-env itself goes in as a wheel. The image runs as a non-root user in the render and video groups,
+build time (no dead layer of wheels in the image), in two layers: first torch and what its release pins
+(`Matrix.torch_stack`, their own hashed requirements file), then the rest after the lock is COPYed, so a changed
+lock invalidates the rest's layer and a changed pin outside torch's stack reuses the torch layer. aipc-env itself
+goes in as a wheel. The image runs as a non-root user in the render and video groups,
 with `aipc-env` as its entrypoint. SOURCE_DATE_EPOCH (a build argument) and the engine's `--timestamp 0` make two
 builds of the same context bit-identical.
 """
@@ -25,6 +27,7 @@ __all__ = [
     "GPU_RUNTIMES",
     "LOCK_COPY",
     "REQUIREMENTS",
+    "TORCH_REQUIREMENTS",
     "VENV",
     "WHEELS",
     "ContextSpec",
@@ -35,6 +38,7 @@ __all__ = [
 CONTAINERFILE = "Containerfile"
 LOCK_COPY = "pylock.linux-64.toml"
 REQUIREMENTS = "requirements.lock.txt"
+TORCH_REQUIREMENTS = "requirements.torch.txt"
 WHEELS = "wheels"
 VENV = "/opt/aipc-env"
 GPU_RUNTIMES = ("intel-apt", "none")
@@ -58,6 +62,8 @@ class ContextSpec(VersionedModel):
     aipc_env_version: str = __version__
     aipc_env_wheel: str
     wheels: list[str]
+    torch_layer: list[str] = []
+    """The packages the image installs in a layer before the rest (torch and what its release pins, as locked)."""
 
 
 def _template(name: str) -> str:
@@ -90,6 +96,19 @@ def containerfile(spec: ContextSpec) -> str:
             {"packages_list": ", ".join(packages), "packages": " ".join(packages), "source": source},
             serialized=frozenset({"packages_list", "packages", "source"}),
         )
+    torch_layer = ""
+    if spec.torch_layer:
+        torch_layer = render_marked(
+            _template("torch-layer.Containerfile"),
+            "torch-layer.Containerfile",
+            {
+                "packages_list": ", ".join(spec.torch_layer),
+                "torch_requirements": TORCH_REQUIREMENTS,
+                "wheels": WHEELS,
+                "venv": VENV,
+            },
+            serialized=frozenset({"packages_list", "venv"}),
+        )
     labels = {
         "org.opencontainers.image.title": "aipc-env training env",
         "org.opencontainers.image.version": spec.aipc_env_version,
@@ -112,6 +131,7 @@ def containerfile(spec: ContextSpec) -> str:
             "python_tuple": repr(major_minor),
             "python": spec.python,
             "gpu_runtime": gpu,
+            "torch_layer": torch_layer,
             "venv": VENV,
             "lock_copy": LOCK_COPY,
             "requirements": REQUIREMENTS,
@@ -119,10 +139,10 @@ def containerfile(spec: ContextSpec) -> str:
             "aipc_env_wheel": spec.aipc_env_wheel,
             "labels": label_lines,
         },
-        serialized=frozenset({"base", "python_tuple", "gpu_runtime", "venv", "labels"}),
+        serialized=frozenset({"base", "python_tuple", "gpu_runtime", "torch_layer", "venv", "labels"}),
     )
 
 
 def containerignore(extra: tuple[str, ...] = ()) -> str:
-    names = ("Containerfile", LOCK_COPY, REQUIREMENTS, WHEELS, *extra)
+    names = ("Containerfile", LOCK_COPY, REQUIREMENTS, TORCH_REQUIREMENTS, WHEELS, *extra)
     return "# only what the Containerfile names is sent\n*\n" + "".join(f"!{n}\n" for n in names)

@@ -343,6 +343,14 @@ class Matrix(VersionedModel):
             seen.add(pair.id)
         return self
 
+    def torch_stack(self) -> frozenset[str]:
+        """The packages a torch+xpu release brings and pins (torch, every pair's Triton and Intel runtime pins), as
+        canonical names: the large, rarely changing part of an env (an image installs them in a layer of their own)."""
+        names = (
+            {"torch"} | {pair.triton.name for pair in self.pairs} | {pin.name for pair in self.pairs for pin in pair.runtime_pins}
+        )
+        return frozenset(canonicalize_name(name) for name in names)
+
     @cached_property
     def by_id(self) -> dict[str, Pair]:
         return {p.id: p for p in self.pairs}
