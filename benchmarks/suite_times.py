@@ -1,6 +1,6 @@
 """Per-file times of the test suite (issue 35): reads the JUnit XML files pytest wrote (`--junitxml`) for the fast
 and the slow tier and writes benchmarks/results/suite.json: each tier's wall time (given, as measured around the
-pytest run) and each test file's summed test time, slowest first.
+pytest run), each test file's summed test time, slowest first, and its CPU seconds where the run recorded them.
 
     python benchmarks/suite_times.py --label before FAST.xml:WALL_S SLOW.xml:WALL_S
 
@@ -30,6 +30,19 @@ def file_times(junit: Path) -> dict[str, float]:
     return dict(sorted(((k, round(v, 1)) for k, v in times.items()), key=lambda kv: -kv[1]))
 
 
+def file_cpu(junit: Path) -> dict[str, float]:
+    """Each test file's CPU seconds (the `cpu_s` property tests/conftest.py records per test: the test process's and
+    its waited-for children's), most costly first; empty for a run that recorded none."""
+    cpu: dict[str, float] = defaultdict(float)
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")
+        name = "/".join(module[:2]) + ".py" if len(module) >= 2 else case.get("file", "?")
+        for prop in case.iter("property"):
+            if prop.get("name") == "cpu_s":
+                cpu[name] += float(prop.get("value") or 0)
+    return dict(sorted(((k, round(v, 1)) for k, v in cpu.items()), key=lambda kv: -kv[1]))
+
+
 def slowest_tests(junit: Path, count: int = 15) -> dict[str, float]:
     """The tier's slowest tests (setup included, as JUnit counts it): what a split of a long file across workers
     (tests/conftest.py WORKER_GROUPS) is decided from."""
@@ -52,10 +65,12 @@ def main() -> None:
     for name, spec in zip(("fast", "slow"), args.tiers):
         junit, wall = spec.rsplit(":", 1)
         files = file_times(Path(junit))
+        cpu = file_cpu(Path(junit))
         run["tiers"][name] = {
             "wall_s": float(wall),
             "worker_s": round(sum(files.values()), 1),  # type: ignore[index]
             "files": files,
+            **({"cpu_s": round(sum(cpu.values()), 1), "cpu_files": cpu} if cpu else {}),
             "slowest_tests": slowest_tests(Path(junit)),
         }
     run["wall_s"] = round(sum(t["wall_s"] for t in run["tiers"].values()), 1)  # type: ignore[attr-defined]

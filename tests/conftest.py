@@ -27,6 +27,13 @@ OUTPUTS = FIXTURES / "outputs"
 
 SUITE_TIMES = ROOT / "benchmarks" / "results" / "suite.json"
 
+# One math-library thread per test process and per process it starts (its training runs, the tool's workers): the
+# suite runs more processes than the machine has cores (three slow-tier workers on two, each starting torch), and a
+# torch of two threads spins one while another process holds the core it waits for. Measured by
+# benchmarks/bench_threads.py (results/threads.json); decision 74. Set a variable to choose another count.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
 
 def measured_costs(path: Path = SUITE_TIMES) -> dict[str, float]:
     """Worker seconds per test file name, each tier's from the latest run `benchmarks/suite_times.py` recorded with
@@ -48,6 +55,35 @@ def slowest_first(items, costs: dict[str, float]) -> None:
     by name, did: the slow tier ran 3 minutes past its half), so the order is the measured one, not a list kept by
     hand. test_container.py stays one unit: two container engines on one storage at once hung on its database."""
     items.sort(key=lambda item: -costs.get(item.path.name, 0.0))  # stable: equal costs keep their order
+
+
+_CPU_START = pytest.StashKey[float]()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for (their own waited-for children included):
+    what a test costs on a machine whose every core is busy, where its wall time mostly says what ran beside it.
+    Processes that are not waited for (a container engine's daemonized monitor) are not counted."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    if sys.platform != "win32":
+        item.stash[_CPU_START] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU seconds (setup, call and teardown) as the JUnit property `cpu_s`, which
+    benchmarks/suite_times.py sums per file."""
+    if call.when == "teardown" and _CPU_START in item.stash:
+        item.user_properties.append(("cpu_s", round(cpu_seconds() - item.stash[_CPU_START], 2)))
+    yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -103,3 +103,45 @@ def test_the_recorded_times_name_the_suites_costliest_files():
     costs = measured_costs()
     assert costs, SUITE_TIMES
     assert all((TESTS / name).is_file() for name in sorted(costs, key=costs.get, reverse=True)[:10]), costs
+
+
+def test_each_test_records_its_cpu_seconds_and_its_childrens():
+    """The `cpu_s` JUnit property (tests/conftest.py): a test's own CPU and that of the children it waited for, taken
+    from setup to teardown; added once, at teardown."""
+    import subprocess
+    import sys
+
+    from tests.conftest import pytest_runtest_makereport, pytest_runtest_setup
+
+    item = types.SimpleNamespace(stash=pytest.Stash(), user_properties=[])
+    setup = pytest_runtest_setup(item)
+    next(setup)
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(10**7))"], check=True)  # about a CPU second
+    for when in ("setup", "call", "teardown"):
+        report = pytest_runtest_makereport(item, types.SimpleNamespace(when=when))
+        next(report)
+    ((name, value),) = item.user_properties
+    assert name == "cpu_s" and value >= 0.3, item.user_properties
+
+
+def test_suite_times_sums_the_recorded_cpu_seconds_per_file(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_times", TESTS.parent / "benchmarks" / "suite_times.py")
+    assert spec and spec.loader
+    suite_times = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite_times)
+    junit = tmp_path / "slow.xml"
+    case = (
+        '<testcase classname="tests.{f}" name="{n}" time="{t}">'
+        '<properties><property name="cpu_s" value="{c}"/></properties></testcase>'
+    )
+    cases = [
+        case.format(f="test_a", n="x", t=5, c=1.25),
+        case.format(f="test_a", n="y", t=1, c=2.5),
+        case.format(f="test_b", n="z", t=9, c=0.5),
+    ]
+    unmeasured = '<testcase classname="tests.test_c" name="w" time="3"/>'
+    junit.write_text(f'<testsuites><testsuite name="pytest">{"".join(cases)}{unmeasured}</testsuite></testsuites>')
+    assert suite_times.file_cpu(junit) == {"tests/test_a.py": 3.8, "tests/test_b.py": 0.5}
+    assert suite_times.file_times(junit) == {"tests/test_b.py": 9.0, "tests/test_a.py": 6.0, "tests/test_c.py": 3.0}
