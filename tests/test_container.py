@@ -27,6 +27,9 @@ RUNTIME = [
     "--engine-option=--runtime=runc",
     "--run-option=--ulimit=nofile=20000:20000",
     "--run-option=--ulimit=nproc=32768:32768",
+    # a container starts with its image's environment, not the test's: one math thread, as every test process runs
+    # (tests/conftest.py, decision 74)
+    *(f"--run-option=--env={var}={os.environ[var]}" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if var in os.environ),
 ]
 
 
