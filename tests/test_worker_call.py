@@ -106,7 +106,19 @@ def test_ctrl_c_reaches_the_monitor_worker_which_stops_and_reports(tmp_path):
     while time.monotonic() < deadline and not (csv.is_file() and len(csv.read_text().splitlines()) >= 3):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)  # the command only: it passes Ctrl-C on to the worker's group
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say which process still ran, and leave none behind
+        alive = proc.poll() is None
+        tree = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args"], capture_output=True, text=True).stdout
+        mine = [line for line in tree.splitlines() if str(csv) in line]
+        subprocess.run(["pkill", "-KILL", "-f", str(csv)], check=False)
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        pytest.fail(
+            f"60 s after Ctrl-C the command was {'still running' if alive else f'gone (exit {proc.returncode})'}; "
+            f"its processes then: {mine}; its stderr: {err[-3000:]}"
+        )
     assert proc.returncode == 0, err
     report = MonitorReport.model_validate(json.loads(out))
     assert report.samples >= 2 and report.csv == str(csv)
