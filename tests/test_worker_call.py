@@ -95,8 +95,28 @@ def test_worker_env_puts_this_aipc_env_first():
 
 def test_ctrl_c_reaches_the_monitor_worker_which_stops_and_reports(tmp_path):
     csv = tmp_path / "m.csv"
+    # started as from a terminal, with Ctrl-C at its default: a test run started in the background (`.ci/run &`)
+    # passes SIGINT on ignored, which Python then keeps (POSIX: a background job's Ctrl-C is not its own)
+    foreground = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aipc_env", "monitor", "--out", str(csv), "--interval", "0.1", "--device", "none", "--json"],
+        [
+            sys.executable,
+            "-c",
+            foreground,
+            "-m",
+            "aipc_env",
+            "monitor",
+            "--out",
+            str(csv),
+            "--interval",
+            "0.1",
+            "--device",
+            "none",
+            "--json",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
