@@ -21,13 +21,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine
 
 
+def _file_of(case: ET.Element) -> str:
+    module = case.get("classname", "").split(".")
+    return "/".join(module[:2]) + ".py" if len(module) >= 2 else case.get("file", "?")
+
+
+def _costliest_first(sums: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(((k, round(v, 1)) for k, v in sums.items()), key=lambda kv: -kv[1]))
+
+
 def file_times(junit: Path) -> dict[str, float]:
     times: dict[str, float] = defaultdict(float)
     for case in ET.parse(junit).getroot().iter("testcase"):
-        module = case.get("classname", "").split(".")
-        name = "/".join(module[:2]) + ".py" if len(module) >= 2 else case.get("file", "?")
-        times[name] += float(case.get("time") or 0)
-    return dict(sorted(((k, round(v, 1)) for k, v in times.items()), key=lambda kv: -kv[1]))
+        times[_file_of(case)] += float(case.get("time") or 0)
+    return _costliest_first(times)
 
 
 def file_cpu(junit: Path) -> dict[str, float]:
@@ -35,12 +42,10 @@ def file_cpu(junit: Path) -> dict[str, float]:
     its waited-for children's), most costly first; empty for a run that recorded none."""
     cpu: dict[str, float] = defaultdict(float)
     for case in ET.parse(junit).getroot().iter("testcase"):
-        module = case.get("classname", "").split(".")
-        name = "/".join(module[:2]) + ".py" if len(module) >= 2 else case.get("file", "?")
         for prop in case.iter("property"):
             if prop.get("name") == "cpu_s":
-                cpu[name] += float(prop.get("value") or 0)
-    return dict(sorted(((k, round(v, 1)) for k, v in cpu.items()), key=lambda kv: -kv[1]))
+                cpu[_file_of(case)] += float(prop.get("value") or 0)
+    return _costliest_first(cpu)
 
 
 def slowest_tests(junit: Path, count: int = 15) -> dict[str, float]:

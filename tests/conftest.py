@@ -31,7 +31,8 @@ SUITE_TIMES = ROOT / "benchmarks" / "results" / "suite.json"
 # suite runs more processes than the machine has cores (three slow-tier workers on two, each starting torch), and a
 # torch of two threads spins one while another process holds the core it waits for. Measured by
 # benchmarks/bench_threads.py (results/threads.json); decision 74. Set a variable to choose another count.
-for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+for _threads in THREAD_VARS:
     os.environ.setdefault(_threads, "1")
 
 

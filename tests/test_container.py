@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require_tool, run_cli
+from tests.conftest import ROOT, THREAD_VARS, require_tool, run_cli
 from tests.support.json_outputs import check_json_output
 from tests.test_readme import _copy_checkout
 
@@ -29,7 +29,7 @@ RUNTIME = [
     "--run-option=--ulimit=nproc=32768:32768",
     # a container starts with its image's environment, not the test's: one math thread, as every test process runs
     # (tests/conftest.py, decision 74)
-    *(f"--run-option=--env={var}={os.environ[var]}" for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if var in os.environ),
+    *(f"--run-option=--env={var}={os.environ[var]}" for var in THREAD_VARS if var in os.environ),
 ]
 
 

@@ -93,13 +93,13 @@ def test_builtin_default_end_to_end_under_dash(tmp_path, tiny_base):
     assert _load_back(out / "lora") == 8
     log = (out / "train.log").read_text()
     assert "phase cache exited with 0" in log and "phase fit exited with 0" in log
-    # a second cache phase does no work: the phase as the launcher runs it (its argv and environment in launch.json),
-    # without training the run again
+    # a second cache phase does no work: the phase as the launcher runs it (its argv from launch.json, the environment
+    # the runner gives its phases), without training the run again
+    from aipc_env.launch.runner import _child_env
+
     plan = json.loads((out / "launch.json").read_text(encoding="utf-8"))
     (cache,) = [phase for phase in plan["phases"] if phase["name"] == "cache"]
-    env = {**os.environ, **{k: v for k, v in plan["env"].items() if v is not None}}
-    env = {k: v for k, v in env.items() if plan["env"].get(k, "") is not None}
-    again = subprocess.run(cache["argv"], env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(cache["argv"], env=_child_env(plan), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "0 written, 16 already cached" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
 
 

@@ -128,16 +128,14 @@ def test_ctrl_c_reaches_the_monitor_worker_which_stops_and_reports(tmp_path):
     proc.send_signal(signal.SIGINT)  # the command only: it passes Ctrl-C on to the worker's group
     try:
         out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:  # say which process still ran, and leave none behind
+    except subprocess.TimeoutExpired:  # say whether the command still ran, and leave no worker behind
         alive = proc.poll() is None
-        tree = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args"], capture_output=True, text=True).stdout
-        mine = [line for line in tree.splitlines() if str(csv) in line]
         subprocess.run(["pkill", "-KILL", "-f", str(csv)], check=False)
         proc.kill()
         _, err = proc.communicate(timeout=10)
         pytest.fail(
             f"60 s after Ctrl-C the command was {'still running' if alive else f'gone (exit {proc.returncode})'}; "
-            f"its processes then: {mine}; its stderr: {err[-3000:]}"
+            f"its stderr: {err[-3000:]}"
         )
     assert proc.returncode == 0, err
     report = MonitorReport.model_validate(json.loads(out))
