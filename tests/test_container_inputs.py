@@ -166,6 +166,7 @@ def test_labels_are_quoted(tmp_path):
         ("pair", 'x" && touch /pwned "'),
         ("aipc_env_wheel", "a.whl\nRUN touch /pwned"),
         ("base", "ubuntu:24.04\nRUN touch /pwned"),
+        ("torch_layer", ["torch\nRUN touch /pwned"]),
     ):
         with pytest.raises((ValueError, InputError)):
             containerfile(spec.model_copy(update={field: value}))

@@ -98,6 +98,10 @@ def containerfile(spec: ContextSpec) -> str:
         )
     torch_layer = ""
     if spec.torch_layer:
+        from aipc_env.core.specs import check_project_name
+
+        for name in spec.torch_layer:  # written into a comment line: project names only (validated again here)
+            check_project_name(name)
         torch_layer = render_marked(
             _template("torch-layer.Containerfile"),
             "torch-layer.Containerfile",
