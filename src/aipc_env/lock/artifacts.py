@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.core.fileio import parse_toml, read_text
 from aipc_env.core.formats import VersionedModel
+from aipc_env.core.net import download, reachable
 from aipc_env.core.platforms import Platform, marker_environment
 from aipc_env.core.specs import check_file_name, check_sha256, evaluate_marker, parse_requirement
 from aipc_env.errors import AipcError, ExitCode, InputError
@@ -256,8 +257,7 @@ def _source(artifact: Artifact, lock_dir: Path, find_links: list[Path]) -> tuple
 
 def _download(url: str, target: Path, filename: str) -> None:
     try:
-        with urllib.request.urlopen(url, timeout=120) as response, target.open("wb") as fh:
-            shutil.copyfileobj(response, fh, 1 << 20)
+        download(url, target, timeout=120)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise AipcError(
             f"cannot fetch {filename} from {url}: {getattr(exc, 'reason', None) or exc}",
@@ -274,8 +274,6 @@ def _cached(a: Artifact, cache: Path) -> bool:
 def _check_hosts(to_download: list[Artifact]) -> None:
     """Before anything is fetched: every host the downloads need answers; else name its first artifact and URL
     (a bundle of 2 GB should not fail after the first 1.9 GB)."""
-    from aipc_env.lock.lock import reachable
-
     first: dict[str, Artifact] = {}
     for a in to_download:
         first.setdefault(urlparse(a.url or "").netloc, a)

@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 
 from aipc_env.core.fileio import atomic_write_text, respect_umask
 from aipc_env.core.formats import VersionedModel, timestamp, write_model
+from aipc_env.core.net import reachable
 from aipc_env.core.platforms import PLATFORMS, Platform
 from aipc_env.core.procs import ProbeFailed, run_capture, run_logged
 from aipc_env.errors import AipcError, ExitCode
@@ -43,7 +44,7 @@ from aipc_env.lock.tools import conda_lock_argv, find_uv, uv_compile_argv
 from aipc_env.lock.wheels import WheelManifest, load_wheel_manifest
 from aipc_env.matrix import Pair
 
-__all__ = ["Indexes", "LockReport", "LockSource", "compile_pylock", "lock_pair", "reachable", "tool_version"]
+__all__ = ["Indexes", "LockReport", "LockSource", "compile_pylock", "lock_pair", "tool_version"]
 
 
 def tool_version(argv: list[str]) -> str:
@@ -101,24 +102,6 @@ def with_environment(text: str, platform: Platform) -> str:
 
 LockSource = Literal["auto", "index", "manifest"]
 CONDA_CHANNEL_PROBE = "https://conda.anaconda.org/conda-forge/noarch/repodata.json"
-
-
-def reachable(url: str, timeout: float = 8.0) -> bool:
-    """Whether a URL answers at all (any HTTP status counts; a DNS, connection or TLS failure does not)."""
-    import urllib.error
-    import urllib.request
-
-    if url.startswith("file:"):  # a local index (mirrors, tests): there when its folder is
-        from urllib.parse import unquote, urlparse
-
-        return Path(unquote(urlparse(url).path)).exists()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def lock_pair(

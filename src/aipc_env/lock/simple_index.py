@@ -15,11 +15,11 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from aipc_env.core.fileio import parse_json
+from aipc_env.core.net import open_url
 from aipc_env.errors import InputError
 from aipc_env.lock.coremeta import MAX_METADATA_BYTES, CoreMetadata, MetadataError, parse_core_metadata
 
@@ -50,36 +50,6 @@ class IndexFile:
     a hash, False when it says there is none, None when the page says nothing."""
 
 
-TRANSIENT_TRIES = 3
-"""Attempts of a request that failed for a passing reason (a DNS lookup answered "try again", a reset connection,
-a time-out); a refusal (HTTP 4xx/5xx, a name that does not exist) is not retried."""
-
-
-def _transient(exc: BaseException) -> bool:
-    import socket
-
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, socket.gaierror):
-        return reason.errno == socket.EAI_AGAIN
-    return isinstance(reason, (ConnectionResetError, ConnectionAbortedError, TimeoutError))
-
-
-def _urlopen(request: urllib.request.Request, timeout: float) -> Any:
-    """urllib's urlopen, tried again (after 0.5 s, then 1.5 s) when it failed for a passing reason."""
-    import time
-
-    for attempt in range(TRANSIENT_TRIES):
-        try:
-            return urllib.request.urlopen(request, timeout=timeout)
-        except urllib.error.HTTPError:
-            raise
-        except (urllib.error.URLError, OSError) as exc:
-            if attempt + 1 == TRANSIENT_TRIES or not _transient(exc):
-                raise
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
-
-
 def _read(
     url: str, *, accept: str | None = None, limit: int, timeout: float = TIMEOUT, headers: dict[str, str] | None = None
 ) -> tuple[bytes, str]:
@@ -97,7 +67,7 @@ def _read(
     else:
         request = urllib.request.Request(url, headers={**({"Accept": accept} if accept else {}), **(headers or {})})
         try:
-            with _urlopen(request, timeout) as response:
+            with open_url(request, timeout) as response:
                 data = response.read(limit + 1)
                 kind = response.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
@@ -225,7 +195,7 @@ class _RangeFile(io.RawIOBase):
 
 def _size(url: str) -> int:
     try:
-        with _urlopen(urllib.request.Request(url, method="HEAD"), TIMEOUT) as response:
+        with open_url(urllib.request.Request(url, method="HEAD"), TIMEOUT) as response:
             return int(response.headers["Content-Length"])
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
         raise IndexReadError(f"{url}: {getattr(exc, 'reason', None) or exc}") from None

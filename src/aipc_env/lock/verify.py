@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from aipc_env.core.formats import StrictModel, VersionedModel
+from aipc_env.core.net import download
 from aipc_env.core.platforms import DEFAULT_PYTHON, PLATFORMS, Platform, marker_environment
 from aipc_env.core.specs import check_file_name, evaluate_marker, parse_requirement, parse_specifier, parse_version
 from aipc_env.lock.coremeta import (
@@ -72,12 +73,13 @@ class LockVerifyReports(VersionedModel):
 
 
 def _fetch(url: str, target: Path, timeout: float) -> str:
-    """Download url to target; its sha256. Raises OSError/URLError when it cannot."""
+    """Download url to target (a body cut short is fetched again, never hashed as "changed"); its sha256. Raises
+    OSError/URLError when it cannot."""
+    download(url, target, timeout)
     digest = hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=timeout) as response, target.open("wb") as fh:
-        for block in iter(lambda: response.read(CHUNK), b""):
+    with target.open("rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
             digest.update(block)
-            fh.write(block)
     return digest.hexdigest()
 
 
