@@ -102,3 +102,12 @@ def test_a_phase_that_speaks_gets_no_runner_heartbeat(capfd, monkeypatch):
     assert runner.run_phase({"name": "fit", "argv": [sys.executable, "-c", code]}, dict(os.environ), io.BytesIO()) == 0
     out = capfd.readouterr().out
     assert "step 11" in out and "still running" not in out
+
+
+def test_a_heartbeat_is_running_from_start_to_stop_only():
+    beat = Heartbeat(lambda _line: None, "waiting", every=0.05)
+    assert not beat.running
+    beat.start()
+    assert beat.running
+    beat.stop()
+    assert not beat.running  # stop() waits for the thread

@@ -117,6 +117,15 @@ def test_steps_are_validated():
         assert result.returncode == 2 and "--steps" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_importing_the_worker_starts_no_heartbeat():
+    """The import heartbeat runs where the worker runs as a program (`python -m`); a process that imports the module
+    (a test, a tool) gets no thread printing "still importing" into its own output for ever (one did, into a later
+    test's captured JSON, in a suite run)."""
+    from aipc_env.workers import verify as worker
+
+    assert not worker.IMPORTING.running
+
+
 def test_the_bitsandbytes_step_reads_bitsandbytes_own_triton_flag(monkeypatch):
     """bitsandbytes 0.50 keeps it in bitsandbytes.backends.utils (not bitsandbytes.utils): read from anywhere else it
     is always False, and an XPU without the native library fails the step although Triton would run NF4."""

@@ -16,6 +16,10 @@ HEARTBEAT_SECONDS = 5.0
 (benchmarks/bench_silence.py), so a loaded machine that wakes the thread late still holds it."""
 
 
+STOP_WAIT_SECONDS = 5.0
+"""How long stop() waits for a line being printed (a blocked pipe does not hold the step for longer)."""
+
+
 class Heartbeat:
     """The one way a long step that cannot report by itself (an import, a model load, a fit step, an installer)
     says it is alive: a line every `every` seconds (HEARTBEAT_SECONDS) of silence naming what it waits on and the
@@ -75,7 +79,15 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
+        """No line after this returns: the thread is told to end and waited for (a line it was printing ends)."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=STOP_WAIT_SECONDS)
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet stopped (its thread still alive)."""
+        return self._thread.is_alive()
 
     def __enter__(self) -> Heartbeat:  # noqa: PYI034 - typing_extensions.Self is not in every training env
         return self.start()

@@ -23,8 +23,12 @@ print("[....] importing torch and bitsandbytes", flush=True)
 from aipc_env.core.heartbeat import HEARTBEAT_SECONDS, Heartbeat  # noqa: E402
 from aipc_env.workers.train.compat import quiet_bitsandbytes_notices  # noqa: E402
 
-IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack").start()
-"""A line every 5 s while torch, bitsandbytes, diffusers and peft import (seconds on a busy machine)."""
+IMPORTING = Heartbeat(lambda line: print(line, flush=True), "[....] still importing the training stack")
+"""A line every 5 s while torch, bitsandbytes, diffusers and peft import (seconds on a busy machine); started only
+where this module runs as the worker (`python -m`): a process that imports it (a test) gets no thread printing into
+its output for ever."""
+if __name__ == "__main__":
+    IMPORTING.start()
 
 quiet_bitsandbytes_notices()
 import torch  # noqa: E402
