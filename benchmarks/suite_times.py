@@ -1,14 +1,12 @@
-"""Per-file times of the test suite (issue 35): reads the JUnit XML pytest wrote (`--junitxml`) for the whole suite
-(`nox -s tests` runs it once; older runs had a fast and a slow tier, one file each) and writes
-benchmarks/results/suite.json: each run's wall time (given, as measured around the pytest run), each test file's
-summed test time, slowest first, and its CPU seconds where the run recorded them.
+"""Per-file times of the test suite (issue 35): reads the JUnit XML files pytest wrote (`--junitxml`) for the fast
+and the slow tier and writes benchmarks/results/suite.json: each tier's wall time (given, as measured around the
+pytest run), each test file's summed test time, slowest first, and its CPU seconds where the run recorded them.
 
-    python benchmarks/suite_times.py --label before ALL.xml:WALL_S
     python benchmarks/suite_times.py --label before FAST.xml:WALL_S SLOW.xml:WALL_S
 
 A second label adds to the same file, so `before` and `after` sit side by side with their ratio. The times are of
-this machine (2 cores, three xdist workers, one unit of work per worker at a time); the file sums are worker time.
-On a machine whose cores are all busy the CPU seconds are the cost: a run takes about half their total."""
+this machine (2 cores, two xdist workers, one file per worker at a time); the file sums are worker time, so a tier's
+wall time is about half their total when both workers stay busy."""
 
 from __future__ import annotations
 
@@ -64,14 +62,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", required=True)
     parser.add_argument("--note", default="")
-    parser.add_argument("tiers", nargs="+", help="JUNIT.xml:WALL_SECONDS: the whole suite, or the fast tier then the slow")
+    parser.add_argument("tiers", nargs="+", help="JUNIT.xml:WALL_SECONDS, fast tier first")
     args = parser.parse_args()
     path = RESULTS / "suite.json"
     result = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     run: dict[str, object] = {"note": args.note, "tiers": {}}
-    if len(args.tiers) > 2:
-        parser.error("one JUnit file (the whole suite) or two (the fast tier, then the slow)")
-    for name, spec in zip(("all",) if len(args.tiers) == 1 else ("fast", "slow"), args.tiers):
+    for name, spec in zip(("fast", "slow"), args.tiers):
         junit, wall = spec.rsplit(":", 1)
         files = file_times(Path(junit))
         cpu = file_cpu(Path(junit))

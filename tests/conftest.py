@@ -37,17 +37,15 @@ for _threads in THREAD_VARS:
 
 
 def measured_costs(path: Path = SUITE_TIMES) -> dict[str, float]:
-    """Worker seconds per test file name, from the latest run `benchmarks/suite_times.py` recorded (summed over its
-    tiers, where it had two); empty when the file is missing or not of that shape (the order is then collection
-    order)."""
+    """Worker seconds per test file name, each tier's from the latest run `benchmarks/suite_times.py` recorded with
+    that tier (a run may record one tier); empty when the file is missing or not of that shape (the order is then
+    collection order)."""
     try:
-        latest = list(json.loads(path.read_text(encoding="utf-8"))["runs"].values())[-1]
-        costs: dict[str, float] = {}
-        for tier in latest["tiers"].values():
-            for name, seconds in tier["files"].items():
-                costs[Path(name).name] = costs.get(Path(name).name, 0.0) + float(seconds)
-        return costs
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        latest: dict[str, dict] = {}
+        for run in json.loads(path.read_text(encoding="utf-8"))["runs"].values():
+            latest.update(run["tiers"])
+        return {Path(name).name: float(seconds) for tier in latest.values() for name, seconds in tier["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 
@@ -93,22 +91,10 @@ def pytest_collection_modifyitems(config, items):
     slowest_first(items, measured_costs())
     if getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup":
         worker_groups(items)
-    untraced_slow_bodies(config, items)
-
-
-def untraced_slow_bodies(config, items) -> None:
-    """Under coverage (`nox -s tests`), a slow test's body runs untraced (pytest-cov's no_cover): those bodies train,
-    quantize and build images in-process and through tools, and tracing them cost 7 of the suite's 45 minutes; their
-    subprocesses are not measured either way."""
-    if not config.pluginmanager.hasplugin("_cov"):
-        return
-    for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.no_cover)
 
 
 def worker_groups(items) -> None:
-    """Under `--dist loadgroup` (`nox -s tests`) each test file is one unit of work for a worker, as with `--dist
+    """Under `--dist loadgroup` (the slow tier) each test file is one unit of work for a worker, as with `--dist
     loadfile` (its module fixtures run once), except the tests its WORKER_GROUPS names ({test function: group}):
     those form units of their own, so a long file's independent parts run on two workers at once."""
     for item in items:

@@ -1,7 +1,7 @@
-"""The suite's units of work (tests/conftest.py `worker_groups`, `--dist loadgroup`): a file is one unit, the tests
-its WORKER_GROUPS names are units of their own, and every name there is a test the file still has (a renamed test
-would silently rejoin its file's unit). Units start most costly first, by the per-file times last recorded in
-benchmarks/results/suite.json (`slowest_first`). Under coverage the bodies of slow tests run untraced."""
+"""The slow tier's units of work (tests/conftest.py `worker_groups`, `--dist loadgroup`): a file is one unit, the
+tests its WORKER_GROUPS names are units of their own, and every name there is a test the file still has (a renamed
+test would silently rejoin its file's unit). Units start most costly first, by the per-file times last recorded in
+benchmarks/results/suite.json (`slowest_first`)."""
 
 from __future__ import annotations
 
@@ -24,24 +24,12 @@ def _xdist_group_marker(request):
 
 
 class _Item:
-    def __init__(self, module: types.ModuleType, path: Path, name: str, slow: bool = False) -> None:
+    def __init__(self, module: types.ModuleType, path: Path, name: str) -> None:
         self.module, self.path, self.name, self.originalname = module, path, f"{name}[x]", name
-        self.markers: list[pytest.Mark] = [pytest.mark.slow.mark] if slow else []
+        self.markers: list[pytest.Mark] = []
 
     def add_marker(self, marker: pytest.MarkDecorator) -> None:
         self.markers.append(marker.mark)
-
-    def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return next((m for m in self.markers if m.name == name), None)
-
-
-def _config(loadgroup: bool, coverage: bool = False) -> types.SimpleNamespace:
-    option = types.SimpleNamespace(loadgroup=loadgroup)
-    return types.SimpleNamespace(
-        option=option,
-        getoption=lambda name, default=None: "loadgroup" if loadgroup else "no",
-        pluginmanager=types.SimpleNamespace(hasplugin=lambda name: coverage and name == "_cov"),
-    )
 
 
 def _items(groups: dict[str, str] | None) -> list[_Item]:
@@ -67,17 +55,10 @@ def test_a_file_is_one_unit_but_the_tests_its_worker_groups_names():
 @pytest.mark.parametrize("loadgroup", [True, False])
 def test_groups_are_given_only_under_loadgroup(loadgroup):
     items = _items({"test_b": "part"})
-    pytest_collection_modifyitems(_config(loadgroup), items)
+    option = types.SimpleNamespace(loadgroup=loadgroup)
+    config = types.SimpleNamespace(option=option, getoption=lambda name, default=None: "loadgroup" if loadgroup else "no")
+    pytest_collection_modifyitems(config, items)
     assert all(bool(groups) is loadgroup for groups in _groups(items).values())
-
-
-@pytest.mark.parametrize("coverage", [True, False])
-def test_under_coverage_only_the_slow_tests_bodies_run_untraced(coverage):
-    module = types.ModuleType("test_mixed")
-    items = [_Item(module, TESTS / "test_mixed.py", name, slow=name == "test_slow") for name in ("test_fast", "test_slow")]
-    pytest_collection_modifyitems(_config(True, coverage), items)
-    untraced = {item.originalname for item in items if item.get_closest_marker("no_cover")}
-    assert untraced == ({"test_slow"} if coverage else set())
 
 
 def test_every_split_names_a_test_its_file_has():
@@ -101,20 +82,13 @@ def test_files_start_most_costly_first_by_the_recorded_times(tmp_path):
     recorded = tmp_path / "suite.json"
     tiers = {"fast": {"files": {"tests/test_a.py": 2.0}}, "slow": {"files": {"tests/test_b.py": 90.5, "tests/test_c.py": 40}}}
     old = {"slow": {"files": {"tests/test_c.py": 500.0}}, "fast": {"files": {"tests/test_old.py": 9.0}}}
-    runs = {"old": {"tiers": old}, "latest": {"tiers": tiers}}
+    partial = {"fast": {"files": {"tests/test_a.py": 3.0}}}  # a run that recorded the fast tier only
+    runs = {"old": {"tiers": old}, "latest": {"tiers": tiers}, "partial": {"tiers": partial}}
     recorded.write_text(json.dumps({"runs": runs}))
     costs = measured_costs(recorded)
-    assert costs == {"test_a.py": 2.0, "test_b.py": 90.5, "test_c.py": 40.0}  # the latest run only
+    assert costs == {"test_a.py": 3.0, "test_b.py": 90.5, "test_c.py": 40.0}  # each tier's latest run
     slowest_first(items, costs)
     assert [item.path.name for item in items] == ["test_b.py", "test_b.py", "test_c.py", "test_a.py", "test_new.py"]
-    # a run of one tier (the whole suite in one run), a file in it once; and a file in both tiers of a run is summed
-    both = {"all": {"files": {"tests/test_c.py": 7.0, "tests/test_a.py": 1.5}}}
-    runs |= {"one": {"tiers": both}}
-    recorded.write_text(json.dumps({"runs": runs}))
-    assert measured_costs(recorded) == {"test_c.py": 7.0, "test_a.py": 1.5}
-    runs |= {"two": {"tiers": {"fast": {"files": {"tests/test_a.py": 1.0}}, "slow": {"files": {"tests/test_a.py": 4.0}}}}}
-    recorded.write_text(json.dumps({"runs": runs}))
-    assert measured_costs(recorded) == {"test_a.py": 5.0}
 
 
 @pytest.mark.parametrize("text", ["", "{}", '{"runs": {}}', '{"runs": {"x": {"tiers": {"slow": {"files": {"a": "x"}}}}}}', "[1]"])
