@@ -642,3 +642,51 @@ def test_fuzz_tiny_run_config(tmp_path_factory, data):
     path.write_bytes(data)
     result_or_named_error(tiny_config, path)
     assert {p.name for p in folder.iterdir()} <= {"config.yaml", "config.tiny.yaml"}  # nothing else written
+
+
+# --- a download's body as the network hands it over (core/net.py) --------------------------------------------------
+
+
+class _Wire:
+    """A socket for http.client.HTTPResponse: the raw bytes of one answer, then the end of the connection."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(io.BytesIO(self._raw))
+
+
+@FUZZ
+@given(
+    length=st.one_of(st.none(), st.integers(0, 3000).map(str), TEXT.map(lambda t: t.replace("\r", "").replace("\n", ""))),
+    body=st.binary(max_size=3000),
+)
+@example(length="10", body=b"abc")  # cut short
+@example(length="2", body=b"abc")  # more than declared
+@example(length="+3", body=b"ab")
+@example(length="abc", body=b"abc")
+@example(length=None, body=b"abc")
+def test_fuzz_download_body(tmp_path_factory, length, body):
+    """Any Content-Length (none, a number, text) over any body, parsed by http.client itself: the body written whole
+    (or up to the length it declared), or CutShort naming how much was owed when it ended early; nothing else."""
+    import http.client
+
+    from aipc_env.core import net
+
+    head = b"HTTP/1.1 200 OK\r\n" + (f"Content-Length: {length}\r\n".encode("latin-1", "replace") if length is not None else b"")
+    response = http.client.HTTPResponse(_Wire(head + b"\r\n" + body))  # type: ignore[arg-type]
+    try:
+        response.begin()
+    except http.client.HTTPException:
+        return  # http.client refuses the head itself: urllib raises that before any body is read
+    declared = response.length
+    target = tmp_path_factory.mktemp("dl") / "x.whl"
+    try:
+        size = net.copy_body(response, target)
+    except net.CutShort as exc:
+        assert declared is not None and declared > len(body) and "short of its Content-Length" in str(exc)
+        return
+    assert declared is None or declared <= len(body)  # a body that ended early never passes as whole
+    expected = body if declared is None else body[:declared]
+    assert size == len(expected) and target.read_bytes() == expected

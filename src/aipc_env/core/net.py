@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRANSIENT_TRIES", "CutShort", "download", "is_transient", "open_url", "reachable"]
+__all__ = ["TRANSIENT_TRIES", "CutShort", "copy_body", "download", "is_transient", "open_url", "reachable"]
 
 TRANSIENT_TRIES = 3
 """Attempts of a request that failed for a passing reason; a refusal is not retried."""
@@ -52,16 +52,18 @@ def open_url(request: urllib.request.Request | str, timeout: float) -> Any:
     raise AssertionError("unreachable")
 
 
-def _copy_body(response: Any, target: Path) -> None:
-    """The body into target; CutShort when it ends before its Content-Length (urllib returns a short body then)."""
-    expected = response.headers.get("Content-Length")
+def copy_body(response: Any, target: Path) -> int:
+    """The body into target; its size. CutShort when it ends before its Content-Length: urllib's read(n) then
+    returns a short body without a word, and http.client's own count (`length`, what is still owed) says so."""
     got = 0
     with target.open("wb") as fh:
         for block in iter(lambda: response.read(CHUNK), b""):
             fh.write(block)
             got += len(block)
-    if expected is not None and expected.isdigit() and got != int(expected):
-        raise CutShort(f"the body ended after {got} of {expected} bytes")
+    owed = getattr(response, "length", None)
+    if isinstance(owed, int) and owed > 0:
+        raise CutShort(f"the body ended after {got} bytes, {owed} short of its Content-Length")
+    return got
 
 
 def download(url: str, target: Path, timeout: float) -> None:
@@ -71,7 +73,7 @@ def download(url: str, target: Path, timeout: float) -> None:
     for attempt in range(TRANSIENT_TRIES):
         try:
             with open_url(url, timeout) as response:
-                _copy_body(response, target)
+                copy_body(response, target)
             return
         except urllib.error.HTTPError:
             raise
