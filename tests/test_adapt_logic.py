@@ -471,7 +471,7 @@ def test_without_accelerate_only_the_yaml_types_are_checked(tmp_path, monkeypatc
 
     from aipc_env.workers.accelerate_choices import accelerate_choices
 
-    monkeypatch.setitem(sys.modules, "accelerate.utils", None)  # import accelerate.utils -> ImportError
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # not found, and import accelerate -> ImportError
     none = accelerate_choices()
     assert none.version is None
     path = tmp_path / ACCEL
@@ -1060,3 +1060,62 @@ def test_a_state_folder_that_leads_outside_is_refused(pristine, tmp_path):
     with pytest.raises(InputError, match=r"\.aipc-adapt leads outside the clone"):
         revert_adaptation(pristine, **QUIET)
     assert list(outside.iterdir()) == []
+
+
+def test_accelerates_enums_read_from_its_source_are_what_its_imported_enums_give():
+    """The worker reads accelerate's enum values from the installed accelerate's own source (no torch import); they
+    are exactly what the imported enums list, in their order, and the version is the installed one."""
+    from aipc_env.workers import accelerate_choices as worker
+
+    read = worker.accelerate_choices()
+    asked = worker._imported()
+    assert read == asked and read.version is not None and "MULTI_XPU" in read.distributed_type
+
+
+ENUM_SOURCE = """
+import enum
+class DistributedType(str, enum.Enum):
+    \"\"\"doc\"\"\"
+    NO = "NO"
+    MULTI_XPU = "MULTI_XPU"
+    ALIAS = "NO"
+    def describe(self):
+        return self.value
+class PrecisionType(str, BaseEnum):
+    NO = "no"
+    BF16 = "bf16"
+class DynamoBackend(str, BaseEnum):
+    NO = "NO"
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ((), {"distributed_type": ["NO", "MULTI_XPU"], "mixed_precision": ["no", "bf16"], "dynamo_backend": ["NO"]}),
+        (('    BF16 = "bf16"', "    BF16 = _value('bf16')"), None),  # a value that is not a literal
+        (('    BF16 = "bf16"', '    _ignore_ = "bf16"'), None),  # a name enum treats specially
+        (('    BF16 = "bf16"', '    BF16: str = "bf16"'), None),
+        (('    BF16 = "bf16"', '    BF16 = FP16 = "bf16"'), None),
+        (("class DynamoBackend", "class Dynamo"), None),  # an enum missing
+        (('DynamoBackend(str, BaseEnum):\n    NO = "NO"', "DynamoBackend(str, BaseEnum):\n    pass"), None),  # no members
+        (("import enum", "import enum("), None),  # not Python
+    ],
+)
+def test_enums_are_read_from_source_only_in_their_plain_shape(change, expected):
+    from aipc_env.workers.accelerate_choices import choices_from_source
+
+    source = ENUM_SOURCE.replace(*change) if change else ENUM_SOURCE
+    assert change == () or source != ENUM_SOURCE
+    assert choices_from_source(source) == expected
+
+
+def test_a_source_not_of_the_plain_shape_asks_the_imported_enums(monkeypatch):
+    from aipc_env.workers import accelerate_choices as worker
+
+    monkeypatch.setattr(worker, "choices_from_source", lambda _source: None)
+    asked = worker.accelerate_choices()
+    assert asked == worker._imported() and asked.version is not None
+    monkeypatch.setattr(worker, "MAX_SOURCE_BYTES", 10)  # past the bound: not parsed at all
+    monkeypatch.setattr(worker, "choices_from_source", lambda _source: pytest.fail("parsed past the bound"))
+    assert worker.accelerate_choices() == asked

@@ -690,3 +690,33 @@ def test_fuzz_download_body(tmp_path_factory, length, body):
     assert declared is None or declared <= len(body)  # a body that ended early never passes as whole
     expected = body if declared is None else body[:declared]
     assert size == len(expected) and target.read_bytes() == expected
+
+
+# --- accelerate's own source, read for its enum values (workers/accelerate_choices.py) -------------------------
+
+
+@FUZZ
+@given(
+    source=st.one_of(
+        TEXT,
+        st.builds(
+            lambda names, values: "\n".join(
+                f"class {n}(str, enum.Enum):\n" + "".join(f"    {k} = {v!r}\n" for k, v in values.items()) for n in names
+            ),
+            st.lists(st.sampled_from(["DistributedType", "PrecisionType", "DynamoBackend", "Other"]), max_size=4),
+            st.dictionaries(
+                st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), st.one_of(TEXT, st.integers()), max_size=4
+            ),
+        ),
+    )
+)
+def test_fuzz_accelerate_enum_source(source):
+    """Any text as accelerate's dataclasses.py: the three enums' string values, or None (then the enums are
+    imported instead); never an exception."""
+    from aipc_env.workers.accelerate_choices import ENUMS, choices_from_source
+
+    found = choices_from_source(source)
+    if found is not None:
+        assert set(found) == set(ENUMS)
+        assert all(values and all(isinstance(v, str) for v in values) for values in found.values())
+        assert all(len(set(values)) == len(values) for values in found.values())

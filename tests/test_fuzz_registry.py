@@ -31,6 +31,7 @@ FUZZED: dict[str, str] = {
     "launch/worker_call.py": "test_fuzz_worker_refusal",  # and the workers' results: VERSIONED
     "core/heartbeat.py": "test_fuzz_installer_log_tail",
     "core/net.py": "test_fuzz_download_body",
+    "workers/accelerate_choices.py": "test_fuzz_accelerate_enum_source",
     # versioned formats: records, journals, manifests, reports, configs, data files (load_versioned / a model)
     "commands/distill.py": VERSIONED,
     "commands/train.py": VERSIONED,
