@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from aipc_env.train.run import default_config
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, use_tiny_base
 
 
 def _write(path: Path, data: dict) -> Path:
@@ -191,7 +191,8 @@ def test_a_device_that_is_not_there_fails_before_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_exits_130_with_one_line(tmp_path):
+def test_ctrl_c_exits_130_with_one_line(tmp_path, tiny_base):
+    use_tiny_base(tiny_base)  # the Ctrl-C lands in the fit's steps; the built-in base need not be trained again
     cfg = default_config(tmp_path / "out")
     cfg["train"]["max_train_steps"] = 100_000
     path = _write(tmp_path / "c.yaml", cfg)
