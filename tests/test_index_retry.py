@@ -196,3 +196,13 @@ def test_a_reachability_probe_of_a_real_server_that_drops_the_first_connection(m
     with _Flaky(b"x", drops=3, at_once=True) as server:
         assert not net.reachable(server.url)
         assert server.requests == 3
+
+
+def test_a_download_refused_at_connect_counts_its_tries_once(tmp_path, monkeypatch):
+    """The connection and the body share one count of tries: a server that resets every connection gets
+    TRANSIENT_TRIES requests, not that many for each try of the body."""
+    monkeypatch.setattr("time.sleep", lambda _s: None)
+    with _Flaky(b"x", drops=10**6, at_once=True) as server:
+        with pytest.raises(OSError):
+            net.download(server.url, tmp_path / "x.whl", timeout=10)
+        assert server.requests == net.TRANSIENT_TRIES

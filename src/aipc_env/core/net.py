@@ -10,14 +10,16 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["TRANSIENT_TRIES", "CutShort", "copy_body", "download", "is_transient", "open_url", "reachable"]
 
 TRANSIENT_TRIES = 3
 """Attempts of a request that failed for a passing reason; a refusal is not retried."""
 CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 class CutShort(OSError):
@@ -38,18 +40,28 @@ def _pause(attempt: int) -> None:
     time.sleep(0.5 + attempt)
 
 
-def open_url(request: urllib.request.Request | str, timeout: float) -> Any:
-    """urllib's urlopen, tried again when it failed for a passing reason."""
+def _with_retries(once: Callable[[], T]) -> T:
+    """once() tried again while it fails for a passing reason, up to TRANSIENT_TRIES in all. http.client's own
+    errors (IncompleteRead, BadStatusLine), which are not OSErrors, are raised as OSError so every caller catches
+    one kind."""
     for attempt in range(TRANSIENT_TRIES):
         try:
-            return urllib.request.urlopen(request, timeout=timeout)
+            return once()
         except urllib.error.HTTPError:
             raise
+        except http.client.HTTPException as exc:
+            if attempt + 1 == TRANSIENT_TRIES or not is_transient(exc):
+                raise OSError(f"{type(exc).__name__}: {exc}") from None
         except (urllib.error.URLError, OSError) as exc:
             if attempt + 1 == TRANSIENT_TRIES or not is_transient(exc):
                 raise
-            _pause(attempt)
+        _pause(attempt)
     raise AssertionError("unreachable")
+
+
+def open_url(request: urllib.request.Request | str, timeout: float) -> Any:
+    """urllib's urlopen, tried again when it failed for a passing reason."""
+    return _with_retries(lambda: urllib.request.urlopen(request, timeout=timeout))
 
 
 def copy_body(response: Any, target: Path) -> int:
@@ -67,23 +79,15 @@ def copy_body(response: Any, target: Path) -> int:
 
 
 def download(url: str, target: Path, timeout: float) -> None:
-    """Write url's body to target (emptied first on every try); a body cut short for a passing reason starts the
-    download again. Raises urllib.error.URLError or OSError (CutShort included) when it cannot, ValueError for a
-    URL urllib cannot open."""
-    for attempt in range(TRANSIENT_TRIES):
-        try:
-            with open_url(url, timeout) as response:
-                copy_body(response, target)
-            return
-        except urllib.error.HTTPError:
-            raise
-        except http.client.HTTPException as exc:  # IncompleteRead and kin: not OSErrors
-            if attempt + 1 == TRANSIENT_TRIES or not is_transient(exc):
-                raise OSError(f"{type(exc).__name__}: {exc}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            if attempt + 1 == TRANSIENT_TRIES or not is_transient(exc):
-                raise
-        _pause(attempt)
+    """Write url's body to target (emptied first on every try); a connection or a body that fails for a passing
+    reason starts the download again (one count of tries for both). Raises urllib.error.URLError or OSError
+    (CutShort included) when it cannot, ValueError for a URL urllib cannot open."""
+
+    def once() -> None:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            copy_body(response, target)
+
+    _with_retries(once)
 
 
 def reachable(url: str, timeout: float = 8.0) -> bool:

@@ -16,6 +16,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from aipc_env.core.fileio import read_text
+from aipc_env.errors import InputError
 from aipc_env.qflux.checker import AccelerateChoices
 
 __all__ = ["ENUMS", "accelerate_choices", "choices_from_source", "main"]
@@ -66,7 +68,7 @@ def choices_from_source(source: str) -> dict[str, list[str]] | None:
 
 def _read_source() -> tuple[str, dict[str, list[str]]] | None:
     """accelerate's version and its enums' values read from its source, without importing it; None where that
-    cannot be done (not installed, the file missing, too large, not UTF-8, or not of the plain shape)."""
+    cannot be done (not installed, the file missing, too large or not text, or not of the plain shape)."""
     try:
         spec = importlib.util.find_spec("accelerate")  # a top-level package: located, not imported
         version = importlib.metadata.version("accelerate")
@@ -74,14 +76,9 @@ def _read_source() -> tuple[str, dict[str, list[str]]] | None:
         return None
     if spec is None or not spec.origin:
         return None
-    path = Path(spec.origin).parent.joinpath(*SOURCE)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_SOURCE_BYTES + 1)
-        source = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if len(raw) > MAX_SOURCE_BYTES:
+        source = read_text(Path(spec.origin).parent.joinpath(*SOURCE), "accelerate's source", max_bytes=MAX_SOURCE_BYTES)
+    except InputError:
         return None
     values = choices_from_source(source)
     return (version, values) if values is not None else None
