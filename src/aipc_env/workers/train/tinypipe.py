@@ -107,7 +107,7 @@ def build_tiny_pipeline(out: Path, *, plus: bool = False, seed: int = 0) -> Path
 
     legacy = int(transformers.__version__.split(".")[0]) < 5
     """transformers 4.x (qwen-image-finetune pins 4.52.4): the fast tokenizer class, rope_scaling for mrope."""
-    Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer  # type: ignore[attr-defined]  # 4.x only (type-checked against 5.x)
+    Qwen2Tokenizer = transformers.Qwen2TokenizerFast if legacy else transformers.Qwen2Tokenizer  # 4.x only
 
     from aipc_env.workers.train.compat import processor_without_video
     from aipc_env.workers.train.tiny import TINY_TRANSFORMER_CONFIG
