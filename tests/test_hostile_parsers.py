@@ -1,4 +1,4 @@
-"""A corpus of hostile values per class, each handled where it is read: duplicate JSON keys at every JSON reader,
+"""A corpus of hostile values per class, each handled where it is read: duplicate keys at every JSON and YAML reader,
 one bounded version and requirement parser (digits, length, packaging's own ValueError), a lock's recorded
 requires-dist and requires-python, YAML refused before or while it is built, identifiers full-matched in their
 models, encoding detection (a byte-order mark, UTF-8, then cp1252, said), control characters in text for people,
@@ -51,6 +51,41 @@ def test_a_key_twice_in_one_object_is_refused_at_every_json_reader(text, key):
     with pytest.raises(fileio.DuplicateKeyError):
         fileio.loads_json(text)
     assert fileio.loads_json('{"a": 1, "b": {"a": 2}}') == {"a": 1, "b": {"a": 2}}  # one per object is fine
+
+
+@pytest.mark.parametrize(
+    "text, key, where",
+    [
+        ("a: 1\nb: 2\na: 1\n", "a", "lines 1 and 3"),  # even the same value twice
+        ("train:\n  lr: 1\n  steps: 2\n  lr: 3\n", "lr", "lines 2 and 4"),
+        ("a: 1\nb: {c: 1, c: 2}\n", "c", "line 2"),  # a flow mapping on one line
+        ("- {k: 1}\n- k: 1\n  k: 2\n", "k", "lines 2 and 3"),
+        ("true: 1\nyes: 2\n", "True", "lines 1 and 2"),  # two spellings of one key (YAML 1.1 booleans)
+    ],
+)
+def test_a_key_twice_in_one_mapping_is_refused_at_every_yaml_reader(text, key, where):
+    with pytest.raises(InputError, match=f"the key '{key}' appears twice in one mapping \\({where}\\)") as err:
+        fileio.parse_yaml(text, "f.yaml", "test file")
+    assert err.value.path == "f.yaml" and "test file is ambiguous" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text, data",
+    [
+        ("a: 1\nb: {a: 2}\n", {"a": 1, "b": {"a": 2}}),  # one per mapping is fine
+        ("- {k: 1}\n- {k: 2}\n", [{"k": 1}, {"k": 2}]),
+        ("1: a\n'1': b\n", {1: "a", "1": "b"}),  # an integer and a string are two keys
+        ("base: &b {x: 1, y: 1}\nc:\n  <<: *b\n  x: 2\n", {"base": {"x": 1, "y": 1}, "c": {"x": 2, "y": 1}}),  # a merge
+    ],
+)
+def test_keys_written_once_per_mapping_are_read(text, data):
+    assert fileio.parse_yaml(text, "f.yaml") == data
+
+
+def test_a_config_with_two_train_sections_through_the_cli(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("train:\n  max_train_steps: 10\nmodel: {}\ntrain:\n  max_train_steps: 20\n", encoding="utf-8")
+    _named(run_cli("train", str(config), "--dry-run"), "config.yaml", "'train' appears twice", "lines 1 and 4")
 
 
 def test_a_facts_file_naming_a_key_twice_through_the_cli(tmp_path):

@@ -483,6 +483,29 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
             self._count()
             return super().compose_mapping_node(anchor)
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            """One value per key, as in every JSON reader: YAML's loaders keep the last of two silently (two `train:`
+            sections, the first dropped). Checked on the keys as written, before a merge (`<<`) brings in the keys an
+            explicit one may override."""
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the constructor below names it
+                    continue
+                if first is not None:
+                    raise InputError(
+                        f"{what} is ambiguous: the key {str(key)[:80]!r} appears twice in one mapping "
+                        f"({f'line {line}' if first == line else f'lines {first} and {line}'})",
+                        path=path,
+                        fix="keep one value per key (YAML keeps the last one silently)",
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
         def _count(self) -> None:
             self.made += 1
             if self.made > MAX_YAML_NODES:
@@ -508,7 +531,7 @@ def _bounded_loader(text: str, path: str | Path, what: str) -> Any:
 
 def parse_yaml(text: str, path: str | Path, what: str = "YAML file") -> Any:
     """yaml.safe_load with the limits of every user file: size (MAX_YAML_BYTES, before parsing), the values written
-    (while composing), depth, alias expansion; errors name the place."""
+    (while composing), depth, alias expansion, one value per key; errors name the place."""
     import yaml
 
     if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
