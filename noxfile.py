@@ -93,7 +93,7 @@ def _bytecode_cache(session: nox.Session) -> None:
     (docs/decisions.md, 78). The bytecode goes to one folder under nox's cache (PYTHONPYCACHEPREFIX, unless one is
     set), never beside the checkout's sources; a process that writes none still reads what is there."""
     session.env["PYTHONDONTWRITEBYTECODE"] = None  # None: nox leaves the variable out of every command's environment
-    session.env["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or str(session.cache_dir / "pycache")
+    session.env["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or str((session.cache_dir / "pycache").resolve())
 
 
 def _aipc(session: nox.Session, *args: str, python: str = "python") -> None:
