@@ -103,6 +103,10 @@ def worker_groups(items) -> None:
         item.add_marker(pytest.mark.xdist_group(f"{item.path.name}:{part}" if part else item.path.name))
 
 
+NOX_SESSION = os.environ.get("NOX_CURRENT_SESSION")
+"""The nox session running the suite (`tests` in CI), read before the run's isolation hides it from the tool."""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_run(tmp_path_factory):
     """The run's own per-user folders, set before any fixture runs: a module's or the session's fixture (a smoke

@@ -5,14 +5,13 @@ the suite's processes keep the bytecode they compile (decision 78)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, require_tool
+from tests.conftest import NOX_SESSION, ROOT, require_tool
 
 
 class _Session:
@@ -81,6 +80,6 @@ def test_the_tests_session_keeps_bytecode_in_one_folder(monkeypatch: pytest.Monk
 def test_this_run_of_the_tests_session_writes_bytecode() -> None:
     """The real session: this process (and every process it starts that keeps the environment) writes bytecode, into
     the one folder, whatever folder a process starts in (CI runs the suite with `nox -s tests`)."""
-    require_tool(None if os.environ.get("NOX_CURRENT_SESSION") == "tests" else "checks a run of `nox -s tests`")
+    require_tool(None if NOX_SESSION == "tests" else "checks a run of `nox -s tests`")
     assert not sys.flags.dont_write_bytecode
     assert sys.pycache_prefix and Path(sys.pycache_prefix).is_absolute()
