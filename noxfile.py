@@ -112,25 +112,19 @@ def _train_env(session: nox.Session) -> tuple[str, list[str]]:
     overrides, rest = take_options(list(session.posargs))
     flags = {"AIPC_ENV_TORCH": "--torch", "AIPC_ENV_TORCH_INDEX": "--torch-index", "AIPC_ENV_TORCH_WHEELS": "--torch-wheels"}
     torch_args = [f"{flags[name]}={value}" for name, value in overrides.items()]
+    return _session_python(session, "train", "--", *torch_args), rest
+
+
+def _session_python(session: nox.Session, name: str, *args: str) -> str:
+    """Session NAME's interpreter, its env installed or confirmed current first (`nox -s NAME --install-only ARGS`)."""
     envdir = session.cache_dir.parent
     session.run(
         sys.executable,
-        "-m",
-        "nox",
-        "-f",
-        str(ROOT / "noxfile.py"),
-        "--envdir",
-        str(envdir),
-        "-s",
-        "train",
-        "--install-only",
-        "--",
-        *torch_args,
+        *("-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s", name, "--install-only", *args),
         external=True,
         stdout=sys.stderr,
     )
-    python = envdir / "train" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    return str(python), rest
+    return str(envdir / name / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
 def _answer(session: nox.Session, *args: str) -> None:
@@ -263,30 +257,10 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and the type checker (mypy, [tool.mypy] of pyproject.toml) over the tree, in the tests session's env (the
     types of torch and pydantic need the real packages); CI runs both as tests."""
-    python = _tests_env(session)
+    python = _session_python(session, "tests")
     session.run(python, "-m", "ruff", "check", "src", "tests", "benchmarks", "noxfile.py", external=True)
     session.run(python, "-m", "ruff", "format", "--check", "src", "tests", "benchmarks", "docs", "noxfile.py", external=True)
     session.run(python, "-m", "mypy", external=True)
-
-
-def _tests_env(session: nox.Session) -> str:
-    """The tests session's interpreter, installed or confirmed current first."""
-    envdir = session.cache_dir.parent
-    session.run(
-        sys.executable,
-        "-m",
-        "nox",
-        "-f",
-        str(ROOT / "noxfile.py"),
-        "--envdir",
-        str(envdir),
-        "-s",
-        "tests",
-        "--install-only",
-        external=True,
-        stdout=sys.stderr,
-    )
-    return str(envdir / "tests" / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
 @nox.session
