@@ -37,6 +37,8 @@ class Child:
     seconds: float
     peak_rss_mb: float
     stdout: str
+    cpu_seconds: float = 0.0
+    """user + system CPU of the child (and of the children it waited for), where wait4 reports it"""
 
 
 def run_child(
@@ -52,11 +54,11 @@ def run_child(
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         start = time.perf_counter()
         proc = subprocess.Popen((taskset() if pin else []) + argv, stdout=out_f, stderr=err_f, env=env, cwd=cwd)
-        rss = 0.0
-        if hasattr(os, "wait4"):  # reap it ourselves to read this child's own peak RSS
+        rss = cpu = 0.0
+        if hasattr(os, "wait4"):  # reap it ourselves to read this child's own peak RSS and CPU
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
-            rss = usage.ru_maxrss / 1024
+            rss, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         else:  # pragma: no cover - Windows
             proc.wait()
         seconds = time.perf_counter() - start
@@ -65,7 +67,7 @@ def run_child(
         out, err = out_f.read().decode("utf-8", "replace"), err_f.read().decode("utf-8", "replace")
     if proc.returncode not in ok_codes:
         raise SystemExit(f"{argv} failed ({proc.returncode}):\n{out[-2000:]}\n{err[-2000:]}")
-    return Child(seconds, rss, out)
+    return Child(seconds, rss, out, cpu)
 
 
 def spread(values: list[float]) -> dict[str, float]:
