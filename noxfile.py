@@ -90,8 +90,9 @@ def _bytecode_cache(session: nox.Session) -> None:
     """Let the suite's Python processes keep what they compile: each one (the pytest workers, hundreds of CLI calls, the
     training phases) otherwise compiles every module it imports from source, torch, diffusers and transformers
     included, when the machine sets PYTHONDONTWRITEBYTECODE (CI's does): half of a training phase's start
-    (benchmarks/bench_bytecode.py, decision 78). The bytecode goes to one folder under nox's cache (PYTHONPYCACHEPREFIX, unless one is
-    set), never beside the checkout's sources; a process that writes none still reads what is there."""
+    (benchmarks/bench_bytecode.py, decision 78). The bytecode goes to one folder under nox's cache
+    (PYTHONPYCACHEPREFIX, unless one is set), never beside the checkout's sources; a process that writes none still
+    reads what is there."""
     session.env["PYTHONDONTWRITEBYTECODE"] = None  # None: nox leaves the variable out of every command's environment
     session.env["PYTHONPYCACHEPREFIX"] = os.environ.get("PYTHONPYCACHEPREFIX") or str((session.cache_dir / "pycache").resolve())
 
