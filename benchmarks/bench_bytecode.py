@@ -48,11 +48,11 @@ def main() -> int:
         keeping["PYTHONPYCACHEPREFIX"] = tmp
         for name, code in PROCESSES.items():
             argv = [sys.executable, "-c", code]
-            run_child(argv, env=keeping, cwd=ROOT, pin=False, ok_codes=(0, 1))  # writes the bytecode once
+            run_child(argv, env=keeping, cwd=ROOT, pin=False)  # writes the bytecode once
             rounds = []
             for _ in range(args.rounds):
-                anchor = run_child(argv, env=compiling, cwd=ROOT, pin=False, ok_codes=(0, 1))
-                kept = run_child(argv, env=keeping, cwd=ROOT, pin=False, ok_codes=(0, 1))
+                anchor = run_child(argv, env=compiling, cwd=ROOT, pin=False)
+                kept = run_child(argv, env=keeping, cwd=ROOT, pin=False)
                 rounds.append(
                     {
                         "compiling_cpu_s": round(anchor.cpu_seconds, 3),

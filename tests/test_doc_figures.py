@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
+from aipc_env.core.fileio import parse_yaml, read_yaml
+from aipc_env.errors import InputError
 from tests.conftest import ROOT
 
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
@@ -24,26 +25,16 @@ def _figures(text: str) -> set[str]:
     return {f"{number} {unit}" for number, unit in FIGURE.findall(text)}
 
 
-class _NoDuplicateKeys(yaml.SafeLoader):
-    """A key written twice in one mapping is an error (PyYAML keeps the last silently: a trace written twice under
-    one page hid the first)."""
-
-    def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
-        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
-        if twice:
-            raise yaml.constructor.ConstructorError(None, None, f"written twice: {twice}", node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _traces() -> dict:
-    return yaml.load((ROOT / "docs" / "figures.yaml").read_text(encoding="utf-8"), Loader=_NoDuplicateKeys)
+    """docs/figures.yaml through the project's own YAML reader, which refuses a key written twice in one mapping
+    (PyYAML keeps the last silently: a trace written twice under one page hid the first)."""
+    return read_yaml(ROOT / "docs" / "figures.yaml", "docs/figures.yaml")
 
 
 def test_no_trace_is_written_twice_under_one_heading():
     assert _traces()
-    with pytest.raises(yaml.constructor.ConstructorError, match="written twice"):
-        yaml.load("pages:\n  a.md:\n    x: 1\n  a.md:\n    y: 2\n", Loader=_NoDuplicateKeys)
+    with pytest.raises(InputError, match="appears twice"):
+        parse_yaml("pages:\n  a.md:\n    x: 1\n  a.md:\n    y: 2\n", "figures.yaml")
 
 
 def _benchmark_rows(text: str) -> str:
