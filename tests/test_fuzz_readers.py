@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 import tomllib
 from typing import Any
 
@@ -88,6 +89,27 @@ def test_fuzz_text_readers_on_bytes(tmp_path_factory, data, kind):
 def test_fuzz_text_parsers(text):
     for parse in (fileio.parse_json, fileio.parse_yaml, fileio.parse_toml):
         result_or_named_error(parse, text, "f", "test file")
+
+
+YAML_PRINTABLE = st.characters(categories=("L", "N", "P", "S", "Zs"))
+"""Characters a YAML double-quoted key holds as written (no control characters): json.dumps(ensure_ascii=False) then
+escapes only the quote and the backslash, as YAML does."""
+
+
+@FUZZ
+@given(pairs=st.lists(st.tuples(st.text(YAML_PRINTABLE, max_size=6), st.integers(-9, 9)), max_size=6), flow=st.booleans())
+def test_fuzz_yaml_keys_written_once_or_twice(pairs, flow):
+    """A mapping of any (possibly repeated) keys, block or flow style: what a dict of the pairs holds when every key
+    is written once, else the named error for the first key written again, never the last value kept silently."""
+    items = [f"{json.dumps(key, ensure_ascii=False)}: {value}" for key, value in pairs]  # a JSON string is YAML's too
+    text = "{" + ", ".join(items) + "}\n" if flow else "".join(f"{item}\n" for item in items) or "{}\n"
+    keys = [key for key, _ in pairs]
+    again = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+    if again is None:
+        assert fileio.parse_yaml(text, "f.yaml") == dict(pairs)
+    else:
+        with pytest.raises(AipcError, match=f"the key {re.escape(repr(again[:80]))} appears twice"):
+            fileio.parse_yaml(text, "f.yaml")
 
 
 # --- packaging and conda, each through its one wrapper ---------------------------------------------------------------
